@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages cllm needs to build, test and train. Idempotent:
+# packages already present are skipped, so a second run does no network work.
+# Usage: scripts/install-deps.sh [--train]   (--train adds python3-torch and the corpora)
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+      libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev libmicrohttpd-dev
+      libcurl4-openssl-dev python3-numpy prometheus gnuplot-nox)
+if [ "${1:-}" = "--train" ]; then
+  pkgs+=(python3-torch python3-matplotlib bible-kjv-text fortunes-zh)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

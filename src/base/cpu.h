@@ -1,0 +1,26 @@
+/* Run-time CPU feature detection and the kernel tier chosen from it.
+ * CLLM_ISA=ref|avx2|avx512|neon forces a tier (for tests and bug reports); forcing a tier the CPU
+ * lacks falls back to the best available one with a warning. */
+#ifndef CLLM_BASE_CPU_H
+#define CLLM_BASE_CPU_H
+
+#include <stddef.h>
+
+typedef struct cllm_cpu_features {
+    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, neon;
+} cllm_cpu_features;
+
+typedef enum cllm_isa {
+    CLLM_TIER_REF = 0, /* portable scalar C */
+    CLLM_TIER_AVX2,    /* AVX2 + FMA + F16C */
+    CLLM_TIER_AVX512,  /* AVX-512 F/BW/VL/DQ */
+    CLLM_TIER_NEON,
+} cllm_isa;
+
+const cllm_cpu_features *cllm_cpu_features_get(void);
+cllm_isa cllm_cpu_tier(void);
+const char *cllm_cpu_tier_name(cllm_isa t);
+/* Writes a space-separated list of detected features ("avx2 fma f16c"). */
+void cllm_cpu_describe(char *buf, size_t cap);
+
+#endif

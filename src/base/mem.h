@@ -1,0 +1,30 @@
+/* Aligned allocation and timers. */
+#ifndef CLLM_BASE_MEM_H
+#define CLLM_BASE_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLLM_ALIGN 64 /* cache line; also enough for AVX-512 loads */
+
+/* 64-byte aligned, size rounded up to a multiple of 64; NULL on failure or overflow.
+ * Free with cllm_free_aligned. cllm_alloc_zeroed also zeroes. */
+void *cllm_alloc_aligned(size_t size);
+void *cllm_alloc_zeroed(size_t size);
+void cllm_free_aligned(void *p);
+
+/* Overflow-checked size arithmetic: 0 on success, -1 on overflow. */
+static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+/* Monotonic clock in seconds / nanoseconds. */
+double cllm_time_s(void);
+uint64_t cllm_time_ns(void);
+
+/* Physical RAM and currently available RAM in bytes (0 if unknown); resident set of this process. */
+uint64_t cllm_mem_total(void);
+uint64_t cllm_mem_available(void);
+uint64_t cllm_mem_rss(void);
+
+#endif

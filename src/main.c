@@ -1,0 +1,78 @@
+/* cllm entry point: global flags (--version, --log-level, --log-format) and subcommand dispatch.
+ * Each subcommand parses its own flags through tools/cli.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/cpu.h"
+#include "base/log.h"
+#include "tools/commands.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"verify", cmd_verify, "check a model directory: files, index, tensors, shapes, NaN/Inf"},
+    {"synth", cmd_synth, "write a random-weight model in HF layout from a config"},
+    {"cpuinfo", cmd_cpuinfo, "print detected CPU features and the kernel tier in use"},
+};
+
+static void print_usage(FILE *f) {
+    fprintf(f, "usage: cllm [--version] [--log-level L] [--log-format text|json] COMMAND [args]\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'cllm COMMAND --help' describes a command's options.\n");
+}
+
+static void print_version(void) {
+    char feat[256];
+    cllm_cpu_describe(feat, sizeof(feat));
+    printf("cllm %s\ncompiler: %s\nbuild type: %s\ncpu features: %s\nkernel tier: %s\n",
+           CLLM_VERSION,
+#if defined(__clang__)
+           "clang " __clang_version__,
+#elif defined(__GNUC__)
+           "gcc " __VERSION__,
+#else
+           "unknown",
+#endif
+           CLLM_BUILD_TYPE, feat, cllm_cpu_tier_name(cllm_cpu_tier()));
+}
+
+int main(int argc, char **argv) {
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--version") || !strcmp(a, "-V")) {
+            print_version();
+            return 0;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            print_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--log-level") && i + 1 < argc) {
+            if (cllm_log_set_level_name(argv[++i]) != 0) {
+                fprintf(stderr, "cllm: bad --log-level '%s' (debug|info|warn|error)\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--log-format") && i + 1 < argc) {
+            if (cllm_log_set_format_name(argv[++i]) != 0) {
+                fprintf(stderr, "cllm: bad --log-format '%s' (text|json)\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "cllm: unknown option '%s' (see cllm --help)\n", a);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        print_usage(stderr);
+        return 2;
+    }
+    for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+        if (!strcmp(argv[i], commands[c].name)) return commands[c].run(argc - i, argv + i);
+    fprintf(stderr, "cllm: unknown command '%s' (see cllm --help)\n", argv[i]);
+    return 2;
+}

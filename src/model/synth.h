@@ -1,0 +1,29 @@
+/* `cllm synth`: random-weight checkpoints in exact HF layout for any config, written tensor by
+ * tensor in chunks (memory use is a few MB whatever the model size), deterministic for a seed
+ * and independent of sharding (each tensor's values depend only on seed and tensor name). */
+#ifndef CLLM_MODEL_SYNTH_H
+#define CLLM_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "model/dtype.h"
+#include "model/tensor_plan.h"
+
+typedef struct cllm_synth_opts {
+    const char *config_path;   /* config.json to copy and follow */
+    const char *out_dir;       /* created if missing */
+    uint64_t seed;
+    cllm_dtype dtype;          /* BF16, F16 or F32 for the bulk; A_log always F32 */
+    cllm_expert_layout layout;
+    uint64_t shard_bytes;      /* 0 = one file */
+    bool qwen_shard_names;     /* model.safetensors-000NN-of-000MM.safetensors like Qwen ships */
+    bool include_mtp;          /* write mtp.* when the config has MTP layers */
+    const char *tokenizer_dir; /* copy tokenizer.json / tokenizer_config.json from here, or NULL */
+    bool progress;             /* progress lines on stderr */
+} cllm_synth_opts;
+
+cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err);
+
+#endif

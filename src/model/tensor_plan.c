@@ -1,0 +1,260 @@
+/* Expected-tensor enumeration; see tensor_plan.h. Shapes follow the spec (§2, §3). */
+#include "model/tensor_plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct plan {
+    const cllm_config *cfg;
+    void (*fn)(void *, const cllm_tensor_spec *);
+    void *ctx;
+    size_t n;
+    bool optional;
+    cllm_tensor_group force_group; /* CLLM_TG_COUNT = none */
+} plan;
+
+const char *cllm_tensor_group_name(cllm_tensor_group g) {
+    static const char *const names[CLLM_TG_COUNT] = {
+        "embeddings", "lm_head", "norms", "attention", "gated_deltanet", "router",
+        "routed_experts", "shared_expert", "dense_mlp", "mtp", "vision"};
+    return (unsigned)g < CLLM_TG_COUNT ? names[g] : "?";
+}
+
+uint64_t cllm_tensor_spec_elems(const cllm_tensor_spec *s) {
+    uint64_t n = 1;
+    for (int i = 0; i < s->n_dims; i++) n *= (uint64_t)s->shape[i];
+    return n;
+}
+
+static void emit(plan *p, cllm_tensor_group g, cllm_tensor_init init, int fan_in, int num, int den,
+                 int nd, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
+static void emit(plan *p, cllm_tensor_group g, cllm_tensor_init init, int fan_in, int num, int den,
+                 int nd, const int64_t *shape, const char *fmt, ...) {
+    cllm_tensor_spec s;
+    memset(&s, 0, sizeof(s));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s.name, sizeof(s.name), fmt, ap);
+    va_end(ap);
+    s.n_dims = nd;
+    memcpy(s.shape, shape, (size_t)nd * sizeof(int64_t));
+    s.group = p->force_group != CLLM_TG_COUNT ? p->force_group : g;
+    s.init = init;
+    s.fan_in = fan_in;
+    s.active_num = num;
+    s.active_den = den;
+    s.optional = p->optional;
+    s.force_f32 = init == CLLM_INIT_A_LOG;
+    p->fn(p->ctx, &s);
+    p->n++;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+
+static void vec(plan *p, cllm_tensor_group g, cllm_tensor_init init, int64_t n, const char *name) {
+    emit(p, g, init, 1, 1, 1, 1, SHAPE(n), "%s", name);
+}
+
+static void mat(plan *p, cllm_tensor_group g, cllm_tensor_init init, int64_t rows, int64_t cols,
+                const char *name) {
+    emit(p, g, init, (int)cols, 1, 1, 2, SHAPE(rows, cols), "%s", name);
+}
+
+static void attention(plan *p, const char *lp, int H) {
+    const cllm_config *c = p->cfg;
+    char n[160];
+    int q_rows = c->n_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
+    int kv_rows = c->n_kv_heads * c->head_dim;
+    snprintf(n, sizeof(n), "%sself_attn.q_proj.weight", lp);
+    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, q_rows, H, n);
+    snprintf(n, sizeof(n), "%sself_attn.k_proj.weight", lp);
+    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, kv_rows, H, n);
+    snprintf(n, sizeof(n), "%sself_attn.v_proj.weight", lp);
+    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, kv_rows, H, n);
+    snprintf(n, sizeof(n), "%sself_attn.o_proj.weight", lp);
+    mat(p, CLLM_TG_ATTN, CLLM_INIT_OUT_PROJ, H, c->n_heads * c->head_dim, n);
+    if (c->attention_bias) {
+        snprintf(n, sizeof(n), "%sself_attn.q_proj.bias", lp);
+        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, q_rows, n);
+        snprintf(n, sizeof(n), "%sself_attn.k_proj.bias", lp);
+        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, kv_rows, n);
+        snprintf(n, sizeof(n), "%sself_attn.v_proj.bias", lp);
+        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, kv_rows, n);
+    }
+    cllm_tensor_init ni = c->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM;
+    snprintf(n, sizeof(n), "%sself_attn.q_norm.weight", lp);
+    vec(p, CLLM_TG_NORM, ni, c->head_dim, n);
+    snprintf(n, sizeof(n), "%sself_attn.k_norm.weight", lp);
+    vec(p, CLLM_TG_NORM, ni, c->head_dim, n);
+}
+
+static void gated_deltanet(plan *p, const char *lp, int H) {
+    const cllm_config *c = p->cfg;
+    char n[160];
+    int kd = c->lin_n_k_heads * c->lin_k_dim, vd = c->lin_n_v_heads * c->lin_v_dim;
+    int conv_ch = 2 * kd + vd;
+    snprintf(n, sizeof(n), "%slinear_attn.in_proj_qkv.weight", lp);
+    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, conv_ch, H, n);
+    snprintf(n, sizeof(n), "%slinear_attn.in_proj_z.weight", lp);
+    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, vd, H, n);
+    snprintf(n, sizeof(n), "%slinear_attn.in_proj_b.weight", lp);
+    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, c->lin_n_v_heads, H, n);
+    snprintf(n, sizeof(n), "%slinear_attn.in_proj_a.weight", lp);
+    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, c->lin_n_v_heads, H, n);
+    snprintf(n, sizeof(n), "%slinear_attn.conv1d.weight", lp);
+    emit(p, CLLM_TG_GDN, CLLM_INIT_CONV, c->lin_conv_kernel, 1, 1, 3,
+         SHAPE(conv_ch, 1, c->lin_conv_kernel), "%s", n);
+    snprintf(n, sizeof(n), "%slinear_attn.dt_bias", lp);
+    vec(p, CLLM_TG_GDN, CLLM_INIT_DT_BIAS, c->lin_n_v_heads, n);
+    snprintf(n, sizeof(n), "%slinear_attn.A_log", lp);
+    vec(p, CLLM_TG_GDN, CLLM_INIT_A_LOG, c->lin_n_v_heads, n);
+    snprintf(n, sizeof(n), "%slinear_attn.norm.weight", lp);
+    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM, c->lin_v_dim, n);
+    snprintf(n, sizeof(n), "%slinear_attn.out_proj.weight", lp);
+    mat(p, CLLM_TG_GDN, CLLM_INIT_OUT_PROJ, H, vd, n);
+}
+
+static void experts(plan *p, const char *lp, int H, cllm_expert_layout layout) {
+    const cllm_config *c = p->cfg;
+    int E = c->n_experts, I = c->moe_intermediate_size, k = c->n_experts_per_tok;
+    if (layout == CLLM_EXPERTS_FUSED) {
+        emit(p, CLLM_TG_EXPERTS, CLLM_INIT_LINEAR, H, k, E, 3, SHAPE(E, 2 * I, H),
+             "%smlp.experts.gate_up_proj", lp);
+        emit(p, CLLM_TG_EXPERTS, CLLM_INIT_OUT_PROJ, I, k, E, 3, SHAPE(E, H, I),
+             "%smlp.experts.down_proj", lp);
+        return;
+    }
+    for (int e = 0; e < E; e++) {
+        emit(p, CLLM_TG_EXPERTS, CLLM_INIT_LINEAR, H, k, E, 2, SHAPE(I, H),
+             "%smlp.experts.%d.gate_proj.weight", lp, e);
+        emit(p, CLLM_TG_EXPERTS, CLLM_INIT_LINEAR, H, k, E, 2, SHAPE(I, H),
+             "%smlp.experts.%d.up_proj.weight", lp, e);
+        emit(p, CLLM_TG_EXPERTS, CLLM_INIT_OUT_PROJ, I, k, E, 2, SHAPE(H, I),
+             "%smlp.experts.%d.down_proj.weight", lp, e);
+    }
+}
+
+static void dense_mlp(plan *p, const char *lp, const char *what, int H, int I, cllm_tensor_group g) {
+    char n[160];
+    snprintf(n, sizeof(n), "%s%s.gate_proj.weight", lp, what);
+    mat(p, g, CLLM_INIT_LINEAR, I, H, n);
+    snprintf(n, sizeof(n), "%s%s.up_proj.weight", lp, what);
+    mat(p, g, CLLM_INIT_LINEAR, I, H, n);
+    snprintf(n, sizeof(n), "%s%s.down_proj.weight", lp, what);
+    mat(p, g, CLLM_INIT_OUT_PROJ, H, I, n);
+}
+
+static void moe(plan *p, const char *lp, int H, cllm_expert_layout layout) {
+    const cllm_config *c = p->cfg;
+    char n[160];
+    snprintf(n, sizeof(n), "%smlp.gate.weight", lp);
+    mat(p, CLLM_TG_ROUTER, CLLM_INIT_LINEAR, c->n_experts, H, n);
+    experts(p, lp, H, layout);
+    if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
+        dense_mlp(p, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size, CLLM_TG_SHARED);
+        snprintf(n, sizeof(n), "%smlp.shared_expert_gate.weight", lp);
+        mat(p, CLLM_TG_SHARED, CLLM_INIT_LINEAR, 1, H, n);
+    }
+}
+
+/* One decoder layer under prefix lp ("model.language_model.layers.3."). */
+static void layer(plan *p, const char *lp, cllm_layer_type type, bool is_moe,
+                  cllm_expert_layout layout) {
+    const cllm_config *c = p->cfg;
+    int H = c->hidden_size;
+    char n[160];
+    cllm_tensor_init ni = c->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM;
+    snprintf(n, sizeof(n), "%sinput_layernorm.weight", lp);
+    vec(p, CLLM_TG_NORM, ni, H, n);
+    snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", lp);
+    vec(p, CLLM_TG_NORM, ni, H, n);
+    if (type == CLLM_LAYER_LINEAR_ATTN) gated_deltanet(p, lp, H);
+    else attention(p, lp, H);
+    if (is_moe) moe(p, lp, H, layout);
+    else dense_mlp(p, lp, "mlp", H, c->intermediate_size, CLLM_TG_MLP);
+}
+
+static void mtp(plan *p) {
+    const cllm_config *c = p->cfg;
+    int H = c->hidden_size;
+    p->optional = true;
+    p->force_group = CLLM_TG_MTP;
+    mat(p, CLLM_TG_MTP, CLLM_INIT_LINEAR, H, 2 * H, "mtp.fc.weight");
+    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.pre_fc_norm_embedding.weight");
+    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.pre_fc_norm_hidden.weight");
+    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.norm.weight");
+    for (int l = 0; l < c->mtp_num_hidden_layers; l++) {
+        char lp[64];
+        snprintf(lp, sizeof(lp), "mtp.layers.%d.", l);
+        /* Official checkpoints store MTP experts per expert even when the main layers are fused. */
+        layer(p, lp, CLLM_LAYER_FULL_ATTN, true, CLLM_EXPERTS_PER_EXPERT);
+    }
+    p->optional = false;
+    p->force_group = CLLM_TG_COUNT;
+}
+
+/* Vision tower (Qwen3-VL style names); counted by verify, skipped by the loader. */
+static void vision(plan *p) {
+    const cllm_vision_config *v = &p->cfg->vision;
+    int D = v->hidden_size, F = v->intermediate_size, P = v->patch_size;
+    int M = D * v->spatial_merge_size * v->spatial_merge_size;
+    p->optional = true;
+    p->force_group = CLLM_TG_VISION;
+    emit(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->in_channels * v->temporal_patch_size * P * P, 1, 1, 5,
+         SHAPE(D, v->in_channels, v->temporal_patch_size, P, P), "model.visual.patch_embed.proj.weight");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.patch_embed.proj.bias");
+    mat(p, CLLM_TG_VISION, CLLM_INIT_EMBED, v->num_position_embeddings, D, "model.visual.pos_embed.weight");
+    for (int b = 0; b < v->depth; b++) {
+        char n[160];
+        const char *vn[] = {"norm1", "norm2"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.weight", b, vn[i]);
+            vec(p, CLLM_TG_VISION, CLLM_INIT_NORM, D, n);
+            snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.bias", b, vn[i]);
+            vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, n);
+        }
+        struct {
+            const char *name;
+            int rows, cols;
+        } lin[] = {{"attn.qkv", 3 * D, D}, {"attn.proj", D, D}, {"mlp.linear_fc1", F, D}, {"mlp.linear_fc2", D, F}};
+        for (int i = 0; i < 4; i++) {
+            snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.weight", b, lin[i].name);
+            mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, lin[i].rows, lin[i].cols, n);
+            snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.bias", b, lin[i].name);
+            vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, lin[i].rows, n);
+        }
+    }
+    vec(p, CLLM_TG_VISION, CLLM_INIT_NORM, D, "model.visual.merger.norm.weight");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.merger.norm.bias");
+    mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, M, M, "model.visual.merger.linear_fc1.weight");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, M, "model.visual.merger.linear_fc1.bias");
+    mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->out_hidden_size, M, "model.visual.merger.linear_fc2.weight");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, v->out_hidden_size, "model.visual.merger.linear_fc2.bias");
+    p->optional = false;
+    p->force_group = CLLM_TG_COUNT;
+}
+
+size_t cllm_tensor_plan(const cllm_config *cfg, cllm_expert_layout layout, bool include_mtp,
+                        bool include_vision, void (*fn)(void *ctx, const cllm_tensor_spec *s),
+                        void *ctx) {
+    plan p = {cfg, fn, ctx, 0, false, CLLM_TG_COUNT};
+    const char *pre = cfg->weight_prefix;
+    int H = cfg->hidden_size;
+    char n[160];
+    snprintf(n, sizeof(n), "%sembed_tokens.weight", pre);
+    /* A token reads one embedding row: active share 1/vocab. */
+    emit(&p, CLLM_TG_EMBED, CLLM_INIT_EMBED, H, 1, cfg->vocab_size, 2, SHAPE(cfg->vocab_size, H), "%s", n);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        char lp[96];
+        snprintf(lp, sizeof(lp), "%slayers.%d.", pre, l);
+        layer(&p, lp, (cllm_layer_type)cfg->layer_types[l], cfg->layer_is_moe[l], layout);
+    }
+    snprintf(n, sizeof(n), "%snorm.weight", pre);
+    vec(&p, CLLM_TG_NORM, cfg->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM, H, n);
+    if (!cfg->tie_word_embeddings) mat(&p, CLLM_TG_LM_HEAD, CLLM_INIT_LINEAR, cfg->vocab_size, H, "lm_head.weight");
+    if (include_mtp && cfg->mtp_num_hidden_layers > 0) mtp(&p);
+    if (include_vision && cfg->vision.present) vision(&p);
+    return p.n;
+}

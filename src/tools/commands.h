@@ -1,0 +1,9 @@
+/* Subcommand entry points; the table lives in src/main.c. Each returns 0 ok, 1 failure, 2 usage. */
+#ifndef CLLM_TOOLS_COMMANDS_H
+#define CLLM_TOOLS_COMMANDS_H
+
+int cmd_verify(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_cpuinfo(int argc, char **argv);
+
+#endif
