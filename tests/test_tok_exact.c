@@ -125,6 +125,9 @@ int main(void) {
         size_t docs = 0, toks = 0, bad = 0, rt = 0;
         for (size_t c = 0; c < sizeof(CORPORA) / sizeof(*CORPORA); c++)
             check_corpus(tok, tname, CORPORA[c], &docs, &toks, &bad, &rt);
+        /* One-off larger runs: put NAME.txt in the corpus dir, run gen_tok_ref.js, set this. */
+        if (getenv("CLLM_TOK_EXTRA_CORPUS"))
+            check_corpus(tok, tname, getenv("CLLM_TOK_EXTRA_CORPUS"), &docs, &toks, &bad, &rt);
         fprintf(stderr, "%s: %zu documents, %zu tokens, %zu encode mismatches, %zu round-trip mismatches\n",
                 tname, docs, toks, bad, rt);
         CHECK(docs > 10000);
