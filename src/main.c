@@ -17,6 +17,9 @@ static const command commands[] = {
     {"verify", cmd_verify, "check a model directory: files, index, tensors, shapes, NaN/Inf"},
     {"synth", cmd_synth, "write a random-weight model in HF layout from a config"},
     {"cpuinfo", cmd_cpuinfo, "print detected CPU features and the kernel tier in use"},
+    {"generate", cmd_generate, "generate tokens from a prompt (ids until a tokenizer exists)"},
+    {"eval", cmd_eval, "run token ids through the model; dump or hash the logits"},
+    {"bench-forward", cmd_bench_forward, "prefill and decode tok/s beside the memory-bandwidth roofline"},
 };
 
 static void print_usage(FILE *f) {

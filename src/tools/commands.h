@@ -5,5 +5,8 @@
 int cmd_verify(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_cpuinfo(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench_forward(int argc, char **argv);
 
 #endif

@@ -1,0 +1,24 @@
+/* Scalar reference Gated DeltaNet recurrence step (spec §2.4), the oracle for the SIMD tiers. */
+#include "kernels/kern_int.h"
+
+void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
+                       float beta, float *o, float *tmp, int dk, int dv) {
+    float *u = tmp;
+    for (int n = 0; n < dv; n++) u[n] = 0.0f;
+    for (int m = 0; m < dk; m++) {
+        float *s = S + (size_t)m * dv;
+        for (int n = 0; n < dv; n++) {
+            s[n] *= decay;
+            u[n] += s[n] * k[m];
+        }
+    }
+    for (int n = 0; n < dv; n++) u[n] = (v[n] - u[n]) * beta; /* u now holds d */
+    for (int n = 0; n < dv; n++) o[n] = 0.0f;
+    for (int m = 0; m < dk; m++) {
+        float *s = S + (size_t)m * dv;
+        for (int n = 0; n < dv; n++) {
+            s[n] += k[m] * u[n];
+            o[n] += s[n] * q[m];
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/* Private: per-tier tables, defined in kernels/<family>_ref.c and kernels/x86/<family>_avx2.c. */
+#ifndef CLLM_KERNELS_KERN_INT_H
+#define CLLM_KERNELS_KERN_INT_H
+
+#include "kernels/kernels.h"
+
+void kern_matmul_f32_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                         int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_f16_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                         int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_bf16_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                          int n_tok, int K, float *Y, size_t ldy);
+float kern_dot_ref(const float *a, const float *b, int n);
+void kern_scale_axpy_ref(float *y, float s, float a, const float *x, int n);
+void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
+                       float beta, float *o, float *tmp, int dk, int dv);
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define KERN_HAVE_X86 1
+void kern_matmul_f32_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                          int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_f16_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                          int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_bf16_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                           int n_tok, int K, float *Y, size_t ldy);
+float kern_dot_avx2(const float *a, const float *b, int n);
+void kern_scale_axpy_avx2(float *y, float s, float a, const float *x, int n);
+void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
+                        float beta, float *o, float *tmp, int dk, int dv);
+#endif
+
+#endif

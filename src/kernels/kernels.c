@@ -1,0 +1,65 @@
+/* Kernel dispatch: one table per tier, chosen from cllm_cpu_tier() on first use. */
+#include "kernels/kernels.h"
+
+#include <pthread.h>
+
+#include "base/cpu.h"
+#include "kernels/kern_int.h"
+
+static const cllm_kern_ops ref_ops = {
+    .name = "ref",
+    .matmul_f32 = kern_matmul_f32_ref,
+    .matmul_f16 = kern_matmul_f16_ref,
+    .matmul_bf16 = kern_matmul_bf16_ref,
+    .gdn_step = kern_gdn_step_ref,
+    .dot = kern_dot_ref,
+    .scale_axpy = kern_scale_axpy_ref,
+};
+
+#ifdef KERN_HAVE_X86
+static const cllm_kern_ops avx2_ops = {
+    .name = "avx2",
+    .matmul_f32 = kern_matmul_f32_avx2,
+    .matmul_f16 = kern_matmul_f16_avx2,
+    .matmul_bf16 = kern_matmul_bf16_avx2,
+    .gdn_step = kern_gdn_step_avx2,
+    .dot = kern_dot_avx2,
+    .scale_axpy = kern_scale_axpy_avx2,
+};
+#endif
+
+static const cllm_kern_ops *chosen;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    chosen = &ref_ops;
+#ifdef KERN_HAVE_X86
+    /* AVX-512 CPUs run the AVX2 kernels (no AVX-512 tier yet). */
+    cllm_isa t = cllm_cpu_tier();
+    if (t == CLLM_TIER_AVX2 || t == CLLM_TIER_AVX512) chosen = &avx2_ops;
+#endif
+}
+
+const cllm_kern_ops *cllm_kern(void) {
+    pthread_once(&once, choose);
+    return chosen;
+}
+
+const cllm_kern_ops *cllm_kern_ref(void) { return &ref_ops; }
+
+const cllm_kern_ops *cllm_kern_avx2(void) {
+#ifdef KERN_HAVE_X86
+    const cllm_cpu_features *f = cllm_cpu_features_get();
+    if (f->avx2 && f->fma && f->f16c) return &avx2_ops;
+#endif
+    return NULL;
+}
+
+cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt) {
+    switch (dt) {
+    case CLLM_DT_F32: return k->matmul_f32;
+    case CLLM_DT_F16: return k->matmul_f16;
+    case CLLM_DT_BF16: return k->matmul_bf16;
+    default: return NULL;
+    }
+}

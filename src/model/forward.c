@@ -1,0 +1,338 @@
+/* cllm_forward(): the layer loop over one ragged batch, its validation, scratch buffers and the
+ * batched matmul runner shared by the layer files (fwd_attn.c, fwd_deltanet.c, fwd_moe.c).
+ *
+ * Tokens of all sequences are laid out back to back ([T][...] buffers, T = total new tokens);
+ * tok_seq/tok_pos say which sequence and absolute position each row belongs to. Every matmul
+ * processes all T rows at once (weights streamed once per call); per-token math (norms, RoPE,
+ * routing) is independent per row; sequence-coupled math (attention over the KV blocks, the GDN
+ * conv and recurrence) runs per sequence in position order. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "base/log.h"
+#include "base/mem.h"
+#include "model/fwd_int.h"
+
+/* Rows per matmul work item: 16 rows of a 2048-wide bf16 matrix = 64 KiB, an L2-resident slice
+ * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
+#define MM_ROWS 16
+
+void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy) {
+    if (n_tok <= 0 || !w->data) return CLLM_OK;
+    if (c->n_jobs == c->cap_jobs) {
+        size_t nc = c->cap_jobs ? 2 * c->cap_jobs : 64;
+        fwd_mm *nj = realloc(c->jobs, nc * sizeof(*nj));
+        if (!nj) return CLLM_ENOMEM;
+        c->jobs = nj;
+        c->cap_jobs = nc;
+    }
+    c->jobs[c->n_jobs++] = (fwd_mm){w, X, ldx, n_tok, Y, ldy};
+    return CLLM_OK;
+}
+
+static void mm_worker(void *vc, size_t b, size_t e, int tid) {
+    cllm_fwd_ctx *c = vc;
+    for (size_t i = b; i < e; i++) {
+        const struct fwd_item *it = &c->items[i];
+        const fwd_mm *j = &c->jobs[it->job];
+        const fwd_wt *w = j->w;
+        cllm_matmul_fn fn = cllm_kern_matmul(c->k, w->dt);
+        size_t es = cllm_dtype_size(w->dt);
+        fn((const char *)w->data + (size_t)it->r0 * w->cols * es, (size_t)w->cols, it->r1 - it->r0,
+           j->X, j->ldx, j->n_tok, w->cols, j->Y + it->r0, j->ldy);
+    }
+}
+
+cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
+    size_t n = 0;
+    for (size_t j = 0; j < c->n_jobs; j++) n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
+    if (n > c->cap_items) {
+        struct fwd_item *ni = realloc(c->items, n * sizeof(*ni));
+        if (!ni) return CLLM_ENOMEM;
+        c->items = ni;
+        c->cap_items = n;
+    }
+    size_t k = 0;
+    for (size_t j = 0; j < c->n_jobs; j++)
+        for (int r = 0; r < c->jobs[j].w->rows; r += MM_ROWS) {
+            int r1 = r + MM_ROWS < c->jobs[j].w->rows ? r + MM_ROWS : c->jobs[j].w->rows;
+            c->items[k++] = (struct fwd_item){(int)j, r, r1};
+        }
+    cllm_pool_for(c->pool, k, mm_worker, c);
+    c->n_jobs = 0;
+    return CLLM_OK;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_ctx **out,
+                                cllm_error *err) {
+    cllm_fwd_ctx *c = calloc(1, sizeof(*c));
+    if (!c) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    c->m = m;
+    c->pool = pool;
+    c->n_threads = pool ? cllm_pool_size(pool) : 1;
+    c->k = cllm_kern();
+    const cllm_config *cf = &m->cfg;
+    c->thr_stride = (size_t)(64 + 4 * cf->head_dim + 2 * cf->lin_v_dim + 64);
+    c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
+    if (!c->thr) {
+        free(c);
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    }
+    *out = c;
+    return CLLM_OK;
+}
+
+static void free_bufs(cllm_fwd_ctx *c) {
+    free(c->tok_seq);
+    free(c->tok_pos);
+    cllm_free_aligned(c->x);
+    cllm_free_aligned(c->xn);
+    cllm_free_aligned(c->proj);
+    cllm_free_aligned(c->proj2);
+    cllm_free_aligned(c->o);
+    cllm_free_aligned(c->tmp);
+    cllm_free_aligned(c->rope_cs);
+    free(c->top_id);
+    free(c->top_w);
+    free(c->pos_of);
+    free(c->slot_at);
+    cllm_free_aligned(c->xg);
+    cllm_free_aligned(c->gu);
+    cllm_free_aligned(c->dn);
+    c->tok_seq = c->tok_pos = c->top_id = c->pos_of = c->slot_at = NULL;
+    c->x = c->xn = c->proj = c->proj2 = c->o = c->tmp = c->rope_cs = c->top_w = NULL;
+    c->xg = c->gu = c->dn = NULL;
+    c->cap = 0;
+}
+
+void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
+    if (!c) return;
+    free_bufs(c);
+    free(c->exp_off);
+    free(c->exp_cnt);
+    free(c->seq_tok0);
+    free(c->jobs);
+    free(c->items);
+    cllm_free_aligned(c->thr);
+    free(c);
+}
+
+/* Sizes every per-token buffer for T tokens. */
+static cllm_status grow(cllm_fwd_ctx *c, int T) {
+    if (T <= c->cap) return CLLM_OK;
+    free_bufs(c);
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int H = f->hidden_size, vd = f->lin_n_v_heads * f->lin_v_dim;
+    int proj = m->q_rows + 2 * m->kv_dim;
+    proj = imax(proj, m->conv_ch + vd + 2 * f->lin_n_v_heads);
+    proj = imax(proj, 2 * f->intermediate_size);
+    proj = imax(proj, f->n_experts);
+    int proj2 = 2 * f->shared_expert_intermediate_size + 1;
+    int o = imax(imax(f->n_heads * f->head_dim, vd), H);
+    int k = f->n_experts_per_tok > 0 ? f->n_experts_per_tok : 1;
+    int I2 = 2 * imax(f->moe_intermediate_size, 1);
+    size_t t = (size_t)T, tk = t * (size_t)k;
+    c->tok_seq = malloc(t * sizeof(int));
+    c->tok_pos = malloc(t * sizeof(int));
+    c->x = cllm_alloc_aligned(t * H * sizeof(float));
+    c->xn = cllm_alloc_aligned(t * H * sizeof(float));
+    c->proj = cllm_alloc_aligned(t * proj * sizeof(float));
+    c->proj2 = cllm_alloc_aligned(t * proj2 * sizeof(float));
+    c->o = cllm_alloc_aligned(t * o * sizeof(float));
+    c->tmp = cllm_alloc_aligned(t * H * sizeof(float));
+    c->rope_cs = cllm_alloc_aligned(t * (size_t)imax(f->rotary_dim, 2) * sizeof(float));
+    c->top_id = malloc(tk * sizeof(int));
+    c->top_w = malloc(tk * sizeof(float));
+    c->pos_of = malloc(tk * sizeof(int));
+    c->slot_at = malloc(tk * sizeof(int));
+    c->xg = cllm_alloc_aligned(tk * H * sizeof(float));
+    c->gu = cllm_alloc_aligned(tk * I2 * sizeof(float));
+    c->dn = cllm_alloc_aligned(tk * H * sizeof(float));
+    if (!c->tok_seq || !c->tok_pos || !c->x || !c->xn || !c->proj || !c->proj2 || !c->o ||
+        !c->tmp || !c->rope_cs || !c->top_id || !c->top_w || !c->pos_of || !c->slot_at || !c->xg ||
+        !c->gu || !c->dn) {
+        free_bufs(c);
+        return CLLM_ENOMEM;
+    }
+    if (!c->exp_off) {
+        c->exp_off = calloc((size_t)imax(f->n_experts, 1) + 1, sizeof(int));
+        c->exp_cnt = calloc((size_t)imax(f->n_experts, 1), sizeof(int));
+        if (!c->exp_off || !c->exp_cnt) return CLLM_ENOMEM;
+    }
+    c->cap = T;
+    return CLLM_OK;
+}
+
+size_t cllm_batch_logit_rows(const cllm_batch *b) {
+    size_t n = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const cllm_seq_batch *q = &b->seqs[s];
+        n += q->logits == CLLM_LOGITS_ALL ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
+             : q->logits == CLLM_LOGITS_LAST ? 1 : 0;
+    }
+    return n;
+}
+
+static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm_kv_pool *kv,
+                            const cllm_state_pool *st, int *T_out, cllm_error *err) {
+    const cllm_config *f = &m->cfg;
+    if (!b || b->n_seqs < 1 || !b->seqs) return cllm_err_set(err, CLLM_EINVAL, "empty batch");
+    if (m->n_attn > 0 && (!kv || kv->n_layers != m->n_attn || kv->kv_dim != m->kv_dim || !kv->data))
+        return cllm_err_set(err, CLLM_EINVAL, "kv pool does not match the model");
+    if (m->n_gdn > 0 && (!st || st->n_layers != m->n_gdn || st->conv_ch != m->conv_ch || !st->rec))
+        return cllm_err_set(err, CLLM_EINVAL, "state pool does not match the model");
+    long T = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const cllm_seq_batch *q = &b->seqs[s];
+        if (q->n_tokens < 1 || !q->tokens)
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: empty prompt (no tokens)", s);
+        if (q->logits != CLLM_LOGITS_LAST && q->logits != CLLM_LOGITS_ALL && q->logits != CLLM_LOGITS_NONE)
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits mode", s);
+        if (q->start_pos < 0)
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: negative start position", s);
+        long end = (long)q->start_pos + q->n_tokens;
+        if (end > f->max_position_embeddings)
+            return cllm_err_set(err, CLLM_ERANGE, "sequence %d: position %ld beyond "
+                                "max_position_embeddings %d", s, end - 1, f->max_position_embeddings);
+        for (int i = 0; i < q->n_tokens; i++)
+            if (q->tokens[i] < 0 || q->tokens[i] >= f->vocab_size)
+                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: token id %d out of range "
+                                    "[0, %d)", s, q->tokens[i], f->vocab_size);
+        if (m->n_attn > 0) {
+            long need = (end + kv->block_size - 1) / kv->block_size;
+            if (!q->block_table || q->n_table < need)
+                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: block table has %d entries, "
+                                    "positions up to %ld need %ld", s, q->n_table, end - 1, need);
+            for (long i = 0; i < need; i++)
+                if (q->block_table[i] < 0 || q->block_table[i] >= kv->n_blocks)
+                    return cllm_err_set(err, CLLM_EINVAL, "sequence %d: block %d out of range "
+                                        "[0, %d)", s, q->block_table[i], kv->n_blocks);
+        }
+        if (m->n_gdn > 0) {
+            if (q->state_slot < 0 || q->state_slot >= st->n_slots)
+                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: state slot %d out of range "
+                                    "[0, %d)", s, q->state_slot, st->n_slots);
+            for (int s2 = 0; s2 < s; s2++)
+                if (b->seqs[s2].state_slot == q->state_slot)
+                    return cllm_err_set(err, CLLM_EINVAL, "sequences %d and %d share state slot %d",
+                                        s2, s, q->state_slot);
+        }
+        T += q->n_tokens;
+        if (T > (1L << 24)) return cllm_err_set(err, CLLM_ENOMEM, "batch too large (%ld tokens)", T);
+    }
+    *T_out = (int)T;
+    return CLLM_OK;
+}
+
+static void embed_row(const fwd_wt *e, int id, float *dst) {
+    size_t es = cllm_dtype_size(e->dt);
+    const void *row = (const char *)e->data + (size_t)id * e->cols * es;
+    if (e->dt == CLLM_DT_F32) memcpy(dst, row, (size_t)e->cols * 4);
+    else if (e->dt == CLLM_DT_BF16) cllm_bf16_to_f32_row(row, dst, (size_t)e->cols);
+    else cllm_f16_to_f32_row(row, dst, (size_t)e->cols);
+}
+
+typedef struct norm_job {
+    cllm_fwd_ctx *c;
+    const float *w;
+    const float *src;
+    float *dst;
+    const int *rows; /* NULL: identity */
+} norm_job;
+
+static void norm_worker(void *vj, size_t b, size_t e, int tid) {
+    norm_job *j = vj;
+    int H = j->c->m->cfg.hidden_size;
+    float eps = (float)j->c->m->cfg.rms_norm_eps;
+    for (size_t i = b; i < e; i++) {
+        size_t r = j->rows ? (size_t)j->rows[i] : i;
+        fwd_rmsnorm(j->dst + i * H, j->src + r * H, j->w, H, eps);
+    }
+}
+
+static void rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
+                         const int *rows, int n) {
+    norm_job j = {c, w, src, dst, rows};
+    cllm_pool_for(c->pool, (size_t)n, norm_worker, &j);
+}
+
+static void rope_tables(cllm_fwd_ctx *c, int T) {
+    const cllm_config *f = &c->m->cfg;
+    int half = f->rotary_dim / 2;
+    for (int t = 0; t < T; t++) {
+        float *cs = c->rope_cs + (size_t)t * f->rotary_dim;
+        for (int i = 0; i < half; i++) {
+            double inv = pow(f->rope_theta, -2.0 * i / f->rotary_dim);
+            double ang = (double)c->tok_pos[t] * inv;
+            cs[i] = (float)cos(ang);
+            cs[half + i] = (float)sin(ang);
+        }
+    }
+}
+
+cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
+                         cllm_state_pool *st, float *logits, cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int T = 0;
+    cllm_status s = validate(m, b, kv, st, &T, err);
+    if (s != CLLM_OK) return s;
+    if (grow(c, T) != CLLM_OK || b->n_seqs > c->cap_seqs) {
+        free(c->seq_tok0);
+        c->seq_tok0 = malloc((size_t)b->n_seqs * sizeof(int));
+        c->cap_seqs = c->seq_tok0 ? b->n_seqs : 0;
+        if (c->cap < T || !c->seq_tok0) return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory for %d tokens", T);
+    }
+    c->batch = b;
+    c->kv = kv;
+    c->st = st;
+    int H = f->hidden_size;
+    int t = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        c->seq_tok0[q] = t;
+        if (m->n_gdn > 0 && sq->start_pos == 0) cllm_state_slot_clear(st, sq->state_slot);
+        for (int i = 0; i < sq->n_tokens; i++, t++) {
+            c->tok_seq[t] = q;
+            c->tok_pos[t] = sq->start_pos + i;
+            embed_row(&m->embed, sq->tokens[i], c->x + (size_t)t * H);
+        }
+    }
+    if (m->n_attn > 0) rope_tables(c, T);
+    for (int l = 0; l < f->n_layers; l++) {
+        const fwd_layer *L = &m->layers[l];
+        rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
+        s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
+        if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+        rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
+        s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
+        if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+    }
+    /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
+    int *rows = c->pos_of, R = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        if (sq->logits == CLLM_LOGITS_ALL)
+            for (int i = 0; i < sq->n_tokens; i++) rows[R++] = c->seq_tok0[q] + i;
+        else if (sq->logits == CLLM_LOGITS_LAST) rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
+    }
+    if (R == 0) return CLLM_OK;
+    rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
+    if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) != CLLM_OK ||
+        fwd_mm_run(c) != CLLM_OK)
+        return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
+    return CLLM_OK;
+}

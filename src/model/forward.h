@@ -1,0 +1,125 @@
+/* The model forward pass: one call runs a ragged batch of sequences over a paged KV cache and
+ * Gated DeltaNet state slots, and returns logits. This is the interface the engine calls.
+ *
+ * Request path: engine scheduler -> cllm_forward() -> (kernels/) -> logits -> sampler.
+ * Architectures: qwen3_5_moe (hybrid Gated DeltaNet + gated attention + MoE with shared expert),
+ * qwen3_moe, qwen3 (spec ../shared/spec/qwen3.5-moe.md §2).
+ *
+ * Memory the engine owns and hands in:
+ *  - cllm_kv_pool: attention K/V in fixed-size blocks. Block b holds, for every full-attention
+ *    layer, K then V for block_size consecutive positions of one sequence:
+ *      data[n_blocks][n_attn_layers][2][block_size][n_kv_heads * head_dim]   (fp32 or bf16)
+ *    K is stored after k_norm and RoPE. A sequence's block table maps position p to block
+ *    table[p / block_size], row p % block_size. The engine allocates, shares and frees blocks.
+ *  - cllm_state_pool: per-sequence recurrent state for the Gated DeltaNet layers, one slot per
+ *    live sequence: conv[n_slots][n_gdn_layers][conv_channels][kernel-1] (last kernel-1 raw
+ *    pre-conv inputs, oldest first) and rec[n_slots][n_gdn_layers][n_v_heads][dk][dv], both fp32.
+ *    A call whose start_pos is 0 zeroes the slot first; otherwise the slot must hold the state
+ *    after position start_pos-1 (the engine copies slots for snapshots / prefix reuse).
+ *
+ * Determinism: a sequence's logits are bitwise identical whatever else is in the batch, whatever
+ * the thread count, and however its prompt is split into calls (GDN runs the token-by-token
+ * recurrence; every reduction has a fixed order per output element; attention walks positions in
+ * fixed 32-position tiles independent of block size). They do depend on the kernel tier
+ * (CLLM_ISA) and on the KV dtype. */
+#ifndef CLLM_MODEL_FORWARD_H
+#define CLLM_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+typedef struct cllm_model cllm_model; /* bound weights + config; read-only after load */
+
+/* Opens dir (config.json + safetensors), checks every tensor of the plan (name, shape, dtype
+ * F32/F16/BF16) and binds it in place in the mmap. Fused and per-expert expert layouts load;
+ * MTP tensors are bound if present (not used yet); vision tensors are skipped with a log line.
+ * Errors name the tensor and the expected and actual shape. */
+cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err);
+void cllm_model_free(cllm_model *m);
+const cllm_config *cllm_model_config(const cllm_model *m);
+/* Bytes of weights read per decoded token with one sequence (embedding row, every non-expert
+ * matrix, top-k experts + shared expert per MoE layer, lm_head): the roofline numerator. */
+uint64_t cllm_model_decode_bytes(const cllm_model *m);
+/* Number of full-attention / Gated DeltaNet layers (the pools' layer dimension). */
+int cllm_model_n_attn_layers(const cllm_model *m);
+int cllm_model_n_gdn_layers(const cllm_model *m);
+
+typedef enum cllm_kv_dtype { CLLM_KV_F32 = 0, CLLM_KV_BF16 = 1 } cllm_kv_dtype;
+
+typedef struct cllm_kv_pool {
+    int n_blocks, block_size;
+    int n_layers;          /* full-attention layers of the model */
+    int kv_dim;            /* n_kv_heads * head_dim */
+    cllm_kv_dtype dtype;
+    size_t elem_size;      /* 4 or 2 */
+    void *data;            /* [n_blocks][n_layers][2][block_size][kv_dim] */
+} cllm_kv_pool;
+
+cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks, int block_size,
+                              cllm_kv_dtype dtype, cllm_error *err);
+void cllm_kv_pool_free(cllm_kv_pool *p);
+/* Bytes per block (all layers, K and V). */
+size_t cllm_kv_pool_block_bytes(const cllm_kv_pool *p);
+
+typedef struct cllm_state_pool {
+    int n_slots, n_layers;  /* n_layers = Gated DeltaNet layers of the model */
+    int conv_ch, conv_k1;   /* conv channels (2*Hk*dk + Hv*dv), kernel - 1 */
+    int n_v_heads, dk, dv;
+    float *conv;            /* [n_slots][n_layers][conv_ch][conv_k1] */
+    float *rec;             /* [n_slots][n_layers][n_v_heads][dk][dv] */
+} cllm_state_pool;
+
+/* For a model without GDN layers the pool is valid and empty (slot indices are ignored). */
+cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_slots,
+                                 cllm_error *err);
+void cllm_state_pool_free(cllm_state_pool *p);
+void cllm_state_slot_clear(cllm_state_pool *p, int slot);
+void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src);
+size_t cllm_state_slot_bytes(const cllm_state_pool *p);
+
+typedef enum cllm_logits_mode {
+    CLLM_LOGITS_LAST = 0, /* one row: the sequence's last token (default) */
+    CLLM_LOGITS_ALL,      /* n_tokens rows (evaluation) */
+    CLLM_LOGITS_NONE,     /* no rows (a prefill chunk that is not the last) */
+} cllm_logits_mode;
+
+typedef struct cllm_seq_batch {
+    const int32_t *tokens;       /* [n_tokens] ids to add */
+    int n_tokens;                /* >= 1 */
+    int start_pos;               /* position of tokens[0] (= tokens already in the cache) */
+    const int32_t *block_table;  /* [n_table] block ids; must cover start_pos + n_tokens */
+    int n_table;
+    int state_slot;              /* slot in the state pool (distinct within a batch) */
+    cllm_logits_mode logits;
+} cllm_seq_batch;
+
+typedef struct cllm_batch {
+    const cllm_seq_batch *seqs;
+    int n_seqs;
+} cllm_batch;
+
+/* Scratch space and thread pool for forward calls; one per engine thread (not thread-safe). */
+typedef struct cllm_fwd_ctx cllm_fwd_ctx;
+/* pool may be NULL (single-threaded); it is borrowed. */
+cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_ctx **out,
+                                cllm_error *err);
+void cllm_fwd_ctx_free(cllm_fwd_ctx *c);
+
+/* Rows of logits the batch asks for (sum over sequences: 1, n_tokens or 0). */
+size_t cllm_batch_logit_rows(const cllm_batch *b);
+
+/* Runs the batch. logits receives cllm_batch_logit_rows(b) rows of vocab_size floats, sequences
+ * in batch order, positions ascending. Writes the new tokens' K/V into their blocks and advances
+ * each sequence's state slot. Bad input (token id out of range, empty sequence, position beyond
+ * max_position_embeddings, short block table, block or slot out of range, a slot used twice) is
+ * an error before anything is written. */
+cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
+                         cllm_state_pool *st, float *logits, cllm_error *err);
+
+#endif

@@ -1,0 +1,147 @@
+/* Full (gated) attention layer over the paged KV pool (spec §2.3; Qwen3 without the gate).
+ *
+ * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
+ * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;
+ * then one work item per (token, head) runs online-softmax attention over positions 0..pos of
+ * its sequence. Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one
+ * rescale per tile), so the result depends neither on the batch nor on the KV block size. */
+#include <math.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "model/fwd_int.h"
+
+#define ATT_TILE 32
+
+static inline void *kv_at(const cllm_kv_pool *p, int block, int layer, int which, int row) {
+    size_t idx = (((size_t)block * p->n_layers + (size_t)layer) * 2 + (size_t)which) * p->block_size + (size_t)row;
+    return (char *)p->data + idx * (size_t)p->kv_dim * p->elem_size;
+}
+
+static void rope(float *x, const float *cs, int half) {
+    for (int i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half], co = cs[i], si = cs[half + i];
+        x[i] = a * co - b * si;
+        x[i + half] = b * co + a * si;
+    }
+}
+
+typedef struct attn_job {
+    cllm_fwd_ctx *c;
+    const fwd_layer *L;
+    int ldp; /* floats per token in c->proj */
+} attn_job;
+
+static void prep_worker(void *vj, size_t b, size_t e, int tid) {
+    attn_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    const fwd_layer *L = j->L;
+    int hd = f->head_dim, qs = f->attn_output_gate ? 2 * hd : hd, half = f->rotary_dim / 2;
+    float eps = (float)f->rms_norm_eps;
+    cllm_kv_pool *kv = c->kv;
+    for (size_t t = b; t < e; t++) {
+        float *Q = c->proj + t * j->ldp, *K = Q + m->q_rows, *V = K + m->kv_dim;
+        if (L->q_bias) {
+            for (int i = 0; i < m->q_rows; i++) Q[i] += L->q_bias[i];
+            for (int i = 0; i < m->kv_dim; i++) K[i] += L->k_bias[i], V[i] += L->v_bias[i];
+        }
+        const float *cs = c->rope_cs + t * f->rotary_dim;
+        for (int h = 0; h < f->n_heads; h++) {
+            float *qh = Q + (size_t)h * qs;
+            fwd_rmsnorm(qh, qh, L->q_norm, hd, eps);
+            rope(qh, cs, half);
+        }
+        for (int h = 0; h < f->n_kv_heads; h++) {
+            float *kh = K + (size_t)h * hd;
+            fwd_rmsnorm(kh, kh, L->k_norm, hd, eps);
+            rope(kh, cs, half);
+        }
+        const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
+        int pos = c->tok_pos[t], blk = sq->block_table[pos / kv->block_size], row = pos % kv->block_size;
+        void *kd = kv_at(kv, blk, L->sub, 0, row), *vdst = kv_at(kv, blk, L->sub, 1, row);
+        if (kv->dtype == CLLM_KV_F32) {
+            memcpy(kd, K, (size_t)m->kv_dim * 4);
+            memcpy(vdst, V, (size_t)m->kv_dim * 4);
+        } else {
+            cllm_f32_to_bf16_row(K, kd, (size_t)m->kv_dim);
+            cllm_f32_to_bf16_row(V, vdst, (size_t)m->kv_dim);
+        }
+    }
+}
+
+/* K or V head slice of position p as fp32 (points into the pool, or converted into buf). */
+static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int layer, int which,
+                           int p, int off, int hd, float *buf) {
+    const void *r = kv_at(kv, sq->block_table[p / kv->block_size], layer, which, p % kv->block_size);
+    if (kv->dtype == CLLM_KV_F32) return (const float *)r + off;
+    cllm_bf16_to_f32_row((const uint16_t *)r + off, buf, (size_t)hd);
+    return buf;
+}
+
+static void attn_worker(void *vj, size_t b, size_t e, int tid) {
+    attn_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    const cllm_kern_ops *k = c->k;
+    int hd = f->head_dim, nh = f->n_heads, qs = f->attn_output_gate ? 2 * hd : hd;
+    int group = nh / f->n_kv_heads;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float *scratch = c->thr + (size_t)tid * c->thr_stride;
+    float *sc = scratch, *acc = scratch + ATT_TILE, *kbuf = acc + hd, *vbuf = kbuf + hd;
+    for (size_t it = b; it < e; it++) {
+        size_t t = it / (size_t)nh;
+        int h = (int)(it % (size_t)nh), g = h / group;
+        const float *q = c->proj + t * j->ldp + (size_t)h * qs;
+        const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
+        int pos = c->tok_pos[t];
+        float mx = -INFINITY, l = 0.0f;
+        for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+        for (int p0 = 0; p0 <= pos; p0 += ATT_TILE) {
+            int n = pos + 1 - p0 < ATT_TILE ? pos + 1 - p0 : ATT_TILE;
+            float tmx = -INFINITY;
+            for (int i = 0; i < n; i++) {
+                const float *kr = kv_row(c->kv, sq, j->L->sub, 0, p0 + i, g * hd, hd, kbuf);
+                sc[i] = k->dot(q, kr, hd) * scale;
+                if (sc[i] > tmx) tmx = sc[i];
+            }
+            float nmx = tmx > mx ? tmx : mx;
+            float corr = expf(mx - nmx); /* 0 on the first tile (mx = -inf) */
+            l *= corr;
+            for (int i = 0; i < n; i++) {
+                float p = expf(sc[i] - nmx);
+                l += p;
+                const float *vr = kv_row(c->kv, sq, j->L->sub, 1, p0 + i, g * hd, hd, vbuf);
+                k->scale_axpy(acc, i == 0 ? corr : 1.0f, p, vr, hd);
+            }
+            mx = nmx;
+        }
+        float *o = c->o + t * (size_t)(nh * hd) + (size_t)h * hd;
+        float inv = 1.0f / l;
+        if (f->attn_output_gate) {
+            const float *gate = q + hd;
+            for (int i = 0; i < hd; i++) o[i] = acc[i] * inv * fwd_sigmoid(gate[i]);
+        } else {
+            for (int i = 0; i < hd; i++) o[i] = acc[i] * inv;
+        }
+    }
+}
+
+cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int H = f->hidden_size;
+    attn_job j = {c, L, m->q_rows + 2 * m->kv_dim};
+    if (fwd_mm_add(c, &L->q, c->xn, H, T, c->proj, j.ldp) || fwd_mm_add(c, &L->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
+        fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
+    cllm_pool_for(c->pool, (size_t)T, prep_worker, &j);
+    cllm_pool_for(c->pool, (size_t)T * f->n_heads, attn_worker, &j);
+    if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
+    size_t n = (size_t)T * H;
+    for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
+    return CLLM_OK;
+}

@@ -1,0 +1,121 @@
+/* Gated DeltaNet layer (spec §2.4) over per-sequence state slots.
+ *
+ * Projections for all T tokens in one matmul pass; then per sequence, in position order: the
+ * causal depthwise conv (state = last kernel-1 raw inputs, updated in place in the slot) + SiLU,
+ * l2norm of q/k, beta/decay, and the delta-rule recurrence token by token, for prefill and
+ * decode alike (kernels gdn_step). Choosing the recurrence over the chunked WY form keeps the
+ * result bitwise independent of how a prompt is split into calls (spec §7.10) and is also the
+ * cheaper form on AVX2 without matrix units (reference/cpu-kernels.md §4). */
+#include <math.h>
+
+#include "model/fwd_int.h"
+
+typedef struct gdn_job {
+    cllm_fwd_ctx *c;
+    const fwd_layer *L;
+    int ldp, kd, vd;
+} gdn_job;
+
+/* Conv over channels [b, e) for every sequence. */
+static void conv_worker(void *vj, size_t b, size_t e, int tid) {
+    gdn_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_batch *bt = c->batch;
+    cllm_state_pool *st = c->st;
+    int K = st->conv_k1 + 1, k1 = st->conv_k1;
+    for (int q = 0; q < bt->n_seqs; q++) {
+        const cllm_seq_batch *sq = &bt->seqs[q];
+        float *base = st->conv + ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * st->conv_ch * k1;
+        for (size_t ch = b; ch < e; ch++) {
+            float *s = base + ch * k1;
+            const float *w = j->L->conv_w + ch * K;
+            for (int i = 0; i < sq->n_tokens; i++) {
+                float *xp = c->proj + (size_t)(c->seq_tok0[q] + i) * j->ldp + ch;
+                float x = *xp, y = 0.0f;
+                for (int r = 0; r < k1; r++) y += w[r] * s[r];
+                y += w[k1] * x;
+                for (int r = 0; r + 1 < k1; r++) s[r] = s[r + 1];
+                if (k1 > 0) s[k1 - 1] = x;
+                *xp = fwd_silu(y);
+            }
+        }
+    }
+}
+
+static void l2norm(float *x, int n, float scale) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss + 1e-6)) * scale;
+    for (int i = 0; i < n; i++) x[i] *= r;
+}
+
+/* Per token: l2norm q (times dk^-0.5) and k per key head; b -> beta, a -> decay in place. */
+static void tokprep_worker(void *vj, size_t b, size_t e, int tid) {
+    gdn_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_config *f = &c->m->cfg;
+    int dk = f->lin_k_dim, Hk = f->lin_n_k_heads, Hv = f->lin_n_v_heads;
+    float qscale = (float)(1.0 / sqrt((double)dk));
+    for (size_t t = b; t < e; t++) {
+        float *P = c->proj + t * j->ldp;
+        for (int h = 0; h < Hk; h++) {
+            l2norm(P + (size_t)h * dk, dk, qscale);
+            l2norm(P + j->kd + (size_t)h * dk, dk, 1.0f);
+        }
+        float *bb = P + j->kd * 2 + j->vd + j->vd, *aa = bb + Hv;
+        for (int h = 0; h < Hv; h++) {
+            double x = (double)aa[h] + j->L->dt_bias[h];
+            double sp = x > 20.0 ? x : log1p(exp(x));
+            aa[h] = (float)exp((double)j->L->A[h] * sp);
+            bb[h] = fwd_sigmoid(bb[h]);
+        }
+    }
+}
+
+/* One item per (sequence, value head): the recurrence over the sequence's tokens + gated norm. */
+static void rec_worker(void *vj, size_t b, size_t e, int tid) {
+    gdn_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_config *f = &c->m->cfg;
+    cllm_state_pool *st = c->st;
+    int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads, rep = Hv / f->lin_n_k_heads;
+    float eps = (float)f->rms_norm_eps;
+    float *tmp = c->thr + (size_t)tid * c->thr_stride;
+    for (size_t it = b; it < e; it++) {
+        int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
+        const cllm_seq_batch *sq = &c->batch->seqs[q];
+        float *S = st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) * (size_t)dk * dv;
+        for (int i = 0; i < sq->n_tokens; i++) {
+            size_t t = (size_t)(c->seq_tok0[q] + i);
+            const float *P = c->proj + t * j->ldp;
+            const float *qv = P + (size_t)kh * dk, *kv = P + j->kd + (size_t)kh * dk;
+            const float *vv = P + 2 * (size_t)j->kd + (size_t)h * dv;
+            const float *z = P + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
+            const float *bb = P + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
+            float *o = c->o + t * j->vd + (size_t)h * dv;
+            c->k->gdn_step(S, qv, kv, vv, bb[Hv + h], bb[h], o, tmp, dk, dv);
+            fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
+            for (int n = 0; n < dv; n++) o[n] *= fwd_silu(z[n]);
+        }
+    }
+}
+
+cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int H = f->hidden_size, Hv = f->lin_n_v_heads;
+    gdn_job j = {c, L, 0, f->lin_n_k_heads * f->lin_k_dim, Hv * f->lin_v_dim};
+    j.ldp = m->conv_ch + j.vd + 2 * Hv;
+    float *P = c->proj;
+    if (fwd_mm_add(c, &L->qkv, c->xn, H, T, P, j.ldp) || fwd_mm_add(c, &L->z, c->xn, H, T, P + m->conv_ch, j.ldp) ||
+        fwd_mm_add(c, &L->b, c->xn, H, T, P + m->conv_ch + j.vd, j.ldp) ||
+        fwd_mm_add(c, &L->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
+    cllm_pool_for(c->pool, (size_t)m->conv_ch, conv_worker, &j);
+    cllm_pool_for(c->pool, (size_t)T, tokprep_worker, &j);
+    cllm_pool_for(c->pool, (size_t)c->batch->n_seqs * Hv, rec_worker, &j);
+    if (fwd_mm_add(c, &L->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c)) return CLLM_ENOMEM;
+    size_t n = (size_t)T * H;
+    for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
+    return CLLM_OK;
+}

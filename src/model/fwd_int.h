@@ -1,0 +1,119 @@
+/* Private to the forward pass (model/weights.c, forward.c, fwd_*.c): bound weights, scratch,
+ * and the helpers the layer files share. */
+#ifndef CLLM_MODEL_FWD_INT_H
+#define CLLM_MODEL_FWD_INT_H
+
+#include <math.h>
+
+#include "kernels/kernels.h"
+#include "model/forward.h"
+
+/* A matrix [rows][cols] row-major in the mmap, stored dtype. NULL data = not bound. */
+typedef struct fwd_wt {
+    const void *data;
+    cllm_dtype dt;
+    int rows, cols;
+} fwd_wt;
+
+typedef struct fwd_mlp {
+    fwd_wt gate, up, down; /* gate/up [I][H], down [H][I] */
+} fwd_mlp;
+
+typedef struct fwd_layer {
+    cllm_layer_type type;
+    bool moe;
+    int sub;                   /* index among attention layers (KV pool) or GDN layers (state) */
+    float *in_norm, *post_norm; /* [H], effective weight ((1 + w) already applied if needed) */
+    /* full attention */
+    fwd_wt q, k, v, o;
+    float *q_bias, *k_bias, *v_bias; /* NULL unless attention_bias */
+    float *q_norm, *k_norm;          /* [head_dim], effective */
+    /* Gated DeltaNet */
+    fwd_wt qkv, z, b, a, out;
+    float *conv_w;  /* [conv_ch][kernel] */
+    float *A;       /* [Hv] = -exp(A_log) */
+    float *dt_bias; /* [Hv] */
+    float *gnorm;   /* [dv], plain w */
+    /* MoE */
+    fwd_wt router;    /* [E][H] */
+    fwd_mlp *experts; /* [E]; an expert with NULL gate.data is not bound (not this shard) */
+    bool has_shared;
+    fwd_mlp shared;
+    fwd_wt shared_gate; /* [1][H] */
+    /* dense MLP */
+    fwd_mlp mlp;
+} fwd_layer;
+
+struct cllm_model {
+    cllm_config cfg;
+    cllm_ckpt *ckpt;
+    fwd_layer *layers; /* [n_layers] */
+    fwd_wt embed, lm_head;
+    float *final_norm;
+    int n_attn, n_gdn;
+    int conv_ch, q_rows, kv_dim;
+    bool has_mtp;
+    void **allocs; /* owned fp32 vectors */
+    size_t n_allocs, cap_allocs;
+};
+
+/* One matmul over a token block: Y[t][r] = W[r] . X[t] (r < w->rows). */
+typedef struct fwd_mm {
+    const fwd_wt *w;
+    const float *X;
+    size_t ldx;
+    int n_tok;
+    float *Y;
+    size_t ldy;
+} fwd_mm;
+
+struct cllm_fwd_ctx {
+    const cllm_model *m;
+    cllm_pool *pool;
+    int n_threads;
+    const cllm_kern_ops *k;
+    int cap; /* token capacity of the buffers below */
+    int cap_assign;
+    /* per token */
+    int *tok_seq, *tok_pos;
+    float *x, *xn, *proj, *proj2, *o, *tmp, *rope_cs;
+    /* MoE, per (token, slot) */
+    int *top_id;          /* [T][k] */
+    float *top_w;         /* [T][k] */
+    int *pos_of;          /* [T*k] sorted position of assignment (t, j) */
+    int *slot_at;         /* [T*k] assignment at sorted position */
+    int *exp_off, *exp_cnt; /* [E] */
+    float *xg, *gu, *dn;  /* [T*k][H], [T*k][2I], [T*k][H] */
+    /* per thread scratch */
+    float *thr;           /* [n_threads][thr_stride] */
+    size_t thr_stride;
+    /* matmul work list */
+    fwd_mm *jobs;
+    size_t n_jobs, cap_jobs;
+    struct fwd_item { int job, r0, r1; } *items;
+    size_t cap_items;
+    /* the batch being run */
+    const cllm_batch *batch;
+    int *seq_tok0; /* [n_seqs] first token index */
+    int cap_seqs;
+    cllm_kv_pool *kv;
+    cllm_state_pool *st;
+};
+
+/* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */
+cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy);
+cllm_status fwd_mm_run(cllm_fwd_ctx *c);
+
+/* y = x * rsqrt(mean(x^2) + eps) * w, over n (sum of squares in double, index order). */
+void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+static inline float fwd_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float fwd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
+cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
+
+#endif

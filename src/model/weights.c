@@ -1,0 +1,315 @@
+/* Weight binding for the forward pass: opens a model directory, validates every tensor the
+ * config implies (model/tensor_plan.c is the list of names and shapes) and binds each one in
+ * place in the safetensors mmap. Small vectors (norms, conv taps, A_log, dt_bias, biases) are
+ * converted to fp32 copies owned by the model; matrices stay in their stored dtype.
+ *
+ * Called by cllm_model_load() users (tools/cmd_generate.c, cmd_eval.c, the engine). Experts are
+ * bound one by one through fwd_mlp views (fused [E][2I][H] tensors are sliced per expert), so a
+ * later multi-process build can bind a subset of experts by leaving the others NULL. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "base/log.h"
+#include "model/fwd_int.h"
+#include "model/tensor_plan.h"
+
+typedef struct check_ctx {
+    const cllm_ckpt *ck;
+    cllm_error *err;
+    cllm_status st;
+    size_t n_optional_found;
+} check_ctx;
+
+static void check_one(void *vc, const cllm_tensor_spec *s) {
+    check_ctx *c = vc;
+    if (c->st != CLLM_OK) return;
+    const cllm_tensor *t = cllm_ckpt_get(c->ck, s->name);
+    if (!t) {
+        if (!s->optional)
+            c->st = cllm_err_set(c->err, CLLM_ENOTFOUND, "missing tensor %s", s->name);
+        return;
+    }
+    if (s->optional) c->n_optional_found++;
+    bool same = t->n_dims == s->n_dims;
+    for (int i = 0; same && i < s->n_dims; i++) same = t->shape[i] == s->shape[i];
+    if (!same) {
+        char want[96], got[96];
+        cllm_shape_str(s->shape, s->n_dims, want, sizeof(want));
+        cllm_shape_str(t->shape, t->n_dims, got, sizeof(got));
+        c->st = cllm_err_set(c->err, CLLM_EFORMAT, "tensor %s: expected shape %s, got %s",
+                             s->name, want, got);
+        return;
+    }
+    if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16)
+        c->st = cllm_err_set(c->err, CLLM_EUNSUPPORTED, "tensor %s: dtype %s not supported "
+                             "(F32, F16, BF16)", s->name, cllm_dtype_name(t->dtype));
+}
+
+static void *own(cllm_model *m, size_t bytes) {
+    if (m->n_allocs == m->cap_allocs) {
+        size_t nc = m->cap_allocs ? 2 * m->cap_allocs : 64;
+        void **na = realloc(m->allocs, nc * sizeof(*na));
+        if (!na) return NULL;
+        m->allocs = na;
+        m->cap_allocs = nc;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (p) m->allocs[m->n_allocs++] = p;
+    return p;
+}
+
+static float elem_f32(const cllm_tensor *t, size_t i) {
+    switch (t->dtype) {
+    case CLLM_DT_F32: {
+        float f;
+        memcpy(&f, (const char *)t->data + 4 * i, 4);
+        return f;
+    }
+    case CLLM_DT_F16: return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default: return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+}
+
+/* Binding helpers; names were validated by the plan pass, the element count is rechecked. */
+typedef struct binder {
+    cllm_model *m;
+    cllm_error *err;
+    cllm_status st;
+} binder;
+
+static const cllm_tensor *get(binder *b, uint64_t n_elems, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static const cllm_tensor *get(binder *b, uint64_t n_elems, const char *fmt, ...) {
+    if (b->st != CLLM_OK) return NULL;
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    const cllm_tensor *t = cllm_ckpt_get(b->m->ckpt, name);
+    if (!t) {
+        b->st = cllm_err_set(b->err, CLLM_ENOTFOUND, "missing tensor %s", name);
+        return NULL;
+    }
+    if (t->n_elems != n_elems) {
+        b->st = cllm_err_set(b->err, CLLM_EFORMAT, "tensor %s: expected %llu elements, got %llu",
+                             name, (unsigned long long)n_elems, (unsigned long long)t->n_elems);
+        return NULL;
+    }
+    return t;
+}
+
+static fwd_wt wt_of(const cllm_tensor *t, int rows, int cols) {
+    fwd_wt w = {0};
+    if (t) {
+        w.data = t->data;
+        w.dt = t->dtype;
+        w.rows = rows;
+        w.cols = cols;
+    }
+    return w;
+}
+
+/* fp32 copy of a vector, plus `add` (1 for (1 + w) norms). */
+static float *vec_of(binder *b, const cllm_tensor *t, size_t n, float add) {
+    if (!t) return NULL;
+    float *v = own(b->m, n * sizeof(float));
+    if (!v) {
+        b->st = cllm_err_set(b->err, CLLM_ENOMEM, "out of memory binding %s", t->name);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) v[i] = elem_f32(t, i) + add;
+    return v;
+}
+
+#define MAT(rows, cols, ...) wt_of(get(&B, (uint64_t)(rows) * (uint64_t)(cols), __VA_ARGS__), rows, cols)
+#define VEC(n, add, ...) vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
+
+static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, int H, int I) {
+    binder B = *b;
+    o->gate = MAT(I, H, "%s%s.gate_proj.weight", lp, what);
+    o->up = MAT(I, H, "%s%s.up_proj.weight", lp, what);
+    o->down = MAT(H, I, "%s%s.down_proj.weight", lp, what);
+    *b = B;
+}
+
+static void bind_layer(binder *bp, int l, const char *lp, bool fused) {
+    binder B = *bp;
+    cllm_model *m = B.m;
+    const cllm_config *c = &m->cfg;
+    fwd_layer *L = &m->layers[l];
+    int H = c->hidden_size, hd = c->head_dim;
+    float one = c->norm_one_plus ? 1.0f : 0.0f;
+    L->type = (cllm_layer_type)c->layer_types[l];
+    L->moe = c->layer_is_moe[l];
+    L->in_norm = VEC(H, one, "%sinput_layernorm.weight", lp);
+    L->post_norm = VEC(H, one, "%spost_attention_layernorm.weight", lp);
+    if (L->type == CLLM_LAYER_FULL_ATTN) {
+        L->sub = m->n_attn++;
+        L->q = MAT(m->q_rows, H, "%sself_attn.q_proj.weight", lp);
+        L->k = MAT(m->kv_dim, H, "%sself_attn.k_proj.weight", lp);
+        L->v = MAT(m->kv_dim, H, "%sself_attn.v_proj.weight", lp);
+        L->o = MAT(H, c->n_heads * hd, "%sself_attn.o_proj.weight", lp);
+        if (c->attention_bias) {
+            L->q_bias = VEC(m->q_rows, 0.0f, "%sself_attn.q_proj.bias", lp);
+            L->k_bias = VEC(m->kv_dim, 0.0f, "%sself_attn.k_proj.bias", lp);
+            L->v_bias = VEC(m->kv_dim, 0.0f, "%sself_attn.v_proj.bias", lp);
+        }
+        L->q_norm = VEC(hd, one, "%sself_attn.q_norm.weight", lp);
+        L->k_norm = VEC(hd, one, "%sself_attn.k_norm.weight", lp);
+    } else {
+        L->sub = m->n_gdn++;
+        int Hv = c->lin_n_v_heads, vd = Hv * c->lin_v_dim;
+        L->qkv = MAT(m->conv_ch, H, "%slinear_attn.in_proj_qkv.weight", lp);
+        L->z = MAT(vd, H, "%slinear_attn.in_proj_z.weight", lp);
+        L->b = MAT(Hv, H, "%slinear_attn.in_proj_b.weight", lp);
+        L->a = MAT(Hv, H, "%slinear_attn.in_proj_a.weight", lp);
+        L->out = MAT(H, vd, "%slinear_attn.out_proj.weight", lp);
+        L->conv_w = VEC(m->conv_ch * c->lin_conv_kernel, 0.0f, "%slinear_attn.conv1d.weight", lp);
+        L->dt_bias = VEC(Hv, 0.0f, "%slinear_attn.dt_bias", lp);
+        L->A = VEC(Hv, 0.0f, "%slinear_attn.A_log", lp);
+        if (L->A)
+            for (int h = 0; h < Hv; h++) L->A[h] = (float)-exp((double)L->A[h]);
+        L->gnorm = VEC(c->lin_v_dim, 0.0f, "%slinear_attn.norm.weight", lp);
+    }
+    if (L->moe) {
+        int E = c->n_experts, I = c->moe_intermediate_size;
+        L->router = MAT(E, H, "%smlp.gate.weight", lp);
+        L->experts = own(m, (size_t)E * sizeof(fwd_mlp));
+        if (!L->experts && B.st == CLLM_OK) B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
+        if (B.st == CLLM_OK && fused) {
+            fwd_wt gu = MAT(E, 2 * I * H, "%smlp.experts.gate_up_proj", lp);
+            fwd_wt dn = MAT(E, H * I, "%smlp.experts.down_proj", lp);
+            if (B.st == CLLM_OK) {
+                size_t es = cllm_dtype_size(gu.dt), ds = cllm_dtype_size(dn.dt);
+                for (int e = 0; e < E; e++) {
+                    fwd_mlp *x = &L->experts[e];
+                    const char *g = (const char *)gu.data + (size_t)e * 2 * I * H * es;
+                    x->gate = (fwd_wt){g, gu.dt, I, H};
+                    x->up = (fwd_wt){g + (size_t)I * H * es, gu.dt, I, H};
+                    x->down = (fwd_wt){(const char *)dn.data + (size_t)e * H * I * ds, dn.dt, H, I};
+                }
+            }
+        } else if (B.st == CLLM_OK) {
+            for (int e = 0; e < E && B.st == CLLM_OK; e++) {
+                char what[48];
+                snprintf(what, sizeof(what), "mlp.experts.%d", e);
+                bind_mlp(&B, &L->experts[e], lp, what, H, I);
+            }
+        }
+        if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
+            L->has_shared = true;
+            bind_mlp(&B, &L->shared, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size);
+            L->shared_gate = MAT(1, H, "%smlp.shared_expert_gate.weight", lp);
+        }
+    } else {
+        bind_mlp(&B, &L->mlp, lp, "mlp", H, c->intermediate_size);
+    }
+    *bp = B;
+}
+
+static void count_vision(void *ctx, const cllm_tensor *t) {
+    if (!strncmp(t->name, "model.visual.", 13)) (*(size_t *)ctx)++;
+}
+
+cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) {
+    *out = NULL;
+    cllm_model *m = calloc(1, sizeof(*m));
+    if (!m) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    cllm_status st = cllm_config_load(dir, &m->cfg, err);
+    if (st != CLLM_OK) {
+        free(m);
+        return st;
+    }
+    st = cllm_ckpt_open(dir, false, &m->ckpt, err);
+    if (st != CLLM_OK) goto fail;
+    const cllm_config *c = &m->cfg;
+    m->q_rows = c->n_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
+    m->kv_dim = c->n_kv_heads * c->head_dim;
+    m->conv_ch = 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
+
+    /* Expert layout: fused if the first MoE layer has the 3-D tensor. */
+    bool fused = true;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_is_moe[l]) {
+            char n[200];
+            snprintf(n, sizeof(n), "%slayers.%d.mlp.experts.gate_up_proj", c->weight_prefix, l);
+            fused = cllm_ckpt_get(m->ckpt, n) != NULL;
+            break;
+        }
+    check_ctx cc = {m->ckpt, err, CLLM_OK, 0};
+    cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, false, check_one, &cc);
+    if ((st = cc.st) != CLLM_OK) goto fail;
+    m->has_mtp = c->mtp_num_hidden_layers > 0 && cc.n_optional_found > 0;
+    if (m->has_mtp)
+        LOG_INFO("%s: MTP head present (%zu tensors bound, not used yet)", dir, cc.n_optional_found);
+    size_t n_vis = 0;
+    cllm_ckpt_foreach(m->ckpt, count_vision, &n_vis);
+    if (n_vis) LOG_INFO("%s: skipping %zu vision tensors (text-only forward pass)", dir, n_vis);
+
+    m->layers = calloc((size_t)c->n_layers, sizeof(fwd_layer));
+    if (!m->layers) {
+        st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    binder B = {m, err, CLLM_OK};
+    int H = c->hidden_size;
+    m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
+    m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
+    m->final_norm = VEC(H, c->norm_one_plus ? 1.0f : 0.0f, "%snorm.weight", c->weight_prefix);
+    for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
+        char lp[96];
+        snprintf(lp, sizeof(lp), "%slayers.%d.", c->weight_prefix, l);
+        bind_layer(&B, l, lp, fused);
+    }
+    if ((st = B.st) != CLLM_OK) goto fail;
+    *out = m;
+    return CLLM_OK;
+fail:
+    cllm_model_free(m);
+    return st;
+}
+
+void cllm_model_free(cllm_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
+    free(m->allocs);
+    free(m->layers);
+    if (m->ckpt) cllm_ckpt_close(m->ckpt);
+    cllm_config_free(&m->cfg);
+    free(m);
+}
+
+const cllm_config *cllm_model_config(const cllm_model *m) { return &m->cfg; }
+int cllm_model_n_attn_layers(const cllm_model *m) { return m->n_attn; }
+int cllm_model_n_gdn_layers(const cllm_model *m) { return m->n_gdn; }
+
+static uint64_t wbytes(const fwd_wt *w) {
+    return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
+}
+static uint64_t mlp_bytes(const fwd_mlp *x) {
+    return wbytes(&x->gate) + wbytes(&x->up) + wbytes(&x->down);
+}
+
+uint64_t cllm_model_decode_bytes(const cllm_model *m) {
+    const cllm_config *c = &m->cfg;
+    uint64_t b = (uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + wbytes(&m->lm_head);
+    for (int l = 0; l < c->n_layers; l++) {
+        const fwd_layer *L = &m->layers[l];
+        if (L->type == CLLM_LAYER_FULL_ATTN)
+            b += wbytes(&L->q) + wbytes(&L->k) + wbytes(&L->v) + wbytes(&L->o);
+        else
+            b += wbytes(&L->qkv) + wbytes(&L->z) + wbytes(&L->a) + wbytes(&L->b) + wbytes(&L->out);
+        if (L->moe) {
+            b += wbytes(&L->router) + (uint64_t)c->n_experts_per_tok * mlp_bytes(&L->experts[0]);
+            if (L->has_shared) b += mlp_bytes(&L->shared) + wbytes(&L->shared_gate);
+        } else {
+            b += mlp_bytes(&L->mlp);
+        }
+    }
+    return b;
+}

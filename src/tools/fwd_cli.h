@@ -1,0 +1,34 @@
+/* Helpers shared by the forward-pass commands (generate, eval, bench-forward): token list
+ * parsing and a one-sequence runner over a private KV pool and state slot. */
+#ifndef CLLM_TOOLS_FWD_CLI_H
+#define CLLM_TOOLS_FWD_CLI_H
+
+#include <stdint.h>
+
+#include "model/forward.h"
+
+/* Parses "1,2,3", "1 2 3" or "@FILE" (ids separated by commas/whitespace). Returns a malloc'd
+ * array in *out (caller frees) and the count, or -1 with a message in err. */
+int fwd_cli_parse_tokens(const char *arg, int32_t **out, cllm_error *err);
+
+/* One sequence: model + ctx + pools + its block table. */
+typedef struct fwd_seq_runner {
+    cllm_model *m;
+    cllm_pool *pool;
+    cllm_fwd_ctx *ctx;
+    cllm_kv_pool kv;
+    cllm_state_pool st;
+    int32_t *table;
+    int n_table;
+    int pos; /* tokens already in the cache */
+} fwd_seq_runner;
+
+/* max_tokens: capacity of the cache (prompt + generated). */
+cllm_status fwd_runner_open(fwd_seq_runner *r, const char *model_dir, int threads, int max_tokens,
+                            int block_size, cllm_kv_dtype kv_dtype, cllm_error *err);
+void fwd_runner_close(fwd_seq_runner *r);
+/* Appends n tokens; logits (NULL allowed with mode NONE) gets 1 or n rows per mode. */
+cllm_status fwd_runner_step(fwd_seq_runner *r, const int32_t *toks, int n, cllm_logits_mode mode,
+                            float *logits, cllm_error *err);
+
+#endif
