@@ -11,7 +11,7 @@
 
 #include "tokenizer/tokenizer.h"
 
-static char *tt_read(const char *path, size_t *len) {
+static inline char *tt_read(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -28,13 +28,13 @@ static char *tt_read(const char *path, size_t *len) {
     return b;
 }
 
-static const char *tt_src(void) {
+static inline const char *tt_src(void) {
     const char *s = getenv("CLLM_SRC");
     return s ? s : ".";
 }
 
 /* Path under the repo root (static buffer rotation: fine for tests). */
-static const char *tt_path(const char *rel) {
+static inline const char *tt_path(const char *rel) {
     static char buf[4][1024];
     static int k;
     k = (k + 1) & 3;
@@ -54,7 +54,7 @@ static const char *tt_path(const char *rel) {
 
 /* Loads the Qwen3 tokenizer (qwen35 = with the Qwen3.5 regex). Prints why and returns NULL when
  * node_modules is missing: run `npm ci` at the repo root. */
-static cllm_tok *tt_load_qwen(int qwen35) {
+static inline cllm_tok *tt_load_qwen(int qwen35) {
     size_t len, clen;
     char *j = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer.json"), &len);
     char *c = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer_config.json"), &clen);
@@ -91,7 +91,7 @@ static cllm_tok *tt_load_qwen(int qwen35) {
     return tok;
 }
 
-static uint64_t tt_fnv64(const int32_t *ids, size_t n) {
+static inline uint64_t tt_fnv64(const int32_t *ids, size_t n) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 255)) * 0x100000001b3ULL;
@@ -99,7 +99,7 @@ static uint64_t tt_fnv64(const int32_t *ids, size_t n) {
 }
 
 /* Next document of buf (4 lines): returns its length, advancing *pos. */
-static size_t tt_next_doc(const char *buf, size_t len, size_t *pos) {
+static inline size_t tt_next_doc(const char *buf, size_t len, size_t *pos) {
     size_t s = *pos, i = s;
     int lines = 0;
     while (i < len) {
