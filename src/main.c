@@ -14,6 +14,9 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"tokenize", cmd_tokenize, "encode text with the model's tokenizer (--bench FILE for throughput)"},
+    {"detokenize", cmd_detokenize, "decode token ids to text"},
+    {"chat-template", cmd_chat_template, "render the chat template for a messages JSON file"},
     {"verify", cmd_verify, "check a model directory: files, index, tensors, shapes, NaN/Inf"},
     {"synth", cmd_synth, "write a random-weight model in HF layout from a config"},
     {"cpuinfo", cmd_cpuinfo, "print detected CPU features and the kernel tier in use"},
