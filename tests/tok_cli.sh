@@ -14,7 +14,7 @@ echo '[{"role":"user","content":"hi"}]' > "$CLLM_TMP/m.json"
 check chat-ids "$("$CLLM_BIN" chat-template "$M" "$CLLM_TMP/m.json" --ids)" "151644 872 198 6023 151645 198 151644 77091 198"
 "$CLLM_BIN" chat-template "$M" "$CLLM_TMP/m.json" --no-thinking > "$CLLM_TMP/nothink.txt"
 printf '<|im_start|>assistant\n<think>\n\n</think>\n\n' > "$CLLM_TMP/want_tail.txt"
-check chat-nothink "$(tail -c 39 "$CLLM_TMP/nothink.txt" | od -c)" "$(od -c < "$CLLM_TMP/want_tail.txt")"
+check chat-nothink "$(tail -c "$(wc -c < "$CLLM_TMP/want_tail.txt")" "$CLLM_TMP/nothink.txt" | od -c)" "$(od -c < "$CLLM_TMP/want_tail.txt")"
 "$CLLM_BIN" detokenize "$M" "999999999" >/dev/null 2>&1; check bad-id-rc "$?" 1
 "$CLLM_BIN" chat-template "$M" /nonexistent.json >/dev/null 2>&1; check bad-file-rc "$?" 1
 echo '{"messages": 5}' > "$CLLM_TMP/bad.json"
