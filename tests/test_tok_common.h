@@ -12,6 +12,7 @@
 #include "tokenizer/tokenizer.h"
 
 static inline char *tt_read(const char *path, size_t *len) {
+    if (len) *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -55,7 +56,7 @@ static inline const char *tt_path(const char *rel) {
 /* Loads the Qwen3 tokenizer (qwen35 = with the Qwen3.5 regex). Prints why and returns NULL when
  * node_modules is missing: run `npm ci` at the repo root. */
 static inline cllm_tok *tt_load_qwen(int qwen35) {
-    size_t len, clen;
+    size_t len = 0, clen = 0;
     char *j = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer.json"), &len);
     char *c = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer_config.json"), &clen);
     if (!j || !c) {

@@ -17,7 +17,7 @@ static void check_corpus(cllm_tok *tok, const char *tname, const char *corpus, s
                          size_t *n_tokens, size_t *n_bad, size_t *n_rt_bad) {
     char rel[256];
     snprintf(rel, sizeof(rel), "tests/data/tokenizer/corpus/%s.txt", corpus);
-    size_t len;
+    size_t len = 0;
     char *text = tt_read(tt_path(rel), &len);
     snprintf(rel, sizeof(rel), "tests/data/tokenizer/ref/%s/%s.ref", tname, corpus);
     char *ref = tt_read(tt_path(rel), NULL);
