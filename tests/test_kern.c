@@ -1,0 +1,133 @@
+/* Kernels vs their scalar reference on random ragged shapes and unaligned pointers, and the
+ * batch-invariance contract of kernels/kernels.h: a token's matmul outputs are bitwise the same
+ * computed alone or inside any batch, in every tier. */
+#include <stdint.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+}
+static int irand(int n) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (int)(rng % (uint64_t)n);
+}
+
+/* Fills W (rows x ldw) in dtype dt from random floats; returns fp32 copy semantics via kernel. */
+static void fill_w(void *W, cllm_dtype dt, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float f = frand();
+        if (dt == CLLM_DT_F32) ((float *)W)[i] = f;
+        else if (dt == CLLM_DT_BF16) ((uint16_t *)W)[i] = cllm_f32_to_bf16(f);
+        else ((uint16_t *)W)[i] = cllm_f32_to_f16(f);
+    }
+}
+
+static void test_matmul(const cllm_kern_ops *k, const char *tier) {
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    cllm_dtype dts[3] = {CLLM_DT_F32, CLLM_DT_F16, CLLM_DT_BF16};
+    for (int iter = 0; iter < 60; iter++) {
+        cllm_dtype dt = dts[iter % 3];
+        int rows = 1 + irand(40), K = 1 + irand(300), nt = 1 + irand(11);
+        if (iter % 5 == 0) K = 64 * (1 + irand(4)); /* multiples of 8 too */
+        size_t ldw = (size_t)K + (size_t)irand(3), ldx = (size_t)K + (size_t)irand(5), ldy = (size_t)rows + (size_t)irand(4);
+        size_t es = dt == CLLM_DT_F32 ? 4 : 2;
+        /* +1 element offsets: unaligned pointers */
+        char *wbuf = malloc((rows * ldw + 1) * es);
+        float *xbuf = malloc((nt * ldx + 1) * sizeof(float));
+        float *y = calloc(nt * ldy, sizeof(float)), *yr = calloc(nt * ldy, sizeof(float));
+        float *y1 = calloc(ldy, sizeof(float));
+        void *W = wbuf + es;
+        float *X = xbuf + 1;
+        fill_w(W, dt, rows * ldw);
+        for (size_t i = 0; i < nt * ldx; i++) X[i] = frand();
+        cllm_kern_matmul(k, dt)(W, ldw, rows, X, ldx, nt, K, y, ldy);
+        cllm_kern_matmul(ref, dt)(W, ldw, rows, X, ldx, nt, K, yr, ldy);
+        double maxerr = 0;
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < rows; r++) {
+                double e = fabs((double)y[t * ldy + r] - yr[t * ldy + r]);
+                if (e > maxerr) maxerr = e;
+            }
+        /* |sum| <= K; fp32 accumulation error bound ~ K * 2^-23 * K, use 1e-5 * K */
+        CHECK_MSG(maxerr <= 1e-5 * K, "%s matmul dt=%d rows=%d K=%d nt=%d err=%g", tier, dt, rows, K, nt, maxerr);
+        /* batch invariance: every token alone (and every row sub-range) gives the same bits */
+        int bad = 0;
+        for (int t = 0; t < nt; t++) {
+            cllm_kern_matmul(k, dt)(W, ldw, rows, X + t * ldx, ldx, 1, K, y1, ldy);
+            bad += memcmp(y1, y + t * ldy, rows * sizeof(float)) != 0;
+        }
+        if (rows > 3) {
+            int r0 = 1 + irand(rows - 2);
+            float *y2 = calloc(nt * ldy, sizeof(float));
+            cllm_kern_matmul(k, dt)((char *)W + r0 * ldw * es, ldw, rows - r0, X, ldx, nt, K, y2 + r0, ldy);
+            for (int t = 0; t < nt; t++)
+                bad += memcmp(y2 + t * ldy + r0, y + t * ldy + r0, (rows - r0) * sizeof(float)) != 0;
+            free(y2);
+        }
+        CHECK_MSG(bad == 0, "%s matmul not batch invariant: dt=%d rows=%d K=%d nt=%d", tier, dt, rows, K, nt);
+        free(wbuf), free(xbuf), free(y), free(yr), free(y1);
+    }
+}
+
+static void test_gdn(const cllm_kern_ops *k, const char *tier) {
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    for (int iter = 0; iter < 20; iter++) {
+        int dk = 1 + irand(40), dv = 1 + irand(40);
+        if (iter % 2) dk = 16 * (1 + irand(8)), dv = 8 * (1 + irand(16));
+        size_t ns = (size_t)dk * dv;
+        float *S = malloc(ns * 4), *Sr = malloc(ns * 4), *q = malloc(dk * 4), *kk = malloc(dk * 4);
+        float *v = malloc(dv * 4), *o = malloc(dv * 4), *or = malloc(dv * 4), *tmp = malloc(dv * 4);
+        for (size_t i = 0; i < ns; i++) S[i] = Sr[i] = frand();
+        double err = 0;
+        for (int step = 0; step < 5; step++) {
+            for (int i = 0; i < dk; i++) q[i] = frand() * 0.3f, kk[i] = frand() * 0.3f;
+            for (int i = 0; i < dv; i++) v[i] = frand();
+            float decay = 0.5f + 0.5f * fabsf(frand()), beta = fabsf(frand());
+            k->gdn_step(S, q, kk, v, decay, beta, o, tmp, dk, dv);
+            ref->gdn_step(Sr, q, kk, v, decay, beta, or, tmp, dk, dv);
+            for (int i = 0; i < dv; i++) err = fmax(err, fabs(o[i] - or[i]));
+        }
+        for (size_t i = 0; i < ns; i++) err = fmax(err, fabs(S[i] - Sr[i]));
+        CHECK_MSG(err < 1e-5 * (dk + 1), "%s gdn_step dk=%d dv=%d err=%g", tier, dk, dv, err);
+        free(S), free(Sr), free(q), free(kk), free(v), free(o), free(or), free(tmp);
+    }
+}
+
+static void test_vec(const cllm_kern_ops *k, const char *tier) {
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    for (int iter = 0; iter < 30; iter++) {
+        int n = 1 + irand(300);
+        float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4), *y = malloc(n * 4), *yr = malloc(n * 4);
+        for (int i = 0; i <= n; i++) a[i] = frand(), b[i] = frand();
+        for (int i = 0; i < n; i++) y[i] = yr[i] = frand();
+        float d = k->dot(a + 1, b + 1, n), dr = ref->dot(a + 1, b + 1, n);
+        CHECK_MSG(fabsf(d - dr) <= 1e-5f * n, "%s dot n=%d %g vs %g", tier, n, d, dr);
+        k->scale_axpy(y, 0.7f, 1.3f, a + 1, n);
+        ref->scale_axpy(yr, 0.7f, 1.3f, a + 1, n);
+        double e = 0;
+        for (int i = 0; i < n; i++) e = fmax(e, fabs(y[i] - yr[i]));
+        CHECK_MSG(e <= 1e-6, "%s scale_axpy n=%d err %g", tier, n, e);
+        free(a), free(b), free(y), free(yr);
+    }
+}
+
+int main(void) {
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    test_matmul(ref, "ref");
+    const cllm_kern_ops *avx2 = cllm_kern_avx2();
+    if (avx2) {
+        test_matmul(avx2, "avx2");
+        test_gdn(avx2, "avx2");
+        test_vec(avx2, "avx2");
+    } else {
+        fprintf(stderr, "test_kern: no AVX2 on this CPU, only the reference tier tested\n");
+    }
+    CHECK(cllm_kern() != NULL);
+    return test_report("test_kern");
+}
