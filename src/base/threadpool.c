@@ -50,7 +50,8 @@ static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     cllm_pool *p = wa.p;
-    unsigned seen = atomic_load(&p->gen);
+    /* gen is 0 at creation: a job posted before this thread got here must still run here. */
+    unsigned seen = 0;
     for (;;) {
         unsigned g;
         int spins = 0;
