@@ -11,6 +11,12 @@ if [ "${1:-}" = "--train" ]; then
   pkgs+=(python3-torch python3-matplotlib bible-kjv-text fortunes-zh)
 fi
 
+# Node.js (reference tokenizers and templates for tests) may come from elsewhere (NodeSource);
+# only ask apt for it when no node is on PATH.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  pkgs+=(nodejs npm)
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

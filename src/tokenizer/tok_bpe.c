@@ -78,13 +78,14 @@ static cand heap_pop(cand *h, int *n) {
 /* Merges the byte symbols of w in place; writes the resulting ids to out. */
 static cllm_status bpe_merge(const cllm_tok *tok, const char *w, size_t len, cllm_tok_ids *out) {
     enum { STACK = 64 };
+    /* The heap holds stale candidates too: n-1 initial pushes plus at most 2 per merge. */
     int32_t s_id[STACK], s_next[STACK], s_prev[STACK];
-    cand s_heap[STACK];
+    cand s_heap[3 * STACK];
     int32_t *id = s_id, *next = s_next, *prev = s_prev;
     cand *heap = s_heap;
     void *mem = NULL;
     if (len > STACK) {
-        mem = malloc(len * (3 * sizeof(int32_t) + sizeof(cand)));
+        mem = malloc(len * (3 * sizeof(int32_t) + 3 * sizeof(cand)));
         if (!mem) return CLLM_ENOMEM;
         id = mem;
         next = id + len;

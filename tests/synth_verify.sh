@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# synth -> verify round trips for several configs, both expert layouts, sharded with Qwen-style
+# names; then corrupted directories must fail verify with one line naming the problem; CLI usage
+# errors exit 2.
+set -u
+BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
+T=${CLLM_TMP:-/tmp}/synth_verify
+rm -rf "$T" && mkdir -p "$T"
+fail=0
+ok()   { echo "ok: $*"; }
+bad()  { echo "FAIL: $*"; fail=1; }
+expect_rc() { # expect_rc RC DESC CMD...
+  local want=$1 desc=$2; shift 2
+  "$@" >"$T/out" 2>&1; local rc=$?
+  if [ "$rc" = "$want" ]; then ok "$desc (rc $rc)"; else bad "$desc: rc $rc, want $want"; cat "$T/out"; fi
+}
+
+for cfg in tiny tiny-gqa tiny-moe tiny-qwen3 tiny-qwen3-moe; do
+  for layout in fused per-expert; do
+    d="$T/$cfg-$layout"
+    expect_rc 0 "synth $cfg $layout" "$BIN" synth -q --config "$SRC/configs/$cfg.json" --experts $layout --seed 7 "$d"
+    expect_rc 0 "verify $cfg $layout" "$BIN" verify --full "$d"
+    grep -q "^OK" "$T/out" || bad "verify $cfg $layout did not print OK"
+  done
+done
+
+# Determinism: same seed, same bytes; independent of sharding.
+"$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 7 "$T/again"
+cmp -s "$T/tiny-fused/model.safetensors" "$T/again/model.safetensors" && ok "same seed same bytes" || bad "synth not deterministic"
+"$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 8 "$T/seed8"
+cmp -s "$T/tiny-fused/model.safetensors" "$T/seed8/model.safetensors" && bad "different seeds gave same bytes" || ok "seed changes weights"
+
+# Sharded, Qwen shard names, f16 and f32.
+d="$T/sharded"
+expect_rc 0 "synth sharded" "$BIN" synth -q --config "$SRC/configs/small.json" --shard-size 20MB --qwen-shard-names --dtype f16 "$d"
+n=$(ls "$d"/model.safetensors-000*-of-000*.safetensors | wc -l)
+[ "$n" -gt 1 ] && ok "$n qwen-named shards" || bad "expected several shards, got $n"
+[ -f "$d/model.safetensors.index.json" ] && ok "index written" || bad "no index"
+expect_rc 0 "verify sharded" "$BIN" verify "$d"
+expect_rc 0 "synth f32" "$BIN" synth -q --config "$SRC/configs/tiny.json" --dtype f32 "$T/f32"
+expect_rc 0 "verify f32" "$BIN" verify --json "$T/f32"
+grep -q '"problems":0' "$T/out" && ok "json summary" || bad "json summary lacks problems:0"
+
+# Corruptions: each must fail verify with a line naming the problem.
+c="$T/corrupt"
+cp -r "$d" "$c.missing" && rm "$c.missing"/model.safetensors-00002-of-*.safetensors
+expect_rc 1 "missing shard" "$BIN" verify "$c.missing"
+grep -q "problem: .*00002-of.*cannot open" "$T/out" && ok "missing shard named" || bad "missing shard not named"
+
+cp -r "$T/tiny-fused" "$c.trunc" && truncate -s -100 "$c.trunc/model.safetensors"
+expect_rc 1 "truncated file" "$BIN" verify "$c.trunc"
+grep -q "truncated" "$T/out" && ok "truncation named" || bad "truncation not named"
+
+cp -r "$T/tiny-fused" "$c.shape"
+sed -i 's/"hidden_size": 64/"hidden_size": 32/' "$c.shape/config.json"
+expect_rc 1 "shape mismatch" "$BIN" verify "$c.shape"
+grep -q "has shape \[512, 64\], config implies \[512, 32\]" "$T/out" && ok "shape mismatch named" || bad "shape mismatch not named"
+
+cp -r "$T/tiny-fused" "$c.type"
+sed -i 's/"qwen3_5_moe"/"gpt2"/' "$c.type/config.json"
+expect_rc 1 "unknown model_type" "$BIN" verify "$c.type"
+grep -q "model_type 'gpt2' is not supported" "$T/out" && ok "model_type named" || bad "model_type not named"
+
+cp -r "$T/tiny-fused" "$c.heads"
+sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$c.heads/config.json"
+expect_rc 1 "inconsistent heads" "$BIN" verify "$c.heads"
+
+cp -r "$T/tiny-fused" "$c.extra"
+rm "$c.extra/model.safetensors"; cp "$T/tiny-gqa-fused/model.safetensors" "$c.extra/"
+expect_rc 1 "wrong weights for config" "$BIN" verify "$c.extra"
+
+# NaN injection: overwrite bytes in the middle of the data region with 0xff (NaN in bf16).
+cp -r "$T/tiny-fused" "$c.nan"
+size=$(stat -c %s "$c.nan/model.safetensors")
+printf '\xff\xff\xff\xff\xff\xff\xff\xff' | dd of="$c.nan/model.safetensors" bs=1 seek=$((size - 64)) conv=notrunc 2>/dev/null
+expect_rc 1 "NaN detected" "$BIN" verify --full "$c.nan"
+grep -q "NaN/Inf" "$T/out" && ok "NaN named" || bad "NaN not named"
+
+# The 35B config without weights: 35.95B parameters.
+mkdir -p "$T/real" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/real/config.json"
+expect_rc 0 "35B config-only" "$BIN" verify --config-only "$T/real"
+grep -q "total params: 35.95B" "$T/out" && ok "35.95B" || { bad "35B count"; cat "$T/out"; }
+
+# CLI: unknown flag, bad value, missing positional, --help on every subcommand.
+expect_rc 2 "unknown flag" "$BIN" verify --nope "$T/f32"
+expect_rc 2 "bad choice" "$BIN" synth --config x --dtype f8 "$T/x"
+expect_rc 2 "bad size" "$BIN" synth --config x --shard-size lots "$T/x"
+expect_rc 2 "missing arg" "$BIN" verify
+expect_rc 2 "unknown command" "$BIN" frobnicate
+expect_rc 2 "no command" "$BIN"
+for cmd in $("$BIN" --help | awk '/^commands:/{f=1;next} f&&/^  [a-z]/{print $1}'); do
+  expect_rc 0 "$cmd --help" "$BIN" "$cmd" --help
+done
+expect_rc 0 "--version" "$BIN" --version
+grep -q "cpu features:" "$T/out" && ok "version shows features" || bad "version lacks features"
+
+exit $fail
