@@ -134,6 +134,16 @@ int main(void) {
         CHECK(bad == 0);
         CHECK(rt == 0);
         if (!q) check_decode(tok);
+        /* Fuzzer finds: inputs that once crashed encode must now round-trip. */
+        size_t fl = 0;
+        char *fz = tt_read(tt_path("tests/data/tokenizer/fuzz-regress/bpe-heap-overflow.bin"), &fl);
+        CHECK(fz != NULL);
+        if (fz) {
+            cllm_tok_ids ids = {0};
+            CHECK(cllm_tok_encode(tok, fz, fl, 0, &ids, NULL) == CLLM_OK && ids.n > 0);
+            cllm_tok_ids_free(&ids);
+            free(fz);
+        }
         cllm_tok_free(tok);
     }
     return test_report("test_tok_exact");
