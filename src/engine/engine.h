@@ -1,0 +1,145 @@
+/* Engine API: what the HTTP server (and `cllm bench`) call. The engine owns the model, the paged
+ * KV pool, the Gated DeltaNet state slots, the prefix cache and the scheduler thread.
+ *
+ * Flow: cllm_engine_submit() queues a request and returns at once; the engine's step loop
+ * (continuous batching, chunked prefill) produces tokens and calls the request's event callback
+ * from the engine thread. The callback must not block (the server copies the event into the
+ * connection's queue and wakes the connection). cllm_engine_cancel() takes effect at the next
+ * step; the request then ends with CLLM_FINISH_ABORT and every block/slot it held is freed.
+ *
+ * Thread safety: submit, cancel and stats may be called from any thread. */
+#ifndef CLLM_ENGINE_ENGINE_H
+#define CLLM_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct cllm_engine cllm_engine;
+
+typedef enum cllm_finish {
+    CLLM_FINISH_NONE = 0, /* still running */
+    CLLM_FINISH_STOP,     /* eos, stop token or stop string */
+    CLLM_FINISH_LENGTH,   /* max_tokens or max_model_len reached */
+    CLLM_FINISH_ABORT,    /* cancelled, client gone, or engine shutting down */
+    CLLM_FINISH_ERROR,    /* failed after admission (message in the event) */
+} cllm_finish;
+
+typedef struct cllm_sampling {
+    double temperature;      /* 0 = greedy */
+    double top_p;            /* 1 = off */
+    int top_k;               /* 0 or -1 = off */
+    double min_p;            /* 0 = off */
+    double repetition_penalty, presence_penalty, frequency_penalty; /* 1, 0, 0 = off */
+    uint64_t seed;           /* used when has_seed */
+    bool has_seed;
+    int max_tokens;          /* generated tokens cap (<= 0: up to max_model_len) */
+    int min_tokens;
+    bool ignore_eos;
+    const int *stop_token_ids; /* borrowed until submit returns (copied) */
+    int n_stop_token_ids;
+    const char *const *stop;   /* stop strings, copied at submit */
+    int n_stop;
+    bool include_stop_str_in_output;
+    bool skip_special_tokens;
+    int logprobs;            /* top logprobs to return per token; -1 = none, 0 = chosen only */
+    const int *logit_bias_ids; /* parallel arrays, copied */
+    const float *logit_bias_vals;
+    int n_logit_bias;
+    int n;                   /* parallel samples sharing the prompt (>= 1) */
+} cllm_sampling;
+
+/* Defaults: greedy unless generation_config says otherwise; the engine fills these from the
+ * model's generation_config.json. */
+void cllm_sampling_defaults(const cllm_engine *e, cllm_sampling *s);
+
+typedef struct cllm_token_logprob {
+    int token;
+    float logprob;
+} cllm_token_logprob;
+
+typedef struct cllm_event {
+    uint64_t request_id;
+    int index;               /* which of the n samples */
+    const char *text;        /* new UTF-8 text (complete characters only), may be "" */
+    size_t text_len;
+    const int *token_ids;    /* tokens produced by this step for this sample */
+    int n_tokens;
+    const cllm_token_logprob *logprobs; /* [n_tokens][1 + top] when requested, else NULL */
+    int n_top_logprobs;
+    cllm_finish finish;      /* != NONE on the last event of this sample */
+    const char *error;       /* CLLM_FINISH_ERROR only */
+    /* usage, valid on the last event */
+    int prompt_tokens, completion_tokens, cached_prompt_tokens;
+    /* timing (monotonic seconds), valid on the last event */
+    double t_arrival, t_scheduled, t_first_token, t_finished;
+} cllm_event;
+
+/* Called from the engine thread; must return quickly. All pointers valid only during the call. */
+typedef void (*cllm_event_fn)(void *user, const cllm_event *ev);
+
+typedef struct cllm_request {
+    const int *prompt;       /* token ids, copied at submit */
+    int n_prompt;
+    cllm_sampling sampling;
+    cllm_event_fn on_event;
+    void *user;
+    const char *cache_salt;  /* optional: isolates prefix-cache sharing (NULL = shared) */
+} cllm_request;
+
+typedef struct cllm_engine_opts {
+    const char *model_dir;
+    int n_threads;              /* 0 = all cores */
+    int max_model_len;          /* 0 = min(max_position_embeddings, what KV memory allows) */
+    int max_num_seqs;           /* default 256 (vLLM) */
+    int max_num_batched_tokens; /* default 2048 */
+    int block_size;             /* default 16 */
+    uint64_t kv_cache_bytes;    /* 0 = from memory_utilization */
+    double memory_utilization;  /* share of physical RAM for weights + KV + state (default 0.5) */
+    bool enable_prefix_caching; /* default true */
+    int state_snapshot_interval;/* GDN snapshot every N blocks (default 1 = each block boundary reached at end of prefill/turn) */
+    uint64_t state_snapshot_bytes; /* budget for GDN state snapshots (0 = auto) */
+    int max_queued_requests;    /* admission control; 0 = unbounded */
+} cllm_engine_opts;
+
+void cllm_engine_opts_defaults(cllm_engine_opts *o);
+
+/* Loads the model, sizes the pools, starts the step thread. Logs a line like
+ * "KV: N blocks = M tokens; state slots: K". */
+cllm_status cllm_engine_create(const cllm_engine_opts *o, cllm_engine **out, cllm_error *err);
+/* Stops the step thread (running requests end with ABORT) and frees everything. */
+void cllm_engine_free(cllm_engine *e);
+
+/* Queues a request. On success *id is set and events will follow. Fails synchronously (no events)
+ * with CLLM_EINVAL for a bad request (message in vLLM's words for over-length prompts), or
+ * CLLM_EBUSY when the queue is full or the engine is draining. */
+cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id, cllm_error *err);
+/* Idempotent; unknown or finished ids are ignored. */
+void cllm_engine_cancel(cllm_engine *e, uint64_t id);
+/* Stop accepting new requests; running ones continue. */
+void cllm_engine_drain(cllm_engine *e);
+
+typedef struct cllm_engine_stats {
+    int running, waiting;
+    uint64_t kv_blocks_total, kv_blocks_used;
+    int state_slots_total, state_slots_used;
+    uint64_t prefix_queries_tokens, prefix_hits_tokens; /* vLLM counts tokens */
+    uint64_t prefill_tokens_saved;
+    uint64_t preemptions;
+    uint64_t prompt_tokens, generation_tokens;          /* processed totals */
+    uint64_t requests_finished[5];                      /* by cllm_finish */
+    uint64_t admission_rejections;
+    int block_size, max_model_len;
+    bool prefix_caching;
+} cllm_engine_stats;
+
+void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s);
+
+/* Tokenizer access for the server (NULL if the model has none). */
+struct cllm_tok;
+const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e);
+const char *cllm_engine_model_name(const cllm_engine *e);
+
+#endif
