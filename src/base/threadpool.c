@@ -3,6 +3,7 @@
 #include "base/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -128,8 +129,9 @@ void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, 
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-    }
+    /* Spin briefly, then yield: on an oversubscribed machine the workers may need this core. */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++)
+        if (spins > POOL_SPIN) sched_yield();
 }
 
 void cllm_pool_for(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx) {
