@@ -1,0 +1,710 @@
+/* Scheduler core (see sched.h). One step:
+ *   1. running sequences in admission order get their next tokens (a decode token, or the next
+ *      prefill chunk) within the --max-num-batched-tokens budget; when blocks run out the most
+ *      recently admitted running sequence is preempted (blocks and slot freed, recomputed later);
+ *   2. if nothing was preempted, waiting sequences are admitted FCFS while a live slot, the blocks
+ *      for their first chunk and a --max-num-seqs place are available; a prefix-cache hit starts
+ *      them at the longest block-aligned position with cached KV blocks (and, for hybrid models, a
+ *      GDN state snapshot);
+ *   3. one forward call on the ragged batch;
+ *   4. full blocks get their chain hash, snapshots are taken at block boundaries, sequences that
+ *      produced logits sample a token, events go out, finished sequences release everything.
+ * Output handling (detokenizer, stop strings, events) lives in sched_out.c. */
+#include "engine/sched_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+
+/* ---- requests ---- */
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void sched_req_free(eng_req *q) {
+    if (!q) return;
+    free(q->prompt);
+    for (int i = 0; i < q->sp.n_stop; i++) free(q->stop[i]);
+    free(q->stop);
+    free(q->stop_ids);
+    free(q->bias_ids);
+    free(q->bias_vals);
+    free(q->seqs);
+    free(q);
+}
+
+cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t id, double t_arrival,
+                          eng_req **out, cllm_error *err) {
+    *out = NULL;
+    const cllm_sampling *p = &r->sampling;
+    if (!r->prompt || r->n_prompt < 1) return cllm_err_set(err, CLLM_EINVAL, "prompt must not be empty");
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= cfg->vocab_size)
+            return cllm_err_set(err, CLLM_EINVAL, "prompt token %d at position %d is out of vocabulary (size %d)",
+                                r->prompt[i], i, cfg->vocab_size);
+    if (p->n < 1 || p->n > cfg->max_num_seqs)
+        return cllm_err_set(err, CLLM_EINVAL, "n must be between 1 and %d, got %d", cfg->max_num_seqs, p->n);
+    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
+        return cllm_err_set(err, CLLM_EINVAL, "temperature must be >= 0, top_p in (0, 1], min_p in [0, 1]");
+    if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 100) ||
+        !(fabs(p->presence_penalty) <= 2) || !(fabs(p->frequency_penalty) <= 2))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "repetition_penalty must be in (0, 100], presence/frequency penalties in [-2, 2]");
+    if (p->top_k < -1) return cllm_err_set(err, CLLM_EINVAL, "top_k must be -1 (off) or >= 0, got %d", p->top_k);
+    if (p->min_tokens < 0) return cllm_err_set(err, CLLM_EINVAL, "min_tokens must be >= 0");
+    if (p->logprobs > 20 || p->logprobs < -1)
+        return cllm_err_set(err, CLLM_EINVAL, "logprobs must be between 0 and 20, got %d", p->logprobs);
+    if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
+        return cllm_err_set(err, CLLM_EINVAL, "min_tokens (%d) must be <= max_tokens (%d)", p->min_tokens,
+                            p->max_tokens);
+    for (int i = 0; i < p->n_stop_token_ids; i++)
+        if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= cfg->vocab_size)
+            return cllm_err_set(err, CLLM_EINVAL, "stop_token_ids: %d is out of vocabulary", p->stop_token_ids[i]);
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= cfg->vocab_size || !isfinite(p->logit_bias_vals[i]))
+            return cllm_err_set(err, CLLM_EINVAL, "logit_bias: token %d is out of vocabulary or bias not finite",
+                                p->logit_bias_ids[i]);
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0]) return cllm_err_set(err, CLLM_EINVAL, "stop strings must not be empty");
+    int want = p->max_tokens > 0 ? p->max_tokens : 1;
+    if ((int64_t)r->n_prompt + want > cfg->max_model_len)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                            "(%d in the messages, %d in the completion). Please reduce the length of the messages "
+                            "or completion.",
+                            cfg->max_model_len, (long long)r->n_prompt + want, r->n_prompt, want);
+
+    eng_req *q = calloc(1, sizeof(*q));
+    if (!q) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    q->id = id;
+    q->sp = *p;
+    q->on_event = r->on_event;
+    q->user = r->user;
+    q->t_arrival = t_arrival;
+    q->n_prompt = r->n_prompt;
+    q->max_out = p->max_tokens > 0 ? p->max_tokens : cfg->max_model_len - r->n_prompt;
+    q->seed = p->has_seed ? p->seed : (cllm_time_ns() ^ (id * 0x9e3779b97f4a7c15ull));
+    q->salt.lo = q->salt.hi = 0;
+    if (r->cache_salt && r->cache_salt[0]) {
+        XXH128_hash_t h = XXH3_128bits(r->cache_salt, strlen(r->cache_salt));
+        q->salt.lo = h.low64;
+        q->salt.hi = h.high64;
+    }
+    q->prompt = malloc((size_t)r->n_prompt * sizeof(int32_t));
+    q->seqs = calloc((size_t)p->n, sizeof(eng_seq *));
+    q->stop = calloc((size_t)p->n_stop + 1, sizeof(char *));
+    q->stop_ids = malloc(((size_t)p->n_stop_token_ids + 1) * sizeof(int));
+    q->bias_ids = malloc(((size_t)p->n_logit_bias + 1) * sizeof(int));
+    q->bias_vals = malloc(((size_t)p->n_logit_bias + 1) * sizeof(float));
+    q->sp.n_stop = 0;
+    if (!q->prompt || !q->seqs || !q->stop || !q->stop_ids || !q->bias_ids || !q->bias_vals) goto oom;
+    for (int i = 0; i < r->n_prompt; i++) q->prompt[i] = r->prompt[i];
+    for (int i = 0; i < p->n_stop; i++) {
+        if (!(q->stop[i] = dup_str(p->stop[i]))) goto oom;
+        q->sp.n_stop = i + 1;
+        int l = (int)strlen(p->stop[i]);
+        if (l > q->max_stop_len) q->max_stop_len = l;
+    }
+    if (p->n_stop_token_ids) memcpy(q->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int));
+    if (p->n_logit_bias) {
+        memcpy(q->bias_ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof(int));
+        memcpy(q->bias_vals, p->logit_bias_vals, (size_t)p->n_logit_bias * sizeof(float));
+    }
+    q->sp.stop = (const char *const *)q->stop;
+    q->sp.stop_token_ids = q->stop_ids;
+    q->sp.logit_bias_ids = q->bias_ids;
+    q->sp.logit_bias_vals = q->bias_vals;
+    if (q->sp.top_k < 0) q->sp.top_k = 0;
+    /* forbidden ids before min_tokens: EOS (unless ignore_eos) and stop ids */
+    q->forbid = malloc(((size_t)cfg->n_eos + (size_t)p->n_stop_token_ids + 1) * sizeof(int));
+    if (!q->forbid) goto oom;
+    if (!p->ignore_eos)
+        for (int i = 0; i < cfg->n_eos; i++) q->forbid[q->n_forbid++] = cfg->eos_ids[i];
+    for (int i = 0; i < p->n_stop_token_ids; i++) q->forbid[q->n_forbid++] = p->stop_token_ids[i];
+    *out = q;
+    return CLLM_OK;
+oom:
+    free(q->forbid);
+    q->forbid = NULL;
+    sched_req_free(q);
+    return cllm_err_set(err, CLLM_ENOMEM, "out of memory copying the request");
+}
+
+/* ---- sequences ---- */
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *n = realloc(*p, (size_t)nc * elem);
+    if (!n) return -1;
+    *p = n;
+    *cap = nc;
+    return 0;
+}
+
+static eng_seq *seq_new(sched *s, eng_req *q, int index) {
+    eng_seq *e = calloc(1, sizeof(*e));
+    if (!e) return NULL;
+    e->req = q;
+    e->index = index;
+    e->slot = -1;
+    e->pend_snap = -1;
+    e->n_prompt = q->n_prompt;
+    if (grow((void **)&e->tokens, &e->cap_tokens, q->n_prompt + 16, sizeof(int32_t))) {
+        free(e);
+        return NULL;
+    }
+    memcpy(e->tokens, q->prompt, (size_t)q->n_prompt * sizeof(int32_t));
+    e->n_tokens = q->n_prompt;
+    e->lp = malloc((size_t)(q->sp.logprobs + 2) * sizeof(cllm_token_logprob));
+    if (!e->lp) {
+        free(e->tokens);
+        free(e);
+        return NULL;
+    }
+    if (s->cfg.tok) cllm_tok_stream_init(&e->detok, s->cfg.tok, q->sp.skip_special_tokens);
+    return e;
+}
+
+static void seq_destroy(sched *s, eng_seq *e) {
+    if (s->cfg.tok) cllm_tok_stream_free(&e->detok);
+    free(e->tokens);
+    free(e->table);
+    free(e->hashes);
+    free(e->text);
+    free(e->lp);
+    free(e);
+}
+
+/* Hash chain over the full blocks of e->tokens, computed up to n_full blocks. */
+static void seq_hashes(sched *s, eng_seq *e, int n_full) {
+    int bs = s->cfg.block_size;
+    if (n_full <= e->n_hashes) return;
+    if (grow((void **)&e->hashes, &e->cap_hashes, n_full, sizeof(blk_hash))) return; /* cache just misses */
+    for (int b = e->n_hashes; b < n_full; b++) {
+        blk_hash parent = b ? e->hashes[b - 1] : e->req->salt;
+        XXH3_state_t st;
+        XXH3_128bits_reset(&st);
+        XXH3_128bits_update(&st, &parent, sizeof(parent));
+        XXH3_128bits_update(&st, e->tokens + (size_t)b * bs, (size_t)bs * sizeof(int32_t));
+        XXH128_hash_t h = XXH3_128bits_digest(&st);
+        e->hashes[b].lo = h.low64;
+        e->hashes[b].hi = h.high64;
+    }
+    e->n_hashes = n_full;
+}
+
+static bool snapshots_on(const sched *s) {
+    return s->cfg.prefix_caching && s->cfg.has_state && s->slots.n_snap > 0;
+}
+
+/* Commits the sequence's pending decode snapshot (if any) to the cache. */
+static void seq_commit_pending(sched *s, eng_seq *e) {
+    if (e->pend_snap < 0) return;
+    seq_hashes(s, e, e->pend_blocks);
+    if (e->n_hashes >= e->pend_blocks) slot_snap_commit(&s->slots, e->pend_snap, e->hashes[e->pend_blocks - 1]);
+    else slot_snap_release(&s->slots, e->pend_snap);
+    e->pend_snap = -1;
+}
+
+/* Frees the blocks (last first, so the tail is evicted first) and the live slot. */
+static void seq_release(sched *s, eng_seq *e) {
+    seq_commit_pending(s, e);
+    for (int i = e->n_table - 1; i >= 0; i--) blk_unref(&s->blocks, e->table[i]);
+    e->n_table = 0;
+    if (e->slot >= 0) slot_live_release(&s->slots, e->slot);
+    e->slot = -1;
+    e->n_computed = 0;
+}
+
+static void list_remove(eng_seq **list, int *n, eng_seq *e) {
+    for (int i = 0; i < *n; i++)
+        if (list[i] == e) {
+            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof(*list));
+            (*n)--;
+            return;
+        }
+}
+
+static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
+    if (grow((void **)list, cap, *n + 1, sizeof(eng_seq *))) return -1;
+    memmove(*list + at + 1, *list + at, (size_t)(*n - at) * sizeof(eng_seq *));
+    (*list)[at] = e;
+    (*n)++;
+    return 0;
+}
+
+/* Removes a finished sequence everywhere; frees the request when its last sample ends. */
+void sched_seq_finish(sched *s, eng_seq *e) {
+    seq_release(s, e);
+    if (e->state == SEQ_RUNNING) list_remove(s->running, &s->n_running, e);
+    else if (e->state == SEQ_WAITING) list_remove(s->waiting, &s->n_waiting, e);
+    e->state = SEQ_DONE;
+    eng_req *q = e->req;
+    q->seqs[e->index] = NULL;
+    seq_destroy(s, e);
+    if (++q->n_done == q->sp.n) {
+        for (int i = 0; i < s->n_reqs; i++)
+            if (s->reqs[i] == q) {
+                s->reqs[i] = s->reqs[--s->n_reqs];
+                break;
+            }
+        sched_req_free(q);
+    }
+}
+
+/* ---- create / free ---- */
+
+cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *model_ctx, sched **out,
+                         cllm_error *err) {
+    *out = NULL;
+    if (cfg->n_blocks < 1 || cfg->block_size < 1 || cfg->n_live_slots < 1 || cfg->max_num_seqs < 1 ||
+        cfg->max_num_batched_tokens < 1 || cfg->max_model_len < 1 || cfg->vocab_size < 1)
+        return cllm_err_set(err, CLLM_EINVAL, "scheduler: bad configuration");
+    sched *s = calloc(1, sizeof(*s));
+    if (!s) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    if (s->cfg.snapshot_interval < 1) s->cfg.snapshot_interval = 1;
+    s->ops = *ops;
+    s->mctx = model_ctx;
+    s->batch_cap = cfg->max_num_seqs;
+    s->bseq = calloc((size_t)s->batch_cap, sizeof(cllm_seq_batch));
+    s->bent = calloc((size_t)s->batch_cap, sizeof(sched_ent));
+    s->logits = malloc((size_t)s->batch_cap * (size_t)cfg->vocab_size * sizeof(float));
+    if (!s->bseq || !s->bent || !s->logits || blk_init(&s->blocks, cfg->n_blocks, cfg->block_size) ||
+        slot_init(&s->slots, cfg->n_live_slots, cfg->has_state && cfg->prefix_caching ? cfg->n_snap_slots : 0) ||
+        smp_init(&s->smp, cfg->vocab_size)) {
+        sched_free(s);
+        return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
+    }
+    *out = s;
+    return CLLM_OK;
+}
+
+void sched_abort_all(sched *s) {
+    while (s->n_reqs > 0) sched_cancel(s, s->reqs[0]->id);
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    sched_abort_all(s);
+    free(s->reqs);
+    free(s->running);
+    free(s->waiting);
+    free(s->bseq);
+    free(s->bent);
+    free(s->logits);
+    blk_free(&s->blocks);
+    slot_free(&s->slots);
+    smp_free(&s->smp);
+    free(s);
+}
+
+void sched_add(sched *s, eng_req *q) {
+    eng_seq *e = seq_new(s, q, 0);
+    if (!e || grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(eng_req *)) ||
+        list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, s->n_waiting, e)) {
+        /* Out of memory: end the request with an error event. */
+        cllm_event ev = {.request_id = q->id, .text = "", .finish = CLLM_FINISH_ERROR,
+                         .error = "out of memory queueing the request"};
+        for (int i = 0; i < q->sp.n; i++) {
+            ev.index = i;
+            q->on_event(q->user, &ev);
+        }
+        if (e) seq_destroy(s, e);
+        sched_req_free(q);
+        return;
+    }
+    q->seqs[0] = e;
+    e->state = SEQ_WAITING;
+    s->reqs[s->n_reqs++] = q;
+    q->n_live = 1;
+}
+
+/* Ends every sample of q with `fin` (events emitted) and frees q. */
+static void req_end(sched *s, eng_req *q, cllm_finish fin, const char *msg) {
+    if (!q->forked) {
+        /* samples 1..n-1 never started */
+        for (int i = 1; i < q->sp.n; i++) sched_emit_unstarted(s, q, i, fin, msg);
+        q->n_done += q->sp.n - 1;
+        q->forked = true;
+    }
+    for (;;) { /* q is freed with its last sample */
+        eng_seq *e = NULL;
+        int live = 0;
+        for (int i = 0; i < q->sp.n; i++)
+            if (q->seqs[i]) {
+                if (!e) e = q->seqs[i];
+                live++;
+            }
+        if (!e) { /* every sample already ended (cannot happen for a listed request) */
+            break;
+        }
+        sched_emit_final(s, e, fin, msg);
+        sched_seq_finish(s, e);
+        if (live == 1) break;
+    }
+}
+
+void sched_cancel(sched *s, uint64_t id) {
+    for (int i = 0; i < s->n_reqs; i++)
+        if (s->reqs[i]->id == id) {
+            req_end(s, s->reqs[i], CLLM_FINISH_ABORT, NULL);
+            return;
+        }
+}
+
+bool sched_has_work(const sched *s) { return s->n_running + s->n_waiting > 0; }
+
+void sched_reset_prefix_cache(sched *s) {
+    blk_reset_cache(&s->blocks);
+    slot_reset_cache(&s->slots);
+}
+
+void sched_timing(const sched *s, double *t_forward, uint64_t *tokens_computed) {
+    *t_forward = s->t_forward;
+    *tokens_computed = s->tokens_computed;
+}
+
+void sched_stats(const sched *s, cllm_engine_stats *st) {
+    *st = s->stats;
+    st->running = s->n_running;
+    st->waiting = s->n_waiting;
+    st->kv_blocks_total = (uint64_t)s->blocks.n_blocks;
+    st->kv_blocks_used = (uint64_t)blk_used(&s->blocks);
+    st->state_slots_total = s->slots.n_live;
+    st->state_slots_used = slot_live_used(&s->slots);
+    st->block_size = s->cfg.block_size;
+    st->max_model_len = s->cfg.max_model_len;
+    st->prefix_caching = s->cfg.prefix_caching;
+}
+
+/* ---- planning ---- */
+
+static int blocks_for(int n_tok, int bs) { return (n_tok + bs - 1) / bs; }
+
+/* Cuts a chunk so that it ends on the last block boundary before the sequence's final token,
+ * where a snapshot is then taken (hybrid + prefix caching): a retried prompt, an n > 1 sibling
+ * or the next turn of a chat can resume there. */
+static int align_cut(const sched *s, const eng_seq *e, int n_new) {
+    if (!snapshots_on(s)) return n_new;
+    int bs = s->cfg.block_size;
+    int a = ((e->n_tokens - 1) / bs) * bs;
+    if (e->n_computed < a && e->n_computed + n_new > a) return a - e->n_computed;
+    return n_new;
+}
+
+static void preempt(sched *s, eng_seq *e) {
+    seq_release(s, e);
+    list_remove(s->running, &s->n_running, e);
+    e->state = SEQ_WAITING;
+    e->n_hashes = e->n_hashes; /* hashes stay valid: tokens only grow */
+    list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, 0, e);
+    s->stats.preemptions++;
+    e->n_preempted++;
+}
+
+static bool grow_table(sched *s, eng_seq *e, int n_tok) {
+    int need = blocks_for(n_tok, s->cfg.block_size);
+    if (grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return false;
+    while (e->n_table < need) {
+        int b = blk_alloc(&s->blocks);
+        CLLM_ASSERT(b >= 0);
+        e->table[e->n_table++] = b;
+    }
+    return true;
+}
+
+static void batch_add(sched *s, eng_seq *e, int n_new) {
+    sched_ent *t = &s->bent[s->n_batch];
+    t->seq = e;
+    t->n_new = n_new;
+    t->logits = e->n_computed + n_new == e->n_tokens;
+    cllm_seq_batch *b = &s->bseq[s->n_batch];
+    b->tokens = e->tokens + e->n_computed;
+    b->n_tokens = n_new;
+    b->start_pos = e->n_computed;
+    b->block_table = e->table;
+    b->n_table = e->n_table;
+    b->state_slot = e->slot;
+    b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
+    s->n_batch++;
+}
+
+/* Longest reusable prefix for a waiting sequence, in blocks: cached KV blocks for each, and for
+ * hybrid models a snapshot at the end. At least one token is always left to compute. */
+static int prefix_match(sched *s, eng_seq *e, int *snap) {
+    *snap = -1;
+    if (!s->cfg.prefix_caching) return 0;
+    int bs = s->cfg.block_size;
+    int n_full = (e->n_tokens - 1) / bs;
+    seq_hashes(s, e, n_full);
+    if (e->n_hashes < n_full) n_full = e->n_hashes;
+    int k = 0;
+    while (k < n_full && blk_lookup(&s->blocks, e->hashes[k]) >= 0) k++;
+    if (s->cfg.has_state) {
+        if (s->slots.n_snap == 0) return 0;
+        while (k > 0 && (*snap = slot_snap_lookup(&s->slots, e->hashes[k - 1], false)) < 0) k--;
+        if (k > 0) slot_snap_lookup(&s->slots, e->hashes[k - 1], true);
+    }
+    return k;
+}
+
+static int plan(sched *s) {
+    int bs = s->cfg.block_size;
+    int budget = s->cfg.max_num_batched_tokens;
+    bool preempted = false;
+    s->n_batch = 0;
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        eng_seq *e = s->running[i];
+        int n_new = e->n_tokens - e->n_computed;
+        if (n_new > budget) n_new = budget;
+        n_new = align_cut(s, e, n_new);
+        bool self = false;
+        for (;;) {
+            int need = blocks_for(e->n_computed + n_new, bs) - e->n_table;
+            if (need <= blk_available(&s->blocks)) break;
+            eng_seq *v = s->running[s->n_running - 1];
+            preempt(s, v);
+            preempted = true;
+            if (v == e) {
+                self = true;
+                break;
+            }
+        }
+        if (self) break;
+        if (!grow_table(s, e, e->n_computed + n_new)) continue; /* OOM on the table array: skip */
+        batch_add(s, e, n_new);
+        budget -= n_new;
+    }
+    if (preempted) return s->n_batch;
+    while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 && s->n_batch < s->batch_cap) {
+        eng_seq *e = s->waiting[0];
+        if (s->slots.n_live_free == 0) break;
+        int snap;
+        int k = prefix_match(s, e, &snap);
+        int n_new = e->n_tokens - k * bs;
+        if (n_new > budget) n_new = budget;
+        int need = blocks_for(k * bs + n_new, bs) - k;
+        for (int j = 0; j < k; j++)
+            if (s->blocks.ref[blk_lookup(&s->blocks, e->hashes[j])] == 0) need++;
+        if (need > blk_available(&s->blocks)) break;
+        /* admit */
+        if (grow((void **)&e->table, &e->cap_table, blocks_for(e->n_tokens, bs), sizeof(int32_t)) ||
+            grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *)))
+            break;
+        list_remove(s->waiting, &s->n_waiting, e);
+        for (int j = 0; j < k; j++) {
+            int b = blk_lookup(&s->blocks, e->hashes[j]);
+            blk_ref(&s->blocks, b);
+            e->table[e->n_table++] = b;
+        }
+        e->slot = slot_live_alloc(&s->slots);
+        if (k > 0 && snap >= 0) s->ops.copy_state(s->mctx, e->slot, snap);
+        e->n_computed = k * bs;
+        if (!e->admitted_once) {
+            e->admitted_once = true;
+            e->cached_prompt = k * bs;
+            s->stats.prefix_queries_tokens += (uint64_t)e->n_tokens;
+            s->stats.prefix_hits_tokens += (uint64_t)k * bs;
+            if (e->t_scheduled == 0) e->t_scheduled = cllm_time_s();
+        }
+        s->stats.prefill_tokens_saved += (uint64_t)k * bs;
+        e->state = SEQ_RUNNING;
+        s->running[s->n_running++] = e;
+        n_new = align_cut(s, e, n_new);
+        grow_table(s, e, e->n_computed + n_new);
+        batch_add(s, e, n_new);
+        budget -= n_new;
+    }
+    return s->n_batch;
+}
+
+/* ---- after the forward ---- */
+
+static void after_compute(sched *s, eng_seq *e, int n_new) {
+    int bs = s->cfg.block_size;
+    int before = e->n_computed;
+    e->n_computed += n_new;
+    if (before < e->n_prompt) {
+        int p = (e->n_computed < e->n_prompt ? e->n_computed : e->n_prompt) - before;
+        s->stats.prompt_tokens += (uint64_t)p;
+    }
+    if (!s->cfg.prefix_caching) return;
+    int full0 = before / bs, full1 = e->n_computed / bs;
+    if (full1 > full0) {
+        seq_hashes(s, e, full1);
+        for (int b = full0; b < full1 && b < e->n_hashes; b++) blk_register(&s->blocks, e->table[b], e->hashes[b]);
+    }
+    if (!snapshots_on(s) || e->n_computed % bs != 0 || e->n_hashes < full1) return;
+    blk_hash h = e->hashes[full1 - 1];
+    if (n_new > 1 || e->n_computed <= e->n_prompt) {
+        /* prefill chunk ending on a boundary: commit now (every snapshot_interval blocks, and
+         * always at the last boundary before the final token) */
+        bool last = e->n_computed == ((e->n_tokens - 1) / bs) * bs;
+        if (!last && full1 % s->cfg.snapshot_interval != 0) return;
+        if (slot_snap_lookup(&s->slots, h, true) >= 0) return;
+        int sl = slot_snap_alloc(&s->slots);
+        if (sl < 0) return;
+        s->ops.copy_state(s->mctx, sl, e->slot);
+        slot_snap_commit(&s->slots, sl, h);
+    } else {
+        /* decode crossing a boundary: keep the latest one, committed when the sequence ends */
+        if (e->pend_snap < 0) e->pend_snap = slot_snap_alloc(&s->slots);
+        if (e->pend_snap < 0) return;
+        s->ops.copy_state(s->mctx, e->pend_snap, e->slot);
+        e->pend_blocks = full1;
+    }
+}
+
+/* n > 1: the first sample's prompt is computed; give the other samples a copy (full blocks shared,
+ * the partial last block and the state slot copied). Samples that find no room are queued and
+ * prefill on their own (reusing cached blocks). */
+static void fork_samples(sched *s, eng_seq *p) {
+    eng_req *q = p->req;
+    int bs = s->cfg.block_size;
+    q->forked = true;
+    for (int i = 1; i < q->sp.n; i++) {
+        eng_seq *c = seq_new(s, q, i);
+        if (!c) {
+            sched_emit_unstarted(s, q, i, CLLM_FINISH_ERROR, "out of memory");
+            q->n_done++;
+            continue;
+        }
+        q->seqs[i] = c;
+        q->n_live++;
+        bool partial = p->n_computed % bs != 0;
+        bool room = s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
+                    blk_available(&s->blocks) >= (partial ? 1 : 0) &&
+                    !grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
+                    !grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
+        if (!room) {
+            c->state = SEQ_WAITING;
+            c->t_scheduled = 0;
+            list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, 0, c);
+            continue;
+        }
+        for (int j = 0; j < p->n_table; j++) {
+            if (partial && j == p->n_table - 1) {
+                int b = blk_alloc(&s->blocks);
+                s->ops.copy_block(s->mctx, b, p->table[j]);
+                c->table[c->n_table++] = b;
+            } else {
+                blk_ref(&s->blocks, p->table[j]);
+                c->table[c->n_table++] = p->table[j];
+            }
+        }
+        c->slot = slot_live_alloc(&s->slots);
+        s->ops.copy_state(s->mctx, c->slot, p->slot);
+        c->n_computed = p->n_computed;
+        c->admitted_once = true;
+        c->cached_prompt = p->cached_prompt;
+        c->t_scheduled = p->t_scheduled;
+        c->state = SEQ_RUNNING;
+        s->running[s->n_running++] = c;
+        c->forked_now = true;
+    }
+}
+
+int sched_step(sched *s) {
+    int n = plan(s);
+    if (n == 0) return 0;
+    cllm_batch b = {s->bseq, n};
+    cllm_error err = {0};
+    double t0 = cllm_time_s();
+    cllm_status st = s->ops.forward(s->mctx, &b, s->logits, &err);
+    s->t_forward += cllm_time_s() - t0;
+    s->steps++;
+    if (st != CLLM_OK) {
+        LOG_ERROR("forward failed: %s", err.msg);
+        /* the batch's requests fail; ids first, as ending one frees its sequences */
+        uint64_t *ids = malloc((size_t)n * sizeof(uint64_t));
+        int n_ids = 0;
+        for (int i = 0; ids && i < n; i++) ids[n_ids++] = s->bent[i].seq->req->id;
+        for (int i = 0; i < n_ids; i++)
+            for (int k = 0; k < s->n_reqs; k++)
+                if (s->reqs[k]->id == ids[i]) {
+                    req_end(s, s->reqs[k], CLLM_FINISH_ERROR, err.msg);
+                    break;
+                }
+        free(ids);
+        return n;
+    }
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq *e = s->bent[i].seq;
+        s->tokens_computed += (uint64_t)s->bent[i].n_new;
+        after_compute(s, e, s->bent[i].n_new);
+        if (!s->bent[i].logits) continue;
+        const float *lg = s->logits + (size_t)row * s->cfg.vocab_size;
+        row++;
+        eng_req *q = e->req;
+        if (q->sp.n > 1 && !q->forked && e->index == 0) {
+            fork_samples(s, e);
+            for (int k = 1; k < q->sp.n; k++) {
+                eng_seq *c = q->seqs[k];
+                if (c && c->forked_now) {
+                    c->forked_now = false;
+                    sched_sample(s, c, lg);
+                }
+            }
+        }
+        sched_sample(s, e, lg);
+    }
+    return n;
+}
+
+/* ---- invariants ---- */
+
+const char *sched_check(const sched *s) {
+    int nb = s->blocks.n_blocks, bs = s->cfg.block_size;
+    int *ref = calloc((size_t)nb + 1, sizeof(int));
+    uint8_t *live = calloc((size_t)s->slots.n_live + 1, 1);
+    uint8_t *owned = calloc((size_t)s->slots.n_snap + 1, 1);
+    const char *bad = NULL;
+    if (!ref || !live || !owned) bad = "out of memory in sched_check";
+    if (!bad && s->n_running > s->cfg.max_num_seqs) bad = "more running sequences than max_num_seqs";
+    for (int i = 0; !bad && i < s->n_running; i++) {
+        const eng_seq *e = s->running[i];
+        if (e->state != SEQ_RUNNING) bad = "running list holds a non-running sequence";
+        else if (e->slot < 0 || e->slot >= s->slots.n_live) bad = "running sequence without a live slot";
+        else if (live[e->slot]++) bad = "live slot shared by two sequences";
+        else if (e->n_table < blocks_for(e->n_computed, bs)) bad = "block table shorter than the computed tokens";
+        else if (e->n_computed > e->n_tokens || e->n_computed < 0) bad = "computed count out of range";
+        for (int j = 0; !bad && j < e->n_table; j++) {
+            if (e->table[j] < 0 || e->table[j] >= nb) bad = "block id out of range";
+            else ref[e->table[j]]++;
+        }
+        if (!bad && e->n_computed % bs != 0 && e->n_computed / bs < e->n_table &&
+            s->blocks.ref[e->table[e->n_computed / bs]] != 1)
+            bad = "partially written block is shared";
+        if (!bad && e->pend_snap >= 0) owned[e->pend_snap - s->slots.n_live] = 1;
+    }
+    for (int i = 0; !bad && i < s->n_waiting; i++) {
+        const eng_seq *e = s->waiting[i];
+        if (e->state != SEQ_WAITING) bad = "waiting list holds a non-waiting sequence";
+        else if (e->n_table != 0 || e->slot >= 0 || e->n_computed != 0) bad = "waiting sequence holds resources";
+        else if (e->pend_snap >= 0) bad = "waiting sequence holds a snapshot";
+    }
+    if (!bad) bad = blk_check(&s->blocks, ref);
+    if (!bad) bad = slot_check(&s->slots, live, owned);
+    int live_seqs = 0;
+    for (int i = 0; !bad && i < s->n_reqs; i++)
+        for (int k = 0; k < s->reqs[i]->sp.n; k++)
+            if (s->reqs[i]->seqs[k]) live_seqs++;
+    if (!bad && live_seqs != s->n_running + s->n_waiting) bad = "sequence neither running nor waiting";
+    free(ref);
+    free(live);
+    free(owned);
+    return bad;
+}

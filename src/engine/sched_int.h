@@ -1,0 +1,96 @@
+/* Scheduler internals shared by sched.c (planning, blocks, snapshots) and sched_out.c (sampling,
+ * stop conditions, text, events). Not for other modules. */
+#ifndef CLLM_ENGINE_SCHED_INT_H
+#define CLLM_ENGINE_SCHED_INT_H
+
+#include "engine/sampler.h"
+#include "engine/sched.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct eng_seq eng_seq;
+
+struct eng_req {
+    uint64_t id;
+    cllm_sampling sp;       /* pointers redirected to the copies below */
+    cllm_event_fn on_event;
+    void *user;
+    double t_arrival;
+    int32_t *prompt;        /* [n_prompt] */
+    int n_prompt;
+    int max_out;            /* generated-token cap */
+    uint64_t seed;          /* explicit or drawn at submit */
+    blk_hash salt;          /* parent hash of the first block (cache_salt), zero when none */
+    char **stop;            /* [sp.n_stop] */
+    int max_stop_len;
+    int *stop_ids, *bias_ids;
+    float *bias_vals;
+    int *forbid;            /* EOS (unless ignore_eos) + stop ids: masked before min_tokens */
+    int n_forbid;
+    eng_seq **seqs;         /* [sp.n]; NULL once a sample ended or before the fork */
+    bool forked;            /* samples 1..n-1 exist (or ended) */
+    int n_done, n_live;
+};
+
+struct eng_seq {
+    eng_req *req;
+    int index;              /* which of the n samples */
+    seq_state state;
+    int32_t *tokens;        /* [n_tokens] prompt then generated tokens */
+    int n_tokens, cap_tokens, n_prompt;
+    int n_computed;         /* tokens whose KV / state are in the cache */
+    int32_t *table;         /* [n_table] KV block ids */
+    int n_table, cap_table;
+    int slot;               /* live state slot, -1 while waiting */
+    blk_hash *hashes;       /* [n_hashes] chain hash of each full block of tokens */
+    int n_hashes, cap_hashes;
+    int pend_snap;          /* snapshot slot taken at the latest decode block boundary, or -1 */
+    int pend_blocks;        /* blocks that snapshot covers */
+    bool admitted_once, forked_now;
+    int cached_prompt;      /* prompt tokens served from the prefix cache at first admission */
+    int n_preempted;
+    double t_scheduled, t_first_token;
+    /* output */
+    cllm_tok_stream detok;
+    char *text;             /* all output text so far (complete UTF-8 characters) */
+    size_t text_len, text_cap, emitted;
+    cllm_token_logprob *lp; /* [1 + logprobs] of the latest token */
+};
+
+typedef struct sched_ent {
+    eng_seq *seq;
+    int n_new;
+    bool logits;
+} sched_ent;
+
+struct sched {
+    sched_cfg cfg;
+    eng_model_ops ops;
+    void *mctx;
+    blk_mgr blocks;
+    slot_mgr slots;
+    smp_scratch smp;
+    eng_req **reqs;         /* live requests */
+    int n_reqs, cap_reqs;
+    eng_seq **running;      /* admission order: the tail is preempted first */
+    int n_running, cap_running;
+    eng_seq **waiting;      /* FCFS; preempted sequences go to the front */
+    int n_waiting, cap_waiting;
+    cllm_seq_batch *bseq;   /* [batch_cap] the step's batch */
+    sched_ent *bent;        /* [batch_cap] */
+    int batch_cap, n_batch;
+    float *logits;          /* [batch_cap][vocab_size] */
+    cllm_engine_stats stats;
+    double t_forward;
+    uint64_t tokens_computed, steps;
+};
+
+/* sched.c */
+void sched_seq_finish(sched *s, eng_seq *e);
+/* sched_out.c */
+void sched_sample(sched *s, eng_seq *e, const float *logits);
+void sched_emit_final(sched *s, eng_seq *e, cllm_finish fin, const char *msg);
+void sched_emit_unstarted(sched *s, eng_req *q, int index, cllm_finish fin, const char *msg);
+
+#endif
