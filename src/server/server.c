@@ -1,0 +1,621 @@
+/* The HTTP front: libmicrohttpd daemon, routing, auth, body caps, admission, health/drain and the
+ * periodic stats line. Generation requests are parsed by openai.c, submitted and streamed by
+ * srv_req.c, formatted by oai_fmt.c; metrics.c renders /metrics.
+ *
+ * Threads: MHD's internal polling threads (o.n_threads, epoll) run every callback here; the
+ * engine thread only runs srv_req.c's event callback; one stats thread logs every
+ * o.stats_interval_s. A waiting request is a suspended MHD connection, never a parked thread. */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "server/srv_int.h"
+
+void cllm_server_opts_defaults(cllm_server_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->auth_public_health = true;
+    o->max_body_size = 16u << 20;
+    o->max_json_depth = 64;
+    o->max_logprobs = 20;
+    o->max_n = 128;
+    o->stats_interval_s = 5;
+    o->access_log = true;
+    o->n_threads = 2;
+    o->connection_limit = 1024;
+}
+
+/* ---- responses ---- */
+
+static void common_headers(cllm_server *s, struct MHD_Response *resp) {
+    if (s->o.allowed_origins) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.allowed_origins);
+        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+    }
+    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) MHD_add_response_header(resp, "Connection", "close");
+}
+
+static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, char *body, size_t len,
+                                int retry_after) {
+    cllm_server *s = r->srv;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    common_headers(s, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    r->bytes_sent = len;
+    srv_metrics_http(&s->m, status);
+    return ret;
+}
+
+static enum MHD_Result send_json(srv_req *r, unsigned status, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) return MHD_NO;
+    return send_buf(r, status, "application/json", s, strlen(s), 0);
+}
+
+static enum MHD_Result send_err(srv_req *r, const srv_err *e) {
+    char *s = srv_fmt_error_json(e);
+    if (!s) return MHD_NO;
+    return send_buf(r, e->status, "application/json", s, strlen(s),
+                    e->status == 429 || e->status == 503 ? 1 : 0);
+}
+
+static enum MHD_Result fail(srv_req *r, unsigned status, const char *type, const char *param,
+                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result fail(srv_req *r, unsigned status, const char *type, const char *param,
+                            const char *fmt, ...) {
+    srv_err e;
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    srv_err_set(&e, status, type, param, "%s", msg);
+    return send_err(r, &e);
+}
+
+/* ---- auth ---- */
+
+/* Constant-time over the longer of the two strings: the time does not reveal a matching prefix. */
+static bool ct_equal(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b), n = la > lb ? la : lb;
+    unsigned char d = (unsigned char)(la != lb);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < la ? (unsigned char)a[i] : 0, y = i < lb ? (unsigned char)b[i] : 0;
+        d |= x ^ y;
+    }
+    return d == 0;
+}
+
+static bool authorized(cllm_server *s, struct MHD_Connection *c) {
+    if (!s->o.api_key || !*s->o.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h) return false;
+    if (strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    return ct_equal(h, s->o.api_key);
+}
+
+/* ---- JSON body ---- */
+
+/* Nesting depth of JSON text (brackets outside strings); checked before jansson recurses. */
+static int json_depth(const char *p, size_t n) {
+    int d = 0, maxd = 0;
+    bool str = false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') str = false;
+        } else if (ch == '"') {
+            str = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++d > maxd) maxd = d;
+        } else if (ch == ']' || ch == '}') {
+            d--;
+        }
+    }
+    return maxd;
+}
+
+static json_t *parse_body(srv_req *r, srv_err *e) {
+    cllm_server *s = r->srv;
+    if (!r->body.len) {
+        srv_err_set(e, 400, "invalid_request_error", NULL, "the request body is empty; expected JSON");
+        return NULL;
+    }
+    if (json_depth(r->body.p, r->body.len) > s->o.max_json_depth) {
+        srv_err_set(e, 400, "invalid_request_error", NULL, "JSON nesting deeper than %d", s->o.max_json_depth);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *o = json_loadb(r->body.p, r->body.len, 0, &je);
+    if (!o) {
+        srv_err_set(e, 400, "invalid_request_error", NULL, "invalid JSON at line %d column %d: %s", je.line,
+                    je.column, je.text);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- routes ---- */
+
+static enum MHD_Result route_models(srv_req *r) {
+    cllm_server *s = r->srv;
+    json_t *m = json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name, "object", "model",
+                          "created", (json_int_t)s->started, "owned_by", "cllm", "root",
+                          s->o.model_dir ? s->o.model_dir : s->model_name, "parent", "max_model_len",
+                          s->max_model_len, "permission");
+    return send_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
+    cllm_server *s = r->srv;
+    srv_gen g;
+    srv_err e;
+    if (!srv_parse_tokenize(s, body, &g, &e)) {
+        srv_gen_free(&g);
+        return send_err(r, &e);
+    }
+    json_t *toks = json_array();
+    for (size_t i = 0; i < g.prompt.n; i++) json_array_append_new(toks, json_integer(g.prompt.ids[i]));
+    json_t *strs = json_null();
+    if (json_is_true(json_object_get(body, "return_token_strs"))) {
+        strs = json_array();
+        for (size_t i = 0; i < g.prompt.n; i++) {
+            size_t n;
+            const char *b = cllm_tok_token_bytes(s->tok, g.prompt.ids[i], &n);
+            char *t = cllm_tok_utf8_sanitize(b ? b : "", b ? n : 0, &n);
+            json_array_append_new(strs, t ? json_stringn(t, n) : json_string(""));
+            free(t);
+        }
+    }
+    json_t *o = json_pack("{s:i, s:i, s:o, s:o}", "count", (json_int_t)g.prompt.n, "max_model_len",
+                          s->max_model_len, "tokens", toks, "token_strs", strs);
+    srv_gen_free(&g);
+    return send_json(r, 200, o);
+}
+
+static enum MHD_Result route_detokenize(srv_req *r, json_t *body) {
+    cllm_server *s = r->srv;
+    if (!s->tok) return fail(r, 400, "invalid_request_error", NULL, "this model has no tokenizer");
+    json_t *toks = json_object_get(body, "tokens");
+    if (!json_is_array(toks)) return fail(r, 400, "invalid_request_error", "tokens", "'tokens' must be an array of token ids");
+    size_t n = json_array_size(toks);
+    int32_t *ids = malloc((n ? n : 1) * sizeof(int32_t));
+    if (!ids) return MHD_NO;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(toks, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= cllm_tok_n_vocab(s->tok)) {
+            free(ids);
+            return fail(r, 400, "invalid_request_error", "tokens", "tokens[%zu] is not a token id of this model", i);
+        }
+        ids[i] = (int32_t)json_integer_value(x);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    cllm_error ce = {0};
+    cllm_status st = cllm_tok_decode(s->tok, ids, n, false, &text, &len, &ce);
+    free(ids);
+    if (st != CLLM_OK) return fail(r, 400, "invalid_request_error", "tokens", "%s", ce.msg);
+    json_t *o = json_pack("{s:o}", "prompt", json_stringn(text, len));
+    free(text);
+    return send_json(r, 200, o);
+}
+
+static void make_id(srv_req *r) {
+    cllm_server *s = r->srv;
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    uint64_t x = (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
+    snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)x);
+    r->created = (long)time(NULL);
+}
+
+static enum MHD_Result route_generate(srv_req *r, json_t *body) {
+    cllm_server *s = r->srv;
+    srv_err e;
+    if (!srv_parse_gen(s, r->route, body, &r->gen, &e)) return send_err(r, &e);
+    make_id(r);
+    if (!srv_req_submit(r, &e)) return send_err(r, &e);
+    if (!r->gen.stream) {
+        bool susp;
+        if (!srv_req_pump(r, &susp)) return MHD_YES; /* suspended until the engine reports */
+        srv_err fe;
+        json_t *o = srv_fmt_final(r, &fe);
+        return o ? send_json(r, 200, o) : send_err(r, &fe);
+    }
+    if (r->route == SRV_CHAT) srv_fmt_stream_start(r);
+    pthread_mutex_lock(&r->mu);
+    r->refs++; /* the response's reference */
+    pthread_mutex_unlock(&r->mu);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, srv_req_stream_reader,
+                                                                  r, srv_req_stream_free);
+    if (!resp) {
+        srv_req_unref(r);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type",
+                            r->route == SRV_GENERATE ? "application/x-ndjson" : "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    common_headers(s, resp);
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    r->status = 200;
+    srv_metrics_http(&s->m, 200);
+    return ret;
+}
+
+static bool route_of(const char *url, srv_route *rt) {
+    if (!strcmp(url, "/v1/completions")) *rt = SRV_COMPLETIONS;
+    else if (!strcmp(url, "/v1/chat/completions")) *rt = SRV_CHAT;
+    else if (!strcmp(url, "/generate")) *rt = SRV_GENERATE;
+    else return false;
+    return true;
+}
+
+static bool is_public(const char *url) {
+    return !strcmp(url, "/health") || !strcmp(url, "/metrics") || !strcmp(url, "/version") || !strcmp(url, "/ping");
+}
+
+/* Called once the whole body is in (or for GET at once). */
+static enum MHD_Result dispatch(srv_req *r) {
+    cllm_server *s = r->srv;
+    const char *url = r->url, *m = r->method;
+    bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
+    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE), draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
+    if (!strcmp(url, "/health")) {
+        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
+        if (ready && !draining) return send_buf(r, 200, NULL, NULL, 0, 0);
+        return fail(r, 503, "service_unavailable", NULL, draining ? "draining" : "loading model");
+    }
+    if (!strcmp(url, "/ping")) return send_buf(r, ready && !draining ? 200 : 503, NULL, NULL, 0, 0);
+    if (!strcmp(url, "/version")) return send_json(r, 200, json_pack("{s:s}", "version", CLLM_VERSION));
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
+        char *t = srv_metrics_render(s);
+        if (!t) return MHD_NO;
+        return send_buf(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
+    }
+    if (!strcmp(url, "/v1/models")) {
+        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
+        return route_models(r);
+    }
+    srv_route rt = SRV_COMPLETIONS;
+    bool gen = route_of(url, &rt);
+    if (!gen && strcmp(url, "/tokenize") && strcmp(url, "/detokenize"))
+        return fail(r, 404, "NotFoundError", NULL, "no route %s %.200s", m, url);
+    if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
+    if (r->body_too_large)
+        return fail(r, 413, "invalid_request_error", NULL, "request body over --max-body-size (%llu bytes)",
+                    (unsigned long long)s->o.max_body_size);
+    if (gen && !ready) return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
+    if (gen && draining)
+        return fail(r, 503, "service_unavailable", NULL, "The server is shutting down; retry on another replica.");
+    srv_err e;
+    json_t *body = parse_body(r, &e);
+    if (!body) return send_err(r, &e);
+    enum MHD_Result ret;
+    if (!strcmp(url, "/tokenize")) ret = route_tokenize(r, body);
+    else if (!strcmp(url, "/detokenize")) ret = route_detokenize(r, body);
+    else {
+        r->route = rt;
+        ret = route_generate(r, body);
+    }
+    json_decref(body);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size,
+                                  void **con_cls) {
+    cllm_server *s = cls;
+    srv_req *r = *con_cls;
+    if (!r) {
+        r = srv_req_new(s, c, method, url);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        srv_route rt = SRV_COMPLETIONS;
+        if (route_of(url, &rt)) {
+            r->is_gen = true;
+            pthread_mutex_lock(&s->mu);
+            s->open_gen_conns++;
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (!strcmp(method, "OPTIONS") && s->o.allowed_origins) {
+            struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+            if (!resp) return MHD_NO;
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+            common_headers(s, resp);
+            enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+            MHD_destroy_response(resp);
+            r->status = 204;
+            srv_metrics_http(&s->m, 204);
+            return ret;
+        }
+        if (!(s->o.auth_public_health && is_public(url)) && !authorized(s, c)) {
+            srv_err e;
+            srv_err_set(&e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");
+            snprintf(e.code, sizeof(e.code), "invalid_api_key");
+            return send_err(r, &e);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size)
+            return fail(r, 413, "invalid_request_error", NULL, "request body over --max-body-size (%llu bytes)",
+                        (unsigned long long)s->o.max_body_size);
+        return MHD_YES;
+    }
+    if (r->status) { /* a response is queued already (early 4xx): discard the rest */
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (r->body.len + *upload_size > s->o.max_body_size) r->body_too_large = true;
+        else srv_buf_add(&r->body, upload_data, *upload_size);
+        if (r->body.oom) r->body_too_large = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->submitted) { /* resumed non-stream request */
+        bool susp;
+        if (!srv_req_pump(r, &susp)) return MHD_YES;
+        srv_err fe;
+        json_t *o = srv_fmt_final(r, &fe);
+        return o ? send_json(r, 200, o) : send_err(r, &fe);
+    }
+    return dispatch(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    cllm_server *s = cls;
+    srv_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    if (s->o.access_log) {
+        char ip[64] = "-";
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
+        }
+        LOG_INFO("access: %s \"%s %s\" %u %llu bytes %.1f ms%s%s%s", ip, r->method, r->url, r->status,
+                 (unsigned long long)r->bytes_sent, (srv_now() - r->t_arrival) * 1e3, r->id[0] ? " id=" : "",
+                 r->id, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    }
+    srv_req_conn_done(r);
+    if (r->is_gen) {
+        pthread_mutex_lock(&s->mu);
+        s->open_gen_conns--;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    srv_req_unref(r);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    LOG_DEBUG("mhd: %s", msg);
+}
+
+/* ---- stats thread ---- */
+
+static void *stats_main(void *arg) {
+    cllm_server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop_stats) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double sec = s->o.stats_interval_s;
+        ts.tv_sec += (time_t)sec;
+        ts.tv_nsec += (long)((sec - (double)(time_t)sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        while (!s->stop_stats && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0) {
+        }
+        if (s->stop_stats) break;
+        pthread_mutex_unlock(&s->mu);
+        srv_metrics_log_line(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engine *ops, cllm_server **out,
+                              cllm_error *err) {
+    *out = NULL;
+    cllm_server *s = calloc(1, sizeof(*s));
+    if (!s) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    s->o = *o;
+    s->ops = *ops;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->started = (long)time(NULL);
+    s->tok = ops->tokenizer ? ops->tokenizer(ops->ctx) : NULL;
+    s->model_name = strdup(o->served_model_name ? o->served_model_name : "cllm");
+    cllm_engine_stats st;
+    memset(&st, 0, sizeof(st));
+    if (ops->stats) ops->stats(ops->ctx, &st);
+    s->max_model_len = st.max_model_len;
+    cllm_status rc = CLLM_OK;
+    if (!s->model_name || srv_metrics_init(&s->m, s->max_model_len)) {
+        rc = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (o->default_chat_template_kwargs) {
+        s->default_kwargs = json_loads(o->default_chat_template_kwargs, 0, NULL);
+        if (!json_is_object(s->default_kwargs)) {
+            rc = cllm_err_set(err, CLLM_EINVAL, "--default-chat-template-kwargs must be a JSON object");
+            goto fail;
+        }
+    }
+    const char *tsrc = s->tok ? cllm_tok_chat_template(s->tok) : NULL;
+    if (tsrc) {
+        cllm_error te = {0};
+        if (cllm_tmpl_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)
+            LOG_WARN("chat template does not compile (%s); /v1/chat/completions disabled", te.msg);
+    }
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", o->port);
+    if (getaddrinfo(o->host && *o->host ? o->host : NULL, port, &hints, &ai) || !ai) {
+        rc = cllm_err_set(err, CLLM_EINVAL, "cannot resolve --host %s", o->host ? o->host : "");
+        goto fail;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+                            (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
+                            o->connection_limit ? o->connection_limit : 1024, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+                            (unsigned)1, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        rc = cllm_err_set(err, CLLM_EIO, "cannot listen on %s:%d (address in use or not permitted)",
+                          o->host ? o->host : "*", o->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    if (o->stats_interval_s > 0) {
+        if (pthread_create(&s->stats_thread, NULL, stats_main, s) == 0) s->stats_running = true;
+    }
+    LOG_INFO("serving %s on http://%s:%d (model max len %d)", s->model_name, o->host ? o->host : "*", s->port,
+             s->max_model_len);
+    *out = s;
+    return CLLM_OK;
+fail:
+    json_decref(s->default_kwargs);
+    cllm_tmpl_free(s->tmpl);
+    if (s->m.tok_bounds) srv_metrics_free(&s->m);
+    free(s->model_name);
+    free(s);
+    return rc;
+}
+
+int cllm_server_port(const cllm_server *s) { return s->port; }
+
+void cllm_server_set_ready(cllm_server *s, bool ready) { __atomic_store_n(&s->ready, ready ? 1 : 0, __ATOMIC_RELEASE); }
+
+int cllm_server_in_flight(cllm_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->in_flight;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* Waits (s->mu held) until nothing is in flight and every generation response is written. */
+static bool wait_idle(cllm_server *s, double timeout_s) {
+    double end = srv_now() + timeout_s;
+    while (s->in_flight > 0 || s->open_gen_conns > 0) {
+        double left = end - srv_now();
+        if (left <= 0) return false;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double w = left < 0.2 ? left : 0.2;
+        ts.tv_nsec += (long)(w * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    return true;
+}
+
+static int cancel_all(cllm_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (srv_req *r = s->reg_head; r; r = r->reg_next) n++;
+    uint64_t *ids = calloc((size_t)(n ? n : 1), sizeof(uint64_t));
+    int k = 0;
+    for (srv_req *r = s->reg_head; r && ids; r = r->reg_next)
+        if (r->submitted) ids[k++] = r->engine_id;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < k; i++) s->ops.cancel(s->ops.ctx, ids[i]);
+    free(ids);
+    return k;
+}
+
+int cllm_server_drain(cllm_server *s, double timeout_s) {
+    if (__atomic_exchange_n(&s->draining, 1, __ATOMIC_ACQ_REL)) return 0;
+    if (s->ops.drain) s->ops.drain(s->ops.ctx);
+    pthread_mutex_lock(&s->mu);
+    int left = s->in_flight;
+    pthread_mutex_unlock(&s->mu);
+    LOG_INFO("draining: %d request(s) in flight, waiting up to %.0f s", left, timeout_s);
+    pthread_mutex_lock(&s->mu);
+    bool ok = wait_idle(s, timeout_s);
+    pthread_mutex_unlock(&s->mu);
+    int cancelled = 0;
+    if (!ok) {
+        cancelled = cancel_all(s);
+        LOG_WARN("drain timeout: cancelled %d request(s)", cancelled);
+        pthread_mutex_lock(&s->mu);
+        ok = wait_idle(s, 10.0);
+        pthread_mutex_unlock(&s->mu);
+        if (!ok) LOG_ERROR("requests still in flight after cancelling; stopping anyway");
+    }
+    return cancelled;
+}
+
+void cllm_server_stop(cllm_server *s) {
+    if (!s) return;
+    __atomic_store_n(&s->draining, 1, __ATOMIC_RELEASE);
+    if (cllm_server_in_flight(s) > 0) {
+        cancel_all(s);
+        pthread_mutex_lock(&s->mu);
+        wait_idle(s, 10.0);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (s->stats_running) {
+        pthread_mutex_lock(&s->mu);
+        s->stop_stats = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->stats_thread, NULL);
+    }
+    MHD_stop_daemon(s->d);
+    json_decref(s->default_kwargs);
+    cllm_tmpl_free(s->tmpl);
+    srv_metrics_free(&s->m);
+    free(s->model_name);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+char *cllm_server_metrics_text(cllm_server *s) { return srv_metrics_render(s); }

@@ -1,0 +1,231 @@
+/* Private to server/: the server object, per-request state, parsed generation requests, the
+ * metrics registry and small buffers. See server.h for the request path. */
+#ifndef CLLM_SERVER_SRV_INT_H
+#define CLLM_SERVER_SRV_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/output_parser.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- growable byte buffer (curl's dynbuf): every append checks a cap ---- */
+typedef struct srv_buf {
+    char *p;
+    size_t len, cap;
+    bool oom; /* an append failed; contents are truncated */
+} srv_buf;
+
+void srv_buf_add(srv_buf *b, const char *s, size_t n);
+void srv_buf_adds(srv_buf *b, const char *s);
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_buf_free(srv_buf *b);
+
+double srv_now(void); /* CLOCK_MONOTONIC seconds */
+
+/* ---- metrics (metrics.c) ---- */
+typedef struct srv_hist {
+    const double *bounds; /* ascending upper bounds, +Inf implied */
+    int n_bounds;
+    uint64_t *counts; /* [n_bounds + 1], non-cumulative */
+    double sum;
+    uint64_t count;
+} srv_hist;
+
+enum { SRV_H_TTFT, SRV_H_ITL, SRV_H_E2E, SRV_H_QUEUE, SRV_H_PROMPT, SRV_H_GEN, SRV_H_COUNT };
+enum { SRV_REJ_QUEUE, SRV_REJ_TOKENS, SRV_REJ_ENGINE, SRV_REJ_DRAINING, SRV_REJ_COUNT };
+
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    srv_hist h[SRV_H_COUNT];
+    double *tok_bounds; /* 1-2-5 steps up to max_model_len */
+    uint64_t success[5];  /* by cllm_finish */
+    uint64_t prompt_tokens, generation_tokens, cached_tokens;
+    uint64_t http[600]; /* responses by status code */
+    uint64_t rejections[SRV_REJ_COUNT];
+    uint64_t requests_cancelled_disconnect;
+    /* for the periodic log line */
+    uint64_t last_prompt, last_gen;
+    uint64_t last_pq, last_ph;
+    double last_t;
+} srv_metrics;
+
+int srv_metrics_init(srv_metrics *m, int max_model_len);
+void srv_metrics_free(srv_metrics *m);
+void srv_metrics_observe(srv_metrics *m, int which, double v);
+void srv_metrics_http(srv_metrics *m, unsigned status);
+char *srv_metrics_render(cllm_server *s);
+void srv_metrics_log_line(cllm_server *s);
+
+/* ---- parsed generation request (openai.c) ---- */
+typedef enum srv_route {
+    SRV_COMPLETIONS,
+    SRV_CHAT,
+    SRV_GENERATE, /* vLLM demo /generate */
+} srv_route;
+
+typedef struct srv_gen {
+    srv_route route;
+    bool stream, include_usage, continuous_usage;
+    bool echo;
+    int n;
+    cllm_sampling s;  /* pointer fields point into the arrays below */
+    char **stop;
+    int n_stop;
+    int *stop_ids, n_stop_ids;
+    int *bias_ids;
+    float *bias_vals;
+    int n_bias;
+    cllm_tok_ids prompt;
+    char *prompt_text;  /* for echo and /generate (NULL when the prompt was token ids) */
+    int logprobs;       /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
+    bool chat_logprobs;
+    json_t *tools;      /* owned ref or NULL */
+    bool parse_tools, parse_reasoning, starts_in_reasoning;
+    char *cache_salt;
+} srv_gen;
+
+void srv_gen_free(srv_gen *g);
+
+/* An error to return: status + OpenAI error object fields. */
+typedef struct srv_err {
+    unsigned status;
+    char type[48];
+    char param[64];
+    char code[48];
+    char msg[600];
+} srv_err;
+
+void srv_err_set(srv_err *e, unsigned status, const char *type, const char *param,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Parses a completions / chat / generate body into g. Returns false with e filled. */
+bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);
+/* /tokenize body: {"prompt"} or {"messages"} (chat template applied); fills g->prompt. */
+bool srv_parse_tokenize(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+
+/* ---- per-request state (srv_req.c) ---- */
+typedef struct srv_ev {
+    struct srv_ev *next;
+    int index;
+    char *text;
+    size_t text_len;
+    int *tokens;
+    int n_tokens;
+    cllm_token_logprob *lp; /* [n_tokens][1 + n_top] or NULL */
+    int n_top;
+    cllm_finish finish;
+    char *error;
+    int prompt_tokens, completion_tokens, cached_prompt_tokens;
+} srv_ev;
+
+typedef struct srv_choice {
+    srv_buf text;       /* all text (completions, generate) */
+    cllm_outp *parser;  /* chat */
+    srv_buf content, reasoning;
+    json_t *tool_calls; /* chat, non-stream: accumulated [{id,type,function}] */
+    int n_tool_calls;
+    json_t *lp;         /* accumulated logprobs for non-stream */
+    int completion_tokens;
+    int text_offset;    /* completions logprobs text_offset */
+    cllm_finish finish;
+    char *error;
+    bool started;
+} srv_choice;
+
+typedef struct srv_req srv_req;
+
+struct srv_req {
+    /* shared with the engine thread, under mu */
+    pthread_mutex_t mu;
+    int refs;
+    srv_ev *head, *tail;
+    int n_finished_engine;
+    bool suspended; /* we suspended the connection and nobody resumed it yet */
+    bool conn_gone; /* MHD finished with the connection: never resume again */
+    double *t_last_token; /* [n] engine-thread timing */
+    bool first_token_seen;
+    bool ev_oom;          /* an event copy failed: the request reports an error */
+
+    /* connection side (MHD thread) */
+    cllm_server *srv;
+    struct MHD_Connection *conn;
+    srv_route route;
+    char method[16], url[256];
+    srv_buf body;
+    bool body_too_large;
+    bool is_gen;       /* a generation route that counts against drain */
+    bool submitted;
+    bool counted_in_flight;
+    bool all_done;     /* connection side has seen every final */
+    bool trailer_sent;
+    uint64_t engine_id;
+    srv_gen gen;
+    srv_choice *choices; /* [gen.n] */
+    int n_finished_conn;
+    int prompt_tokens, cached_tokens;
+    char id[48];
+    long created;
+    double t_arrival;
+    srv_buf out; /* formatted bytes not yet handed to MHD */
+    size_t out_off;
+    unsigned status;
+    uint64_t bytes_sent;
+    bool queued_tokens_counted;
+    srv_req *reg_prev, *reg_next; /* server's in-flight registry */
+};
+
+struct cllm_server {
+    cllm_server_opts o;
+    cllm_server_engine ops;
+    struct MHD_Daemon *d;
+    int port;
+    const cllm_tok *tok;
+    cllm_tmpl *tmpl;
+    json_t *default_kwargs;
+    char *model_name;
+    int max_model_len;
+    long started;
+    volatile int ready;    /* atomic via __atomic */
+    volatile int draining;
+    pthread_mutex_t mu; /* registry, counters below */
+    pthread_cond_t cv;
+    srv_req *reg_head;
+    int in_flight;      /* submitted, not all finals seen by the engine callback */
+    int open_gen_conns; /* generation connections not yet completed by MHD */
+    uint64_t queued_tokens;
+    uint64_t next_id;
+    srv_metrics m;
+    pthread_t stats_thread;
+    bool stats_running, stop_stats;
+};
+
+srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method, const char *url);
+void srv_req_unref(srv_req *r);
+/* Submits r->gen to the engine. Returns false with e filled (429/503/400). */
+bool srv_req_submit(srv_req *r, srv_err *e);
+/* Takes queued events and formats them into r->out (stream) or the choices (non-stream).
+ * Returns true when every sample has finished. If nothing is queued and not finished, suspends
+ * the connection (under the request lock) and returns false. */
+bool srv_req_pump(srv_req *r, bool *suspended);
+/* Builds the final JSON for a non-stream request. */
+char *srv_req_final_json(srv_req *r, size_t *len, unsigned *status);
+ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
+void srv_req_stream_free(void *cls);
+void srv_req_conn_done(srv_req *r);
+
+/* openai.c formatting */
+void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */
+void srv_fmt_trailer(srv_req *r);
+void srv_fmt_stream_start(srv_req *r);         /* chat: the role chunk of each choice */              /* stream end: usage chunk, [DONE] */
+char *srv_fmt_error_json(const srv_err *e);
+json_t *srv_fmt_final(srv_req *r, srv_err *e);
+
+#endif
