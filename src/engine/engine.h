@@ -142,4 +142,10 @@ struct cllm_tok;
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e);
 const char *cllm_engine_model_name(const cllm_engine *e);
 
+/* Extensions (engine owner, for `cllm bench` and tests). */
+/* Drops every cached prefix block and GDN state snapshot before the next step (a cold cache). */
+void cllm_engine_reset_prefix_cache(cllm_engine *e);
+/* Seconds spent inside forward calls and tokens run through them since creation. */
+void cllm_engine_forward_time(cllm_engine *e, double *seconds, uint64_t *tokens);
+
 #endif

@@ -1,0 +1,431 @@
+/* Engine: the public API of engine.h. Loads the model and tokenizer, sizes the KV pool and the
+ * state slots from the memory budget, and runs the scheduler (sched.c) on its own thread.
+ *
+ * Threads: submit/cancel/drain/stats take e->mu briefly and hand work to the step thread through
+ * two queues (new requests, cancelled ids); the step thread owns the scheduler, the pools and the
+ * forward context, and calls the request callbacks without holding e->mu (a callback may call
+ * cllm_engine_cancel). */
+#include "engine/engine.h"
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/log.h"
+#include "base/mem.h"
+#include "base/threadpool.h"
+#include "engine/sched.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "tokenizer/tokenizer.h"
+
+struct cllm_engine {
+    cllm_engine_opts o;
+    char name[256];
+    cllm_model *m;
+    cllm_pool *pool;
+    cllm_fwd_ctx *fctx;
+    cllm_kv_pool kv;
+    cllm_state_pool st;
+    size_t block_bytes;
+    cllm_tok *tok;
+    cllm_gen_config gen;
+    sched_cfg scfg;
+    sched *s;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, draining;
+    eng_req **in; /* submitted, not yet handed to the scheduler */
+    int n_in, cap_in;
+    uint64_t *cancels;
+    int n_cancel, cap_cancel;
+    cllm_engine_stats stats; /* snapshot after the last step */
+    uint64_t rejections;
+    bool reset_cache;
+    double t_forward;       /* copies of the scheduler's counters, for cllm_engine_forward_time */
+    uint64_t tokens_forward;
+    atomic_uint_fast64_t next_id;
+};
+
+void cllm_engine_opts_defaults(cllm_engine_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->max_num_seqs = 256;
+    o->max_num_batched_tokens = 2048;
+    o->block_size = 16;
+    o->memory_utilization = 0.5;
+    o->enable_prefix_caching = true;
+    o->state_snapshot_interval = 1;
+}
+
+void cllm_sampling_defaults(const cllm_engine *e, cllm_sampling *s) {
+    memset(s, 0, sizeof(*s));
+    s->top_p = 1;
+    s->repetition_penalty = 1;
+    s->logprobs = -1;
+    s->n = 1;
+    s->skip_special_tokens = true;
+    if (e && e->gen.present && e->gen.do_sample) {
+        s->temperature = e->gen.temperature;
+        s->top_p = e->gen.top_p;
+        s->top_k = e->gen.top_k;
+        s->min_p = e->gen.min_p;
+        s->repetition_penalty = e->gen.repetition_penalty > 0 ? e->gen.repetition_penalty : 1;
+        s->presence_penalty = e->gen.presence_penalty;
+    }
+}
+
+/* ---- model ops over the real forward pass ---- */
+
+static cllm_status real_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
+    cllm_engine *e = ctx;
+    return cllm_forward(e->fctx, b, &e->kv, &e->st, logits, err);
+}
+
+static void real_copy_block(void *ctx, int dst, int src) {
+    cllm_engine *e = ctx;
+    if (!e->kv.data || dst == src) return;
+    memcpy((char *)e->kv.data + (size_t)dst * e->block_bytes, (char *)e->kv.data + (size_t)src * e->block_bytes,
+           e->block_bytes);
+}
+
+static void real_copy_state(void *ctx, int dst, int src) {
+    cllm_engine *e = ctx;
+    cllm_state_slot_copy(&e->st, dst, src);
+}
+
+static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state};
+
+/* ---- sizing ---- */
+
+static uint64_t weights_bytes(const char *dir) {
+    uint64_t sum = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 12 || strcmp(de->d_name + n - 12, ".safetensors") != 0) continue;
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0) sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* ---- step thread ---- */
+
+static void *step_main(void *arg) {
+    cllm_engine *e = arg;
+    eng_req **in = NULL;
+    uint64_t *cancels = NULL;
+    int cap_in = 0, cap_c = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stop && e->n_in == 0 && e->n_cancel == 0 && !e->reset_cache && !sched_has_work(e->s))
+            pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop) break;
+        /* swap the queues out */
+        eng_req **tin = e->in;
+        int n_in = e->n_in, tcap = e->cap_in;
+        e->in = in;
+        e->cap_in = cap_in;
+        e->n_in = 0;
+        in = tin;
+        cap_in = tcap;
+        uint64_t *tc = e->cancels;
+        int n_c = e->n_cancel, tcc = e->cap_cancel;
+        e->cancels = cancels;
+        e->cap_cancel = cap_c;
+        e->n_cancel = 0;
+        cancels = tc;
+        cap_c = tcc;
+        bool reset = e->reset_cache;
+        e->reset_cache = false;
+        pthread_mutex_unlock(&e->mu);
+
+        if (reset) sched_reset_prefix_cache(e->s);
+
+        for (int i = 0; i < n_in; i++) sched_add(e->s, in[i]);
+        for (int i = 0; i < n_c; i++) sched_cancel(e->s, cancels[i]);
+        sched_step(e->s);
+        cllm_engine_stats st;
+        sched_stats(e->s, &st);
+        double tf;
+        uint64_t tk;
+        sched_timing(e->s, &tf, &tk);
+
+        pthread_mutex_lock(&e->mu);
+        e->t_forward = tf;
+        e->tokens_forward = tk;
+        st.admission_rejections = e->rejections;
+        st.waiting += e->n_in;
+        e->stats = st;
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(in);
+    free(cancels);
+    return NULL;
+}
+
+/* ---- create / free ---- */
+
+cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, cllm_error *err) {
+    *out = NULL;
+    cllm_engine_opts o = *opts;
+    if (!o.model_dir) return cllm_err_set(err, CLLM_EINVAL, "engine: no model directory");
+    if (o.max_num_seqs <= 0) o.max_num_seqs = 256;
+    if (o.max_num_batched_tokens <= 0) o.max_num_batched_tokens = 2048;
+    if (o.block_size <= 0) o.block_size = 16;
+    if (o.memory_utilization <= 0 || o.memory_utilization > 1) o.memory_utilization = 0.5;
+    if (o.state_snapshot_interval <= 0) o.state_snapshot_interval = 1;
+    cllm_engine *e = calloc(1, sizeof(*e));
+    if (!e) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    e->o = o;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    atomic_init(&e->next_id, 1);
+    const char *base = strrchr(o.model_dir, '/');
+    base = base && base[1] ? base + 1 : o.model_dir;
+    snprintf(e->name, sizeof(e->name), "%s", base);
+    cllm_status rc;
+    if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) goto fail;
+    const cllm_config *cf = cllm_model_config(e->m);
+    if (file_exists(o.model_dir, "tokenizer.json") && (rc = cllm_tok_load(o.model_dir, &e->tok, err)) != CLLM_OK)
+        goto fail;
+    if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) goto fail;
+
+    int bs = o.block_size;
+    int n_attn = cllm_model_n_attn_layers(e->m), n_gdn = cllm_model_n_gdn_layers(e->m);
+    size_t block_bytes = (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * 4;
+    size_t conv_ch = (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
+    size_t slot_bytes = n_gdn ? (size_t)n_gdn *
+                                    (conv_ch * (size_t)(cf->lin_conv_kernel - 1) +
+                                     (size_t)cf->lin_n_v_heads * cf->lin_k_dim * cf->lin_v_dim) * 4
+                              : 0;
+    uint64_t kv_budget = o.kv_cache_bytes;
+    if (!kv_budget) {
+        uint64_t total = (uint64_t)(o.memory_utilization * (double)cllm_mem_total());
+        uint64_t w = weights_bytes(o.model_dir), live = (uint64_t)slot_bytes * (uint64_t)o.max_num_seqs;
+        kv_budget = total > w + live ? total - w - live : 0;
+    }
+    int want_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
+    uint64_t n_blocks = block_bytes ? kv_budget / block_bytes : 0;
+    /* more than every sequence at full length (plus as much again for the prefix cache) is waste */
+    uint64_t useful = 2ull * (uint64_t)o.max_num_seqs * (uint64_t)((want_len + bs - 1) / bs);
+    if (n_blocks > useful) n_blocks = useful;
+    if (!block_bytes) n_blocks = useful > (1u << 20) ? (1u << 20) : useful; /* no attention layers */
+    if (n_blocks > (1u << 24)) n_blocks = 1u << 24;
+    if (n_blocks < 1) {
+        rc = cllm_err_set(err, CLLM_ENOMEM, "engine: the KV budget (%llu bytes) holds no %zu-byte block",
+                          (unsigned long long)kv_budget, block_bytes);
+        goto fail;
+    }
+    int max_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
+    if ((uint64_t)max_len > n_blocks * (uint64_t)bs) {
+        if (o.max_model_len > 0) {
+            rc = cllm_err_set(err, CLLM_EINVAL,
+                              "engine: --max-model-len %d needs %d KV blocks but the budget holds %llu; lower it "
+                              "or raise --kv-cache-memory",
+                              o.max_model_len, (o.max_model_len + bs - 1) / bs, (unsigned long long)n_blocks);
+            goto fail;
+        }
+        max_len = (int)(n_blocks * (uint64_t)bs);
+    }
+    int n_live = o.max_num_seqs;
+    int n_snap = 0;
+    if (n_gdn && o.enable_prefix_caching) {
+        uint64_t sb = o.state_snapshot_bytes ? o.state_snapshot_bytes : kv_budget / 4;
+        uint64_t k = sb / slot_bytes;
+        if (!o.state_snapshot_bytes && k < 4) k = 4;
+        if (k > 4096) k = 4096;
+        n_snap = (int)k;
+    }
+    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs, CLLM_KV_F32, err)) != CLLM_OK) goto fail;
+    if ((rc = cllm_state_pool_init(&e->st, e->m, n_live + n_snap, err)) != CLLM_OK) goto fail;
+    e->block_bytes = cllm_kv_pool_block_bytes(&e->kv);
+    e->pool = cllm_pool_create(o.n_threads);
+    if (!e->pool) {
+        rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot create the thread pool");
+        goto fail;
+    }
+    if ((rc = cllm_fwd_ctx_create(e->m, e->pool, &e->fctx, err)) != CLLM_OK) goto fail;
+
+    sched_cfg *c = &e->scfg;
+    c->vocab_size = cf->vocab_size;
+    c->has_state = n_gdn > 0;
+    c->n_blocks = (int)n_blocks;
+    c->block_size = bs;
+    c->n_live_slots = n_live;
+    c->n_snap_slots = n_snap;
+    c->max_num_seqs = o.max_num_seqs;
+    c->max_num_batched_tokens = o.max_num_batched_tokens;
+    c->max_model_len = max_len;
+    c->prefix_caching = o.enable_prefix_caching;
+    c->snapshot_interval = o.state_snapshot_interval;
+    c->tok = e->tok;
+    for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++) c->eos_ids[c->n_eos++] = cf->eos_ids[i];
+    for (int i = 0; i < e->gen.n_eos && c->n_eos < CLLM_MAX_EOS; i++) {
+        bool dup = false;
+        for (int k = 0; k < c->n_eos; k++) dup |= c->eos_ids[k] == e->gen.eos_ids[i];
+        if (!dup) c->eos_ids[c->n_eos++] = e->gen.eos_ids[i];
+    }
+    if (e->tok && cllm_tok_eos_id(e->tok) >= 0 && c->n_eos < CLLM_MAX_EOS) {
+        bool dup = false;
+        for (int k = 0; k < c->n_eos; k++) dup |= c->eos_ids[k] == cllm_tok_eos_id(e->tok);
+        if (!dup) c->eos_ids[c->n_eos++] = cllm_tok_eos_id(e->tok);
+    }
+    if ((rc = sched_create(c, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
+    sched_stats(e->s, &e->stats);
+    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB); state slots: %d live + %d snapshots (%.1f MiB each); "
+             "max_model_len %d, prefix caching %s",
+             (unsigned long long)n_blocks, (unsigned long long)n_blocks * (uint64_t)bs,
+             (double)n_blocks * (double)e->block_bytes / 1048576.0, n_live, n_snap, (double)slot_bytes / 1048576.0,
+             max_len, o.enable_prefix_caching ? "on" : "off");
+    if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
+        rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot start the step thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return CLLM_OK;
+fail:
+    cllm_engine_free(e);
+    return rc;
+}
+
+void cllm_engine_free(cllm_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->s) {
+        for (int i = 0; i < e->n_in; i++) sched_add(e->s, e->in[i]);
+        e->n_in = 0;
+        sched_free(e->s); /* running and queued requests end with ABORT */
+    }
+    for (int i = 0; i < e->n_in; i++) sched_req_free(e->in[i]);
+    free(e->in);
+    free(e->cancels);
+    cllm_fwd_ctx_free(e->fctx);
+    cllm_pool_free(e->pool);
+    cllm_kv_pool_free(&e->kv);
+    cllm_state_pool_free(&e->st);
+    cllm_tok_free(e->tok);
+    cllm_model_free(e->m);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* ---- API ---- */
+
+cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id, cllm_error *err) {
+    if (!r || !r->on_event) return cllm_err_set(err, CLLM_EINVAL, "request has no event callback");
+    uint64_t rid = atomic_fetch_add(&e->next_id, 1);
+    eng_req *q;
+    cllm_status rc = sched_req_new(&e->scfg, r, rid, cllm_time_s(), &q, err);
+    if (rc != CLLM_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->rejections++;
+        pthread_mutex_unlock(&e->mu);
+        return rc;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->draining || e->stop) {
+        e->rejections++;
+        pthread_mutex_unlock(&e->mu);
+        sched_req_free(q);
+        return cllm_err_set(err, CLLM_EBUSY, "the engine is draining and accepts no new requests");
+    }
+    if (e->o.max_queued_requests > 0 && e->stats.waiting + e->n_in >= e->o.max_queued_requests) {
+        e->rejections++;
+        pthread_mutex_unlock(&e->mu);
+        sched_req_free(q);
+        return cllm_err_set(err, CLLM_EBUSY, "too many queued requests (%d); try again later",
+                            e->o.max_queued_requests);
+    }
+    if (e->n_in + 1 > e->cap_in) {
+        int nc = e->cap_in ? e->cap_in * 2 : 16;
+        eng_req **p = realloc(e->in, (size_t)nc * sizeof(*p));
+        if (!p) {
+            pthread_mutex_unlock(&e->mu);
+            sched_req_free(q);
+            return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        }
+        e->in = p;
+        e->cap_in = nc;
+    }
+    e->in[e->n_in++] = q;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id) *id = rid;
+    return CLLM_OK;
+}
+
+void cllm_engine_cancel(cllm_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancel + 1 > e->cap_cancel) {
+        int nc = e->cap_cancel ? e->cap_cancel * 2 : 16;
+        uint64_t *p = realloc(e->cancels, (size_t)nc * sizeof(*p));
+        if (!p) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cancels = p;
+        e->cap_cancel = nc;
+    }
+    e->cancels[e->n_cancel++] = id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void cllm_engine_drain(cllm_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->draining = true;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->stats;
+    s->admission_rejections = e->rejections;
+    s->waiting = e->stats.waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) { return e->tok; }
+const char *cllm_engine_model_name(const cllm_engine *e) { return e->name; }
+
+void cllm_engine_reset_prefix_cache(cllm_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->reset_cache = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void cllm_engine_forward_time(cllm_engine *e, double *seconds, uint64_t *tokens) {
+    pthread_mutex_lock(&e->mu);
+    *seconds = e->t_forward;
+    *tokens = e->tokens_forward;
+    pthread_mutex_unlock(&e->mu);
+}
