@@ -14,6 +14,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"serve", cmd_serve, "OpenAI- and vLLM-compatible HTTP server (SSE, /metrics, /health, drain on SIGTERM)"},
     {"tokenize", cmd_tokenize, "encode text with the model's tokenizer (--bench FILE for throughput)"},
     {"detokenize", cmd_detokenize, "decode token ids to text"},
     {"chat-template", cmd_chat_template, "render the chat template for a messages JSON file"},

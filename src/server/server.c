@@ -301,6 +301,8 @@ static enum MHD_Result dispatch(srv_req *r) {
         if (!t) return MHD_NO;
         return send_buf(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
     }
+    if (!ready && strcmp(url, "/metrics"))
+        return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
     if (!strcmp(url, "/v1/models")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         return route_models(r);
@@ -313,7 +315,6 @@ static enum MHD_Result dispatch(srv_req *r) {
     if (r->body_too_large)
         return fail(r, 413, "invalid_request_error", NULL, "request body over --max-body-size (%llu bytes)",
                     (unsigned long long)s->o.max_body_size);
-    if (gen && !ready) return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
     if (gen && draining)
         return fail(r, 503, "service_unavailable", NULL, "The server is shutting down; retry on another replica.");
     srv_err e;
@@ -464,14 +465,9 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->started = (long)time(NULL);
-    s->tok = ops->tokenizer ? ops->tokenizer(ops->ctx) : NULL;
     s->model_name = strdup(o->served_model_name ? o->served_model_name : "cllm");
-    cllm_engine_stats st;
-    memset(&st, 0, sizeof(st));
-    if (ops->stats) ops->stats(ops->ctx, &st);
-    s->max_model_len = st.max_model_len;
     cllm_status rc = CLLM_OK;
-    if (!s->model_name || srv_metrics_init(&s->m, s->max_model_len)) {
+    if (!s->model_name || srv_metrics_init(&s->m, 0)) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto fail;
     }
@@ -482,13 +478,6 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
             goto fail;
         }
     }
-    const char *tsrc = s->tok ? cllm_tok_chat_template(s->tok) : NULL;
-    if (tsrc) {
-        cllm_error te = {0};
-        if (cllm_tmpl_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)
-            LOG_WARN("chat template does not compile (%s); /v1/chat/completions disabled", te.msg);
-    }
-
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
@@ -516,8 +505,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     if (o->stats_interval_s > 0) {
         if (pthread_create(&s->stats_thread, NULL, stats_main, s) == 0) s->stats_running = true;
     }
-    LOG_INFO("serving %s on http://%s:%d (model max len %d)", s->model_name, o->host ? o->host : "*", s->port,
-             s->max_model_len);
+    LOG_INFO("listening on http://%s:%d (model %s)", o->host ? o->host : "*", s->port, s->model_name);
     *out = s;
     return CLLM_OK;
 fail:
@@ -531,7 +519,31 @@ fail:
 
 int cllm_server_port(const cllm_server *s) { return s->port; }
 
-void cllm_server_set_ready(cllm_server *s, bool ready) { __atomic_store_n(&s->ready, ready ? 1 : 0, __ATOMIC_RELEASE); }
+/* Reads what the routes need from the engine. Only while not ready: no route reads these then. */
+static void load_model_info(cllm_server *s) {
+    s->tok = s->ops.tokenizer ? s->ops.tokenizer(s->ops.ctx) : NULL;
+    cllm_engine_stats st;
+    memset(&st, 0, sizeof(st));
+    if (s->ops.stats) s->ops.stats(s->ops.ctx, &st);
+    if (st.max_model_len != s->max_model_len) {
+        s->max_model_len = st.max_model_len;
+        srv_metrics_free(&s->m);
+        if (srv_metrics_init(&s->m, s->max_model_len)) LOG_ERROR("metrics: out of memory");
+    }
+    cllm_tmpl_free(s->tmpl);
+    s->tmpl = NULL;
+    const char *tsrc = s->tok ? cllm_tok_chat_template(s->tok) : NULL;
+    if (tsrc) {
+        cllm_error te = {0};
+        if (cllm_tmpl_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)
+            LOG_WARN("chat template does not compile (%s); /v1/chat/completions disabled", te.msg);
+    }
+}
+
+void cllm_server_set_ready(cllm_server *s, bool ready) {
+    if (ready && !__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE)) load_model_info(s);
+    __atomic_store_n(&s->ready, ready ? 1 : 0, __ATOMIC_RELEASE);
+}
 
 int cllm_server_in_flight(cllm_server *s) {
     pthread_mutex_lock(&s->mu);

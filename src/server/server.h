@@ -34,8 +34,9 @@ typedef struct cllm_server_engine {
     const struct cllm_tok *(*tokenizer)(void *ctx); /* NULL: no tokenizer */
 } cllm_server_engine;
 
-/* Fills ops with the real engine's functions (engine/engine.h) for e. */
-void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine *e);
+/* Fills ops with the real engine's functions (engine/engine.h). *holder is the engine, or NULL
+ * while it loads (submit then answers EBUSY); it must outlive the server. */
+void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine **holder);
 
 typedef struct cllm_server_opts {
     const char *host;             /* default "127.0.0.1" */
@@ -63,7 +64,9 @@ void cllm_server_opts_defaults(cllm_server_opts *o);
 typedef struct cllm_server cllm_server;
 
 /* Starts listening (threads inside MHD). ops is copied; the engine must outlive the server.
- * The server reports "loading" (503 on /health) until cllm_server_set_ready. */
+ * The server reports "loading" (503 on /health, and on every model route) until
+ * cllm_server_set_ready(s, true), which (re)reads the tokenizer, chat template and
+ * max_model_len from ops. */
 cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engine *ops,
                               cllm_server **out, cllm_error *err);
 
