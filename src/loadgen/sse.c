@@ -18,8 +18,8 @@ void lg_sse_free(lg_sse *p) {
 }
 
 static bool grow(char **buf, size_t *cap, size_t need, size_t max) {
-    if (need <= *cap) return true;
     if (need > max + 1) return false;
+    if (need <= *cap) return true;
     size_t c = *cap ? *cap : 256;
     while (c < need) c *= 2;
     char *q = realloc(*buf, c);
