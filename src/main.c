@@ -23,6 +23,7 @@ static const command commands[] = {
     {"cpuinfo", cmd_cpuinfo, "print detected CPU features and the kernel tier in use"},
     {"generate", cmd_generate, "generate tokens from a prompt (ids until a tokenizer exists)"},
     {"eval", cmd_eval, "run token ids through the model; dump or hash the logits"},
+    {"bench", cmd_bench, "offline engine benchmark: llama-bench table, batched sweep, multi-turn prefix reuse"},
     {"bench-forward", cmd_bench_forward, "prefill and decode tok/s beside the memory-bandwidth roofline"},
     {"bench-serve", cmd_bench_serve, "load-test an OpenAI-compatible server (vLLM bench serve metrics, think-time users)"},
 };
