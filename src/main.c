@@ -26,6 +26,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "offline engine benchmark: llama-bench table, batched sweep, multi-turn prefix reuse"},
     {"bench-forward", cmd_bench_forward, "prefill and decode tok/s beside the memory-bandwidth roofline"},
     {"bench-serve", cmd_bench_serve, "load-test an OpenAI-compatible server (vLLM bench serve metrics, think-time users)"},
+    {"doctor", cmd_doctor, "health inspection of a running server (exit 0 ok, 1 warn, 2 critical)"},
 };
 
 static void print_usage(FILE *f) {

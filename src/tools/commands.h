@@ -10,6 +10,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
