@@ -1,0 +1,126 @@
+#!/bin/bash
+# End to end: `cllm serve` on a tiny random-weight model (synth) with the real engine and
+# tokenizer. curl for /health, /generate, /tokenize, /detokenize, bad input; promtool on
+# /metrics; the official OpenAI Node SDK (tests/data/http/e2e/openai_sdk.cjs: completions and
+# chat, streaming and not, thinking on/off, tools, 32 concurrent greedy streams == sequential,
+# typed errors); client disconnect frees the request; SIGTERM drains and exits 0; JSON logs.
+set -u
+BIN=${CLLM_BIN:-build/cllm}
+SRC=${CLLM_SRC:-.}
+TMP=${CLLM_TMP:-/tmp}/server_e2e
+rm -rf "$TMP"
+mkdir -p "$TMP"
+fails=0
+checks=0
+ok() { checks=$((checks + 1)); if ! eval "$1"; then fails=$((fails + 1)); echo "FAIL: $2" >&2; fi; }
+
+# the tiny config with a vocabulary large enough for models/tiny's tokenizer (4007 ids)
+sed 's/"vocab_size": 512/"vocab_size": 4096/' "$SRC/configs/tiny.json" > "$TMP/tiny.json"
+"$BIN" synth --config "$TMP/tiny.json" "$TMP/model" --dtype f32 --tokenizer "$SRC/models/tiny" -q || {
+    echo "synth failed" >&2
+    exit 1
+}
+
+PORT=$((20000 + RANDOM % 20000))
+KEY=sk-e2e
+H="Authorization: Bearer $KEY"
+U="http://127.0.0.1:$PORT"
+start_server() {
+    "$BIN" --log-format json serve "$TMP/model" --port $PORT --api-key $KEY --served-model-name tiny \
+        --max-model-len 8192 --threads 2 --stats-interval 1 "$@" > "$TMP/server.log" 2>&1 &
+    SPID=$!
+    for _ in $(seq 300); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
+        kill -0 $SPID 2> /dev/null || break
+        sleep 0.1
+    done
+    echo "server did not become ready:" >&2
+    cat "$TMP/server.log" >&2
+    return 1
+}
+start_server || exit 1
+
+# --- curl: basics ---
+ok '[ "$(curl -s -o /dev/null -w "%{http_code}" $U/v1/models)" = 401 ]' "models without key"
+ok 'curl -s -H "$H" $U/v1/models | grep -q "\"id\":\"tiny\""' "models"
+ok 'curl -s $U/version | grep -q "\"version\""' "version"
+out=$(curl -s -H "$H" $U/generate -d '{"prompt":"Hello there","max_tokens":8,"temperature":0}')
+ok 'echo "$out" | grep -q "^{\"text\":\[\"Hello there"' "generate: $out"
+out=$(curl -sN -H "$H" $U/generate -d '{"prompt":"Hello there","max_tokens":4,"stream":true,"temperature":0}')
+ok '[ "$(echo "$out" | grep -c "^{\"text\":\[\"Hello there")" -ge 3 ]' "generate stream: $out"
+tok=$(curl -s -H "$H" $U/tokenize -d '{"prompt":"Hello world, again"}')
+ids=$(echo "$tok" | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/')
+ok 'echo "$tok" | grep -q "\"count\":"' "tokenize: $tok"
+ok 'curl -s -H "$H" $U/detokenize -d "{\"tokens\":$ids}" | grep -q "\"prompt\":\"Hello world, again\""' "detokenize round trip ($ids)"
+out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"hi","max_tokens":9000}')
+ok 'echo "$out" | grep -q "This model.s maximum context length is 8192 tokens. However, you requested 9000 output tokens"' "over-length: $out"
+ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"prompt\":")" = 400 ]' "malformed json"
+ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"model\":\"x\",\"prompt\":\"a\"}")" = 404 ]' "unknown model"
+a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
+b=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
+ok '[ "$a" = "$b" ]' "greedy completions differ: $a / $b"
+out=$(curl -sN -H "$H" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}')
+ok 'echo "$out" | head -1 | grep -q "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"' "chat stream role chunk"
+ok 'echo "$out" | grep -q "\"choices\":\[\],\"usage\":{\"prompt_tokens\":"' "chat stream usage chunk"
+ok '[ "$(echo "$out" | tail -1)" = "data: [DONE]" ]' "chat stream [DONE]"
+
+# --- the OpenAI Node SDK ---
+if command -v node > /dev/null && [ -d "$SRC/node_modules/openai" ]; then
+    ok 'NODE_PATH="$SRC/node_modules" timeout 120 node "$SRC/tests/data/http/e2e/openai_sdk.cjs" $PORT $KEY tiny' "openai SDK suite"
+else
+    echo "SKIP: node or node_modules/openai missing (npm install at the repo root)" >&2
+fi
+
+# --- client disconnect: the request is aborted and its slot freed ---
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":8000,"ignore_eos":true,"stream":true}' | head -c 300 > /dev/null
+for _ in $(seq 50); do
+    m=$(curl -s $U/metrics)
+    echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
+    sleep 0.1
+done
+ok 'echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 1$"' "disconnect counted"
+ok 'echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 1$"' "disconnect aborted in the engine"
+ok 'echo "$m" | grep -q "^vllm:num_requests_running{[^}]*} 0$"' "running back to 0"
+ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed"
+ok 'echo "$m" | grep -q "^cllm_requests_in_flight{[^}]*} 0$"' "nothing in flight"
+echo "$m" > "$TMP/metrics.txt"
+if command -v promtool > /dev/null; then
+    # promtool lints the ':' in vLLM's names (what dashboards key on); nothing else may appear
+    ok '! promtool check metrics < "$TMP/metrics.txt" 2>&1 | grep -v "^vllm:[a-z0-9_]* metric names should not contain .:.$" | grep .' "promtool check metrics"
+fi
+ok 'grep -q "^vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} [1-9]" "$TMP/metrics.txt"' "generation tokens counted"
+
+# --- logs: JSON lines, access log, periodic stats line ---
+ok 'grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server.log"' "json access log"
+ok 'grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server.log"' "stats line"
+ok '! grep -v "^{\"ts\":" "$TMP/server.log" | grep .' "every log line is JSON"
+
+# --- SIGTERM: in-flight stream finishes, new requests get 503, exit 0 ---
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Drain me","max_tokens":3000,"ignore_eos":true,"stream":true}' > "$TMP/drain.out" &
+CPID=$!
+for _ in $(seq 100); do [ -s "$TMP/drain.out" ] && break; sleep 0.02; done
+kill -TERM $SPID
+sleep 0.05
+code=$(curl -s -o /dev/null -w '%{http_code}' $U/health)
+ok '[ "$code" = 503 ] || [ "$code" = 000 ]' "health while draining: $code"
+wait $CPID
+wait $SPID
+rc=$?
+ok '[ $rc = 0 ]' "server exit status after SIGTERM: $rc"
+ok 'grep -q "\"finish_reason\":\"length\"" "$TMP/drain.out" && tail -2 "$TMP/drain.out" | grep -q "^data: \[DONE\]$"' "in-flight stream finished during drain"
+ok 'grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server.log"' "clean shutdown line"
+
+# --- --shutdown-timeout 0 aborts in-flight requests and still exits 0 ---
+start_server --shutdown-timeout 0 || exit 1
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Abort me","max_tokens":8000,"ignore_eos":true,"stream":true}' > "$TMP/abort.out" &
+CPID=$!
+for _ in $(seq 100); do [ -s "$TMP/abort.out" ] && break; sleep 0.02; done
+kill -INT $SPID
+wait $CPID
+wait $SPID
+rc=$?
+ok '[ $rc = 0 ]' "exit status after SIGINT with --shutdown-timeout 0: $rc"
+ok 'grep -q "\"finish_reason\":\"abort\"" "$TMP/abort.out" && grep -q "^data: \[DONE\]$" "$TMP/abort.out"' "aborted stream ends with abort + [DONE]"
+
+echo "server_e2e: $checks checks, $fails failures"
+[ $fails = 0 ] && [ $checks -gt 0 ]
