@@ -185,7 +185,7 @@ static void test_prefix_multiturn(void) {
     double share = (double)reused / (double)shared;
     fprintf(stderr, "multi-turn (fake, block 4): reused %llu of %llu shared-prefix tokens = %.1f%%\n",
             (unsigned long long)reused, (unsigned long long)shared, 100 * share);
-    CHECK_MSG(share >= 0.9, "reuse share %.3f", share);
+    CHECK_MSG(share >= 0.95, "reuse share %.3f", share);
     CHECK_MSG(f.errors == 0, "fake model: %s", f.last_error);
     /* identical prompt again: hit up to the last block boundary before its final token */
     fake_out o;
@@ -194,7 +194,7 @@ static void test_prefix_multiturn(void) {
         submit(s, &c, conv, n, greedy(3), &o, NULL);
         run_all(s, 10000);
     }
-    CHECK_MSG(o.cached == ((n - 1) / bs) * bs, "repeat prompt: cached %d of %d", o.cached, n);
+    CHECK_MSG(o.cached >= ((n - 1) / bs) * bs, "repeat prompt: cached %d of %d", o.cached, n);
     sched_free(s);
     fake_free(&f);
 }

@@ -204,6 +204,20 @@ static void seq_hashes(sched *s, eng_seq *e, int n_full) {
     e->n_hashes = n_full;
 }
 
+/* Key of a partially filled block: parent chain hash (after k full blocks), the row count r
+ * (1 <= r < block_size) and the r tokens. */
+static blk_hash partial_hash(const sched *s, const eng_seq *e, int k, int r) {
+    blk_hash parent = k ? e->hashes[k - 1] : e->req->salt;
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, &parent, sizeof(parent));
+    XXH3_128bits_update(&st, &r, sizeof(r));
+    XXH3_128bits_update(&st, e->tokens + (size_t)k * s->cfg.block_size, (size_t)r * sizeof(int32_t));
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    blk_hash out = {h.low64, h.high64};
+    return out;
+}
+
 static bool snapshots_on(const sched *s) {
     return s->cfg.prefix_caching && s->cfg.has_state && s->slots.n_snap > 0;
 }
@@ -217,9 +231,33 @@ static void seq_commit_pending(sched *s, eng_seq *e) {
     e->pend_snap = -1;
 }
 
+/* A sequence that stops mid-block (finished or preempted) leaves its partial last block and, for
+ * hybrid models, its exact state in the cache: the next chat turn (or the resume) continues at
+ * the very position instead of the last block boundary. The block is copied, never shared, by
+ * whoever reuses it. */
+static void seq_cache_partial(sched *s, eng_seq *e) {
+    int bs = s->cfg.block_size, k = e->n_computed / bs, r = e->n_computed % bs;
+    if (!s->cfg.prefix_caching || e->slot < 0 || r == 0 || e->n_table <= k) return;
+    if (s->cfg.has_state && s->slots.n_snap == 0) return;
+    seq_hashes(s, e, k);
+    if (e->n_hashes < k) return;
+    blk_hash ph = partial_hash(s, e, k, r);
+    if (blk_lookup(&s->blocks, ph) >= 0 || blk_is_hashed(&s->blocks, e->table[k])) return;
+    if (s->cfg.has_state) {
+        if (slot_snap_lookup(&s->slots, ph, true) < 0) {
+            int sl = slot_snap_alloc(&s->slots);
+            if (sl < 0) return;
+            s->ops.copy_state(s->mctx, sl, e->slot);
+            slot_snap_commit(&s->slots, sl, ph);
+        }
+    }
+    blk_register(&s->blocks, e->table[k], ph);
+}
+
 /* Frees the blocks (last first, so the tail is evicted first) and the live slot. */
 static void seq_release(sched *s, eng_seq *e) {
     seq_commit_pending(s, e);
+    seq_cache_partial(s, e);
     for (int i = e->n_table - 1; i >= 0; i--) blk_unref(&s->blocks, e->table[i]);
     e->n_table = 0;
     if (e->slot >= 0) slot_live_release(&s->slots, e->slot);
@@ -441,23 +479,49 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     s->n_batch++;
 }
 
-/* Longest reusable prefix for a waiting sequence, in blocks: cached KV blocks for each, and for
- * hybrid models a snapshot at the end. At least one token is always left to compute. */
-static int prefix_match(sched *s, eng_seq *e, int *snap) {
-    *snap = -1;
-    if (!s->cfg.prefix_caching) return 0;
+typedef struct pmatch {
+    int k;        /* full blocks shared */
+    int r;        /* rows of a cached partial block copied after them (0 = none) */
+    int part_blk; /* that block */
+    int snap;     /* snapshot slot giving the state at k * bs + r, or -1 */
+} pmatch;
+
+/* Longest reusable prefix for a waiting sequence: cached KV blocks for each full block, then
+ * possibly a cached partial block; for hybrid models a snapshot at the end position. At least one
+ * token is always left to compute. */
+static void prefix_match(sched *s, eng_seq *e, pmatch *pm) {
+    pm->k = pm->r = 0;
+    pm->part_blk = pm->snap = -1;
+    if (!s->cfg.prefix_caching) return;
+    if (s->cfg.has_state && s->slots.n_snap == 0) return;
     int bs = s->cfg.block_size;
     int n_full = (e->n_tokens - 1) / bs;
     seq_hashes(s, e, n_full);
     if (e->n_hashes < n_full) n_full = e->n_hashes;
     int k = 0;
     while (k < n_full && blk_lookup(&s->blocks, e->hashes[k]) >= 0) k++;
-    if (s->cfg.has_state) {
-        if (s->slots.n_snap == 0) return 0;
-        while (k > 0 && (*snap = slot_snap_lookup(&s->slots, e->hashes[k - 1], false)) < 0) k--;
-        if (k > 0) slot_snap_lookup(&s->slots, e->hashes[k - 1], true);
+    /* a partial block right after the k full ones */
+    int rmax = e->n_tokens - 1 - k * bs;
+    if (rmax > bs - 1) rmax = bs - 1;
+    for (int r = rmax; r >= 1; r--) {
+        blk_hash ph = partial_hash(s, e, k, r);
+        int b = blk_lookup(&s->blocks, ph);
+        if (b < 0) continue;
+        int sn = -1;
+        if (s->cfg.has_state && (sn = slot_snap_lookup(&s->slots, ph, true)) < 0) continue;
+        pm->k = k;
+        pm->r = r;
+        pm->part_blk = b;
+        pm->snap = sn;
+        return;
     }
-    return k;
+    if (s->cfg.has_state) {
+        int sn = -1;
+        while (k > 0 && (sn = slot_snap_lookup(&s->slots, e->hashes[k - 1], false)) < 0) k--;
+        if (k > 0) slot_snap_lookup(&s->slots, e->hashes[k - 1], true);
+        pm->snap = sn;
+    }
+    pm->k = k;
 }
 
 static int plan(sched *s) {
@@ -491,13 +555,15 @@ static int plan(sched *s) {
     while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 && s->n_batch < s->batch_cap) {
         eng_seq *e = s->waiting[0];
         if (s->slots.n_live_free == 0) break;
-        int snap;
-        int k = prefix_match(s, e, &snap);
-        int n_new = e->n_tokens - k * bs;
+        pmatch pm;
+        prefix_match(s, e, &pm);
+        int k = pm.k, hit = k * bs + pm.r;
+        int n_new = e->n_tokens - hit;
         if (n_new > budget) n_new = budget;
-        int need = blocks_for(k * bs + n_new, bs) - k;
+        int need = blocks_for(hit + n_new, bs) - k;
         for (int j = 0; j < k; j++)
             if (s->blocks.ref[blk_lookup(&s->blocks, e->hashes[j])] == 0) need++;
+        if (pm.r) need++; /* the partial source is pinned while it is copied */
         if (need > blk_available(&s->blocks)) break;
         /* admit */
         if (grow((void **)&e->table, &e->cap_table, blocks_for(e->n_tokens, bs), sizeof(int32_t)) ||
@@ -509,17 +575,25 @@ static int plan(sched *s) {
             blk_ref(&s->blocks, b);
             e->table[e->n_table++] = b;
         }
+        if (pm.r) {
+            blk_ref(&s->blocks, pm.part_blk);
+            int b = blk_alloc(&s->blocks);
+            CLLM_ASSERT(b >= 0);
+            s->ops.copy_block(s->mctx, b, pm.part_blk);
+            blk_unref(&s->blocks, pm.part_blk);
+            e->table[e->n_table++] = b;
+        }
         e->slot = slot_live_alloc(&s->slots);
-        if (k > 0 && snap >= 0) s->ops.copy_state(s->mctx, e->slot, snap);
-        e->n_computed = k * bs;
+        if (hit > 0 && pm.snap >= 0) s->ops.copy_state(s->mctx, e->slot, pm.snap);
+        e->n_computed = hit;
         if (!e->admitted_once) {
             e->admitted_once = true;
-            e->cached_prompt = k * bs;
+            e->cached_prompt = hit;
             s->stats.prefix_queries_tokens += (uint64_t)e->n_tokens;
-            s->stats.prefix_hits_tokens += (uint64_t)k * bs;
+            s->stats.prefix_hits_tokens += (uint64_t)hit;
             if (e->t_scheduled == 0) e->t_scheduled = cllm_time_s();
         }
-        s->stats.prefill_tokens_saved += (uint64_t)k * bs;
+        s->stats.prefill_tokens_saved += (uint64_t)hit;
         e->state = SEQ_RUNNING;
         s->running[s->n_running++] = e;
         n_new = align_cut(s, e, n_new);
