@@ -252,7 +252,11 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     if (n_gdn && o.enable_prefix_caching) {
         uint64_t sb = o.state_snapshot_bytes ? o.state_snapshot_bytes : kv_budget / 4;
         uint64_t k = sb / slot_bytes;
-        if (!o.state_snapshot_bytes && k < 4) k = 4;
+        /* auto: at least ~3 per running sequence (prompt end, last decode boundary, exact end) up
+         * to 64, so multi-turn resumes are not evicted by their own neighbours */
+        uint64_t floor_k = 3ull * (uint64_t)o.max_num_seqs + 4;
+        if (floor_k > 64) floor_k = 64;
+        if (!o.state_snapshot_bytes && k < floor_k) k = floor_k;
         if (k > 4096) k = 4096;
         n_snap = (int)k;
     }

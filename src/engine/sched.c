@@ -38,6 +38,7 @@ void sched_req_free(eng_req *q) {
     free(q->stop_ids);
     free(q->bias_ids);
     free(q->bias_vals);
+    free(q->forbid);
     free(q->seqs);
     free(q);
 }
@@ -133,8 +134,6 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     *out = q;
     return CLLM_OK;
 oom:
-    free(q->forbid);
-    q->forbid = NULL;
     sched_req_free(q);
     return cllm_err_set(err, CLLM_ENOMEM, "out of memory copying the request");
 }
