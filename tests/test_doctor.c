@@ -129,6 +129,11 @@ static void test_runs(const char *tmp) {
     CHECK_MSG(level_of(&r, "kv_cache") == DR_CRIT && r.overall == DR_CRIT, "%s", find(&r, "kv_cache")->detail);
     CHECK(level_of(&r, "state_slots") == DR_SKIP);
     CHECK_MSG(r.elapsed_s >= 0.5 && r.elapsed_s < 2.0, "%f", r.elapsed_s);
+    /* no state-slot metric: skipped, and no waiting for a sustain window */
+    script noslot = {.kv = {0.4}, .n_kv = 1, .slots = -1, .req_per_scrape = 100};
+    run_script(&noslot, 200, &r, NULL, NULL);
+    CHECK(level_of(&r, "state_slots") == DR_SKIP && r.overall == DR_OK);
+    CHECK_MSG(r.elapsed_s < 0.45, "%f", r.elapsed_s);
     /* above 92%, below 95%: warn */
     script mid = {.kv = {0.93}, .n_kv = 1, .slots = 0.1, .req_per_scrape = 100};
     run_script(&mid, 200, &r, NULL, NULL);

@@ -217,7 +217,7 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
         return;
     }
     double t0 = mono(), v;
-    gauge kv = {.label = "KV"}, slots = {.label = "slots"};
+    gauge kv = {.label = "KV", .high_since = -1}, slots = {.label = "slots", .high_since = -1};
     counters c0, c1;
     read_counters(&p, &c0);
     bool has_kv = prom_max(&p, "vllm:kv_cache_usage_perc", &v) || prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
@@ -249,7 +249,9 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
         }
         sleep_s(step);
         now = mono();
-        if (!scrape(o, &p, msg, sizeof(msg))) {
+        bool got = scrape(o, &p, msg, sizeof(msg));
+        now = mono(); /* a slow or failed scrape still uses up the window */
+        if (!got) {
             failed++;
             if (failed > 3) break;
             continue;
