@@ -3,7 +3,8 @@
 # CLI's determinism and bad-input behaviour. Run by ctest with CLLM_BIN, CLLM_SRC, CLLM_TMP.
 #
 # For each tiny config (tiny, tiny-gqa, tiny-moe, tiny-qwen3, tiny-qwen3-moe) and weight dtype
-# (f32, bf16; f16 for one): `cllm eval` logits of every position vs tools/ref/ref_forward.py on
+# (f32, bf16; f16 for one), fused experts and (two cases) per-expert tensors:
+# `cllm eval` logits of every position vs tools/ref/ref_forward.py on
 #   - a 1-token prompt,
 #   - a 70-token prompt (crosses the 64-token chunk and several 16-position KV blocks),
 # threshold: max |cllm - ref| <= 2e-5 * max(1, max |ref|) (observed ~2e-7 relative: cllm
@@ -37,9 +38,11 @@ PYEOF
 T70=$(seq 0 69 | awk '{printf "%s%d", (NR>1?",":""), ($1*37+5)%300}')
 hash() { "$BIN" eval "$@" --logits-hash 2>&1 | awk '/logits-hash/{print $2}'; }
 for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:bf16 \
-            tiny-qwen3:f32 tiny-qwen3:bf16 tiny-qwen3-moe:f32 tiny-qwen3-moe:f16; do
-  cfg=${spec%%:*}; dt=${spec##*:}; M="$TMP/$cfg-$dt"
-  "$BIN" synth --config "$SRC/configs/$cfg.json" "$M" --seed 3 --dtype $dt -q 2>/dev/null || { err "synth $spec"; continue; }
+            tiny-qwen3:f32 tiny-qwen3:bf16 tiny-qwen3-moe:f32 tiny-qwen3-moe:f16 \
+            tiny-moe:bf16:per-expert tiny-qwen3-moe:f32:per-expert; do
+  IFS=: read -r cfg dt layout <<<"$spec"; layout=${layout:-fused}; M="$TMP/$cfg-$dt-$layout"
+  "$BIN" synth --config "$SRC/configs/$cfg.json" "$M" --seed 3 --dtype $dt --experts $layout -q 2>/dev/null ||
+    { err "synth $spec"; continue; }
   for case in 1tok:7 70tok:$T70; do
     name=${case%%:*}; toks=${case#*:}
     "$BIN" eval "$M" --tokens "$toks" --dump-logits "$M/$name.c.f32" || { err "eval $spec $name"; continue; }
@@ -55,7 +58,7 @@ for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:
   [ "$(hash "$M" --tokens "$T70" --block-size 5)" = "$h" ] || err "$spec: block size 5 differs"
 done
 # the scalar tier against the reference too
-M="$TMP/tiny-moe-f32"
+M="$TMP/tiny-moe-f32-fused"
 if [ $have_ref = 1 ] && [ -f "$M/70tok.r.f32" ]; then
   CLLM_ISA=ref "$BIN" eval "$M" --tokens "$T70" --dump-logits "$M/70tok.ref-isa.f32" 2>/dev/null &&
     $PY "$TMP/cmp.py" "$M/70tok.ref-isa.f32" "$M/70tok.r.f32" "tiny-moe CLLM_ISA=ref" || err "scalar tier golden"
@@ -63,7 +66,7 @@ if [ $have_ref = 1 ] && [ -f "$M/70tok.r.f32" ]; then
     err "scalar tier: token-by-token differs from one call"
 fi
 # generate: greedy, same ids whatever the threads and prefill split
-M="$TMP/tiny-f32"
+M="$TMP/tiny-f32-fused"
 g1=$("$BIN" generate "$M" --tokens 1,2,3,4,5 -n 8 --threads 1 2>/dev/null)
 g2=$("$BIN" generate "$M" --tokens 1,2,3,4,5 -n 8 --threads 2 --prefill-chunk 2 2>/dev/null)
 [ -n "$g1" ] && [ "$g1" = "$g2" ] || err "generate greedy output depends on threads/split: '$g1' vs '$g2'"

@@ -46,6 +46,10 @@ const cllm_config *cllm_model_config(const cllm_model *m);
 /* Bytes of weights read per decoded token with one sequence (embedding row, every non-expert
  * matrix, top-k experts + shared expert per MoE layer, lm_head): the roofline numerator. */
 uint64_t cllm_model_decode_bytes(const cllm_model *m);
+/* Touches every weight page once (maps the page-cache pages into this process, reading them
+ * from disk if needed) so the first forward calls do not pay page faults; returns bytes touched.
+ * Optional: a server calls it at start-up, benchmarks before timing. */
+uint64_t cllm_model_prefault(const cllm_model *m);
 /* Number of full-attention / Gated DeltaNet layers (the pools' layer dimension). */
 int cllm_model_n_attn_layers(const cllm_model *m);
 int cllm_model_n_gdn_layers(const cllm_model *m);

@@ -313,3 +313,24 @@ uint64_t cllm_model_decode_bytes(const cllm_model *m) {
     }
     return b;
 }
+
+typedef struct prefault_ctx {
+    volatile uint8_t sink;
+    uint64_t bytes;
+} prefault_ctx;
+
+static void prefault_one(void *vc, const cllm_tensor *t) {
+    prefault_ctx *c = vc;
+    if (!t->data || !strncmp(t->name, "model.visual.", 13)) return;
+    const uint8_t *p = t->data;
+    uint8_t s = 0;
+    for (uint64_t i = 0; i < t->nbytes; i += 4096) s ^= p[i];
+    c->sink ^= s;
+    c->bytes += t->nbytes;
+}
+
+uint64_t cllm_model_prefault(const cllm_model *m) {
+    prefault_ctx c = {0, 0};
+    cllm_ckpt_foreach(m->ckpt, prefault_one, &c);
+    return c.bytes;
+}
