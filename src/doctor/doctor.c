@@ -164,7 +164,9 @@ static void read_counters(const prom_set *p, counters *c) {
     if (prom_sum(p, "cllm:request_errors_total", NULL, NULL, &v)) c->has_err = true, c->err += v;
     if (prom_sum(p, "http_requests_total", "status", "5", &v)) c->has_err = true, c->err += v;
     if (prom_sum(p, "vllm:request_success_total", "finished_reason", "error", &v)) c->has_err = true, c->err += v;
+    if (prom_sum(p, "cllm_http_responses_total", "code", "5", &v)) c->has_err = true, c->err += v;
     if (prom_sum(p, "cllm:requests_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
+    else if (prom_sum(p, "cllm_http_responses_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
     else if (prom_sum(p, "http_requests_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
     else if (prom_sum(p, "vllm:request_success_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
     if (prom_sum(p, "vllm:num_preemptions_total", NULL, NULL, &v)) c->has_preempt = true, c->preempt += v;
@@ -209,6 +211,18 @@ static void gauge_check(dr_report *r, const dr_opts *o, const char *name, const 
         add(r, name, DR_OK, last, "%.1f%% used (peak %.1f%% over %.1f s)", last, peak, window);
 }
 
+/* State-slot usage: cllm:state_slots_usage_perc, else cllm_state_slots_used / _capacity. */
+static bool slots_usage(const prom_set *p, double *v) {
+    if (prom_max(p, "cllm:state_slots_usage_perc", v)) return true;
+    double used, cap;
+    if (prom_sum(p, "cllm_state_slots_used", NULL, NULL, &used) &&
+        prom_sum(p, "cllm_state_slots_capacity", NULL, NULL, &cap) && cap > 0) {
+        *v = used / cap;
+        return true;
+    }
+    return false;
+}
+
 static void metrics_checks(const dr_opts *o, dr_report *r) {
     prom_set p;
     char msg[256];
@@ -222,7 +236,7 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
     read_counters(&p, &c0);
     bool has_kv = prom_max(&p, "vllm:kv_cache_usage_perc", &v) || prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
     gauge_update(&kv, has_kv, v, t0, o->crit_pct);
-    bool has_sl = prom_max(&p, "cllm:state_slots_usage_perc", &v);
+    bool has_sl = slots_usage(&p, &v);
     gauge_update(&slots, has_sl, v, t0, o->crit_pct);
     double running = NAN, waiting = NAN;
     prom_sum(&p, "vllm:num_requests_running", NULL, NULL, &running);
@@ -260,7 +274,7 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
         read_counters(&p, &c1);
         bool h1 = prom_max(&p, "vllm:kv_cache_usage_perc", &v) || prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
         gauge_update(&kv, h1, v, now, o->crit_pct);
-        bool h2 = prom_max(&p, "cllm:state_slots_usage_perc", &v);
+        bool h2 = slots_usage(&p, &v);
         gauge_update(&slots, h2, v, now, o->crit_pct);
         prom_sum(&p, "vllm:num_requests_running", NULL, NULL, &running);
         prom_sum(&p, "vllm:num_requests_waiting", NULL, NULL, &waiting);

@@ -2,7 +2,8 @@
  *
  * Checks, in order: server reachable + /health; model loaded (/v1/models); from /metrics scraped
  * over a short window: KV cache usage (vllm:kv_cache_usage_perc, else vllm:gpu_cache_usage_perc)
- * and recurrent-state slot usage (cllm:state_slots_usage_perc; both are fractions 0..1 as in
+ * and recurrent-state slot usage (cllm:state_slots_usage_perc, else cllm_state_slots_used /
+ * cllm_state_slots_capacity as `cllm serve` exports them; fractions 0..1 as in
  * vLLM), the request error rate and preemptions between the first and last scrape; errors in
  * the tail of a log file; host memory headroom (/proc/meminfo). Each check is OK, WARN, CRIT or
  * SKIP (no data); the report's level is the worst one.
@@ -11,8 +12,9 @@
  * (doctor keeps scraping every interval_s while a gauge stays above crit_pct, up to sustain_s);
  * a spike above crit_pct that falls back is WARN.
  * Error counters read: cllm:request_errors_total (all), http_requests_total{status=5..},
+ * cllm_http_responses_total{code=5..},
  * vllm:request_success_total{finished_reason="error"}; totals: cllm:requests_total, else
- * http_requests_total, else vllm:request_success_total. Preemptions: vllm:num_preemptions_total
+ * cllm_http_responses_total, else http_requests_total, else vllm:request_success_total. Preemptions: vllm:num_preemptions_total
  * (or cllm:preemptions_total). */
 #ifndef CLLM_DOCTOR_DOCTOR_H
 #define CLLM_DOCTOR_DOCTOR_H

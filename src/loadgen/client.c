@@ -74,6 +74,7 @@ typedef struct run {
     bool arrivals_done;
     lg_overhead ov;
     double lag_sum;
+    double last_finish; /* when a request last completed (frees a --max-concurrency slot) */
     flight *flights; /* in progress */
     cllm_error *err;
     cllm_status fatal;
@@ -195,10 +196,11 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         return true;
     }
     json_error_t je;
-    json_t *j = json_loadb(data, len, 0, &je);
+    json_t *j = json_loadb(data, len, JSON_ALLOW_NUL, &je); /* "\u0000" is valid text */
     if (!j || !json_is_object(j)) {
         json_decref(j);
         f->bad_json = true;
+        LOG_DEBUG("bench-serve: bad SSE JSON (%s): %.200s", je.text, data);
         return false;
     }
     lg_req *q = &r->recs[f->rec];
@@ -372,8 +374,10 @@ static cllm_status start_request(run *r, sess *s, double due, double now) {
     r->inflight++;
     if (r->inflight > r->ov.peak_inflight) r->ov.peak_inflight = r->inflight;
     /* a send held back by --max-concurrency is queueing, not client lag */
-    if (!r->warm && (c->max_concurrency <= 0 || r->inflight < c->max_concurrency)) {
-        double lag = now - due;
+    if (!r->warm) {
+        double base = due;
+        if (c->max_concurrency > 0 && r->last_finish > base) base = r->last_finish;
+        double lag = now - base;
         if (lag < 0) lag = 0;
         r->lag_sum += lag;
         r->ov.lag_n++;
@@ -405,7 +409,11 @@ static cllm_status finish(run *r, flight *f, CURLcode res) {
     lg_req *q = &r->recs[f->rec];
     q->http_status = (int)status;
     q->err = classify(f, res, status, q);
+    if (q->err != LG_ERR_NONE)
+        LOG_DEBUG("bench-serve: request %ld failed (%s): curl '%s', HTTP %ld, bad_json %d, overflow %d, done %d",
+                  f->rec, lg_err_name(q->err), curl_easy_strerror(res), status, f->bad_json, f->sse.overflow, f->done);
     r->inflight--;
+    r->last_finish = elapsed(r);
     sess *s = f->s;
     const lg_conv *cv = &c->ds->convs[s->conv];
     double now = elapsed(r);

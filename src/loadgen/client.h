@@ -49,7 +49,7 @@ typedef struct lg_config {
 typedef struct lg_overhead {
     double cpu_s;            /* user+sys CPU of this process during the measured run */
     double cb_s;             /* time inside the chunk callbacks (SSE + JSON parse, timestamps) */
-    double lag_mean_ms;      /* send time minus scheduled time, for requests not held by the cap */
+    double lag_mean_ms;      /* send time minus max(scheduled time, time a capped slot freed) */
     double lag_max_ms;
     long lag_n;
     long chunks;             /* SSE events handled */
