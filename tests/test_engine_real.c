@@ -163,6 +163,15 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     /* concurrent, small token budget (chunked prefill mixed with decodes) */
     run(e, N, prompts, lens, sp, conc);
     for (int i = 0; i < N; i++) CHECK_MSG(same(&alone[i], &conc[i]), "%s: request %d concurrent != alone", dir, i);
+    /* n = 2 greedy: both forked samples (shared full blocks, copied partial block and state)
+     * continue exactly like the request alone */
+    for (int i = 1; i < 3; i++) {
+        cllm_sampling s2 = sp[i];
+        s2.n = 2;
+        out o2[2];
+        run(e, 1, &prompts[i], &lens[i], &s2, o2);
+        CHECK_MSG(same(&o2[0], &alone[i]) && same(&o2[1], &alone[i]), "%s: n=2 greedy request %d differs", dir, i);
+    }
     wait_idle(e);
     cllm_engine_stats st;
     cllm_engine_stats_get(e, &st);
