@@ -57,6 +57,19 @@ for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:
   [ "$(hash "$M" --tokens "$T70" --threads 2)" = "$h" ] || err "$spec: 2 threads differ"
   [ "$(hash "$M" --tokens "$T70" --block-size 5)" = "$h" ] || err "$spec: block size 5 differs"
 done
+# a checkpoint with an MTP head (bound, unused) and per-expert MTP experts: same text logits path
+sed 's/"mtp_num_hidden_layers": 0/"mtp_num_hidden_layers": 1/' "$SRC/configs/tiny-moe.json" > "$TMP/tiny-mtp.json"
+M="$TMP/tiny-mtp"
+if "$BIN" synth --config "$TMP/tiny-mtp.json" "$M" --seed 4 --dtype f32 -q 2>/dev/null; then
+  "$BIN" eval "$M" --tokens "$T70" --dump-logits "$M/c.f32" 2>"$M/log" || err "eval with MTP head"
+  grep -q "MTP head present" "$M/log" || err "MTP head not reported"
+  if [ $have_ref = 1 ]; then
+    $PY "$SRC/tools/ref/ref_forward.py" "$M" --tokens "$T70" --out "$M/r.f32" >/dev/null 2>&1 &&
+      $PY "$TMP/cmp.py" "$M/c.f32" "$M/r.f32" "tiny-moe+mtp f32 70tok" || err "golden with MTP head"
+  fi
+else
+  err "synth with MTP"
+fi
 # the scalar tier against the reference too
 M="$TMP/tiny-moe-f32-fused"
 if [ $have_ref = 1 ] && [ -f "$M/70tok.r.f32" ]; then

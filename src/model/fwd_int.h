@@ -53,6 +53,11 @@ struct cllm_model {
     int n_attn, n_gdn;
     int conv_ch, q_rows, kv_dim;
     bool has_mtp;
+    /* MTP head, bound when present, not used by cllm_forward yet */
+    int n_mtp;
+    fwd_layer *mtp_layers; /* [n_mtp], sub = -1 */
+    fwd_wt mtp_fc;         /* [H][2H] */
+    float *mtp_norm, *mtp_pre_emb, *mtp_pre_hidden;
     void **allocs; /* owned fp32 vectors */
     size_t n_allocs, cap_allocs;
 };

@@ -137,19 +137,20 @@ static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, in
     *b = B;
 }
 
-static void bind_layer(binder *bp, int l, const char *lp, bool fused) {
+/* Binds one decoder layer; `count` = false for MTP layers (not part of the KV/state pools). */
+static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type type, bool moe,
+                       bool fused, bool count) {
     binder B = *bp;
     cllm_model *m = B.m;
     const cllm_config *c = &m->cfg;
-    fwd_layer *L = &m->layers[l];
     int H = c->hidden_size, hd = c->head_dim;
     float one = c->norm_one_plus ? 1.0f : 0.0f;
-    L->type = (cllm_layer_type)c->layer_types[l];
-    L->moe = c->layer_is_moe[l];
+    L->type = type;
+    L->moe = moe;
     L->in_norm = VEC(H, one, "%sinput_layernorm.weight", lp);
     L->post_norm = VEC(H, one, "%spost_attention_layernorm.weight", lp);
     if (L->type == CLLM_LAYER_FULL_ATTN) {
-        L->sub = m->n_attn++;
+        L->sub = count ? m->n_attn++ : -1;
         L->q = MAT(m->q_rows, H, "%sself_attn.q_proj.weight", lp);
         L->k = MAT(m->kv_dim, H, "%sself_attn.k_proj.weight", lp);
         L->v = MAT(m->kv_dim, H, "%sself_attn.v_proj.weight", lp);
@@ -162,7 +163,7 @@ static void bind_layer(binder *bp, int l, const char *lp, bool fused) {
         L->q_norm = VEC(hd, one, "%sself_attn.q_norm.weight", lp);
         L->k_norm = VEC(hd, one, "%sself_attn.k_norm.weight", lp);
     } else {
-        L->sub = m->n_gdn++;
+        L->sub = count ? m->n_gdn++ : -1;
         int Hv = c->lin_n_v_heads, vd = Hv * c->lin_v_dim;
         L->qkv = MAT(m->conv_ch, H, "%slinear_attn.in_proj_qkv.weight", lp);
         L->z = MAT(vd, H, "%slinear_attn.in_proj_z.weight", lp);
@@ -264,7 +265,26 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
     for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
         char lp[96];
         snprintf(lp, sizeof(lp), "%slayers.%d.", c->weight_prefix, l);
-        bind_layer(&B, l, lp, fused);
+        bind_layer(&B, &m->layers[l], lp, (cllm_layer_type)c->layer_types[l], c->layer_is_moe[l], fused, true);
+    }
+    if (m->has_mtp && B.st == CLLM_OK) {
+        /* MTP head (spec §2.7): bound for a later speculative decoder, unused by cllm_forward.
+         * Its experts are per-expert tensors in official checkpoints even when the main layers
+         * are fused (the plan pass above already checked which layout is present). */
+        m->n_mtp = c->mtp_num_hidden_layers;
+        m->mtp_layers = own(m, (size_t)m->n_mtp * sizeof(fwd_layer));
+        if (!m->mtp_layers) B.st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        m->mtp_fc = MAT(H, 2 * H, "mtp.fc.weight");
+        m->mtp_norm = VEC(H, 1.0f, "mtp.norm.weight");
+        m->mtp_pre_emb = VEC(H, 1.0f, "mtp.pre_fc_norm_embedding.weight");
+        m->mtp_pre_hidden = VEC(H, 1.0f, "mtp.pre_fc_norm_hidden.weight");
+        for (int l = 0; l < m->n_mtp && B.st == CLLM_OK; l++) {
+            char lp[64], n[96];
+            snprintf(lp, sizeof(lp), "mtp.layers.%d.", l);
+            snprintf(n, sizeof(n), "%smlp.experts.gate_up_proj", lp);
+            bind_layer(&B, &m->mtp_layers[l], lp, CLLM_LAYER_FULL_ATTN, true,
+                       cllm_ckpt_get(m->ckpt, n) != NULL, false);
+        }
     }
     if ((st = B.st) != CLLM_OK) goto fail;
     *out = m;
