@@ -25,9 +25,11 @@ PORT=$((20000 + RANDOM % 20000))
 KEY=sk-e2e
 H="Authorization: Bearer $KEY"
 U="http://127.0.0.1:$PORT"
+NSTART=0
 start_server() {
+    NSTART=$((NSTART + 1))
     "$BIN" --log-format json serve "$TMP/model" --port $PORT --api-key $KEY --served-model-name tiny \
-        --max-model-len 8192 --threads 2 --stats-interval 1 "$@" > "$TMP/server.log" 2>&1 &
+        --max-model-len 8192 --kv-cache-memory 64MiB --threads 2 --stats-interval 1 "$@" > "$TMP/server$NSTART.log" 2>&1 &
     SPID=$!
     for _ in $(seq 300); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
@@ -35,7 +37,7 @@ start_server() {
         sleep 0.1
     done
     echo "server did not become ready:" >&2
-    cat "$TMP/server.log" >&2
+    cat "$TMP/server$NSTART.log" >&2
     return 1
 }
 start_server || exit 1
@@ -83,6 +85,16 @@ ok 'echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abor
 ok 'echo "$m" | grep -q "^vllm:num_requests_running{[^}]*} 0$"' "running back to 0"
 ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed"
 ok 'echo "$m" | grep -q "^cllm_requests_in_flight{[^}]*} 0$"' "nothing in flight"
+# non-streaming: the connection is suspended while it waits; the server's watch notices the hang-up
+curl -s -m 0.5 -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":8000,"ignore_eos":true}' > /dev/null
+for _ in $(seq 50); do
+    m=$(curl -s $U/metrics)
+    echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
+    sleep 0.1
+done
+ok 'echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 2$"' "non-stream disconnect counted"
+ok 'echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 2$"' "non-stream disconnect aborted"
+ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed (non-stream)"
 echo "$m" > "$TMP/metrics.txt"
 if command -v promtool > /dev/null; then
     # promtool lints the ':' in vLLM's names (what dashboards key on); nothing else may appear
@@ -91,12 +103,12 @@ fi
 ok 'grep -q "^vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} [1-9]" "$TMP/metrics.txt"' "generation tokens counted"
 
 # --- logs: JSON lines, access log, periodic stats line ---
-ok 'grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server.log"' "json access log"
-ok 'grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server.log"' "stats line"
-ok '! grep -v "^{\"ts\":" "$TMP/server.log" | grep .' "every log line is JSON"
+ok 'grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server1.log"' "json access log"
+ok 'grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server1.log"' "stats line"
+ok '! grep -v "^{\"ts\":" "$TMP/server1.log" | grep .' "every log line is JSON"
 
 # --- SIGTERM: in-flight stream finishes, new requests get 503, exit 0 ---
-curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Drain me","max_tokens":3000,"ignore_eos":true,"stream":true}' > "$TMP/drain.out" &
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Drain me","max_tokens":400,"ignore_eos":true,"stream":true}' > "$TMP/drain.out" &
 CPID=$!
 for _ in $(seq 100); do [ -s "$TMP/drain.out" ] && break; sleep 0.02; done
 kill -TERM $SPID
@@ -108,7 +120,7 @@ wait $SPID
 rc=$?
 ok '[ $rc = 0 ]' "server exit status after SIGTERM: $rc"
 ok 'grep -q "\"finish_reason\":\"length\"" "$TMP/drain.out" && tail -2 "$TMP/drain.out" | grep -q "^data: \[DONE\]$"' "in-flight stream finished during drain"
-ok 'grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server.log"' "clean shutdown line"
+ok 'grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server1.log"' "clean shutdown line"
 
 # --- --shutdown-timeout 0 aborts in-flight requests and still exits 0 ---
 start_server --shutdown-timeout 0 || exit 1

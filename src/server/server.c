@@ -7,6 +7,7 @@
  * o.stats_interval_s. A waiting request is a suspended MHD connection, never a parked thread. */
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -430,23 +431,67 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_DEBUG("mhd: %s", msg);
 }
 
-/* ---- stats thread ---- */
+/* ---- housekeeping thread: disconnect watch + stats line ---- */
 
-static void *stats_main(void *arg) {
+/* MHD does not watch a suspended connection, so a client that hangs up while its request waits
+ * (non-streaming, or a stream before its first token) would go unnoticed until the end. Every
+ * WATCH_INTERVAL this peeks at the sockets of suspended requests; a peer that closed gets its
+ * engine request cancelled (its final event then resumes the connection and MHD closes it).
+ * Safe because r->suspended is only cleared under r->mu, and MHD never closes a suspended
+ * connection, so the fd stays ours while we hold r->mu. */
+#define WATCH_INTERVAL_S 0.25
+
+static void watch_disconnects(cllm_server *s) {
+    uint64_t ids[64];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (srv_req *r = s->reg_head; r && n < 64; r = r->reg_next) {
+        pthread_mutex_lock(&r->mu);
+        if (r->suspended && !r->conn_gone && r->submitted && !r->watch_cancelled) {
+            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+            if (ci) {
+                struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+                char b;
+                if (poll(&pfd, 1, 0) > 0 &&
+                    ((pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+                     ((pfd.revents & POLLIN) && recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))) {
+                    r->watch_cancelled = true;
+                    ids[n++] = r->engine_id;
+                }
+            }
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        s->ops.cancel(s->ops.ctx, ids[i]);
+        LOG_INFO("engine request %llu cancelled: client disconnected while waiting", (unsigned long long)ids[i]);
+    }
+    if (n) {
+        pthread_mutex_lock(&s->m.mu);
+        s->m.requests_cancelled_disconnect += (uint64_t)n;
+        pthread_mutex_unlock(&s->m.mu);
+    }
+}
+
+static void *house_main(void *arg) {
     cllm_server *s = arg;
+    double next_stats = srv_now() + s->o.stats_interval_s;
     pthread_mutex_lock(&s->mu);
     while (!s->stop_stats) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        double sec = s->o.stats_interval_s;
-        ts.tv_sec += (time_t)sec;
-        ts.tv_nsec += (long)((sec - (double)(time_t)sec) * 1e9);
+        ts.tv_nsec += (long)(WATCH_INTERVAL_S * 1e9);
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         while (!s->stop_stats && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0) {
         }
         if (s->stop_stats) break;
         pthread_mutex_unlock(&s->mu);
-        srv_metrics_log_line(s);
+        watch_disconnects(s);
+        if (s->o.stats_interval_s > 0 && srv_now() >= next_stats) {
+            srv_metrics_log_line(s);
+            next_stats = srv_now() + s->o.stats_interval_s;
+        }
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -502,9 +547,8 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
-    if (o->stats_interval_s > 0) {
-        if (pthread_create(&s->stats_thread, NULL, stats_main, s) == 0) s->stats_running = true;
-    }
+    if (pthread_create(&s->stats_thread, NULL, house_main, s) == 0) s->stats_running = true;
+    else LOG_WARN("no housekeeping thread: no stats line, disconnects seen only when a response is written");
     LOG_INFO("listening on http://%s:%d (model %s)", o->host ? o->host : "*", s->port, s->model_name);
     *out = s;
     return CLLM_OK;

@@ -153,6 +153,7 @@ struct srv_req {
     double *t_last_token; /* [n] engine-thread timing */
     bool first_token_seen;
     bool ev_oom;          /* an event copy failed: the request reports an error */
+    bool watch_cancelled; /* the disconnect watch cancelled it (server.c) */
 
     /* connection side (MHD thread) */
     cllm_server *srv;

@@ -335,7 +335,7 @@ void srv_req_conn_done(srv_req *r) {
     cllm_server *s = r->srv;
     pthread_mutex_lock(&r->mu);
     r->conn_gone = true;
-    bool engine_busy = r->submitted && r->n_finished_engine < r->gen.n;
+    bool engine_busy = r->submitted && r->n_finished_engine < r->gen.n && !r->watch_cancelled;
     pthread_mutex_unlock(&r->mu);
     if (engine_busy) {
         /* the client went away (or the response failed): free its blocks and slot */
