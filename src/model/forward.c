@@ -297,6 +297,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         if (c->cap < T || !c->seq_tok0) return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory for %d tokens", T);
     }
     c->batch = b;
+    c->n_jobs = 0; /* nothing left over from a call that failed half-way */
     c->kv = kv;
     c->st = st;
     int H = f->hidden_size;

@@ -122,7 +122,10 @@ size_t cllm_batch_logit_rows(const cllm_batch *b);
  * in batch order, positions ascending. Writes the new tokens' K/V into their blocks and advances
  * each sequence's state slot. Bad input (token id out of range, empty sequence, position beyond
  * max_position_embeddings, short block table, block or slot out of range, a slot used twice) is
- * an error before anything is written. */
+ * an error before anything is written. After validation only ENOMEM (scratch growth) can fail;
+ * then the batch's new KV rows and state slots are undefined and those sequences must restart.
+ * Threads: uses the ctx's pool; one call at a time per ctx; pools may be shared by several ctxs
+ * only if their calls never touch the same blocks or slots concurrently. */
 cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
                          cllm_state_pool *st, float *logits, cllm_error *err);
 
