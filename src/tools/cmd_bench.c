@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mem.h"
 #include "engine/engine.h"
@@ -287,7 +288,8 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "cllm bench: %s\n", err.msg);
         return 1;
     }
-    int nthreads = threads > 0 ? (int)threads : 0;
+    int nthreads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they are measured */
     uint64_t s = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
     int ret = 0;
     int32_t **prompts = calloc((size_t)maxB, sizeof(int32_t *));
