@@ -7,6 +7,7 @@
 # `cllm eval` logits of every position vs tools/ref/ref_forward.py on
 #   - a 1-token prompt,
 #   - a 70-token prompt (crosses the 64-token chunk and several 16-position KV blocks),
+#   - a 300-token prompt on tiny-gqa (many attention tiles / KV blocks, long recurrence),
 # threshold: max |cllm - ref| <= 2e-5 * max(1, max |ref|) (observed ~2e-7 relative: cllm
 # accumulates in fp32 over the same stored weights the float64 reference reads exactly).
 # Bitwise (logits hash): prefill in calls of 7 and of 1 == one call; 2 threads == 1 thread;
@@ -36,6 +37,7 @@ print("%s: max abs err %.3g (max |ref| %.3g, tol %.3g)" % (sys.argv[3], d, m, to
 sys.exit(0 if d <= tol else 1)
 PYEOF
 T70=$(seq 0 69 | awk '{printf "%s%d", (NR>1?",":""), ($1*37+5)%300}')
+seq 0 299 | awk '{print ($1*53+11)%300}' > "$TMP/t300"
 hash() { "$BIN" eval "$@" --logits-hash 2>&1 | awk '/logits-hash/{print $2}'; }
 for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:bf16 \
             tiny-qwen3:f32 tiny-qwen3:bf16 tiny-qwen3-moe:f32 tiny-qwen3-moe:f16 \
@@ -43,7 +45,9 @@ for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:
   IFS=: read -r cfg dt layout <<<"$spec"; layout=${layout:-fused}; M="$TMP/$cfg-$dt-$layout"
   "$BIN" synth --config "$SRC/configs/$cfg.json" "$M" --seed 3 --dtype $dt --experts $layout -q 2>/dev/null ||
     { err "synth $spec"; continue; }
-  for case in 1tok:7 70tok:$T70; do
+  cases="1tok:7 70tok:$T70"
+  [ "$spec" = tiny-gqa:f32 ] && cases="$cases 300tok:@$TMP/t300"  # 10 attention tiles, 19 blocks
+  for case in $cases; do
     name=${case%%:*}; toks=${case#*:}
     "$BIN" eval "$M" --tokens "$toks" --dump-logits "$M/$name.c.f32" || { err "eval $spec $name"; continue; }
     if [ $have_ref = 1 ]; then
