@@ -14,6 +14,9 @@ fails=0
 checks=0
 ok() { checks=$((checks + 1)); if ! eval "$1"; then fails=$((fails + 1)); echo "FAIL: $2" >&2; fi; }
 
+ok '"$BIN" serve --help | grep -q -- "--max-num-queued-reqs"' "serve --help"
+ok '! "$BIN" serve 2> /dev/null' "serve without MODEL is a usage error"
+
 # the tiny config with a vocabulary large enough for models/tiny's tokenizer (4007 ids)
 sed 's/"vocab_size": 512/"vocab_size": 4096/' "$SRC/configs/tiny.json" > "$TMP/tiny.json"
 "$BIN" synth --config "$TMP/tiny.json" "$TMP/model" --dtype f32 --tokenizer "$SRC/models/tiny" -q || {

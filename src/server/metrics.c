@@ -26,27 +26,28 @@ static int hist_init(srv_hist *h, const double *b, int n) {
     return h->counts ? 0 : -1;
 }
 
+/* 1, 2, 5, 10, 20, 50, ... up to max_model_len (vLLM's build_1_2_5_buckets). */
+static double *tok_buckets(int max_model_len, int *n_out) {
+    int cap = 64, n = 0;
+    double *b = malloc(sizeof(double) * (size_t)cap);
+    if (!b) return NULL;
+    if (max_model_len <= 0) max_model_len = 1 << 20;
+    static const int mant[] = {1, 2, 5};
+    for (double p = 1; n < cap - 3; p *= 10) {
+        int i = 0;
+        for (; i < 3 && mant[i] * p <= max_model_len; i++) b[n++] = mant[i] * p;
+        if (i < 3) break;
+    }
+    *n_out = n;
+    return b;
+}
+
 int srv_metrics_init(srv_metrics *m, int max_model_len) {
     memset(m, 0, sizeof(*m));
     pthread_mutex_init(&m->mu, NULL);
-    /* token-count buckets: 1, 2, 5, 10, 20, 50, ... up to max_model_len (vLLM build_1_2_5_buckets) */
-    int cap = 64, n = 0;
-    m->tok_bounds = malloc(sizeof(double) * (size_t)cap);
+    int n = 0;
+    m->tok_bounds = tok_buckets(max_model_len, &n);
     if (!m->tok_bounds) return -1;
-    if (max_model_len <= 0) max_model_len = 1 << 20;
-    for (double p = 1; n < cap - 3; p *= 10) {
-        static const int mant[] = {1, 2, 5};
-        int stop = 0;
-        for (int i = 0; i < 3; i++) {
-            double v = mant[i] * p;
-            if (v > max_model_len) {
-                stop = 1;
-                break;
-            }
-            m->tok_bounds[n++] = v;
-        }
-        if (stop) break;
-    }
     if (hist_init(&m->h[SRV_H_TTFT], ttft_b, (int)(sizeof(ttft_b) / sizeof(*ttft_b))) ||
         hist_init(&m->h[SRV_H_ITL], itl_b, (int)(sizeof(itl_b) / sizeof(*itl_b))) ||
         hist_init(&m->h[SRV_H_E2E], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
@@ -55,6 +56,28 @@ int srv_metrics_init(srv_metrics *m, int max_model_len) {
         return -1;
     m->last_t = srv_now();
     return 0;
+}
+
+/* Re-buckets the token-count histograms once max_model_len is known (model loaded). Other
+ * threads may be scraping or counting: done under m->mu. */
+void srv_metrics_set_max_len(srv_metrics *m, int max_model_len) {
+    int n = 0;
+    double *b = tok_buckets(max_model_len, &n);
+    uint64_t *c1 = calloc((size_t)n + 1, sizeof(uint64_t)), *c2 = calloc((size_t)n + 1, sizeof(uint64_t));
+    if (!b || !c1 || !c2) {
+        free(b);
+        free(c1);
+        free(c2);
+        return;
+    }
+    pthread_mutex_lock(&m->mu);
+    free(m->tok_bounds);
+    free(m->h[SRV_H_PROMPT].counts);
+    free(m->h[SRV_H_GEN].counts);
+    m->tok_bounds = b;
+    m->h[SRV_H_PROMPT] = (srv_hist){b, n, c1, 0, 0};
+    m->h[SRV_H_GEN] = (srv_hist){b, n, c2, 0, 0};
+    pthread_mutex_unlock(&m->mu);
 }
 
 void srv_metrics_free(srv_metrics *m) {

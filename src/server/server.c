@@ -571,8 +571,7 @@ static void load_model_info(cllm_server *s) {
     if (s->ops.stats) s->ops.stats(s->ops.ctx, &st);
     if (st.max_model_len != s->max_model_len) {
         s->max_model_len = st.max_model_len;
-        srv_metrics_free(&s->m);
-        if (srv_metrics_init(&s->m, s->max_model_len)) LOG_ERROR("metrics: out of memory");
+        srv_metrics_set_max_len(&s->m, s->max_model_len);
     }
     cllm_tmpl_free(s->tmpl);
     s->tmpl = NULL;

@@ -59,6 +59,7 @@ typedef struct srv_metrics {
 
 int srv_metrics_init(srv_metrics *m, int max_model_len);
 void srv_metrics_free(srv_metrics *m);
+void srv_metrics_set_max_len(srv_metrics *m, int max_model_len);
 void srv_metrics_observe(srv_metrics *m, int which, double v);
 void srv_metrics_http(srv_metrics *m, unsigned status);
 char *srv_metrics_render(cllm_server *s);
