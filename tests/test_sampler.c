@@ -233,7 +233,71 @@ static void test_stops(void) {
     cllm_tok_free(tok);
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    const smp_pair *p = a, *q = b;
+    if (p->x != q->x) return p->x < q->x ? 1 : -1;
+    return p->id - q->id;
+}
+
+/* top_k through quickselect + sort == a plain full sort, draw for draw, on a larger vocabulary */
+static void test_topk_matches_full_sort(void) {
+    enum { V = 3000 };
+    static float lg[V];
+    static smp_pair ref[V];
+    uint64_t st = 3;
+    for (int i = 0; i < V; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        lg[i] = (float)((st >> 40) % 1000) / 100.0f; /* many ties */
+    }
+    smp_scratch s;
+    smp_init(&s, V);
+    int mism = 0;
+    for (int k = 1; k <= 400; k *= 3) {
+        cllm_sampling p = base();
+        p.temperature = 0.7;
+        p.top_k = k;
+        p.top_p = 0.9;
+        for (int t = 0; t < 300; t++) {
+            int got = draw(&s, &p, lg, 11, t);
+            for (int i = 0; i < V; i++) ref[i] = (smp_pair){lg[i] * (float)(1.0 / 0.7), i};
+            float mx = ref[0].x;
+            for (int i = 0; i < V; i++) mx = ref[i].x > mx ? ref[i].x : mx;
+            qsort(ref, V, sizeof(smp_pair), cmp_desc);
+            int n = k;
+            double sum = 0;
+            for (int i = 0; i < n; i++) {
+                ref[i].x = (float)exp((double)ref[i].x - mx);
+                sum += ref[i].x;
+            }
+            double cum = 0, lim = 0.9 * sum;
+            for (int i = 0; i < n; i++) {
+                cum += ref[i].x;
+                if (cum >= lim) {
+                    n = i + 1;
+                    break;
+                }
+            }
+            sum = 0;
+            for (int i = 0; i < n; i++) sum += ref[i].x;
+            double u = smp_uniform(11, 0, t) * sum;
+            int want = ref[n - 1].id;
+            cum = 0;
+            for (int i = 0; i < n; i++) {
+                cum += ref[i].x;
+                if (u < cum) {
+                    want = ref[i].id;
+                    break;
+                }
+            }
+            mism += got != want;
+        }
+    }
+    CHECK_MSG(mism == 0, "%d draws differ from the full-sort reference", mism);
+    smp_free(&s);
+}
+
 int main(void) {
+    test_topk_matches_full_sort();
     test_basic();
     test_distribution();
     test_stops();

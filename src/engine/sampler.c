@@ -47,6 +47,31 @@ static int pair_desc(const void *a, const void *b) {
     return p->id - q->id;
 }
 
+/* Quickselect: moves the k best pairs (pair_desc order) to c[0..k). O(n) expected. */
+static void select_top(smp_pair *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    uint32_t r = 2463534242u;
+    while (lo < hi) {
+        r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+        smp_pair piv = c[lo + (int)(r % (uint32_t)(hi - lo + 1))];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (pair_desc(&c[i], &piv) < 0) i++;
+            while (pair_desc(&c[j], &piv) > 0) j--;
+            if (i <= j) {
+                smp_pair t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
 static void fill_logprobs(smp_scratch *s, const float *logits, int chosen, int top,
                           cllm_token_logprob *lp) {
     int V = s->V;
@@ -137,12 +162,20 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in, cllm
         bool sorted = top_k < V || (p->top_p > 0 && p->top_p < 1.0) || p->min_p > 0;
         smp_pair *c = s->pair;
         int n = 0;
+        /* Tokens more than 30 nats below the best (relative probability < 1e-13, all of them
+         * together < V * 1e-13) are dropped before sorting: with a 248k vocabulary this keeps the
+         * sort to the few plausible tokens. */
+        float floor_x = sorted ? mx - 30.0f : -INFINITY;
         for (int i = 0; i < V; i++)
-            if (x[i] > -INFINITY) c[n++] = (smp_pair){x[i], i};
+            if (x[i] > -INFINITY && x[i] >= floor_x) c[n++] = (smp_pair){x[i], i};
         if (n == 0) { /* everything forbidden: fall back to the raw argmax */
             for (int i = 1; i < V; i++)
                 if (in->logits[i] > in->logits[tok]) tok = i;
             goto done;
+        }
+        if (sorted && top_k < n) {
+            select_top(c, n, top_k); /* the best top_k first, in any order */
+            n = top_k;
         }
         if (sorted) qsort(c, (size_t)n, sizeof(smp_pair), pair_desc);
         if (n > top_k) n = top_k;
