@@ -42,6 +42,7 @@ typedef struct fake_engine {
     uint64_t next_id;
     int step_us;
     int fake_waiting; /* reported as stats.waiting when > 0 */
+    bool paused;      /* no steps while set (requests stay queued) */
     int max_model_len;
     uint64_t cancels, submits, finished;
     cllm_tok *tok;
@@ -120,7 +121,7 @@ static void *fake_main(void *arg) {
     fake_engine *f = arg;
     pthread_mutex_lock(&f->mu);
     while (!f->stop) {
-        if (!f->reqs) {
+        if (!f->reqs || f->paused) {
             pthread_cond_wait(&f->cv, &f->mu);
             continue;
         }

@@ -423,6 +423,128 @@ static void test_drain(int port, cllm_server *s) {
     http_free(&r);
 }
 
+/* Mutation battery: valid bodies with random byte flips, truncations, insertions and type swaps
+ * thrown at every POST route. The server must answer each with a well-formed status (never a
+ * crash or hang; under ASan, never a memory error) and stay healthy. Fixed seed: reproducible. */
+static void test_mutations(int port) {
+    static const char *const seeds[][2] = {
+        {"/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"Say hi\",\"max_tokens\":3,\"stream\":true,\"stop\":[\"x\"],\"logprobs\":1,\"n\":2}"},
+        {"/v1/completions", "{\"prompt\":[1,2,3],\"max_tokens\":2,\"logit_bias\":{\"5\":1.5},\"seed\":7,\"echo\":true}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_tokens\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"user\",\"content\":\"SCRIPT=tool\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}],\"max_tokens\":40,\"logprobs\":true,\"top_logprobs\":1}"},
+        {"/generate", "{\"prompt\":\"Q\",\"max_tokens\":2,\"stream\":true,\"n\":2}"},
+        {"/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"return_token_strs\":true}"},
+        {"/detokenize", "{\"tokens\":[1,2,3,4000]}"},
+    };
+    static const char junk[] = "{}[]\",:0123456789-.eE truefalsnul\\\xff\x80\xc3";
+    uint64_t rng = 0x9E3779B97F4A7C15ULL;
+    int answered = 0, ok200 = 0, n_iter = getenv("CLLM_TEST_MUTATIONS") ? atoi(getenv("CLLM_TEST_MUTATIONS")) : 600;
+    for (int it = 0; it < n_iter; it++) {
+        const char *route = seeds[it % 7][0], *seed = seeds[it % 7][1];
+        size_t len = strlen(seed);
+        char buf[1024];
+        memcpy(buf, seed, len + 1);
+        int edits = 1 + (int)((rng >> 33) % 4);
+        for (int e = 0; e < edits; e++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t pos = (size_t)(rng >> 33) % (len ? len : 1);
+            int op = (int)((rng >> 20) % 4);
+            char c = junk[(rng >> 40) % (sizeof(junk) - 1)];
+            if (op == 0) buf[pos] = c; /* replace */
+            else if (op == 1 && len + 1 < sizeof(buf)) { /* insert */
+                memmove(buf + pos + 1, buf + pos, len - pos + 1);
+                buf[pos] = c;
+                len++;
+            } else if (op == 2 && len) { /* delete */
+                memmove(buf + pos, buf + pos + 1, len - pos);
+                len--;
+            } else { /* truncate */
+                len = pos;
+                buf[len] = 0;
+            }
+        }
+        http_res r;
+        char auth[] = "Authorization: Bearer " KEY;
+        const char *h[] = {auth, NULL};
+        http_do(port, "POST", route, h, buf, len, &r);
+        bool known = r.status == 200 || r.status == 400 || r.status == 404 || r.status == 413 ||
+                     r.status == 429 || r.status == 500;
+        CHECK_MSG(known, "mutation %d on %s: status %ld for body %s", it, route, r.status, buf);
+        if (r.status != 200)
+            CHECK_MSG(strstr(r.body, "{\"error\":{\"message\":") == r.body, "mutation %d: error body %s", it, r.body);
+        answered += known;
+        ok200 += r.status == 200;
+        http_free(&r);
+    }
+    fprintf(stderr, "  mutations: %d sent, %d answered 200, %d answered with an error object\n", n_iter, ok200,
+            answered - ok200);
+    http_res r;
+    http_do(port, "GET", "/health", NULL, NULL, 0, &r);
+    CHECK_MSG(r.status == 200, "health after %d mutations: %ld", answered, r.status);
+    http_free(&r);
+}
+
+typedef struct bg_arg {
+    int port;
+    const char *body;
+    long status;
+} bg_arg;
+
+static void *bg_post(void *a) {
+    bg_arg *b = a;
+    http_res r;
+    http_post(b->port, "/v1/completions", NULL, b->body, &r);
+    b->status = r.status;
+    http_free(&r);
+    return NULL;
+}
+
+/* --max-queued-tokens: prompt tokens of requests the engine has not started count against the
+ * cap; a second server with its own paused fake engine keeps the first request queued. */
+static void test_queued_tokens(const char *tokdir) {
+    fake_engine f;
+    if (fake_start(&f, tokdir)) {
+        CHECK(0);
+        return;
+    }
+    f.paused = true;
+    cllm_server_engine ops = fake_ops(&f);
+    cllm_server_opts o;
+    cllm_server_opts_defaults(&o);
+    o.port = 0;
+    o.served_model_name = "tiny";
+    o.max_queued_tokens = 6;
+    o.access_log = false;
+    o.stats_interval_s = 0;
+    cllm_server *s;
+    cllm_error err = {0};
+    CHECK(cllm_server_start(&o, &ops, &s, &err) == CLLM_OK);
+    cllm_server_set_ready(s, true);
+    int port = cllm_server_port(s);
+    bg_arg a = {port, "{\"prompt\":\"Hello world\",\"max_tokens\":2}", 0}; /* 3 tokens, queued */
+    pthread_t th;
+    pthread_create(&th, NULL, bg_post, &a);
+    double t0 = fake_now();
+    while (cllm_server_in_flight(s) == 0 && fake_now() - t0 < 3) usleep(2000);
+    http_res r;
+    http_post(port, "/v1/completions", NULL, "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
+    CHECK_MSG(r.status == 429 && strstr(r.body, "--max-queued-tokens") && strcasestr(r.headers, "Retry-After:"),
+              "queued tokens: %ld %s", r.status, r.body);
+    http_free(&r);
+    pthread_mutex_lock(&f.mu);
+    f.paused = false;
+    pthread_cond_signal(&f.cv);
+    pthread_mutex_unlock(&f.mu);
+    pthread_join(th, NULL);
+    CHECK_MSG(a.status == 200, "queued request: %ld", a.status);
+    /* once the engine has started it, the tokens no longer count */
+    http_post(port, "/v1/completions", NULL, "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
+    CHECK_MSG(r.status == 200, "after the queue emptied: %ld %s", r.status, r.body);
+    http_free(&r);
+    cllm_server_stop(s);
+    fake_stop(&f);
+}
+
 int main(void) {
     const char *src = getenv("CLLM_SRC");
     const char *tmp = getenv("CLLM_TMP");
@@ -471,6 +593,8 @@ int main(void) {
     test_admission(port, &f);
     test_caps(port);
     test_metrics_promtool(port, tmp);
+    test_mutations(port);
+    test_queued_tokens(tokdir);
     test_drain(port, s);
     cllm_server_stop(s);
     fake_stop(&f);
