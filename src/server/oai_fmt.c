@@ -125,8 +125,18 @@ static json_t *chunk_head(srv_req *r) {
     return o;
 }
 
+/* include_usage: "usage": null on every chunk (OpenAI); with vLLM's continuous_usage_stats the
+ * running totals instead. */
 static void add_usage_if(srv_req *r, json_t *o) {
-    if (r->gen.include_usage) json_object_set_new(o, "usage", json_null());
+    if (!r->gen.include_usage) return;
+    if (!r->gen.continuous_usage) {
+        json_object_set_new(o, "usage", json_null());
+        return;
+    }
+    int comp = 0, prompt = r->prompt_tokens ? r->prompt_tokens : (int)r->gen.prompt.n;
+    for (int i = 0; i < r->gen.n; i++) comp += r->choices[i].completion_tokens;
+    json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "total_tokens",
+                                              prompt + comp, "completion_tokens", comp));
 }
 
 /* The first bytes of a stream: chat's role chunk per choice (OpenAI and vLLM send it first). */

@@ -393,6 +393,15 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
             return false;
     }
     if (!parse_sampling(s, body, g, e)) return false;
+    json_t *rf = field(body, "response_format");
+    if (rf) {
+        json_t *ty = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(ty))
+            return BAD("response_format", "'response_format' must be an object with a 'type'");
+        if (strcmp(json_string_value(ty), "text"))
+            return BAD("response_format", "response_format type '%.40s' is not supported (no guided decoding yet)",
+                       json_string_value(ty));
+    }
     if (route == SRV_CHAT) {
         bool lp = false;
         long long top = 0;
