@@ -20,6 +20,7 @@ static const command commands[] = {
     {"chat-template", cmd_chat_template, "render the chat template for a messages JSON file"},
     {"verify", cmd_verify, "check a model directory: files, index, tensors, shapes, NaN/Inf"},
     {"synth", cmd_synth, "write a random-weight model in HF layout from a config"},
+    {"quantize", cmd_quantize, "quantize a checkpoint to int4/int8 weights (GPTQ layout; rtn or gptq)"},
     {"cpuinfo", cmd_cpuinfo, "print detected CPU features and the kernel tier in use"},
     {"generate", cmd_generate, "generate tokens from a prompt (ids until a tokenizer exists)"},
     {"eval", cmd_eval, "run token ids through the model; dump or hash the logits"},

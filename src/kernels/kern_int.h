@@ -14,6 +14,11 @@ float kern_dot_ref(const float *a, const float *b, int n);
 void kern_scale_axpy_ref(float *y, float s, float a, const float *x, int n);
 void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, float *o, float *tmp, int dk, int dv);
+void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                       int n_tok, float *Y, size_t ldy);
+/* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value
+ * x[k] takes after symmetric per-group (group inputs) quantization to `bits`. */
+void kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KERN_HAVE_X86 1
@@ -25,6 +30,8 @@ void kern_matmul_bf16_avx2(const void *W, size_t ldw, int n_rows, const float *X
                            int n_tok, int K, float *Y, size_t ldy);
 float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_scale_axpy_avx2(float *y, float s, float a, const float *x, int n);
+void kern_matmul_q_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                        int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
 #endif

@@ -14,6 +14,7 @@ static const cllm_kern_ops ref_ops = {
     .gdn_step = kern_gdn_step_ref,
     .dot = kern_dot_ref,
     .scale_axpy = kern_scale_axpy_ref,
+    .matmul_q = kern_matmul_q_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -25,6 +26,7 @@ static const cllm_kern_ops avx2_ops = {
     .gdn_step = kern_gdn_step_avx2,
     .dot = kern_dot_avx2,
     .scale_axpy = kern_scale_axpy_avx2,
+    .matmul_q = kern_matmul_q_avx2,
 };
 #endif
 

@@ -25,6 +25,26 @@
 typedef void (*cllm_matmul_fn)(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                                int n_tok, int K, float *Y, size_t ldy);
 
+/* A GPTQ v1 quantized matrix (the official Qwen GPTQ-Int4 layout, see src/quant/quant.h): logical
+ * W [N out][K in], stored transposed and packed along K: qweight int32 [K*bits/32][N] (32/bits
+ * values per word, value j of word (k8, n) is k = k8*32/bits + j, bits j*bits..), qzeros int32
+ * [K/group][N*bits/32] packed along N the same way (stored zero z, effective z + 1), scales fp16
+ * [K/group][N]. w[n][k] = scale[k/G][n] * (q - (z + 1)). bits 4 or 8; N % 8 == 0, K % group == 0,
+ * group % 8 == 0. act_bits 16 = float activations; 8 or 4 = activations fake-quantized per token
+ * and per group of `group` inputs (symmetric, absmax) before the product (W4A8/W4A4 emulation). */
+typedef struct cllm_qweight {
+    const int32_t *qweight, *qzeros;
+    const uint16_t *scales;
+    int bits, group, K, N, act_bits;
+} cllm_qweight;
+
+/* Y[t*ldy + n] = sum_k w[n][k] * X[t*ldx + k]  for n in [n0, n1) (multiples of 8), t < n_tok.
+ * Per element the op sequence is fixed: for each group g in order, gacc = 0, for k in the group
+ * in order gacc = fma((float)(q - z), x[k], gacc); then acc = fma(scale, gacc, acc). Both tiers
+ * use exactly that sequence (fused multiply-add), so ref and AVX2 agree bitwise. */
+typedef void (*cllm_matmul_q_fn)(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                                 int n_tok, float *Y, size_t ldy);
+
 /* One Gated DeltaNet recurrence step for one value head (spec §2.4), state S [dk][dv] fp32 in
  * place: S *= decay; u = S^T k; d = (v - u) * beta; S += k d^T; o = S^T q.
  * q, k [dk] (already l2-normalised, q scaled), v, o [dv]; tmp [dv] scratch. */
@@ -39,6 +59,8 @@ typedef struct cllm_kern_ops {
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] = y[i]*s + a*x[i] (s = 1 skips nothing: always the same ops for a given n). */
     void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
+    /* GPTQ int4/int8 weights x fp32 activations (unpacking fused into the dot product). */
+    cllm_matmul_q_fn matmul_q;
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */

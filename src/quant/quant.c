@@ -1,0 +1,203 @@
+/* GPTQ-layout quantization primitives; see quant.h. */
+#include "quant/quant.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+
+cllm_status cllm_qbuf_alloc(cllm_qbuf *q, int bits, int group, int K, int N, const char *what,
+                            cllm_error *err) {
+    memset(q, 0, sizeof(*q));
+    if (bits != 4 && bits != 8)
+        return cllm_err_set(err, CLLM_EINVAL, "%s: unsupported bit width %d (4 or 8)", what, bits);
+    if (group <= 0 || group % 8)
+        return cllm_err_set(err, CLLM_EINVAL, "%s: group size %d is not a positive multiple of 8", what, group);
+    if (K % group)
+        return cllm_err_set(err, CLLM_EINVAL, "%s: group size %d does not divide in_features %d "
+                            "(choose --group-size dividing it, or --keep this tensor)", what, group, K);
+    if (N % 8)
+        return cllm_err_set(err, CLLM_EINVAL, "%s: out_features %d is not a multiple of 8 "
+                            "(GPTQ packs zeros along N; --keep this tensor)", what, N);
+    int per = 32 / bits;
+    q->bits = bits;
+    q->group = group;
+    q->K = K;
+    q->N = N;
+    q->qweight = malloc((size_t)K / per * N * 4);
+    q->qzeros = malloc((size_t)K / group * N / per * 4);
+    q->scales = malloc((size_t)K / group * N * 2);
+    q->g_idx = malloc((size_t)K * 4);
+    if (!q->qweight || !q->qzeros || !q->scales || !q->g_idx) {
+        cllm_qbuf_free(q);
+        return cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", what);
+    }
+    memset(q->qweight, 0, (size_t)K / per * N * 4);
+    memset(q->qzeros, 0, (size_t)K / group * N / per * 4);
+    cllm_quant_fill_gidx(q);
+    return CLLM_OK;
+}
+
+void cllm_qbuf_free(cllm_qbuf *q) {
+    free(q->qweight);
+    free(q->qzeros);
+    free(q->scales);
+    free(q->g_idx);
+    memset(q, 0, sizeof(*q));
+}
+
+cllm_qweight cllm_qbuf_view(const cllm_qbuf *q) {
+    return (cllm_qweight){q->qweight, q->qzeros, q->scales, q->bits, q->group, q->K, q->N, 16};
+}
+
+uint64_t cllm_quant_bytes(int bits, int group, int K, int N) {
+    uint64_t k = (uint64_t)K, n = (uint64_t)N;
+    return k * bits / 32 * n * 4 + k / group * n * bits / 32 * 4 + k / group * n * 2 + k * 4;
+}
+
+void cllm_quant_fill_gidx(cllm_qbuf *q) {
+    for (int k = 0; k < q->K; k++) q->g_idx[k] = k / q->group;
+}
+
+static inline void put_bits(int32_t *words, size_t idx_word, int shift, uint32_t v, int bits) {
+    uint32_t m = ((1u << bits) - 1) << shift;
+    uint32_t w = (uint32_t)words[idx_word];
+    words[idx_word] = (int32_t)((w & ~m) | ((v << shift) & m));
+}
+
+float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax) {
+    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
+    uint16_t sh = cllm_f32_to_f16(2.0f * amax / (float)maxq);
+    float sr = cllm_f16_to_f32(sh);
+    if (!(sr > 0.0f) || !isfinite(sr)) {
+        sh = cllm_f32_to_f16(1.0f);
+        sr = 1.0f;
+    }
+    q->scales[(size_t)g * q->N + n] = sh;
+    put_bits(q->qzeros, (size_t)g * (q->N / per) + n / per, (n % per) * bits, (uint32_t)(zero - 1), bits);
+    return sr;
+}
+
+float cllm_quant_set_code(cllm_qbuf *q, int n, int k, float w, float s) {
+    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
+    float r = nearbyintf(w / s) + (float)zero;
+    int qi = (int)fminf(fmaxf(r, 0.0f), (float)maxq);
+    put_bits(q->qweight, (size_t)(k / per) * q->N + n, (k % per) * bits, (uint32_t)qi, bits);
+    return s * (float)(qi - zero);
+}
+
+void cllm_quant_rtn_rows(const float *W, size_t ldw, int n0, int n1, cllm_qbuf *q) {
+    int G = q->group;
+    for (int n = n0; n < n1; n++) {
+        const float *w = W + (size_t)(n - n0) * ldw;
+        for (int g = 0; g < q->K / G; g++) {
+            float amax = 0.0f;
+            for (int k = g * G; k < (g + 1) * G; k++) amax = fmaxf(amax, fabsf(w[k]));
+            /* GPTQ's symmetric grid: scale = 2 amax / maxq, zero = (maxq + 1) / 2. */
+            float sr = cllm_quant_set_group(q, g, n, amax);
+            for (int k = g * G; k < (g + 1) * G; k++) cllm_quant_set_code(q, n, k, w[k], sr);
+        }
+    }
+}
+
+void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst) {
+    int per = 32 / w->bits;
+    uint32_t mask = (1u << w->bits) - 1;
+    for (int k = 0; k < w->K; k++) {
+        int g = k / w->group;
+        uint32_t zw = (uint32_t)w->qzeros[(size_t)g * (w->N / per) + n / per];
+        int z = (int)((zw >> ((n % per) * w->bits)) & mask) + 1;
+        uint32_t v = (uint32_t)w->qweight[(size_t)(k / per) * w->N + n];
+        int qv = (int)((v >> ((k % per) * w->bits)) & mask);
+        dst[k] = cllm_f16_to_f32(w->scales[(size_t)g * w->N + n]) * (float)(qv - z);
+    }
+}
+
+static const cllm_tensor *want(const cllm_ckpt *ck, const char *base, const char *suf,
+                               cllm_dtype dt, int64_t d0, int64_t d1, cllm_status *st,
+                               cllm_error *err) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.%s", base, suf);
+    const cllm_tensor *t = cllm_ckpt_get(ck, name);
+    if (*st != CLLM_OK) return t;
+    if (!t) {
+        *st = cllm_err_set(err, CLLM_ENOTFOUND, "quantized tensor %s.qweight present but %s missing", base, name);
+        return NULL;
+    }
+    if (t->dtype != dt) {
+        *st = cllm_err_set(err, CLLM_EFORMAT, "tensor %s: dtype %s, expected %s", name,
+                           cllm_dtype_name(t->dtype), cllm_dtype_name(dt));
+        return NULL;
+    }
+    if (t->n_dims != (d1 < 0 ? 1 : 2) || t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1)) {
+        char got[96];
+        cllm_shape_str(t->shape, t->n_dims, got, sizeof(got));
+        *st = cllm_err_set(err, CLLM_EFORMAT, "tensor %s: shape %s, expected [%lld%s%lld]", name, got,
+                           (long long)d0, d1 >= 0 ? ", " : "", d1 >= 0 ? (long long)d1 : 0LL);
+        return NULL;
+    }
+    return t;
+}
+
+cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K, cllm_qweight *out,
+                            cllm_error *err) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.qweight", base);
+    const cllm_tensor *qw = cllm_ckpt_get(ck, name);
+    if (!qw) return CLLM_ENOTFOUND;
+    if (qw->dtype != CLLM_DT_I32 || qw->n_dims != 2 || qw->shape[1] != N || qw->shape[0] <= 0 ||
+        ((int64_t)K * 4) % qw->shape[0] != 0 ||
+        (((int64_t)K * 4 / qw->shape[0]) != 4 && ((int64_t)K * 4 / qw->shape[0]) != 8) ||
+        (int64_t)K * ((int64_t)K * 4 / qw->shape[0]) / 32 != qw->shape[0]) {
+        char got[96];
+        cllm_shape_str(qw->shape, qw->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: %s %s does not match a 4- or 8-bit "
+                            "packing of [%d out, %d in] (expected I32 [%d or %d, %d])", name,
+                            cllm_dtype_name(qw->dtype), got, N, K, K / 8, K / 4, N);
+    }
+    int bits = (int)((int64_t)K * 4 / qw->shape[0]), per = 32 / bits;
+    snprintf(name, sizeof(name), "%s.scales", base);
+    const cllm_tensor *sc = cllm_ckpt_get(ck, name);
+    if (!sc || sc->n_dims != 2 || sc->shape[0] <= 0 || K % sc->shape[0] != 0)
+        return cllm_err_set(err, sc ? CLLM_EFORMAT : CLLM_ENOTFOUND,
+                            "tensor %s: missing or not [K/group, N]", name);
+    int G = K / (int)sc->shape[0];
+    if (G % 8 || N % 8)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED, "%s: group size %d / out_features %d not "
+                            "multiples of 8", base, G, N);
+    cllm_status st = CLLM_OK;
+    sc = want(ck, base, "scales", CLLM_DT_F16, K / G, N, &st, err);
+    const cllm_tensor *qz = want(ck, base, "qzeros", CLLM_DT_I32, K / G, N / per, &st, err);
+    snprintf(name, sizeof(name), "%s.g_idx", base);
+    const cllm_tensor *gi = cllm_ckpt_get(ck, name);
+    if (st == CLLM_OK && gi) { /* optional in some exports; when present it must be trivial */
+        gi = want(ck, base, "g_idx", CLLM_DT_I32, K, -1, &st, err);
+        for (int k = 0; st == CLLM_OK && k < K; k++) {
+            int32_t v;
+            memcpy(&v, (const char *)gi->data + 4 * (size_t)k, 4);
+            if (v != k / G)
+                st = cllm_err_set(err, CLLM_EUNSUPPORTED, "tensor %s: g_idx[%d] = %d: act-order "
+                                  "(desc_act) checkpoints are not supported", name, k, v);
+        }
+    }
+    if (st != CLLM_OK) return st;
+    if (((uintptr_t)qw->data | (uintptr_t)qz->data) & 3)
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: qweight/qzeros data not 4-byte aligned", base);
+    *out = (cllm_qweight){qw->data, qz->data, sc->data, bits, G, K, N, 16};
+    return CLLM_OK;
+}
+
+int cllm_quant_act_bits(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return 16;
+    json_t *qc = json_object_get(root, "quantization_config");
+    json_t *ab = qc ? json_object_get(qc, "cllm_act_bits") : NULL;
+    int r = json_is_integer(ab) ? (int)json_integer_value(ab) : 16;
+    json_decref(root);
+    return r == 4 || r == 8 ? r : 16;
+}

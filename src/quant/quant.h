@@ -1,0 +1,63 @@
+/* Weight quantization in the GPTQ v1 layout (what the official Qwen/Qwen3.5-35B-A3B-GPTQ-Int4
+ * release uses, spec §6), shared by `cllm quantize`, the weight binder and `cllm verify`.
+ *
+ * A Linear `P.weight` [N out][K in] becomes, for bits b in {4, 8} and group size G:
+ *   P.qweight  I32 [K*b/32][N]   32/b values of consecutive k per word, low bits first
+ *   P.qzeros   I32 [K/G][N*b/32] per (group, output) stored zero z, packed along N the same way
+ *   P.scales   F16 [K/G][N]
+ *   P.g_idx    I32 [K]           k / G (desc_act false; other orders are rejected)
+ * and w[n][k] = scales[k/G][n] * (q - (z + 1)). Symmetric quantization stores z = 2^(b-1) - 1
+ * (0x77777777 for int4), so w = scale * (q - 8) (int4) or scale * (q - 128) (int8).
+ * config.json carries "quantization_config": {"quant_method": "gptq", "bits", "group_size",
+ * "sym", "desc_act": false, "checkpoint_format": "gptq", "dynamic": {...}} plus cllm's own keys
+ * "cllm_scheme" and "cllm_act_bits" (16, or 8/4 for W4A8/W4A4: activations fake-quantized). */
+#ifndef CLLM_QUANT_QUANT_H
+#define CLLM_QUANT_QUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kernels/kernels.h"
+#include "model/checkpoint.h"
+
+/* An owned quantized matrix (same layout as cllm_qweight). */
+typedef struct cllm_qbuf {
+    int32_t *qweight, *qzeros, *g_idx;
+    uint16_t *scales;
+    int bits, group, K, N;
+} cllm_qbuf;
+
+/* Checks bits/group/K/N (clear message naming `what` on failure) and allocates. */
+cllm_status cllm_qbuf_alloc(cllm_qbuf *q, int bits, int group, int K, int N, const char *what,
+                            cllm_error *err);
+void cllm_qbuf_free(cllm_qbuf *q);
+cllm_qweight cllm_qbuf_view(const cllm_qbuf *q);
+
+/* Byte sizes of the four tensors together for a [N][K] matrix. */
+uint64_t cllm_quant_bytes(int bits, int group, int K, int N);
+
+/* Round-to-nearest symmetric quantization of rows [n0, n1) of W (row-major [n1-n0][ldw], rows
+ * of the logical [N][K] matrix) into q. Scales are rounded to fp16 before the codes are chosen. */
+void cllm_quant_rtn_rows(const float *W, size_t ldw, int n0, int n1, cllm_qbuf *q);
+/* Symmetric scale of a group from its absolute maximum: sets scales/qzeros of (group g, output
+ * n) and returns the fp16-rounded scale the codes must use. */
+float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax);
+/* Code for w at (n, k) with scale s (round, clamp); stores it; returns the dequantized value. */
+float cllm_quant_set_code(cllm_qbuf *q, int n, int k, float w, float s);
+/* Sets g_idx to k / group. */
+void cllm_quant_fill_gidx(cllm_qbuf *q);
+
+/* Dequantized row n of a quantized matrix into dst [K]. */
+void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst);
+
+/* Binds the GPTQ tensors of `base` ("...q_proj", no suffix) for a logical [N][K] matrix.
+ * Returns CLLM_ENOTFOUND (no message set) when base.qweight is absent; other errors name the
+ * tensor (wrong dtype, shape, group size, g_idx order). act_bits is set to 16. */
+cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K, cllm_qweight *out,
+                            cllm_error *err);
+
+/* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
+int cllm_quant_act_bits(const char *dir);
+
+#endif

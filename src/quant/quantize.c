@@ -1,0 +1,646 @@
+/* `cllm quantize`: see quantize.h and quant.h (format). */
+#include "quant/quantize.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "base/half.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "quant/gptq.h"
+#include "quant/quant.h"
+
+const char *const cllm_quant_default_keep =
+    "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"
+    "*in_proj_a*,*in_proj_b*,model.visual.*";
+
+enum { P_COPY, P_QW, P_QZ, P_SC, P_GI };
+
+typedef struct unit { /* one Linear to quantize */
+    const cllm_tensor *src;
+    uint64_t off; /* element offset of the [N][K] slice */
+    int N, K, bits;
+    char base[200];
+} unit;
+
+typedef struct outt {
+    char name[224];
+    cllm_dtype dt;
+    int n_dims;
+    int64_t shape[3];
+    uint64_t nbytes;
+    int part;
+    const cllm_tensor *src; /* P_COPY */
+    int unit;               /* P_Q* */
+    int shard;
+} outt;
+
+typedef struct vec {
+    void *v;
+    size_t n, cap, es;
+} vec;
+static void *vpush(vec *v) {
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? 2 * v->cap : 256;
+        void *nv = realloc(v->v, nc * v->es);
+        if (!nv) return NULL;
+        v->v = nv;
+        v->cap = nc;
+    }
+    void *p = (char *)v->v + v->n++ * v->es;
+    memset(p, 0, v->es);
+    return p;
+}
+
+typedef struct globs {
+    char **g;
+    int n;
+    int *hits;
+    bool *user;
+} globs;
+
+static int add_globs(globs *gl, const char *list, bool user) {
+    if (!list || !*list) return 0;
+    char *dup = strdup(list), *save = NULL;
+    if (!dup) return -1;
+    for (char *p = strtok_r(dup, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ') p++;
+        if (!*p) continue;
+        char **ng = realloc(gl->g, (gl->n + 1) * sizeof(*ng));
+        int *nh = realloc(gl->hits, (gl->n + 1) * sizeof(*nh));
+        bool *nu = realloc(gl->user, (gl->n + 1) * sizeof(*nu));
+        if (ng) gl->g = ng;
+        if (nh) gl->hits = nh;
+        if (nu) gl->user = nu;
+        if (!ng || !nh || !nu) {
+            free(dup);
+            return -1;
+        }
+        gl->g[gl->n] = strdup(p);
+        gl->hits[gl->n] = 0;
+        gl->user[gl->n] = user;
+        gl->n++;
+    }
+    free(dup);
+    return 0;
+}
+
+static bool kept(globs *gl, const char *name) {
+    bool k = false;
+    for (int i = 0; i < gl->n; i++)
+        if (!fnmatch(gl->g[i], name, 0)) {
+            gl->hits[i]++;
+            k = true;
+        }
+    return k;
+}
+
+static const char *group_of(const char *n) {
+    if (strstr(n, "embed_tokens")) return "embed";
+    if (!strncmp(n, "lm_head", 7)) return "lm_head";
+    if (!strncmp(n, "mtp.", 4)) return "mtp";
+    if (!strncmp(n, "model.visual.", 13)) return "vision";
+    if (strstr(n, "norm")) return "norms";
+    if (strstr(n, "self_attn.")) return "attention";
+    if (strstr(n, "linear_attn.")) return "deltanet";
+    if (strstr(n, "mlp.experts")) return "experts";
+    if (strstr(n, "shared_expert")) return "shared_expert";
+    if (strstr(n, "mlp.gate.")) return "router";
+    if (strstr(n, "mlp.")) return "mlp";
+    return "other";
+}
+
+static int cmp_tensor(const void *a, const void *b) {
+    return strcmp((*(const cllm_tensor *const *)a)->name, (*(const cllm_tensor *const *)b)->name);
+}
+static void collect_t(void *ctx, const cllm_tensor *t) {
+    const cllm_tensor **p = vpush(ctx);
+    if (p) *p = t;
+}
+
+static float src_elem(const cllm_tensor *t, uint64_t i) {
+    switch (t->dtype) {
+    case CLLM_DT_F32: {
+        float f;
+        memcpy(&f, (const char *)t->data + 4 * i, 4);
+        return f;
+    }
+    case CLLM_DT_F16: return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default: return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+}
+
+static void src_rows(const unit *u, int n0, int n1, float *dst) {
+    uint64_t b = u->off + (uint64_t)n0 * u->K, n = (uint64_t)(n1 - n0) * u->K;
+    if (u->src->dtype == CLLM_DT_BF16) cllm_bf16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
+    else if (u->src->dtype == CLLM_DT_F16) cllm_f16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
+    else
+        for (uint64_t i = 0; i < n; i++) dst[i] = src_elem(u->src, b + i);
+}
+
+static bool add_unit(vec *units, vec *outs, const cllm_tensor *src, uint64_t off, int N, int K,
+                     int bits, const char *base) {
+    unit *u = vpush(units);
+    if (!u) return false;
+    u->src = src;
+    u->off = off;
+    u->N = N;
+    u->K = K;
+    u->bits = bits;
+    snprintf(u->base, sizeof(u->base), "%s", base);
+    return true;
+    (void)outs;
+}
+
+static void qsizes(const unit *u, int G, int part, int64_t *d0, int64_t *d1, cllm_dtype *dt) {
+    int per = 32 / u->bits;
+    *dt = CLLM_DT_I32;
+    *d1 = -1;
+    switch (part) {
+    case P_QW: *d0 = u->K / per, *d1 = u->N; break;
+    case P_QZ: *d0 = u->K / G, *d1 = u->N / per; break;
+    case P_SC: *d0 = u->K / G, *d1 = u->N, *dt = CLLM_DT_F16; break;
+    default: *d0 = u->K; break;
+    }
+}
+
+static const char *part_suffix[] = {"", "qweight", "qzeros", "scales", "g_idx"};
+
+static char *shard_name(int s, int n, char *buf, size_t cap) {
+    if (n == 1) snprintf(buf, cap, "model.safetensors");
+    else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
+    return buf;
+}
+
+static void fmt_bytes(char *b, size_t cap, uint64_t n) {
+    if (n >= 1000000000ull) snprintf(b, cap, "%.2f GB", n / 1e9);
+    else if (n >= 1000000ull) snprintf(b, cap, "%.2f MB", n / 1e6);
+    else snprintf(b, cap, "%.1f kB", n / 1e3);
+}
+
+static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
+    DIR *d = opendir(in);
+    if (!d) return cllm_err_set(err, CLLM_EIO, "%s: %s", in, strerror(errno));
+    struct dirent *e;
+    cllm_status st = CLLM_OK;
+    while (st == CLLM_OK && (e = readdir(d))) {
+        const char *n = e->d_name;
+        size_t l = strlen(n);
+        if (n[0] == '.' || !strcmp(n, "config.json") || (l > 12 && !strcmp(n + l - 12, ".safetensors")) ||
+            !strcmp(n, "model.safetensors.index.json"))
+            continue;
+        char a[4096], b[4096];
+        snprintf(a, sizeof(a), "%s/%s", in, n);
+        snprintf(b, sizeof(b), "%s/%s", out, n);
+        struct stat sb;
+        if (stat(a, &sb) || !S_ISREG(sb.st_mode)) continue;
+        FILE *fi = fopen(a, "rb"), *fo = fi ? fopen(b, "wb") : NULL;
+        char buf[65536];
+        size_t k;
+        bool ok = fi && fo;
+        while (ok && (k = fread(buf, 1, sizeof(buf), fi)) > 0) ok = fwrite(buf, 1, k, fo) == k;
+        if (fi) fclose(fi);
+        if (fo && fclose(fo)) ok = false;
+        if (!ok) st = cllm_err_set(err, CLLM_EIO, "cannot copy %s to %s", a, b);
+    }
+    closedir(d);
+    return st;
+}
+
+static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int wbits, int abits,
+                                globs *gl, cllm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", o->in_dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return cllm_err_set(err, CLLM_EFORMAT, "%s: %s", path, je.text);
+    json_t *qc = json_object();
+    json_object_set_new(qc, "quant_method", json_string("gptq"));
+    json_object_set_new(qc, "bits", json_integer(wbits));
+    json_object_set_new(qc, "group_size", json_integer(o->group));
+    json_object_set_new(qc, "sym", json_true());
+    json_object_set_new(qc, "desc_act", json_false());
+    json_object_set_new(qc, "checkpoint_format", json_string("gptq"));
+    json_object_set_new(qc, "lm_head", json_boolean(o->lm_head_bits < 16));
+    json_t *dyn = json_object();
+    for (int i = 0; i < gl->n; i++) { /* glob -> regex: '.' -> '\.', '*' -> '.*' */
+        char re[512] = "-:";
+        size_t k = 2;
+        for (const char *p = gl->g[i]; *p && k < sizeof(re) - 3; p++) {
+            if (*p == '*') re[k++] = '.', re[k++] = '*';
+            else if (*p == '.') re[k++] = '\\', re[k++] = '.';
+            else re[k++] = *p;
+        }
+        re[k] = 0;
+        json_object_set_new(dyn, re, json_object());
+    }
+    if (o->lm_head_bits >= 16) json_object_set_new(dyn, "-:lm_head", json_object());
+    else if (o->lm_head_bits != wbits) {
+        json_t *lh = json_object();
+        json_object_set_new(lh, "bits", json_integer(o->lm_head_bits));
+        json_object_set_new(dyn, "+:lm_head", lh);
+    }
+    json_object_set_new(qc, "dynamic", dyn);
+    json_object_set_new(qc, "cllm_scheme", json_string(o->scheme));
+    json_object_set_new(qc, "cllm_method", json_string(o->method));
+    json_object_set_new(qc, "cllm_act_bits", json_integer(abits));
+    json_object_set_new(qc, "cllm_lm_head_bits", json_integer(o->lm_head_bits));
+    json_object_set_new(root, "quantization_config", qc);
+    snprintf(path, sizeof(path), "%s/config.json", tmp);
+    int rc = json_dump_file(root, path, JSON_INDENT(2));
+    json_decref(root);
+    return rc ? cllm_err_set(err, CLLM_EIO, "%s: cannot write", path) : CLLM_OK;
+}
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' || (e->d_name[1] && strcmp(e->d_name, ".."))) {
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
+    FILE *out = o->out ? o->out : stdout;
+    int wbits, abits;
+    if (!strcmp(o->scheme, "w4a16")) wbits = 4, abits = 16;
+    else if (!strcmp(o->scheme, "w8a16")) wbits = 8, abits = 16;
+    else if (!strcmp(o->scheme, "w4a8")) wbits = 4, abits = 8;
+    else if (!strcmp(o->scheme, "w4a4")) wbits = 4, abits = 4;
+    else return cllm_err_set(err, CLLM_EINVAL, "unsupported scheme '%s' (w4a16|w8a16|w4a8|w4a4)", o->scheme);
+    if (o->group <= 0 || o->group % 8)
+        return cllm_err_set(err, CLLM_EINVAL, "group size %d: must be a positive multiple of 8 (32, 64, 128)", o->group);
+    if (o->lm_head_bits != 4 && o->lm_head_bits != 8 && o->lm_head_bits != 16)
+        return cllm_err_set(err, CLLM_EINVAL, "--lm-head: int8, int4 or bf16");
+    bool gptq = !strcmp(o->method, "gptq");
+    if (!gptq && strcmp(o->method, "rtn"))
+        return cllm_err_set(err, CLLM_EINVAL, "unsupported method '%s' (rtn|gptq)", o->method);
+    if (gptq && !o->calib) return cllm_err_set(err, CLLM_EINVAL, "--method gptq needs --calib FILE");
+    struct stat sb;
+    if (!stat(o->out_dir, &sb)) return cllm_err_set(err, CLLM_EINVAL, "%s already exists", o->out_dir);
+
+    cllm_config cfg;
+    cllm_status st = cllm_config_load(o->in_dir, &cfg, err);
+    if (st) return st;
+    cllm_ckpt *ck = NULL;
+    vec tens = {.es = sizeof(const cllm_tensor *)}, units = {.es = sizeof(unit)}, outs = {.es = sizeof(outt)};
+    globs gl = {0};
+    cllm_gptq *gq = NULL;
+    char tmp[4096] = "";
+    {
+        char cp[4096];
+        snprintf(cp, sizeof(cp), "%s/config.json", o->in_dir);
+        json_t *r = json_load_file(cp, 0, NULL);
+        bool already = r && json_object_get(r, "quantization_config");
+        json_decref(r);
+        if (already) {
+            st = cllm_err_set(err, CLLM_EINVAL, "%s is already quantized (config.json has quantization_config)", o->in_dir);
+            goto done;
+        }
+    }
+    if ((st = cllm_ckpt_open(o->in_dir, false, &ck, err))) goto done;
+    if (add_globs(&gl, "*embed_tokens*", false) || (!o->no_default_keep && add_globs(&gl, cllm_quant_default_keep, false)) ||
+        add_globs(&gl, o->keep, true)) {
+        st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        goto done;
+    }
+    cllm_ckpt_foreach(ck, collect_t, &tens);
+    qsort(tens.v, tens.n, sizeof(const cllm_tensor *), cmp_tensor);
+    const cllm_tensor **tv = tens.v;
+    /* 1. decide every tensor */
+    for (size_t i = 0; i < tens.n && st == CLLM_OK; i++) {
+        const cllm_tensor *t = tv[i];
+        size_t l = strlen(t->name);
+        bool is_float = t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
+        bool keep = kept(&gl, t->name) || !is_float;
+        bool lm = !strcmp(t->name, "lm_head.weight");
+        int bits = lm ? o->lm_head_bits : wbits;
+        char base[200];
+        if (!keep && bits < 16 && t->n_dims == 3 && l > 26 && !strcmp(t->name + l - 26, "mlp.experts.gate_up_proj")) {
+            int E = (int)t->shape[0], I2 = (int)t->shape[1], H = (int)t->shape[2];
+            for (int e = 0; e < E; e++)
+                for (int h = 0; h < 2; h++) {
+                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 13), t->name, e, h ? "up_proj" : "gate_proj");
+                    if (!add_unit(&units, &outs, t, ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H, I2 / 2, H, bits, base))
+                        st = CLLM_ENOMEM;
+                }
+        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 23 && !strcmp(t->name + l - 23, "mlp.experts.down_proj")) {
+            int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
+            for (int e = 0; e < E; e++) {
+                snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 10), t->name, e);
+                if (!add_unit(&units, &outs, t, (uint64_t)e * H * I, H, I, bits, base)) st = CLLM_ENOMEM;
+            }
+        } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 && !strcmp(t->name + l - 7, ".weight")) {
+            snprintf(base, sizeof(base), "%.*s", (int)(l - 7), t->name);
+            if (!add_unit(&units, &outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits, base)) st = CLLM_ENOMEM;
+        } else {
+            outt *x = vpush(&outs);
+            if (!x) {
+                st = CLLM_ENOMEM;
+                break;
+            }
+            snprintf(x->name, sizeof(x->name), "%s", t->name);
+            x->dt = t->dtype;
+            x->n_dims = t->n_dims;
+            for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->shape[d];
+            x->nbytes = t->nbytes;
+            x->part = P_COPY;
+            x->src = t;
+            x->unit = -1;
+        }
+    }
+    if (st == CLLM_ENOMEM) st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    if (st) goto done;
+    for (int i = 0; i < gl.n; i++)
+        if (gl.user[i] && !gl.hits[i]) fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", gl.g[i]);
+    /* shape checks up front: a group size that does not divide K is an error before any write */
+    unit *uv = units.v;
+    for (size_t i = 0; i < units.n; i++) {
+        cllm_qbuf q;
+        char what[224];
+        snprintf(what, sizeof(what), "%s.weight", uv[i].base);
+        if ((st = cllm_qbuf_alloc(&q, uv[i].bits, o->group, 8 * o->group, 8, what, err))) goto done;
+        cllm_qbuf_free(&q);
+        if (uv[i].K % o->group) {
+            st = cllm_err_set(err, CLLM_EINVAL, "%s: group size %d does not divide in_features %d "
+                              "(choose a --group-size dividing it, or --keep it)", what, o->group, uv[i].K);
+            goto done;
+        }
+        if (uv[i].N % 8) {
+            st = cllm_err_set(err, CLLM_EINVAL, "%s: out_features %d is not a multiple of 8 (--keep it)", what, uv[i].N);
+            goto done;
+        }
+    }
+    /* add the unit outputs after the copies, in unit order (4 parts each, consecutive) */
+    for (size_t i = 0; i < units.n; i++)
+        for (int p = P_QW; p <= P_GI; p++) {
+            outt *x = vpush(&outs);
+            if (!x) {
+                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+                goto done;
+            }
+            uv = units.v;
+            snprintf(x->name, sizeof(x->name), "%s.%s", uv[i].base, part_suffix[p]);
+            int64_t d0, d1;
+            qsizes(&uv[i], o->group, p, &d0, &d1, &x->dt);
+            x->n_dims = d1 < 0 ? 1 : 2;
+            x->shape[0] = d0;
+            x->shape[1] = d1;
+            x->nbytes = (uint64_t)d0 * (d1 < 0 ? 1 : (uint64_t)d1) * cllm_dtype_size(x->dt);
+            x->part = p;
+            x->unit = (int)i;
+        }
+    /* 2. shards, plan */
+    outt *ov = outs.v;
+    uint64_t cur = 0, total_out = 0, total_in = 0;
+    int n_shards = 1;
+    for (size_t i = 0; i < outs.n; i++) {
+        uint64_t need = ov[i].nbytes;
+        if (ov[i].part == P_QW)
+            for (int p = 1; p < 4; p++) need += ov[i + p].nbytes;
+        if (ov[i].part == P_COPY || ov[i].part == P_QW) {
+            if (o->shard_bytes && cur > 0 && cur + need > o->shard_bytes) {
+                n_shards++;
+                cur = 0;
+            }
+            cur += need;
+        }
+        ov[i].shard = n_shards - 1;
+        total_out += ov[i].nbytes;
+    }
+    for (size_t i = 0; i < tens.n; i++) total_in += tv[i]->nbytes;
+    {
+        const char *gn[16];
+        uint64_t gb[16] = {0}, ga[16] = {0};
+        int gq4[16] = {0}, gq8[16] = {0}, gk[16] = {0}, ng = 0;
+        for (size_t i = 0; i < tens.n; i++) { /* bytes before */
+            const char *g = group_of(tv[i]->name);
+            int k = 0;
+            while (k < ng && strcmp(gn[k], g)) k++;
+            if (k == ng && ng < 16) gn[ng++] = g;
+            if (k < 16) gb[k] += tv[i]->nbytes;
+        }
+        for (size_t i = 0; i < outs.n; i++) {
+            const char *g = group_of(ov[i].name);
+            int k = 0;
+            while (k < ng && strcmp(gn[k], g)) k++;
+            if (k == ng) continue;
+            ga[k] += ov[i].nbytes;
+            if (ov[i].part == P_QW) {
+                if (uv[ov[i].unit].bits == 4) gq4[k]++;
+                else gq8[k]++;
+            }
+            if (ov[i].part == P_COPY) gk[k]++;
+        }
+        fprintf(out, "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
+                     "symmetric, method %s, lm_head %s\n", o->in_dir, o->out_dir, o->scheme, wbits,
+                abits == 16 ? "float" : abits == 8 ? "int8 (emulated)" : "int4 (emulated)",
+                o->group, o->method, o->lm_head_bits == 16 ? "kept 16-bit" : o->lm_head_bits == 8 ? "int8" : "int4");
+        fprintf(out, "%-14s %-26s %12s %12s\n", "group", "precision", "before", "after");
+        for (int k = 0; k < ng; k++) {
+            char p[64], a[32], b[32];
+            int n = 0;
+            p[0] = 0;
+            if (gq4[k]) n += snprintf(p + n, sizeof(p) - n, "%d int4 ", gq4[k]);
+            if (gq8[k]) n += snprintf(p + n, sizeof(p) - n, "%d int8 ", gq8[k]);
+            if (gk[k]) snprintf(p + n, sizeof(p) - n, "%d kept", gk[k]);
+            fmt_bytes(b, sizeof(b), gb[k]);
+            fmt_bytes(a, sizeof(a), ga[k]);
+            fprintf(out, "%-14s %-26s %12s %12s\n", gn[k], p, b, a);
+        }
+        char a[32], b[32];
+        fmt_bytes(b, sizeof(b), total_in);
+        fmt_bytes(a, sizeof(a), total_out);
+        fprintf(out, "%-14s %-26s %12s %12s  (%.2fx smaller), %d shard%s\n", "total", "", b, a,
+                (double)total_in / (double)(total_out ? total_out : 1), n_shards, n_shards > 1 ? "s" : "");
+        fflush(out);
+    }
+    if (o->dry_run) goto done;
+    /* 3. disk space */
+    {
+        char pd[4096];
+        snprintf(pd, sizeof(pd), "%s", o->out_dir);
+        const char *parent = dirname(pd);
+        struct statvfs vf;
+        if (!statvfs(parent, &vf)) {
+            uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
+            uint64_t need = total_out + total_out / 100 + (16u << 20);
+            if (getenv("CLLM_QUANT_FAKE_AVAIL")) avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
+            if (avail < need) {
+                char a[32], b[32];
+                fmt_bytes(a, sizeof(a), avail);
+                fmt_bytes(b, sizeof(b), need);
+                st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed", parent, a, b);
+                goto done;
+            }
+        }
+    }
+    if (gptq) {
+        cllm_gptq_opts go = {o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens,
+                             o->damp, o->threads, out};
+        if ((st = cllm_gptq_calibrate(o->in_dir, &go, &gq, err))) goto done;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
+    if (mkdir(tmp, 0755)) {
+        st = cllm_err_set(err, CLLM_EIO, "cannot create %s: %s", tmp, strerror(errno));
+        tmp[0] = 0;
+        goto done;
+    }
+    /* 4. shards */
+    {
+        uint64_t done_b = 0;
+        int last_pct = -1, n_gptq = 0, n_rtn = 0;
+        time_t t0 = time(NULL);
+        cllm_qbuf q = {0};
+        for (int s = 0; s < n_shards && st == CLLM_OK; s++) {
+            json_t *hdr = json_object();
+            json_t *meta = json_object();
+            json_object_set_new(meta, "format", json_string("pt"));
+            json_object_set_new(meta, "quantized_by", json_string("cllm"));
+            json_object_set_new(hdr, "__metadata__", meta);
+            uint64_t off = 0;
+            for (size_t i = 0; i < outs.n; i++) {
+                if (ov[i].shard != s) continue;
+                json_t *e = json_object(), *sh = json_array();
+                json_object_set_new(e, "dtype", json_string(cllm_dtype_name(ov[i].dt)));
+                for (int d = 0; d < ov[i].n_dims; d++) json_array_append_new(sh, json_integer(ov[i].shape[d]));
+                json_object_set_new(e, "shape", sh);
+                json_t *of = json_array();
+                json_array_append_new(of, json_integer((json_int_t)off));
+                json_array_append_new(of, json_integer((json_int_t)(off + ov[i].nbytes)));
+                json_object_set_new(e, "data_offsets", of);
+                json_object_set_new(hdr, ov[i].name, e);
+                off += ov[i].nbytes;
+            }
+            char *js = json_dumps(hdr, JSON_COMPACT);
+            json_decref(hdr);
+            char name[64], path[4200];
+            shard_name(s, n_shards, name, sizeof(name));
+            snprintf(path, sizeof(path), "%s/%s", tmp, name);
+            FILE *f = js ? fopen(path, "wb") : NULL;
+            if (!f) {
+                free(js);
+                st = cllm_err_set(err, CLLM_EIO, "cannot write %s", path);
+                break;
+            }
+            size_t jl = strlen(js), pad = (8 - (8 + jl) % 8) % 8;
+            uint64_t hl = jl + pad;
+            unsigned char l8[8];
+            for (int b = 0; b < 8; b++) l8[b] = (unsigned char)(hl >> (8 * b));
+            bool ok = fwrite(l8, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl && fwrite("        ", 1, pad, f) == pad;
+            free(js);
+            for (size_t i = 0; ok && i < outs.n; i++) {
+                if (ov[i].shard != s) continue;
+                if (ov[i].part == P_COPY) {
+                    ok = fwrite(ov[i].src->data, 1, ov[i].nbytes, f) == ov[i].nbytes;
+                    done_b += ov[i].nbytes;
+                } else {
+                    unit *u = &uv[ov[i].unit];
+                    if (ov[i].part == P_QW) {
+                        if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err))) break;
+                        const float *H = NULL;
+                        int ntok = 0;
+                        if (gq) H = cllm_gptq_hessian(gq, u->base, u->K, &ntok);
+                        if (H) {
+                            float *W = malloc((size_t)u->N * u->K * sizeof(float));
+                            if (!W) {
+                                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+                                break;
+                            }
+                            src_rows(u, 0, u->N, W);
+                            st = cllm_gptq_quantize(W, H, o->damp, &q, err);
+                            free(W);
+                            if (st) break;
+                            n_gptq++;
+                        } else {
+                            float *W = malloc((size_t)64 * u->K * sizeof(float));
+                            if (!W) {
+                                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+                                break;
+                            }
+                            for (int n0 = 0; n0 < u->N; n0 += 64) {
+                                int n1 = n0 + 64 < u->N ? n0 + 64 : u->N;
+                                src_rows(u, n0, n1, W);
+                                cllm_quant_rtn_rows(W, (size_t)u->K, n0, n1, &q);
+                            }
+                            free(W);
+                            n_rtn++;
+                        }
+                        done_b += (uint64_t)u->N * u->K * cllm_dtype_size(u->src->dtype);
+                    }
+                    const void *p = ov[i].part == P_QW ? (const void *)q.qweight
+                                  : ov[i].part == P_QZ ? (const void *)q.qzeros
+                                  : ov[i].part == P_SC ? (const void *)q.scales : (const void *)q.g_idx;
+                    ok = fwrite(p, 1, ov[i].nbytes, f) == ov[i].nbytes;
+                    if (ov[i].part == P_GI) cllm_qbuf_free(&q);
+                }
+                int pct = (int)(100.0 * (double)done_b / (double)(total_in ? total_in : 1));
+                if (o->progress && pct != last_pct) {
+                    last_pct = pct;
+                    fprintf(stderr, "\r[%-40.*s] %3d%%", pct * 40 / 100,
+                            "########################################", pct);
+                }
+            }
+            if (fclose(f)) ok = false;
+            if (st == CLLM_OK && !ok) st = cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", path);
+        }
+        cllm_qbuf_free(&q);
+        if (o->progress) fprintf(stderr, "\n");
+        if (st) goto done;
+        if (n_shards > 1) {
+            json_t *idx = json_object(), *wm = json_object(), *md = json_object();
+            json_object_set_new(md, "total_size", json_integer((json_int_t)total_out));
+            json_object_set_new(idx, "metadata", md);
+            for (size_t i = 0; i < outs.n; i++) {
+                char name[64];
+                json_object_set_new(wm, ov[i].name, json_string(shard_name(ov[i].shard, n_shards, name, sizeof(name))));
+            }
+            json_object_set_new(idx, "weight_map", wm);
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/model.safetensors.index.json", tmp);
+            int rc = json_dump_file(idx, path, JSON_INDENT(2));
+            json_decref(idx);
+            if (rc) {
+                st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
+                goto done;
+            }
+        }
+        if ((st = write_config(o, tmp, wbits, abits, &gl, err))) goto done;
+        if ((st = copy_aux(o->in_dir, tmp, err))) goto done;
+        if (rename(tmp, o->out_dir)) {
+            st = cllm_err_set(err, CLLM_EIO, "rename %s -> %s: %s", tmp, o->out_dir, strerror(errno));
+            goto done;
+        }
+        tmp[0] = 0;
+        char a[32], b[32];
+        fmt_bytes(b, sizeof(b), total_in);
+        fmt_bytes(a, sizeof(a), total_out);
+        fprintf(out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n", units.n,
+                n_gptq, n_rtn, gq ? cllm_gptq_summary(gq) : "", b, a, (long)(time(NULL) - t0), o->out_dir);
+    }
+done:
+    if (tmp[0]) rm_tree(tmp);
+    cllm_gptq_free(gq);
+    for (int i = 0; i < gl.n; i++) free(gl.g[i]);
+    free(gl.g), free(gl.hits), free(gl.user);
+    free(tens.v), free(units.v), free(outs.v);
+    cllm_ckpt_close(ck);
+    cllm_config_free(&cfg);
+    return st;
+}

@@ -1,0 +1,37 @@
+/* `cllm quantize IN OUT`: streaming conversion of a 16/32-bit checkpoint into the GPTQ layout
+ * (quant/quant.h). Reads the input through its mmap one tensor at a time, writes shards into
+ * OUT.tmp-PID and renames to OUT at the end (an interrupted run leaves no OUT), refuses to start
+ * when the file system lacks the space, prints the plan first and a summary after. */
+#ifndef CLLM_QUANT_QUANTIZE_H
+#define CLLM_QUANT_QUANTIZE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+typedef struct cllm_quant_opts {
+    const char *in_dir, *out_dir;
+    const char *scheme;   /* "w4a16" | "w8a16" | "w4a8" | "w4a4" */
+    int group;            /* group size along K (default 128) */
+    int lm_head_bits;     /* 8, 4, or 16 (kept) */
+    const char *keep;     /* extra comma-separated globs kept 16-bit */
+    bool no_default_keep; /* drop the default keep list (embeddings are always kept) */
+    const char *method;   /* "rtn" | "gptq" */
+    const char *calib;    /* GPTQ calibration text/token file (tokens: ids separated by , or space) */
+    int calib_samples, calib_seq_len;
+    int min_expert_tokens; /* GPTQ: experts with fewer routed calibration tokens use RTN */
+    double damp;           /* GPTQ dampening, fraction of mean diag(H) */
+    uint64_t shard_bytes;
+    int threads;
+    bool progress, dry_run;
+    FILE *out;             /* plan and summary */
+} cllm_quant_opts;
+
+/* The default keep list (comma-separated globs). */
+extern const char *const cllm_quant_default_keep;
+
+cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err);
+
+#endif

@@ -1,0 +1,102 @@
+/* INT4/INT8 (GPTQ layout) kernels vs dequantize-then-fp32 on odd shapes; ref vs AVX2 bitwise;
+ * batch invariance (a token's outputs alone == inside any batch); RTN round trip bounds. */
+#include <math.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "kernels/kern_int.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t rs = 88172645463325252ull;
+static float frand(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
+    size_t ldx = (size_t)K + 3, ldy = (size_t)N + 5;
+    float *W = malloc((size_t)N * K * 4), *X = malloc(T * ldx * 4), *Wd = malloc((size_t)N * K * 4);
+    float *Yr = calloc(T * ldy, 4), *Ya = calloc(T * ldy, 4), *Y1 = calloc(ldy, 4);
+    for (size_t i = 0; i < (size_t)N * K; i++) W[i] = frand() * 0.1f;
+    for (size_t i = 0; i < T * ldx; i++) X[i] = frand();
+    cllm_qbuf q;
+    cllm_error err;
+    CHECK(cllm_qbuf_alloc(&q, bits, G, K, N, "t", &err) == CLLM_OK);
+    cllm_quant_rtn_rows(W, (size_t)K, 0, N, &q);
+    cllm_qweight w = cllm_qbuf_view(&q);
+    w.act_bits = act_bits;
+    /* RTN error bound: |w - dq| <= scale / 2 (+ clamp at the negative edge is exact). */
+    double maxerr = 0;
+    for (int n = 0; n < N; n++) {
+        cllm_quant_dequant_row(&w, n, Wd + (size_t)n * K);
+        for (int k = 0; k < K; k++) {
+            float s = cllm_f16_to_f32(q.scales[(size_t)(k / G) * N + n]);
+            double e = fabs(Wd[(size_t)n * K + k] - W[(size_t)n * K + k]) / s;
+            if (e > maxerr) maxerr = e;
+        }
+    }
+    /* half a step, plus the fp16 rounding of the scale at the clamped edge */
+    CHECK_MSG(maxerr <= 0.5 + (1 << (bits - 1)) / 1024.0, "bits %d rtn err %.4f scales", bits, maxerr);
+    const cllm_kern_ops *ref = cllm_kern_ref(), *avx = cllm_kern_avx2();
+    ref->matmul_q(&w, 0, N, X, ldx, T, Yr, ldy);
+    /* oracle: dequantize, (fake-quantized) activations, double accumulation */
+    float *xa = malloc((size_t)K * 4);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        if (act_bits < 16) kern_fake_quant_act(X + t * ldx, xa, K, G, act_bits);
+        else memcpy(xa, X + t * ldx, (size_t)K * 4);
+        for (int n = 0; n < N; n++) {
+            double acc = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                acc += (double)Wd[(size_t)n * K + k] * xa[k];
+                mag += fabs((double)Wd[(size_t)n * K + k] * xa[k]);
+            }
+            double e = fabs(acc - Yr[t * ldy + n]) / (mag + 1e-6);
+            if (e > worst) worst = e;
+        }
+    }
+    CHECK_MSG(worst < 1e-5, "bits %d G %d K %d N %d T %d a%d: ref vs dequant rel err %g", bits, G,
+              K, N, T, act_bits, worst);
+    if (avx) {
+        avx->matmul_q(&w, 0, N, X, ldx, T, Ya, ldy);
+        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "avx2 != ref bitwise (bits %d K %d N %d T %d)", bits, K, N, T);
+        /* batch invariance + column sub-range: token t alone, columns [8, N) */
+        for (int t = 0; t < T; t++) {
+            memset(Y1, 0, ldy * 4);
+            avx->matmul_q(&w, 8, N, X + t * ldx, ldx, 1, Y1, ldy);
+            CHECK(!memcmp(Y1 + 8, Ya + t * ldy + 8, (size_t)(N - 8) * 4));
+            CHECK(Y1[0] == 0.0f);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        memset(Y1, 0, ldy * 4);
+        ref->matmul_q(&w, 0, N, X + t * ldx, ldx, 1, Y1, ldy);
+        CHECK(!memcmp(Y1, Yr + t * ldy, (size_t)N * 4));
+    }
+    cllm_qbuf_free(&q);
+    free(W), free(X), free(Wd), free(Yr), free(Ya), free(Y1), free(xa);
+}
+
+int main(void) {
+    int shapes[][3] = {{32, 96, 24}, {32, 32, 8}, {64, 192, 40}, {128, 256, 56}, {8, 40, 16}};
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (int T = 1; T <= 7; T += 3) {
+            one_case(4, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
+            one_case(8, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
+        }
+    one_case(4, 32, 96, 24, 5, 8);
+    one_case(4, 32, 96, 24, 5, 4);
+    /* bad shapes are refused with a message naming the tensor */
+    cllm_qbuf q;
+    cllm_error err;
+    CHECK(cllm_qbuf_alloc(&q, 4, 128, 64, 16, "model.x.weight", &err) == CLLM_EINVAL);
+    CHECK(strstr(err.msg, "model.x.weight") && strstr(err.msg, "does not divide"));
+    CHECK(cllm_qbuf_alloc(&q, 3, 32, 64, 16, "w", &err) == CLLM_EINVAL);
+    CHECK(cllm_qbuf_alloc(&q, 4, 32, 64, 12, "w", &err) == CLLM_EINVAL);
+    CHECK(cllm_quant_bytes(4, 128, 2048, 512) == 2048u / 8 * 512 * 4 + 16u * 64 * 4 + 16u * 512 * 2 + 2048u * 4);
+    return test_report("test_quant_kern");
+}
