@@ -532,7 +532,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
         goto fail;
     }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_DUAL_STACK; /* "::" also takes IPv4 */
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
                             (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
