@@ -64,6 +64,11 @@ ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\
 a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
 b=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
 ok '[ "$a" = "$b" ]' "greedy completions differ: $a / $b"
+out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":3,"temperature":0,"logprobs":2,"n":2}')
+ok 'echo "$out" | grep -q "\"index\":1,\"text\":" && echo "$out" | grep -q "\"token_logprobs\":\[-"' "n=2 with logprobs: $out"
+a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":6,"temperature":0.8,"seed":3}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
+b=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":6,"temperature":0.8,"seed":3}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
+ok '[ "$a" = "$b" ]' "seeded sampling differs: $a / $b"
 out=$(curl -sN -H "$H" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}')
 ok 'echo "$out" | head -1 | grep -q "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"' "chat stream role chunk"
 ok 'echo "$out" | grep -q "\"choices\":\[\],\"usage\":{\"prompt_tokens\":"' "chat stream usage chunk"

@@ -35,8 +35,8 @@ static void http_free(http_res *r) {
 }
 
 /* method, path, extra headers ("A: b" NULL-terminated list or NULL), body (NULL for none). */
-static int http_do(int port, const char *method, const char *path, const char *const *hdrs, const char *body,
-                   size_t body_len, http_res *out) {
+static int http_do(int port, const char *method, const char *path, const char *const *hdrs,
+                   const char *body, size_t body_len, http_res *out) {
     memset(out, 0, sizeof(*out));
     CURL *c = curl_easy_init();
     if (!c) return -1;

@@ -2,8 +2,8 @@
  * real engine is never linked in these tests). Included by tests/test_server*.c only.
  *
  * The output is chosen by a marker in the decoded prompt:
- *   SCRIPT=tool   a Qwen3.5 XML tool call       SCRIPT=think  reasoning then "</think>" then an answer
- *   SCRIPT=slow   the default text, 50 ms/token SCRIPT=error  fails after one token
+ *   SCRIPT=tool   a Qwen3.5 XML tool call       SCRIPT=think  reasoning then "</think>" then an
+ * answer SCRIPT=slow   the default text, 50 ms/token SCRIPT=error  fails after one token
  *   SCRIPT=long   200 tokens, 20 ms each        (default)     "Hello world! How are you?"
  * Text is emitted in pieces of up to 3 bytes (never splitting a UTF-8 character), one piece per
  * step and sample; every step sleeps fake->step_us on a condition variable. */
@@ -57,8 +57,10 @@ static double fake_now(void) {
 static const char *fake_script(const char *prompt, int *delay_ms) {
     *delay_ms = 0;
     if (strstr(prompt, "SCRIPT=tool"))
-        return "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>";
-    if (strstr(prompt, "SCRIPT=think")) return "Two plus two is four.\n</think>\n\nThe answer is 4.";
+        return "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</"
+               "function>\n</tool_call>";
+    if (strstr(prompt, "SCRIPT=think"))
+        return "Two plus two is four.\n</think>\n\nThe answer is 4.";
     if (strstr(prompt, "SCRIPT=error")) return "oops";
     if (strstr(prompt, "SCRIPT=slow")) {
         *delay_ms = 50;
@@ -78,16 +80,28 @@ static const char *fake_script(const char *prompt, int *delay_ms) {
     return "Hello world! How are you?";
 }
 
-static void fake_emit(fake_engine *f, fake_req *r, int i, cllm_finish fin, const char *text, size_t len) {
+static void fake_emit(fake_engine *f, fake_req *r, int i, cllm_finish fin, const char *text,
+                      size_t len) {
     int tok[1] = {100 + (int)(r->pos[i] % 50)};
     cllm_token_logprob lp[1 + 20];
     for (int k = 0; k <= 20; k++) lp[k] = (cllm_token_logprob){tok[0] + k, -0.25f * (float)(k + 1)};
-    cllm_event ev = {.request_id = r->id, .index = i, .text = text, .text_len = len,
-                     .token_ids = len ? tok : NULL, .n_tokens = len ? 1 : 0,
-                     .logprobs = len && r->logprobs >= 0 ? lp : NULL, .n_top_logprobs = r->logprobs > 0 ? r->logprobs : 0,
-                     .finish = fin, .error = fin == CLLM_FINISH_ERROR ? "fake engine failure" : NULL,
-                     .prompt_tokens = r->prompt_len, .completion_tokens = r->ntok[i], .cached_prompt_tokens = 0,
-                     .t_arrival = 1.0, .t_scheduled = 1.001, .t_first_token = 1.01, .t_finished = 1.1};
+    cllm_event ev = {.request_id = r->id,
+                     .index = i,
+                     .text = text,
+                     .text_len = len,
+                     .token_ids = len ? tok : NULL,
+                     .n_tokens = len ? 1 : 0,
+                     .logprobs = len && r->logprobs >= 0 ? lp : NULL,
+                     .n_top_logprobs = r->logprobs > 0 ? r->logprobs : 0,
+                     .finish = fin,
+                     .error = fin == CLLM_FINISH_ERROR ? "fake engine failure" : NULL,
+                     .prompt_tokens = r->prompt_len,
+                     .completion_tokens = r->ntok[i],
+                     .cached_prompt_tokens = 0,
+                     .t_arrival = 1.0,
+                     .t_scheduled = 1.001,
+                     .t_first_token = 1.01,
+                     .t_finished = 1.1};
     r->fn(r->user, &ev);
 }
 
@@ -111,8 +125,10 @@ static bool fake_step(fake_engine *f, fake_req *r, int i) {
     r->ntok[i]++;
     r->pos[i] = e;
     cllm_finish fin = CLLM_FINISH_NONE;
-    if (e >= len) fin = CLLM_FINISH_STOP;
-    else if (r->max_tokens > 0 && r->ntok[i] >= r->max_tokens) fin = CLLM_FINISH_LENGTH;
+    if (e >= len)
+        fin = CLLM_FINISH_STOP;
+    else if (r->max_tokens > 0 && r->ntok[i] >= r->max_tokens)
+        fin = CLLM_FINISH_LENGTH;
     fake_emit(f, r, i, fin, r->script + p, e - p);
     return fin != CLLM_FINISH_NONE;
 }
@@ -175,7 +191,8 @@ static cllm_status fake_submit(void *ctx, const cllm_request *rq, uint64_t *id, 
     char *prompt = NULL;
     size_t plen;
     if (!r) return CLLM_ENOMEM;
-    if (cllm_tok_decode(f->tok, (const int32_t *)rq->prompt, (size_t)rq->n_prompt, false, &prompt, &plen, err)) {
+    if (cllm_tok_decode(f->tok, (const int32_t *)rq->prompt, (size_t)rq->n_prompt, false, &prompt,
+                        &plen, err)) {
         free(r);
         return CLLM_EINVAL;
     }
@@ -250,7 +267,9 @@ static void fake_defaults(void *ctx, cllm_sampling *s) {
     s->n = 1;
 }
 
-static const struct cllm_tok *fake_tokenizer(void *ctx) { return ((fake_engine *)ctx)->tok; }
+static const struct cllm_tok *fake_tokenizer(void *ctx) {
+    return ((fake_engine *)ctx)->tok;
+}
 
 static int fake_start(fake_engine *f, const char *tok_dir) {
     memset(f, 0, sizeof(*f));
@@ -278,7 +297,8 @@ static void fake_stop(fake_engine *f) {
 }
 
 static cllm_server_engine fake_ops(fake_engine *f) {
-    cllm_server_engine o = {f, fake_submit, fake_cancel, fake_drain, fake_stats, fake_defaults, fake_tokenizer};
+    cllm_server_engine o = {f,          fake_submit,   fake_cancel,   fake_drain,
+                            fake_stats, fake_defaults, fake_tokenizer};
     return o;
 }
 

@@ -121,24 +121,31 @@ static void run_case(int port, const char *path) {
     }
     for (char *line = strtok(spec, "\n"); line; line = strtok(NULL, "\n")) {
         if (!strncmp(line, "status: ", 8)) {
-            CHECK_MSG(r.status == atol(line + 8), "%s: status %ld, want %s; body %s", path, r.status, line + 8, r.body);
+            CHECK_MSG(r.status == atol(line + 8), "%s: status %ld, want %s; body %s", path,
+                      r.status, line + 8, r.body);
         } else if (!strncmp(line, "header: ", 8)) {
-            CHECK_MSG(strcasestr(r.headers, line + 8) != NULL, "%s: header '%s' missing in\n%s", path, line + 8,
-                      r.headers);
+            CHECK_MSG(strcasestr(r.headers, line + 8) != NULL, "%s: header '%s' missing in\n%s",
+                      path, line + 8, r.headers);
         } else if (!strncmp(line, "contains: ", 10)) {
-            CHECK_MSG(strstr(r.body, line + 10) != NULL, "%s: body lacks '%s':\n%s", path, line + 10, r.body);
+            CHECK_MSG(strstr(r.body, line + 10) != NULL, "%s: body lacks '%s':\n%s", path,
+                      line + 10, r.body);
         } else if (!strncmp(line, "lacks: ", 7)) {
-            CHECK_MSG(strstr(r.body, line + 7) == NULL, "%s: body has '%s':\n%s", path, line + 7, r.body);
+            CHECK_MSG(strstr(r.body, line + 7) == NULL, "%s: body has '%s':\n%s", path, line + 7,
+                      r.body);
         } else if (line[0] && line[0] != '#') {
             CHECK_MSG(0, "%s: unknown directive '%s'", path, line);
         }
     }
-    if (exact) CHECK_MSG(!strcmp(r.body, exact), "%s: body differs:\n--- got\n%s--- want\n%s---", path, r.body, exact);
+    if (exact)
+        CHECK_MSG(!strcmp(r.body, exact), "%s: body differs:\n--- got\n%s--- want\n%s---", path,
+                  r.body, exact);
     http_free(&r);
     free(t);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void run_data_battery(int port, const char *dir) {
     DIR *d = opendir(dir);
@@ -194,10 +201,12 @@ static void test_idle_connections(int port) {
     }
     CHECK(n == 64);
     /* half of them sent a partial request and went quiet */
-    for (int i = 0; i < n / 2; i++) send_all(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < n / 2; i++)
+        send_all(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\n");
     double t0 = fake_now();
     http_res r;
-    http_post(port, "/v1/completions", KEY, "{\"prompt\":\"hi\",\"stream\":true,\"max_tokens\":5}", &r);
+    http_post(port, "/v1/completions", KEY, "{\"prompt\":\"hi\",\"stream\":true,\"max_tokens\":5}",
+              &r);
     double dt = fake_now() - t0;
     CHECK_MSG(r.status == 200 && strstr(r.body, "[DONE]"), "status %ld body %s", r.status, r.body);
     CHECK_MSG(dt < 2.0, "stream with 64 idle connections took %.2f s", dt);
@@ -215,8 +224,9 @@ static void *par_main(void *a) {
     par_arg *p = a;
     char req[256];
     snprintf(req, sizeof(req),
-             "{\"model\":\"tiny\",\"prompt\":\"hi %d\",\"stream\":true,\"max_tokens\":%d,\"temperature\":0}", p->i,
-             3 + p->i % 5);
+             "{\"model\":\"tiny\",\"prompt\":\"hi "
+             "%d\",\"stream\":true,\"max_tokens\":%d,\"temperature\":0}",
+             p->i, 3 + p->i % 5);
     http_res r;
     http_post(p->port, "/v1/completions", KEY, req, &r);
     p->status = r.status;
@@ -239,9 +249,10 @@ static void test_concurrent_streams(int port) {
     for (int i = 0; i < N; i++) {
         par_arg seq = {.port = port, .i = i};
         par_main(&seq);
-        CHECK_MSG(a[i].status == 200 && seq.status == 200, "stream %d: %ld %ld", i, a[i].status, seq.status);
-        CHECK_MSG(a[i].body && seq.body && !strcmp(a[i].body, seq.body), "stream %d differs:\n%s\nvs\n%s", i,
-                  a[i].body, seq.body);
+        CHECK_MSG(a[i].status == 200 && seq.status == 200, "stream %d: %ld %ld", i, a[i].status,
+                  seq.status);
+        CHECK_MSG(a[i].body && seq.body && !strcmp(a[i].body, seq.body),
+                  "stream %d differs:\n%s\nvs\n%s", i, a[i].body, seq.body);
         free(a[i].body);
         free(seq.body);
     }
@@ -255,7 +266,8 @@ static void test_disconnect(int port, fake_engine *f, cllm_server *s) {
         int fd = tcp_connect(port);
         CHECK(fd >= 0);
         char body[128], req[512];
-        snprintf(body, sizeof(body), "{\"prompt\":\"SCRIPT=long\",\"stream\":%s,\"max_tokens\":200}",
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"SCRIPT=long\",\"stream\":%s,\"max_tokens\":200}",
                  stream ? "true" : "false");
         snprintf(req, sizeof(req),
                  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY
@@ -274,13 +286,15 @@ static void test_disconnect(int port, fake_engine *f, cllm_server *s) {
          * server's disconnect watch. Either way long before the 4 s the script would take. */
         double t0 = fake_now();
         while (cllm_server_in_flight(s) > 0 && fake_now() - t0 < 6) usleep(10 * 1000);
-        CHECK_MSG(cllm_server_in_flight(s) == 0, "in flight after disconnect: %d", cllm_server_in_flight(s));
+        CHECK_MSG(cllm_server_in_flight(s) == 0, "in flight after disconnect: %d",
+                  cllm_server_in_flight(s));
         pthread_mutex_lock(&f->mu);
         uint64_t c1 = f->cancels;
         pthread_mutex_unlock(&f->mu);
         CHECK_MSG(c1 == c0 + 1, "stream=%d: cancels %llu -> %llu", stream, (unsigned long long)c0,
                   (unsigned long long)c1);
-        CHECK_MSG(fake_now() - t0 < 1.5, "stream=%d: disconnect took %.2f s to cancel", stream, fake_now() - t0);
+        CHECK_MSG(fake_now() - t0 < 1.5, "stream=%d: disconnect took %.2f s to cancel", stream,
+                  fake_now() - t0);
     }
 }
 
@@ -338,19 +352,35 @@ static void test_metrics_promtool(int port, const char *tmp) {
     http_res r;
     http_do(port, "GET", "/metrics", NULL, NULL, 0, &r);
     CHECK(r.status == 200);
-    static const char *const names[] = {
-        "vllm:num_requests_running{", "vllm:num_requests_waiting{", "vllm:kv_cache_usage_perc{",
-        "vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{", "vllm:prompt_tokens_total{",
-        "vllm:generation_tokens_total{", "vllm:request_success_total{", "finished_reason=\"stop\"",
-        "vllm:num_preemptions_total{", "vllm:time_to_first_token_seconds_bucket{",
-        "vllm:inter_token_latency_seconds_bucket{", "vllm:e2e_request_latency_seconds_count{",
-        "vllm:request_queue_time_seconds_sum{", "vllm:request_prompt_tokens_bucket{",
-        "vllm:request_generation_tokens_bucket{", "vllm:cache_config_info{", "cllm_state_slots_used{",
-        "cllm_prefill_tokens_saved_total{", "cllm_http_responses_total{", "code=\"429\"",
-        "cllm_admission_rejections_total{", "model_name=\"tiny\"", NULL};
-    for (int i = 0; names[i]; i++) CHECK_MSG(strstr(r.body, names[i]) != NULL, "/metrics lacks %s", names[i]);
+    static const char *const names[] = {"vllm:num_requests_running{",
+                                        "vllm:num_requests_waiting{",
+                                        "vllm:kv_cache_usage_perc{",
+                                        "vllm:prefix_cache_queries_total{",
+                                        "vllm:prefix_cache_hits_total{",
+                                        "vllm:prompt_tokens_total{",
+                                        "vllm:generation_tokens_total{",
+                                        "vllm:request_success_total{",
+                                        "finished_reason=\"stop\"",
+                                        "vllm:num_preemptions_total{",
+                                        "vllm:time_to_first_token_seconds_bucket{",
+                                        "vllm:inter_token_latency_seconds_bucket{",
+                                        "vllm:e2e_request_latency_seconds_count{",
+                                        "vllm:request_queue_time_seconds_sum{",
+                                        "vllm:request_prompt_tokens_bucket{",
+                                        "vllm:request_generation_tokens_bucket{",
+                                        "vllm:cache_config_info{",
+                                        "cllm_state_slots_used{",
+                                        "cllm_prefill_tokens_saved_total{",
+                                        "cllm_http_responses_total{",
+                                        "code=\"429\"",
+                                        "cllm_admission_rejections_total{",
+                                        "model_name=\"tiny\"",
+                                        NULL};
+    for (int i = 0; names[i]; i++)
+        CHECK_MSG(strstr(r.body, names[i]) != NULL, "/metrics lacks %s", names[i]);
     /* the success counter moved */
-    CHECK(strstr(r.body, "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"stop\"} 0\n") == NULL);
+    CHECK(strstr(r.body, "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_"
+                         "reason=\"stop\"} 0\n") == NULL);
     char path[512], cmd[1024];
     snprintf(path, sizeof(path), "%s/metrics.txt", tmp);
     FILE *fp = fopen(path, "w");
@@ -369,7 +399,8 @@ static void test_metrics_promtool(int port, const char *tmp) {
         int lines = 0, bad = 0;
         while (pp && fgets(line, sizeof(line), pp)) {
             lines++;
-            if (strncmp(line, "vllm:", 5) || !strstr(line, " metric names should not contain ':'")) {
+            if (strncmp(line, "vllm:", 5) ||
+                !strstr(line, " metric names should not contain ':'")) {
                 bad++;
                 fprintf(stderr, "promtool: %s", line);
             }
@@ -392,7 +423,8 @@ typedef struct drain_arg {
 static void *drain_client(void *a) {
     drain_arg *d = a;
     http_res r;
-    http_post(d->port, "/v1/completions", KEY, "{\"prompt\":\"SCRIPT=slow\",\"stream\":true,\"max_tokens\":50}", &r);
+    http_post(d->port, "/v1/completions", KEY,
+              "{\"prompt\":\"SCRIPT=slow\",\"stream\":true,\"max_tokens\":50}", &r);
     d->status = r.status;
     d->body = r.body;
     r.body = NULL;
@@ -411,7 +443,8 @@ static void test_drain(int port, cllm_server *s) {
     int cancelled = cllm_server_drain(s, 10.0);
     pthread_join(th, NULL);
     CHECK_MSG(cancelled == 0, "drain cancelled %d", cancelled);
-    CHECK_MSG(a.status == 200 && a.body && strstr(a.body, "\"finish_reason\":\"stop\"") && strstr(a.body, "[DONE]"),
+    CHECK_MSG(a.status == 200 && a.body && strstr(a.body, "\"finish_reason\":\"stop\"") &&
+                  strstr(a.body, "[DONE]"),
               "in-flight stream during drain: %ld %s", a.status, a.body ? a.body : "");
     free(a.body);
     http_res r;
@@ -419,7 +452,8 @@ static void test_drain(int port, cllm_server *s) {
     CHECK_MSG(r.status == 503, "health while draining %ld", r.status);
     http_free(&r);
     http_post(port, "/v1/completions", KEY, "{\"prompt\":\"hi\"}", &r);
-    CHECK_MSG(r.status == 503 && strcasestr(r.headers, "Retry-After"), "new request while draining %ld", r.status);
+    CHECK_MSG(r.status == 503 && strcasestr(r.headers, "Retry-After"),
+              "new request while draining %ld", r.status);
     http_free(&r);
 }
 
@@ -428,17 +462,29 @@ static void test_drain(int port, cllm_server *s) {
  * crash or hang; under ASan, never a memory error) and stay healthy. Fixed seed: reproducible. */
 static void test_mutations(int port) {
     static const char *const seeds[][2] = {
-        {"/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"Say hi\",\"max_tokens\":3,\"stream\":true,\"stop\":[\"x\"],\"logprobs\":1,\"n\":2}"},
-        {"/v1/completions", "{\"prompt\":[1,2,3],\"max_tokens\":2,\"logit_bias\":{\"5\":1.5},\"seed\":7,\"echo\":true}"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_tokens\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"user\",\"content\":\"SCRIPT=tool\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}],\"max_tokens\":40,\"logprobs\":true,\"top_logprobs\":1}"},
+        {"/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":\"Say "
+         "hi\",\"max_tokens\":3,\"stream\":true,\"stop\":[\"x\"],\"logprobs\":1,\"n\":2}"},
+        {"/v1/completions", "{\"prompt\":[1,2,3],\"max_tokens\":2,\"logit_bias\":{\"5\":1.5},"
+                            "\"seed\":7,\"echo\":true}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+         "\"max_tokens\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"a\","
+         "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]},{"
+         "\"role\":\"user\",\"content\":\"SCRIPT=tool\"}],\"tools\":[{\"type\":\"function\","
+         "\"function\":{\"name\":\"get_weather\"}}],\"max_tokens\":40,\"logprobs\":true,\"top_"
+         "logprobs\":1}"},
         {"/generate", "{\"prompt\":\"Q\",\"max_tokens\":2,\"stream\":true,\"n\":2}"},
-        {"/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"return_token_strs\":true}"},
+        {"/tokenize",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"return_token_strs\":true}"},
         {"/detokenize", "{\"tokens\":[1,2,3,4000]}"},
     };
     static const char junk[] = "{}[]\",:0123456789-.eE truefalsnul\\\xff\x80\xc3";
     uint64_t rng = 0x9E3779B97F4A7C15ULL;
-    int answered = 0, ok200 = 0, n_iter = getenv("CLLM_TEST_MUTATIONS") ? atoi(getenv("CLLM_TEST_MUTATIONS")) : 600;
+    int answered = 0, ok200 = 0,
+        n_iter = getenv("CLLM_TEST_MUTATIONS") ? atoi(getenv("CLLM_TEST_MUTATIONS")) : 600;
     for (int it = 0; it < n_iter; it++) {
         const char *route = seeds[it % 7][0], *seed = seeds[it % 7][1];
         size_t len = strlen(seed);
@@ -450,7 +496,8 @@ static void test_mutations(int port) {
             size_t pos = (size_t)(rng >> 33) % (len ? len : 1);
             int op = (int)((rng >> 20) % 4);
             char c = junk[(rng >> 40) % (sizeof(junk) - 1)];
-            if (op == 0) buf[pos] = c; /* replace */
+            if (op == 0)
+                buf[pos] = c;                            /* replace */
             else if (op == 1 && len + 1 < sizeof(buf)) { /* insert */
                 memmove(buf + pos + 1, buf + pos, len - pos + 1);
                 buf[pos] = c;
@@ -471,13 +518,14 @@ static void test_mutations(int port) {
                      r.status == 429 || r.status == 500;
         CHECK_MSG(known, "mutation %d on %s: status %ld for body %s", it, route, r.status, buf);
         if (r.status != 200)
-            CHECK_MSG(strstr(r.body, "{\"error\":{\"message\":") == r.body, "mutation %d: error body %s", it, r.body);
+            CHECK_MSG(strstr(r.body, "{\"error\":{\"message\":") == r.body,
+                      "mutation %d: error body %s", it, r.body);
         answered += known;
         ok200 += r.status == 200;
         http_free(&r);
     }
-    fprintf(stderr, "  mutations: %d sent, %d answered 200, %d answered with an error object\n", n_iter, ok200,
-            answered - ok200);
+    fprintf(stderr, "  mutations: %d sent, %d answered 200, %d answered with an error object\n",
+            n_iter, ok200, answered - ok200);
     http_res r;
     http_do(port, "GET", "/health", NULL, NULL, 0, &r);
     CHECK_MSG(r.status == 200, "health after %d mutations: %ld", answered, r.status);
@@ -527,8 +575,10 @@ static void test_queued_tokens(const char *tokdir) {
     double t0 = fake_now();
     while (cllm_server_in_flight(s) == 0 && fake_now() - t0 < 3) usleep(2000);
     http_res r;
-    http_post(port, "/v1/completions", NULL, "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
-    CHECK_MSG(r.status == 429 && strstr(r.body, "--max-queued-tokens") && strcasestr(r.headers, "Retry-After:"),
+    http_post(port, "/v1/completions", NULL,
+              "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
+    CHECK_MSG(r.status == 429 && strstr(r.body, "--max-queued-tokens") &&
+                  strcasestr(r.headers, "Retry-After:"),
               "queued tokens: %ld %s", r.status, r.body);
     http_free(&r);
     pthread_mutex_lock(&f.mu);
@@ -538,7 +588,8 @@ static void test_queued_tokens(const char *tokdir) {
     pthread_join(th, NULL);
     CHECK_MSG(a.status == 200, "queued request: %ld", a.status);
     /* once the engine has started it, the tokens no longer count */
-    http_post(port, "/v1/completions", NULL, "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
+    http_post(port, "/v1/completions", NULL,
+              "{\"prompt\":\"Hello world, and more words\",\"max_tokens\":2}", &r);
     CHECK_MSG(r.status == 200, "after the queue emptied: %ld %s", r.status, r.body);
     http_free(&r);
     cllm_server_stop(s);

@@ -23,8 +23,10 @@ static void op_drain(void *ctx) {
 
 static void op_stats(void *ctx, cllm_engine_stats *s) {
     cllm_engine *e = *(cllm_engine **)ctx;
-    if (e) cllm_engine_stats_get(e, s);
-    else memset(s, 0, sizeof(*s));
+    if (e)
+        cllm_engine_stats_get(e, s);
+    else
+        memset(s, 0, sizeof(*s));
 }
 
 static void op_defaults(void *ctx, cllm_sampling *s) {

@@ -12,12 +12,14 @@
 #include "server/srv_int.h"
 
 /* Bucket bounds copied from vLLM v1/metrics/loggers.py so dashboards' quantiles line up. */
-static const double ttft_b[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,   0.75,
-                                1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-static const double itl_b[] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
-                               0.75, 1.0,   2.5,  5.0,   7.5,  10.0, 20.0, 40.0, 80.0};
-static const double lat_b[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
-                               30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double ttft_b[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+static const double itl_b[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                               0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double lat_b[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                               5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 static int hist_init(srv_hist *h, const double *b, int n) {
     h->bounds = b;
@@ -52,7 +54,8 @@ int srv_metrics_init(srv_metrics *m, int max_model_len) {
         hist_init(&m->h[SRV_H_ITL], itl_b, (int)(sizeof(itl_b) / sizeof(*itl_b))) ||
         hist_init(&m->h[SRV_H_E2E], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
         hist_init(&m->h[SRV_H_QUEUE], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
-        hist_init(&m->h[SRV_H_PROMPT], m->tok_bounds, n) || hist_init(&m->h[SRV_H_GEN], m->tok_bounds, n))
+        hist_init(&m->h[SRV_H_PROMPT], m->tok_bounds, n) ||
+        hist_init(&m->h[SRV_H_GEN], m->tok_bounds, n))
         return -1;
     m->last_t = srv_now();
     return 0;
@@ -63,7 +66,8 @@ int srv_metrics_init(srv_metrics *m, int max_model_len) {
 void srv_metrics_set_max_len(srv_metrics *m, int max_model_len) {
     int n = 0;
     double *b = tok_buckets(max_model_len, &n);
-    uint64_t *c1 = calloc((size_t)n + 1, sizeof(uint64_t)), *c2 = calloc((size_t)n + 1, sizeof(uint64_t));
+    uint64_t *c1 = calloc((size_t)n + 1, sizeof(uint64_t)),
+             *c2 = calloc((size_t)n + 1, sizeof(uint64_t));
     if (!b || !c1 || !c2) {
         free(b);
         free(c1);
@@ -106,10 +110,14 @@ void srv_metrics_http(srv_metrics *m, unsigned status) {
 
 static void esc_label(srv_buf *b, const char *v) {
     for (; *v; v++) {
-        if (*v == '\\') srv_buf_adds(b, "\\\\");
-        else if (*v == '"') srv_buf_adds(b, "\\\"");
-        else if (*v == '\n') srv_buf_adds(b, "\\n");
-        else srv_buf_add(b, v, 1);
+        if (*v == '\\')
+            srv_buf_adds(b, "\\\\");
+        else if (*v == '"')
+            srv_buf_adds(b, "\\\"");
+        else if (*v == '\n')
+            srv_buf_adds(b, "\\n");
+        else
+            srv_buf_add(b, v, 1);
     }
 }
 
@@ -118,7 +126,8 @@ static void head(srv_buf *b, const char *name, const char *type, const char *hel
 }
 
 static void sample(srv_buf *b, const char *name, const char *labels, const char *extra, double v) {
-    srv_buf_printf(b, "%s{%s%s%s} %.17g\n", name, labels, extra && *extra ? "," : "", extra ? extra : "", v);
+    srv_buf_printf(b, "%s{%s%s%s} %.17g\n", name, labels, extra && *extra ? "," : "",
+                   extra ? extra : "", v);
 }
 
 static void hist_out(srv_buf *b, const char *name, const char *help, const srv_hist *h,
@@ -130,8 +139,10 @@ static void hist_out(srv_buf *b, const char *name, const char *help, const srv_h
     for (int i = 0; i <= h->n_bounds; i++) {
         cum += h->counts ? h->counts[i] : 0;
         char le[64];
-        if (i < h->n_bounds) snprintf(le, sizeof(le), "le=\"%.17g\"", h->bounds[i]);
-        else snprintf(le, sizeof(le), "le=\"+Inf\"");
+        if (i < h->n_bounds)
+            snprintf(le, sizeof(le), "le=\"%.17g\"", h->bounds[i]);
+        else
+            snprintf(le, sizeof(le), "le=\"+Inf\"");
         sample(b, nm, labels, le, (double)cum);
     }
     snprintf(nm, sizeof(nm), "%s_sum", name);
@@ -160,7 +171,8 @@ char *srv_metrics_render(cllm_server *s) {
     srv_buf b = {0};
     srv_metrics *m = &s->m;
 
-    head(&b, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+    head(&b, "vllm:num_requests_running", "gauge",
+         "Number of requests in model execution batches.");
     sample(&b, "vllm:num_requests_running", L, NULL, st.running);
     head(&b, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
     sample(&b, "vllm:num_requests_waiting", L, NULL, st.waiting);
@@ -173,12 +185,14 @@ char *srv_metrics_render(cllm_server *s) {
     head(&b, "vllm:prefix_cache_hits_total", "counter",
          "Prefix cache hits, in terms of number of cached tokens.");
     sample(&b, "vllm:prefix_cache_hits_total", L, NULL, (double)st.prefix_hits_tokens);
-    head(&b, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.");
+    head(&b, "vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.");
     sample(&b, "vllm:num_preemptions_total", L, NULL, (double)st.preemptions);
 
     srv_buf cfg = {0};
-    srv_buf_printf(&cfg, "block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"%s\","
-                         "num_gpu_blocks=\"%llu\",max_model_len=\"%d\"",
+    srv_buf_printf(&cfg,
+                   "block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"%s\","
+                   "num_gpu_blocks=\"%llu\",max_model_len=\"%d\"",
                    st.block_size, st.prefix_caching ? "True" : "False",
                    (unsigned long long)st.kv_blocks_total, st.max_model_len);
     head(&b, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.");
@@ -190,7 +204,8 @@ char *srv_metrics_render(cllm_server *s) {
     sample(&b, "vllm:prompt_tokens_total", L, NULL, (double)m->prompt_tokens);
     head(&b, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.");
     sample(&b, "vllm:generation_tokens_total", L, NULL, (double)m->generation_tokens);
-    head(&b, "vllm:prompt_tokens_cached_total", "counter", "Number of cached prompt tokens (local prefix cache).");
+    head(&b, "vllm:prompt_tokens_cached_total", "counter",
+         "Number of cached prompt tokens (local prefix cache).");
     sample(&b, "vllm:prompt_tokens_cached_total", L, NULL, (double)m->cached_tokens);
     head(&b, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
     for (int i = 1; i < 5; i++) {
@@ -200,7 +215,8 @@ char *srv_metrics_render(cllm_server *s) {
     }
     uint64_t rej_total = 0;
     for (int i = 0; i < SRV_REJ_COUNT; i++) rej_total += m->rejections[i];
-    head(&b, "vllm:admission_rejections_total", "counter", "Requests rejected by admission control.");
+    head(&b, "vllm:admission_rejections_total", "counter",
+         "Requests rejected by admission control.");
     sample(&b, "vllm:admission_rejections_total", L, NULL, (double)rej_total);
     hist_out(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
              &m->h[SRV_H_TTFT], L);
@@ -215,7 +231,8 @@ char *srv_metrics_render(cllm_server *s) {
     hist_out(&b, "vllm:request_generation_tokens", "Number of generation tokens processed.",
              &m->h[SRV_H_GEN], L);
 
-    head(&b, "cllm_admission_rejections_total", "counter", "Requests rejected with 429/503, by reason.");
+    head(&b, "cllm_admission_rejections_total", "counter",
+         "Requests rejected with 429/503, by reason.");
     for (int i = 0; i < SRV_REJ_COUNT; i++) {
         char rl[64];
         snprintf(rl, sizeof(rl), "reason=\"%s\"", rej_label[i]);
@@ -242,7 +259,8 @@ char *srv_metrics_render(cllm_server *s) {
     sample(&b, "cllm_kv_blocks_used", L, NULL, (double)st.kv_blocks_used);
     head(&b, "cllm_kv_blocks_capacity", "gauge", "Paged KV blocks.");
     sample(&b, "cllm_kv_blocks_capacity", L, NULL, (double)st.kv_blocks_total);
-    head(&b, "cllm_prefill_tokens_saved_total", "counter", "Prefill tokens skipped thanks to prefix caching.");
+    head(&b, "cllm_prefill_tokens_saved_total", "counter",
+         "Prefill tokens skipped thanks to prefix caching.");
     sample(&b, "cllm_prefill_tokens_saved_total", L, NULL, (double)st.prefill_tokens_saved);
     pthread_mutex_lock(&s->mu);
     int inflight = s->in_flight;
@@ -282,6 +300,7 @@ void srv_metrics_log_line(cllm_server *s) {
              "tokens/s, Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, Prefix cache "
              "hit rate: %.1f%%, State slots: %d/%d",
              (double)dp / dt, (double)dg / dt, st.running, st.waiting,
-             st.kv_blocks_total ? 100.0 * (double)st.kv_blocks_used / (double)st.kv_blocks_total : 0.0,
+             st.kv_blocks_total ? 100.0 * (double)st.kv_blocks_used / (double)st.kv_blocks_total
+                                : 0.0,
              dq ? 100.0 * (double)dh / (double)dq : 0.0, st.state_slots_used, st.state_slots_total);
 }

@@ -10,11 +10,16 @@
 
 static const char *finish_str(const srv_req *r, const srv_choice *c) {
     switch (c->finish) {
-    case CLLM_FINISH_STOP: return r->route == SRV_CHAT && c->n_tool_calls ? "tool_calls" : "stop";
-    case CLLM_FINISH_LENGTH: return "length";
-    case CLLM_FINISH_ABORT: return "abort";
-    case CLLM_FINISH_ERROR: return "error";
-    default: return NULL;
+    case CLLM_FINISH_STOP:
+        return r->route == SRV_CHAT && c->n_tool_calls ? "tool_calls" : "stop";
+    case CLLM_FINISH_LENGTH:
+        return "length";
+    case CLLM_FINISH_ABORT:
+        return "abort";
+    case CLLM_FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
     }
 }
 
@@ -57,12 +62,13 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
         if (r->route == SRV_CHAT) {
             json_t *tops = json_array();
             for (int k = 1; k <= ev->n_top && k - 1 < r->gen.logprobs; k++)
-                json_array_append_new(tops, json_pack("{s:o, s:f, s:o}", "token", tok_str(r, row[k].token),
-                                                      "logprob", (double)row[k].logprob, "bytes",
-                                                      tok_bytes(r, row[k].token)));
+                json_array_append_new(
+                    tops, json_pack("{s:o, s:f, s:o}", "token", tok_str(r, row[k].token), "logprob",
+                                    (double)row[k].logprob, "bytes", tok_bytes(r, row[k].token)));
             json_array_append_new(json_object_get(lp, "content"),
-                                  json_pack("{s:o, s:f, s:o, s:o}", "token", tok_str(r, row[0].token),
-                                            "logprob", (double)row[0].logprob, "bytes",
+                                  json_pack("{s:o, s:f, s:o, s:o}", "token",
+                                            tok_str(r, row[0].token), "logprob",
+                                            (double)row[0].logprob, "bytes",
                                             tok_bytes(r, row[0].token), "top_logprobs", tops));
         } else {
             json_t *ts = tok_str(r, row[0].token);
@@ -84,7 +90,8 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
 
 static json_t *lp_new(const srv_req *r) {
     if (r->route == SRV_CHAT) return json_pack("{s:[]}", "content");
-    return json_pack("{s:[], s:[], s:[], s:[]}", "text_offset", "token_logprobs", "tokens", "top_logprobs");
+    return json_pack("{s:[], s:[], s:[], s:[]}", "text_offset", "token_logprobs", "tokens",
+                     "top_logprobs");
 }
 
 static bool want_lp(const srv_req *r) {
@@ -96,7 +103,8 @@ static json_t *usage_json(const srv_req *r) {
     for (int i = 0; i < r->gen.n; i++) comp += r->choices[i].completion_tokens;
     json_t *u = json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens, "total_tokens",
                           r->prompt_tokens + comp, "completion_tokens", comp);
-    json_object_set_new(u, "prompt_tokens_details", json_pack("{s:i}", "cached_tokens", r->cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details",
+                        json_pack("{s:i}", "cached_tokens", r->cached_tokens));
     return u;
 }
 
@@ -119,9 +127,10 @@ static void emit(srv_req *r, json_t *chunk) {
 }
 
 static json_t *chunk_head(srv_req *r) {
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object",
-                          r->route == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)r->created, "model", r->srv->model_name, "choices");
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object",
+                  r->route == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                  (json_int_t)r->created, "model", r->srv->model_name, "choices");
     return o;
 }
 
@@ -135,8 +144,9 @@ static void add_usage_if(srv_req *r, json_t *o) {
     }
     int comp = 0, prompt = r->prompt_tokens ? r->prompt_tokens : (int)r->gen.prompt.n;
     for (int i = 0; i < r->gen.n; i++) comp += r->choices[i].completion_tokens;
-    json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "total_tokens",
-                                              prompt + comp, "completion_tokens", comp));
+    json_object_set_new(o, "usage",
+                        json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "total_tokens",
+                                  prompt + comp, "completion_tokens", comp));
 }
 
 /* The first bytes of a stream: chat's role chunk per choice (OpenAI and vLLM send it first). */
@@ -145,8 +155,9 @@ void srv_fmt_stream_start(srv_req *r) {
     for (int i = 0; i < r->gen.n; i++) {
         json_t *o = chunk_head(r);
         json_array_append_new(json_object_get(o, "choices"),
-                              json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role",
-                                        "assistant", "content", "", "logprobs", "finish_reason"));
+                              json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta",
+                                        "role", "assistant", "content", "", "logprobs",
+                                        "finish_reason"));
         add_usage_if(r, o);
         emit(r, o);
         r->choices[i].started = true;
@@ -177,7 +188,8 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     memset(&d, 0, sizeof(d));
     if (ev->text_len) cllm_outp_feed(c->parser, ev->text, ev->text_len, &d);
     json_t *delta = json_object();
-    if (d.reasoning_len) json_object_set_new(delta, "reasoning_content", jstr(d.reasoning, d.reasoning_len));
+    if (d.reasoning_len)
+        json_object_set_new(delta, "reasoning_content", jstr(d.reasoning, d.reasoning_len));
     if (d.content_len) json_object_set_new(delta, "content", jstr(d.content, d.content_len));
     json_t *tcs = d.tool_calls;
     if (ev->finish != CLLM_FINISH_NONE) {
@@ -216,8 +228,8 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
         next_tool_id(r, id, sizeof(id));
         json_t *fn = json_pack("{s:O, s:O}", "name", json_object_get(tc, "name"), "arguments",
                                json_object_get(tc, "arguments"));
-        json_array_append_new(out_tcs, json_pack("{s:i, s:s, s:s, s:o}", "index", c->n_tool_calls, "id", id,
-                                                 "type", "function", "function", fn));
+        json_array_append_new(out_tcs, json_pack("{s:i, s:s, s:s, s:o}", "index", c->n_tool_calls,
+                                                 "id", id, "type", "function", "function", fn));
         c->n_tool_calls++;
     }
     json_decref(tcs);
@@ -239,8 +251,8 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     if (json_object_size(delta) || lp) {
         json_t *o = chunk_head(r);
         json_array_append_new(json_object_get(o, "choices"),
-                              json_pack("{s:i, s:O, s:o, s:n}", "index", idx, "delta", delta, "logprobs",
-                                        lp ? lp : json_null(), "finish_reason"));
+                              json_pack("{s:i, s:O, s:o, s:n}", "index", idx, "delta", delta,
+                                        "logprobs", lp ? lp : json_null(), "finish_reason"));
         add_usage_if(r, o);
         emit(r, o);
     } else {
@@ -250,8 +262,9 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     if (fin) {
         json_t *o = chunk_head(r);
         json_array_append_new(json_object_get(o, "choices"),
-                              json_pack("{s:i, s:{}, s:n, s:s, s:n}", "index", idx, "delta", "logprobs",
-                                        "finish_reason", finish_str(r, c), "stop_reason"));
+                              json_pack("{s:i, s:{}, s:n, s:s, s:n}", "index", idx, "delta",
+                                        "logprobs", "finish_reason", finish_str(r, c),
+                                        "stop_reason"));
         add_usage_if(r, o);
         emit(r, o);
     }
@@ -284,7 +297,8 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         if (r->route == SRV_CHAT) {
             chat_text(r, idx, c, ev, lp);
         } else {
-            bool echo_now = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && r->gen.prompt_text;
+            bool echo_now =
+                r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && r->gen.prompt_text;
             if (!c->started && r->route == SRV_GENERATE && r->gen.prompt_text)
                 srv_buf_adds(&c->text, r->gen.prompt_text);
             if (echo_now) srv_buf_adds(&c->text, r->gen.prompt_text);
@@ -297,10 +311,10 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
                     json_t *o = chunk_head(r);
                     const char *t = echo_now ? c->text.p : c->text.p ? c->text.p + before : "";
                     size_t tl = echo_now ? c->text.len : c->text.len - before;
-                    json_t *ch = json_pack("{s:i, s:o, s:o, s:o, s:n}", "index", idx, "text",
-                                           jstr(t ? t : "", tl), "logprobs", lp ? lp : json_null(),
-                                           "finish_reason", fin ? json_string(finish_str(r, c)) : json_null(),
-                                           "stop_reason");
+                    json_t *ch = json_pack(
+                        "{s:i, s:o, s:o, s:o, s:n}", "index", idx, "text", jstr(t ? t : "", tl),
+                        "logprobs", lp ? lp : json_null(), "finish_reason",
+                        fin ? json_string(finish_str(r, c)) : json_null(), "stop_reason");
                     lp = NULL;
                     json_array_append_new(json_object_get(o, "choices"), ch);
                     add_usage_if(r, o);
@@ -310,14 +324,19 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
                 json_t *arr = json_array();
                 for (int i = 0; i < r->gen.n; i++) {
                     const srv_choice *ci = &r->choices[i];
-                    json_array_append_new(arr, jstr(ci->text.p ? ci->text.p : (r->gen.prompt_text ? r->gen.prompt_text : ""),
-                                                    ci->text.p ? ci->text.len : (r->gen.prompt_text ? strlen(r->gen.prompt_text) : 0)));
+                    json_array_append_new(
+                        arr,
+                        jstr(ci->text.p ? ci->text.p
+                                        : (r->gen.prompt_text ? r->gen.prompt_text : ""),
+                             ci->text.p ? ci->text.len
+                                        : (r->gen.prompt_text ? strlen(r->gen.prompt_text) : 0)));
                 }
                 emit(r, json_pack("{s:o}", "text", arr));
             }
             json_decref(lp);
         }
-        if (r->gen.stream && ev->finish == CLLM_FINISH_ERROR && r->route != SRV_GENERATE) stream_error(r, ev->error);
+        if (r->gen.stream && ev->finish == CLLM_FINISH_ERROR && r->route != SRV_GENERATE)
+            stream_error(r, ev->error);
     }
 }
 
@@ -360,20 +379,25 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             const char *reasoning = cllm_outp_reasoning(c->parser);
             json_t *msg = json_pack("{s:s}", "role", "assistant");
             json_object_set_new(msg, "content",
-                                content && (*content || !c->n_tool_calls) ? jstr(content, strlen(content))
-                                                                          : json_null());
+                                content && (*content || !c->n_tool_calls)
+                                    ? jstr(content, strlen(content))
+                                    : json_null());
             json_t *rs = reasoning ? jstr(reasoning, strlen(reasoning)) : json_null();
             json_object_set(msg, "reasoning_content", rs);
             json_object_set_new(msg, "reasoning", rs);
-            json_object_set_new(msg, "tool_calls", c->tool_calls ? json_incref(c->tool_calls) : json_array());
-            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "message", msg,
-                                                     "logprobs", lp, "finish_reason", finish_str(r, c),
-                                                     "stop_reason"));
+            json_object_set_new(msg, "tool_calls",
+                                c->tool_calls ? json_incref(c->tool_calls) : json_array());
+            json_array_append_new(choices,
+                                  json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "message", msg,
+                                            "logprobs", lp, "finish_reason", finish_str(r, c),
+                                            "stop_reason"));
         } else {
-            if (!c->started && r->gen.echo && r->gen.prompt_text) srv_buf_adds(&c->text, r->gen.prompt_text);
-            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "text",
-                                                     jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs",
-                                                     lp, "finish_reason", finish_str(r, c), "stop_reason"));
+            if (!c->started && r->gen.echo && r->gen.prompt_text)
+                srv_buf_adds(&c->text, r->gen.prompt_text);
+            json_array_append_new(
+                choices, json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "text",
+                                   jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs", lp,
+                                   "finish_reason", finish_str(r, c), "stop_reason"));
         }
     }
     json_object_set_new(o, "usage", usage_json(r));

@@ -24,7 +24,8 @@ void srv_gen_free(srv_gen *g) {
     memset(g, 0, sizeof(*g));
 }
 
-static bool bad_(srv_err *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool bad_(srv_err *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool bad_(srv_err *e, const char *param, const char *fmt, ...) {
     char msg[600];
     va_list ap;
@@ -47,7 +48,8 @@ static bool get_num(json_t *body, const char *key, double *out, double lo, doubl
     if (!v) return true;
     if (!json_is_number(v)) return BAD(key, "'%s' must be a number", key);
     double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) return BAD(key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
+    if (!(x >= lo && x <= hi))
+        return BAD(key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
     *out = x;
     return true;
 }
@@ -57,12 +59,15 @@ static bool get_int(json_t *body, const char *key, long long *out, long long lo,
     json_t *v = field(body, key);
     if (!v) return true;
     long long x;
-    if (json_is_integer(v)) x = json_integer_value(v);
+    if (json_is_integer(v))
+        x = json_integer_value(v);
     else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
              fabs(json_real_value(v)) < 9e15)
         x = (long long)json_real_value(v);
-    else return BAD(key, "'%s' must be an integer", key);
-    if (x < lo || x > hi) return BAD(key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+    else
+        return BAD(key, "'%s' must be an integer", key);
+    if (x < lo || x > hi)
+        return BAD(key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
     *out = x;
     return true;
 }
@@ -85,7 +90,8 @@ static bool parse_stop(json_t *body, srv_gen *g, srv_err *e) {
         if (!g->stop) return BAD("stop", "out of memory");
         for (size_t i = 0; i < n; i++) {
             json_t *x = json_is_string(v) ? v : json_array_get(v, i);
-            if (!json_is_string(x)) return BAD("stop", "'stop' must be a string or an array of strings");
+            if (!json_is_string(x))
+                return BAD("stop", "'stop' must be a string or an array of strings");
             if (json_string_length(x) == 0) continue;
             g->stop[g->n_stop] = strdup(json_string_value(x));
             if (!g->stop[g->n_stop]) return BAD("stop", "out of memory");
@@ -101,7 +107,8 @@ static bool parse_stop(json_t *body, srv_gen *g, srv_err *e) {
         if (!g->stop_ids) return BAD("stop_token_ids", "out of memory");
         for (size_t i = 0; i < n; i++) {
             json_t *x = json_array_get(v, i);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 0x7fffffff)
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) > 0x7fffffff)
                 return BAD("stop_token_ids", "'stop_token_ids' must be an array of token ids");
             g->stop_ids[g->n_stop_ids++] = (int)json_integer_value(x);
         }
@@ -112,7 +119,8 @@ static bool parse_stop(json_t *body, srv_gen *g, srv_err *e) {
 static bool parse_bias(json_t *body, srv_gen *g, int n_vocab, srv_err *e) {
     json_t *v = field(body, "logit_bias");
     if (!v) return true;
-    if (!json_is_object(v)) return BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (!json_is_object(v))
+        return BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
     size_t n = json_object_size(v);
     if (n > 4096) return BAD("logit_bias", "'logit_bias' has more than 4096 entries");
     g->bias_ids = calloc(n ? n : 1, sizeof(int));
@@ -193,7 +201,8 @@ static bool need_tok(cllm_server *s, srv_err *e) {
     return BAD(NULL, "this model has no tokenizer; pass the prompt as token ids");
 }
 
-static bool encode(cllm_server *s, const char *text, size_t len, int flags, srv_gen *g, srv_err *e) {
+static bool encode(cllm_server *s, const char *text, size_t len, int flags, srv_gen *g,
+                   srv_err *e) {
     if (!need_tok(s, e)) return false;
     cllm_error ce = {0};
     if (cllm_tok_encode(s->tok, text, len, flags, &g->prompt, &ce) != CLLM_OK)
@@ -211,7 +220,8 @@ static bool take_ids(cllm_server *s, json_t *arr, srv_gen *g, srv_err *e) {
         json_t *x = json_array_get(arr, i);
         if (!json_is_integer(x)) return BAD("prompt", "'prompt' token ids must be integers");
         json_int_t id = json_integer_value(x);
-        if (id < 0 || id >= n_vocab) return BAD("prompt", "token id %lld is out of vocabulary", (long long)id);
+        if (id < 0 || id >= n_vocab)
+            return BAD("prompt", "token id %lld is out of vocabulary", (long long)id);
         g->prompt.ids[g->prompt.n++] = (int32_t)id;
     }
     return true;
@@ -234,10 +244,12 @@ static bool parse_prompt(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     }
     if (json_is_array(p)) {
         if (json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
-            return BAD("prompt", "batched prompts (several prompts in one request) are not supported");
+            return BAD("prompt",
+                       "batched prompts (several prompts in one request) are not supported");
         return take_ids(s, p, g, e);
     }
-    return BAD("prompt", "'prompt' must be a string, an array of token ids, or a one-element array of those");
+    return BAD("prompt",
+               "'prompt' must be a string, an array of token ids, or a one-element array of those");
 }
 
 /* Copies messages into the shape templates expect: content parts joined into a string,
@@ -267,11 +279,14 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
             json_t *part;
             json_array_foreach(content, j, part) {
                 json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
-                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") || !json_is_string(tx)) {
+                if (!json_is_string(ty) || strcmp(json_string_value(ty), "text") ||
+                    !json_is_string(tx)) {
                     srv_buf_free(&t);
                     json_decref(c);
                     json_decref(out);
-                    return BAD("messages", "messages[%zu].content: only text parts are supported", i), NULL;
+                    return BAD("messages", "messages[%zu].content: only text parts are supported",
+                               i),
+                           NULL;
                 }
                 if (j) srv_buf_adds(&t, "\n");
                 srv_buf_add(&t, json_string_value(tx), json_string_length(tx));
@@ -281,7 +296,9 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
         } else if (content && !json_is_string(content) && !json_is_null(content)) {
             json_decref(c);
             json_decref(out);
-            return BAD("messages", "messages[%zu].content must be a string or an array of parts", i), NULL;
+            return BAD("messages", "messages[%zu].content must be a string or an array of parts",
+                       i),
+                   NULL;
         }
         json_t *tcs = json_object_get(c, "tool_calls");
         size_t k;
@@ -291,8 +308,10 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
             json_t *args = json_object_get(fn, "arguments");
             if (json_is_string(args)) {
                 json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
-                if (json_is_object(parsed)) json_object_set_new(fn, "arguments", parsed);
-                else json_decref(parsed);
+                if (json_is_object(parsed))
+                    json_object_set_new(fn, "arguments", parsed);
+                else
+                    json_decref(parsed);
             }
         }
         json_array_append_new(out, c);
@@ -347,8 +366,11 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
         json_decref(msgs);
         return false;
     }
-    cllm_chat_opts co = {.tools = g->tools, .add_generation_prompt = add_gen, .enable_thinking = thinking,
-                         .bos_token = cllm_tok_bos_token(s->tok), .eos_token = cllm_tok_eos_token(s->tok),
+    cllm_chat_opts co = {.tools = g->tools,
+                         .add_generation_prompt = add_gen,
+                         .enable_thinking = thinking,
+                         .bos_token = cllm_tok_bos_token(s->tok),
+                         .eos_token = cllm_tok_eos_token(s->tok),
                          .extra = kw};
     char *text = NULL;
     size_t len = 0;
@@ -383,7 +405,8 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
         snprintf(e->code, sizeof(e->code), "model_not_found");
         return false;
     }
-    if (route == SRV_CHAT && !field(body, "messages")) return BAD("messages", "'messages' is required");
+    if (route == SRV_CHAT && !field(body, "messages"))
+        return BAD("messages", "'messages' is required");
     if (!get_bool(body, "stream", &g->stream, e)) return false;
     json_t *so = field(body, "stream_options");
     if (so) {
@@ -399,7 +422,8 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
         if (!json_is_object(rf) || !json_is_string(ty))
             return BAD("response_format", "'response_format' must be an object with a 'type'");
         if (strcmp(json_string_value(ty), "text"))
-            return BAD("response_format", "response_format type '%.40s' is not supported (no guided decoding yet)",
+            return BAD("response_format",
+                       "response_format type '%.40s' is not supported (no guided decoding yet)",
                        json_string_value(ty));
     }
     if (route == SRV_CHAT) {
@@ -415,8 +439,10 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
     } else {
         long long lp = -1;
         json_t *v = field(body, "logprobs");
-        if (v && json_is_boolean(v)) lp = json_is_true(v) ? 0 : -1; /* vLLM /generate style */
-        else if (!get_int(body, "logprobs", &lp, 0, s->o.max_logprobs, e)) return false;
+        if (v && json_is_boolean(v))
+            lp = json_is_true(v) ? 0 : -1; /* vLLM /generate style */
+        else if (!get_int(body, "logprobs", &lp, 0, s->o.max_logprobs, e))
+            return false;
         g->logprobs = (int)lp;
         if (route == SRV_COMPLETIONS) {
             if (!get_bool(body, "echo", &g->echo, e)) return false;
@@ -444,16 +470,19 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
                    mml, plen);
     if (max_tokens < 0) {
         /* vLLM: completions and /generate default to 16 (SamplingParams), chat to what remains */
-        if (route == SRV_CHAT) max_tokens = mml > 0 ? mml - plen : 0;
-        else max_tokens = 16;
+        if (route == SRV_CHAT)
+            max_tokens = mml > 0 ? mml - plen : 0;
+        else
+            max_tokens = 16;
         if (mml > 0 && max_tokens > mml - plen) max_tokens = mml - plen;
     } else if (mml > 0 && max_tokens + plen > mml) {
-        return BAD(mt_key,
-                   "This model's maximum context length is %d tokens. However, you requested %lld "
-                   "output tokens and your prompt contains at least %d input tokens, for a total of "
-                   "at least %lld tokens. Please reduce the length of the input prompt or the number "
-                   "of requested output tokens.",
-                   mml, max_tokens, plen, max_tokens + plen);
+        return BAD(
+            mt_key,
+            "This model's maximum context length is %d tokens. However, you requested %lld "
+            "output tokens and your prompt contains at least %d input tokens, for a total of "
+            "at least %lld tokens. Please reduce the length of the input prompt or the number "
+            "of requested output tokens.",
+            mml, max_tokens, plen, max_tokens + plen);
     }
     g->s.max_tokens = (int)max_tokens;
     return true;
@@ -476,5 +505,6 @@ bool srv_parse_tokenize(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     if (!json_is_string(p)) return BAD("prompt", "'prompt' (a string) or 'messages' is required");
     bool add_special = true;
     if (!get_bool(body, "add_special_tokens", &add_special, e)) return false;
-    return encode(s, json_string_value(p), json_string_length(p), add_special ? CLLM_TOK_ADD_SPECIAL : 0, g, e);
+    return encode(s, json_string_value(p), json_string_length(p),
+                  add_special ? CLLM_TOK_ADD_SPECIAL : 0, g, e);
 }

@@ -40,14 +40,15 @@ static void common_headers(cllm_server *s, struct MHD_Response *resp) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.allowed_origins);
         MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
     }
-    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) MHD_add_response_header(resp, "Connection", "close");
+    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+        MHD_add_response_header(resp, "Connection", "close");
 }
 
-static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, char *body, size_t len,
-                                int retry_after) {
+static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, char *body,
+                                size_t len, int retry_after) {
     cllm_server *s = r->srv;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(body);
         return MHD_NO;
@@ -128,8 +129,10 @@ static int json_depth(const char *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char ch = p[i];
         if (str) {
-            if (ch == '\\') i++;
-            else if (ch == '"') str = false;
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                str = false;
         } else if (ch == '"') {
             str = true;
         } else if (ch == '[' || ch == '{') {
@@ -144,18 +147,20 @@ static int json_depth(const char *p, size_t n) {
 static json_t *parse_body(srv_req *r, srv_err *e) {
     cllm_server *s = r->srv;
     if (!r->body.len) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "the request body is empty; expected JSON");
+        srv_err_set(e, 400, "invalid_request_error", NULL,
+                    "the request body is empty; expected JSON");
         return NULL;
     }
     if (json_depth(r->body.p, r->body.len) > s->o.max_json_depth) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "JSON nesting deeper than %d", s->o.max_json_depth);
+        srv_err_set(e, 400, "invalid_request_error", NULL, "JSON nesting deeper than %d",
+                    s->o.max_json_depth);
         return NULL;
     }
     json_error_t je;
     json_t *o = json_loadb(r->body.p, r->body.len, 0, &je);
     if (!o) {
-        srv_err_set(e, 400, "invalid_request_error", NULL, "invalid JSON at line %d column %d: %s", je.line,
-                    je.column, je.text);
+        srv_err_set(e, 400, "invalid_request_error", NULL, "invalid JSON at line %d column %d: %s",
+                    je.line, je.column, je.text);
         return NULL;
     }
     return o;
@@ -165,10 +170,10 @@ static json_t *parse_body(srv_req *r, srv_err *e) {
 
 static enum MHD_Result route_models(srv_req *r) {
     cllm_server *s = r->srv;
-    json_t *m = json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name, "object", "model",
-                          "created", (json_int_t)s->started, "owned_by", "cllm", "root",
-                          s->o.model_dir ? s->o.model_dir : s->model_name, "parent", "max_model_len",
-                          s->max_model_len, "permission");
+    json_t *m = json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name,
+                          "object", "model", "created", (json_int_t)s->started, "owned_by", "cllm",
+                          "root", s->o.model_dir ? s->o.model_dir : s->model_name, "parent",
+                          "max_model_len", s->max_model_len, "permission");
     return send_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
@@ -181,7 +186,8 @@ static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
         return send_err(r, &e);
     }
     json_t *toks = json_array();
-    for (size_t i = 0; i < g.prompt.n; i++) json_array_append_new(toks, json_integer(g.prompt.ids[i]));
+    for (size_t i = 0; i < g.prompt.n; i++)
+        json_array_append_new(toks, json_integer(g.prompt.ids[i]));
     json_t *strs = json_null();
     if (json_is_true(json_object_get(body, "return_token_strs"))) {
         strs = json_array();
@@ -203,15 +209,19 @@ static enum MHD_Result route_detokenize(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     if (!s->tok) return fail(r, 400, "invalid_request_error", NULL, "this model has no tokenizer");
     json_t *toks = json_object_get(body, "tokens");
-    if (!json_is_array(toks)) return fail(r, 400, "invalid_request_error", "tokens", "'tokens' must be an array of token ids");
+    if (!json_is_array(toks))
+        return fail(r, 400, "invalid_request_error", "tokens",
+                    "'tokens' must be an array of token ids");
     size_t n = json_array_size(toks);
     int32_t *ids = malloc((n ? n : 1) * sizeof(int32_t));
     if (!ids) return MHD_NO;
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(toks, i);
-        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= cllm_tok_n_vocab(s->tok)) {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+            json_integer_value(x) >= cllm_tok_n_vocab(s->tok)) {
             free(ids);
-            return fail(r, 400, "invalid_request_error", "tokens", "tokens[%zu] is not a token id of this model", i);
+            return fail(r, 400, "invalid_request_error", "tokens",
+                        "tokens[%zu] is not a token id of this model", i);
         }
         ids[i] = (int32_t)json_integer_value(x);
     }
@@ -231,8 +241,10 @@ static void make_id(srv_req *r) {
     pthread_mutex_lock(&s->mu);
     uint64_t n = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
-    uint64_t x = (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
-    snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)x);
+    uint64_t x =
+        (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
+    snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)x);
     r->created = (long)time(NULL);
 }
 
@@ -253,14 +265,15 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the response's reference */
     pthread_mutex_unlock(&r->mu);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, srv_req_stream_reader,
-                                                                  r, srv_req_stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16 * 1024, srv_req_stream_reader, r, srv_req_stream_free);
     if (!resp) {
         srv_req_unref(r);
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type",
-                            r->route == SRV_GENERATE ? "application/x-ndjson" : "text/event-stream; charset=utf-8");
+                            r->route == SRV_GENERATE ? "application/x-ndjson"
+                                                     : "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     common_headers(s, resp);
@@ -272,15 +285,20 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
 }
 
 static bool route_of(const char *url, srv_route *rt) {
-    if (!strcmp(url, "/v1/completions")) *rt = SRV_COMPLETIONS;
-    else if (!strcmp(url, "/v1/chat/completions")) *rt = SRV_CHAT;
-    else if (!strcmp(url, "/generate")) *rt = SRV_GENERATE;
-    else return false;
+    if (!strcmp(url, "/v1/completions"))
+        *rt = SRV_COMPLETIONS;
+    else if (!strcmp(url, "/v1/chat/completions"))
+        *rt = SRV_CHAT;
+    else if (!strcmp(url, "/generate"))
+        *rt = SRV_GENERATE;
+    else
+        return false;
     return true;
 }
 
 static bool is_public(const char *url) {
-    return !strcmp(url, "/health") || !strcmp(url, "/metrics") || !strcmp(url, "/version") || !strcmp(url, "/ping");
+    return !strcmp(url, "/health") || !strcmp(url, "/metrics") || !strcmp(url, "/version") ||
+           !strcmp(url, "/ping");
 }
 
 /* Called once the whole body is in (or for GET at once). */
@@ -288,14 +306,16 @@ static enum MHD_Result dispatch(srv_req *r) {
     cllm_server *s = r->srv;
     const char *url = r->url, *m = r->method;
     bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
-    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE), draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
+    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE),
+         draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
     if (!strcmp(url, "/health")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         if (ready && !draining) return send_buf(r, 200, NULL, NULL, 0, 0);
         return fail(r, 503, "service_unavailable", NULL, draining ? "draining" : "loading model");
     }
     if (!strcmp(url, "/ping")) return send_buf(r, ready && !draining ? 200 : 503, NULL, NULL, 0, 0);
-    if (!strcmp(url, "/version")) return send_json(r, 200, json_pack("{s:s}", "version", CLLM_VERSION));
+    if (!strcmp(url, "/version"))
+        return send_json(r, 200, json_pack("{s:s}", "version", CLLM_VERSION));
     if (!strcmp(url, "/metrics")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         char *t = srv_metrics_render(s);
@@ -314,16 +334,20 @@ static enum MHD_Result dispatch(srv_req *r) {
         return fail(r, 404, "NotFoundError", NULL, "no route %s %.200s", m, url);
     if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
     if (r->body_too_large)
-        return fail(r, 413, "invalid_request_error", NULL, "request body over --max-body-size (%llu bytes)",
+        return fail(r, 413, "invalid_request_error", NULL,
+                    "request body over --max-body-size (%llu bytes)",
                     (unsigned long long)s->o.max_body_size);
     if (gen && draining)
-        return fail(r, 503, "service_unavailable", NULL, "The server is shutting down; retry on another replica.");
+        return fail(r, 503, "service_unavailable", NULL,
+                    "The server is shutting down; retry on another replica.");
     srv_err e;
     json_t *body = parse_body(r, &e);
     if (!body) return send_err(r, &e);
     enum MHD_Result ret;
-    if (!strcmp(url, "/tokenize")) ret = route_tokenize(r, body);
-    else if (!strcmp(url, "/detokenize")) ret = route_detokenize(r, body);
+    if (!strcmp(url, "/tokenize"))
+        ret = route_tokenize(r, body);
+    else if (!strcmp(url, "/detokenize"))
+        ret = route_detokenize(r, body);
     else {
         r->route = rt;
         ret = route_generate(r, body);
@@ -332,9 +356,9 @@ static enum MHD_Result dispatch(srv_req *r) {
     return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_size,
-                                  void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls) {
     cllm_server *s = cls;
     srv_req *r = *con_cls;
     if (!r) {
@@ -349,10 +373,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             pthread_mutex_unlock(&s->mu);
         }
         if (!strcmp(method, "OPTIONS") && s->o.allowed_origins) {
-            struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+            struct MHD_Response *resp =
+                MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
             if (!resp) return MHD_NO;
             MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type");
             MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
             common_headers(s, resp);
             enum MHD_Result ret = MHD_queue_response(c, 204, resp);
@@ -369,7 +395,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size)
-            return fail(r, 413, "invalid_request_error", NULL, "request body over --max-body-size (%llu bytes)",
+            return fail(r, 413, "invalid_request_error", NULL,
+                        "request body over --max-body-size (%llu bytes)",
                         (unsigned long long)s->o.max_body_size);
         return MHD_YES;
     }
@@ -378,8 +405,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (r->body.len + *upload_size > s->o.max_body_size) r->body_too_large = true;
-        else srv_buf_add(&r->body, upload_data, *upload_size);
+        if (r->body.len + *upload_size > s->o.max_body_size)
+            r->body_too_large = true;
+        else
+            srv_buf_add(&r->body, upload_data, *upload_size);
         if (r->body.oom) r->body_too_large = true;
         *upload_size = 0;
         return MHD_YES;
@@ -394,14 +423,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(r);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
     cllm_server *s = cls;
     srv_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
     if (s->o.access_log) {
         char ip[64] = "-";
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (ci && ci->client_addr) {
             const struct sockaddr *sa = ci->client_addr;
             if (sa->sa_family == AF_INET)
@@ -409,9 +440,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
         }
-        LOG_INFO("access: %s \"%s %s\" %u %llu bytes %.1f ms%s%s%s", ip, r->method, r->url, r->status,
-                 (unsigned long long)r->bytes_sent, (srv_now() - r->t_arrival) * 1e3, r->id[0] ? " id=" : "",
-                 r->id, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+        LOG_INFO("access: %s \"%s %s\" %u %llu bytes %.1f ms%s%s%s", ip, r->method, r->url,
+                 r->status, (unsigned long long)r->bytes_sent, (srv_now() - r->t_arrival) * 1e3,
+                 r->id[0] ? " id=" : "", r->id,
+                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     }
     srv_req_conn_done(r);
     if (r->is_gen) {
@@ -448,13 +480,15 @@ static void watch_disconnects(cllm_server *s) {
     for (srv_req *r = s->reg_head; r && n < 64; r = r->reg_next) {
         pthread_mutex_lock(&r->mu);
         if (r->suspended && !r->conn_gone && r->submitted && !r->watch_cancelled) {
-            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
             if (ci) {
                 struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
                 char b;
                 if (poll(&pfd, 1, 0) > 0 &&
                     ((pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
-                     ((pfd.revents & POLLIN) && recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))) {
+                     ((pfd.revents & POLLIN) &&
+                      recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))) {
                     r->watch_cancelled = true;
                     ids[n++] = r->engine_id;
                 }
@@ -465,7 +499,8 @@ static void watch_disconnects(cllm_server *s) {
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n; i++) {
         s->ops.cancel(s->ops.ctx, ids[i]);
-        LOG_INFO("engine request %llu cancelled: client disconnected while waiting", (unsigned long long)ids[i]);
+        LOG_INFO("engine request %llu cancelled: client disconnected while waiting",
+                 (unsigned long long)ids[i]);
     }
     if (n) {
         pthread_mutex_lock(&s->m.mu);
@@ -500,8 +535,8 @@ static void *house_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
-cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engine *ops, cllm_server **out,
-                              cllm_error *err) {
+cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engine *ops,
+                              cllm_server **out, cllm_error *err) {
     *out = NULL;
     cllm_server *s = calloc(1, sizeof(*s));
     if (!s) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -519,11 +554,14 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     if (o->default_chat_template_kwargs) {
         s->default_kwargs = json_loads(o->default_chat_template_kwargs, 0, NULL);
         if (!json_is_object(s->default_kwargs)) {
-            rc = cllm_err_set(err, CLLM_EINVAL, "--default-chat-template-kwargs must be a JSON object");
+            rc = cllm_err_set(err, CLLM_EINVAL,
+                              "--default-chat-template-kwargs must be a JSON object");
             goto fail;
         }
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
     snprintf(port, sizeof(port), "%d", o->port);
@@ -533,12 +571,13 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_DUAL_STACK; /* "::" also takes IPv4 */
-    s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
-                            (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
-                            o->connection_limit ? o->connection_limit : 1024, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                            (unsigned)1, MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
+        o->connection_limit ? o->connection_limit : 1024, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         rc = cllm_err_set(err, CLLM_EIO, "cannot listen on %s:%d (address in use or not permitted)",
@@ -547,9 +586,13 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
-    if (pthread_create(&s->stats_thread, NULL, house_main, s) == 0) s->stats_running = true;
-    else LOG_WARN("no housekeeping thread: no stats line, disconnects seen only when a response is written");
-    LOG_INFO("listening on http://%s:%d (model %s)", o->host ? o->host : "*", s->port, s->model_name);
+    if (pthread_create(&s->stats_thread, NULL, house_main, s) == 0)
+        s->stats_running = true;
+    else
+        LOG_WARN("no housekeeping thread: no stats line, disconnects seen only when a response is "
+                 "written");
+    LOG_INFO("listening on http://%s:%d (model %s)", o->host ? o->host : "*", s->port,
+             s->model_name);
     *out = s;
     return CLLM_OK;
 fail:
@@ -561,7 +604,9 @@ fail:
     return rc;
 }
 
-int cllm_server_port(const cllm_server *s) { return s->port; }
+int cllm_server_port(const cllm_server *s) {
+    return s->port;
+}
 
 /* Reads what the routes need from the engine. Only while not ready: no route reads these then. */
 static void load_model_info(cllm_server *s) {
@@ -673,4 +718,6 @@ void cllm_server_stop(cllm_server *s) {
     free(s);
 }
 
-char *cllm_server_metrics_text(cllm_server *s) { return srv_metrics_render(s); }
+char *cllm_server_metrics_text(cllm_server *s) {
+    return srv_metrics_render(s);
+}

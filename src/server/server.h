@@ -39,23 +39,23 @@ typedef struct cllm_server_engine {
 void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine **holder);
 
 typedef struct cllm_server_opts {
-    const char *host;             /* default "127.0.0.1" */
-    int port;                     /* default 8000; 0 = pick a free port (tests) */
-    const char *api_key;          /* NULL = no auth */
-    bool auth_public_health;      /* /health, /metrics, /version without a key (default true) */
-    const char *served_model_name;/* name in /v1/models, responses and metric labels */
-    const char *model_dir;        /* shown as "root" in /v1/models */
-    const char *allowed_origins;  /* CORS Access-Control-Allow-Origin value, NULL = no CORS */
-    uint64_t max_body_size;       /* bytes, default 16 MiB -> 413 above */
-    int max_json_depth;           /* default 64 */
-    int max_num_queued_reqs;      /* waiting requests before 429 (0 = unbounded) */
-    uint64_t max_queued_tokens;   /* prompt tokens of not-yet-started requests before 429 (0 = off) */
-    int max_logprobs;             /* default 20 (vLLM) */
-    int max_n;                    /* default 128 */
-    double stats_interval_s;      /* the periodic stats log line; default 5, <= 0 = off */
-    bool access_log;              /* one line per HTTP request (default true) */
-    int n_threads;                /* MHD worker threads, default 2 */
-    unsigned connection_limit;    /* default 1024 */
+    const char *host;              /* default "127.0.0.1" */
+    int port;                      /* default 8000; 0 = pick a free port (tests) */
+    const char *api_key;           /* NULL = no auth */
+    bool auth_public_health;       /* /health, /metrics, /version without a key (default true) */
+    const char *served_model_name; /* name in /v1/models, responses and metric labels */
+    const char *model_dir;         /* shown as "root" in /v1/models */
+    const char *allowed_origins;   /* CORS Access-Control-Allow-Origin value, NULL = no CORS */
+    uint64_t max_body_size;        /* bytes, default 16 MiB -> 413 above */
+    int max_json_depth;            /* default 64 */
+    int max_num_queued_reqs;       /* waiting requests before 429 (0 = unbounded) */
+    uint64_t max_queued_tokens; /* prompt tokens of not-yet-started requests before 429 (0 = off) */
+    int max_logprobs;           /* default 20 (vLLM) */
+    int max_n;                  /* default 128 */
+    double stats_interval_s;    /* the periodic stats log line; default 5, <= 0 = off */
+    bool access_log;            /* one line per HTTP request (default true) */
+    int n_threads;              /* MHD worker threads, default 2 */
+    unsigned connection_limit;  /* default 1024 */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
 } cllm_server_opts;
 

@@ -45,8 +45,8 @@ enum { SRV_REJ_QUEUE, SRV_REJ_TOKENS, SRV_REJ_ENGINE, SRV_REJ_DRAINING, SRV_REJ_
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     srv_hist h[SRV_H_COUNT];
-    double *tok_bounds; /* 1-2-5 steps up to max_model_len */
-    uint64_t success[5];  /* by cllm_finish */
+    double *tok_bounds;  /* 1-2-5 steps up to max_model_len */
+    uint64_t success[5]; /* by cllm_finish */
     uint64_t prompt_tokens, generation_tokens, cached_tokens;
     uint64_t http[600]; /* responses by status code */
     uint64_t rejections[SRV_REJ_COUNT];
@@ -77,7 +77,7 @@ typedef struct srv_gen {
     bool stream, include_usage, continuous_usage;
     bool echo;
     int n;
-    cllm_sampling s;  /* pointer fields point into the arrays below */
+    cllm_sampling s; /* pointer fields point into the arrays below */
     char **stop;
     int n_stop;
     int *stop_ids, n_stop_ids;
@@ -85,10 +85,10 @@ typedef struct srv_gen {
     float *bias_vals;
     int n_bias;
     cllm_tok_ids prompt;
-    char *prompt_text;  /* for echo and /generate (NULL when the prompt was token ids) */
-    int logprobs;       /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
+    char *prompt_text; /* for echo and /generate (NULL when the prompt was token ids) */
+    int logprobs;      /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
     bool chat_logprobs;
-    json_t *tools;      /* owned ref or NULL */
+    json_t *tools; /* owned ref or NULL */
     bool parse_tools, parse_reasoning, starts_in_reasoning;
     char *cache_salt;
 } srv_gen;
@@ -104,8 +104,8 @@ typedef struct srv_err {
     char msg[600];
 } srv_err;
 
-void srv_err_set(srv_err *e, unsigned status, const char *type, const char *param,
-                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void srv_err_set(srv_err *e, unsigned status, const char *type, const char *param, const char *fmt,
+                 ...) __attribute__((format(printf, 5, 6)));
 
 /* Parses a completions / chat / generate body into g. Returns false with e filled. */
 bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);
@@ -128,14 +128,14 @@ typedef struct srv_ev {
 } srv_ev;
 
 typedef struct srv_choice {
-    srv_buf text;       /* all text (completions, generate) */
-    cllm_outp *parser;  /* chat */
+    srv_buf text;      /* all text (completions, generate) */
+    cllm_outp *parser; /* chat */
     srv_buf content, reasoning;
     json_t *tool_calls; /* chat, non-stream: accumulated [{id,type,function}] */
     int n_tool_calls;
-    json_t *lp;         /* accumulated logprobs for non-stream */
+    json_t *lp; /* accumulated logprobs for non-stream */
     int completion_tokens;
-    int text_offset;    /* completions logprobs text_offset */
+    int text_offset; /* completions logprobs text_offset */
     cllm_finish finish;
     char *error;
     bool started;
@@ -149,8 +149,8 @@ struct srv_req {
     int refs;
     srv_ev *head, *tail;
     int n_finished_engine;
-    bool suspended; /* we suspended the connection and nobody resumed it yet */
-    bool conn_gone; /* MHD finished with the connection: never resume again */
+    bool suspended;       /* we suspended the connection and nobody resumed it yet */
+    bool conn_gone;       /* MHD finished with the connection: never resume again */
     double *t_last_token; /* [n] engine-thread timing */
     bool first_token_seen;
     bool ev_oom;          /* an event copy failed: the request reports an error */
@@ -163,10 +163,10 @@ struct srv_req {
     char method[16], url[256];
     srv_buf body;
     bool body_too_large;
-    bool is_gen;       /* a generation route that counts against drain */
+    bool is_gen; /* a generation route that counts against drain */
     bool submitted;
     bool counted_in_flight;
-    bool all_done;     /* connection side has seen every final */
+    bool all_done; /* connection side has seen every final */
     bool trailer_sent;
     uint64_t engine_id;
     srv_gen gen;
@@ -195,7 +195,7 @@ struct cllm_server {
     char *model_name;
     int max_model_len;
     long started;
-    volatile int ready;    /* atomic via __atomic */
+    volatile int ready; /* atomic via __atomic */
     volatile int draining;
     pthread_mutex_t mu; /* registry, counters below */
     pthread_cond_t cv;
@@ -226,7 +226,8 @@ void srv_req_conn_done(srv_req *r);
 /* openai.c formatting */
 void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */
 void srv_fmt_trailer(srv_req *r);
-void srv_fmt_stream_start(srv_req *r);         /* chat: the role chunk of each choice */              /* stream end: usage chunk, [DONE] */
+void srv_fmt_stream_start(srv_req *r);
+    /* chat: the role chunk of each choice */ /* stream end: usage chunk, [DONE] */
 char *srv_fmt_error_json(const srv_err *e);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);
 

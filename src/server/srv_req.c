@@ -19,7 +19,8 @@
 #include "base/log.h"
 #include "server/srv_int.h"
 
-srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method, const char *url) {
+srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method,
+                     const char *url) {
     srv_req *r = calloc(1, sizeof(*r));
     if (!r) return NULL;
     pthread_mutex_init(&r->mu, NULL);
@@ -125,7 +126,8 @@ static void on_event(void *user, const cllm_event *ev) {
     if (ev->n_tokens > 0) {
         if (!r->first_token_seen) first = true;
         r->first_token_seen = true;
-        if (r->t_last_token && r->t_last_token[idx] > 0) gap = (now - r->t_last_token[idx]) / ev->n_tokens;
+        if (r->t_last_token && r->t_last_token[idx] > 0)
+            gap = (now - r->t_last_token[idx]) / ev->n_tokens;
         if (r->t_last_token) r->t_last_token[idx] = now;
     }
     if (r->queued_tokens_counted) {
@@ -134,8 +136,10 @@ static void on_event(void *user, const cllm_event *ev) {
     }
     if (c) {
         c->index = idx;
-        if (r->tail) r->tail->next = c;
-        else r->head = c;
+        if (r->tail)
+            r->tail->next = c;
+        else
+            r->head = c;
         r->tail = c;
     } else {
         r->ev_oom = true;
@@ -158,7 +162,8 @@ static void on_event(void *user, const cllm_event *ev) {
         srv_metrics_observe(m, SRV_H_E2E, now - r->t_arrival);
         if (last) {
             m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
-            m->cached_tokens += (uint64_t)(ev->cached_prompt_tokens > 0 ? ev->cached_prompt_tokens : 0);
+            m->cached_tokens +=
+                (uint64_t)(ev->cached_prompt_tokens > 0 ? ev->cached_prompt_tokens : 0);
             srv_metrics_observe(m, SRV_H_PROMPT, ev->prompt_tokens);
             if (ev->t_scheduled > 0 && ev->t_arrival > 0)
                 srv_metrics_observe(m, SRV_H_QUEUE, ev->t_scheduled - ev->t_arrival);
@@ -170,8 +175,10 @@ static void on_event(void *user, const cllm_event *ev) {
         pthread_mutex_lock(&s->mu);
         if (dequeue) s->queued_tokens -= r->gen.prompt.n;
         if (last) {
-            if (r->reg_prev) r->reg_prev->reg_next = r->reg_next;
-            else s->reg_head = r->reg_next;
+            if (r->reg_prev)
+                r->reg_prev->reg_next = r->reg_next;
+            else
+                s->reg_head = r->reg_next;
             if (r->reg_next) r->reg_next->reg_prev = r->reg_prev;
             r->reg_prev = r->reg_next = NULL;
             s->in_flight--;
@@ -193,8 +200,10 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     }
     for (int i = 0; i < g->n; i++) {
         if (g->route != SRV_CHAT) continue;
-        cllm_outp_opts po = {.reasoning = g->parse_reasoning, .starts_in_reasoning = g->starts_in_reasoning,
-                             .tool_calls = g->parse_tools, .tools = g->tools};
+        cllm_outp_opts po = {.reasoning = g->parse_reasoning,
+                             .starts_in_reasoning = g->starts_in_reasoning,
+                             .tool_calls = g->parse_tools,
+                             .tools = g->tools};
         r->choices[i].parser = cllm_outp_new(&po);
         if (!r->choices[i].parser) {
             srv_err_set(e, 500, "InternalServerError", NULL, "out of memory");
@@ -207,8 +216,10 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     if (s->o.max_num_queued_reqs > 0 && s->ops.stats) s->ops.stats(s->ops.ctx, &st);
     int rej = -1;
     pthread_mutex_lock(&s->mu);
-    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) rej = SRV_REJ_DRAINING;
-    else if (s->o.max_num_queued_reqs > 0 && st.waiting >= s->o.max_num_queued_reqs) rej = SRV_REJ_QUEUE;
+    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+        rej = SRV_REJ_DRAINING;
+    else if (s->o.max_num_queued_reqs > 0 && st.waiting >= s->o.max_num_queued_reqs)
+        rej = SRV_REJ_QUEUE;
     else if (s->o.max_queued_tokens > 0 && s->queued_tokens > 0 &&
              s->queued_tokens + g->prompt.n > s->o.max_queued_tokens)
         rej = SRV_REJ_TOKENS;
@@ -224,8 +235,12 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     pthread_mutex_unlock(&s->mu);
     if (rej >= 0) goto reject;
 
-    cllm_request req = {.prompt = g->prompt.ids, .n_prompt = (int)g->prompt.n, .sampling = g->s,
-                        .on_event = on_event, .user = r, .cache_salt = g->cache_salt};
+    cllm_request req = {.prompt = g->prompt.ids,
+                        .n_prompt = (int)g->prompt.n,
+                        .sampling = g->s,
+                        .on_event = on_event,
+                        .user = r,
+                        .cache_salt = g->cache_salt};
     cllm_error ce = {0};
     uint64_t id = 0;
     cllm_status st2 = s->ops.submit(s->ops.ctx, &req, &id, &ce);
@@ -238,8 +253,10 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     pthread_mutex_lock(&s->mu);
     if (r->queued_tokens_counted) s->queued_tokens -= g->prompt.n;
     r->queued_tokens_counted = false;
-    if (r->reg_prev) r->reg_prev->reg_next = r->reg_next;
-    else s->reg_head = r->reg_next;
+    if (r->reg_prev)
+        r->reg_prev->reg_next = r->reg_next;
+    else
+        s->reg_head = r->reg_next;
     if (r->reg_next) r->reg_next->reg_prev = r->reg_prev;
     r->reg_prev = r->reg_next = NULL;
     s->in_flight--;
@@ -251,8 +268,11 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
         snprintf(e->msg, sizeof(e->msg), "%s", ce.msg);
         goto reject;
     }
-    if (st2 == CLLM_EINVAL || st2 == CLLM_ERANGE) srv_err_set(e, 400, "invalid_request_error", NULL, "%s", ce.msg);
-    else srv_err_set(e, 500, "InternalServerError", NULL, "engine: %s", ce.msg[0] ? ce.msg : cllm_status_name(st2));
+    if (st2 == CLLM_EINVAL || st2 == CLLM_ERANGE)
+        srv_err_set(e, 400, "invalid_request_error", NULL, "%s", ce.msg);
+    else
+        srv_err_set(e, 500, "InternalServerError", NULL, "engine: %s",
+                    ce.msg[0] ? ce.msg : cllm_status_name(st2));
     return false;
 
 reject:
@@ -260,14 +280,17 @@ reject:
     s->m.rejections[rej]++;
     pthread_mutex_unlock(&s->m.mu);
     if (rej == SRV_REJ_DRAINING)
-        srv_err_set(e, 503, "service_unavailable", NULL, "The server is shutting down; retry on another replica.");
+        srv_err_set(e, 503, "service_unavailable", NULL,
+                    "The server is shutting down; retry on another replica.");
     else if (rej == SRV_REJ_ENGINE)
-        srv_err_set(e, 429, "rate_limit_exceeded", NULL, "The server is overloaded (engine queue full); retry later.");
+        srv_err_set(e, 429, "rate_limit_exceeded", NULL,
+                    "The server is overloaded (engine queue full); retry later.");
     else
         srv_err_set(e, 429, "rate_limit_exceeded", NULL,
                     "The server is overloaded: %s reached; retry later.",
                     rej == SRV_REJ_QUEUE ? "--max-num-queued-reqs" : "--max-queued-tokens");
-    snprintf(e->code, sizeof(e->code), "%s", e->status == 429 ? "rate_limit_exceeded" : "service_unavailable");
+    snprintf(e->code, sizeof(e->code), "%s",
+             e->status == 429 ? "rate_limit_exceeded" : "service_unavailable");
     return false;
 }
 
@@ -329,7 +352,9 @@ ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-void srv_req_stream_free(void *cls) { srv_req_unref(cls); }
+void srv_req_stream_free(void *cls) {
+    srv_req_unref(cls);
+}
 
 void srv_req_conn_done(srv_req *r) {
     cllm_server *s = r->srv;

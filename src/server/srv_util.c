@@ -28,7 +28,9 @@ void srv_buf_add(srv_buf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
-void srv_buf_adds(srv_buf *b, const char *s) { srv_buf_add(b, s, strlen(s)); }
+void srv_buf_adds(srv_buf *b, const char *s) {
+    srv_buf_add(b, s, strlen(s));
+}
 
 void srv_buf_printf(srv_buf *b, const char *fmt, ...) {
     char tmp[512];
@@ -79,9 +81,10 @@ void srv_err_set(srv_err *e, unsigned status, const char *type, const char *para
 char *srv_fmt_error_json(const srv_err *e) {
     /* the message may embed user text cut at any byte: make it valid UTF-8 */
     char *msg = cllm_tok_utf8_sanitize(e->msg, strlen(e->msg), NULL);
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg ? msg : "error", "type", e->type,
-                          "param", e->param[0] ? json_string(e->param) : json_null(), "code",
-                          e->code[0] ? json_string(e->code) : json_integer(e->status));
+    json_t *o =
+        json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg ? msg : "error", "type",
+                  e->type, "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+                  e->code[0] ? json_string(e->code) : json_integer(e->status));
     free(msg);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

@@ -15,9 +15,11 @@
 #include "tools/commands.h"
 
 int cmd_serve(int argc, char **argv) {
-    const char *host = "127.0.0.1", *api_key = NULL, *name = NULL, *origins = NULL, *log_format = NULL;
+    const char *host = "127.0.0.1", *api_key = NULL, *name = NULL, *origins = NULL,
+               *log_format = NULL;
     const char *kwargs = NULL;
-    long port = 8000, max_model_len = 0, max_seqs = 256, max_batched = 2048, block = 16, threads = 0;
+    long port = 8000, max_model_len = 0, max_seqs = 256, max_batched = 2048, block = 16,
+         threads = 0;
     long max_queued = 0, http_threads = 2, max_logprobs = 20;
     uint64_t kv_bytes = 0, max_body = 16u << 20, max_queued_tokens = 0;
     double mem_util = 0.5, shutdown_timeout = 30, stats_interval = 5;
@@ -25,34 +27,60 @@ int cmd_serve(int argc, char **argv) {
     const cli_opt opts[] = {
         {"--host", NULL, CLI_STR, &host, "bind address (default 127.0.0.1; 0.0.0.0 for all)"},
         {"--port", NULL, CLI_INT, &port, "TCP port (default 8000)", NULL, 0, 65535},
-        {"--api-key", NULL, CLI_STR, &api_key, "require 'Authorization: Bearer KEY' (or env CLLM_API_KEY / VLLM_API_KEY)"},
-        {"--served-model-name", NULL, CLI_STR, &name, "model name in the API and metric labels (default: directory name)"},
-        {"--max-model-len", "-c", CLI_INT, &max_model_len, "prompt + output tokens per request (0 = model/memory limit)", NULL, 0, 1e9},
-        {"--max-num-seqs", "-np", CLI_INT, &max_seqs, "concurrently running sequences (default 256)", NULL, 1, 1e6},
-        {"--max-num-batched-tokens", "-b", CLI_INT, &max_batched, "token budget per engine step (default 2048)", NULL, 1, 1e9},
-        {"--block-size", NULL, CLI_INT, &block, "KV block size in tokens (default 16)", NULL, 1, 65536},
-        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes, "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
-        {"--memory-utilization", "--gpu-memory-utilization", CLI_FLOAT, &mem_util, "share of RAM for weights + KV + state (default 0.5)", NULL, 0.01, 1},
-        {"--enable-prefix-caching", NULL, CLI_FLAG, &prefix, "reuse cached prompt prefixes (default on)"},
+        {"--api-key", NULL, CLI_STR, &api_key,
+         "require 'Authorization: Bearer KEY' (or env CLLM_API_KEY / VLLM_API_KEY)"},
+        {"--served-model-name", NULL, CLI_STR, &name,
+         "model name in the API and metric labels (default: directory name)"},
+        {"--max-model-len", "-c", CLI_INT, &max_model_len,
+         "prompt + output tokens per request (0 = model/memory limit)", NULL, 0, 1e9},
+        {"--max-num-seqs", "-np", CLI_INT, &max_seqs,
+         "concurrently running sequences (default 256)", NULL, 1, 1e6},
+        {"--max-num-batched-tokens", "-b", CLI_INT, &max_batched,
+         "token budget per engine step (default 2048)", NULL, 1, 1e9},
+        {"--block-size", NULL, CLI_INT, &block, "KV block size in tokens (default 16)", NULL, 1,
+         65536},
+        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes,
+         "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
+        {"--memory-utilization", "--gpu-memory-utilization", CLI_FLOAT, &mem_util,
+         "share of RAM for weights + KV + state (default 0.5)", NULL, 0.01, 1},
+        {"--enable-prefix-caching", NULL, CLI_FLAG, &prefix,
+         "reuse cached prompt prefixes (default on)"},
         {"--no-enable-prefix-caching", NULL, CLI_FLAG, &no_prefix, "disable prefix caching"},
         {"--threads", "-t", CLI_INT, &threads, "compute threads (0 = all cores)", NULL, 0, 4096},
-        {"--max-num-queued-reqs", NULL, CLI_INT, &max_queued, "waiting requests before 429 (0 = unbounded)", NULL, 0, 1e9},
-        {"--max-queued-tokens", "--max-num-queued-tokens", CLI_SIZE, &max_queued_tokens, "prompt tokens of not-yet-started requests before 429 (0 = off)"},
-        {"--max-body-size", NULL, CLI_SIZE, &max_body, "largest request body; above it 413 (default 16MiB)"},
-        {"--max-logprobs", NULL, CLI_INT, &max_logprobs, "largest logprobs / top_logprobs (default 20)", NULL, 0, 1000},
-        {"--shutdown-timeout", NULL, CLI_FLOAT, &shutdown_timeout, "seconds to let in-flight requests finish on SIGTERM (default 30; 0 = abort)", NULL, 0, 1e9},
-        {"--allowed-origins", NULL, CLI_STR, &origins, "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
-        {"--default-chat-template-kwargs", NULL, CLI_STR, &kwargs, "JSON object merged under each request's chat_template_kwargs"},
-        {"--disable-log-requests", NULL, CLI_FLAG, &no_log_requests, "no access log line per request"},
-        {"--stats-interval", NULL, CLI_FLOAT, &stats_interval, "seconds between throughput log lines (default 5; 0 = off)", NULL, 0, 86400},
-        {"--http-threads", NULL, CLI_INT, &http_threads, "HTTP event-loop threads (default 2)", NULL, 1, 256},
-        {"--auth-health", NULL, CLI_FLAG, &auth_all, "require the API key on /health, /metrics and /version too"},
-        {"--log-format", NULL, CLI_CHOICE, &log_format, "log lines as text or JSON objects", "text|json"},
+        {"--max-num-queued-reqs", NULL, CLI_INT, &max_queued,
+         "waiting requests before 429 (0 = unbounded)", NULL, 0, 1e9},
+        {"--max-queued-tokens", "--max-num-queued-tokens", CLI_SIZE, &max_queued_tokens,
+         "prompt tokens of not-yet-started requests before 429 (0 = off)"},
+        {"--max-body-size", NULL, CLI_SIZE, &max_body,
+         "largest request body; above it 413 (default 16MiB)"},
+        {"--max-logprobs", NULL, CLI_INT, &max_logprobs,
+         "largest logprobs / top_logprobs (default 20)", NULL, 0, 1000},
+        {"--shutdown-timeout", NULL, CLI_FLOAT, &shutdown_timeout,
+         "seconds to let in-flight requests finish on SIGTERM (default 30; 0 = abort)", NULL, 0,
+         1e9},
+        {"--allowed-origins", NULL, CLI_STR, &origins,
+         "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
+        {"--default-chat-template-kwargs", NULL, CLI_STR, &kwargs,
+         "JSON object merged under each request's chat_template_kwargs"},
+        {"--disable-log-requests", NULL, CLI_FLAG, &no_log_requests,
+         "no access log line per request"},
+        {"--stats-interval", NULL, CLI_FLOAT, &stats_interval,
+         "seconds between throughput log lines (default 5; 0 = off)", NULL, 0, 86400},
+        {"--http-threads", NULL, CLI_INT, &http_threads, "HTTP event-loop threads (default 2)",
+         NULL, 1, 256},
+        {"--auth-health", NULL, CLI_FLAG, &auth_all,
+         "require the API key on /health, /metrics and /version too"},
+        {"--log-format", NULL, CLI_CHOICE, &log_format, "log lines as text or JSON objects",
+         "text|json"},
         {0}};
-    const cli_spec spec = {"serve", "MODEL [options]",
-                           "OpenAI- and vLLM-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, "
+    const cli_spec spec = {"serve",
+                           "MODEL [options]",
+                           "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
+                           "/v1/chat/completions, /v1/models, "
                            "/tokenize, /detokenize, /generate, /health, /metrics, /version.",
-                           opts, 1, 1};
+                           opts,
+                           1,
+                           1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
@@ -128,7 +156,8 @@ int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_timeout);
+    LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             shutdown_timeout);
     int cancelled = cllm_server_drain(srv, shutdown_timeout);
     cllm_server_stop(srv);
     cllm_engine_free(e);
