@@ -245,8 +245,11 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     uint64_t id = 0;
     cllm_status st2 = s->ops.submit(s->ops.ctx, &req, &id, &ce);
     if (st2 == CLLM_OK) {
+        /* published under s->mu: the drain and the disconnect watch read them from other threads */
+        pthread_mutex_lock(&s->mu);
         r->engine_id = id;
         r->submitted = true;
+        pthread_mutex_unlock(&s->mu);
         return true;
     }
     /* no events will come: undo the registration */
