@@ -46,6 +46,10 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const struct fwd_item *it = &c->items[i];
         const fwd_mm *j = &c->jobs[it->job];
         const fwd_wt *w = j->w;
+        if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
+            c->k->matmul_q(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            continue;
+        }
         cllm_matmul_fn fn = cllm_kern_matmul(c->k, w->dt);
         size_t es = cllm_dtype_size(w->dt);
         fn((const char *)w->data + (size_t)it->r0 * w->cols * es, (size_t)w->cols, it->r1 - it->r0,

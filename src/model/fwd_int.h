@@ -8,11 +8,13 @@
 #include "kernels/kernels.h"
 #include "model/forward.h"
 
-/* A matrix [rows][cols] row-major in the mmap, stored dtype. NULL data = not bound. */
+/* A matrix [rows][cols] row-major in the mmap, stored dtype. NULL data = not bound.
+ * q.bits != 0: a GPTQ-quantized matrix (quant/quant.h); data = q.qweight, dt = I32. */
 typedef struct fwd_wt {
     const void *data;
     cllm_dtype dt;
     int rows, cols;
+    cllm_qweight q;
 } fwd_wt;
 
 typedef struct fwd_mlp {

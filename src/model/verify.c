@@ -10,6 +10,7 @@
 #include "base/strmap.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "quant/quant.h"
 
 #define SAMPLE_PER_TENSOR 4096
 
@@ -83,6 +84,32 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         return;
     }
     const cllm_tensor *t = cllm_ckpt_get(v->ck, s->name);
+    size_t nl = strlen(s->name);
+    if (!t && s->n_dims == 2 && nl > 7 && !strcmp(s->name + nl - 7, ".weight")) {
+        /* GPTQ-quantized Linear (quant/quant.h): check its tensors instead of P.weight */
+        char base[160], name[192];
+        snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
+        snprintf(name, sizeof(name), "%s.qweight", base);
+        if (cllm_ckpt_get(v->ck, name)) {
+            cllm_qweight q;
+            cllm_error qe = {0};
+            if (cllm_quant_bind(v->ck, base, (int)s->shape[0], (int)s->shape[1], &q, &qe) != CLLM_OK)
+                problem(v, "%s", qe.msg);
+            static const char *const parts[] = {"qweight", "qzeros", "scales", "g_idx"};
+            for (int i = 0; i < 4; i++) {
+                snprintf(name, sizeof(name), "%s.%s", base, parts[i]);
+                const cllm_tensor *p = cllm_ckpt_get(v->ck, name);
+                if (!p) continue;
+                if (cllm_strmap_put(&v->seen, p->name, strlen(p->name), (void *)p) < 0)
+                    problem(v, "out of memory while checking '%s'", p->name);
+                if (i == 2) scan(v, p); /* scales: NaN/Inf */
+            }
+            v->res->n_tensors_found++;
+            v->res->params_by_group[s->group] += n;
+            v->res->active_by_group[s->group] += n * (uint64_t)s->active_num / (uint64_t)s->active_den;
+            return;
+        }
+    }
     if (!t) {
         if (!s->optional) problem(v, "tensor '%s' is missing", s->name);
         return;

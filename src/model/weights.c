@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "model/fwd_int.h"
 #include "model/tensor_plan.h"
+#include "quant/quant.h"
 
 typedef struct check_ctx {
     const cllm_ckpt *ck;
@@ -28,6 +29,19 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
     check_ctx *c = vc;
     if (c->st != CLLM_OK) return;
     const cllm_tensor *t = cllm_ckpt_get(c->ck, s->name);
+    size_t nl = strlen(s->name);
+    if (!t && s->n_dims == 2 && nl > 7 && !strcmp(s->name + nl - 7, ".weight")) {
+        /* a GPTQ-quantized Linear: P.qweight/qzeros/scales[/g_idx] instead of P.weight */
+        char base[160];
+        snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
+        cllm_qweight q;
+        cllm_status qs = cllm_quant_bind(c->ck, base, (int)s->shape[0], (int)s->shape[1], &q, c->err);
+        if (qs == CLLM_OK && s->optional) c->n_optional_found++;
+        if (qs != CLLM_ENOTFOUND) {
+            c->st = qs;
+            return;
+        }
+    }
     if (!t) {
         if (!s->optional)
             c->st = cllm_err_set(c->err, CLLM_ENOTFOUND, "missing tensor %s", s->name);
@@ -79,6 +93,7 @@ typedef struct binder {
     cllm_model *m;
     cllm_error *err;
     cllm_status st;
+    int act_bits; /* quantization_config.cllm_act_bits (16 = float activations) */
 } binder;
 
 static const cllm_tensor *get(binder *b, uint64_t n_elems, const char *fmt, ...)
@@ -126,7 +141,38 @@ static float *vec_of(binder *b, const cllm_tensor *t, size_t n, float add) {
     return v;
 }
 
-#define MAT(rows, cols, ...) wt_of(get(&B, (uint64_t)(rows) * (uint64_t)(cols), __VA_ARGS__), rows, cols)
+/* A matrix: P.weight, or its GPTQ tensors (P.qweight, ...) when the checkpoint is quantized. */
+static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
+    fwd_wt w = {0};
+    if (b->st != CLLM_OK) return w;
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    size_t nl = strlen(name);
+    if (!cllm_ckpt_get(b->m->ckpt, name) && nl > 7 && !strcmp(name + nl - 7, ".weight")) {
+        name[nl - 7] = 0;
+        cllm_status qs = cllm_quant_bind(b->m->ckpt, name, rows, cols, &w.q, b->err);
+        if (qs == CLLM_OK) {
+            w.q.act_bits = b->act_bits;
+            w.data = w.q.qweight;
+            w.dt = CLLM_DT_I32;
+            w.rows = rows;
+            w.cols = cols;
+            return w;
+        }
+        if (qs != CLLM_ENOTFOUND) {
+            b->st = qs;
+            return w;
+        }
+        name[nl - 7] = '.';
+    }
+    return wt_of(get(b, (uint64_t)rows * (uint64_t)cols, "%s", name), rows, cols);
+}
+
+#define MAT(rows, cols, ...) mat(&B, rows, cols, __VA_ARGS__)
 #define VEC(n, add, ...) vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
 
 static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, int H, int I) {
@@ -257,10 +303,13 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto fail;
     }
-    binder B = {m, err, CLLM_OK};
+    binder B = {m, err, CLLM_OK, cllm_quant_act_bits(dir)};
     int H = c->hidden_size;
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
+    if (B.st == CLLM_OK && m->embed.q.bits)
+        B.st = cllm_err_set(err, CLLM_EUNSUPPORTED, "quantized embed_tokens are not supported "
+                            "(a lookup reads one row; keep them 16-bit)");
     m->final_norm = VEC(H, c->norm_one_plus ? 1.0f : 0.0f, "%snorm.weight", c->weight_prefix);
     for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
         char lp[96];
@@ -309,6 +358,7 @@ int cllm_model_n_attn_layers(const cllm_model *m) { return m->n_attn; }
 int cllm_model_n_gdn_layers(const cllm_model *m) { return m->n_gdn; }
 
 static uint64_t wbytes(const fwd_wt *w) {
+    if (w->q.bits) return cllm_quant_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
     return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
 }
 static uint64_t mlp_bytes(const fwd_mlp *x) {

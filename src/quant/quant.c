@@ -148,17 +148,15 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     snprintf(name, sizeof(name), "%s.qweight", base);
     const cllm_tensor *qw = cllm_ckpt_get(ck, name);
     if (!qw) return CLLM_ENOTFOUND;
-    if (qw->dtype != CLLM_DT_I32 || qw->n_dims != 2 || qw->shape[1] != N || qw->shape[0] <= 0 ||
-        ((int64_t)K * 4) % qw->shape[0] != 0 ||
-        (((int64_t)K * 4 / qw->shape[0]) != 4 && ((int64_t)K * 4 / qw->shape[0]) != 8) ||
-        (int64_t)K * ((int64_t)K * 4 / qw->shape[0]) / 32 != qw->shape[0]) {
+    if (qw->dtype != CLLM_DT_I32 || qw->n_dims != 2 || qw->shape[1] != N || K <= 0 || K % 8 ||
+        (qw->shape[0] * 8 != K && qw->shape[0] * 4 != K)) {
         char got[96];
         cllm_shape_str(qw->shape, qw->n_dims, got, sizeof(got));
         return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: %s %s does not match a 4- or 8-bit "
                             "packing of [%d out, %d in] (expected I32 [%d or %d, %d])", name,
                             cllm_dtype_name(qw->dtype), got, N, K, K / 8, K / 4, N);
     }
-    int bits = (int)((int64_t)K * 4 / qw->shape[0]), per = 32 / bits;
+    int bits = (int)(32 * qw->shape[0] / K), per = 32 / bits;
     snprintf(name, sizeof(name), "%s.scales", base);
     const cllm_tensor *sc = cllm_ckpt_get(ck, name);
     if (!sc || sc->n_dims != 2 || sc->shape[0] <= 0 || K % sc->shape[0] != 0)

@@ -332,18 +332,18 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         bool lm = !strcmp(t->name, "lm_head.weight");
         int bits = lm ? o->lm_head_bits : wbits;
         char base[200];
-        if (!keep && bits < 16 && t->n_dims == 3 && l > 26 && !strcmp(t->name + l - 26, "mlp.experts.gate_up_proj")) {
+        if (!keep && bits < 16 && t->n_dims == 3 && l > 24 && !strcmp(t->name + l - 24, "mlp.experts.gate_up_proj")) {
             int E = (int)t->shape[0], I2 = (int)t->shape[1], H = (int)t->shape[2];
             for (int e = 0; e < E; e++)
                 for (int h = 0; h < 2; h++) {
-                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 13), t->name, e, h ? "up_proj" : "gate_proj");
+                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e, h ? "up_proj" : "gate_proj");
                     if (!add_unit(&units, &outs, t, ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H, I2 / 2, H, bits, base))
                         st = CLLM_ENOMEM;
                 }
-        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 23 && !strcmp(t->name + l - 23, "mlp.experts.down_proj")) {
+        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 21 && !strcmp(t->name + l - 21, "mlp.experts.down_proj")) {
             int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
             for (int e = 0; e < E; e++) {
-                snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 10), t->name, e);
+                snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 9), t->name, e);
                 if (!add_unit(&units, &outs, t, (uint64_t)e * H * I, H, I, bits, base)) st = CLLM_ENOMEM;
             }
         } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 && !strcmp(t->name + l - 7, ".weight")) {

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# cllm quantize end to end on a synth tiny Qwen3.5-MoE: plan/verify, an independent numpy
+# dequantization with the official GPTQ formula (w = scale * (q - (z + 1)), 8 nibbles per int32
+# along K) must reproduce cllm's logits on the quantized model; all schemes load and run
+# deterministically; bad input fails with a message naming the problem.
+set -u
+BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
+T=${CLLM_TMP:-/tmp}/quant_e2e
+PY=/usr/bin/python3
+rm -rf "$T" && mkdir -p "$T"
+fail=0
+ok()   { echo "ok: $*"; }
+bad()  { echo "FAIL: $*"; fail=1; }
+expect_rc() { # expect_rc RC DESC CMD...
+  local want=$1 desc=$2; shift 2
+  "$@" >"$T/out" 2>&1; local rc=$?
+  if [ "$rc" = "$want" ]; then ok "$desc (rc $rc)"; else bad "$desc: rc $rc, want $want"; cat "$T/out"; fi
+}
+TOK=$($PY -c "print(','.join(str((i*37+5)%512) for i in range(48)))")
+
+expect_rc 0 "synth" "$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 3 --dtype f32 "$T/fp"
+expect_rc 0 "quantize w4a16 rtn g32" "$BIN" quantize -q -g 32 "$T/fp" "$T/q4"
+grep -q "^experts .*96 int4" "$T/out" && ok "plan lists 96 int4 experts" || { bad "plan"; cat "$T/out"; }
+grep -q "^lm_head .*1 int8" "$T/out" && ok "lm_head int8 by default" || bad "lm_head default"
+expect_rc 0 "verify quantized" "$BIN" verify --full "$T/q4"
+grep -q "^OK" "$T/out" || bad "verify did not print OK"
+expect_rc 0 "quantize again (determinism)" "$BIN" quantize -q -g 32 "$T/fp" "$T/q4b"
+cmp -s "$T/q4/model.safetensors" "$T/q4b/model.safetensors" && ok "same bytes twice" || bad "not deterministic"
+
+# independent dequantization -> f32 model with per-expert .weight tensors
+$PY - "$T/q4" "$T/dq" <<'PYEOF' || bad "numpy dequant failed"
+import json, os, struct, sys
+import numpy as np
+src, dst = sys.argv[1], sys.argv[2]
+f = open(os.path.join(src, "model.safetensors"), "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+hdr = json.loads(f.read(n)); base = 8 + n
+dt = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BF16": np.uint16}
+def get(name):
+    h = hdr[name]; a, b = h["data_offsets"]; f.seek(base + a)
+    x = np.frombuffer(f.read(b - a), dtype=dt[h["dtype"]]).reshape(h["shape"])
+    if h["dtype"] == "BF16": x = (x.astype(np.uint32) << 16).view(np.float32)
+    return x
+out = {}
+for name in hdr:
+    if name == "__metadata__": continue
+    if name.endswith(".qweight"):
+        p = name[:-8]
+        qw = get(name).astype(np.uint32); qz = get(p + ".qzeros").astype(np.uint32)
+        sc = get(p + ".scales").astype(np.float32); gi = get(p + ".g_idx")
+        K8, N = qw.shape; bits = 32 * K8 // gi.shape[0]; per = 32 // bits; mask = (1 << bits) - 1
+        q = np.stack([(qw >> (bits * j)) & mask for j in range(per)], 1).reshape(K8 * per, N)
+        z = np.stack([(qz >> (bits * j)) & mask for j in range(per)], 2).reshape(qz.shape[0], N) + 1
+        W = sc[gi] * (q.astype(np.float32) - z[gi].astype(np.float32))   # [K, N]
+        out[p + ".weight"] = np.ascontiguousarray(W.T)                   # HF [out, in]
+    elif name.endswith((".qzeros", ".scales", ".g_idx")): continue
+    else: out[name] = get(name).astype(np.float32)
+os.makedirs(dst)
+cfg = json.load(open(os.path.join(src, "config.json"))); cfg.pop("quantization_config")
+json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+h, off, blobs = {}, 0, []
+for k in sorted(out):
+    b = out[k].astype(np.float32).tobytes()
+    h[k] = {"dtype": "F32", "shape": list(out[k].shape), "data_offsets": [off, off + len(b)]}
+    off += len(b); blobs.append(b)
+js = json.dumps(h).encode(); js += b" " * ((8 - len(js) % 8) % 8)
+with open(os.path.join(dst, "model.safetensors"), "wb") as g:
+    g.write(struct.pack("<Q", len(js))); g.write(js); [g.write(b) for b in blobs]
+PYEOF
+expect_rc 0 "eval quantized" "$BIN" eval "$T/q4" --tokens "$TOK" --dump-logits "$T/q4.bin"
+expect_rc 0 "eval numpy-dequantized" "$BIN" eval "$T/dq" --tokens "$TOK" --dump-logits "$T/dq.bin"
+expect_rc 0 "eval fp" "$BIN" eval "$T/fp" --tokens "$TOK" --dump-logits "$T/fp.bin"
+$PY - "$T" <<'PYEOF' && ok "int4 kernels == numpy dequant (official formula); KLD vs fp small" || bad "logits mismatch"
+import sys, numpy as np
+t = sys.argv[1]
+q, d, f = (np.fromfile(f"{t}/{n}.bin", dtype=np.float32).reshape(48, -1) for n in ("q4", "dq", "fp"))
+diff = np.abs(q - d).max(); print("max |q4 - dequant| =", diff)
+def lsm(x): x = x - x.max(1, keepdims=True); return x - np.log(np.exp(x).sum(1, keepdims=True))
+lf, lq = lsm(f.astype(np.float64)), lsm(q.astype(np.float64))
+kld = (np.exp(lf) * (lf - lq)).sum(1).mean(); print("KLD(fp || q4) =", kld)
+sys.exit(0 if diff < 2e-3 and kld < 0.05 else 1)
+PYEOF
+
+# every scheme / lm_head choice loads and runs; batch split and threads do not change the logits
+for v in "w8a16 int8" "w4a8 int8" "w4a4 int8" "w4a16 int4" "w4a16 bf16"; do
+  set -- $v
+  expect_rc 0 "quantize $1 lm_head $2" "$BIN" quantize -q -g 32 --scheme $1 --lm-head $2 "$T/fp" "$T/$1-$2"
+  h1=$("$BIN" eval "$T/$1-$2" --tokens "$TOK" --logits-hash 2>&1)
+  h2=$("$BIN" eval "$T/$1-$2" --tokens "$TOK" --logits-hash --prefill-chunk 5 -t 2 2>&1)
+  [ -n "$h1" ] && [ "$h1" = "$h2" ] && ok "$1/$2 runs, chunked+threads same logits" || bad "$1/$2: '$h1' vs '$h2'"
+done
+grep -q '"cllm_act_bits": 8' "$T/w4a8-int8/config.json" && ok "w4a8 config" || bad "w4a8 config"
+"$BIN" generate "$T/q4" --help >/dev/null 2>&1
+
+# bad input
+expect_rc 2 "unsupported scheme" "$BIN" quantize -q --scheme w3a16 "$T/fp" "$T/x1"
+expect_rc 2 "group size not dividing" "$BIN" quantize -q -g 128 "$T/fp" "$T/x2"
+grep -q "does not divide in_features 64" "$T/out" && ok "names the dimension" || bad "group msg"
+expect_rc 0 "keep glob matching nothing warns" "$BIN" quantize -q -g 32 --keep 'nothing.*' "$T/fp" "$T/x3"
+grep -q "warning: --keep glob 'nothing.\*' matches no tensor" "$T/out" && ok "warning printed" || bad "no warning"
+expect_rc 0 "keep experts" "$BIN" quantize -q -g 32 --keep '*mlp.experts*' "$T/fp" "$T/x4"
+grep -q "^experts .*kept" "$T/out" && ok "experts kept" || bad "keep experts"
+CLLM_QUANT_FAKE_AVAIL=1000 "$BIN" quantize -q -g 32 "$T/fp" "$T/x5" >"$T/out" 2>&1; rc=$?
+[ $rc = 1 ] && grep -q "not enough disk space" "$T/out" && [ ! -e "$T/x5" ] && ! ls -d "$T"/x5.tmp* >/dev/null 2>&1 \
+  && ok "too little disk: error before writing" || { bad "disk check rc $rc"; cat "$T/out"; }
+expect_rc 2 "output exists" "$BIN" quantize -q -g 32 "$T/fp" "$T/q4"
+expect_rc 2 "already quantized input" "$BIN" quantize -q -g 32 "$T/q4" "$T/x6"
+# corrupt: NaN into one scales tensor -> verify names it; truncated qzeros shape -> verify names it
+cp -r "$T/q4" "$T/bad"
+$PY - "$T/bad/model.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; f = open(p, "r+b"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+a = h["model.language_model.layers.1.mlp.experts.3.up_proj.scales"]["data_offsets"][0]
+f.seek(8 + n + a); f.write(b"\x00\x7e")  # fp16 NaN
+PYEOF
+expect_rc 1 "verify fails on corrupted" "$BIN" verify --full "$T/bad"
+grep -q "problem: .*layers.1.mlp.experts.3.up_proj.scales.*NaN" "$T/out" && grep -q FAILED "$T/out" \
+  && ok "verify names the corrupted scales" || { bad "corruption not named"; cat "$T/out"; }
+exit $fail
