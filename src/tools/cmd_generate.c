@@ -1,7 +1,7 @@
 /* `cllm generate MODEL (-p TEXT | --tokens IDS) [-n N --temperature --top-k --top-p --min-p
  * --seed --threads]`: offline generation on one sequence through the forward pass; streams the
- * generated token ids to stdout (text once a tokenizer is wired in) and ends with prefill and
- * decode tok/s on stderr. */
+ * generated text to stdout (token ids when the model has no tokenizer.json, or with --ids) and
+ * ends with prefill and decode tok/s on stderr. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,9 @@
 #include "base/mem.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "model/config.h"
 #include "tools/fwd_cli.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct sampler {
     double temperature, top_p, min_p;
@@ -80,7 +82,7 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0;
-    bool ignore_eos = false, hash = false;
+    bool ignore_eos = false, hash = false, print_ids = false;
     const cli_opt opts[] = {
         {"--prompt", "-p", CLI_STR, &prompt, "prompt text (needs a tokenizer)"},
         {"--tokens", NULL, CLI_STR, &tokens, "prompt as token ids: 1,2,3 or @FILE"},
@@ -96,6 +98,7 @@ int cmd_generate(int argc, char **argv) {
         {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)", NULL, 0, 1e9},
         {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
         {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of every step's logits"},
+        {"--ids", NULL, CLI_FLAG, &print_ids, "print token ids instead of text"},
         {0}};
     const cli_spec spec = {"generate", "MODEL (-p TEXT | --tokens IDS) [options]",
                            "Generate tokens from a prompt on one sequence; prints ids, then prefill and decode tok/s.",
@@ -107,17 +110,44 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
         return 2;
     }
-    if (prompt) {
-        fprintf(stderr, "cllm generate: no tokenizer in this build yet; pass --tokens IDS\n");
-        return 2;
-    }
     cllm_error err = {0};
     int32_t *ids = NULL;
-    int n = fwd_cli_parse_tokens(tokens, &ids, &err);
-    if (n < 0) {
-        fprintf(stderr, "cllm generate: %s\n", err.msg);
-        return 2;
+    int n;
+    /* The tokenizer is optional for --tokens (synthetic models have none), required for -p. */
+    cllm_tok *tok = NULL;
+    if (cllm_tok_load(pos[0], &tok, &err) != CLLM_OK) {
+        tok = NULL;
+        if (prompt) {
+            fprintf(stderr, "cllm generate: -p needs the model's tokenizer: %s\n", err.msg);
+            return 1;
+        }
     }
+    cllm_tok_stream ts;
+    if (tok) cllm_tok_stream_init(&ts, tok, true);
+    if (prompt) {
+        cllm_tok_ids v = {0};
+        if (cllm_tok_encode(tok, prompt, strlen(prompt), 0, &v, &err) != CLLM_OK || v.n == 0) {
+            fprintf(stderr, "cllm generate: %s\n", v.n == 0 ? "empty prompt" : err.msg);
+            cllm_tok_ids_free(&v);
+            cllm_tok_stream_free(&ts);
+            cllm_tok_free(tok);
+            return 2;
+        }
+        ids = v.ids;
+        n = (int)v.n;
+    } else {
+        n = fwd_cli_parse_tokens(tokens, &ids, &err);
+        if (n < 0) {
+            fprintf(stderr, "cllm generate: %s\n", err.msg);
+            if (tok) cllm_tok_stream_free(&ts);
+            cllm_tok_free(tok);
+            return 2;
+        }
+    }
+    if (!tok) print_ids = true;
+    /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
+    cllm_gen_config gen;
+    if (cllm_gen_config_load(pos[0], &gen, &err) != CLLM_OK) gen.n_eos = 0;
     fwd_seq_runner r;
     if (fwd_runner_open(&r, pos[0], (int)threads, n + (int)n_gen, (int)block,
                         !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
@@ -150,11 +180,18 @@ int cmd_generate(int argc, char **argv) {
     for (; made < n_gen; made++) {
         if (hash) fprintf(stderr, "[logits-hash %016llx]\n",
                           (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
-        int32_t tok = sample(&sm, logits, V);
-        printf("%d%s", tok, made + 1 < n_gen ? " " : "");
+        int32_t next = sample(&sm, logits, V);
+        if (print_ids) {
+            printf("%d%s", next, made + 1 < n_gen ? " " : "");
+        } else {
+            size_t len;
+            const char *text = cllm_tok_stream_push(&ts, next, &len, &err);
+            if (text) fwrite(text, 1, len, stdout);
+        }
         fflush(stdout);
         bool eos = false;
-        for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == tok;
+        for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == next;
+        for (int e = 0; e < gen.n_eos; e++) eos |= gen.eos_ids[e] == next;
         if (eos && !ignore_eos) {
             made++;
             break;
@@ -163,13 +200,18 @@ int cmd_generate(int argc, char **argv) {
             made++;
             break;
         }
-        if (fwd_runner_step(&r, &tok, 1, CLLM_LOGITS_LAST, logits, &err)) {
+        if (fwd_runner_step(&r, &next, 1, CLLM_LOGITS_LAST, logits, &err)) {
             fprintf(stderr, "\ncllm generate: %s\n", err.msg);
             ret = 1;
             goto done;
         }
     }
     double t2 = cllm_time_s();
+    if (!print_ids) {
+        size_t len;
+        const char *text = cllm_tok_stream_flush(&ts, &len);
+        if (text) fwrite(text, 1, len, stdout);
+    }
     printf("\n");
     /* decode steps = generated tokens minus the one sampled from the prefill logits */
     int dsteps = made > 0 ? made - 1 : 0;
@@ -180,6 +222,8 @@ done:
     free(sm.idx);
     free(sm.prob);
     free(ids);
+    if (tok) cllm_tok_stream_free(&ts);
+    cllm_tok_free(tok);
     fwd_runner_close(&r);
     return ret;
 }
