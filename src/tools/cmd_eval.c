@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "base/log.h"
+#include "quant/qeval.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/fwd_cli.h"
@@ -16,6 +17,9 @@ int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
     long threads = 1, chunk = 0, block = 16;
     bool hash = false;
+    /* quality evaluation (quant/qeval.c) */
+    const char *ppl = NULL, *compare = NULL, *table = NULL;
+    long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
     const cli_opt opts[] = {
         {"--tokens", NULL, CLI_STR, &tokens, "token ids: 1,2,3 or @FILE"},
         {"--dump-logits", NULL, CLI_STR, &dump, "write float32 [n_tokens][vocab] logits here (+ .shape)"},
@@ -24,6 +28,14 @@ int cmd_eval(int argc, char **argv) {
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--ppl", NULL, CLI_STR, &ppl, "perplexity over strided windows of these token ids (@FILE or 1,2,3)"},
+        {"--compare", NULL, CLI_STR, &compare, "with --ppl: KLD, top-1 and greedy BLEU-4 against BASE"},
+        {"--table", NULL, CLI_STR, &table, "with --ppl: comparison table of MODEL (base) vs these dirs (a,b,c)"},
+        {"--ctx", NULL, CLI_INT, &ctx, "--ppl window length", NULL, 2, 1e7},
+        {"--stride", NULL, CLI_INT, &stride, "--ppl window stride", NULL, 1, 1e7},
+        {"--prompts", NULL, CLI_INT, &n_prompts, "greedy prompts for BLEU-4 / decode speed", NULL, 0, 1e6},
+        {"--prompt-len", NULL, CLI_INT, &prompt_len, "tokens per prompt", NULL, 1, 1e6},
+        {"--gen-len", NULL, CLI_INT, &gen_len, "greedy tokens per prompt", NULL, 1, 1e6},
         {0}};
     const cli_spec spec = {"eval", "MODEL --tokens IDS|@FILE [options]",
                            "Run a token sequence through the model and dump or hash the logits of every position.",
@@ -31,6 +43,11 @@ int cmd_eval(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (ppl || compare || table) {
+        cllm_qeval_opts q = {pos[0], ppl, compare, table, (int)ctx, (int)stride, (int)n_prompts,
+                             (int)prompt_len, (int)gen_len, (int)threads};
+        return cllm_qeval_run(&q, stdout);
+    }
     if (!tokens) {
         fprintf(stderr, "cllm eval: --tokens is required\n");
         return 2;

@@ -1,0 +1,295 @@
+/* `cllm eval --ppl/--compare/--table`; see qeval.h. */
+#include "quant/qeval.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tools/fwd_cli.h"
+
+typedef struct stats {
+    double nll, kld;
+    long n_scored, top1;
+    double t_prefill, t_decode;
+    long n_prefill, n_decode;
+    double bleu;
+    uint64_t file_bytes, rss;
+} stats;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = strtoull(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static uint64_t dir_weight_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    uint64_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (!stat(p, &sb)) n += (uint64_t)sb.st_size;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void log_softmax(const float *x, double *y, int V) {
+    double mx = x[0];
+    for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp(x[i] - mx);
+    double l = mx + log(s);
+    for (int i = 0; i < V; i++) y[i] = x[i] - l;
+}
+
+static int argmax(const float *x, int V) {
+    int b = 0;
+    for (int i = 1; i < V; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static int greedy(fwd_seq_runner *r, const int32_t *prompt, int np, int ng, int V, float *lg,
+                  int32_t *out, stats *s) {
+    cllm_error err;
+    r->pos = 0;
+    double t0 = now();
+    if (fwd_runner_step(r, prompt, np, CLLM_LOGITS_LAST, lg, &err)) {
+        fprintf(stderr, "cllm eval: %s\n", err.msg);
+        return -1;
+    }
+    double t1 = now();
+    s->t_prefill += t1 - t0;
+    s->n_prefill += np;
+    for (int i = 0; i < ng; i++) {
+        out[i] = argmax(lg, V);
+        if (i + 1 == ng) break;
+        if (fwd_runner_step(r, &out[i], 1, CLLM_LOGITS_LAST, lg, &err)) {
+            fprintf(stderr, "cllm eval: %s\n", err.msg);
+            return -1;
+        }
+    }
+    s->t_decode += now() - t1;
+    s->n_decode += ng - 1;
+    return 0;
+}
+
+/* corpus BLEU-4 over token ids, one reference per candidate */
+typedef struct bleu_acc {
+    long match[4], total[4], cand_len, ref_len;
+} bleu_acc;
+
+static void bleu_add(bleu_acc *b, const int32_t *c, const int32_t *r, int n) {
+    b->cand_len += n;
+    b->ref_len += n;
+    for (int k = 1; k <= 4; k++) {
+        if (n < k) continue;
+        b->total[k - 1] += n - k + 1;
+        char *used = calloc((size_t)n, 1);
+        for (int i = 0; i + k <= n; i++)
+            for (int j = 0; j + k <= n; j++) {
+                if (used[j] || memcmp(c + i, r + j, (size_t)k * sizeof(int32_t))) continue;
+                used[j] = 1;
+                b->match[k - 1]++;
+                break;
+            }
+        free(used);
+    }
+}
+
+static double bleu_score(const bleu_acc *b) {
+    double lp = 0;
+    for (int k = 0; k < 4; k++) {
+        if (!b->match[k] || !b->total[k]) return 0;
+        lp += log((double)b->match[k] / (double)b->total[k]) / 4;
+    }
+    double bp = b->cand_len < b->ref_len ? exp(1 - (double)b->ref_len / (double)b->cand_len) : 1;
+    return 100 * bp * exp(lp);
+}
+
+/* Runs `dir` (and base `bdir` in lockstep when given) over the windows and prompts. */
+static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir, const int32_t *tok,
+                     int n, stats *s) {
+    memset(s, 0, sizeof(*s));
+    cllm_error err;
+    fwd_seq_runner r, b;
+    int cap = o->ctx > o->prompt_len + o->gen_len ? o->ctx : o->prompt_len + o->gen_len;
+    bool hb = bdir != NULL;
+    if (hb && fwd_runner_open(&b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+        fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
+        return 1;
+    }
+    uint64_t rss0 = rss_bytes();
+    if (fwd_runner_open(&r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+        fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
+        if (hb) fwd_runner_close(&b);
+        return 1;
+    }
+    int V = cllm_model_config(r.m)->vocab_size;
+    if (hb && cllm_model_config(b.m)->vocab_size != V) {
+        fprintf(stderr, "cllm eval: %s and %s have different vocabularies\n", dir, bdir);
+        fwd_runner_close(&r), fwd_runner_close(&b);
+        return 1;
+    }
+    float *lg = malloc((size_t)cap * V * sizeof(float)), *lb = hb ? malloc((size_t)cap * V * sizeof(float)) : NULL;
+    double *pa = malloc((size_t)V * sizeof(double)), *pb = malloc((size_t)V * sizeof(double));
+    int32_t *ga = malloc((size_t)o->gen_len * sizeof(int32_t)), *gb = malloc((size_t)o->gen_len * sizeof(int32_t));
+    int ret = 0;
+    if (!lg || (hb && !lb) || !pa || !pb || !ga || !gb) {
+        fprintf(stderr, "cllm eval: out of memory\n");
+        ret = 1;
+        goto done;
+    }
+    /* perplexity (+ KLD/top-1) over strided windows: window [s0, s0+L) scores the predictions of
+     * tokens s0+1.. (first window) or of its last `stride` tokens (later windows) */
+    for (int s0 = 0; s0 + 1 < n; s0 += o->stride) {
+        int L = n - s0 < o->ctx ? n - s0 : o->ctx;
+        r.pos = 0;
+        double t0 = now();
+        if (fwd_runner_step(&r, tok + s0, L, CLLM_LOGITS_ALL, lg, &err)) {
+            fprintf(stderr, "cllm eval: %s\n", err.msg);
+            ret = 1;
+            goto done;
+        }
+        s->t_prefill += now() - t0;
+        s->n_prefill += L;
+        if (hb) {
+            b.pos = 0;
+            if (fwd_runner_step(&b, tok + s0, L, CLLM_LOGITS_ALL, lb, &err)) {
+                fprintf(stderr, "cllm eval: %s\n", err.msg);
+                ret = 1;
+                goto done;
+            }
+        }
+        int first = s0 == 0 ? 0 : L - o->stride - 1;
+        if (first < 0) first = 0;
+        for (int p = first; p + 1 < L; p++) {
+            log_softmax(lg + (size_t)p * V, pa, V);
+            s->nll -= pa[tok[s0 + p + 1]];
+            s->n_scored++;
+            if (hb) {
+                log_softmax(lb + (size_t)p * V, pb, V);
+                double k = 0;
+                for (int i = 0; i < V; i++) k += exp(pb[i]) * (pb[i] - pa[i]);
+                s->kld += k;
+                s->top1 += argmax(lg + (size_t)p * V, V) == argmax(lb + (size_t)p * V, V);
+            }
+        }
+        if (s0 + L >= n) break;
+    }
+    /* greedy generations from prompts spread over the text */
+    bleu_acc ba = {0};
+    for (int i = 0; i < o->n_prompts && n > o->prompt_len; i++) {
+        int off = (int)((long)i * (n - o->prompt_len) / o->n_prompts);
+        if (greedy(&r, tok + off, o->prompt_len, o->gen_len, V, lg, ga, s)) {
+            ret = 1;
+            goto done;
+        }
+        if (hb) {
+            stats dummy = {0};
+            if (greedy(&b, tok + off, o->prompt_len, o->gen_len, V, lb, gb, &dummy)) {
+                ret = 1;
+                goto done;
+            }
+            bleu_add(&ba, ga, gb, o->gen_len);
+        }
+    }
+    s->bleu = hb ? bleu_score(&ba) : 100;
+    uint64_t rss1 = rss_bytes();
+    s->rss = rss1 > rss0 ? rss1 - rss0 : 0;
+    s->file_bytes = dir_weight_bytes(dir);
+done:
+    free(lg), free(lb), free(pa), free(pb), free(ga), free(gb);
+    fwd_runner_close(&r);
+    if (hb) fwd_runner_close(&b);
+    return ret;
+}
+
+static void fmtb(char *b, size_t cap, uint64_t n) {
+    if (n >= 1000000000ull) snprintf(b, cap, "%.2f GB", n / 1e9);
+    else if (n >= 1000000ull) snprintf(b, cap, "%.2f MB", n / 1e6);
+    else snprintf(b, cap, "%.1f kB", n / 1e3);
+}
+
+static void row(FILE *out, const char *name, const stats *s, bool base) {
+    char a[32], b[32];
+    fmtb(a, sizeof(a), s->file_bytes);
+    fmtb(b, sizeof(b), s->rss);
+    double ppl = s->n_scored ? exp(s->nll / (double)s->n_scored) : NAN;
+    fprintf(out, "%-28s %10s %10s %10.1f %10.1f %9.4f", name, a, b,
+            s->t_prefill > 0 ? s->n_prefill / s->t_prefill : 0, s->t_decode > 0 ? s->n_decode / s->t_decode : 0, ppl);
+    if (base) fprintf(out, " %9s %7s %7s\n", "-", "-", "-");
+    else
+        fprintf(out, " %9.5f %6.2f%% %7.2f\n", s->n_scored ? s->kld / s->n_scored : 0,
+                s->n_scored ? 100.0 * s->top1 / s->n_scored : 0, s->bleu);
+}
+
+static void header(FILE *out, const cllm_qeval_opts *o, int n) {
+    fprintf(out, "eval: %d tokens, windows of %d stride %d; %d greedy prompts of %d tokens + %d generated; "
+                 "KLD(base || model) and top-1 over the same positions; RSS = growth while the model "
+                 "is loaded and run\n", n, o->ctx, o->stride, o->n_prompts, o->prompt_len, o->gen_len);
+    fprintf(out, "%-28s %10s %10s %10s %10s %9s %9s %7s %7s\n", "model", "size", "RSS", "prefill/s",
+            "decode/s", "ppl", "KLD", "top-1", "BLEU-4");
+}
+
+static const char *short_name(const char *p) {
+    size_t l = strlen(p);
+    while (l > 1 && p[l - 1] == '/') l--;
+    const char *s = p + l;
+    while (s > p && s[-1] != '/') s--;
+    return s;
+}
+
+int cllm_qeval_run(const cllm_qeval_opts *o, FILE *out) {
+    if (!o->tokens) {
+        fprintf(stderr, "cllm eval: --ppl needs token ids (--ppl @FILE or --ppl 1,2,3)\n");
+        return 2;
+    }
+    if (o->ctx < 2 || o->stride < 1 || o->stride > o->ctx) {
+        fprintf(stderr, "cllm eval: need --ctx >= 2 and 1 <= --stride <= --ctx\n");
+        return 2;
+    }
+    cllm_error err;
+    int32_t *tok = NULL;
+    int n = fwd_cli_parse_tokens(o->tokens, &tok, &err);
+    if (n < 2) {
+        fprintf(stderr, "cllm eval: %s\n", n < 0 ? err.msg : "need at least 2 tokens");
+        free(tok);
+        return 2;
+    }
+    stats s;
+    int rc = 0;
+    header(out, o, n);
+    if (o->table) {
+        if ((rc = eval_pair(o, o->model, NULL, tok, n, &s)) == 0) row(out, short_name(o->model), &s, true);
+        char *dup = strdup(o->table), *save = NULL;
+        for (char *p = strtok_r(dup, ",", &save); p && !rc; p = strtok_r(NULL, ",", &save))
+            if ((rc = eval_pair(o, p, o->model, tok, n, &s)) == 0) row(out, short_name(p), &s, false);
+        free(dup);
+    } else {
+        if ((rc = eval_pair(o, o->model, o->compare, tok, n, &s)) == 0)
+            row(out, short_name(o->model), &s, o->compare == NULL);
+    }
+    fflush(out);
+    free(tok);
+    return rc;
+}

@@ -1,0 +1,23 @@
+/* Quality/speed evaluation of quantized models (`cllm eval --ppl / --compare / --table`):
+ * perplexity over strided windows, KL divergence and top-1 agreement against a 16-bit base
+ * over the same positions, BLEU-4 of greedy generations against the base's, file size, RSS,
+ * prefill and decode tok/s. */
+#ifndef CLLM_QUANT_QEVAL_H
+#define CLLM_QUANT_QEVAL_H
+
+#include <stdio.h>
+
+typedef struct cllm_qeval_opts {
+    const char *model;   /* the model under test (or the base row of --table) */
+    const char *tokens;  /* "@FILE" or ids: the evaluation text as token ids */
+    const char *compare; /* BASE model dir, or NULL */
+    const char *table;   /* comma-separated model dirs compared against `model` as base */
+    int ctx, stride;     /* window length and stride (stride <= ctx) */
+    int n_prompts, prompt_len, gen_len;
+    int threads;
+} cllm_qeval_opts;
+
+/* Returns 0 ok, 1 failure, 2 usage (messages on stderr). */
+int cllm_qeval_run(const cllm_qeval_opts *o, FILE *out);
+
+#endif
