@@ -102,6 +102,17 @@ expect_rc 0 "self-compare" "$BIN" eval "$T/q4" --ppl @"$T/text.ids" --compare "$
 grep -Eq " 0.00000 +100.00% +100.00$" "$T/out" && ok "self: KLD 0, top-1 100%, BLEU 100" || { bad "self compare"; cat "$T/out"; }
 expect_rc 2 "bad stride" "$BIN" eval "$T/q4" --ppl @"$T/text.ids" --ctx 16 --stride 32
 
+# GPTQ with calibration; experts with too few routed tokens fall back to RTN and are counted
+$PY -c "import random; random.seed(7); print(' '.join(str(random.randrange(512)) for _ in range(2048)))" > "$T/calib.ids"
+expect_rc 0 "quantize gptq" "$BIN" quantize -q -g 32 --method gptq --calib "$T/calib.ids" --calib-samples 16 --calib-seq-len 128 "$T/fp" "$T/g4"
+grep -q "(121 gptq, 1 rtn; 0 experts and 1 other" "$T/out" && ok "gptq counts (lm_head never sees calibration logits -> RTN)" || { bad "gptq summary"; cat "$T/out"; }
+expect_rc 0 "gptq all experts below threshold" "$BIN" quantize -q -g 32 --method gptq --calib "$T/calib.ids" --calib-samples 2 --calib-seq-len 16 --min-expert-tokens 100000 "$T/fp" "$T/g4x"
+grep -q "96 experts and 26 other linears saw fewer than 100000" "$T/out" && ok "fallbacks counted" || { bad "fallback count"; cat "$T/out"; }
+expect_rc 0 "verify gptq" "$BIN" verify "$T/g4"
+expect_rc 0 "eval table rtn vs gptq" "$BIN" eval "$T/fp" --ppl @"$T/text.ids" --table "$T/q4,$T/g4" --prompts 2
+awk '$1=="q4"{r=$7} $1=="g4"{g=$7} END{exit !(g>0 && g < 1.5*r)}' "$T/out" && ok "gptq KLD within 1.5x of rtn (random model)" || { bad "gptq KLD"; cat "$T/out"; }
+expect_rc 2 "gptq without --calib" "$BIN" quantize -q -g 32 --method gptq "$T/fp" "$T/x7"
+
 # bad input
 expect_rc 2 "unsupported scheme" "$BIN" quantize -q --scheme w3a16 "$T/fp" "$T/x1"
 expect_rc 2 "group size not dividing" "$BIN" quantize -q -g 128 "$T/fp" "$T/x2"

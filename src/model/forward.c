@@ -29,6 +29,7 @@ void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
 cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy) {
     if (n_tok <= 0 || !w->data) return CLLM_OK;
+    if (c->capture) c->capture(c->capture_ctx, w, X, ldx, n_tok);
     if (c->n_jobs == c->cap_jobs) {
         size_t nc = c->cap_jobs ? 2 * c->cap_jobs : 64;
         fwd_mm *nj = realloc(c->jobs, nc * sizeof(*nj));

@@ -105,6 +105,10 @@ struct cllm_fwd_ctx {
     int cap_seqs;
     cllm_kv_pool *kv;
     cllm_state_pool *st;
+    /* Optional: called by fwd_mm_add with every matmul's input (quant/gptq.c calibration
+     * collects Hessians with it). NULL = off. */
+    void (*capture)(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok);
+    void *capture_ctx;
 };
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */

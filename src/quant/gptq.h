@@ -5,6 +5,7 @@
 #ifndef CLLM_QUANT_GPTQ_H
 #define CLLM_QUANT_GPTQ_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/status.h"
@@ -23,9 +24,10 @@ typedef struct cllm_gptq_opts {
 
 cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, cllm_gptq **out,
                                 cllm_error *err);
-/* H [K][K] for Linear `base` (e.g. "...mlp.experts.3.gate_proj"), NULL when it saw fewer than
- * min_tokens tokens (RTN fallback; counted). *n_tok = tokens seen. */
-const float *cllm_gptq_hessian(cllm_gptq *g, const char *base, int K, int *n_tok);
+/* H [K][K] for the Linear stored in source tensor `src_name` at element offset `off` (fused
+ * experts are slices), NULL when it saw fewer than min_tokens tokens (RTN fallback; counted).
+ * *n_tok = tokens seen. */
+const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K, int *n_tok);
 /* One-line fallback report (", N experts with < M tokens fell back to RTN"). */
 const char *cllm_gptq_summary(cllm_gptq *g);
 void cllm_gptq_free(cllm_gptq *g);

@@ -556,7 +556,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                         if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err))) break;
                         const float *H = NULL;
                         int ntok = 0;
-                        if (gq) H = cllm_gptq_hessian(gq, u->base, u->K, &ntok);
+                        if (gq) H = cllm_gptq_hessian(gq, u->src->name, u->off, u->K, &ntok);
                         if (H) {
                             float *W = malloc((size_t)u->N * u->K * sizeof(float));
                             if (!W) {
