@@ -113,6 +113,13 @@ expect_rc 0 "eval table rtn vs gptq" "$BIN" eval "$T/fp" --ppl @"$T/text.ids" --
 awk '$1=="q4"{r=$7} $1=="g4"{g=$7} END{exit !(g>0 && g < 1.5*r)}' "$T/out" && ok "gptq KLD within 1.5x of rtn (random model)" || { bad "gptq KLD"; cat "$T/out"; }
 expect_rc 2 "gptq without --calib" "$BIN" quantize -q -g 32 --method gptq "$T/fp" "$T/x7"
 
+# the official Qwen GPTQ-Int4 selection: only routed experts int4, per-expert GPTQ tensors
+expect_rc 0 "quantize --qwen-gptq-int4" "$BIN" quantize -q -g 32 --qwen-gptq-int4 "$T/fp" "$T/off"
+grep -q "^experts .*96 int4" "$T/out" && grep -q "^attention .*kept" "$T/out" && grep -q "^lm_head .*1 kept" "$T/out" \
+  && ! grep -q "^deltanet .*int4" "$T/out" && ok "official selection" || { bad "official selection"; cat "$T/out"; }
+expect_rc 0 "verify official layout" "$BIN" verify --full "$T/off"
+expect_rc 0 "eval official layout" "$BIN" eval "$T/off" --ppl @"$T/text.ids" --compare "$T/fp" --prompts 2
+
 # bad input
 expect_rc 2 "unsupported scheme" "$BIN" quantize -q --scheme w3a16 "$T/fp" "$T/x1"
 expect_rc 2 "group size not dividing" "$BIN" quantize -q -g 128 "$T/fp" "$T/x2"

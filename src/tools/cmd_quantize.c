@@ -11,7 +11,7 @@ int cmd_quantize(int argc, char **argv) {
     long group = 128, samples = 32, seq_len = 256, min_tok = 16, threads = 0;
     double damp = 0.01;
     uint64_t shard = 4000000000ull;
-    bool no_def = false, quiet = false, dry = false;
+    bool no_def = false, quiet = false, dry = false, official = false;
     const cli_opt opts[] = {
         {"--scheme", NULL, CLI_CHOICE, &scheme, "weights/activations", "w4a16|w8a16|w4a8|w4a4"},
         {"--group-size", "-g", CLI_INT, &group, "inputs per scale (32, 64, 128)", NULL, 1, 1 << 20},
@@ -26,6 +26,7 @@ int cmd_quantize(int argc, char **argv) {
         {"--damp", NULL, CLI_FLOAT, &damp, "GPTQ dampening (fraction of mean diag H)", NULL, 0, 10},
         {"--shard-size", NULL, CLI_SIZE, &shard, "largest output shard (default 4GB; 0 = one file)"},
         {"--threads", "-t", CLI_INT, &threads, "threads for calibration (0 = all)", NULL, 0, 1024},
+        {"--qwen-gptq-int4", NULL, CLI_FLAG, &official, "the official Qwen GPTQ-Int4 selection: only routed experts int4 (attention, GDN, shared expert, MTP, lm_head kept)"},
         {"--dry-run", NULL, CLI_FLAG, &dry, "print the plan only"},
         {"--quiet", "-q", CLI_FLAG, &quiet, "no progress bar"},
         {0}};
@@ -35,6 +36,14 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[2];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (official) {
+        if (keep || strcmp(lm, "int8") || strcmp(scheme, "w4a16")) {
+            fprintf(stderr, "cllm quantize: --qwen-gptq-int4 fixes --keep, --lm-head and --scheme\n");
+            return 2;
+        }
+        keep = "*.self_attn.*,*.linear_attn.*,*shared_expert*,mtp.*";
+        lm = "bf16";
+    }
     cllm_quant_opts o = {
         .in_dir = pos[0], .out_dir = pos[1], .scheme = scheme, .group = (int)group,
         .lm_head_bits = !strcmp(lm, "int8") ? 8 : !strcmp(lm, "int4") ? 4 : 16,
