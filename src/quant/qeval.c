@@ -180,7 +180,8 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
                 goto done;
             }
         }
-        int first = s0 == 0 ? 0 : L - o->stride - 1;
+        /* the previous (full) window scored targets up to s0 - stride + ctx - 1 */
+        int first = s0 == 0 ? 0 : o->ctx - o->stride - 1;
         if (first < 0) first = 0;
         for (int p = first; p + 1 < L; p++) {
             log_softmax(lg + (size_t)p * V, pa, V);
