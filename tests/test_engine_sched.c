@@ -258,6 +258,36 @@ static void test_n_and_seed(void) {
     CHECK_MSG(differ, "the n samples should differ at temperature 1");
 }
 
+/* n > 1 with no room to fork (max_num_seqs 1): the other samples queue and prefill on their own,
+ * hitting the prefix cache; greedy samples all equal the known continuation. */
+static void test_fork_fallback(void) {
+    enum { V = 90 };
+    int32_t prompt[23];
+    rand_prompt(prompt, 23, V);
+    int32_t exp[15];
+    fake_expected(V, prompt, 23, 15, exp);
+    for (int caching = 0; caching < 2; caching++) {
+        fake_model f;
+        fake_init(&f, V, 64, 4, 1 + 32, true);
+        sched_cfg c = fake_cfg(V, 64, 4, 1, 64, true, caching);
+        c.n_live_slots = 1;
+        sched *s;
+        sched_create(&c, &fake_ops, &f, &s, NULL);
+        fake_out o[3];
+        memset(o, 0, sizeof(o));
+        cllm_sampling sp = greedy(15);
+        sp.n = 3;
+        submit(s, &c, prompt, 23, sp, o, NULL);
+        run_all(s, 1000);
+        for (int k = 0; k < 3; k++)
+            CHECK_MSG(o[k].n == 15 && same(o[k].toks, exp, 15), "fallback sample %d (caching %d)", k, caching);
+        if (caching) CHECK(o[1].cached > 0 && o[2].cached > 0);
+        CHECK(f.errors == 0 && f.max_seqs_in_batch == 1);
+        sched_free(s);
+        fake_free(&f);
+    }
+}
+
 /* cancel frees every block and slot, whatever state the requests are in. */
 static void test_cancel(void) {
     enum { V = 100, N = 6 };
@@ -423,6 +453,7 @@ int main(void) {
     test_prefix_multiturn();
     test_n_and_seed();
     test_cancel();
+    test_fork_fallback();
     test_stress(true, true, 3000);
     test_stress(false, true, 1500);
     test_stress(true, false, 1500);

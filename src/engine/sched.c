@@ -52,8 +52,8 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
         if (r->prompt[i] < 0 || r->prompt[i] >= cfg->vocab_size)
             return cllm_err_set(err, CLLM_EINVAL, "prompt token %d at position %d is out of vocabulary (size %d)",
                                 r->prompt[i], i, cfg->vocab_size);
-    if (p->n < 1 || p->n > cfg->max_num_seqs)
-        return cllm_err_set(err, CLLM_EINVAL, "n must be between 1 and %d, got %d", cfg->max_num_seqs, p->n);
+    if (p->n < 1 || p->n > 256) /* samples beyond max_num_seqs simply queue */
+        return cllm_err_set(err, CLLM_EINVAL, "n must be between 1 and 256, got %d", p->n);
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
         return cllm_err_set(err, CLLM_EINVAL, "temperature must be >= 0, top_p in (0, 1], min_p in [0, 1]");
     if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 100) ||
