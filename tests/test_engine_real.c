@@ -59,9 +59,12 @@ static void wait_done(coll *c, int n) {
     pthread_mutex_unlock(&c->mu);
 }
 
+static bool g_bf16;
+
 static cllm_engine *open_engine(const char *dir, int n_blocks_tokens, int budget, int max_seqs, bool caching) {
     cllm_engine_opts o;
     cllm_engine_opts_defaults(&o);
+    o.kv_cache_bf16 = g_bf16;
     o.model_dir = dir;
     o.n_threads = 2;
     o.max_num_seqs = max_seqs;
@@ -246,6 +249,18 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     CHECK_MSG(st.kv_blocks_used == 0 && st.state_slots_used == 0 && st.running == 0,
               "after cancel: %llu blocks, %d slots", (unsigned long long)st.kv_blocks_used, st.state_slots_used);
     CHECK(st.requests_finished[CLLM_FINISH_ABORT] >= 1);
+
+    /* bf16 KV: concurrent == alone too (bitwise, within the dtype) */
+    g_bf16 = true;
+    cllm_engine *eb = open_engine(dir, 4096, 40, 8, true);
+    g_bf16 = false;
+    if (eb) {
+        static out ab[N], cb[N];
+        for (int i = 0; i < N; i++) run(eb, 1, &prompts[i], &lens[i], &sp[i], &ab[i]);
+        run(eb, N, prompts, lens, sp, cb);
+        for (int i = 0; i < N; i++) CHECK_MSG(same(&ab[i], &cb[i]), "%s: bf16 KV request %d concurrent != alone", dir, i);
+        cllm_engine_free(eb);
+    }
 
     /* over-length: vLLM's words */
     cllm_sampling s = greedy(e, 100);

@@ -212,7 +212,8 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
 
     int bs = o.block_size;
     int n_attn = cllm_model_n_attn_layers(e->m), n_gdn = cllm_model_n_gdn_layers(e->m);
-    size_t block_bytes = (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * 4;
+    size_t kv_elem = o.kv_cache_bf16 ? 2 : 4;
+    size_t block_bytes = (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * kv_elem;
     size_t conv_ch = (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
     size_t slot_bytes = n_gdn ? (size_t)n_gdn *
                                     (conv_ch * (size_t)(cf->lin_conv_kernel - 1) +
@@ -260,7 +261,7 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
         if (k > 4096) k = 4096;
         n_snap = (int)k;
     }
-    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs, CLLM_KV_F32, err)) != CLLM_OK) goto fail;
+    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs, o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK) goto fail;
     if ((rc = cllm_state_pool_init(&e->st, e->m, n_live + n_snap, err)) != CLLM_OK) goto fail;
     e->block_bytes = cllm_kv_pool_block_bytes(&e->kv);
     e->pool = cllm_pool_create(o.n_threads);
@@ -296,10 +297,10 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     }
     if ((rc = sched_create(c, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
     sched_stats(e->s, &e->stats);
-    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB); state slots: %d live + %d snapshots (%.1f MiB each); "
+    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots (%.1f MiB each); "
              "max_model_len %d, prefix caching %s",
              (unsigned long long)n_blocks, (unsigned long long)n_blocks * (uint64_t)bs,
-             (double)n_blocks * (double)e->block_bytes / 1048576.0, n_live, n_snap, (double)slot_bytes / 1048576.0,
+             (double)n_blocks * (double)e->block_bytes / 1048576.0, o.kv_cache_bf16 ? "bf16" : "fp32", n_live, n_snap, (double)slot_bytes / 1048576.0,
              max_len, o.enable_prefix_caching ? "on" : "off");
     if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot start the step thread");

@@ -102,6 +102,7 @@ typedef struct cllm_engine_opts {
     int state_snapshot_interval;/* GDN snapshot every N blocks (default 1 = each block boundary reached at end of prefill/turn) */
     uint64_t state_snapshot_bytes; /* budget for GDN state snapshots (0 = auto) */
     int max_queued_requests;    /* admission control; 0 = unbounded */
+    bool kv_cache_bf16;         /* KV cache in bf16 instead of fp32 (half the memory; logits differ slightly) */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);

@@ -208,7 +208,7 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, reps = 3, threads = 0, block = 16, seed = 1, budget = 0;
     long mt_conv = 4, mt_turns = 4, mt_first = 256, mt_msg = 32, mt_answer = 64;
     const char *blist = "1,2,4,8";
-    bool json = false, mt = false, no_table = false, no_sweep = false;
+    bool json = false, mt = false, no_table = false, no_sweep = false, kv_bf16 = false;
     uint64_t kv_bytes = 0;
     const cli_opt opts[] = {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (pp test; PP of the sweep)", NULL, 1, 1e6},
@@ -220,6 +220,7 @@ int cmd_bench(int argc, char **argv) {
         {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes, "KV cache bytes (default: what the runs need)", NULL, 0, 0},
         {"--max-num-batched-tokens", NULL, CLI_INT, &budget, "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
         {"--seed", "-s", CLI_INT, &seed, "seed for the random prompts", NULL, 0, 9e18},
+        {"--kv-bf16", NULL, CLI_FLAG, &kv_bf16, "KV cache in bf16", NULL, 0, 0},
         {"--json", NULL, CLI_FLAG, &json, "JSON output", NULL, 0, 0},
         {"--no-table", NULL, CLI_FLAG, &no_table, "skip the llama-bench table", NULL, 0, 0},
         {"--no-sweep", NULL, CLI_FLAG, &no_sweep, "skip the batched sweep", NULL, 0, 0},
@@ -274,7 +275,8 @@ int cmd_bench(int argc, char **argv) {
     long need_budget = n_prompt * maxB;
     o.max_num_batched_tokens = budget > 0 ? (int)budget : (int)(need_budget > 2048 ? need_budget : 2048);
     size_t block_bytes = (size_t)cllm_model_n_attn_layers(m) * 2 * (size_t)block * (size_t)cf->n_kv_heads *
-                         (size_t)cf->head_dim * 4;
+                         (size_t)cf->head_dim * (kv_bf16 ? 2 : 4);
+    o.kv_cache_bf16 = kv_bf16;
     if (!kv_bytes) {
         uint64_t blocks = (uint64_t)o.max_num_seqs * (uint64_t)((max_len + block - 1) / block) * 2 + 16;
         kv_bytes = blocks * (block_bytes ? block_bytes : 1);
