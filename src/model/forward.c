@@ -18,6 +18,7 @@
 /* Rows per matmul work item: 16 rows of a 2048-wide bf16 matrix = 64 KiB, an L2-resident slice
  * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
 #define MM_ROWS 16
+#define MM_QROWS 64 /* quantized (GPTQ) weights */
 
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
@@ -61,6 +62,8 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
 cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     size_t n = 0;
     for (size_t j = 0; j < c->n_jobs; j++) n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
+    /* GPTQ weights (packed along K, N contiguous): wider items so each qweight row read is
+     * several cache lines (kernels/x86/matmul_q4_avx2.c); a multiple of MM_ROWS, so n is enough */
     if (n > c->cap_items) {
         struct fwd_item *ni = realloc(c->items, n * sizeof(*ni));
         if (!ni) return CLLM_ENOMEM;
@@ -69,8 +72,8 @@ cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     }
     size_t k = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
-        for (int r = 0; r < c->jobs[j].w->rows; r += MM_ROWS) {
-            int r1 = r + MM_ROWS < c->jobs[j].w->rows ? r + MM_ROWS : c->jobs[j].w->rows;
+        for (int r = 0, step = c->jobs[j].w->q.bits ? MM_QROWS : MM_ROWS; r < c->jobs[j].w->rows; r += step) {
+            int r1 = r + step < c->jobs[j].w->rows ? r + step : c->jobs[j].w->rows;
             c->items[k++] = (struct fwd_item){(int)j, r, r1};
         }
     cllm_pool_for(c->pool, k, mm_worker, c);

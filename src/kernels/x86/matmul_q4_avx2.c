@@ -6,8 +6,8 @@
  * with the broadcast activation; nothing is dequantized to memory.
  *
  * Per output element the sequence is the one kernels.h fixes (per-group fma accumulation, then
- * acc = fma(scale, gacc, acc)), identical to kernels/matmul_q4_ref.c: tiles of 2 column blocks x
- * 1..3 tokens only decide which accumulators share registers, so a token's outputs are bitwise
+ * acc = fma(scale, gacc, acc)), identical to kernels/matmul_q4_ref.c: tiles of 4 (decode) or 2
+ * column blocks x 1..3 tokens only decide which accumulators share registers, so a token's outputs are bitwise
  * the same alone or in any batch, and equal to the scalar tier. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -16,6 +16,7 @@
 #include "kernels/kern_int.h"
 
 #define AI __attribute__((always_inline)) static inline
+#define PF_ROWS 16 /* software prefetch distance in qweight rows */
 
 AI __m256i zeros8(const cllm_qweight *w, int g, int n0, const int BITS) {
     const int per = 32 / BITS;
@@ -34,24 +35,28 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
     const int per = 32 / BITS, G = w->group, NG = w->K / G;
     const size_t N = (size_t)w->N;
     const __m256i mask = _mm256_set1_epi32((1 << BITS) - 1);
-    __m256 acc[2][3];
+    __m256 acc[4][3];
     for (int b = 0; b < NB; b++)
         for (int t = 0; t < TT; t++) acc[b][t] = _mm256_setzero_ps();
     for (int g = 0; g < NG; g++) {
-        __m256i zv[2];
-        __m256 gacc[2][3];
+        __m256i zv[4];
+        __m256 gacc[4][3];
         for (int b = 0; b < NB; b++) {
             zv[b] = zeros8(w, g, n0 + 8 * b, BITS);
             for (int t = 0; t < TT; t++) gacc[b][t] = _mm256_setzero_ps();
         }
         const int k8e = (g + 1) * G / per;
         for (int k8 = g * G / per; k8 < k8e; k8++) {
-            __m256i v[2];
-            for (int b = 0; b < NB; b++)
-                v[b] = _mm256_loadu_si256((const __m256i *)(w->qweight + (size_t)k8 * N + n0 + 8 * b));
+            __m256i v[4];
+            for (int b = 0; b < NB; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + n0 + 8 * b;
+                /* rows are N * 4 bytes apart: too far for the hardware prefetcher */
+                _mm_prefetch((const char *)(src + PF_ROWS * N), _MM_HINT_T0);
+                v[b] = _mm256_loadu_si256((const __m256i *)src);
+            }
             const float *xk = X + (size_t)k8 * per;
             for (int j = 0; j < per; j++) {
-                __m256 wf[2];
+                __m256 wf[4];
                 for (int b = 0; b < NB; b++) {
                     wf[b] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v[b], mask), zv[b]));
                     v[b] = _mm256_srli_epi32(v[b], BITS);
@@ -79,6 +84,8 @@ AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, 
         const float *Xt = X + (size_t)t * ldx;
         float *Yt = Y + (size_t)t * ldy;
         int n = n0;
+        if (tn == 1) /* decode: 32 columns = 128 bytes of each qweight row per pass */
+            for (; n + 32 <= n1; n += 32) tile(w, n, Xt, ldx, Yt, ldy, BITS, 4, 1);
         for (; n + 16 <= n1; n += 16) {
             if (tn == 3) tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 3);
             else if (tn == 2) tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 2);
