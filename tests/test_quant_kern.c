@@ -6,6 +6,7 @@
 #include "base/half.h"
 #include "kernels/kern_int.h"
 #include "kernels/kernels.h"
+#include "quant/gptq.h"
 #include "quant/quant.h"
 #include "test.h"
 
@@ -81,7 +82,51 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
     free(W), free(X), free(Wd), free(Yr), free(Ya), free(Y1), free(xa);
 }
 
+/* GPTQ must beat RTN on the output error ||W X - Wq X|| for correlated inputs (its objective),
+ * and produce valid codes (dequant within the group's range). */
+static void gptq_case(int bits, int G, int K, int N, int T) {
+    float *W = malloc((size_t)N * K * 4), *W2 = malloc((size_t)N * K * 4), *X = malloc((size_t)T * K * 4);
+    float *H = calloc((size_t)K * K, 4), *row = malloc((size_t)K * 4);
+    for (size_t i = 0; i < (size_t)N * K; i++) W[i] = frand() * 0.1f;
+    for (int t = 0; t < T; t++) { /* low-rank-ish correlated activations */
+        float a = frand(), b = frand();
+        for (int k = 0; k < K; k++) X[(size_t)t * K + k] = a * sinf(0.1f * k) + b * cosf(0.37f * k) + 0.1f * frand();
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < K; i++)
+            for (int j = 0; j < K; j++) H[(size_t)i * K + j] += X[(size_t)t * K + i] * X[(size_t)t * K + j];
+    cllm_qbuf qr, qg;
+    cllm_error err;
+    CHECK(cllm_qbuf_alloc(&qr, bits, G, K, N, "r", &err) == CLLM_OK);
+    CHECK(cllm_qbuf_alloc(&qg, bits, G, K, N, "g", &err) == CLLM_OK);
+    cllm_quant_rtn_rows(W, (size_t)K, 0, N, &qr);
+    memcpy(W2, W, (size_t)N * K * 4);
+    CHECK(cllm_gptq_quantize(W2, H, 0.01, &qg, &err) == CLLM_OK);
+    double er = 0, eg = 0;
+    cllm_qweight vr = cllm_qbuf_view(&qr), vg = cllm_qbuf_view(&qg);
+    for (int n = 0; n < N; n++) {
+        float *wr = malloc((size_t)K * 4);
+        cllm_quant_dequant_row(&vr, n, wr);
+        cllm_quant_dequant_row(&vg, n, row);
+        for (int t = 0; t < T; t++) {
+            double y = 0, yr = 0, yg = 0;
+            for (int k = 0; k < K; k++) {
+                double x = X[(size_t)t * K + k];
+                y += W[(size_t)n * K + k] * x, yr += wr[k] * x, yg += row[k] * x;
+            }
+            er += (y - yr) * (y - yr), eg += (y - yg) * (y - yg);
+        }
+        free(wr);
+    }
+    CHECK_MSG(eg < 0.8 * er, "gptq output error %g not below rtn %g", eg, er);
+    fprintf(stderr, "gptq bits %d: output error %.3g vs rtn %.3g\n", bits, eg, er);
+    cllm_qbuf_free(&qr), cllm_qbuf_free(&qg);
+    free(W), free(W2), free(X), free(H), free(row);
+}
+
 int main(void) {
+    gptq_case(4, 32, 128, 48, 256);
+    gptq_case(8, 64, 128, 16, 256);
     int shapes[][3] = {{32, 96, 24}, {32, 32, 8}, {64, 192, 40}, {128, 256, 56}, {8, 40, 16}};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int T = 1; T <= 7; T += 3) {

@@ -491,7 +491,18 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             }
         }
     }
-    if (gptq) {
+    if (gptq) { /* every Linear's Hessian is held until its turn: refuse what cannot fit */
+        uint64_t hb = 0;
+        for (size_t i = 0; i < units.n; i++) hb += (uint64_t)uv[i].K * uv[i].K * 4;
+        uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+        if (hb > ram / 2) {
+            char a[32], b[32];
+            fmt_bytes(a, sizeof(a), hb);
+            fmt_bytes(b, sizeof(b), ram);
+            st = cllm_err_set(err, CLLM_ENOMEM, "--method gptq would hold %s of Hessians (RAM %s); "
+                              "layer-by-layer calibration is not implemented: use --method rtn", a, b);
+            goto done;
+        }
         cllm_gptq_opts go = {o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens,
                              o->damp, o->threads, out};
         if ((st = cllm_gptq_calibrate(o->in_dir, &go, &gq, err))) goto done;
