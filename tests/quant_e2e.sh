@@ -120,6 +120,17 @@ grep -q "^experts .*96 int4" "$T/out" && grep -q "^attention .*kept" "$T/out" &&
 expect_rc 0 "verify official layout" "$BIN" verify --full "$T/off"
 expect_rc 0 "eval official layout" "$BIN" eval "$T/off" --ppl @"$T/text.ids" --compare "$T/fp" --prompts 2
 
+# sharded output (index) and per-expert input give the same model
+expect_rc 0 "quantize into 100kB shards" "$BIN" quantize -q -g 32 --shard-size 100kB "$T/fp" "$T/q4s"
+[ -f "$T/q4s/model.safetensors.index.json" ] && [ "$(ls "$T/q4s"/model-*.safetensors | wc -l)" -gt 2 ] && ok "sharded + index" || bad "shards"
+expect_rc 0 "verify sharded" "$BIN" verify "$T/q4s"
+expect_rc 0 "synth per-expert" "$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 3 --dtype f32 --experts per-expert "$T/fpe"
+expect_rc 0 "quantize per-expert input" "$BIN" quantize -q -g 32 "$T/fpe" "$T/q4e"
+a=$("$BIN" eval "$T/q4" --tokens "$TOK" --logits-hash); b=$("$BIN" eval "$T/q4s" --tokens "$TOK" --logits-hash)
+[ "$a" = "$b" ] && ok "same logits: single file and sharded" || bad "hash $a / $b"
+expect_rc 0 "per-expert input: compare" "$BIN" eval "$T/q4e" --ppl @"$T/text.ids" --compare "$T/fpe" --prompts 0
+awk '$1=="q4e"{exit !($7 > 0 && $7 < 0.05)}' "$T/out" && ok "per-expert input quantized, KLD small" || { bad "per-expert KLD"; cat "$T/out"; }
+
 # bad input
 expect_rc 2 "unsupported scheme" "$BIN" quantize -q --scheme w3a16 "$T/fp" "$T/x1"
 expect_rc 2 "group size not dividing" "$BIN" quantize -q -g 128 "$T/fp" "$T/x2"
