@@ -214,7 +214,7 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
             bleu_add(&ba, ga, gb, o->gen_len);
         }
     }
-    s->bleu = hb ? bleu_score(&ba) : 100;
+    s->bleu = !hb ? 100 : ba.cand_len ? bleu_score(&ba) : NAN;
     uint64_t rss1 = rss_bytes();
     s->rss = rss1 > rss0 ? rss1 - rss0 : 0;
     s->file_bytes = dir_weight_bytes(dir);
@@ -241,7 +241,7 @@ static void row(FILE *out, const char *name, const stats *s, bool base) {
     if (base) fprintf(out, " %9s %7s %7s\n", "-", "-", "-");
     else
         fprintf(out, " %9.5f %6.2f%% %7.2f\n", s->n_scored ? s->kld / s->n_scored : 0,
-                s->n_scored ? 100.0 * s->top1 / s->n_scored : 0, s->bleu);
+                s->n_scored ? 100.0 * s->top1 / s->n_scored : 0, s->bleu); /* nan: no prompts */
 }
 
 static void header(FILE *out, const cllm_qeval_opts *o, int n) {
