@@ -4,23 +4,55 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-void *cllm_alloc_aligned(size_t size) {
+/* Every block carries a 64-byte header (keeps the payload 64-byte aligned) recording how it was
+ * obtained. Large blocks come straight from mmap: the kernel hands out zero pages lazily, so a
+ * multi-GiB KV pool costs nothing until it is used (a memset would touch every page at start-up). */
+#define HDR CLLM_ALIGN
+#define MMAP_MIN ((size_t)1 << 20)
+enum { BLK_HEAP = 0x68656170, BLK_MMAP = 0x6d6d6170 };
+
+typedef struct blk_hdr {
+    uint32_t kind;
+    uint32_t pad;
+    size_t total; /* bytes including the header */
+} blk_hdr;
+
+static void *alloc_blk(size_t size, int zero) {
     if (size == 0) size = 1;
-    if (size > SIZE_MAX - CLLM_ALIGN) return NULL;
-    size = (size + CLLM_ALIGN - 1) & ~(size_t)(CLLM_ALIGN - 1);
-    return aligned_alloc(CLLM_ALIGN, size);
+    if (size > SIZE_MAX - 2 * CLLM_ALIGN) return NULL;
+    size_t total = ((size + CLLM_ALIGN - 1) & ~(size_t)(CLLM_ALIGN - 1)) + HDR;
+    unsigned char *base;
+    uint32_t kind;
+    if (total >= MMAP_MIN) {
+        base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) return NULL;
+        kind = BLK_MMAP; /* already zero */
+    } else {
+        base = aligned_alloc(CLLM_ALIGN, total);
+        if (!base) return NULL;
+        if (zero) memset(base + HDR, 0, total - HDR);
+        kind = BLK_HEAP;
+    }
+    blk_hdr h = {kind, 0, total};
+    memcpy(base, &h, sizeof(h));
+    return base + HDR;
 }
 
-void *cllm_alloc_zeroed(size_t size) {
-    void *p = cllm_alloc_aligned(size);
-    if (p) memset(p, 0, size ? size : 1);
-    return p;
-}
+void *cllm_alloc_aligned(size_t size) { return alloc_blk(size, 0); }
+void *cllm_alloc_zeroed(size_t size) { return alloc_blk(size, 1); }
 
-void cllm_free_aligned(void *p) { free(p); }
+void cllm_free_aligned(void *p) {
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - HDR;
+    blk_hdr h;
+    memcpy(&h, base, sizeof(h));
+    if (h.kind == BLK_MMAP) munmap(base, h.total);
+    else free(base);
+}
 
 uint64_t cllm_time_ns(void) {
     struct timespec ts;
