@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plot RUN/log.jsonl (train loss, smoothed, and periodic held-out loss) to OUT.png.
-  /usr/bin/python3 tools/train/plot_loss.py /tmp/cllm_run/log.jsonl models/tiny/loss.png"""
+  /usr/bin/python3 tools/train/plot_loss.py LOG.jsonl models/tiny/loss.png [PHASE2_FIRST_STEP]"""
 import json, sys
 import matplotlib
 matplotlib.use("Agg")
@@ -20,11 +20,17 @@ ax.plot([r["step"] for r in te], [r["test_loss"] for r in te], "o-", color="#d94
         lw=1, label="held-out loss (16x256-token sample)")
 fin = [r for r in recs if "test_loss_full" in r]
 if fin:
+    for f in fin:
+        ax.plot([f["step"]], [f["test_loss_full"]], "*", color="#d94801", ms=9)
     ax.axhline(fin[-1]["test_loss_full"], color="#d94801", ls=":", lw=1,
-               label=f"final held-out loss, full test split ({fin[-1]['test_loss_full']:.3f})")
+               label=f"held-out loss, full test split (final {fin[-1]['test_loss_full']:.3f})")
+ax.set_ylim(bottom=max(0, min(ema) - 0.5), top=min(9, max(ys) + 0.2))
+if len(sys.argv) > 3:
+    ax.axvline(int(sys.argv[3]), color="gray", ls="--", lw=0.8)
+    ax.text(int(sys.argv[3]), ax.get_ylim()[1] * 0.97, "phase 2: chat-split fine-tune \u2192 ", ha="right",
+            fontsize=7, va="top", color="gray")
 ax.set_xlabel("step (8 x 256 tokens)")
 ax.set_ylabel("cross-entropy (nats/token)")
-ax.set_ylim(bottom=max(0, min(ema) - 0.5), top=min(9, max(ys) + 0.2))
 ax.set_title("cllm tiny Qwen3.5-MoE (4.9M params) on KJV + Chinese poems + ChatML")
 ax.grid(alpha=0.3)
 ax.legend(fontsize=8)

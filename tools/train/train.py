@@ -92,11 +92,24 @@ def export(model, cfg, tok_dir, out_dir, n_tok):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(out_dir, f))
 
 
-def encode_split(tok, path, eot, weights):
+GEN_PROMPT = "<|im_start|>assistant\n<think>\n"
+
+
+def encode_split(tok, path, eot, weights, chat_split=0.0, seed=0):
+    """chat_split: fraction of chat documents whose last assistant turn is tokenized the way a
+    server sees it with thinking on: encode(prompt up to '<think>\n') + encode(rest). Whole-text
+    tokenization merges '<think>' '\n\n' '</think>', so the prompt's lone '\n' would otherwise
+    only ever be followed by non-empty reasoning in training."""
     docs = [json.loads(l) for l in open(path, encoding="utf-8")]
+    r = random.Random(seed)
     ids = []
     for d in docs:
-        t = tok.encode(d["text"]) + [eot]
+        i = d["text"].rfind(GEN_PROMPT)
+        if d["kind"] == "chat" and i >= 0 and r.random() < chat_split:
+            j = i + len(GEN_PROMPT)
+            t = tok.encode(d["text"][:j]) + tok.encode(d["text"][j:]) + [eot]
+        else:
+            t = tok.encode(d["text"]) + [eot]
         for _ in range(weights.get(d["kind"], 1)):
             ids.extend(t)
     return np.array(ids, dtype=np.int32)
@@ -133,6 +146,8 @@ def main():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--aux-coef", type=float, default=0.01)
     ap.add_argument("--bench", type=int, default=0, help="time N steps and exit")
+    ap.add_argument("--resume", default="", help="continue from this ckpt.pt (model + AdamW state)")
+    ap.add_argument("--chat-split", type=float, default=0.0, help="see encode_split")
     a = ap.parse_args()
     rot = int(a.head_dim * 0.25) // 2
     a.mrope_section = [rot - 2 * (rot // 3), rot // 3, rot // 3]
@@ -150,7 +165,8 @@ def main():
         z = np.load(cache)
         tr, te = z["train"], z["test"]
     else:
-        tr = encode_split(tok, os.path.join(a.corpus, "train.jsonl"), eot, {"poem": 3})
+        tr = encode_split(tok, os.path.join(a.corpus, "train.jsonl"), eot, {"poem": 3},
+                          a.chat_split, a.seed)
         te = encode_split(tok, os.path.join(a.corpus, "test.jsonl"), eot, {})
         np.savez(cache, train=tr, test=te)
     print(f"train tokens {len(tr)}, test tokens {len(te)}", flush=True)
@@ -164,6 +180,13 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    step0 = 0
+    if a.resume:
+        ck = torch.load(a.resume)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step0 = ck["step"]
+        print(f"resumed from {a.resume} at step {step0}", flush=True)
     rng = np.random.default_rng(a.seed)
     T = a.seq
 
@@ -218,7 +241,7 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        rec = dict(step=step, loss=loss.item(), aux=float(aux), lr=lr, gnorm=float(gn),
+        rec = dict(step=step0 + step, loss=loss.item(), aux=float(aux), lr=lr, gnorm=float(gn),
                    t=round(time.time() - t0, 1), dt=round(time.time() - ts, 3))
         if step % 50 == 0 or step == 1:
             rec["test_loss"] = evaluate(eval_sub)
@@ -226,18 +249,18 @@ def main():
         log.write(json.dumps(rec) + "\n")
         log.flush()
         if time.time() - last_ck > a.ckpt_minutes * 60:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step0 + step},
                        os.path.join(a.run, "ckpt.pt"))
             export(model, cfg, a.tok, os.path.join(a.run, "hf"), n_tok)
             last_ck = time.time()
-            print(f"checkpoint at step {step}", flush=True)
+            print(f"checkpoint at step {step0 + step}", flush=True)
     if a.bench:
         print(f"bench: {(time.time()-t0)/step:.3f} s/step", flush=True)
         return
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step0 + step},
                os.path.join(a.run, "ckpt.pt"))
     export(model, cfg, a.tok, os.path.join(a.run, "hf"), n_tok)
-    final = dict(step=step, wall_s=round(time.time() - t0, 1), final="fp32",
+    final = dict(step=step0 + step, wall_s=round(time.time() - t0, 1), final="fp32",
                  test_loss_full=evaluate(te_starts))
     final["test_ppl_full"] = math.exp(final["test_loss_full"])
     log.write(json.dumps(final) + "\n")
