@@ -138,19 +138,32 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
         fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
         return 1;
     }
+    float *lb = NULL;
+    if (hb) { /* the base's buffers reach full size before the RSS baseline is taken */
+        int Vb = cllm_model_config(b.m)->vocab_size, L0 = n < o->ctx ? n : o->ctx;
+        lb = malloc((size_t)cap * Vb * sizeof(float));
+        if (!lb || fwd_runner_step(&b, tok, L0, CLLM_LOGITS_ALL, lb, &err)) {
+            fprintf(stderr, "cllm eval: %s: %s\n", bdir, lb ? err.msg : "out of memory");
+            free(lb);
+            fwd_runner_close(&b);
+            return 1;
+        }
+    }
     uint64_t rss0 = rss_bytes();
     if (fwd_runner_open(&r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
         if (hb) fwd_runner_close(&b);
+        free(lb);
         return 1;
     }
     int V = cllm_model_config(r.m)->vocab_size;
     if (hb && cllm_model_config(b.m)->vocab_size != V) {
         fprintf(stderr, "cllm eval: %s and %s have different vocabularies\n", dir, bdir);
         fwd_runner_close(&r), fwd_runner_close(&b);
+        free(lb);
         return 1;
     }
-    float *lg = malloc((size_t)cap * V * sizeof(float)), *lb = hb ? malloc((size_t)cap * V * sizeof(float)) : NULL;
+    float *lg = malloc((size_t)cap * V * sizeof(float));
     double *pa = malloc((size_t)V * sizeof(double)), *pb = malloc((size_t)V * sizeof(double));
     int32_t *ga = malloc((size_t)o->gen_len * sizeof(int32_t)), *gb = malloc((size_t)o->gen_len * sizeof(int32_t));
     int ret = 0;
@@ -246,8 +259,8 @@ static void row(FILE *out, const char *name, const stats *s, bool base) {
 
 static void header(FILE *out, const cllm_qeval_opts *o, int n) {
     fprintf(out, "eval: %d tokens, windows of %d stride %d; %d greedy prompts of %d tokens + %d generated; "
-                 "KLD(base || model) and top-1 over the same positions; RSS = growth while the model "
-                 "is loaded and run\n", n, o->ctx, o->stride, o->n_prompts, o->prompt_len, o->gen_len);
+                 "KLD(base || model) and top-1 over the same positions; RSS = process growth while the "
+                 "model is loaded and run (weights touched + its buffers)\n", n, o->ctx, o->stride, o->n_prompts, o->prompt_len, o->gen_len);
     fprintf(out, "%-28s %10s %10s %10s %10s %9s %9s %7s %7s\n", "model", "size", "RSS", "prefill/s",
             "decode/s", "ppl", "KLD", "top-1", "BLEU-4");
 }

@@ -316,7 +316,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     }
     if ((st = cllm_ckpt_open(o->in_dir, false, &ck, err))) goto done;
     if (add_globs(&gl, "*embed_tokens*", false) || (!o->no_default_keep && add_globs(&gl, cllm_quant_default_keep, false)) ||
-        add_globs(&gl, o->keep, true)) {
+        add_globs(&gl, o->preset_keep, false) || add_globs(&gl, o->keep, true)) {
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto done;
     }

@@ -7,7 +7,7 @@
 #include "tools/commands.h"
 
 int cmd_quantize(int argc, char **argv) {
-    const char *scheme = "w4a16", *method = "rtn", *lm = "int8", *keep = NULL, *calib = NULL;
+    const char *scheme = "w4a16", *method = "rtn", *lm = "int8", *keep = NULL, *calib = NULL, *preset = NULL;
     long group = 128, samples = 32, seq_len = 256, min_tok = 16, threads = 0;
     double damp = 0.01;
     uint64_t shard = 4000000000ull;
@@ -41,13 +41,13 @@ int cmd_quantize(int argc, char **argv) {
             fprintf(stderr, "cllm quantize: --qwen-gptq-int4 fixes --keep, --lm-head and --scheme\n");
             return 2;
         }
-        keep = "*.self_attn.*,*.linear_attn.*,*shared_expert*,mtp.*";
+        preset = "*.self_attn.*,*.linear_attn.*,*shared_expert*,mtp.*";
         lm = "bf16";
     }
     cllm_quant_opts o = {
         .in_dir = pos[0], .out_dir = pos[1], .scheme = scheme, .group = (int)group,
         .lm_head_bits = !strcmp(lm, "int8") ? 8 : !strcmp(lm, "int4") ? 4 : 16,
-        .keep = keep, .no_default_keep = no_def, .method = method, .calib = calib,
+        .keep = keep, .preset_keep = preset, .no_default_keep = no_def, .method = method, .calib = calib,
         .calib_samples = (int)samples, .calib_seq_len = (int)seq_len, .min_expert_tokens = (int)min_tok,
         .damp = damp, .shard_bytes = shard, .threads = (int)threads, .progress = !quiet,
         .dry_run = dry, .out = stdout,
