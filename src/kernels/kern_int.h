@@ -14,6 +14,9 @@ float kern_dot_ref(const float *a, const float *b, int n);
 void kern_scale_axpy_ref(float *y, float s, float a, const float *x, int n);
 void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, float *o, float *tmp, int dk, int dv);
+void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
+                        size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
+                        int dk, int dv, float *work);
 void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                        int n_tok, float *Y, size_t ldy);
 /* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value
@@ -34,6 +37,9 @@ void kern_matmul_q_avx2(const cllm_qweight *w, int n0, int n1, const float *X, s
                         int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
+void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,
+                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
+                         int dk, int dv, float *work);
 #endif
 
 #endif

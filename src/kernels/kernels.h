@@ -51,10 +51,29 @@ typedef void (*cllm_matmul_q_fn)(const cllm_qweight *w, int n0, int n1, const fl
 typedef void (*cllm_gdn_step_fn)(float *S, const float *q, const float *k, const float *v,
                                  float decay, float beta, float *o, float *tmp, int dk, int dv);
 
+/* Gated DeltaNet chunked WY form (spec §2.4) for one value head over T tokens, in chunks of
+ * CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g,
+ * L/A from k k^T, q k^T and exp(gamma_i - gamma_j), U = (I+L)^-1 v*beta, W = (I+L)^-1 (k*beta*e^gamma)
+ * by forward substitution, then Vn = U - W S, O = (q*e^gamma) S + A Vn,
+ * S = e^gamma_last S + (k*e^(gamma_last-gamma))^T Vn. Mathematically equal to T gdn_step calls
+ * with decay = exp(g); differs from them by rounding only.
+ * Token t: q + t*ldqk, k + t*ldqk [dk] (l2-normalised, q scaled), v + t*ldv [dv], g[t] (log-decay,
+ * finite, <= 0), beta[t]; output o + t*ldo [dv]. S [dk][dv] fp32 in place.
+ * work: cllm_gdn_chunk_work(dk, dv) floats scratch (any alignment). */
+#define CLLM_GDN_CHUNK 64
+typedef void (*cllm_gdn_chunk_fn)(float *S, const float *q, const float *k, size_t ldqk,
+                                  const float *v, size_t ldv, const float *g, const float *beta,
+                                  float *o, size_t ldo, int T, int dk, int dv, float *work);
+static inline size_t cllm_gdn_chunk_work(int dk, int dv) {
+    size_t C = CLLM_GDN_CHUNK;
+    return 2 * C + 2 * C * C + C * (size_t)dv + 2 * C * (size_t)dk + 16;
+}
+
 typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
     cllm_gdn_step_fn gdn_step;
+    cllm_gdn_chunk_fn gdn_chunk; /* prefill option (CLLM_GDN_PREFILL=chunked) */
     /* sum_i a[i]*b[i], fixed order for a given n. */
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] = y[i]*s + a*x[i] (s = 1 skips nothing: always the same ops for a given n). */

@@ -93,6 +93,7 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->k = cllm_kern();
     const cllm_config *cf = &m->cfg;
     c->thr_stride = (size_t)(64 + 4 * cf->head_dim + 2 * cf->lin_v_dim + 64);
+    c->thr_stride += fwd_gdn_scratch(cf);
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
     if (!c->thr) {
         free(c);

@@ -5,10 +5,30 @@
  * l2norm of q/k, beta/decay, and the delta-rule recurrence token by token, for prefill and
  * decode alike (kernels gdn_step). Choosing the recurrence over the chunked WY form keeps the
  * result bitwise independent of how a prompt is split into calls (spec §7.10) and is also the
- * cheaper form on AVX2 without matrix units (reference/cpu-kernels.md §4). */
+ * cheaper form on AVX2 without matrix units (reference/cpu-kernels.md §4).
+ *
+ * Option CLLM_GDN_PREFILL=chunked (read once per process; default "recurrent"): runs of 64 tokens
+ * covering absolute positions [64j, 64j+64) entirely inside one call go through the chunked WY
+ * kernel (kernels gdn_chunk); the unaligned head/tail of a call and decode keep the step. So
+ * splitting a prompt at multiples of 64 stays bitwise identical, other splits differ by rounding. */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model/fwd_int.h"
+
+static int gdn_chunked;
+static pthread_once_t gdn_once = PTHREAD_ONCE_INIT;
+static void gdn_mode_read(void) {
+    const char *e = getenv("CLLM_GDN_PREFILL");
+    gdn_chunked = e && strcmp(e, "chunked") == 0;
+}
+
+size_t fwd_gdn_scratch(const cllm_config *f) {
+    pthread_once(&gdn_once, gdn_mode_read);
+    return gdn_chunked ? 2 * CLLM_GDN_CHUNK + cllm_gdn_chunk_work(f->lin_k_dim, f->lin_v_dim) : 0;
+}
 
 typedef struct gdn_job {
     cllm_fwd_ctx *c;
@@ -72,6 +92,36 @@ static void tokprep_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
+/* Tokens [t0, t0 + n) (n a multiple of 64) of value head h through the chunked kernel, then the
+ * gated norm. tmp: the thread's scratch (fwd_gdn_scratch floats past the step's [dv]). */
+static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, float *tmp) {
+    cllm_fwd_ctx *c = j->c;
+    const cllm_config *f = &c->m->cfg;
+    int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads, C = CLLM_GDN_CHUNK;
+    float eps = (float)f->rms_norm_eps;
+    float *gb = tmp + ((size_t)dv + 7) / 8 * 8, *bb = gb + C, *work = bb + C;
+    for (int c0 = 0; c0 < n; c0 += C) {
+        size_t t = t0 + (size_t)c0;
+        for (int i = 0; i < C; i++) {
+            const float *ab = c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
+            float d = ab[Hv + h];
+            /* log-decay of the decay the step would use; clamp keeps gamma finite (e^-80 ~ 0) */
+            gb[i] = d > 1.8e-35f ? logf(d) : -80.0f;
+            bb[i] = ab[h];
+        }
+        const float *P = c->proj + t * j->ldp;
+        c->k->gdn_chunk(S, P + (size_t)kh * dk, P + j->kd + (size_t)kh * dk, (size_t)j->ldp,
+                        P + 2 * (size_t)j->kd + (size_t)h * dv, (size_t)j->ldp, gb, bb,
+                        c->o + t * j->vd + (size_t)h * dv, (size_t)j->vd, C, dk, dv, work);
+        for (int i = 0; i < C; i++) {
+            const float *z = c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
+            float *o = c->o + (t + (size_t)i) * j->vd + (size_t)h * dv;
+            fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
+            for (int m = 0; m < dv; m++) o[m] *= fwd_silu(z[m]);
+        }
+    }
+}
+
 /* One item per (sequence, value head): the recurrence over the sequence's tokens + gated norm. */
 static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     gdn_job *j = vj;
@@ -85,8 +135,19 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
         const cllm_seq_batch *sq = &c->batch->seqs[q];
         float *S = st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) * (size_t)dk * dv;
+        int ca = 0, cb = 0; /* tokens [ca, cb) run chunked: whole 64-aligned position chunks */
+        if (gdn_chunked) {
+            const int C = CLLM_GDN_CHUNK;
+            ca = (C - sq->start_pos % C) % C;
+            cb = ca < sq->n_tokens ? ca + (sq->n_tokens - ca) / C * C : ca;
+        }
         for (int i = 0; i < sq->n_tokens; i++) {
             size_t t = (size_t)(c->seq_tok0[q] + i);
+            if (i == ca && cb > ca) {
+                chunk_run(j, h, kh, S, t, cb - ca, tmp);
+                i = cb - 1;
+                continue;
+            }
             const float *P = c->proj + t * j->ldp;
             const float *qv = P + (size_t)kh * dk, *kv = P + j->kd + (size_t)kh * dk;
             const float *vv = P + 2 * (size_t)j->kd + (size_t)h * dv;

@@ -124,6 +124,8 @@ static inline float fwd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
 cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+/* Extra per-thread scratch floats the GDN layer needs (0 unless CLLM_GDN_PREFILL=chunked). */
+size_t fwd_gdn_scratch(const cllm_config *f);
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 
