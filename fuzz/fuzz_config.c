@@ -6,7 +6,9 @@
 #include "model/config.h"
 #include "model/tensor_plan.h"
 
-static void count(void *ctx, const cllm_tensor_spec *s) { *(uint64_t *)ctx += cllm_tensor_spec_elems(s); }
+static void count(void *ctx, const cllm_tensor_spec *s) {
+    *(uint64_t *)ctx += cllm_tensor_spec_elems(s);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cllm_config c;

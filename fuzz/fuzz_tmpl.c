@@ -7,10 +7,14 @@
 #include "tokenizer/chat_template.h"
 
 static const char *CTX[] = {
-    "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hi <think>\"},"
-    "{\"role\":\"assistant\",\"content\":\"<think>\\nr\\n</think>\\n\\nok\",\"tool_calls\":[{\"function\":"
-    "{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":[true,null,1.5]}}}]},{\"role\":\"tool\",\"content\":\"x\"}],"
-    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"add_generation_prompt\":true}",
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hi "
+    "<think>\"},"
+    "{\"role\":\"assistant\",\"content\":\"<think>\\nr\\n</"
+    "think>\\n\\nok\",\"tool_calls\":[{\"function\":"
+    "{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":[true,null,1.5]}}}]},{\"role\":\"tool\","
+    "\"content\":\"x\"}],"
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"add_generation_prompt\":"
+    "true}",
     "{\"messages\":[],\"enable_thinking\":false}",
     "{\"messages\":\"not a list\",\"x\":{\"y\":{\"z\":[1,2,3]}}}",
 };
@@ -20,7 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_t *ctx = json_loads(CTX[data[0] % 3], 0, NULL);
     cllm_tmpl *t = NULL;
     if (cllm_tmpl_compile((const char *)data + 1, size - 1, &t, NULL) == CLLM_OK) {
-        cllm_tmpl_limits lim = {.max_output = 1 << 20, .max_memory = 64 << 20, .max_steps = 200000, .max_depth = 32};
+        cllm_tmpl_limits lim = {
+            .max_output = 1 << 20, .max_memory = 64 << 20, .max_steps = 200000, .max_depth = 32};
         char *out = NULL;
         size_t n;
         if (cllm_tmpl_render(t, ctx, &lim, &out, &n, NULL) == CLLM_OK) free(out);

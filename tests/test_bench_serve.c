@@ -50,8 +50,10 @@ static void test_metrics_exact(void) {
     CHECK(s.itl.n == 4 && NEAR(s.itl.mean, 62.5) && NEAR(s.itl.median, 50));
     CHECK_MSG(NEAR(s.itl.p99, 50 + 50 * 0.97), "%f", s.itl.p99);
     CHECK(NEAR(s.e2el.mean, (300 + 250 + 400) / 3.0) && NEAR(s.e2el.median, 300));
-    CHECK(NEAR(s.e2el.std, 1000 * sqrt(((0.3 - 0.95 / 3) * (0.3 - 0.95 / 3) + (0.25 - 0.95 / 3) * (0.25 - 0.95 / 3) +
-                                        (0.4 - 0.95 / 3) * (0.4 - 0.95 / 3)) / 3)));
+    CHECK(NEAR(s.e2el.std, 1000 * sqrt(((0.3 - 0.95 / 3) * (0.3 - 0.95 / 3) +
+                                        (0.25 - 0.95 / 3) * (0.25 - 0.95 / 3) +
+                                        (0.4 - 0.95 / 3) * (0.4 - 0.95 / 3)) /
+                                       3)));
     /* goodput: A fails tpot (66.7 > 60), D fails ttft (400 > 250), B passes */
     CHECK(s.has_goodput && s.good_completed == 1 && NEAR(s.request_goodput, 0.5));
     /* whole-second buckets from t=0: second 0 has A's 4 chunks + D's 1 */
@@ -73,7 +75,8 @@ static void test_metrics_exact(void) {
     CHECK(strstr(buf, "Median TTFT (ms):                        200.00") != NULL);
     CHECK(strstr(buf, "P99 TTFT (ms):                           396.00") != NULL);
     CHECK(strstr(buf, "Mean ITL (ms):                           62.50") != NULL);
-    CHECK(strstr(buf, "Mean E2EL (ms):") && strstr(buf, "Total Token throughput (tok/s):          14.50"));
+    CHECK(strstr(buf, "Mean E2EL (ms):") &&
+          strstr(buf, "Total Token throughput (tok/s):          14.50"));
     CHECK(strstr(buf, "Errors (connect):                        1") != NULL);
     CHECK(strstr(buf, "Error rate (%):                          25.00") != NULL);
     free(buf);
@@ -98,29 +101,39 @@ static bool log_ev(void *ctx, const char *d, size_t n) {
 }
 
 static void test_sse(void) {
-    const char *s = ": ping\r\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: l1\ndata: l2\n\ndata:[DONE]\n\n";
+    const char *s =
+        ": ping\r\ndata: {\"a\":1}\r\n\r\nevent: x\ndata: l1\ndata: l2\n\ndata:[DONE]\n\n";
     ev_log l = {0};
     lg_sse p;
     lg_sse_init(&p, 1024, log_ev, &l);
     for (size_t i = 0; s[i]; i++) CHECK(lg_sse_feed(&p, s + i, 1)); /* byte by byte */
     CHECK(lg_sse_finish(&p));
-    CHECK(l.n == 3 && !strcmp(l.ev[0], "{\"a\":1}") && !strcmp(l.ev[1], "l1\nl2") && !strcmp(l.ev[2], "[DONE]"));
+    CHECK(l.n == 3 && !strcmp(l.ev[0], "{\"a\":1}") && !strcmp(l.ev[1], "l1\nl2") &&
+          !strcmp(l.ev[2], "[DONE]"));
     lg_sse_free(&p);
     /* unterminated last event is delivered by finish; overlong line fails */
     ev_log l2 = {0};
     lg_sse_init(&p, 16, log_ev, &l2);
-    CHECK(lg_sse_feed(&p, "data: x", 7) && lg_sse_finish(&p) && l2.n == 1 && !strcmp(l2.ev[0], "x"));
+    CHECK(lg_sse_feed(&p, "data: x", 7) && lg_sse_finish(&p) && l2.n == 1 &&
+          !strcmp(l2.ev[0], "x"));
     CHECK(!lg_sse_feed(&p, "data: 0123456789012345678901234567890\n", 38) && p.overflow);
     lg_sse_free(&p);
 }
 
-static int words(const char *s) { return count_words(s); }
+static int words(const char *s) {
+    return count_words(s);
+}
 
 static void test_datasets(void) {
     cllm_error err;
     lg_dataset a, b;
-    lg_random_opts o = {.n = 50, .input_len = 100, .output_len = 20, .range_ratio = 0.5,
-                        .prefix_len = 7, .turns = 2, .seed = 3};
+    lg_random_opts o = {.n = 50,
+                        .input_len = 100,
+                        .output_len = 20,
+                        .range_ratio = 0.5,
+                        .prefix_len = 7,
+                        .turns = 2,
+                        .seed = 3};
     CHECK(lg_dataset_random(&o, &a, &err) == CLLM_OK && lg_dataset_random(&o, &b, &err) == CLLM_OK);
     bool same = true, in_range = true, prefix = true;
     for (long i = 0; i < a.n; i++) {
@@ -143,12 +156,14 @@ static void test_datasets(void) {
     CHECK(lg_dataset_random(&o, &a, &err) == CLLM_EINVAL);
 
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tests/data/bench/prompts.jsonl", getenv("CLLM_SRC") ? getenv("CLLM_SRC") : ".");
+    snprintf(path, sizeof(path), "%s/tests/data/bench/prompts.jsonl",
+             getenv("CLLM_SRC") ? getenv("CLLM_SRC") : ".");
     CHECK_MSG(lg_dataset_jsonl(path, 9, &a, &err) == CLLM_OK, "%s", err.msg);
     CHECK(a.n == 4);
     if (a.n == 4) {
         CHECK(a.convs[0].n_turns == 1 && a.convs[0].turns[0].max_tokens == 5);
-        CHECK(a.convs[1].turns[0].max_tokens == 3 && a.convs[2].n_turns == 2 && a.convs[2].turns[1].max_tokens == 4);
+        CHECK(a.convs[1].turns[0].max_tokens == 3 && a.convs[2].n_turns == 2 &&
+              a.convs[2].turns[1].max_tokens == 4);
         CHECK(a.convs[3].n_turns == 2 && !strcmp(a.convs[3].turns[1].prompt, "how are you") &&
               a.convs[3].turns[0].max_tokens == 9);
     }
@@ -175,13 +190,19 @@ static void test_gamma(void) {
         }
         double mean = sum / n, var = sq / n - mean * mean;
         CHECK_MSG(fabs(mean - 0.1) < 0.003, "shape %g mean %f", shape, mean);
-        CHECK_MSG(fabs(var - shape * theta * theta) < 0.1 * shape * theta * theta, "shape %g var %f", shape, var);
+        CHECK_MSG(fabs(var - shape * theta * theta) < 0.1 * shape * theta * theta,
+                  "shape %g var %f", shape, var);
     }
 }
 
 static lg_config base_cfg(const char *url, const lg_dataset *ds) {
-    return (lg_config){.base_url = url, .request_rate = INFINITY, .burstiness = 1, .timeout_s = 30,
-                       .include_usage = true, .temperature = -1, .ds = ds};
+    return (lg_config){.base_url = url,
+                       .request_rate = INFINITY,
+                       .burstiness = 1,
+                       .timeout_s = 30,
+                       .include_usage = true,
+                       .temperature = -1,
+                       .ds = ds};
 }
 
 static void test_e2e_stub(void) {
@@ -217,10 +238,12 @@ static void test_e2e_stub(void) {
     lg_result_free(&res);
 
     /* no usage: chunk counting; chat backend */
-    c.include_usage = false, c.chat = true, c.num_warmups = 0, c.num_prompts = 4, c.max_concurrency = 0;
+    c.include_usage = false, c.chat = true, c.num_warmups = 0, c.num_prompts = 4,
+    c.max_concurrency = 0;
     CHECK(lg_bench_run(&c, &res, &err) == CLLM_OK);
     CHECK(lg_metrics_compute(res.reqs, res.n, res.duration_s, NULL, &s));
-    CHECK(s.completed == 4 && s.total_output == 40 && s.total_input == 4 * 12 && res.reqs[0].usage_completion == -1);
+    CHECK(s.completed == 4 && s.total_output == 40 && s.total_input == 4 * 12 &&
+          res.reqs[0].usage_completion == -1);
     lg_result_free(&res);
 
     /* open loop at 50 req/s, 20 prompts: arrivals rescaled so the last goes out at 0.4 s */
@@ -246,7 +269,8 @@ static void test_e2e_stub(void) {
     cb.num_prompts = 9, cb.max_concurrency = 1;
     CHECK(lg_bench_run(&cb, &res, &err) == CLLM_OK);
     CHECK(lg_metrics_compute(res.reqs, res.n, res.duration_s, NULL, &s));
-    CHECK_MSG(s.completed == 6 && s.failed == 3 && s.errors[LG_ERR_HTTP_5XX] == 3, "%ld %ld", s.completed, s.failed);
+    CHECK_MSG(s.completed == 6 && s.failed == 3 && s.errors[LG_ERR_HTTP_5XX] == 3, "%ld %ld",
+              s.completed, s.failed);
     lg_result_free(&res);
     stub_stop(&bad);
 
@@ -283,7 +307,8 @@ static void test_users_and_turns(void) {
         lg_result res;
         CHECK_MSG(lg_bench_run(&c, &res, &err) == CLLM_OK, "%s", err.msg);
         /* closed loop: never more than one request per user in flight */
-        CHECK_MSG(res.ov.peak_inflight <= 3 && res.n >= 6, "peak %ld n %ld", res.ov.peak_inflight, res.n);
+        CHECK_MSG(res.ov.peak_inflight <= 3 && res.n >= 6, "peak %ld n %ld", res.ov.peak_inflight,
+                  res.n);
         /* a user's requests: each ~40 ms + 50-100 ms think => ~6 each in 0.8 s */
         CHECK_MSG(res.n <= 3 * 8, "n %ld", res.n);
         /* follow-up turns carry the history: turn k prompt = turns 0..k questions + answers */
@@ -320,11 +345,13 @@ static void test_500_streams(void) {
     CHECK_MSG(lg_bench_run(&c, &res, &err) == CLLM_OK, "%s", err.msg);
     lg_summary s;
     CHECK(lg_metrics_compute(res.reqs, res.n, res.duration_s, NULL, &s));
-    CHECK_MSG(s.completed == 500 && s.total_output == 500 * 20, "completed %ld failed %ld", s.completed, s.failed);
+    CHECK_MSG(s.completed == 500 && s.total_output == 500 * 20, "completed %ld failed %ld",
+              s.completed, s.failed);
     CHECK_MSG(res.ov.peak_inflight == 500 && atomic_load(&sv.max_open) >= 450, "peak %ld open %ld",
               res.ov.peak_inflight, atomic_load(&sv.max_open));
     CHECK_MSG(s.peak_concurrency == 500, "%ld", s.peak_concurrency);
-    fprintf(stderr, "500 streams: duration %.2f s, ttft mean %.1f ms p99 %.1f, itl mean %.1f ms p99 %.1f\n",
+    fprintf(stderr,
+            "500 streams: duration %.2f s, ttft mean %.1f ms p99 %.1f, itl mean %.1f ms p99 %.1f\n",
             res.duration_s, s.ttft.mean, s.ttft.p99, s.itl.mean, s.itl.p99);
     lg_overhead_print(stderr, &res);
     lg_result_free(&res);
@@ -342,11 +369,12 @@ static void test_cli(void) {
     CHECK(stub_start(&sv, &(stub_cfg){.ttft_ms = 30, .itl_ms = 10}) == 0);
     mkdir(tmp, 0755);
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd),
-             "%s bench-serve --url http://127.0.0.1:%d --random-input-len 16 --random-output-len 8 "
-             "--num-prompts 12 --request-rate 100 --burstiness 0.5 --num-warmups 1 -q ttft:1000 tpot:5 "
-             "--save-result %s/bs.json --plot %s/bs.png > %s/bs.out 2> %s/bs.err",
-             bin, sv.port, tmp, tmp, tmp, tmp);
+    snprintf(
+        cmd, sizeof(cmd),
+        "%s bench-serve --url http://127.0.0.1:%d --random-input-len 16 --random-output-len 8 "
+        "--num-prompts 12 --request-rate 100 --burstiness 0.5 --num-warmups 1 -q ttft:1000 tpot:5 "
+        "--save-result %s/bs.json --plot %s/bs.png > %s/bs.out 2> %s/bs.err",
+        bin, sv.port, tmp, tmp, tmp, tmp);
     int rc = system(cmd);
     CHECK_MSG(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "rc %d: %s", rc, cmd);
     char path[4096];
@@ -356,7 +384,8 @@ static void test_cli(void) {
     if (f) out[fread(out, 1, sizeof(out) - 1, f)] = 0, fclose(f);
     CHECK(strstr(out, "Successful requests:                     12") != NULL);
     CHECK(strstr(out, "Total generated tokens:                  96") != NULL);
-    CHECK(strstr(out, "Request goodput (req/s):                 0.00") != NULL); /* tpot 10 ms > 5 */
+    CHECK(strstr(out, "Request goodput (req/s):                 0.00") !=
+          NULL); /* tpot 10 ms > 5 */
     CHECK(strstr(out, "Request rate configured (RPS):           100.00") != NULL);
     CHECK(strstr(out, "Client CPU time (s):") != NULL);
     snprintf(path, sizeof(path), "%s/bs.json", tmp);
@@ -366,7 +395,8 @@ static void test_cli(void) {
     CHECK(j && json_integer_value(json_object_get(j, "total_output_tokens")) == 96);
     CHECK(j && json_real_value(json_object_get(j, "mean_itl_ms")) > 5);
     json_t *r0 = json_array_get(json_object_get(j, "requests"), 0);
-    CHECK(r0 && json_array_size(json_object_get(r0, "itls_s")) == 7 && json_is_true(json_object_get(r0, "ok")));
+    CHECK(r0 && json_array_size(json_object_get(r0, "itls_s")) == 7 &&
+          json_is_true(json_object_get(r0, "ok")));
     json_decref(j);
     snprintf(path, sizeof(path), "%s/bs.png", tmp);
     f = fopen(path, "rb");
@@ -377,7 +407,9 @@ static void test_cli(void) {
     }
     CHECK_MSG(!memcmp(mg, "\x89PNG", 4), "no PNG at %s", path);
     /* usage errors */
-    snprintf(cmd, sizeof(cmd), "%s bench-serve --url http://x --think-time 5-2 --users 2 --duration 1 2>/dev/null", bin);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench-serve --url http://x --think-time 5-2 --users 2 --duration 1 2>/dev/null",
+             bin);
     rc = system(cmd);
     CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
     snprintf(cmd, sizeof(cmd), "%s bench-serve --num-prompts 2 2>/dev/null", bin);

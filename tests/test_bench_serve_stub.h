@@ -25,10 +25,11 @@
 
 typedef struct stub_cfg {
     double ttft_ms, itl_ms;
-    int fail_every;     /* every Nth generation request gets HTTP 500 (0: never) */
-    int health_status;  /* 0 -> 200 */
-    const char *model;  /* NULL -> "stub-model" */
-    /* /metrics body; n = how many times /metrics was asked before. NULL -> 404. Returns malloc'd. */
+    int fail_every;    /* every Nth generation request gets HTTP 500 (0: never) */
+    int health_status; /* 0 -> 200 */
+    const char *model; /* NULL -> "stub-model" */
+    /* /metrics body; n = how many times /metrics was asked before. NULL -> 404. Returns malloc'd.
+     */
     char *(*metrics)(void *ud, long n);
     void *metrics_ud;
 } stub_cfg;
@@ -84,8 +85,9 @@ static void stub_outf(stub_conn *c, const char *fmt, ...) {
 
 static void stub_reply(stub_conn *c, int status, const char *ctype, const char *body) {
     size_t n = strlen(body);
-    stub_outf(c, "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-              status, ctype, n);
+    stub_outf(
+        c, "HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+        status, ctype, n);
     stub_out(c, body, n);
     c->state = 2;
 }
@@ -101,12 +103,14 @@ static int count_words(const char *s) {
     return n;
 }
 
-static void stub_handle(stub *s, stub_conn *c, const char *method, const char *path, const char *body) {
+static void stub_handle(stub *s, stub_conn *c, const char *method, const char *path,
+                        const char *body) {
     if (!strcmp(method, "GET") && !strcmp(path, "/health")) {
         stub_reply(c, s->cfg.health_status ? s->cfg.health_status : 200, "text/plain", "");
     } else if (!strcmp(method, "GET") && !strcmp(path, "/v1/models")) {
         char b[512];
-        snprintf(b, sizeof(b), "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\"}]}",
+        snprintf(b, sizeof(b),
+                 "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\"}]}",
                  s->cfg.model ? s->cfg.model : "stub-model");
         stub_reply(c, 200, "application/json", b);
     } else if (!strcmp(method, "GET") && !strcmp(path, "/metrics")) {
@@ -133,7 +137,8 @@ static void stub_handle(stub *s, stub_conn *c, const char *method, const char *p
         c->chat = strstr(path, "chat") != NULL;
         c->n_tok = (int)json_integer_value(json_object_get(j, "max_tokens"));
         if (c->n_tok <= 0) c->n_tok = 16;
-        c->usage = json_is_true(json_object_get(json_object_get(j, "stream_options"), "include_usage"));
+        c->usage =
+            json_is_true(json_object_get(json_object_get(j, "stream_options"), "include_usage"));
         c->prompt_tokens = 0;
         if (c->chat) {
             size_t i;
@@ -144,7 +149,8 @@ static void stub_handle(stub *s, stub_conn *c, const char *method, const char *p
             c->prompt_tokens = count_words(json_string_value(json_object_get(j, "prompt")));
         }
         json_decref(j);
-        stub_outf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+        stub_outf(
+            c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
         c->state = 1;
         c->t0 = stub_now();
         c->sent = 0;
@@ -184,19 +190,27 @@ static void *stub_main(void *arg) {
                 }
                 bool last = c->sent + 1 == c->n_tok;
                 if (c->chat)
-                    stub_outf(c, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
-                                 "\"delta\":{\"content\":\" w%d\"},\"finish_reason\":%s}]}\n\n",
+                    stub_outf(c,
+                              "data: "
+                              "{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{"
+                              "\"index\":0,"
+                              "\"delta\":{\"content\":\" w%d\"},\"finish_reason\":%s}]}\n\n",
                               c->sent, last ? "\"length\"" : "null");
                 else
-                    stub_outf(c, "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
-                                 "\"text\":\" w%d\",\"finish_reason\":%s}]}\n\n",
-                              c->sent, last ? "\"length\"" : "null");
+                    stub_outf(
+                        c,
+                        "data: "
+                        "{\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
+                        "\"text\":\" w%d\",\"finish_reason\":%s}]}\n\n",
+                        c->sent, last ? "\"length\"" : "null");
                 c->sent++;
                 if (last) {
                     if (c->usage)
-                        stub_outf(c, "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,"
-                                     "\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
-                                  c->prompt_tokens, c->n_tok, c->prompt_tokens + c->n_tok);
+                        stub_outf(
+                            c,
+                            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,"
+                            "\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
+                            c->prompt_tokens, c->n_tok, c->prompt_tokens + c->n_tok);
                     stub_outf(c, "data: [DONE]\n\n");
                     c->state = 2;
                 }
@@ -223,8 +237,9 @@ static void *stub_main(void *arg) {
         }
         pf[0] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
         for (int i = 0; i < s->n_conns; i++)
-            pf[i + 1] = (struct pollfd){.fd = s->conns[i].fd,
-                                        .events = (short)(POLLIN | (s->conns[i].out_len ? POLLOUT : 0))};
+            pf[i + 1] =
+                (struct pollfd){.fd = s->conns[i].fd,
+                                .events = (short)(POLLIN | (s->conns[i].out_len ? POLLOUT : 0))};
         int n = s->n_conns;
         poll(pf, (nfds_t)n + 1, (int)(wait * 1000) + (wait > 0 ? 1 : 0));
         for (int i = 0; i < n; i++) {
@@ -233,7 +248,8 @@ static void *stub_main(void *arg) {
             char buf[65536];
             ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
             if (r <= 0) {
-                if (r == 0 || (errno != EAGAIN && errno != EINTR)) c->state = 2, c->out_len = c->out_off = 0;
+                if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                    c->state = 2, c->out_len = c->out_off = 0;
                 continue;
             }
             if (c->state != 0) continue;

@@ -66,7 +66,8 @@ static void test_slots(void) {
     slot_live_release(&s, a); /* idempotent */
     CHECK(slot_live_used(&s) == 1);
     int p = slot_snap_alloc(&s), q = slot_snap_alloc(&s), r = slot_snap_alloc(&s);
-    CHECK(p >= 2 && q >= 2 && r >= 2 && p != q && q != r && slot_snap_alloc(&s) == -1); /* all owned */
+    CHECK(p >= 2 && q >= 2 && r >= 2 && p != q && q != r &&
+          slot_snap_alloc(&s) == -1); /* all owned */
     slot_snap_commit(&s, p, H(1));
     slot_snap_commit(&s, q, H(2));
     slot_snap_commit(&s, r, H(1)); /* duplicate key: r is released */

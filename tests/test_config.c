@@ -49,11 +49,15 @@ int main(void) {
     CHECK(cllm_config_parse(buf, n, path, &c, &err) == CLLM_OK);
     if (c.layer_types) {
         CHECK(c.arch == CLLM_ARCH_QWEN35_MOE && c.n_layers == 40 && c.hidden_size == 2048);
-        CHECK(c.layer_types[3] == CLLM_LAYER_FULL_ATTN && c.layer_types[0] == CLLM_LAYER_LINEAR_ATTN);
+        CHECK(c.layer_types[3] == CLLM_LAYER_FULL_ATTN &&
+              c.layer_types[0] == CLLM_LAYER_LINEAR_ATTN);
         CHECK(cllm_config_count_layers(&c, CLLM_LAYER_FULL_ATTN) == 10);
-        CHECK(c.rotary_dim == 64 && c.rope_theta == 1e7 && c.n_experts == 256 && c.n_experts_per_tok == 8);
-        CHECK(c.norm_one_plus && c.attn_output_gate && c.mtp_num_hidden_layers == 1 && c.vision.present);
-        CHECK(!strcmp(c.weight_prefix, "model.language_model.") && c.n_eos == 1 && c.eos_ids[0] == 248044);
+        CHECK(c.rotary_dim == 64 && c.rope_theta == 1e7 && c.n_experts == 256 &&
+              c.n_experts_per_tok == 8);
+        CHECK(c.norm_one_plus && c.attn_output_gate && c.mtp_num_hidden_layers == 1 &&
+              c.vision.present);
+        CHECK(!strcmp(c.weight_prefix, "model.language_model.") && c.n_eos == 1 &&
+              c.eos_ids[0] == 248044);
         uint64_t total = 0;
         size_t nt = cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count, &total);
         CHECK_MSG(nt == 1811, "tensors %zu", nt);
@@ -66,28 +70,34 @@ int main(void) {
     /* Defaults: a minimal qwen3_5_moe text config gets the HF class defaults. */
     CHECK(parse("{\"model_type\":\"qwen3_5_moe\",\"text_config\":{}}", &c, msg) == CLLM_OK);
     if (!msg[0]) {
-        CHECK(c.vocab_size == 248320 && c.n_layers == 40 && c.head_dim == 256 && c.lin_n_v_heads == 32);
-        CHECK(c.layer_types[39] == CLLM_LAYER_FULL_ATTN && c.layer_types[38] == CLLM_LAYER_LINEAR_ATTN);
+        CHECK(c.vocab_size == 248320 && c.n_layers == 40 && c.head_dim == 256 &&
+              c.lin_n_v_heads == 32);
+        CHECK(c.layer_types[39] == CLLM_LAYER_FULL_ATTN &&
+              c.layer_types[38] == CLLM_LAYER_LINEAR_ATTN);
         CHECK(c.max_position_embeddings == 32768 && c.rms_norm_eps == 1e-6);
         cllm_config_free(&c);
     }
     /* full_attention_interval without layer_types. */
-    CHECK(parse("{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":6,\"full_attention_interval\":3}",
+    CHECK(parse("{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":6,\"full_attention_"
+                "interval\":3}",
                 &c, msg) == CLLM_OK);
     if (!msg[0]) {
-        CHECK(c.layer_types[2] == CLLM_LAYER_FULL_ATTN && c.layer_types[5] == CLLM_LAYER_FULL_ATTN &&
+        CHECK(c.layer_types[2] == CLLM_LAYER_FULL_ATTN &&
+              c.layer_types[5] == CLLM_LAYER_FULL_ATTN &&
               c.layer_types[4] == CLLM_LAYER_LINEAR_ATTN);
         cllm_config_free(&c);
     }
     /* qwen3 dense defaults and qwen3_moe sparse step / mlp_only_layers. */
     CHECK(parse("{\"model_type\":\"qwen3\"}", &c, msg) == CLLM_OK);
     if (!msg[0]) {
-        CHECK(c.arch == CLLM_ARCH_QWEN3 && c.head_dim == 128 && c.rotary_dim == 128 && !c.norm_one_plus);
+        CHECK(c.arch == CLLM_ARCH_QWEN3 && c.head_dim == 128 && c.rotary_dim == 128 &&
+              !c.norm_one_plus);
         CHECK(!c.layer_is_moe[0] && !strcmp(c.weight_prefix, "model."));
         cllm_config_free(&c);
     }
     CHECK(parse("{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":4,\"decoder_sparse_step\":2,"
-                "\"mlp_only_layers\":[3]}", &c, msg) == CLLM_OK);
+                "\"mlp_only_layers\":[3]}",
+                &c, msg) == CLLM_OK);
     if (!msg[0]) {
         CHECK(!c.layer_is_moe[0] && c.layer_is_moe[1] && !c.layer_is_moe[2] && !c.layer_is_moe[3]);
         CHECK(!c.norm_topk_prob && c.n_experts == 128);
@@ -98,28 +108,36 @@ int main(void) {
     EXPECT_FAIL("{\"model_type\":\"llama\"}", "not supported");
     EXPECT_FAIL("{\"text_config\":{}}", "model_type");
     EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe\"}", "text_config");
-    EXPECT_FAIL("{\"model_type\":\"qwen3\",\"num_attention_heads\":6,\"num_key_value_heads\":4}", "multiple");
-    EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe_text\",\"linear_num_key_heads\":3,\"linear_num_value_heads\":4}",
+    EXPECT_FAIL("{\"model_type\":\"qwen3\",\"num_attention_heads\":6,\"num_key_value_heads\":4}",
+                "multiple");
+    EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe_text\",\"linear_num_key_heads\":3,\"linear_num_"
+                "value_heads\":4}",
                 "linear_num_value_heads");
-    EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":2,\"layer_types\":[\"full_attention\"]}",
+    EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":2,\"layer_types\":["
+                "\"full_attention\"]}",
                 "layer_types");
-    EXPECT_FAIL("{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":1,\"layer_types\":[\"mamba\"]}",
-                "layer_types[0]");
-    EXPECT_FAIL("{\"model_type\":\"qwen3_moe\",\"num_experts\":4,\"num_experts_per_tok\":8}", "num_experts_per_tok");
+    EXPECT_FAIL(
+        "{\"model_type\":\"qwen3_5_moe_text\",\"num_hidden_layers\":1,\"layer_types\":[\"mamba\"]}",
+        "layer_types[0]");
+    EXPECT_FAIL("{\"model_type\":\"qwen3_moe\",\"num_experts\":4,\"num_experts_per_tok\":8}",
+                "num_experts_per_tok");
     EXPECT_FAIL("{\"model_type\":\"qwen3\",\"hidden_size\":\"big\"}", "hidden_size");
     EXPECT_FAIL("{\"model_type\":\"qwen3\",\"hidden_size\":-4}", "hidden_size");
     EXPECT_FAIL("{\"model_type\":\"qwen3\",\"head_dim\":7}", "head_dim");
     EXPECT_FAIL("{\"model_type\":\"qwen3\",\"vocab_size\":10,\"eos_token_id\":12}", "eos_token_id");
-    EXPECT_FAIL("{\"model_type\":\"qwen3\",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", "yarn");
+    EXPECT_FAIL("{\"model_type\":\"qwen3\",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}",
+                "yarn");
     EXPECT_FAIL("{\"model_type\":\"qwen3\",\"model_type\":\"qwen3\"}", "not valid JSON");
     EXPECT_FAIL("not json", "not valid JSON");
     EXPECT_FAIL("{\"model_type\":\"qwen3_moe\",\"mlp_only_layers\":[99]}", "mlp_only_layers");
 
     /* generation_config. */
     cllm_gen_config g;
-    const char *gj = "{\"do_sample\":true,\"temperature\":0.7,\"top_k\":20,\"top_p\":0.95,\"eos_token_id\":[248046,248044]}";
+    const char *gj = "{\"do_sample\":true,\"temperature\":0.7,\"top_k\":20,\"top_p\":0.95,\"eos_"
+                     "token_id\":[248046,248044]}";
     CHECK(cllm_gen_config_parse(gj, strlen(gj), "gen", &g, &err) == CLLM_OK);
-    CHECK(g.do_sample && g.temperature == 0.7 && g.top_k == 20 && g.n_eos == 2 && g.eos_ids[1] == 248044);
+    CHECK(g.do_sample && g.temperature == 0.7 && g.top_k == 20 && g.n_eos == 2 &&
+          g.eos_ids[1] == 248044);
     CHECK(cllm_gen_config_parse("{\"top_k\":\"x\"}", 13, "gen", &g, &err) != CLLM_OK);
     return test_report("test_config");
 }

@@ -12,14 +12,15 @@
 #include "test_bench_serve_stub.h"
 
 static void test_prom(void) {
-    const char *t = "# HELP vllm:kv_cache_usage_perc KV usage\n# TYPE x gauge\n"
-                    "vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.25\n"
-                    "vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"1\"} 0.75\n"
-                    "http_requests_total{handler=\"/v1/completions\",status=\"2xx\"} 90\n"
-                    "http_requests_total{handler=\"/v1/completions\",status=\"5xx\"} 10 1700000000000\n"
-                    "weird{a=\"x\\\"}y\",status=\"500\"} +Inf\r\n"
-                    "bad line here\n"
-                    "  plain_metric 3e2\n";
+    const char *t =
+        "# HELP vllm:kv_cache_usage_perc KV usage\n# TYPE x gauge\n"
+        "vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.25\n"
+        "vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"1\"} 0.75\n"
+        "http_requests_total{handler=\"/v1/completions\",status=\"2xx\"} 90\n"
+        "http_requests_total{handler=\"/v1/completions\",status=\"5xx\"} 10 1700000000000\n"
+        "weird{a=\"x\\\"}y\",status=\"500\"} +Inf\r\n"
+        "bad line here\n"
+        "  plain_metric 3e2\n";
     prom_set p;
     cllm_error err;
     CHECK(prom_parse(t, &p, &err) == CLLM_OK);
@@ -37,14 +38,16 @@ static void test_prom(void) {
 
     long e, c;
     char last[256];
-    const char *log = "INFO start\nERROR request 5 failed: bad json\ninfo fine\n{\"level\":\"error\",\"msg\":\"x\"}\n";
+    const char *log = "INFO start\nERROR request 5 failed: bad json\ninfo "
+                      "fine\n{\"level\":\"error\",\"msg\":\"x\"}\n";
     dr_scan_log(log, strlen(log), &e, &c, last, sizeof(last));
     CHECK(e == 2 && c == 0 && !strcmp(last, "{\"level\":\"error\",\"msg\":\"x\"}"));
     const char *log2 = "ok\nFATAL: out of memory allocating KV\n";
     dr_scan_log(log2, strlen(log2), &e, &c, last, sizeof(last));
     CHECK(e == 1 && c == 1);
     double tot, av;
-    CHECK(dr_parse_meminfo("MemTotal:       16000 kB\nMemFree: 1 kB\nMemAvailable:    800 kB\n", &tot, &av) &&
+    CHECK(dr_parse_meminfo("MemTotal:       16000 kB\nMemFree: 1 kB\nMemAvailable:    800 kB\n",
+                           &tot, &av) &&
           tot == 16000 && av == 800);
     CHECK(!dr_parse_meminfo("MemTotal: 5 kB\n", &tot, &av));
 }
@@ -61,15 +64,18 @@ static char *metrics_cb(void *ud, long n) {
     script *s = ud;
     double kv = s->kv[n < s->n_kv ? n : s->n_kv - 1];
     char *out = malloc(4096);
-    int k = snprintf(out, 4096,
-                     "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"stub\"} %g\n"
-                     "vllm:num_requests_running{model_name=\"stub\"} 3\nvllm:num_requests_waiting{model_name=\"stub\"} 1\n"
-                     "vllm:num_preemptions_total{model_name=\"stub\"} %g\n"
-                     "http_requests_total{handler=\"/v1/completions\",status=\"2xx\"} %g\n"
-                     "http_requests_total{handler=\"/v1/completions\",status=\"5xx\"} %g\n",
-                     kv, 7 + s->preempt_per_scrape * (double)n, 1000 + s->req_per_scrape * (double)n,
-                     2 + s->err_per_scrape * (double)n);
-    if (s->slots >= 0) snprintf(out + k, 4096 - (size_t)k, "cllm:state_slots_usage_perc %g\n", s->slots);
+    int k = snprintf(
+        out, 4096,
+        "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{model_name=\"stub\"} %g\n"
+        "vllm:num_requests_running{model_name=\"stub\"} "
+        "3\nvllm:num_requests_waiting{model_name=\"stub\"} 1\n"
+        "vllm:num_preemptions_total{model_name=\"stub\"} %g\n"
+        "http_requests_total{handler=\"/v1/completions\",status=\"2xx\"} %g\n"
+        "http_requests_total{handler=\"/v1/completions\",status=\"5xx\"} %g\n",
+        kv, 7 + s->preempt_per_scrape * (double)n, 1000 + s->req_per_scrape * (double)n,
+        2 + s->err_per_scrape * (double)n);
+    if (s->slots >= 0)
+        snprintf(out + k, 4096 - (size_t)k, "cllm:state_slots_usage_perc %g\n", s->slots);
     return out;
 }
 
@@ -114,7 +120,8 @@ static void test_runs(const char *tmp) {
     script ok = {.kv = {0.5}, .n_kv = 1, .slots = 0.3, .req_per_scrape = 100};
     run_script(&ok, 200, &r, NULL, NULL);
     CHECK_MSG(r.overall == DR_OK, "overall %d", r.overall);
-    CHECK(level_of(&r, "server") == DR_OK && level_of(&r, "health") == DR_OK && level_of(&r, "model") == DR_OK);
+    CHECK(level_of(&r, "server") == DR_OK && level_of(&r, "health") == DR_OK &&
+          level_of(&r, "model") == DR_OK);
     CHECK(level_of(&r, "kv_cache") == DR_OK && find(&r, "kv_cache")->value == 50);
     CHECK(strstr(find(&r, "kv_cache")->detail, "3 running, 1 waiting") != NULL);
     CHECK(level_of(&r, "state_slots") == DR_OK && find(&r, "state_slots")->value == 30);
@@ -126,7 +133,8 @@ static void test_runs(const char *tmp) {
     /* KV above 95% the whole time: critical after the (shortened) sustain window */
     script hi = {.kv = {0.97}, .n_kv = 1, .slots = -1, .req_per_scrape = 100};
     run_script(&hi, 200, &r, NULL, NULL);
-    CHECK_MSG(level_of(&r, "kv_cache") == DR_CRIT && r.overall == DR_CRIT, "%s", find(&r, "kv_cache")->detail);
+    CHECK_MSG(level_of(&r, "kv_cache") == DR_CRIT && r.overall == DR_CRIT, "%s",
+              find(&r, "kv_cache")->detail);
     CHECK(level_of(&r, "state_slots") == DR_SKIP);
     CHECK_MSG(r.elapsed_s >= 0.5 && r.elapsed_s < 2.0, "%f", r.elapsed_s);
     /* no state-slot metric: skipped, and no waiting for a sustain window */
@@ -147,7 +155,11 @@ static void test_runs(const char *tmp) {
     run_script(&sl, 200, &r, NULL, NULL);
     CHECK(level_of(&r, "state_slots") == DR_CRIT && level_of(&r, "kv_cache") == DR_OK);
     /* error rate 10% and preemptions in the window */
-    script er = {.kv = {0.2}, .n_kv = 1, .slots = 0.1, .req_per_scrape = 100, .err_per_scrape = 10,
+    script er = {.kv = {0.2},
+                 .n_kv = 1,
+                 .slots = 0.1,
+                 .req_per_scrape = 100,
+                 .err_per_scrape = 10,
                  .preempt_per_scrape = 1};
     run_script(&er, 200, &r, NULL, NULL);
     CHECK_MSG(level_of(&r, "errors") == DR_CRIT, "%s", find(&r, "errors")->detail);
@@ -164,7 +176,8 @@ static void test_runs(const char *tmp) {
     fputs("MemTotal: 1000000 kB\nMemAvailable: 80000 kB\n", f);
     fclose(f);
     run_script(&ok, 503, &r, logp, memp);
-    CHECK(level_of(&r, "health") == DR_CRIT && level_of(&r, "log") == DR_WARN && level_of(&r, "memory") == DR_WARN);
+    CHECK(level_of(&r, "health") == DR_CRIT && level_of(&r, "log") == DR_WARN &&
+          level_of(&r, "memory") == DR_WARN);
     CHECK(r.overall == DR_CRIT);
     /* stopped server */
     char url[64];
@@ -194,7 +207,8 @@ static void test_cli(const char *tmp) {
         stub sv;
         CHECK(stub_start(&sv, &(stub_cfg){.metrics = metrics_cb, .metrics_ud = ss[i]}) == 0);
         snprintf(cmd, sizeof(cmd),
-                 "%s doctor --url http://127.0.0.1:%d --window 0.2 --sustain 0.4 --interval 0.1 %s > %s/doc%d.out",
+                 "%s doctor --url http://127.0.0.1:%d --window 0.2 --sustain 0.4 --interval 0.1 %s "
+                 "> %s/doc%d.out",
                  bin, sv.port, i == 2 ? "--json" : "", tmp, i);
         int rc = run_cli(cmd);
         CHECK_MSG(rc == i, "scenario %d exit %d", i, rc);
@@ -204,14 +218,17 @@ static void test_cli(const char *tmp) {
     snprintf(path, sizeof(path), "%s/doc2.out", tmp);
     json_t *j = json_load_file(path, 0, NULL);
     CHECK(j && !strcmp(json_string_value(json_object_get(j, "status")), "critical"));
-    CHECK(j && json_integer_value(json_object_get(j, "exit_code")) == 2 && json_array_size(json_object_get(j, "checks")) >= 6);
+    CHECK(j && json_integer_value(json_object_get(j, "exit_code")) == 2 &&
+          json_array_size(json_object_get(j, "checks")) >= 6);
     json_decref(j);
     snprintf(path, sizeof(path), "%s/doc0.out", tmp);
     FILE *f = fopen(path, "r");
     char out[4096] = "";
     if (f) out[fread(out, 1, sizeof(out) - 1, f)] = 0, fclose(f);
-    CHECK(strstr(out, "  OK    kv_cache     50.0% used") != NULL && strstr(out, "overall: OK (exit 0)") != NULL);
-    snprintf(cmd, sizeof(cmd), "%s doctor --url http://127.0.0.1:%d > /dev/null", bin, stub_dead_port());
+    CHECK(strstr(out, "  OK    kv_cache     50.0% used") != NULL &&
+          strstr(out, "overall: OK (exit 0)") != NULL);
+    snprintf(cmd, sizeof(cmd), "%s doctor --url http://127.0.0.1:%d > /dev/null", bin,
+             stub_dead_port());
     CHECK(run_cli(cmd) == 2);
     snprintf(cmd, sizeof(cmd), "%s doctor 2>/dev/null", bin);
     CHECK(run_cli(cmd) == 2);

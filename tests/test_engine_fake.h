@@ -33,10 +33,13 @@ static inline uint64_t fake_mix(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static inline uint64_t fake_fold(uint64_t h, int32_t tok) { return fake_mix(h ^ ((uint64_t)(uint32_t)tok + 0x1234567ull)); }
+static inline uint64_t fake_fold(uint64_t h, int32_t tok) {
+    return fake_mix(h ^ ((uint64_t)(uint32_t)tok + 0x1234567ull));
+}
 
 static inline void fake_logits(int V, uint64_t h, float *out) {
-    for (int v = 0; v < V; v++) out[v] = (float)(fake_mix(h * 31 + (uint64_t)v) >> 40) * (1.0f / 16777216.0f) * 8.0f;
+    for (int v = 0; v < V; v++)
+        out[v] = (float)(fake_mix(h * 31 + (uint64_t)v) >> 40) * (1.0f / 16777216.0f) * 8.0f;
 }
 
 static inline int fake_argmax(int V, uint64_t h) {
@@ -81,7 +84,8 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
     for (int i = 0; i < b->n_seqs; i++) {
         const cllm_seq_batch *s = &b->seqs[i];
         int end = s->start_pos + s->n_tokens;
-        if (s->n_tokens < 1 || s->n_table * f->bs < end || s->state_slot < 0 || s->state_slot >= f->n_slots) {
+        if (s->n_tokens < 1 || s->n_table * f->bs < end || s->state_slot < 0 ||
+            s->state_slot >= f->n_slots) {
             fake_err(f, "bad sequence in batch");
             return cllm_err_set(err, CLLM_EINVAL, "bad sequence");
         }
@@ -100,8 +104,10 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
                 f->st_hash[s->state_slot] = 0;
                 f->st_len[s->state_slot] = 0;
             }
-            if (f->st_len[s->state_slot] != s->start_pos) fake_err(f, "state slot length != start_pos");
-            else if (f->st_hash[s->state_slot] != h) fake_err(f, "state slot differs from the KV history");
+            if (f->st_len[s->state_slot] != s->start_pos)
+                fake_err(f, "state slot length != start_pos");
+            else if (f->st_hash[s->state_slot] != h)
+                fake_err(f, "state slot differs from the KV history");
         }
         for (int k = 0; k < s->n_tokens; k++) {
             int p = s->start_pos + k;
@@ -134,7 +140,8 @@ static void fake_copy_state(void *ctx, int dst, int src) {
 
 static const eng_model_ops fake_ops = {fake_forward, fake_copy_block, fake_copy_state};
 
-static inline void fake_init(fake_model *f, int V, int n_blocks, int bs, int n_slots, bool has_state) {
+static inline void fake_init(fake_model *f, int V, int n_blocks, int bs, int n_slots,
+                             bool has_state) {
     memset(f, 0, sizeof(*f));
     f->V = V;
     f->n_blocks = n_blocks;
@@ -156,7 +163,8 @@ static inline void fake_free(fake_model *f) {
 }
 
 /* A scheduler config over the fake model. */
-static inline sched_cfg fake_cfg(int V, int n_blocks, int bs, int max_seqs, int budget, bool has_state, bool caching) {
+static inline sched_cfg fake_cfg(int V, int n_blocks, int bs, int max_seqs, int budget,
+                                 bool has_state, bool caching) {
     sched_cfg c;
     memset(&c, 0, sizeof(c));
     c.vocab_size = V;

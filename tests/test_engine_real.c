@@ -61,7 +61,8 @@ static void wait_done(coll *c, int n) {
 
 static bool g_bf16;
 
-static cllm_engine *open_engine(const char *dir, int n_blocks_tokens, int budget, int max_seqs, bool caching) {
+static cllm_engine *open_engine(const char *dir, int n_blocks_tokens, int budget, int max_seqs,
+                                bool caching) {
     cllm_engine_opts o;
     cllm_engine_opts_defaults(&o);
     o.kv_cache_bf16 = g_bf16;
@@ -98,7 +99,8 @@ static cllm_sampling greedy(const cllm_engine *e, int max_tokens) {
 }
 
 /* Runs the requests (all submitted at once) and waits. */
-static void run(cllm_engine *e, int n, int32_t **prompts, const int *lens, const cllm_sampling *sp, out *outs) {
+static void run(cllm_engine *e, int n, int32_t **prompts, const int *lens, const cllm_sampling *sp,
+                out *outs) {
     coll c = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, outs};
     slot_user *u = calloc((size_t)n, sizeof(*u));
     int total = 0;
@@ -159,13 +161,16 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         char *txt;
         size_t tl;
         cllm_error err = {0};
-        CHECK(cllm_tok_decode(tok, alone[0].toks, (size_t)alone[0].n, true, &txt, &tl, &err) == CLLM_OK);
-        CHECK_MSG(tl == alone[0].text_len && memcmp(txt, alone[0].text, tl) == 0, "streamed text differs from decode");
+        CHECK(cllm_tok_decode(tok, alone[0].toks, (size_t)alone[0].n, true, &txt, &tl, &err) ==
+              CLLM_OK);
+        CHECK_MSG(tl == alone[0].text_len && memcmp(txt, alone[0].text, tl) == 0,
+                  "streamed text differs from decode");
         free(txt);
     }
     /* concurrent, small token budget (chunked prefill mixed with decodes) */
     run(e, N, prompts, lens, sp, conc);
-    for (int i = 0; i < N; i++) CHECK_MSG(same(&alone[i], &conc[i]), "%s: request %d concurrent != alone", dir, i);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(same(&alone[i], &conc[i]), "%s: request %d concurrent != alone", dir, i);
     /* n = 2 greedy: both forked samples (shared full blocks, copied partial block and state)
      * continue exactly like the request alone */
     for (int i = 1; i < 3; i++) {
@@ -173,7 +178,8 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         s2.n = 2;
         out o2[2];
         run(e, 1, &prompts[i], &lens[i], &s2, o2);
-        CHECK_MSG(same(&o2[0], &alone[i]) && same(&o2[1], &alone[i]), "%s: n=2 greedy request %d differs", dir, i);
+        CHECK_MSG(same(&o2[0], &alone[i]) && same(&o2[1], &alone[i]),
+                  "%s: n=2 greedy request %d differs", dir, i);
     }
     wait_idle(e);
     cllm_engine_stats st;
@@ -186,10 +192,12 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     if (!e) return;
     run(e, N, prompts, lens, sp, pre);
     cllm_engine_stats_get(e, &st);
-    fprintf(stderr, "%s: %llu preemptions, prefix hits %llu of %llu tokens\n", dir, (unsigned long long)st.preemptions,
-            (unsigned long long)st.prefix_hits_tokens, (unsigned long long)st.prefix_queries_tokens);
+    fprintf(stderr, "%s: %llu preemptions, prefix hits %llu of %llu tokens\n", dir,
+            (unsigned long long)st.preemptions, (unsigned long long)st.prefix_hits_tokens,
+            (unsigned long long)st.prefix_queries_tokens);
     CHECK(st.preemptions > 0);
-    for (int i = 0; i < N; i++) CHECK_MSG(same(&alone[i], &pre[i]), "%s: request %d preempted != alone", dir, i);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(same(&alone[i], &pre[i]), "%s: request %d preempted != alone", dir, i);
     cllm_engine_free(e);
 
     /* multi-turn: turn 2 = turn 1 prompt + answer + new tokens; hit == cold */
@@ -208,8 +216,8 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         CHECK_MSG(same(&hot, &cl), "%s: turn %d prefix-cache hit != cold run", dir, t);
         if (t > 0) {
             int shared = n - 9; /* previous prompt + answer */
-            CHECK_MSG(hot.cached >= shared - 16 && hot.cached > 0, "%s: turn %d reused %d of %d", dir, t, hot.cached,
-                      shared);
+            CHECK_MSG(hot.cached >= shared - 16 && hot.cached > 0, "%s: turn %d reused %d of %d",
+                      dir, t, hot.cached, shared);
         }
         memcpy(conv + n, hot.toks, (size_t)hot.n * sizeof(int32_t));
         n += hot.n;
@@ -224,7 +232,8 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     out o3a[3], o3b[3];
     run(cold, 1, &prompts[2], &lens[2], &s3, o3a);
     run(e, 1, &prompts[2], &lens[2], &s3, o3b);
-    for (int k = 0; k < 3; k++) CHECK_MSG(same(&o3a[k], &o3b[k]) && o3a[k].n == 10, "n=3 sample %d differs", k);
+    for (int k = 0; k < 3; k++)
+        CHECK_MSG(same(&o3a[k], &o3b[k]) && o3a[k].n == 10, "n=3 sample %d differs", k);
     cllm_engine_free(cold);
 
     /* cancel frees everything */
@@ -243,11 +252,13 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     usleep(20000);
     for (int i = 0; i < 4; i++) cllm_engine_cancel(e, ids[i]);
     wait_done(&c, 4);
-    for (int i = 0; i < 4; i++) CHECK(co[i].fin == CLLM_FINISH_ABORT || co[i].fin == CLLM_FINISH_LENGTH);
+    for (int i = 0; i < 4; i++)
+        CHECK(co[i].fin == CLLM_FINISH_ABORT || co[i].fin == CLLM_FINISH_LENGTH);
     wait_idle(e);
     cllm_engine_stats_get(e, &st);
     CHECK_MSG(st.kv_blocks_used == 0 && st.state_slots_used == 0 && st.running == 0,
-              "after cancel: %llu blocks, %d slots", (unsigned long long)st.kv_blocks_used, st.state_slots_used);
+              "after cancel: %llu blocks, %d slots", (unsigned long long)st.kv_blocks_used,
+              st.state_slots_used);
     CHECK(st.requests_finished[CLLM_FINISH_ABORT] >= 1);
 
     /* bf16 KV: concurrent == alone too (bitwise, within the dtype) */
@@ -258,7 +269,8 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         static out ab[N], cb[N];
         for (int i = 0; i < N; i++) run(eb, 1, &prompts[i], &lens[i], &sp[i], &ab[i]);
         run(eb, N, prompts, lens, sp, cb);
-        for (int i = 0; i < N; i++) CHECK_MSG(same(&ab[i], &cb[i]), "%s: bf16 KV request %d concurrent != alone", dir, i);
+        for (int i = 0; i < N; i++)
+            CHECK_MSG(same(&ab[i], &cb[i]), "%s: bf16 KV request %d concurrent != alone", dir, i);
         cllm_engine_free(eb);
     }
 
@@ -268,8 +280,10 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
     cllm_request r = {(const int *)longp, 200, s, on_ev, &u[0], NULL};
     cllm_error err = {0};
     CHECK(cllm_engine_submit(e, &r, NULL, &err) == CLLM_EINVAL);
-    CHECK(strstr(err.msg, "maximum context length is 256 tokens. However, you requested 300 tokens (200 in the "
-                          "messages, 100 in the completion)") != NULL);
+    CHECK(strstr(
+              err.msg,
+              "maximum context length is 256 tokens. However, you requested 300 tokens (200 in the "
+              "messages, 100 in the completion)") != NULL);
     (void)hybrid;
     cllm_engine_free(e);
 }
@@ -286,7 +300,10 @@ int main(void) {
         snprintf(cfgp, sizeof(cfgp), "%s/configs/%s", src, cfgs[k]);
         struct stat sb;
         bool have_tok = stat(tokdir, &sb) == 0;
-        cllm_synth_opts so = {.config_path = cfgp, .out_dir = dir, .seed = 1, .dtype = CLLM_DT_F32,
+        cllm_synth_opts so = {.config_path = cfgp,
+                              .out_dir = dir,
+                              .seed = 1,
+                              .dtype = CLLM_DT_F32,
                               .tokenizer_dir = have_tok ? tokdir : NULL};
         cllm_error err = {0};
         if (cllm_synth(&so, &err) != CLLM_OK) {

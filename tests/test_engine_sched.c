@@ -13,7 +13,9 @@ static uint32_t rnd(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33);
 }
-static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); }
+static int rnd_in(int lo, int hi) {
+    return lo + (int)(rnd() % (uint32_t)(hi - lo + 1));
+}
 
 static cllm_sampling greedy(int max_tokens) {
     cllm_sampling p;
@@ -29,8 +31,8 @@ static cllm_sampling greedy(int max_tokens) {
 
 static uint64_t next_id = 1;
 
-static bool submit(sched *s, const sched_cfg *c, const int32_t *prompt, int n, cllm_sampling sp, fake_out *o,
-                   const char *salt) {
+static bool submit(sched *s, const sched_cfg *c, const int32_t *prompt, int n, cllm_sampling sp,
+                   fake_out *o, const char *salt) {
     cllm_request r = {(const int *)prompt, n, sp, fake_collect, o, salt};
     eng_req *q;
     cllm_error err = {0};
@@ -60,7 +62,9 @@ static void rand_prompt(int32_t *p, int n, int V) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(rnd() % (uint32_t)(V - 1));
 }
 
-static bool same(const int32_t *a, const int32_t *b, int n) { return memcmp(a, b, (size_t)n * sizeof(int32_t)) == 0; }
+static bool same(const int32_t *a, const int32_t *b, int n) {
+    return memcmp(a, b, (size_t)n * sizeof(int32_t)) == 0;
+}
 
 /* N requests at once (queued beyond max_num_seqs, chunked prefill) == each alone == expected. */
 static void test_concurrent(bool has_state, bool caching) {
@@ -78,13 +82,15 @@ static void test_concurrent(bool has_state, bool caching) {
     CHECK(sched_create(&c, &fake_ops, &f, &s, NULL) == CLLM_OK);
     static fake_out outs[N];
     memset(outs, 0, sizeof(outs));
-    for (int i = 0; i < N; i++) CHECK(submit(s, &c, prompts[i], lens[i], greedy(maxt[i]), &outs[i], NULL));
+    for (int i = 0; i < N; i++)
+        CHECK(submit(s, &c, prompts[i], lens[i], greedy(maxt[i]), &outs[i], NULL));
     run_all(s, 10000);
     CHECK(f.max_seqs_in_batch > 1);
     for (int i = 0; i < N; i++) {
         int32_t exp[64];
         fake_expected(V, prompts[i], lens[i], maxt[i], exp);
-        CHECK_MSG(outs[i].n == maxt[i] && same(outs[i].toks, exp, maxt[i]), "request %d: %d tokens", i, outs[i].n);
+        CHECK_MSG(outs[i].n == maxt[i] && same(outs[i].toks, exp, maxt[i]), "request %d: %d tokens",
+                  i, outs[i].n);
         CHECK(outs[i].fin == CLLM_FINISH_LENGTH);
         CHECK(outs[i].completion_tokens == maxt[i] && outs[i].prompt_tokens == lens[i]);
     }
@@ -135,8 +141,8 @@ static void test_preempt(bool has_state, bool caching) {
     for (int i = 0; i < N; i++) {
         int32_t exp[40];
         fake_expected(V, prompts[i], lens[i], 40, exp);
-        CHECK_MSG(outs[i].n == 40 && same(outs[i].toks, exp, 40), "preempt: request %d differs (%d tokens)", i,
-                  outs[i].n);
+        CHECK_MSG(outs[i].n == 40 && same(outs[i].toks, exp, 40),
+                  "preempt: request %d differs (%d tokens)", i, outs[i].n);
     }
     CHECK_MSG(f.errors == 0, "fake model: %s", f.last_error);
     CHECK(st.kv_blocks_used == 0);
@@ -165,7 +171,8 @@ static void test_prefix_multiturn(void) {
         run_all(s, 10000);
         int32_t exp[32];
         fake_expected(V, conv, n, mt, exp);
-        CHECK_MSG(o.n == mt && same(o.toks, exp, mt), "turn %d output differs from the cold run", t);
+        CHECK_MSG(o.n == mt && same(o.toks, exp, mt), "turn %d output differs from the cold run",
+                  t);
         if (t > 0) reused += (uint64_t)o.cached;
         /* a cache_salt isolates: same prompt, other salt, no hit */
         if (t == TURNS - 1) {
@@ -183,7 +190,8 @@ static void test_prefix_multiturn(void) {
         n = prev + add;
     }
     double share = (double)reused / (double)shared;
-    fprintf(stderr, "multi-turn (fake, block 4): reused %llu of %llu shared-prefix tokens = %.1f%%\n",
+    fprintf(stderr,
+            "multi-turn (fake, block 4): reused %llu of %llu shared-prefix tokens = %.1f%%\n",
             (unsigned long long)reused, (unsigned long long)shared, 100 * share);
     CHECK_MSG(share >= 0.95, "reuse share %.3f", share);
     CHECK_MSG(f.errors == 0, "fake model: %s", f.last_error);
@@ -243,7 +251,8 @@ static void test_n_and_seed(void) {
         run_all(s, 10000);
         cllm_engine_stats st;
         sched_stats(s, &st);
-        fprintf(stderr, "seeded n=3 in a crowd: %llu preemptions\n", (unsigned long long)st.preemptions);
+        fprintf(stderr, "seeded n=3 in a crowd: %llu preemptions\n",
+                (unsigned long long)st.preemptions);
         CHECK(f.errors == 0);
         CHECK(st.preemptions > 0);
         sched_free(s);
@@ -280,7 +289,8 @@ static void test_fork_fallback(void) {
         submit(s, &c, prompt, 23, sp, o, NULL);
         run_all(s, 1000);
         for (int k = 0; k < 3; k++)
-            CHECK_MSG(o[k].n == 15 && same(o[k].toks, exp, 15), "fallback sample %d (caching %d)", k, caching);
+            CHECK_MSG(o[k].n == 15 && same(o[k].toks, exp, 15), "fallback sample %d (caching %d)",
+                      k, caching);
         if (caching) CHECK(o[1].cached > 0 && o[2].cached > 0);
         CHECK(f.errors == 0 && f.max_seqs_in_batch == 1);
         sched_free(s);
@@ -319,7 +329,8 @@ static void test_cancel(void) {
     cllm_engine_stats st;
     sched_stats(s, &st);
     CHECK_MSG(st.kv_blocks_used == 0 && st.state_slots_used == 0 && !sched_has_work(s),
-              "after cancel: %llu blocks, %d slots used", (unsigned long long)st.kv_blocks_used, st.state_slots_used);
+              "after cancel: %llu blocks, %d slots used", (unsigned long long)st.kv_blocks_used,
+              st.state_slots_used);
     for (int i = 0; i < N; i++) CHECK(outs[i][0].fin == CLLM_FINISH_ABORT);
     CHECK(outs[0][1].fin == CLLM_FINISH_ABORT); /* the second sample of n=2 too */
     CHECK(f.errors == 0);
@@ -334,10 +345,12 @@ static void test_validation(void) {
     eng_req *q;
     cllm_error err = {0};
     CHECK(sched_req_new(&c, &r, 1, 0, &q, &err) == CLLM_EINVAL);
-    CHECK_MSG(strcmp(err.msg, "This model's maximum context length is 64 tokens. However, you requested 70 tokens "
-                              "(60 in the messages, 10 in the completion). Please reduce the length of the "
-                              "messages or completion.") == 0,
-              "%s", err.msg);
+    CHECK_MSG(
+        strcmp(err.msg,
+               "This model's maximum context length is 64 tokens. However, you requested 70 tokens "
+               "(60 in the messages, 10 in the completion). Please reduce the length of the "
+               "messages or completion.") == 0,
+        "%s", err.msg);
     r.n_prompt = 0;
     CHECK(sched_req_new(&c, &r, 1, 0, &q, &err) == CLLM_EINVAL);
     r.n_prompt = 5;
@@ -408,7 +421,8 @@ static void test_stress(bool has_state, bool caching, int steps) {
     int checked = 0, finished = 0;
     for (int i = 0; i < nr; i++) {
         for (int k = 0; k < nsamp[i]; k++) {
-            CHECK_MSG(outs[i][k].fin != CLLM_FINISH_NONE, "request %d sample %d never finished", i, k);
+            CHECK_MSG(outs[i][k].fin != CLLM_FINISH_NONE, "request %d sample %d never finished", i,
+                      k);
             finished++;
         }
         if (cancelled[i] || !greedy_req[i]) continue;
@@ -422,15 +436,16 @@ static void test_stress(bool has_state, bool caching, int steps) {
                     break;
                 }
         for (int k = 0; k < nsamp[i]; k++) {
-            CHECK_MSG(outs[i][k].n == ne && same(outs[i][k].toks, exp, ne), "stress request %d sample %d differs", i,
-                      k);
+            CHECK_MSG(outs[i][k].n == ne && same(outs[i][k].toks, exp, ne),
+                      "stress request %d sample %d differs", i, k);
             checked++;
         }
     }
     cllm_engine_stats st;
     sched_stats(s, &st);
     fprintf(stderr,
-            "stress(state=%d, caching=%d): %d requests, %d samples ended, %d greedy checked, %llu preemptions, "
+            "stress(state=%d, caching=%d): %d requests, %d samples ended, %d greedy checked, %llu "
+            "preemptions, "
             "prefix hits %llu/%llu tokens, %llu fake calls\n",
             has_state, caching, nr, finished, checked, (unsigned long long)st.preemptions,
             (unsigned long long)st.prefix_hits_tokens, (unsigned long long)st.prefix_queries_tokens,

@@ -33,13 +33,15 @@ static int rig_open(rig *r, cllm_model *m, int threads, int block, int interleav
     r->V = cllm_model_config(m)->vocab_size;
     r->pool = threads > 1 ? cllm_pool_create(threads) : NULL;
     int per = (80 + block - 1) / block;
-    if (cllm_fwd_ctx_create(m, r->pool, &r->ctx, &err) || cllm_kv_pool_init(&r->kv, m, per * NSEQ, block, CLLM_KV_F32, &err) ||
+    if (cllm_fwd_ctx_create(m, r->pool, &r->ctx, &err) ||
+        cllm_kv_pool_init(&r->kv, m, per * NSEQ, block, CLLM_KV_F32, &err) ||
         cllm_state_pool_init(&r->st, m, NSEQ + 2, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         return -1;
     }
     for (int s = 0; s < NSEQ; s++)
-        for (int i = 0; i < per; i++) r->table[s][i] = interleave ? i * NSEQ + (NSEQ - 1 - s) : s * per + i;
+        for (int i = 0; i < per; i++)
+            r->table[s][i] = interleave ? i * NSEQ + (NSEQ - 1 - s) : s * per + i;
     return 0;
 }
 
@@ -60,8 +62,13 @@ static int run_batch(rig *r, const piece *p, int n, float *out[NSEQ]) {
     cllm_seq_batch sb[NSEQ];
     cllm_batch b = {sb, n};
     for (int i = 0; i < n; i++)
-        sb[i] = (cllm_seq_batch){toks[p[i].seq] + p[i].begin, p[i].end - p[i].begin, p[i].begin,
-                                 r->table[p[i].seq], 80, p[i].seq + 1, p[i].mode};
+        sb[i] = (cllm_seq_batch){toks[p[i].seq] + p[i].begin,
+                                 p[i].end - p[i].begin,
+                                 p[i].begin,
+                                 r->table[p[i].seq],
+                                 80,
+                                 p[i].seq + 1,
+                                 p[i].mode};
     size_t rows = cllm_batch_logit_rows(&b);
     float *lg = malloc((rows ? rows : 1) * (size_t)r->V * sizeof(float));
     cllm_error err;
@@ -76,7 +83,8 @@ static int run_batch(rig *r, const piece *p, int n, float *out[NSEQ]) {
             for (int q = p[i].begin; q < p[i].end; q++)
                 memcpy(out[p[i].seq] + (size_t)q * r->V, lg + (row++) * r->V, r->V * sizeof(float));
         else if (p[i].mode == CLLM_LOGITS_LAST)
-            memcpy(out[p[i].seq] + (size_t)(p[i].end - 1) * r->V, lg + (row++) * r->V, r->V * sizeof(float));
+            memcpy(out[p[i].seq] + (size_t)(p[i].end - 1) * r->V, lg + (row++) * r->V,
+                   r->V * sizeof(float));
     }
     free(lg);
     return 0;
@@ -107,7 +115,8 @@ static void bad_input(cllm_model *m) {
     float *lg = malloc((size_t)80 * r.V * sizeof(float));
     cllm_error err;
     int32_t t2[2] = {1, 2}, bigtok[1] = {cf->vocab_size}, neg[1] = {-1};
-    cllm_seq_batch sb[2] = {{t2, 2, 0, r.table[0], 80, 0, CLLM_LOGITS_LAST}, {t2, 2, 0, r.table[1], 80, 1, CLLM_LOGITS_LAST}};
+    cllm_seq_batch sb[2] = {{t2, 2, 0, r.table[0], 80, 0, CLLM_LOGITS_LAST},
+                            {t2, 2, 0, r.table[1], 80, 1, CLLM_LOGITS_LAST}};
     cllm_batch b = {sb, 1};
     CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_OK);
     sb[0].n_tokens = 0;
@@ -118,7 +127,8 @@ static void bad_input(cllm_model *m) {
     CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_EINVAL);
     sb[0].tokens = t2, sb[0].start_pos = cf->max_position_embeddings - 1, sb[0].n_tokens = 2;
     CHECK_MSG(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_ERANGE, "%s", err.msg);
-    sb[0].start_pos = 78; /* needs table entries beyond what the pool has blocks for? table ok, 80 pos */
+    sb[0].start_pos =
+        78; /* needs table entries beyond what the pool has blocks for? table ok, 80 pos */
     sb[0].n_table = 2;
     CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_EINVAL);
     sb[0].start_pos = 0, sb[0].n_table = 80;
@@ -139,8 +149,12 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
     snprintf(cpath, sizeof(cpath), "%s/configs/%s.json", src, cfg);
     snprintf(dir, sizeof(dir), "%s/fwd-%s-%d", tmp, cfg, (int)dt);
     cllm_error err;
-    cllm_synth_opts so = {.config_path = cpath, .out_dir = dir, .seed = 7, .dtype = dt,
-                          .layout = CLLM_EXPERTS_FUSED, .include_mtp = true};
+    cllm_synth_opts so = {.config_path = cpath,
+                          .out_dir = dir,
+                          .seed = 7,
+                          .dtype = dt,
+                          .layout = CLLM_EXPERTS_FUSED,
+                          .include_mtp = true};
     if (cllm_synth(&so, &err) != CLLM_OK) {
         CHECK_MSG(0, "synth %s: %s", cfg, err.msg);
         return;
@@ -181,14 +195,16 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         CHECK(rig_open(&r, m, th, th == 2 ? 5 : 16, 1) == 0);
         for (int s = 0; s < NSEQ; s++) memset(got[s], 0, (size_t)seq_len[s] * V * sizeof(float));
         piece s1[] = {{0, 0, 40, CLLM_LOGITS_ALL}, {1, 0, 5, CLLM_LOGITS_ALL}};
-        piece s2[] = {{2, 0, 1, CLLM_LOGITS_ALL}, {0, 40, 70, CLLM_LOGITS_ALL}, {1, 5, 6, CLLM_LOGITS_LAST}};
+        piece s2[] = {
+            {2, 0, 1, CLLM_LOGITS_ALL}, {0, 40, 70, CLLM_LOGITS_ALL}, {1, 5, 6, CLLM_LOGITS_LAST}};
         piece s3[] = {{1, 6, 7, CLLM_LOGITS_LAST}, {0, 70, 71, CLLM_LOGITS_LAST}};
         piece s4[] = {{0, 71, 73, CLLM_LOGITS_ALL}};
         CHECK(run_batch(&r, s1, 2, got) == 0);
         CHECK(run_batch(&r, s2, 3, got) == 0);
         CHECK(run_batch(&r, s3, 2, got) == 0);
         CHECK(run_batch(&r, s4, 1, got) == 0);
-        CHECK_MSG(same_rows(alone, got, V, "mixed") == 0, "%s: mixed batch, %d threads != alone", cfg, th);
+        CHECK_MSG(same_rows(alone, got, V, "mixed") == 0, "%s: mixed batch, %d threads != alone",
+                  cfg, th);
         rig_close(&r);
     }
     /* 4. bf16 KV: close to f32 KV (not bitwise) */

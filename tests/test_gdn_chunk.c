@@ -9,8 +9,8 @@
  * threshold.
  * End to end (needs CLLM_BIN): synth tiny f32, a 200-token prompt: `eval --dump-logits` with
  * CLLM_GDN_PREFILL=chunked vs default, max |diff| <= 1e-4 * max(1, max |logit|); chunked with
- * --prefill-chunk 64 and 128 == chunked in one call (bitwise); --prefill-chunk 100 (chunks [0,64) and [128,192) chunked, the rest by step)
- * within the threshold. */
+ * --prefill-chunk 64 and 128 == chunked in one call (bitwise); --prefill-chunk 100 (chunks [0,64)
+ * and [128,192) chunked, the rest by step) within the threshold. */
 #include <stdint.h>
 #include <string.h>
 
@@ -39,8 +39,10 @@ static double worst_o, worst_s;
 static void one_case(const cllm_kern_ops *k, const char *tier, int dk, int dv, int T, int rand_s) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     size_t ldp = 2 * (size_t)dk + dv + 3, ldo = dv + 5;
-    float *P = malloc(T * ldp * sizeof(float)), *g = malloc(T * sizeof(float)), *be = malloc(T * sizeof(float));
-    float *o = calloc(T * ldo, sizeof(float)), *orf = calloc(T * ldo, sizeof(float)), *o2 = calloc(T * ldo, sizeof(float));
+    float *P = malloc(T * ldp * sizeof(float)), *g = malloc(T * sizeof(float)),
+          *be = malloc(T * sizeof(float));
+    float *o = calloc(T * ldo, sizeof(float)), *orf = calloc(T * ldo, sizeof(float)),
+          *o2 = calloc(T * ldo, sizeof(float));
     size_t ns = (size_t)dk * dv;
     float *S = malloc(ns * 4), *Sr = malloc(ns * 4), *S2 = malloc(ns * 4), *tmp = malloc(dv * 4);
     float *work = malloc(cllm_gdn_chunk_work(dk, dv) * sizeof(float));
@@ -81,16 +83,18 @@ static void one_case(const cllm_kern_ops *k, const char *tier, int dk, int dv, i
     eo /= so, es /= ss;
     worst_o = eo > worst_o ? eo : worst_o;
     worst_s = es > worst_s ? es : worst_s;
-    CHECK_MSG(eo <= 1e-4 && es <= 1e-4, "%s dk=%d dv=%d T=%d randS=%d: rel err o %.3g S %.3g", tier, dk, dv, T, rand_s, eo, es);
+    CHECK_MSG(eo <= 1e-4 && es <= 1e-4, "%s dk=%d dv=%d T=%d randS=%d: rel err o %.3g S %.3g", tier,
+              dk, dv, T, rand_s, eo, es);
     if (T > 64) { /* split at 64: bitwise the same as one call */
         k->gdn_chunk(S2, P, P + dk, ldp, P + 2 * dk, ldp, g, be, o2, ldo, 64, dk, dv, work);
-        k->gdn_chunk(S2, P + 64 * ldp, P + 64 * ldp + dk, ldp, P + 64 * ldp + 2 * dk, ldp, g + 64, be + 64,
-                     o2 + 64 * ldo, ldo, T - 64, dk, dv, work);
+        k->gdn_chunk(S2, P + 64 * ldp, P + 64 * ldp + dk, ldp, P + 64 * ldp + 2 * dk, ldp, g + 64,
+                     be + 64, o2 + 64 * ldo, ldo, T - 64, dk, dv, work);
         int same = memcmp(S2, S, ns * 4) == 0;
         for (int t = 0; t < T; t++) same &= memcmp(o2 + t * ldo, o + t * ldo, dv * 4) == 0;
         CHECK_MSG(same, "%s dk=%d dv=%d T=%d: split at 64 not bitwise", tier, dk, dv, T);
     }
-    free(P), free(g), free(be), free(o), free(orf), free(o2), free(S), free(Sr), free(S2), free(tmp), free(work);
+    free(P), free(g), free(be), free(o), free(orf), free(o2), free(S), free(Sr), free(S2),
+        free(tmp), free(work);
 }
 
 static void test_kernel(const cllm_kern_ops *k, const char *tier) {
@@ -100,7 +104,8 @@ static void test_kernel(const cllm_kern_ops *k, const char *tier) {
     for (int s = 0; s < 4; s++)
         for (int ti = 0; ti < 6; ti++)
             for (int r = 0; r < 2; r++) one_case(k, tier, shapes[s][0], shapes[s][1], Ts[ti], r);
-    fprintf(stderr, "%s gdn_chunk vs ref step: worst rel err o %.3g, S %.3g (threshold 1e-4)\n", tier, worst_o, worst_s);
+    fprintf(stderr, "%s gdn_chunk vs ref step: worst rel err o %.3g, S %.3g (threshold 1e-4)\n",
+            tier, worst_o, worst_s);
 }
 
 static float *readf(const char *path, size_t *n) {
@@ -130,19 +135,24 @@ static void test_e2e(void) {
     }
     char d[512], cmd[4096], toks[2048];
     snprintf(d, sizeof d, "%s/gdn_chunk", tmp);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && '%s' synth --config '%s/configs/tiny.json' '%s/m' --seed 5 --dtype f32 -q",
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && '%s' synth --config '%s/configs/tiny.json' '%s/m' "
+             "--seed 5 --dtype f32 -q",
              d, d, bin, src, d);
     if (run(cmd)) return;
     int len = 0;
-    for (int i = 0; i < 200; i++) len += snprintf(toks + len, sizeof toks - (size_t)len, "%s%d", i ? "," : "", (i * 53 + 11) % 500);
+    for (int i = 0; i < 200; i++)
+        len += snprintf(toks + len, sizeof toks - (size_t)len, "%s%d", i ? "," : "",
+                        (i * 53 + 11) % 500);
     const char *runs[5][3] = {{"", "", "rec"},
                               {"CLLM_GDN_PREFILL=chunked", "", "ch"},
                               {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 64", "ch64"},
                               {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 128", "ch128"},
                               {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 100", "ch100"}};
     for (int r = 0; r < 5; r++) {
-        snprintf(cmd, sizeof cmd, "%s '%s' eval '%s/m' --tokens %s %s --dump-logits '%s/%s.f32' 2>/dev/null", runs[r][0], bin, d, toks,
-                 runs[r][1], d, runs[r][2]);
+        snprintf(cmd, sizeof cmd,
+                 "%s '%s' eval '%s/m' --tokens %s %s --dump-logits '%s/%s.f32' 2>/dev/null",
+                 runs[r][0], bin, d, toks, runs[r][1], d, runs[r][2]);
         if (run(cmd)) return;
     }
     size_t n[5];
@@ -163,11 +173,13 @@ static void test_e2e(void) {
             double x = fabs((double)L[r][i] - L[0][i]);
             e = x > e ? x : e;
         }
-        fprintf(stderr, "e2e %s vs recurrent: max abs logit diff %.3g (scale %.3g, tol %.3g)\n", runs[r][2], e, sc, 1e-4 * sc);
+        fprintf(stderr, "e2e %s vs recurrent: max abs logit diff %.3g (scale %.3g, tol %.3g)\n",
+                runs[r][2], e, sc, 1e-4 * sc);
         CHECK_MSG(e <= 1e-4 * sc, "%s vs recurrent: %g", runs[r][2], e);
         if (r == 1 || r == 4) CHECK_MSG(e > 0, "%s: chunked option had no effect", runs[r][2]);
         if (r == 2 || r == 3)
-            CHECK_MSG(memcmp(L[r], L[1], n[0] * sizeof(float)) == 0, "%s not bitwise equal to one chunked call", runs[r][2]);
+            CHECK_MSG(memcmp(L[r], L[1], n[0] * sizeof(float)) == 0,
+                      "%s not bitwise equal to one chunked call", runs[r][2]);
     }
     for (int r = 0; r < 5; r++) free(L[r]);
 }

@@ -61,9 +61,9 @@ int main(void) {
     CHECK(cllm_f32_to_f16(65520.0f) == 0x7c00);
     CHECK(cllm_f32_to_f16(1e10f) == 0x7c00);
     CHECK(cllm_f32_to_f16(-INFINITY) == 0xfc00);
-    CHECK(cllm_f32_to_f16(ldexpf(1, -25)) == 0);        /* exactly half the smallest subnormal: even */
-    CHECK(cllm_f32_to_f16(ldexpf(1.01f, -25)) == 1);    /* just above: rounds up */
-    CHECK((cllm_f32_to_f16(NAN) & 0x7e00) == 0x7e00);   /* quiet NaN */
+    CHECK(cllm_f32_to_f16(ldexpf(1, -25)) == 0);     /* exactly half the smallest subnormal: even */
+    CHECK(cllm_f32_to_f16(ldexpf(1.01f, -25)) == 1); /* just above: rounds up */
+    CHECK((cllm_f32_to_f16(NAN) & 0x7e00) == 0x7e00); /* quiet NaN */
 
     /* bf16: exhaustive decode and round trip. */
     int bf_bad = 0;
@@ -93,7 +93,8 @@ int main(void) {
     for (int i = 0; i < N + 1; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t u = (uint32_t)(s >> 32);
-        src[i] = (i % 7 == 0) ? from_bits(u) : from_bits((u & 0x807fffff) | (((u >> 23) % 40 + 100) << 23));
+        src[i] = (i % 7 == 0) ? from_bits(u)
+                              : from_bits((u & 0x807fffff) | (((u >> 23) % 40 + 100) << 23));
     }
     int row_bad = 0;
     cllm_f32_to_bf16_row(src + 1, hv + 1, N);

@@ -22,9 +22,12 @@ static int irand(int n) {
 static void fill_w(void *W, cllm_dtype dt, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float f = frand();
-        if (dt == CLLM_DT_F32) ((float *)W)[i] = f;
-        else if (dt == CLLM_DT_BF16) ((uint16_t *)W)[i] = cllm_f32_to_bf16(f);
-        else ((uint16_t *)W)[i] = cllm_f32_to_f16(f);
+        if (dt == CLLM_DT_F32)
+            ((float *)W)[i] = f;
+        else if (dt == CLLM_DT_BF16)
+            ((uint16_t *)W)[i] = cllm_f32_to_bf16(f);
+        else
+            ((uint16_t *)W)[i] = cllm_f32_to_f16(f);
     }
 }
 
@@ -35,7 +38,8 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
         cllm_dtype dt = dts[iter % 3];
         int rows = 1 + irand(40), K = 1 + irand(300), nt = 1 + irand(11);
         if (iter % 5 == 0) K = 64 * (1 + irand(4)); /* multiples of 8 too */
-        size_t ldw = (size_t)K + (size_t)irand(3), ldx = (size_t)K + (size_t)irand(5), ldy = (size_t)rows + (size_t)irand(4);
+        size_t ldw = (size_t)K + (size_t)irand(3), ldx = (size_t)K + (size_t)irand(5),
+               ldy = (size_t)rows + (size_t)irand(4);
         size_t es = dt == CLLM_DT_F32 ? 4 : 2;
         /* +1 element offsets: unaligned pointers */
         char *wbuf = malloc((rows * ldw + 1) * es);
@@ -55,7 +59,8 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
                 if (e > maxerr) maxerr = e;
             }
         /* |sum| <= K; fp32 accumulation error bound ~ K * 2^-23 * K, use 1e-5 * K */
-        CHECK_MSG(maxerr <= 1e-5 * K, "%s matmul dt=%d rows=%d K=%d nt=%d err=%g", tier, dt, rows, K, nt, maxerr);
+        CHECK_MSG(maxerr <= 1e-5 * K, "%s matmul dt=%d rows=%d K=%d nt=%d err=%g", tier, dt, rows,
+                  K, nt, maxerr);
         /* batch invariance: every token alone (and every row sub-range) gives the same bits */
         int bad = 0;
         for (int t = 0; t < nt; t++) {
@@ -65,12 +70,15 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
         if (rows > 3) {
             int r0 = 1 + irand(rows - 2);
             float *y2 = calloc(nt * ldy, sizeof(float));
-            cllm_kern_matmul(k, dt)((char *)W + r0 * ldw * es, ldw, rows - r0, X, ldx, nt, K, y2 + r0, ldy);
+            cllm_kern_matmul(k, dt)((char *)W + r0 * ldw * es, ldw, rows - r0, X, ldx, nt, K,
+                                    y2 + r0, ldy);
             for (int t = 0; t < nt; t++)
-                bad += memcmp(y2 + t * ldy + r0, y + t * ldy + r0, (rows - r0) * sizeof(float)) != 0;
+                bad +=
+                    memcmp(y2 + t * ldy + r0, y + t * ldy + r0, (rows - r0) * sizeof(float)) != 0;
             free(y2);
         }
-        CHECK_MSG(bad == 0, "%s matmul not batch invariant: dt=%d rows=%d K=%d nt=%d", tier, dt, rows, K, nt);
+        CHECK_MSG(bad == 0, "%s matmul not batch invariant: dt=%d rows=%d K=%d nt=%d", tier, dt,
+                  rows, K, nt);
         free(wbuf), free(xbuf), free(y), free(yr), free(y1);
     }
 }
@@ -82,7 +90,8 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
         if (iter % 2) dk = 16 * (1 + irand(8)), dv = 8 * (1 + irand(16));
         size_t ns = (size_t)dk * dv;
         float *S = malloc(ns * 4), *Sr = malloc(ns * 4), *q = malloc(dk * 4), *kk = malloc(dk * 4);
-        float *v = malloc(dv * 4), *o = malloc(dv * 4), *or = malloc(dv * 4), *tmp = malloc(dv * 4);
+        float *v = malloc(dv * 4), *o = malloc(dv * 4), * or = malloc(dv * 4),
+              *tmp = malloc(dv * 4);
         for (size_t i = 0; i < ns; i++) S[i] = Sr[i] = frand();
         double err = 0;
         for (int step = 0; step < 5; step++) {
@@ -91,7 +100,7 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
             float decay = 0.5f + 0.5f * fabsf(frand()), beta = fabsf(frand());
             k->gdn_step(S, q, kk, v, decay, beta, o, tmp, dk, dv);
             ref->gdn_step(Sr, q, kk, v, decay, beta, or, tmp, dk, dv);
-            for (int i = 0; i < dv; i++) err = fmax(err, fabs(o[i] - or[i]));
+            for (int i = 0; i < dv; i++) err = fmax(err, fabs(o[i] - or [i]));
         }
         for (size_t i = 0; i < ns; i++) err = fmax(err, fabs(S[i] - Sr[i]));
         CHECK_MSG(err < 1e-5 * (dk + 1), "%s gdn_step dk=%d dv=%d err=%g", tier, dk, dv, err);
@@ -103,7 +112,8 @@ static void test_vec(const cllm_kern_ops *k, const char *tier) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     for (int iter = 0; iter < 30; iter++) {
         int n = 1 + irand(300);
-        float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4), *y = malloc(n * 4), *yr = malloc(n * 4);
+        float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4), *y = malloc(n * 4),
+              *yr = malloc(n * 4);
         for (int i = 0; i <= n; i++) a[i] = frand(), b[i] = frand();
         for (int i = 0; i < n; i++) y[i] = yr[i] = frand();
         float d = k->dot(a + 1, b + 1, n), dr = ref->dot(a + 1, b + 1, n);

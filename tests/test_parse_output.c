@@ -57,7 +57,9 @@ static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, in
     return r;
 }
 
-static bool streq(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+static bool streq(const char *a, const char *b) {
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
 
 static unsigned rng = 12345;
 static unsigned rnd(unsigned n) {
@@ -66,39 +68,62 @@ static unsigned rnd(unsigned n) {
 }
 
 int main(void) {
-    json_t *tools = json_loads(
-        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
-        "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"metric\":{\"type\":\"boolean\"},"
-        "\"opts\":{\"type\":\"object\"},\"tags\":{\"type\":\"array\"},\"zip\":{\"type\":\"string\"}}}}}]",
-        0, NULL);
-    cllm_outp_opts q35 = {.reasoning = true, .starts_in_reasoning = true, .tool_calls = true, .tools = tools};
-    cllm_outp_opts q3 = {.reasoning = true, .starts_in_reasoning = false, .tool_calls = true, .tools = tools};
-    cllm_outp_opts nothink = {.reasoning = true, .starts_in_reasoning = false, .tool_calls = true, .tools = tools};
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                               "\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":"
+                               "\"integer\"},\"metric\":{\"type\":\"boolean\"},"
+                               "\"opts\":{\"type\":\"object\"},\"tags\":{\"type\":\"array\"},"
+                               "\"zip\":{\"type\":\"string\"}}}}}]",
+                               0, NULL);
+    cllm_outp_opts q35 = {
+        .reasoning = true, .starts_in_reasoning = true, .tool_calls = true, .tools = tools};
+    cllm_outp_opts q3 = {
+        .reasoning = true, .starts_in_reasoning = false, .tool_calls = true, .tools = tools};
+    cllm_outp_opts nothink = {
+        .reasoning = true, .starts_in_reasoning = false, .tool_calls = true, .tools = tools};
     struct {
         const cllm_outp_opts *o;
         const char *text, *reasoning, *content, *calls;
     } cases[] = {
-        {&q35, "Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", "Let me think.\nStep 2.", "The answer is 4.", "[]"},
+        {&q35, "Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", "Let me think.\nStep 2.",
+         "The answer is 4.", "[]"},
         {&q3, "<think>\nhmm\n</think>\n\nHi there!", "hmm", "Hi there!", "[]"},
         {&q3, "Plain answer, no thinking.", NULL, "Plain answer, no thinking.", "[]"},
-        {&nothink, "Answer with < and <thi but no tag.\n", NULL, "Answer with < and <thi but no tag.", "[]"},
+        {&nothink, "Answer with < and <thi but no tag.\n", NULL,
+         "Answer with < and <thi but no tag.", "[]"},
         {&q35, "cut off while thinking <too", "cut off while thinking <too", "", "[]"},
-        {&q35, "I need the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-               "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=zip>\n007\n</parameter>\n"
-               "<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>",
+        {&q35,
+         "I need the "
+         "weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</"
+         "parameter>\n"
+         "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</"
+         "parameter>\n<parameter=zip>\n007\n</parameter>\n"
+         "<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>",
          "I need the weather.", "",
-         "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": 3, \\\"metric\\\": true, \\\"zip\\\": \\\"007\\\", \\\"opts\\\": {\\\"a\\\": [1, 2]}}\"}]"},
-        {&q3, "<think>\nx\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
-              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+         "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": "
+         "3, \\\"metric\\\": true, \\\"zip\\\": \\\"007\\\", \\\"opts\\\": {\\\"a\\\": [1, "
+         "2]}}\"}]"},
+        {&q3,
+         "<think>\nx\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
+         "\"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+         "\"Oslo\"}}\n</tool_call>",
          "x", "Checking.",
-         "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Rome\\\"}\"},{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Oslo\\\"}\"}]"},
-        {&q35, "thinking then a call inside reasoning\n<tool_call>\n<function=get_weather>\n<parameter=city>\nBerlin\n</parameter>\n</function>\n</tool_call>\nmore thought\n</think>\n\ndone",
+         "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+         "\\\"Rome\\\"}\"},{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+         "\\\"Oslo\\\"}\"}]"},
+        {&q35,
+         "thinking then a call inside "
+         "reasoning\n<tool_call>\n<function=get_weather>\n<parameter=city>\nBerlin\n</"
+         "parameter>\n</function>\n</tool_call>\nmore thought\n</think>\n\ndone",
          "thinking then a call inside reasoningmore thought", "done",
          "[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Berlin\\\"}\"}]"},
-        {&q3, "text <tool_call>not a call</tool_call> after", NULL, "text <tool_call>not a call</tool_call> after", "[]"},
-        {&q3, "unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL, "unterminated ",
-         "[{\"name\":\"get_weather\",\"arguments\":\"{}\"}]"},
-        {&q35, "多语言推理 🤔\n</think>\n\n答案：四。\n", "多语言推理 🤔", "答案：四。", "[]"},
+        {&q3, "text <tool_call>not a call</tool_call> after", NULL,
+         "text <tool_call>not a call</tool_call> after", "[]"},
+        {&q3, "unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL,
+         "unterminated ", "[{\"name\":\"get_weather\",\"arguments\":\"{}\"}]"},
+        {&q35, "多语言推理 🤔\n</think>\n\n答案：四。\n", "多语言推理 🤔",
+         "答案：四。", "[]"},
         {&q3, "<think></think>empty think", "", "empty think", "[]"},
     };
     int n_split_runs = 0;
@@ -106,8 +131,10 @@ int main(void) {
         const char *t = cases[c].text;
         size_t len = strlen(t);
         res whole = run(cases[c].o, t, NULL, 0);
-        CHECK_MSG(streq(whole.reasoning, cases[c].reasoning), "case %zu reasoning: [%s]", c, whole.reasoning ? whole.reasoning : "(null)");
-        CHECK_MSG(streq(whole.content, cases[c].content), "case %zu content: [%s]", c, whole.content);
+        CHECK_MSG(streq(whole.reasoning, cases[c].reasoning), "case %zu reasoning: [%s]", c,
+                  whole.reasoning ? whole.reasoning : "(null)");
+        CHECK_MSG(streq(whole.content, cases[c].content), "case %zu content: [%s]", c,
+                  whole.content);
         CHECK_MSG(streq(whole.calls, cases[c].calls), "case %zu calls: %s", c, whole.calls);
         CHECK_MSG(streq(whole.d_content, whole.content) && streq(whole.d_calls, whole.calls) &&
                       streq(whole.d_reasoning, whole.reasoning ? whole.reasoning : ""),
@@ -118,14 +145,21 @@ int main(void) {
             int reps = mode == 0 ? (int)len : mode == 1 ? 1 : 50;
             for (int rep = 0; rep < reps; rep++) {
                 int nc = 0;
-                if (mode == 0) cuts[nc++] = (size_t)rep;
-                else if (mode == 1) for (size_t i = 1; i < len; i++) cuts[nc++] = i;
-                else for (size_t i = 1; i < len; i++) if (rnd(4) == 0) cuts[nc++] = i;
+                if (mode == 0)
+                    cuts[nc++] = (size_t)rep;
+                else if (mode == 1)
+                    for (size_t i = 1; i < len; i++) cuts[nc++] = i;
+                else
+                    for (size_t i = 1; i < len; i++)
+                        if (rnd(4) == 0) cuts[nc++] = i;
                 res part = run(cases[c].o, t, cuts, nc);
-                bool same = streq(part.reasoning, whole.reasoning) && streq(part.content, whole.content) &&
-                            streq(part.calls, whole.calls) && streq(part.d_content, whole.d_content) &&
-                            streq(part.d_reasoning, whole.d_reasoning) && streq(part.d_calls, whole.d_calls);
-                CHECK_MSG(same, "case %zu mode %d rep %d: streaming result differs (content [%s])", c, mode, rep, part.content);
+                bool same = streq(part.reasoning, whole.reasoning) &&
+                            streq(part.content, whole.content) && streq(part.calls, whole.calls) &&
+                            streq(part.d_content, whole.d_content) &&
+                            streq(part.d_reasoning, whole.d_reasoning) &&
+                            streq(part.d_calls, whole.d_calls);
+                CHECK_MSG(same, "case %zu mode %d rep %d: streaming result differs (content [%s])",
+                          c, mode, rep, part.content);
                 n_split_runs++;
                 res_free(&part);
             }
@@ -133,7 +167,8 @@ int main(void) {
         free(cuts);
         res_free(&whole);
     }
-    fprintf(stderr, "output parser: %zu cases, %d chunkings compared\n", sizeof(cases) / sizeof(*cases), n_split_runs);
+    fprintf(stderr, "output parser: %zu cases, %d chunkings compared\n",
+            sizeof(cases) / sizeof(*cases), n_split_runs);
     json_decref(tools);
     return test_report("test_parse_output");
 }

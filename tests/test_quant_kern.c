@@ -41,15 +41,18 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
         }
     }
     /* half a step, plus the fp16 rounding of the scale at the clamped edge */
-    CHECK_MSG(maxerr <= 0.5 + (1 << (bits - 1)) / 1024.0, "bits %d rtn err %.4f scales", bits, maxerr);
+    CHECK_MSG(maxerr <= 0.5 + (1 << (bits - 1)) / 1024.0, "bits %d rtn err %.4f scales", bits,
+              maxerr);
     const cllm_kern_ops *ref = cllm_kern_ref(), *avx = cllm_kern_avx2();
     ref->matmul_q(&w, 0, N, X, ldx, T, Yr, ldy);
     /* oracle: dequantize, (fake-quantized) activations, double accumulation */
     float *xa = malloc((size_t)K * 4);
     double worst = 0;
     for (int t = 0; t < T; t++) {
-        if (act_bits < 16) kern_fake_quant_act(X + t * ldx, xa, K, G, act_bits);
-        else memcpy(xa, X + t * ldx, (size_t)K * 4);
+        if (act_bits < 16)
+            kern_fake_quant_act(X + t * ldx, xa, K, G, act_bits);
+        else
+            memcpy(xa, X + t * ldx, (size_t)K * 4);
         for (int n = 0; n < N; n++) {
             double acc = 0, mag = 0;
             for (int k = 0; k < K; k++) {
@@ -64,7 +67,8 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
               K, N, T, act_bits, worst);
     if (avx) {
         avx->matmul_q(&w, 0, N, X, ldx, T, Ya, ldy);
-        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "avx2 != ref bitwise (bits %d K %d N %d T %d)", bits, K, N, T);
+        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "avx2 != ref bitwise (bits %d K %d N %d T %d)",
+                  bits, K, N, T);
         /* batch invariance + column sub-range: token t alone, columns [8, N) */
         for (int t = 0; t < T; t++) {
             memset(Y1, 0, ldy * 4);
@@ -85,16 +89,19 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
 /* GPTQ must beat RTN on the output error ||W X - Wq X|| for correlated inputs (its objective),
  * and produce valid codes (dequant within the group's range). */
 static void gptq_case(int bits, int G, int K, int N, int T) {
-    float *W = malloc((size_t)N * K * 4), *W2 = malloc((size_t)N * K * 4), *X = malloc((size_t)T * K * 4);
+    float *W = malloc((size_t)N * K * 4), *W2 = malloc((size_t)N * K * 4),
+          *X = malloc((size_t)T * K * 4);
     float *H = calloc((size_t)K * K, 4), *row = malloc((size_t)K * 4);
     for (size_t i = 0; i < (size_t)N * K; i++) W[i] = frand() * 0.1f;
     for (int t = 0; t < T; t++) { /* low-rank-ish correlated activations */
         float a = frand(), b = frand();
-        for (int k = 0; k < K; k++) X[(size_t)t * K + k] = a * sinf(0.1f * k) + b * cosf(0.37f * k) + 0.1f * frand();
+        for (int k = 0; k < K; k++)
+            X[(size_t)t * K + k] = a * sinf(0.1f * k) + b * cosf(0.37f * k) + 0.1f * frand();
     }
     for (int t = 0; t < T; t++)
         for (int i = 0; i < K; i++)
-            for (int j = 0; j < K; j++) H[(size_t)i * K + j] += X[(size_t)t * K + i] * X[(size_t)t * K + j];
+            for (int j = 0; j < K; j++)
+                H[(size_t)i * K + j] += X[(size_t)t * K + i] * X[(size_t)t * K + j];
     cllm_qbuf qr, qg;
     cllm_error err;
     CHECK(cllm_qbuf_alloc(&qr, bits, G, K, N, "r", &err) == CLLM_OK);
@@ -142,6 +149,7 @@ int main(void) {
     CHECK(strstr(err.msg, "model.x.weight") && strstr(err.msg, "does not divide"));
     CHECK(cllm_qbuf_alloc(&q, 3, 32, 64, 16, "w", &err) == CLLM_EINVAL);
     CHECK(cllm_qbuf_alloc(&q, 4, 32, 64, 12, "w", &err) == CLLM_EINVAL);
-    CHECK(cllm_quant_bytes(4, 128, 2048, 512) == 2048u / 8 * 512 * 4 + 16u * 64 * 4 + 16u * 512 * 2 + 2048u * 4);
+    CHECK(cllm_quant_bytes(4, 128, 2048, 512) ==
+          2048u / 8 * 512 * 4 + 16u * 64 * 4 + 16u * 512 * 2 + 2048u * 4);
     return test_report("test_quant_kern");
 }

@@ -60,35 +60,49 @@ int main(void) {
                      "\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
                      "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[12,16]}}";
     CHECK(parse(ok, 16, msg) == CLLM_OK);
-    const char *dts[] = {"F32", "F16", "BF16", "F8_E4M3", "I64", "I32", "I16", "I8", "U8", "BOOL", "F64"};
+    const char *dts[] = {"F32", "F16", "BF16", "F8_E4M3", "I64", "I32",
+                         "I16", "I8",  "U8",   "BOOL",    "F64"};
     const int sz[] = {4, 2, 2, 1, 8, 4, 2, 1, 1, 1, 8};
     for (int i = 0; i < 11; i++) {
         char j[256];
-        snprintf(j, sizeof(j), "{\"x\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[0,%d]}}", dts[i], 3 * sz[i]);
+        snprintf(j, sizeof(j), "{\"x\":{\"dtype\":\"%s\",\"shape\":[3],\"data_offsets\":[0,%d]}}",
+                 dts[i], 3 * sz[i]);
         CHECK_MSG(parse(j, (uint64_t)(3 * sz[i]), msg) == CLLM_OK, "%s: %s", dts[i], msg);
     }
     CHECK(parse("{}", 0, msg) == CLLM_OK); /* empty file is legal */
 
     /* Corruptions. */
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]", 12, "not valid JSON");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]", 12,
+                "not valid JSON");
     EXPECT_FAIL("[1,2]", 0, "not a JSON object");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 12, "needs 24");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                "unknown dtype");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", 12,
+                "needs 24");
     EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", 6, "overlaps");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 2, "beyond data size");
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}",
+                6, "overlaps");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 2,
+                "beyond data size");
     EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "data region");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
+                "data region");
     EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "shape[0]");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "bad data_offsets");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4,
+                "bad data_offsets");
     EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
-                "\"data_offsets\":[0,4]}}", 4, "overflows");
+                "\"data_offsets\":[0,4]}}",
+                4, "overflows");
     EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "not valid JSON");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4, "unexpected keys");
-    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "dims");
+                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                8, "not valid JSON");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+                "unexpected keys");
+    EXPECT_FAIL("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+                4, "dims");
     EXPECT_FAIL("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__");
-    EXPECT_FAIL("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "not valid JSON");
+    EXPECT_FAIL("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                "not valid JSON");
 
     /* File-level: good file, truncated data, header length lying, tiny file. */
     const char *dir = tmpdir();
@@ -108,7 +122,8 @@ int main(void) {
     }
     snprintf(path, sizeof(path), "%s/trunc.safetensors", dir);
     CHECK(write_file(path, l8, 8, hdr, 10) == 0);
-    CHECK(cllm_st_open(path, &f, &err) == CLLM_EFORMAT && strstr(err.msg, "'w'") && strstr(err.msg, "truncated"));
+    CHECK(cllm_st_open(path, &f, &err) == CLLM_EFORMAT && strstr(err.msg, "'w'") &&
+          strstr(err.msg, "truncated"));
     snprintf(path, sizeof(path), "%s/liar.safetensors", dir);
     le64(l8, 1ull << 40);
     CHECK(write_file(path, l8, 8, hdr, 16) == 0);
@@ -119,8 +134,8 @@ int main(void) {
     snprintf(path, sizeof(path), "%s/missing.safetensors", dir);
     CHECK(cllm_st_open(path, &f, &err) == CLLM_ENOTFOUND);
     /* Header over the cap is refused before any JSON parsing. */
-    CHECK(cllm_st_parse_header("{}", (size_t)CLLM_ST_MAX_HEADER + 1, 0, "big", &(cllm_st_file){0}, &err) ==
-          CLLM_EFORMAT);
+    CHECK(cllm_st_parse_header("{}", (size_t)CLLM_ST_MAX_HEADER + 1, 0, "big", &(cllm_st_file){0},
+                               &err) == CLLM_EFORMAT);
 
     /* Checkpoint index: Qwen-style shard names, a missing shard, a tensor the index misplaces. */
     char cdir[300];
@@ -136,18 +151,22 @@ int main(void) {
     write_file(path, l8, 8, h2, 4);
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", cdir);
     FILE *ix = fopen(path, "w");
-    fprintf(ix, "{\"metadata\":{},\"weight_map\":{\"a\":\"model.safetensors-00001-of-00002.safetensors\","
-                "\"b\":\"model.safetensors-00002-of-00002.safetensors\"}}");
+    fprintf(
+        ix,
+        "{\"metadata\":{},\"weight_map\":{\"a\":\"model.safetensors-00001-of-00002.safetensors\","
+        "\"b\":\"model.safetensors-00002-of-00002.safetensors\"}}");
     fclose(ix);
     cllm_ckpt *ck = NULL;
     CHECK(cllm_ckpt_open(cdir, false, &ck, &err) == CLLM_OK);
     if (ck) {
-        CHECK(ck->n_files == 2 && ck->n_tensors == 2 && cllm_ckpt_get(ck, "b") && !cllm_ckpt_get(ck, "c"));
+        CHECK(ck->n_files == 2 && ck->n_tensors == 2 && cllm_ckpt_get(ck, "b") &&
+              !cllm_ckpt_get(ck, "c"));
         cllm_ckpt_close(ck);
     }
     ix = fopen(path, "w");
-    fprintf(ix, "{\"weight_map\":{\"a\":\"model.safetensors-00002-of-00002.safetensors\","
-                "\"b\":\"model.safetensors-00002-of-00002.safetensors\",\"c\":\"gone.safetensors\"}}");
+    fprintf(ix,
+            "{\"weight_map\":{\"a\":\"model.safetensors-00002-of-00002.safetensors\","
+            "\"b\":\"model.safetensors-00002-of-00002.safetensors\",\"c\":\"gone.safetensors\"}}");
     fclose(ix);
     CHECK(cllm_ckpt_open(cdir, false, &ck, &err) != CLLM_OK);
     CHECK(cllm_ckpt_open(cdir, true, &ck, &err) == CLLM_OK);
@@ -165,6 +184,7 @@ int main(void) {
     ix = fopen(path, "w");
     fprintf(ix, "{\"weight_map\":{\"a\":\"../etc/passwd\"}}");
     fclose(ix);
-    CHECK(cllm_ckpt_open(cdir, true, &ck, &err) == CLLM_EFORMAT && strstr(err.msg, "plain file name"));
+    CHECK(cllm_ckpt_open(cdir, true, &ck, &err) == CLLM_EFORMAT &&
+          strstr(err.msg, "plain file name"));
     return test_report("test_safetensors");
 }

@@ -86,18 +86,21 @@ static void test_distribution(void) {
     int N = 40000;
     for (int t = 0; t < N; t++) cnt[draw(&s, &p, lg, 99, t)]++;
     for (int i = 0; i < 4; i++)
-        CHECK_MSG(fabs(cnt[i] / (double)N - pr[i]) < 0.01, "token %d: %.4f vs %.4f", i, cnt[i] / (double)N, pr[i]);
+        CHECK_MSG(fabs(cnt[i] / (double)N - pr[i]) < 0.01, "token %d: %.4f vs %.4f", i,
+                  cnt[i] / (double)N, pr[i]);
     /* top_k = 2 renormalises over {2, 1} */
     p.top_k = 2;
     memset(cnt, 0, sizeof(cnt));
     for (int t = 0; t < N; t++) cnt[draw(&s, &p, lg, 5, t)]++;
     double p2 = exp(2.0) / (exp(2.0) + exp(1.0));
     CHECK(cnt[0] == 0 && cnt[3] == 0);
-    CHECK_MSG(fabs(cnt[2] / (double)N - p2) < 0.01, "top_k=2: %.4f vs %.4f", cnt[2] / (double)N, p2);
+    CHECK_MSG(fabs(cnt[2] / (double)N - p2) < 0.01, "top_k=2: %.4f vs %.4f", cnt[2] / (double)N,
+              p2);
     /* same (seed, index, step) -> same token; draws do not depend on call order */
     int a = draw(&s, &p, lg, 5, 17), b = draw(&s, &p, lg, 5, 17);
     CHECK(a == b);
-    CHECK(smp_uniform(1, 0, 0) != smp_uniform(1, 1, 0) && smp_uniform(1, 0, 0) != smp_uniform(2, 0, 0));
+    CHECK(smp_uniform(1, 0, 0) != smp_uniform(1, 1, 0) &&
+          smp_uniform(1, 0, 0) != smp_uniform(2, 0, 0));
     /* logprobs: chosen first, then the top ones sorted, log-softmax of the raw logits */
     p = base();
     p.logprobs = 3;
@@ -116,8 +119,8 @@ typedef struct run_res {
     fake_out o;
 } run_res;
 
-static void run_one(const cllm_tok *tok, int V, const int32_t *prompt, int n, cllm_sampling sp, int eos,
-                    fake_out *o) {
+static void run_one(const cllm_tok *tok, int V, const int32_t *prompt, int n, cllm_sampling sp,
+                    int eos, fake_out *o) {
     fake_model f;
     fake_init(&f, V, 64, 16, 2 + 8, true);
     sched_cfg c = fake_cfg(V, 64, 16, 2, 64, true, true);
@@ -185,14 +188,16 @@ static void test_stops(void) {
     CHECK(o.n <= 12 && memcmp(o.toks, exp, (size_t)o.n * sizeof(int32_t)) == 0);
     sp.include_stop_str_in_output = true;
     run_one(tok, V, prompt, 20, sp, -1, &o);
-    CHECK_MSG(o.fin == CLLM_FINISH_STOP && o.text_len == at + sl && memcmp(o.text, full, at + sl) == 0,
+    CHECK_MSG(o.fin == CLLM_FINISH_STOP && o.text_len == at + sl &&
+                  memcmp(o.text, full, at + sl) == 0,
               "include_stop_str_in_output: %zu bytes", o.text_len);
     /* no stop: the streamed text is the decode of the ids */
     sp = base();
     sp.max_tokens = 40;
     sp.ignore_eos = true;
     run_one(tok, V, prompt, 20, sp, -1, &o);
-    CHECK(o.fin == CLLM_FINISH_LENGTH && o.n == 40 && o.text_len == full_len && memcmp(o.text, full, full_len) == 0);
+    CHECK(o.fin == CLLM_FINISH_LENGTH && o.n == 40 && o.text_len == full_len &&
+          memcmp(o.text, full, full_len) == 0);
     /* stop token id: the first occurrence of exp[7] ends the output, no text for it */
     int sid = exp[7], first = 7;
     for (int i = 0; i < 7; i++)

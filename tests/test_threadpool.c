@@ -48,8 +48,10 @@ int main(void) {
         int ok = 1;
         for (int i = 0; i < N; i++) ok &= hits[i] == 1;
         CHECK(ok);
-        if (rep == 0) memcpy(owner2, owner, sizeof(owner));
-        else CHECK(!memcmp(owner, owner2, sizeof(owner))); /* same partition every time */
+        if (rep == 0)
+            memcpy(owner2, owner, sizeof(owner));
+        else
+            CHECK(!memcmp(owner, owner2, sizeof(owner))); /* same partition every time */
     }
     cllm_pool_for(NULL, 5, mark, &c); /* NULL pool runs inline */
     CHECK(owner[4] == 0);

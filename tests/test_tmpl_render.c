@@ -49,7 +49,8 @@ static void check_cases(void) {
         json_t *py = json_object_get(c, "py"), *js = json_object_get(c, "js");
         bool want_err = json_is_null(py);
         bool ok = want_err ? st != CLLM_OK
-                           : st == CLLM_OK && ol == json_string_length(py) && !memcmp(out, json_string_value(py), ol);
+                           : st == CLLM_OK && ol == json_string_length(py) &&
+                                 !memcmp(out, json_string_value(py), ol);
         if (!ok)
             fprintf(stderr, "TEMPLATE MISMATCH %s / %s: %s\n--- want\n%s\n--- got\n%s\n", tname,
                     json_string_value(json_object_get(c, "note")), st ? err.msg : "",
@@ -65,8 +66,10 @@ static void check_cases(void) {
         free(src);
         cllm_tmpl_free(t);
     }
-    fprintf(stderr, "templates: %d cases, %d equal to Python Jinja2; %d where @huggingface/jinja agrees, "
-                    "%d of those equal\n", n, py_ok, js_agree, js_ok);
+    fprintf(stderr,
+            "templates: %d cases, %d equal to Python Jinja2; %d where @huggingface/jinja agrees, "
+            "%d of those equal\n",
+            n, py_ok, js_agree, js_ok);
     CHECK(n >= 50);
     CHECK(py_ok == n);
     CHECK(js_agree >= 50 && js_ok == js_agree);
@@ -79,29 +82,51 @@ static void check_semantics(void) {
     struct {
         const char *src, *ctx, *want;
     } cases[] = {
-        {"{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % -3 }}|{{ 2 ** 10 }}|{{ 1 / 4 }}", "{}", "7|3|-4|-2|1024|0.25"},
-        {"{{ 'abc'[::-1] }}|{{ 'héllo'[1:3] }}|{{ [1,2,3][-1] }}|{{ 'a,b,,c'.split(',') }}", "{}", "cba|él|3|['a', 'b', '', 'c']"},
-        {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", "{\"d\":{\"x\":1,\"y\":[true,null]}}", "x=1;y=[True, None];"},
-        {"{% set ns = namespace(n=0) %}{% for i in range(5) if i is odd %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", "{}", "4"},
+        {"{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % -3 }}|{{ 2 ** 10 }}|{{ 1 / 4 }}", "{}",
+         "7|3|-4|-2|1024|0.25"},
+        {"{{ 'abc'[::-1] }}|{{ 'héllo'[1:3] }}|{{ [1,2,3][-1] }}|{{ 'a,b,,c'.split(',') }}", "{}",
+         "cba|él|3|['a', 'b', '', 'c']"},
+        {"{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+         "{\"d\":{\"x\":1,\"y\":[true,null]}}", "x=1;y=[True, None];"},
+        {"{% set ns = namespace(n=0) %}{% for i in range(5) if i is odd %}{% set ns.n = ns.n + i "
+         "%}{% endfor %}{{ ns.n }}",
+         "{}", "4"},
         {"{% for x in [] %}a{% else %}empty{% endfor %}", "{}", "empty"},
-        {"{% for x in [1,2,3,4] %}{% if x == 3 %}{% break %}{% endif %}{{ loop.index }}{{ loop.last }}{% endfor %}", "{}", "1False2False"},
-        {"{% macro m(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}", "{}", "[1B][23]"},
-        {"{{ x | default('d') }}|{{ '' | default('e', true) }}|{{ [3,1,2] | sort | join(',') }}|{{ 'a' ~ 1 }}", "{}", "d|e|1,2,3|a1"},
-        {"{{ {'a': 'é\\n', 'b': [1, 2.5, none]} | tojson }}", "{}", "{\"a\": \"é\\n\", \"b\": [1, 2.5, null]}"},
-        {"{{ d | tojson(indent=2) }}", "{\"d\":{\"a\":[1,{}],\"b\":{}}}", "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": {}\n}"},
-        {"{{ '  x  ' | trim }}|{{ 'Hello World' | lower }}|{{ 'ab' | upper }}|{{ 'x\\ny' | indent(2, true) }}", "{}", "x|hello world|AB|  x\n  y"},
+        {"{% for x in [1,2,3,4] %}{% if x == 3 %}{% break %}{% endif %}{{ loop.index }}{{ "
+         "loop.last }}{% endfor %}",
+         "{}", "1False2False"},
+        {"{% macro m(a, b='B') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b=3) }}", "{}",
+         "[1B][23]"},
+        {"{{ x | default('d') }}|{{ '' | default('e', true) }}|{{ [3,1,2] | sort | join(',') }}|{{ "
+         "'a' ~ 1 }}",
+         "{}", "d|e|1,2,3|a1"},
+        {"{{ {'a': 'é\\n', 'b': [1, 2.5, none]} | tojson }}", "{}",
+         "{\"a\": \"é\\n\", \"b\": [1, 2.5, null]}"},
+        {"{{ d | tojson(indent=2) }}", "{\"d\":{\"a\":[1,{}],\"b\":{}}}",
+         "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": {}\n}"},
+        {"{{ '  x  ' | trim }}|{{ 'Hello World' | lower }}|{{ 'ab' | upper }}|{{ 'x\\ny' | "
+         "indent(2, true) }}",
+         "{}", "x|hello world|AB|  x\n  y"},
         {"{%- if true -%}\n  a  \n{%- endif -%}\n b", "{}", "ab"},
         {"  {% if true %}\nyes\n  {% endif %}\nend", "{}", "yes\nend"},
-        {"{{ 'x' if false }}|{{ none }}|{{ true }}|{{ 1.0 }}|{{ 1e20 }}|{{ 3.14 }}", "{}", "|None|True|1.0|1e+20|3.14"},
-        {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join('+') }}",
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"bot\",\"content\":\"b\"},{\"role\":\"user\",\"content\":\"c\"}]}", "a+c"},
-        {"{% set a, b = [1, 2] %}{{ b }}{{ a }}|{{ 'x' in 'xyz' }}|{{ 2 not in [1] }}|{{ d.get('q', 5) }}", "{\"d\":{}}", "21|True|True|5"},
-        {"{% set s %}inner{{ 1 }}{% endset %}{{ s | length }}|{{ 'a b  c'.split() | length }}|{{ 'aXbXc'.replace('X', '-', 1) }}", "{}", "6|3|a-bXc"},
+        {"{{ 'x' if false }}|{{ none }}|{{ true }}|{{ 1.0 }}|{{ 1e20 }}|{{ 3.14 }}", "{}",
+         "|None|True|1.0|1e+20|3.14"},
+        {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | "
+         "join('+') }}",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"bot\",\"content\":\"b\"}"
+         ",{\"role\":\"user\",\"content\":\"c\"}]}",
+         "a+c"},
+        {"{% set a, b = [1, 2] %}{{ b }}{{ a }}|{{ 'x' in 'xyz' }}|{{ 2 not in [1] }}|{{ "
+         "d.get('q', 5) }}",
+         "{\"d\":{}}", "21|True|True|5"},
+        {"{% set s %}inner{{ 1 }}{% endset %}{{ s | length }}|{{ 'a b  c'.split() | length }}|{{ "
+         "'aXbXc'.replace('X', '-', 1) }}",
+         "{}", "6|3|a-bXc"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
         char *out = render(cases[i].src, cases[i].ctx, &err, &st, NULL);
-        CHECK_MSG(out && !strcmp(out, cases[i].want), "case %zu: want [%s] got [%s] (%s)", i, cases[i].want,
-                  out ? out : "(null)", st ? err.msg : "");
+        CHECK_MSG(out && !strcmp(out, cases[i].want), "case %zu: want [%s] got [%s] (%s)", i,
+                  cases[i].want, out ? out : "(null)", st ? err.msg : "");
         free(out);
     }
     /* Errors name the line. */
@@ -119,7 +144,9 @@ static void check_semantics(void) {
     CHECK(!out && st == CLLM_ENOMEM);
     out = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", &err, &st, &lim);
     CHECK(!out && st == CLLM_ENOMEM);
-    out = render("{% set s = 'xxxxxxxxxxxxxxxx' %}{% for i in range(50000) %}{{ s * 10 }}{% endfor %}", "{}", &err, &st, &lim);
+    out = render(
+        "{% set s = 'xxxxxxxxxxxxxxxx' %}{% for i in range(50000) %}{{ s * 10 }}{% endfor %}", "{}",
+        &err, &st, &lim);
     CHECK(!out && st == CLLM_ENOMEM);
 }
 

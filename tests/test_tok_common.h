@@ -47,10 +47,10 @@ static inline const char *tt_path(const char *rel) {
 
 /* The regexes as they appear inside tokenizer.json (JSON-escaped). */
 #define TT_QWEN3_RX_JSON                                                                           \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "            \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "              \
     "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 #define TT_QWEN35_RX_JSON                                                                          \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{L}\\\\p{M}]+|\\\\p{N}| "  \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{L}\\\\p{M}]+|\\\\p{N}| "    \
     "?[^\\\\s\\\\p{L}\\\\p{M}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 
 /* Loads the Qwen3 tokenizer (qwen35 = with the Qwen3.5 regex). Prints why and returns NULL when
@@ -95,7 +95,8 @@ static inline cllm_tok *tt_load_qwen(int qwen35) {
 static inline uint64_t tt_fnv64(const int32_t *ids, size_t n) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < 4; k++) h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 255)) * 0x100000001b3ULL;
+        for (int k = 0; k < 4; k++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * k)) & 255)) * 0x100000001b3ULL;
     return h;
 }
 

@@ -39,8 +39,9 @@ static void check_corpus(cllm_tok *tok, const char *tname, const char *corpus, s
         if (ids.n != want_n || h != want_h) {
             (*n_bad)++;
             if (shown++ < 3) {
-                fprintf(stderr, "MISMATCH %s/%s doc %zu (want %llu ids, got %zu): [%.*s]\n  ours:",
-                        tname, corpus, doc, want_n, ids.n, (int)(dl > 300 ? 300 : dl), text + start);
+                fprintf(stderr,
+                        "MISMATCH %s/%s doc %zu (want %llu ids, got %zu): [%.*s]\n  ours:", tname,
+                        corpus, doc, want_n, ids.n, (int)(dl > 300 ? 300 : dl), text + start);
                 for (size_t i = 0; i < ids.n && i < 60; i++) fprintf(stderr, " %d", ids.ids[i]);
                 fprintf(stderr, "\n");
             }
@@ -49,8 +50,8 @@ static void check_corpus(cllm_tok *tok, const char *tname, const char *corpus, s
         size_t sl;
         char *san = cllm_tok_utf8_sanitize(text + start, dl, &sl);
         utf8proc_uint8_t *nfc = NULL;
-        utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)san, (utf8proc_ssize_t)sl, &nfc,
-                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)san, (utf8proc_ssize_t)sl,
+                                           &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         char *back = NULL;
         size_t bl = 0;
         cllm_tok_decode(tok, ids.ids, ids.n, false, &back, &bl, &err);
@@ -84,13 +85,16 @@ static void check_decode(cllm_tok *tok) {
         size_t wl = json_string_length(json_object_get(root, "text"));
         int32_t ids[64];
         size_t k = 0;
-        for (; k < json_array_size(ja) && k < 64; k++) ids[k] = (int32_t)json_integer_value(json_array_get(ja, k));
+        for (; k < json_array_size(ja) && k < 64; k++)
+            ids[k] = (int32_t)json_integer_value(json_array_get(ja, k));
         char *got = NULL;
         size_t gl = 0;
         cllm_error err = {0};
         cllm_tok_decode(tok, ids, k, skip, &got, &gl, &err);
         if (!got || gl != wl || memcmp(got, want, wl)) {
-            if (bad++ < 3) fprintf(stderr, "DECODE MISMATCH %s: want [%s] got [%s]\n", line, want, got ? got : "(null)");
+            if (bad++ < 3)
+                fprintf(stderr, "DECODE MISMATCH %s: want [%s] got [%s]\n", line, want,
+                        got ? got : "(null)");
         }
         /* The streaming detokenizer must produce the same text. */
         cllm_tok_stream st;
@@ -128,7 +132,8 @@ int main(void) {
         /* One-off larger runs: put NAME.txt in the corpus dir, run gen_tok_ref.js, set this. */
         if (getenv("CLLM_TOK_EXTRA_CORPUS"))
             check_corpus(tok, tname, getenv("CLLM_TOK_EXTRA_CORPUS"), &docs, &toks, &bad, &rt);
-        fprintf(stderr, "%s: %zu documents, %zu tokens, %zu encode mismatches, %zu round-trip mismatches\n",
+        fprintf(stderr,
+                "%s: %zu documents, %zu tokens, %zu encode mismatches, %zu round-trip mismatches\n",
                 tname, docs, toks, bad, rt);
         CHECK(docs > 10000);
         CHECK(bad == 0);

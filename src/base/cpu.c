@@ -28,7 +28,7 @@ static void probe(void) {
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     int osxsave = (c >> 27) & 1;
     unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
-    int ymm_ok = (xcr0 & 6) == 6;            /* OS saves XMM+YMM */
+    int ymm_ok = (xcr0 & 6) == 6;                 /* OS saves XMM+YMM */
     int zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0; /* opmask + ZMM state */
     feats.fma = ymm_ok && ((c >> 12) & 1);
     feats.f16c = ymm_ok && ((c >> 29) & 1);
@@ -65,17 +65,24 @@ static void init(void) {
     const char *env = getenv("CLLM_ISA");
     if (!env || !*env) return;
     cllm_isa want = tier;
-    if (!strcmp(env, "ref")) want = CLLM_TIER_REF;
-    else if (!strcmp(env, "avx2")) want = CLLM_TIER_AVX2;
-    else if (!strcmp(env, "avx512")) want = CLLM_TIER_AVX512;
-    else if (!strcmp(env, "neon")) want = CLLM_TIER_NEON;
-    else LOG_WARN("CLLM_ISA=%s not recognised (ref|avx2|avx512|neon); using %s", env,
-                  cllm_cpu_tier_name(tier));
+    if (!strcmp(env, "ref"))
+        want = CLLM_TIER_REF;
+    else if (!strcmp(env, "avx2"))
+        want = CLLM_TIER_AVX2;
+    else if (!strcmp(env, "avx512"))
+        want = CLLM_TIER_AVX512;
+    else if (!strcmp(env, "neon"))
+        want = CLLM_TIER_NEON;
+    else
+        LOG_WARN("CLLM_ISA=%s not recognised (ref|avx2|avx512|neon); using %s", env,
+                 cllm_cpu_tier_name(tier));
     /* A forced tier may only go down to something the CPU supports. */
     int ok = want == CLLM_TIER_REF || (want == CLLM_TIER_AVX2 && tier == CLLM_TIER_AVX512) ||
              want == tier;
-    if (ok) tier = want;
-    else LOG_WARN("CLLM_ISA=%s not supported by this CPU; using %s", env, cllm_cpu_tier_name(tier));
+    if (ok)
+        tier = want;
+    else
+        LOG_WARN("CLLM_ISA=%s not supported by this CPU; using %s", env, cllm_cpu_tier_name(tier));
 }
 
 const cllm_cpu_features *cllm_cpu_features_get(void) {
@@ -90,10 +97,14 @@ cllm_isa cllm_cpu_tier(void) {
 
 const char *cllm_cpu_tier_name(cllm_isa t) {
     switch (t) {
-    case CLLM_TIER_REF: return "ref";
-    case CLLM_TIER_AVX2: return "avx2";
-    case CLLM_TIER_AVX512: return "avx512";
-    case CLLM_TIER_NEON: return "neon";
+    case CLLM_TIER_REF:
+        return "ref";
+    case CLLM_TIER_AVX2:
+        return "avx2";
+    case CLLM_TIER_AVX512:
+        return "avx512";
+    case CLLM_TIER_NEON:
+        return "neon";
     }
     return "?";
 }
@@ -103,13 +114,20 @@ void cllm_cpu_describe(char *buf, size_t cap) {
     struct {
         int on;
         const char *name;
-    } list[] = {{f->avx2, "avx2"},         {f->fma, "fma"},           {f->f16c, "f16c"},
-                {f->avx512f, "avx512f"},   {f->avx512bw, "avx512bw"}, {f->avx512vl, "avx512vl"},
-                {f->avx512dq, "avx512dq"}, {f->avx512vnni, "avx512vnni"},
-                {f->avx512bf16, "avx512bf16"}, {f->neon, "neon"}};
+    } list[] = {{f->avx2, "avx2"},
+                {f->fma, "fma"},
+                {f->f16c, "f16c"},
+                {f->avx512f, "avx512f"},
+                {f->avx512bw, "avx512bw"},
+                {f->avx512vl, "avx512vl"},
+                {f->avx512dq, "avx512dq"},
+                {f->avx512vnni, "avx512vnni"},
+                {f->avx512bf16, "avx512bf16"},
+                {f->neon, "neon"}};
     size_t o = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
-        if (list[i].on && o < cap) o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? " " : "", list[i].name);
+        if (list[i].on && o < cap)
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? " " : "", list[i].name);
     if (!o) snprintf(buf, cap, "none (scalar)");
 }

@@ -54,8 +54,10 @@ float cllm_f8e4m3_to_f32(uint8_t v) {
     int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
     float r;
     if (exp == 15 && man == 7) return NAN;
-    if (exp == 0) r = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
-    else r = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    if (exp == 0)
+        r = ldexpf((float)man, -9); /* subnormal: man/8 * 2^-6 */
+    else
+        r = ldexpf(1.0f + (float)man / 8.0f, exp - 7);
     return sign ? -r : r;
 }
 

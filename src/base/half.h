@@ -19,7 +19,7 @@ static inline uint16_t cllm_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1);                                          /* RNE */
+    u += 0x7fffu + ((u >> 16) & 1);                                           /* RNE */
     return (uint16_t)(u >> 16);
 }
 

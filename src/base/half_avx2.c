@@ -21,7 +21,8 @@ void half_f32_to_bf16_avx2(const float *s, uint16_t *d, size_t n) {
     for (; i + 8 <= n; i += 8) {
         __m256i u = _mm256_castps_si256(_mm256_loadu_ps(s + i));
         __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absmask), inf);
-        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+        __m256i r = _mm256_add_epi32(
+            u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
         r = _mm256_blendv_epi8(r, _mm256_or_si256(u, qbit), isnan);
         r = _mm256_srli_epi32(r, 16);
         __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);

@@ -32,9 +32,12 @@ int cllm_log_set_level_name(const char *name) {
 }
 
 int cllm_log_set_format_name(const char *name) {
-    if (!strcmp(name, "text")) log_json = 0;
-    else if (!strcmp(name, "json")) log_json = 1;
-    else return -1;
+    if (!strcmp(name, "text"))
+        log_json = 0;
+    else if (!strcmp(name, "json"))
+        log_json = 1;
+    else
+        return -1;
     return 0;
 }
 

@@ -10,8 +10,9 @@
 
 /* Every block carries a 64-byte header (keeps the payload 64-byte aligned) recording how it was
  * obtained. Large blocks come straight from mmap: the kernel hands out zero pages lazily, so a
- * multi-GiB KV pool costs nothing until it is used (a memset would touch every page at start-up). */
-#define HDR CLLM_ALIGN
+ * multi-GiB KV pool costs nothing until it is used (a memset would touch every page at start-up).
+ */
+#define HDR      CLLM_ALIGN
 #define MMAP_MIN ((size_t)1 << 20)
 enum { BLK_HEAP = 0x68656170, BLK_MMAP = 0x6d6d6170 };
 
@@ -42,16 +43,22 @@ static void *alloc_blk(size_t size, int zero) {
     return base + HDR;
 }
 
-void *cllm_alloc_aligned(size_t size) { return alloc_blk(size, 0); }
-void *cllm_alloc_zeroed(size_t size) { return alloc_blk(size, 1); }
+void *cllm_alloc_aligned(size_t size) {
+    return alloc_blk(size, 0);
+}
+void *cllm_alloc_zeroed(size_t size) {
+    return alloc_blk(size, 1);
+}
 
 void cllm_free_aligned(void *p) {
     if (!p) return;
     unsigned char *base = (unsigned char *)p - HDR;
     blk_hdr h;
     memcpy(&h, base, sizeof(h));
-    if (h.kind == BLK_MMAP) munmap(base, h.total);
-    else free(base);
+    if (h.kind == BLK_MMAP)
+        munmap(base, h.total);
+    else
+        free(base);
 }
 
 uint64_t cllm_time_ns(void) {
@@ -60,7 +67,9 @@ uint64_t cllm_time_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-double cllm_time_s(void) { return (double)cllm_time_ns() * 1e-9; }
+double cllm_time_s(void) {
+    return (double)cllm_time_ns() * 1e-9;
+}
 
 static uint64_t meminfo_kb(const char *key) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -78,8 +87,12 @@ static uint64_t meminfo_kb(const char *key) {
     return v * 1024;
 }
 
-uint64_t cllm_mem_total(void) { return meminfo_kb("MemTotal"); }
-uint64_t cllm_mem_available(void) { return meminfo_kb("MemAvailable"); }
+uint64_t cllm_mem_total(void) {
+    return meminfo_kb("MemTotal");
+}
+uint64_t cllm_mem_available(void) {
+    return meminfo_kb("MemAvailable");
+}
 
 uint64_t cllm_mem_rss(void) {
     FILE *f = fopen("/proc/self/statm", "r");

@@ -22,7 +22,8 @@ static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {
 double cllm_time_s(void);
 uint64_t cllm_time_ns(void);
 
-/* Physical RAM and currently available RAM in bytes (0 if unknown); resident set of this process. */
+/* Physical RAM and currently available RAM in bytes (0 if unknown); resident set of this process.
+ */
 uint64_t cllm_mem_total(void);
 uint64_t cllm_mem_available(void);
 uint64_t cllm_mem_rss(void);

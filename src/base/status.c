@@ -44,16 +44,26 @@ void cllm_err_clear(cllm_error *err) {
 
 const char *cllm_status_name(cllm_status s) {
     switch (s) {
-    case CLLM_OK: return "OK";
-    case CLLM_EINVAL: return "EINVAL";
-    case CLLM_ENOMEM: return "ENOMEM";
-    case CLLM_EIO: return "EIO";
-    case CLLM_EFORMAT: return "EFORMAT";
-    case CLLM_ENOTFOUND: return "ENOTFOUND";
-    case CLLM_EUNSUPPORTED: return "EUNSUPPORTED";
-    case CLLM_ERANGE: return "ERANGE";
-    case CLLM_EBUSY: return "EBUSY";
-    case CLLM_ECANCELLED: return "ECANCELLED";
+    case CLLM_OK:
+        return "OK";
+    case CLLM_EINVAL:
+        return "EINVAL";
+    case CLLM_ENOMEM:
+        return "ENOMEM";
+    case CLLM_EIO:
+        return "EIO";
+    case CLLM_EFORMAT:
+        return "EFORMAT";
+    case CLLM_ENOTFOUND:
+        return "ENOTFOUND";
+    case CLLM_EUNSUPPORTED:
+        return "EUNSUPPORTED";
+    case CLLM_ERANGE:
+        return "ERANGE";
+    case CLLM_EBUSY:
+        return "EBUSY";
+    case CLLM_ECANCELLED:
+        return "ECANCELLED";
     }
     return "E?";
 }

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-uint64_t cllm_hash_bytes(const void *p, size_t n) { return XXH3_64bits(p, n); }
+uint64_t cllm_hash_bytes(const void *p, size_t n) {
+    return XXH3_64bits(p, n);
+}
 
 int cllm_strmap_init(cllm_strmap *m, size_t expected) {
     memset(m, 0, sizeof(*m));

@@ -17,8 +17,8 @@ struct cllm_pool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;     /* bumped for each job */
-    atomic_int pending;  /* workers still running the current job */
+    atomic_uint gen;    /* bumped for each job */
+    atomic_int pending; /* workers still running the current job */
     atomic_int stop;
     cllm_pool_fn fn;
     void *ctx;
@@ -111,7 +111,9 @@ void cllm_pool_free(cllm_pool *p) {
     free(p);
 }
 
-int cllm_pool_size(const cllm_pool *p) { return p ? p->n : 1; }
+int cllm_pool_size(const cllm_pool *p) {
+    return p ? p->n : 1;
+}
 
 void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, void *ctx) {
     if (n == 0) return;

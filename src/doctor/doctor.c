@@ -16,10 +16,14 @@
 
 const char *dr_level_name(dr_level l) {
     switch (l) {
-    case DR_OK: return "ok";
-    case DR_WARN: return "warn";
-    case DR_CRIT: return "critical";
-    default: return "skip";
+    case DR_OK:
+        return "ok";
+    case DR_WARN:
+        return "warn";
+    case DR_CRIT:
+        return "critical";
+    default:
+        return "skip";
     }
 }
 
@@ -44,7 +48,8 @@ static double mono(void) {
 static void sleep_s(double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
 }
 
 static dr_check *add(dr_report *r, const char *name, dr_level l, double v, const char *fmt, ...)
@@ -69,8 +74,8 @@ static bool ci_has(const char *s, size_t n, const char *pat) {
 }
 
 void dr_scan_log(const char *text, size_t n, long *errors, long *critical, char *last, size_t cap) {
-    static const char *const crit[] = {"fatal", "panic", "out of memory", "segmentation fault", "oom-kill",
-                                       "core dumped"};
+    static const char *const crit[] = {
+        "fatal", "panic", "out of memory", "segmentation fault", "oom-kill", "core dumped"};
     static const char *const err[] = {"error", "\"level\":\"error\"", "traceback", "exception"};
     *errors = *critical = 0;
     if (cap) last[0] = 0;
@@ -80,7 +85,8 @@ void dr_scan_log(const char *text, size_t n, long *errors, long *critical, char 
         size_t ln = nl ? (size_t)(nl - p) : (size_t)(end - p);
         bool is_c = false, is_e = false;
         for (size_t i = 0; i < sizeof(crit) / sizeof(crit[0]); i++) is_c |= ci_has(p, ln, crit[i]);
-        for (size_t i = 0; !is_c && i < sizeof(err) / sizeof(err[0]); i++) is_e |= ci_has(p, ln, err[i]);
+        for (size_t i = 0; !is_c && i < sizeof(err) / sizeof(err[0]); i++)
+            is_e |= ci_has(p, ln, err[i]);
         if (is_c) (*critical)++;
         if (is_e || is_c) {
             (*errors)++;
@@ -132,11 +138,11 @@ static char *read_tail(const char *path, long max, size_t *n, char *why, size_t 
 /* ---- /metrics ---- */
 
 typedef struct gauge {
-    const char *label;  /* "KV cache" */
+    const char *label; /* "KV cache" */
     bool present;
-    double last, peak;  /* fraction 0..1 */
-    double high_since;  /* mono() when the current above-critical run began; < 0 if not above */
-    double high_for;    /* longest above-critical run seen, s */
+    double last, peak; /* fraction 0..1 */
+    double high_since; /* mono() when the current above-critical run began; < 0 if not above */
+    double high_for;   /* longest above-critical run seen, s */
 } gauge;
 
 static void gauge_update(gauge *g, bool present, double v, double now, double crit) {
@@ -163,14 +169,21 @@ static void read_counters(const prom_set *p, counters *c) {
     memset(c, 0, sizeof(*c));
     if (prom_sum(p, "cllm:request_errors_total", NULL, NULL, &v)) c->has_err = true, c->err += v;
     if (prom_sum(p, "http_requests_total", "status", "5", &v)) c->has_err = true, c->err += v;
-    if (prom_sum(p, "vllm:request_success_total", "finished_reason", "error", &v)) c->has_err = true, c->err += v;
+    if (prom_sum(p, "vllm:request_success_total", "finished_reason", "error", &v))
+        c->has_err = true, c->err += v;
     if (prom_sum(p, "cllm_http_responses_total", "code", "5", &v)) c->has_err = true, c->err += v;
-    if (prom_sum(p, "cllm:requests_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
-    else if (prom_sum(p, "cllm_http_responses_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
-    else if (prom_sum(p, "http_requests_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
-    else if (prom_sum(p, "vllm:request_success_total", NULL, NULL, &v)) c->has_total = true, c->total = v;
-    if (prom_sum(p, "vllm:num_preemptions_total", NULL, NULL, &v)) c->has_preempt = true, c->preempt += v;
-    else if (prom_sum(p, "cllm:preemptions_total", NULL, NULL, &v)) c->has_preempt = true, c->preempt += v;
+    if (prom_sum(p, "cllm:requests_total", NULL, NULL, &v))
+        c->has_total = true, c->total = v;
+    else if (prom_sum(p, "cllm_http_responses_total", NULL, NULL, &v))
+        c->has_total = true, c->total = v;
+    else if (prom_sum(p, "http_requests_total", NULL, NULL, &v))
+        c->has_total = true, c->total = v;
+    else if (prom_sum(p, "vllm:request_success_total", NULL, NULL, &v))
+        c->has_total = true, c->total = v;
+    if (prom_sum(p, "vllm:num_preemptions_total", NULL, NULL, &v))
+        c->has_preempt = true, c->preempt += v;
+    else if (prom_sum(p, "cllm:preemptions_total", NULL, NULL, &v))
+        c->has_preempt = true, c->preempt += v;
 }
 
 /* One scrape; false (why in msg) when /metrics could not be read. */
@@ -194,19 +207,19 @@ static bool scrape(const dr_opts *o, prom_set *p, char *msg, size_t cap) {
     return st == CLLM_OK;
 }
 
-static void gauge_check(dr_report *r, const dr_opts *o, const char *name, const gauge *g, const char *metric,
-                        double window) {
+static void gauge_check(dr_report *r, const dr_opts *o, const char *name, const gauge *g,
+                        const char *metric, double window) {
     if (!g->present) {
         add(r, name, DR_SKIP, NAN, "%s not exported", metric);
         return;
     }
     double last = 100 * g->last, peak = 100 * g->peak;
     if (g->high_for >= o->sustain_s)
-        add(r, name, DR_CRIT, last, "%.1f%% used, above %.0f%% for %.1f s (critical after %.0f s)", last,
-            o->crit_pct, g->high_for, o->sustain_s);
+        add(r, name, DR_CRIT, last, "%.1f%% used, above %.0f%% for %.1f s (critical after %.0f s)",
+            last, o->crit_pct, g->high_for, o->sustain_s);
     else if (last > o->warn_pct || peak > o->crit_pct)
-        add(r, name, DR_WARN, last, "%.1f%% used (peak %.1f%% over %.1f s; warn above %.0f%%)", last, peak,
-            window, o->warn_pct);
+        add(r, name, DR_WARN, last, "%.1f%% used (peak %.1f%% over %.1f s; warn above %.0f%%)",
+            last, peak, window, o->warn_pct);
     else
         add(r, name, DR_OK, last, "%.1f%% used (peak %.1f%% over %.1f s)", last, peak, window);
 }
@@ -234,7 +247,8 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
     gauge kv = {.label = "KV", .high_since = -1}, slots = {.label = "slots", .high_since = -1};
     counters c0, c1;
     read_counters(&p, &c0);
-    bool has_kv = prom_max(&p, "vllm:kv_cache_usage_perc", &v) || prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
+    bool has_kv = prom_max(&p, "vllm:kv_cache_usage_perc", &v) ||
+                  prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
     gauge_update(&kv, has_kv, v, t0, o->crit_pct);
     bool has_sl = slots_usage(&p, &v);
     gauge_update(&slots, has_sl, v, t0, o->crit_pct);
@@ -272,7 +286,8 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
         }
         scrapes++;
         read_counters(&p, &c1);
-        bool h1 = prom_max(&p, "vllm:kv_cache_usage_perc", &v) || prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
+        bool h1 = prom_max(&p, "vllm:kv_cache_usage_perc", &v) ||
+                  prom_max(&p, "vllm:gpu_cache_usage_perc", &v);
         gauge_update(&kv, h1, v, now, o->crit_pct);
         bool h2 = slots_usage(&p, &v);
         gauge_update(&slots, h2, v, now, o->crit_pct);
@@ -299,14 +314,16 @@ static void metrics_checks(const dr_opts *o, dr_report *r) {
         double de = c1.err - c0.err, dt = c1.total - c0.total;
         double pct = dt > 0 ? 100 * de / dt : (de > 0 ? 100 : 0);
         dr_level l = pct > o->err_crit_pct ? DR_CRIT : pct > o->err_warn_pct ? DR_WARN : DR_OK;
-        add(r, "errors", l, pct, "%.0f errors / %.0f requests in %.1f s (%.2f%%; warn > %.0f%%, critical > %.0f%%)",
-            de, dt, window, pct, o->err_warn_pct, o->err_crit_pct);
+        add(r, "errors", l, pct,
+            "%.0f errors / %.0f requests in %.1f s (%.2f%%; warn > %.0f%%, critical > %.0f%%)", de,
+            dt, window, pct, o->err_warn_pct, o->err_crit_pct);
     }
     if (!c0.has_preempt) {
         add(r, "preemptions", DR_SKIP, NAN, "vllm:num_preemptions_total not exported");
     } else {
         double d = c1.preempt - c0.preempt;
-        add(r, "preemptions", d > 0 ? DR_WARN : DR_OK, d, "%.0f in %.1f s (%.0f since start)", d, window, c1.preempt);
+        add(r, "preemptions", d > 0 ? DR_WARN : DR_OK, d, "%.0f in %.1f s (%.0f since start)", d,
+            window, c1.preempt);
     }
 }
 
@@ -325,7 +342,8 @@ void dr_run(const dr_opts *o, dr_report *r) {
     } else {
         up = true;
         add(r, "server", DR_OK, resp.time_s * 1000, "reachable (%.1f ms)", resp.time_s * 1000);
-        add(r, "health", resp.status == 200 ? DR_OK : DR_CRIT, resp.status, "/health answered HTTP %d", resp.status);
+        add(r, "health", resp.status == 200 ? DR_OK : DR_CRIT, resp.status,
+            "/health answered HTTP %d", resp.status);
         lg_http_resp_free(&resp);
     }
 
@@ -338,9 +356,12 @@ void dr_run(const dr_opts *o, dr_report *r) {
             json_t *data = json_object_get(j, "data");
             size_t n = json_array_size(data);
             const char *id = json_string_value(json_object_get(json_array_get(data, 0), "id"));
-            if (resp.status != 200) add(r, "model", DR_CRIT, NAN, "/v1/models answered HTTP %d", resp.status);
-            else if (!n || !id) add(r, "model", DR_CRIT, 0, "no model loaded (/v1/models has no data[].id)");
-            else add(r, "model", DR_OK, (double)n, "%zu loaded: %s%s", n, id, n > 1 ? ", ..." : "");
+            if (resp.status != 200)
+                add(r, "model", DR_CRIT, NAN, "/v1/models answered HTTP %d", resp.status);
+            else if (!n || !id)
+                add(r, "model", DR_CRIT, 0, "no model loaded (/v1/models has no data[].id)");
+            else
+                add(r, "model", DR_OK, (double)n, "%zu loaded: %s%s", n, id, n > 1 ? ", ..." : "");
             json_decref(j);
             lg_http_resp_free(&resp);
         }
@@ -358,9 +379,14 @@ void dr_run(const dr_opts *o, dr_report *r) {
             char last[256];
             dr_scan_log(text, n, &e, &c, last, sizeof(last));
             free(text);
-            if (c) add(r, "log", DR_CRIT, (double)e, "%ld error lines (%ld fatal) in the last %zu bytes; last: %s", e, c, n, last);
-            else if (e) add(r, "log", DR_WARN, (double)e, "%ld error lines in the last %zu bytes; last: %s", e, n, last);
-            else add(r, "log", DR_OK, 0, "no errors in the last %zu bytes", n);
+            if (c)
+                add(r, "log", DR_CRIT, (double)e,
+                    "%ld error lines (%ld fatal) in the last %zu bytes; last: %s", e, c, n, last);
+            else if (e)
+                add(r, "log", DR_WARN, (double)e, "%ld error lines in the last %zu bytes; last: %s",
+                    e, n, last);
+            else
+                add(r, "log", DR_OK, 0, "no errors in the last %zu bytes", n);
         }
     }
 
@@ -374,7 +400,8 @@ void dr_run(const dr_opts *o, dr_report *r) {
     } else {
         double pct = 100 * av / tot;
         dr_level l = pct < o->mem_crit_pct ? DR_CRIT : pct < o->mem_warn_pct ? DR_WARN : DR_OK;
-        add(r, "memory", l, pct, "%.1f GiB available of %.1f GiB (%.1f%%; warn < %.0f%%, critical < %.0f%%)",
+        add(r, "memory", l, pct,
+            "%.1f GiB available of %.1f GiB (%.1f%%; warn < %.0f%%, critical < %.0f%%)",
             av / 1048576, tot / 1048576, pct, o->mem_warn_pct, o->mem_crit_pct);
     }
     free(text);
@@ -385,8 +412,12 @@ void dr_print_text(FILE *f, const dr_opts *o, const dr_report *r) {
     static const char *tag[] = {"OK", "WARN", "CRIT", "--"};
     fprintf(f, "cllm doctor  %s\n", o->url);
     for (int i = 0; i < r->n; i++)
-        fprintf(f, "  %-5s %-12s %s\n", tag[r->checks[i].level], r->checks[i].name, r->checks[i].detail);
-    fprintf(f, "overall: %s (exit %d) in %.1f s\n", r->overall == DR_OK ? "OK" : r->overall == DR_WARN ? "WARN" : "CRITICAL",
+        fprintf(f, "  %-5s %-12s %s\n", tag[r->checks[i].level], r->checks[i].name,
+                r->checks[i].detail);
+    fprintf(f, "overall: %s (exit %d) in %.1f s\n",
+            r->overall == DR_OK     ? "OK"
+            : r->overall == DR_WARN ? "WARN"
+                                    : "CRITICAL",
             (int)r->overall, r->elapsed_s);
 }
 
@@ -398,9 +429,10 @@ void dr_print_json(FILE *f, const dr_opts *o, const dr_report *r) {
     json_object_set_new(j, "elapsed_s", json_real(r->elapsed_s));
     for (int i = 0; i < r->n; i++) {
         const dr_check *c = &r->checks[i];
-        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:s}", "name", c->name, "status", dr_level_name(c->level),
-                                           "value", isnan(c->value) ? json_null() : json_real(c->value), "detail",
-                                           c->detail));
+        json_array_append_new(a, json_pack("{s:s,s:s,s:o,s:s}", "name", c->name, "status",
+                                           dr_level_name(c->level), "value",
+                                           isnan(c->value) ? json_null() : json_real(c->value),
+                                           "detail", c->detail));
     }
     json_object_set_new(j, "checks", a);
     char *s = json_dumps(j, JSON_INDENT(1));

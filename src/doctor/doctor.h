@@ -14,8 +14,8 @@
  * Error counters read: cllm:request_errors_total (all), http_requests_total{status=5..},
  * cllm_http_responses_total{code=5..},
  * vllm:request_success_total{finished_reason="error"}; totals: cllm:requests_total, else
- * cllm_http_responses_total, else http_requests_total, else vllm:request_success_total. Preemptions: vllm:num_preemptions_total
- * (or cllm:preemptions_total). */
+ * cllm_http_responses_total, else http_requests_total, else vllm:request_success_total.
+ * Preemptions: vllm:num_preemptions_total (or cllm:preemptions_total). */
 #ifndef CLLM_DOCTOR_DOCTOR_H
 #define CLLM_DOCTOR_DOCTOR_H
 
@@ -31,11 +31,11 @@ const char *dr_level_name(dr_level l); /* "ok", "warn", "critical", "skip" */
 typedef struct dr_opts {
     const char *url;
     const char *api_key;
-    const char *log_path;     /* NULL: no log check */
-    const char *meminfo_path; /* NULL: /proc/meminfo */
-    double window_s;          /* between the first and last /metrics scrape (default 2) */
-    double sustain_s;         /* usage above crit_pct this long is critical (default 30) */
-    double interval_s;        /* scrape period while waiting (default 1) */
+    const char *log_path;              /* NULL: no log check */
+    const char *meminfo_path;          /* NULL: /proc/meminfo */
+    double window_s;                   /* between the first and last /metrics scrape (default 2) */
+    double sustain_s;                  /* usage above crit_pct this long is critical (default 30) */
+    double interval_s;                 /* scrape period while waiting (default 1) */
     double warn_pct, crit_pct;         /* usage thresholds (92, 95) */
     double err_warn_pct, err_crit_pct; /* error rate over the window (1, 5) */
     double mem_warn_pct, mem_crit_pct; /* MemAvailable below this % of MemTotal (10, 5) */
@@ -49,7 +49,7 @@ typedef struct dr_check {
     const char *name; /* "server", "health", "model", "kv_cache", "state_slots", "errors",
                          "preemptions", "log", "memory" */
     dr_level level;
-    double value;     /* the number the level came from (percent, rate, count); NAN if none */
+    double value; /* the number the level came from (percent, rate, count); NAN if none */
     char detail[320];
 } dr_check;
 

@@ -35,8 +35,10 @@ static bool parse_line(const char *l, size_t n, prom_sample *s) {
                 i++;
                 continue;
             }
-            if (l[i] == '"') q = !q;
-            else if (!q && l[i] == '}') break;
+            if (l[i] == '"')
+                q = !q;
+            else if (!q && l[i] == '}')
+                break;
         }
         if (i >= n) return false;
         le = i++;
@@ -49,9 +51,12 @@ static bool parse_line(const char *l, size_t n, prom_sample *s) {
     num[k] = 0;
     char *end;
     double v;
-    if (!strcmp(num, "+Inf")) v = INFINITY;
-    else if (!strcmp(num, "-Inf")) v = -INFINITY;
-    else if (!strcmp(num, "NaN")) v = NAN;
+    if (!strcmp(num, "+Inf"))
+        v = INFINITY;
+    else if (!strcmp(num, "-Inf"))
+        v = -INFINITY;
+    else if (!strcmp(num, "NaN"))
+        v = NAN;
     else {
         v = strtod(num, &end);
         if (end == num || *end) return false;
@@ -118,14 +123,16 @@ bool prom_label(const prom_sample *s, const char *key, char *buf, size_t cap) {
     return false;
 }
 
-bool prom_sum(const prom_set *p, const char *name, const char *key, const char *prefix, double *out) {
+bool prom_sum(const prom_set *p, const char *name, const char *key, const char *prefix,
+              double *out) {
     bool any = false;
     double sum = 0;
     for (size_t i = 0; i < p->n; i++) {
         if (strcmp(p->s[i].name, name)) continue;
         if (key) {
             char v[128];
-            if (!prom_label(&p->s[i], key, v, sizeof(v)) || strncmp(v, prefix, strlen(prefix))) continue;
+            if (!prom_label(&p->s[i], key, v, sizeof(v)) || strncmp(v, prefix, strlen(prefix)))
+                continue;
         }
         sum += p->s[i].value;
         any = true;

@@ -30,7 +30,8 @@ bool prom_label(const prom_sample *s, const char *key, char *buf, size_t cap);
 
 /* Sum / max of NAME over all samples, only those whose label `key` starts with `prefix` when
  * key != NULL. False when no sample matched (the metric is not exported). */
-bool prom_sum(const prom_set *p, const char *name, const char *key, const char *prefix, double *out);
+bool prom_sum(const prom_set *p, const char *name, const char *key, const char *prefix,
+              double *out);
 bool prom_max(const prom_set *p, const char *name, double *out);
 
 #endif

@@ -76,8 +76,10 @@ static void lru_free(blk_lru *l) {
 static void lru_push(blk_lru *l, int e) {
     l->prev[e] = l->tail;
     l->next[e] = -1;
-    if (l->tail >= 0) l->next[l->tail] = e;
-    else l->head = e;
+    if (l->tail >= 0)
+        l->next[l->tail] = e;
+    else
+        l->head = e;
     l->tail = e;
     l->on[e] = 1;
     l->count++;
@@ -85,10 +87,14 @@ static void lru_push(blk_lru *l, int e) {
 
 static void lru_remove(blk_lru *l, int e) {
     if (!l->on[e]) return;
-    if (l->prev[e] >= 0) l->next[l->prev[e]] = l->next[e];
-    else l->head = l->next[e];
-    if (l->next[e] >= 0) l->prev[l->next[e]] = l->prev[e];
-    else l->tail = l->prev[e];
+    if (l->prev[e] >= 0)
+        l->next[l->prev[e]] = l->next[e];
+    else
+        l->head = l->next[e];
+    if (l->next[e] >= 0)
+        l->prev[l->next[e]] = l->prev[e];
+    else
+        l->tail = l->prev[e];
     l->on[e] = 0;
     l->count--;
 }
@@ -119,8 +125,12 @@ void blk_free(blk_mgr *m) {
     memset(m, 0, sizeof(*m));
 }
 
-int blk_available(const blk_mgr *m) { return m->n_free + m->lru.count; }
-int blk_used(const blk_mgr *m) { return m->n_blocks - blk_available(m); }
+int blk_available(const blk_mgr *m) {
+    return m->n_free + m->lru.count;
+}
+int blk_used(const blk_mgr *m) {
+    return m->n_blocks - blk_available(m);
+}
 
 int blk_alloc(blk_mgr *m) {
     int b;
@@ -145,11 +155,15 @@ void blk_ref(blk_mgr *m, int b) {
 
 void blk_unref(blk_mgr *m, int b) {
     if (--m->ref[b] > 0) return;
-    if (m->idx.in[b]) lru_push(&m->lru, b);
-    else m->free_list[m->n_free++] = b;
+    if (m->idx.in[b])
+        lru_push(&m->lru, b);
+    else
+        m->free_list[m->n_free++] = b;
 }
 
-int blk_lookup(const blk_mgr *m, blk_hash h) { return idx_find(&m->idx, h); }
+int blk_lookup(const blk_mgr *m, blk_hash h) {
+    return idx_find(&m->idx, h);
+}
 
 bool blk_register(blk_mgr *m, int b, blk_hash h) {
     if (m->idx.in[b] || idx_find(&m->idx, h) >= 0) return false;
@@ -157,7 +171,9 @@ bool blk_register(blk_mgr *m, int b, blk_hash h) {
     return true;
 }
 
-bool blk_is_hashed(const blk_mgr *m, int b) { return m->idx.in[b] != 0; }
+bool blk_is_hashed(const blk_mgr *m, int b) {
+    return m->idx.in[b] != 0;
+}
 
 void blk_reset_cache(blk_mgr *m) {
     while (m->lru.head >= 0) {
@@ -176,25 +192,38 @@ const char *blk_check(const blk_mgr *m, const int *expected_ref) {
     if (m->n_free < 0 || m->n_free > n) bad = "free count out of range";
     for (int i = 0; !bad && i < m->n_free; i++) {
         int b = m->free_list[i];
-        if (b < 0 || b >= n) bad = "free list holds an out-of-range block";
-        else if (seen[b]++) bad = "block twice on the free list";
-        else if (m->ref[b] != 0) bad = "referenced block on the free list";
-        else if (m->idx.in[b]) bad = "hashed block on the free list";
+        if (b < 0 || b >= n)
+            bad = "free list holds an out-of-range block";
+        else if (seen[b]++)
+            bad = "block twice on the free list";
+        else if (m->ref[b] != 0)
+            bad = "referenced block on the free list";
+        else if (m->idx.in[b])
+            bad = "hashed block on the free list";
     }
     int cnt = 0;
     for (int b = m->lru.head, prev = -1; !bad && b >= 0; prev = b, b = m->lru.next[b]) {
-        if (++cnt > n) bad = "LRU cycle";
-        else if (m->lru.prev[b] != prev) bad = "LRU back link broken";
-        else if (seen[b]++) bad = "block both free and cached, or twice in LRU";
-        else if (m->ref[b] != 0) bad = "referenced block on the LRU";
-        else if (!m->idx.in[b]) bad = "unhashed block on the LRU";
+        if (++cnt > n)
+            bad = "LRU cycle";
+        else if (m->lru.prev[b] != prev)
+            bad = "LRU back link broken";
+        else if (seen[b]++)
+            bad = "block both free and cached, or twice in LRU";
+        else if (m->ref[b] != 0)
+            bad = "referenced block on the LRU";
+        else if (!m->idx.in[b])
+            bad = "unhashed block on the LRU";
     }
     if (!bad && cnt != m->lru.count) bad = "LRU count wrong";
     for (int b = 0; !bad && b < n; b++) {
-        if (m->ref[b] < 0) bad = "negative ref count";
-        else if (m->ref[b] == 0 && !seen[b]) bad = "leaked block (ref 0, neither free nor cached)";
-        else if (expected_ref && m->ref[b] != expected_ref[b]) bad = "ref count differs from the block tables";
-        else if (m->idx.in[b] && idx_find(&m->idx, m->idx.key[b]) != b) bad = "hash index broken";
+        if (m->ref[b] < 0)
+            bad = "negative ref count";
+        else if (m->ref[b] == 0 && !seen[b])
+            bad = "leaked block (ref 0, neither free nor cached)";
+        else if (expected_ref && m->ref[b] != expected_ref[b])
+            bad = "ref count differs from the block tables";
+        else if (m->idx.in[b] && idx_find(&m->idx, m->idx.key[b]) != b)
+            bad = "hash index broken";
     }
     free(seen);
     return bad;
@@ -245,7 +274,9 @@ void slot_live_release(slot_mgr *s, int slot) {
     s->live_free[s->n_live_free++] = slot;
 }
 
-int slot_live_used(const slot_mgr *s) { return s->n_live - s->n_live_free; }
+int slot_live_used(const slot_mgr *s) {
+    return s->n_live - s->n_live_free;
+}
 
 int slot_snap_alloc(slot_mgr *s) {
     int i;
@@ -295,7 +326,9 @@ int slot_snap_lookup(slot_mgr *s, blk_hash h, bool touch) {
     return s->n_live + i;
 }
 
-int slot_snap_cached(const slot_mgr *s) { return s->lru.count; }
+int slot_snap_cached(const slot_mgr *s) {
+    return s->lru.count;
+}
 
 void slot_reset_cache(slot_mgr *s) {
     while (s->lru.head >= 0) {

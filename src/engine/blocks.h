@@ -20,7 +20,9 @@ typedef struct blk_hash {
     uint64_t lo, hi; /* XXH3-128 */
 } blk_hash;
 
-static inline bool blk_hash_eq(blk_hash a, blk_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+static inline bool blk_hash_eq(blk_hash a, blk_hash b) {
+    return a.lo == b.lo && a.hi == b.hi;
+}
 
 /* Chained hash index from blk_hash to entry ids in [0, n). */
 typedef struct blk_index {
@@ -40,11 +42,11 @@ typedef struct blk_lru {
 
 typedef struct blk_mgr {
     int n_blocks, block_size;
-    int *ref;        /* [n_blocks] */
-    int *free_list;  /* stack of free blocks (ref 0, not hashed) */
+    int *ref;       /* [n_blocks] */
+    int *free_list; /* stack of free blocks (ref 0, not hashed) */
     int n_free;
-    blk_index idx;   /* hashed blocks */
-    blk_lru lru;     /* ref-0 hashed blocks, least recently used first */
+    blk_index idx; /* hashed blocks */
+    blk_lru lru;   /* ref-0 hashed blocks, least recently used first */
     uint64_t evictions;
 } blk_mgr;
 
@@ -78,14 +80,14 @@ typedef enum snap_state { SNAP_FREE = 0, SNAP_CACHED, SNAP_OWNED } snap_state;
 
 typedef struct slot_mgr {
     int n_live, n_snap;
-    int *live_free;      /* stack of free live slots */
+    int *live_free; /* stack of free live slots */
     int n_live_free;
-    uint8_t *live_used;  /* [n_live] */
-    uint8_t *snap_st;    /* [n_snap] snap_state */
-    int *snap_free;      /* stack of free snapshot indices */
+    uint8_t *live_used; /* [n_live] */
+    uint8_t *snap_st;   /* [n_snap] snap_state */
+    int *snap_free;     /* stack of free snapshot indices */
     int n_snap_free;
-    blk_index idx;       /* cached snapshots by chain hash (entry = snapshot index) */
-    blk_lru lru;         /* cached snapshots */
+    blk_index idx; /* cached snapshots by chain hash (entry = snapshot index) */
+    blk_lru lru;   /* cached snapshots */
     uint64_t evictions;
 } slot_mgr;
 

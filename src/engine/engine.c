@@ -49,7 +49,7 @@ struct cllm_engine {
     cllm_engine_stats stats; /* snapshot after the last step */
     uint64_t rejections;
     bool reset_cache;
-    double t_forward;       /* copies of the scheduler's counters, for cllm_engine_forward_time */
+    double t_forward; /* copies of the scheduler's counters, for cllm_engine_forward_time */
     uint64_t tokens_forward;
     atomic_uint_fast64_t next_id;
 };
@@ -91,8 +91,8 @@ static cllm_status real_forward(void *ctx, const cllm_batch *b, float *logits, c
 static void real_copy_block(void *ctx, int dst, int src) {
     cllm_engine *e = ctx;
     if (!e->kv.data || dst == src) return;
-    memcpy((char *)e->kv.data + (size_t)dst * e->block_bytes, (char *)e->kv.data + (size_t)src * e->block_bytes,
-           e->block_bytes);
+    memcpy((char *)e->kv.data + (size_t)dst * e->block_bytes,
+           (char *)e->kv.data + (size_t)src * e->block_bytes, e->block_bytes);
 }
 
 static void real_copy_state(void *ctx, int dst, int src) {
@@ -137,7 +137,8 @@ static void *step_main(void *arg) {
     int cap_in = 0, cap_c = 0;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stop && e->n_in == 0 && e->n_cancel == 0 && !e->reset_cache && !sched_has_work(e->s))
+        while (!e->stop && e->n_in == 0 && e->n_cancel == 0 && !e->reset_cache &&
+               !sched_has_work(e->s))
             pthread_cond_wait(&e->cv, &e->mu);
         if (e->stop) break;
         /* swap the queues out */
@@ -206,23 +207,28 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     cllm_status rc;
     if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) goto fail;
     const cllm_config *cf = cllm_model_config(e->m);
-    if (file_exists(o.model_dir, "tokenizer.json") && (rc = cllm_tok_load(o.model_dir, &e->tok, err)) != CLLM_OK)
+    if (file_exists(o.model_dir, "tokenizer.json") &&
+        (rc = cllm_tok_load(o.model_dir, &e->tok, err)) != CLLM_OK)
         goto fail;
     if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) goto fail;
 
     int bs = o.block_size;
     int n_attn = cllm_model_n_attn_layers(e->m), n_gdn = cllm_model_n_gdn_layers(e->m);
     size_t kv_elem = o.kv_cache_bf16 ? 2 : 4;
-    size_t block_bytes = (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * kv_elem;
-    size_t conv_ch = (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
+    size_t block_bytes =
+        (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * kv_elem;
+    size_t conv_ch =
+        (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
     size_t slot_bytes = n_gdn ? (size_t)n_gdn *
                                     (conv_ch * (size_t)(cf->lin_conv_kernel - 1) +
-                                     (size_t)cf->lin_n_v_heads * cf->lin_k_dim * cf->lin_v_dim) * 4
+                                     (size_t)cf->lin_n_v_heads * cf->lin_k_dim * cf->lin_v_dim) *
+                                    4
                               : 0;
     uint64_t kv_budget = o.kv_cache_bytes;
     if (!kv_budget) {
         uint64_t total = (uint64_t)(o.memory_utilization * (double)cllm_mem_total());
-        uint64_t w = weights_bytes(o.model_dir), live = (uint64_t)slot_bytes * (uint64_t)o.max_num_seqs;
+        uint64_t w = weights_bytes(o.model_dir),
+                 live = (uint64_t)slot_bytes * (uint64_t)o.max_num_seqs;
         kv_budget = total > w + live ? total - w - live : 0;
     }
     int want_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
@@ -230,20 +236,23 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     /* more than every sequence at full length (plus as much again for the prefix cache) is waste */
     uint64_t useful = 2ull * (uint64_t)o.max_num_seqs * (uint64_t)((want_len + bs - 1) / bs);
     if (n_blocks > useful) n_blocks = useful;
-    if (!block_bytes) n_blocks = useful > (1u << 20) ? (1u << 20) : useful; /* no attention layers */
+    if (!block_bytes)
+        n_blocks = useful > (1u << 20) ? (1u << 20) : useful; /* no attention layers */
     if (n_blocks > (1u << 24)) n_blocks = 1u << 24;
     if (n_blocks < 1) {
-        rc = cllm_err_set(err, CLLM_ENOMEM, "engine: the KV budget (%llu bytes) holds no %zu-byte block",
+        rc = cllm_err_set(err, CLLM_ENOMEM,
+                          "engine: the KV budget (%llu bytes) holds no %zu-byte block",
                           (unsigned long long)kv_budget, block_bytes);
         goto fail;
     }
     int max_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
     if ((uint64_t)max_len > n_blocks * (uint64_t)bs) {
         if (o.max_model_len > 0) {
-            rc = cllm_err_set(err, CLLM_EINVAL,
-                              "engine: --max-model-len %d needs %d KV blocks but the budget holds %llu; lower it "
-                              "or raise --kv-cache-memory",
-                              o.max_model_len, (o.max_model_len + bs - 1) / bs, (unsigned long long)n_blocks);
+            rc = cllm_err_set(
+                err, CLLM_EINVAL,
+                "engine: --max-model-len %d needs %d KV blocks but the budget holds %llu; lower it "
+                "or raise --kv-cache-memory",
+                o.max_model_len, (o.max_model_len + bs - 1) / bs, (unsigned long long)n_blocks);
             goto fail;
         }
         max_len = (int)(n_blocks * (uint64_t)bs);
@@ -261,7 +270,9 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
         if (k > 4096) k = 4096;
         n_snap = (int)k;
     }
-    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs, o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK) goto fail;
+    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs,
+                                o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK)
+        goto fail;
     if ((rc = cllm_state_pool_init(&e->st, e->m, n_live + n_snap, err)) != CLLM_OK) goto fail;
     e->block_bytes = cllm_kv_pool_block_bytes(&e->kv);
     e->pool = cllm_pool_create(o.n_threads);
@@ -284,7 +295,8 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     c->prefix_caching = o.enable_prefix_caching;
     c->snapshot_interval = o.state_snapshot_interval;
     c->tok = e->tok;
-    for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++) c->eos_ids[c->n_eos++] = cf->eos_ids[i];
+    for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++)
+        c->eos_ids[c->n_eos++] = cf->eos_ids[i];
     for (int i = 0; i < e->gen.n_eos && c->n_eos < CLLM_MAX_EOS; i++) {
         bool dup = false;
         for (int k = 0; k < c->n_eos; k++) dup |= c->eos_ids[k] == e->gen.eos_ids[i];
@@ -297,10 +309,12 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     }
     if ((rc = sched_create(c, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
     sched_stats(e->s, &e->stats);
-    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots (%.1f MiB each); "
+    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots "
+             "(%.1f MiB each); "
              "max_model_len %d, prefix caching %s",
              (unsigned long long)n_blocks, (unsigned long long)n_blocks * (uint64_t)bs,
-             (double)n_blocks * (double)e->block_bytes / 1048576.0, o.kv_cache_bf16 ? "bf16" : "fp32", n_live, n_snap, (double)slot_bytes / 1048576.0,
+             (double)n_blocks * (double)e->block_bytes / 1048576.0,
+             o.kv_cache_bf16 ? "bf16" : "fp32", n_live, n_snap, (double)slot_bytes / 1048576.0,
              max_len, o.enable_prefix_caching ? "on" : "off");
     if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot start the step thread");
@@ -344,7 +358,8 @@ void cllm_engine_free(cllm_engine *e) {
 
 /* ---- API ---- */
 
-cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id, cllm_error *err) {
+cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id,
+                               cllm_error *err) {
     if (!r || !r->on_event) return cllm_err_set(err, CLLM_EINVAL, "request has no event callback");
     uint64_t rid = atomic_fetch_add(&e->next_id, 1);
     eng_req *q;
@@ -418,8 +433,12 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s) {
     pthread_mutex_unlock(&e->mu);
 }
 
-const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) { return e->tok; }
-const char *cllm_engine_model_name(const cllm_engine *e) { return e->name; }
+const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) {
+    return e->tok;
+}
+const char *cllm_engine_model_name(const cllm_engine *e) {
+    return e->name;
+}
 
 void cllm_engine_reset_prefix_cache(cllm_engine *e) {
     pthread_mutex_lock(&e->mu);

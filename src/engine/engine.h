@@ -28,27 +28,27 @@ typedef enum cllm_finish {
 } cllm_finish;
 
 typedef struct cllm_sampling {
-    double temperature;      /* 0 = greedy */
-    double top_p;            /* 1 = off */
-    int top_k;               /* 0 or -1 = off */
-    double min_p;            /* 0 = off */
+    double temperature;                                             /* 0 = greedy */
+    double top_p;                                                   /* 1 = off */
+    int top_k;                                                      /* 0 or -1 = off */
+    double min_p;                                                   /* 0 = off */
     double repetition_penalty, presence_penalty, frequency_penalty; /* 1, 0, 0 = off */
-    uint64_t seed;           /* used when has_seed */
+    uint64_t seed;                                                  /* used when has_seed */
     bool has_seed;
-    int max_tokens;          /* generated tokens cap (<= 0: up to max_model_len) */
+    int max_tokens; /* generated tokens cap (<= 0: up to max_model_len) */
     int min_tokens;
     bool ignore_eos;
     const int *stop_token_ids; /* borrowed until submit returns (copied) */
     int n_stop_token_ids;
-    const char *const *stop;   /* stop strings, copied at submit */
+    const char *const *stop; /* stop strings, copied at submit */
     int n_stop;
     bool include_stop_str_in_output;
     bool skip_special_tokens;
-    int logprobs;            /* top logprobs to return per token; -1 = none, 0 = chosen only */
+    int logprobs;              /* top logprobs to return per token; -1 = none, 0 = chosen only */
     const int *logit_bias_ids; /* parallel arrays, copied */
     const float *logit_bias_vals;
     int n_logit_bias;
-    int n;                   /* parallel samples sharing the prompt (>= 1) */
+    int n; /* parallel samples sharing the prompt (>= 1) */
 } cllm_sampling;
 
 /* Defaults: greedy unless generation_config says otherwise; the engine fills these from the
@@ -62,15 +62,15 @@ typedef struct cllm_token_logprob {
 
 typedef struct cllm_event {
     uint64_t request_id;
-    int index;               /* which of the n samples */
-    const char *text;        /* new UTF-8 text (complete characters only), may be "" */
+    int index;        /* which of the n samples */
+    const char *text; /* new UTF-8 text (complete characters only), may be "" */
     size_t text_len;
-    const int *token_ids;    /* tokens produced by this step for this sample */
+    const int *token_ids; /* tokens produced by this step for this sample */
     int n_tokens;
     const cllm_token_logprob *logprobs; /* [n_tokens][1 + top] when requested, else NULL */
     int n_top_logprobs;
-    cllm_finish finish;      /* != NONE on the last event of this sample */
-    const char *error;       /* CLLM_FINISH_ERROR only */
+    cllm_finish finish; /* != NONE on the last event of this sample */
+    const char *error;  /* CLLM_FINISH_ERROR only */
     /* usage, valid on the last event */
     int prompt_tokens, completion_tokens, cached_prompt_tokens;
     /* timing (monotonic seconds), valid on the last event */
@@ -81,28 +81,30 @@ typedef struct cllm_event {
 typedef void (*cllm_event_fn)(void *user, const cllm_event *ev);
 
 typedef struct cllm_request {
-    const int *prompt;       /* token ids, copied at submit */
+    const int *prompt; /* token ids, copied at submit */
     int n_prompt;
     cllm_sampling sampling;
     cllm_event_fn on_event;
     void *user;
-    const char *cache_salt;  /* optional: isolates prefix-cache sharing (NULL = shared) */
+    const char *cache_salt; /* optional: isolates prefix-cache sharing (NULL = shared) */
 } cllm_request;
 
 typedef struct cllm_engine_opts {
     const char *model_dir;
-    int n_threads;              /* 0 = all cores */
-    int max_model_len;          /* 0 = min(max_position_embeddings, what KV memory allows) */
-    int max_num_seqs;           /* default 256 (vLLM) */
-    int max_num_batched_tokens; /* default 2048 */
-    int block_size;             /* default 16 */
-    uint64_t kv_cache_bytes;    /* 0 = from memory_utilization */
-    double memory_utilization;  /* share of physical RAM for weights + KV + state (default 0.5) */
-    bool enable_prefix_caching; /* default true */
-    int state_snapshot_interval;/* GDN snapshot every N blocks (default 1 = each block boundary reached at end of prefill/turn) */
+    int n_threads;               /* 0 = all cores */
+    int max_model_len;           /* 0 = min(max_position_embeddings, what KV memory allows) */
+    int max_num_seqs;            /* default 256 (vLLM) */
+    int max_num_batched_tokens;  /* default 2048 */
+    int block_size;              /* default 16 */
+    uint64_t kv_cache_bytes;     /* 0 = from memory_utilization */
+    double memory_utilization;   /* share of physical RAM for weights + KV + state (default 0.5) */
+    bool enable_prefix_caching;  /* default true */
+    int state_snapshot_interval; /* GDN snapshot every N blocks (default 1 = each block boundary
+                                    reached at end of prefill/turn) */
     uint64_t state_snapshot_bytes; /* budget for GDN state snapshots (0 = auto) */
-    int max_queued_requests;    /* admission control; 0 = unbounded */
-    bool kv_cache_bf16;         /* KV cache in bf16 instead of fp32 (half the memory; logits differ slightly) */
+    int max_queued_requests;       /* admission control; 0 = unbounded */
+    bool kv_cache_bf16; /* KV cache in bf16 instead of fp32 (half the memory; logits differ
+                           slightly) */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);
@@ -116,7 +118,8 @@ void cllm_engine_free(cllm_engine *e);
 /* Queues a request. On success *id is set and events will follow. Fails synchronously (no events)
  * with CLLM_EINVAL for a bad request (message in vLLM's words for over-length prompts), or
  * CLLM_EBUSY when the queue is full or the engine is draining. */
-cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id, cllm_error *err);
+cllm_status cllm_engine_submit(cllm_engine *e, const cllm_request *r, uint64_t *id,
+                               cllm_error *err);
 /* Idempotent; unknown or finished ids are ignored. */
 void cllm_engine_cancel(cllm_engine *e, uint64_t id);
 /* Stop accepting new requests; running ones continue. */
@@ -129,8 +132,8 @@ typedef struct cllm_engine_stats {
     uint64_t prefix_queries_tokens, prefix_hits_tokens; /* vLLM counts tokens */
     uint64_t prefill_tokens_saved;
     uint64_t preemptions;
-    uint64_t prompt_tokens, generation_tokens;          /* processed totals */
-    uint64_t requests_finished[5];                      /* by cllm_finish */
+    uint64_t prompt_tokens, generation_tokens; /* processed totals */
+    uint64_t requests_finished[5];             /* by cllm_finish */
     uint64_t admission_rejections;
     int block_size, max_model_len;
     bool prefix_caching;

@@ -66,9 +66,12 @@ static void select_top(smp_pair *c, int n, int k) {
                 j--;
             }
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
 }
 
@@ -104,7 +107,8 @@ static void fill_logprobs(smp_scratch *s, const float *logits, int chosen, int t
     }
 }
 
-int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in, cllm_token_logprob *lp) {
+int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
+               cllm_token_logprob *lp) {
     int V = s->V;
     float *x = s->x;
     memcpy(x, in->logits, (size_t)V * sizeof(float));

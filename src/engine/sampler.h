@@ -35,12 +35,12 @@ int smp_init(smp_scratch *s, int vocab_size); /* 0 or -1 */
 void smp_free(smp_scratch *s);
 
 typedef struct smp_input {
-    const float *logits;                /* [V] raw, not modified */
-    const int32_t *prompt;              /* for the repetition penalty */
+    const float *logits;   /* [V] raw, not modified */
+    const int32_t *prompt; /* for the repetition penalty */
     int n_prompt;
-    const int32_t *out;                 /* tokens generated so far */
+    const int32_t *out; /* tokens generated so far */
     int n_out;
-    const int *forbid;                  /* ids set to -inf (EOS/stop ids before min_tokens) */
+    const int *forbid; /* ids set to -inf (EOS/stop ids before min_tokens) */
     int n_forbid;
     uint64_t seed;
     int index, step;

@@ -43,46 +43,58 @@ void sched_req_free(eng_req *q) {
     free(q);
 }
 
-cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t id, double t_arrival,
-                          eng_req **out, cllm_error *err) {
+cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t id,
+                          double t_arrival, eng_req **out, cllm_error *err) {
     *out = NULL;
     const cllm_sampling *p = &r->sampling;
-    if (!r->prompt || r->n_prompt < 1) return cllm_err_set(err, CLLM_EINVAL, "prompt must not be empty");
+    if (!r->prompt || r->n_prompt < 1)
+        return cllm_err_set(err, CLLM_EINVAL, "prompt must not be empty");
     for (int i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= cfg->vocab_size)
-            return cllm_err_set(err, CLLM_EINVAL, "prompt token %d at position %d is out of vocabulary (size %d)",
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "prompt token %d at position %d is out of vocabulary (size %d)",
                                 r->prompt[i], i, cfg->vocab_size);
     if (p->n < 1 || p->n > 256) /* samples beyond max_num_seqs simply queue */
         return cllm_err_set(err, CLLM_EINVAL, "n must be between 1 and 256, got %d", p->n);
-    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1))
-        return cllm_err_set(err, CLLM_EINVAL, "temperature must be >= 0, top_p in (0, 1], min_p in [0, 1]");
+    if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
+        !(p->min_p >= 0 && p->min_p <= 1))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "temperature must be >= 0, top_p in (0, 1], min_p in [0, 1]");
     if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 100) ||
         !(fabs(p->presence_penalty) <= 2) || !(fabs(p->frequency_penalty) <= 2))
-        return cllm_err_set(err, CLLM_EINVAL,
-                            "repetition_penalty must be in (0, 100], presence/frequency penalties in [-2, 2]");
-    if (p->top_k < -1) return cllm_err_set(err, CLLM_EINVAL, "top_k must be -1 (off) or >= 0, got %d", p->top_k);
+        return cllm_err_set(
+            err, CLLM_EINVAL,
+            "repetition_penalty must be in (0, 100], presence/frequency penalties in [-2, 2]");
+    if (p->top_k < -1)
+        return cllm_err_set(err, CLLM_EINVAL, "top_k must be -1 (off) or >= 0, got %d", p->top_k);
     if (p->min_tokens < 0) return cllm_err_set(err, CLLM_EINVAL, "min_tokens must be >= 0");
     if (p->logprobs > 20 || p->logprobs < -1)
-        return cllm_err_set(err, CLLM_EINVAL, "logprobs must be between 0 and 20, got %d", p->logprobs);
+        return cllm_err_set(err, CLLM_EINVAL, "logprobs must be between 0 and 20, got %d",
+                            p->logprobs);
     if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
-        return cllm_err_set(err, CLLM_EINVAL, "min_tokens (%d) must be <= max_tokens (%d)", p->min_tokens,
-                            p->max_tokens);
+        return cllm_err_set(err, CLLM_EINVAL, "min_tokens (%d) must be <= max_tokens (%d)",
+                            p->min_tokens, p->max_tokens);
     for (int i = 0; i < p->n_stop_token_ids; i++)
         if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= cfg->vocab_size)
-            return cllm_err_set(err, CLLM_EINVAL, "stop_token_ids: %d is out of vocabulary", p->stop_token_ids[i]);
+            return cllm_err_set(err, CLLM_EINVAL, "stop_token_ids: %d is out of vocabulary",
+                                p->stop_token_ids[i]);
     for (int i = 0; i < p->n_logit_bias; i++)
-        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= cfg->vocab_size || !isfinite(p->logit_bias_vals[i]))
-            return cllm_err_set(err, CLLM_EINVAL, "logit_bias: token %d is out of vocabulary or bias not finite",
+        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= cfg->vocab_size ||
+            !isfinite(p->logit_bias_vals[i]))
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "logit_bias: token %d is out of vocabulary or bias not finite",
                                 p->logit_bias_ids[i]);
     for (int i = 0; i < p->n_stop; i++)
-        if (!p->stop[i] || !p->stop[i][0]) return cllm_err_set(err, CLLM_EINVAL, "stop strings must not be empty");
+        if (!p->stop[i] || !p->stop[i][0])
+            return cllm_err_set(err, CLLM_EINVAL, "stop strings must not be empty");
     int want = p->max_tokens > 0 ? p->max_tokens : 1;
     if ((int64_t)r->n_prompt + want > cfg->max_model_len)
-        return cllm_err_set(err, CLLM_EINVAL,
-                            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
-                            "(%d in the messages, %d in the completion). Please reduce the length of the messages "
-                            "or completion.",
-                            cfg->max_model_len, (long long)r->n_prompt + want, r->n_prompt, want);
+        return cllm_err_set(
+            err, CLLM_EINVAL,
+            "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+            "(%d in the messages, %d in the completion). Please reduce the length of the messages "
+            "or completion.",
+            cfg->max_model_len, (long long)r->n_prompt + want, r->n_prompt, want);
 
     eng_req *q = calloc(1, sizeof(*q));
     if (!q) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -107,7 +119,8 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     q->bias_ids = malloc(((size_t)p->n_logit_bias + 1) * sizeof(int));
     q->bias_vals = malloc(((size_t)p->n_logit_bias + 1) * sizeof(float));
     q->sp.n_stop = 0;
-    if (!q->prompt || !q->seqs || !q->stop || !q->stop_ids || !q->bias_ids || !q->bias_vals) goto oom;
+    if (!q->prompt || !q->seqs || !q->stop || !q->stop_ids || !q->bias_ids || !q->bias_vals)
+        goto oom;
     for (int i = 0; i < r->n_prompt; i++) q->prompt[i] = r->prompt[i];
     for (int i = 0; i < p->n_stop; i++) {
         if (!(q->stop[i] = dup_str(p->stop[i]))) goto oom;
@@ -115,7 +128,8 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
         int l = (int)strlen(p->stop[i]);
         if (l > q->max_stop_len) q->max_stop_len = l;
     }
-    if (p->n_stop_token_ids) memcpy(q->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int));
+    if (p->n_stop_token_ids)
+        memcpy(q->stop_ids, p->stop_token_ids, (size_t)p->n_stop_token_ids * sizeof(int));
     if (p->n_logit_bias) {
         memcpy(q->bias_ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof(int));
         memcpy(q->bias_vals, p->logit_bias_vals, (size_t)p->n_logit_bias * sizeof(float));
@@ -189,7 +203,8 @@ static void seq_destroy(sched *s, eng_seq *e) {
 static void seq_hashes(sched *s, eng_seq *e, int n_full) {
     int bs = s->cfg.block_size;
     if (n_full <= e->n_hashes) return;
-    if (grow((void **)&e->hashes, &e->cap_hashes, n_full, sizeof(blk_hash))) return; /* cache just misses */
+    if (grow((void **)&e->hashes, &e->cap_hashes, n_full, sizeof(blk_hash)))
+        return; /* cache just misses */
     for (int b = e->n_hashes; b < n_full; b++) {
         blk_hash parent = b ? e->hashes[b - 1] : e->req->salt;
         XXH3_state_t st;
@@ -211,7 +226,8 @@ static blk_hash partial_hash(const sched *s, const eng_seq *e, int k, int r) {
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, &parent, sizeof(parent));
     XXH3_128bits_update(&st, &r, sizeof(r));
-    XXH3_128bits_update(&st, e->tokens + (size_t)k * s->cfg.block_size, (size_t)r * sizeof(int32_t));
+    XXH3_128bits_update(&st, e->tokens + (size_t)k * s->cfg.block_size,
+                        (size_t)r * sizeof(int32_t));
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     blk_hash out = {h.low64, h.high64};
     return out;
@@ -225,8 +241,10 @@ static bool snapshots_on(const sched *s) {
 static void seq_commit_pending(sched *s, eng_seq *e) {
     if (e->pend_snap < 0) return;
     seq_hashes(s, e, e->pend_blocks);
-    if (e->n_hashes >= e->pend_blocks) slot_snap_commit(&s->slots, e->pend_snap, e->hashes[e->pend_blocks - 1]);
-    else slot_snap_release(&s->slots, e->pend_snap);
+    if (e->n_hashes >= e->pend_blocks)
+        slot_snap_commit(&s->slots, e->pend_snap, e->hashes[e->pend_blocks - 1]);
+    else
+        slot_snap_release(&s->slots, e->pend_snap);
     e->pend_snap = -1;
 }
 
@@ -284,8 +302,10 @@ static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
 /* Removes a finished sequence everywhere; frees the request when its last sample ends. */
 void sched_seq_finish(sched *s, eng_seq *e) {
     seq_release(s, e);
-    if (e->state == SEQ_RUNNING) list_remove(s->running, &s->n_running, e);
-    else if (e->state == SEQ_WAITING) list_remove(s->waiting, &s->n_waiting, e);
+    if (e->state == SEQ_RUNNING)
+        list_remove(s->running, &s->n_running, e);
+    else if (e->state == SEQ_WAITING)
+        list_remove(s->waiting, &s->n_waiting, e);
     e->state = SEQ_DONE;
     eng_req *q = e->req;
     q->seqs[e->index] = NULL;
@@ -302,11 +322,12 @@ void sched_seq_finish(sched *s, eng_seq *e) {
 
 /* ---- create / free ---- */
 
-cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *model_ctx, sched **out,
-                         cllm_error *err) {
+cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *model_ctx,
+                         sched **out, cllm_error *err) {
     *out = NULL;
-    if (cfg->n_blocks < 1 || cfg->block_size < 1 || cfg->n_live_slots < 1 || cfg->max_num_seqs < 1 ||
-        cfg->max_num_batched_tokens < 1 || cfg->max_model_len < 1 || cfg->vocab_size < 1)
+    if (cfg->n_blocks < 1 || cfg->block_size < 1 || cfg->n_live_slots < 1 ||
+        cfg->max_num_seqs < 1 || cfg->max_num_batched_tokens < 1 || cfg->max_model_len < 1 ||
+        cfg->vocab_size < 1)
         return cllm_err_set(err, CLLM_EINVAL, "scheduler: bad configuration");
     sched *s = calloc(1, sizeof(*s));
     if (!s) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -318,8 +339,10 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
     s->bseq = calloc((size_t)s->batch_cap, sizeof(cllm_seq_batch));
     s->bent = calloc((size_t)s->batch_cap, sizeof(sched_ent));
     s->logits = malloc((size_t)s->batch_cap * (size_t)cfg->vocab_size * sizeof(float));
-    if (!s->bseq || !s->bent || !s->logits || blk_init(&s->blocks, cfg->n_blocks, cfg->block_size) ||
-        slot_init(&s->slots, cfg->n_live_slots, cfg->has_state && cfg->prefix_caching ? cfg->n_snap_slots : 0) ||
+    if (!s->bseq || !s->bent || !s->logits ||
+        blk_init(&s->blocks, cfg->n_blocks, cfg->block_size) ||
+        slot_init(&s->slots, cfg->n_live_slots,
+                  cfg->has_state && cfg->prefix_caching ? cfg->n_snap_slots : 0) ||
         smp_init(&s->smp, cfg->vocab_size)) {
         sched_free(s);
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
@@ -352,7 +375,9 @@ void sched_add(sched *s, eng_req *q) {
     if (!e || grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(eng_req *)) ||
         list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, s->n_waiting, e)) {
         /* Out of memory: end the request with an error event. */
-        cllm_event ev = {.request_id = q->id, .text = "", .finish = CLLM_FINISH_ERROR,
+        cllm_event ev = {.request_id = q->id,
+                         .text = "",
+                         .finish = CLLM_FINISH_ERROR,
                          .error = "out of memory queueing the request"};
         for (int i = 0; i < q->sp.n; i++) {
             ev.index = i;
@@ -401,7 +426,9 @@ void sched_cancel(sched *s, uint64_t id) {
         }
 }
 
-bool sched_has_work(const sched *s) { return s->n_running + s->n_waiting > 0; }
+bool sched_has_work(const sched *s) {
+    return s->n_running + s->n_waiting > 0;
+}
 
 void sched_reset_prefix_cache(sched *s) {
     blk_reset_cache(&s->blocks);
@@ -428,7 +455,9 @@ void sched_stats(const sched *s, cllm_engine_stats *st) {
 
 /* ---- planning ---- */
 
-static int blocks_for(int n_tok, int bs) { return (n_tok + bs - 1) / bs; }
+static int blocks_for(int n_tok, int bs) {
+    return (n_tok + bs - 1) / bs;
+}
 
 /* Cuts a chunk so that it ends on the last block boundary before the sequence's final token,
  * where a snapshot is then taken (hybrid + prefix caching): a retried prompt, an n > 1 sibling
@@ -551,7 +580,8 @@ static int plan(sched *s) {
         budget -= n_new;
     }
     if (preempted) return s->n_batch;
-    while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 && s->n_batch < s->batch_cap) {
+    while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 &&
+           s->n_batch < s->batch_cap) {
         eng_seq *e = s->waiting[0];
         if (s->slots.n_live_free == 0) break;
         pmatch pm;
@@ -617,7 +647,8 @@ static void after_compute(sched *s, eng_seq *e, int n_new) {
     int full0 = before / bs, full1 = e->n_computed / bs;
     if (full1 > full0) {
         seq_hashes(s, e, full1);
-        for (int b = full0; b < full1 && b < e->n_hashes; b++) blk_register(&s->blocks, e->table[b], e->hashes[b]);
+        for (int b = full0; b < full1 && b < e->n_hashes; b++)
+            blk_register(&s->blocks, e->table[b], e->hashes[b]);
     }
     if (!snapshots_on(s) || e->n_computed % bs != 0 || e->n_hashes < full1) return;
     blk_hash h = e->hashes[full1 - 1];
@@ -657,10 +688,11 @@ static void fork_samples(sched *s, eng_seq *p) {
         q->seqs[i] = c;
         q->n_live++;
         bool partial = p->n_computed % bs != 0;
-        bool room = s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
-                    blk_available(&s->blocks) >= (partial ? 1 : 0) &&
-                    !grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
-                    !grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
+        bool room =
+            s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
+            blk_available(&s->blocks) >= (partial ? 1 : 0) &&
+            !grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
+            !grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
         if (!room) {
             c->state = SEQ_WAITING;
             c->t_scheduled = 0;
@@ -746,17 +778,25 @@ const char *sched_check(const sched *s) {
     uint8_t *owned = calloc((size_t)s->slots.n_snap + 1, 1);
     const char *bad = NULL;
     if (!ref || !live || !owned) bad = "out of memory in sched_check";
-    if (!bad && s->n_running > s->cfg.max_num_seqs) bad = "more running sequences than max_num_seqs";
+    if (!bad && s->n_running > s->cfg.max_num_seqs)
+        bad = "more running sequences than max_num_seqs";
     for (int i = 0; !bad && i < s->n_running; i++) {
         const eng_seq *e = s->running[i];
-        if (e->state != SEQ_RUNNING) bad = "running list holds a non-running sequence";
-        else if (e->slot < 0 || e->slot >= s->slots.n_live) bad = "running sequence without a live slot";
-        else if (live[e->slot]++) bad = "live slot shared by two sequences";
-        else if (e->n_table < blocks_for(e->n_computed, bs)) bad = "block table shorter than the computed tokens";
-        else if (e->n_computed > e->n_tokens || e->n_computed < 0) bad = "computed count out of range";
+        if (e->state != SEQ_RUNNING)
+            bad = "running list holds a non-running sequence";
+        else if (e->slot < 0 || e->slot >= s->slots.n_live)
+            bad = "running sequence without a live slot";
+        else if (live[e->slot]++)
+            bad = "live slot shared by two sequences";
+        else if (e->n_table < blocks_for(e->n_computed, bs))
+            bad = "block table shorter than the computed tokens";
+        else if (e->n_computed > e->n_tokens || e->n_computed < 0)
+            bad = "computed count out of range";
         for (int j = 0; !bad && j < e->n_table; j++) {
-            if (e->table[j] < 0 || e->table[j] >= nb) bad = "block id out of range";
-            else ref[e->table[j]]++;
+            if (e->table[j] < 0 || e->table[j] >= nb)
+                bad = "block id out of range";
+            else
+                ref[e->table[j]]++;
         }
         if (!bad && e->n_computed % bs != 0 && e->n_computed / bs < e->n_table &&
             s->blocks.ref[e->table[e->n_computed / bs]] != 1)
@@ -765,9 +805,12 @@ const char *sched_check(const sched *s) {
     }
     for (int i = 0; !bad && i < s->n_waiting; i++) {
         const eng_seq *e = s->waiting[i];
-        if (e->state != SEQ_WAITING) bad = "waiting list holds a non-waiting sequence";
-        else if (e->n_table != 0 || e->slot >= 0 || e->n_computed != 0) bad = "waiting sequence holds resources";
-        else if (e->pend_snap >= 0) bad = "waiting sequence holds a snapshot";
+        if (e->state != SEQ_WAITING)
+            bad = "waiting list holds a non-waiting sequence";
+        else if (e->n_table != 0 || e->slot >= 0 || e->n_computed != 0)
+            bad = "waiting sequence holds resources";
+        else if (e->pend_snap >= 0)
+            bad = "waiting sequence holds a snapshot";
     }
     if (!bad) bad = blk_check(&s->blocks, ref);
     if (!bad) bad = slot_check(&s->slots, live, owned);
@@ -775,7 +818,8 @@ const char *sched_check(const sched *s) {
     for (int i = 0; !bad && i < s->n_reqs; i++)
         for (int k = 0; k < s->reqs[i]->sp.n; k++)
             if (s->reqs[i]->seqs[k]) live_seqs++;
-    if (!bad && live_seqs != s->n_running + s->n_waiting) bad = "sequence neither running nor waiting";
+    if (!bad && live_seqs != s->n_running + s->n_waiting)
+        bad = "sequence neither running nor waiting";
     free(ref);
     free(live);
     free(owned);

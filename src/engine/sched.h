@@ -28,12 +28,12 @@ typedef struct eng_model_ops {
 
 typedef struct sched_cfg {
     int vocab_size;
-    bool has_state;             /* model has GDN layers: prefix reuse needs a state snapshot */
+    bool has_state; /* model has GDN layers: prefix reuse needs a state snapshot */
     int n_blocks, block_size;
     int n_live_slots, n_snap_slots;
     int max_num_seqs, max_num_batched_tokens, max_model_len;
     bool prefix_caching;
-    int snapshot_interval;      /* commit prefill-boundary snapshots every N blocks (>= 1) */
+    int snapshot_interval; /* commit prefill-boundary snapshots every N blocks (>= 1) */
     int eos_ids[CLLM_MAX_EOS];
     int n_eos;
     const struct cllm_tok *tok; /* may be NULL: no text, stop strings never match */
@@ -44,8 +44,8 @@ typedef struct sched sched;
 
 /* Validates r against cfg (vLLM's max-model-len text on over-length) and deep-copies it into a
  * new request (prompt, stop strings, ids, bias). Thread-safe (reads cfg only). */
-cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t id, double t_arrival,
-                          eng_req **out, cllm_error *err);
+cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t id,
+                          double t_arrival, eng_req **out, cllm_error *err);
 void sched_req_free(eng_req *q);
 
 cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *model_ctx,

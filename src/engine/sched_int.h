@@ -13,47 +13,47 @@ typedef struct eng_seq eng_seq;
 
 struct eng_req {
     uint64_t id;
-    cllm_sampling sp;       /* pointers redirected to the copies below */
+    cllm_sampling sp; /* pointers redirected to the copies below */
     cllm_event_fn on_event;
     void *user;
     double t_arrival;
-    int32_t *prompt;        /* [n_prompt] */
+    int32_t *prompt; /* [n_prompt] */
     int n_prompt;
-    int max_out;            /* generated-token cap */
-    uint64_t seed;          /* explicit or drawn at submit */
-    blk_hash salt;          /* parent hash of the first block (cache_salt), zero when none */
-    char **stop;            /* [sp.n_stop] */
+    int max_out;   /* generated-token cap */
+    uint64_t seed; /* explicit or drawn at submit */
+    blk_hash salt; /* parent hash of the first block (cache_salt), zero when none */
+    char **stop;   /* [sp.n_stop] */
     int max_stop_len;
     int *stop_ids, *bias_ids;
     float *bias_vals;
-    int *forbid;            /* EOS (unless ignore_eos) + stop ids: masked before min_tokens */
+    int *forbid; /* EOS (unless ignore_eos) + stop ids: masked before min_tokens */
     int n_forbid;
-    eng_seq **seqs;         /* [sp.n]; NULL once a sample ended or before the fork */
-    bool forked;            /* samples 1..n-1 exist (or ended) */
+    eng_seq **seqs; /* [sp.n]; NULL once a sample ended or before the fork */
+    bool forked;    /* samples 1..n-1 exist (or ended) */
     int n_done, n_live;
 };
 
 struct eng_seq {
     eng_req *req;
-    int index;              /* which of the n samples */
+    int index; /* which of the n samples */
     seq_state state;
-    int32_t *tokens;        /* [n_tokens] prompt then generated tokens */
+    int32_t *tokens; /* [n_tokens] prompt then generated tokens */
     int n_tokens, cap_tokens, n_prompt;
-    int n_computed;         /* tokens whose KV / state are in the cache */
-    int32_t *table;         /* [n_table] KV block ids */
+    int n_computed; /* tokens whose KV / state are in the cache */
+    int32_t *table; /* [n_table] KV block ids */
     int n_table, cap_table;
-    int slot;               /* live state slot, -1 while waiting */
-    blk_hash *hashes;       /* [n_hashes] chain hash of each full block of tokens */
+    int slot;         /* live state slot, -1 while waiting */
+    blk_hash *hashes; /* [n_hashes] chain hash of each full block of tokens */
     int n_hashes, cap_hashes;
-    int pend_snap;          /* snapshot slot taken at the latest decode block boundary, or -1 */
-    int pend_blocks;        /* blocks that snapshot covers */
+    int pend_snap;   /* snapshot slot taken at the latest decode block boundary, or -1 */
+    int pend_blocks; /* blocks that snapshot covers */
     bool admitted_once, forked_now;
-    int cached_prompt;      /* prompt tokens served from the prefix cache at first admission */
+    int cached_prompt; /* prompt tokens served from the prefix cache at first admission */
     int n_preempted;
     double t_scheduled, t_first_token;
     /* output */
     cllm_tok_stream detok;
-    char *text;             /* all output text so far (complete UTF-8 characters) */
+    char *text; /* all output text so far (complete UTF-8 characters) */
     size_t text_len, text_cap, emitted;
     cllm_token_logprob *lp; /* [1 + logprobs] of the latest token */
 };
@@ -71,16 +71,16 @@ struct sched {
     blk_mgr blocks;
     slot_mgr slots;
     smp_scratch smp;
-    eng_req **reqs;         /* live requests */
+    eng_req **reqs; /* live requests */
     int n_reqs, cap_reqs;
-    eng_seq **running;      /* admission order: the tail is preempted first */
+    eng_seq **running; /* admission order: the tail is preempted first */
     int n_running, cap_running;
-    eng_seq **waiting;      /* FCFS; preempted sequences go to the front */
+    eng_seq **waiting; /* FCFS; preempted sequences go to the front */
     int n_waiting, cap_waiting;
-    cllm_seq_batch *bseq;   /* [batch_cap] the step's batch */
-    sched_ent *bent;        /* [batch_cap] */
+    cllm_seq_batch *bseq; /* [batch_cap] the step's batch */
+    sched_ent *bent;      /* [batch_cap] */
     int batch_cap, n_batch;
-    float *logits;          /* [batch_cap][vocab_size] */
+    float *logits; /* [batch_cap][vocab_size] */
     cllm_engine_stats stats;
     double t_forward;
     uint64_t tokens_computed, steps;

@@ -71,10 +71,16 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
     eng_req *q = e->req;
     const cllm_sampling *p = &q->sp;
     int n_out = e->n_tokens - e->n_prompt;
-    smp_input in = {
-        .logits = logits, .prompt = e->tokens, .n_prompt = e->n_prompt, .out = e->tokens + e->n_prompt,
-        .n_out = n_out, .forbid = q->forbid, .n_forbid = n_out < p->min_tokens ? q->n_forbid : 0,
-        .seed = q->seed, .index = e->index, .step = n_out};
+    smp_input in = {.logits = logits,
+                    .prompt = e->tokens,
+                    .n_prompt = e->n_prompt,
+                    .out = e->tokens + e->n_prompt,
+                    .n_out = n_out,
+                    .forbid = q->forbid,
+                    .n_forbid = n_out < p->min_tokens ? q->n_forbid : 0,
+                    .seed = q->seed,
+                    .index = e->index,
+                    .step = n_out};
     int tok = smp_sample(&s->smp, p, &in, p->logprobs >= 0 ? e->lp : NULL);
     if (e->n_tokens + 1 > e->cap_tokens) {
         int nc = e->cap_tokens * 2;
@@ -140,7 +146,9 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
     if (fin == CLLM_FINISH_NONE && p->n_stop > 0) {
         size_t hold = (size_t)q->max_stop_len - 1;
         end = end > hold ? end - hold : 0;
-        while (end > e->emitted && end < e->text_len && ((unsigned char)e->text[end] & 0xC0) == 0x80) end--;
+        while (end > e->emitted && end < e->text_len &&
+               ((unsigned char)e->text[end] & 0xC0) == 0x80)
+            end--;
     }
     if (end < e->emitted) end = e->emitted;
 

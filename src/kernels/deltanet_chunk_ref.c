@@ -12,7 +12,8 @@ void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, c
     float *U = Am + (size_t)C * C, *W = U + (size_t)C * dv, *X = W + (size_t)C * dk;
     for (int t0 = 0; t0 < T; t0 += C) {
         int n = T - t0 < C ? T - t0 : C;
-        const float *qc = q + (size_t)t0 * ldqk, *kc = k + (size_t)t0 * ldqk, *vc = v + (size_t)t0 * ldv;
+        const float *qc = q + (size_t)t0 * ldqk, *kc = k + (size_t)t0 * ldqk,
+                    *vc = v + (size_t)t0 * ldv;
         const float *gc = g + t0, *bc = beta + t0;
         float *oc = o + (size_t)t0 * ldo;
         float acc = 0.0f;

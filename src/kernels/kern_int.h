@@ -17,8 +17,8 @@ void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v,
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                         int dk, int dv, float *work);
-void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                       int n_tok, float *Y, size_t ldy);
+void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy);
 /* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value
  * x[k] takes after symmetric per-group (group inputs) quantization to `bits`. */
 void kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits);

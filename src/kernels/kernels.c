@@ -49,7 +49,9 @@ const cllm_kern_ops *cllm_kern(void) {
     return chosen;
 }
 
-const cllm_kern_ops *cllm_kern_ref(void) { return &ref_ops; }
+const cllm_kern_ops *cllm_kern_ref(void) {
+    return &ref_ops;
+}
 
 const cllm_kern_ops *cllm_kern_avx2(void) {
 #ifdef KERN_HAVE_X86
@@ -61,9 +63,13 @@ const cllm_kern_ops *cllm_kern_avx2(void) {
 
 cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt) {
     switch (dt) {
-    case CLLM_DT_F32: return k->matmul_f32;
-    case CLLM_DT_F16: return k->matmul_f16;
-    case CLLM_DT_BF16: return k->matmul_bf16;
-    default: return NULL;
+    case CLLM_DT_F32:
+        return k->matmul_f32;
+    case CLLM_DT_F16:
+        return k->matmul_f16;
+    case CLLM_DT_BF16:
+        return k->matmul_bf16;
+    default:
+        return NULL;
     }
 }

@@ -53,13 +53,13 @@ typedef void (*cllm_gdn_step_fn)(float *S, const float *q, const float *k, const
 
 /* Gated DeltaNet chunked WY form (spec §2.4) for one value head over T tokens, in chunks of
  * CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g,
- * L/A from k k^T, q k^T and exp(gamma_i - gamma_j), U = (I+L)^-1 v*beta, W = (I+L)^-1 (k*beta*e^gamma)
- * by forward substitution, then Vn = U - W S, O = (q*e^gamma) S + A Vn,
- * S = e^gamma_last S + (k*e^(gamma_last-gamma))^T Vn. Mathematically equal to T gdn_step calls
- * with decay = exp(g); differs from them by rounding only.
- * Token t: q + t*ldqk, k + t*ldqk [dk] (l2-normalised, q scaled), v + t*ldv [dv], g[t] (log-decay,
- * finite, <= 0), beta[t]; output o + t*ldo [dv]. S [dk][dv] fp32 in place.
- * work: cllm_gdn_chunk_work(dk, dv) floats scratch (any alignment). */
+ * L/A from k k^T, q k^T and exp(gamma_i - gamma_j), U = (I+L)^-1 v*beta, W = (I+L)^-1
+ * (k*beta*e^gamma) by forward substitution, then Vn = U - W S, O = (q*e^gamma) S + A Vn, S =
+ * e^gamma_last S + (k*e^(gamma_last-gamma))^T Vn. Mathematically equal to T gdn_step calls with
+ * decay = exp(g); differs from them by rounding only. Token t: q + t*ldqk, k + t*ldqk [dk]
+ * (l2-normalised, q scaled), v + t*ldv [dv], g[t] (log-decay, finite, <= 0), beta[t]; output o +
+ * t*ldo [dv]. S [dk][dv] fp32 in place. work: cllm_gdn_chunk_work(dk, dv) floats scratch (any
+ * alignment). */
 #define CLLM_GDN_CHUNK 64
 typedef void (*cllm_gdn_chunk_fn)(float *S, const float *q, const float *k, size_t ldqk,
                                   const float *v, size_t ldv, const float *g, const float *beta,

@@ -57,8 +57,8 @@ static void core_ref(const cllm_qweight *w, int n0, int n1, const float *X, size
     }
 }
 
-void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                       int n_tok, float *Y, size_t ldy) {
+void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy) {
     if (w->act_bits >= 16) {
         core_ref(w, n0, n1, X, ldx, n_tok, Y, ldy);
         return;

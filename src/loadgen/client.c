@@ -20,17 +20,17 @@
 #include "loadgen/rng.h"
 #include "loadgen/sse.h"
 
-#define MAX_TEXT (4u << 20)  /* answer text kept per request (multi-turn history) */
+#define MAX_TEXT  (4u << 20) /* answer text kept per request (multi-turn history) */
 #define MAX_EVENT (4u << 20) /* one SSE line/event */
 
 typedef struct sess {
-    long conv;   /* dataset index */
-    int turn;    /* next turn to send */
-    long user;   /* closed-loop user, -1 in open loop */
-    json_t *msgs;   /* chat history */
-    char *hist;     /* completions history */
+    long conv;    /* dataset index */
+    int turn;     /* next turn to send */
+    long user;    /* closed-loop user, -1 in open loop */
+    json_t *msgs; /* chat history */
+    char *hist;   /* completions history */
     size_t hist_len, hist_cap;
-    int hist_est;   /* estimated tokens in the history */
+    int hist_est; /* estimated tokens in the history */
 } sess;
 
 typedef struct item {
@@ -50,7 +50,7 @@ typedef struct flight {
     lg_sse sse;
     char *text;
     size_t text_len, text_cap;
-    double now;  /* arrival time of the bytes being parsed */
+    double now;                 /* arrival time of the bytes being parsed */
     struct flight *prev, *next; /* run's list of flights in progress */
     bool done, server_err, bad_json, http_err;
 } flight;
@@ -75,7 +75,7 @@ typedef struct run {
     lg_overhead ov;
     double lag_sum;
     double last_finish; /* when a request last completed (frees a --max-concurrency slot) */
-    flight *flights; /* in progress */
+    flight *flights;    /* in progress */
     cllm_error *err;
     cllm_status fatal;
 } run;
@@ -95,8 +95,8 @@ static double elapsed(const run *r) {
 static double cpu_now(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           (double)ru.ru_stime.tv_usec * 1e-6;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 /* ---- heap of scheduled sends ---- */
@@ -217,7 +217,8 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         if (!t) {
             json_t *d = json_object_get(c0, "delta");
             t = json_object_get(d, "content");
-            if (!json_is_string(t) || !json_string_length(t)) t = json_object_get(d, "reasoning_content");
+            if (!json_is_string(t) || !json_string_length(t))
+                t = json_object_get(d, "reasoning_content");
         }
         if (json_is_string(t) && json_string_length(t)) {
             q->n_text_chunks++;
@@ -229,7 +230,8 @@ static bool on_event(void *ctx, const char *data, size_t len) {
     }
     json_t *u = json_object_get(j, "usage");
     if (json_is_object(u)) {
-        json_t *pt = json_object_get(u, "prompt_tokens"), *ct = json_object_get(u, "completion_tokens");
+        json_t *pt = json_object_get(u, "prompt_tokens"),
+               *ct = json_object_get(u, "completion_tokens");
         if (json_is_integer(pt)) q->usage_prompt = (int)json_integer_value(pt);
         if (json_is_integer(ct)) q->usage_completion = (int)json_integer_value(ct);
     }
@@ -410,8 +412,10 @@ static cllm_status finish(run *r, flight *f, CURLcode res) {
     q->http_status = (int)status;
     q->err = classify(f, res, status, q);
     if (q->err != LG_ERR_NONE)
-        LOG_DEBUG("bench-serve: request %ld failed (%s): curl '%s', HTTP %ld, bad_json %d, overflow %d, done %d",
-                  f->rec, lg_err_name(q->err), curl_easy_strerror(res), status, f->bad_json, f->sse.overflow, f->done);
+        LOG_DEBUG("bench-serve: request %ld failed (%s): curl '%s', HTTP %ld, bad_json %d, "
+                  "overflow %d, done %d",
+                  f->rec, lg_err_name(q->err), curl_easy_strerror(res), status, f->bad_json,
+                  f->sse.overflow, f->done);
     r->inflight--;
     r->last_finish = elapsed(r);
     sess *s = f->s;
@@ -430,7 +434,8 @@ static cllm_status finish(run *r, flight *f, CURLcode res) {
         }
         s->hist_est += lg_req_out_tokens(q);
         s->turn++;
-        if (!st && !heap_push(r, now + think(r), s)) st = cllm_err_set(r->err, CLLM_ENOMEM, "out of memory");
+        if (!st && !heap_push(r, now + think(r), s))
+            st = cllm_err_set(r->err, CLLM_ENOMEM, "out of memory");
     } else if (s->user >= 0 && !r->warm) {
         long user = s->user;
         sess_free(s);
@@ -442,8 +447,10 @@ static cllm_status finish(run *r, flight *f, CURLcode res) {
     } else {
         sess_free(s);
     }
-    if (f->prev) f->prev->next = f->next;
-    else r->flights = f->next;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        r->flights = f->next;
     if (f->next) f->next->prev = f->prev;
     curl_multi_remove_handle(r->m, f->h);
     flight_free(f);
@@ -530,10 +537,12 @@ static cllm_status run_phase(run *r) {
         now = elapsed(r);
         if (c->progress && !r->warm && now - last_progress >= 1.0) {
             last_progress = now;
-            fprintf(stderr, "[bench-serve] t=%.1fs sent=%ld in-flight=%ld\n", now, r->issued, r->inflight);
+            fprintf(stderr, "[bench-serve] t=%.1fs sent=%ld in-flight=%ld\n", now, r->issued,
+                    r->inflight);
         }
         double next = INFINITY;
-        if (r->n_heap && (c->max_concurrency <= 0 || r->inflight < c->max_concurrency)) next = r->heap[0].due;
+        if (r->n_heap && (c->max_concurrency <= 0 || r->inflight < c->max_concurrency))
+            next = r->heap[0].due;
         if (!r->warm && c->users <= 0) {
             double a = next_arrival_time(r);
             if (a < next) next = a;
@@ -554,10 +563,12 @@ static cllm_status discover_model(const lg_config *c, char *out, size_t cap, cll
     json_t *j = json_loads(resp.body, 0, NULL);
     int status = resp.status;
     lg_http_resp_free(&resp);
-    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
+    const char *id =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (status != 200 || !id) {
         json_decref(j);
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: HTTP %d, no data[0].id (pass --model)", url, status);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: HTTP %d, no data[0].id (pass --model)", url,
+                            status);
     }
     snprintf(out, cap, "%s", id);
     json_decref(j);
@@ -579,7 +590,8 @@ static void run_clear(run *r) {
 
 cllm_status lg_bench_run(const lg_config *c, lg_result *out, cllm_error *err) {
     memset(out, 0, sizeof(*out));
-    if (!c->ds || c->ds->n <= 0) return cllm_err_set(err, CLLM_EINVAL, "bench-serve: empty dataset");
+    if (!c->ds || c->ds->n <= 0)
+        return cllm_err_set(err, CLLM_EINVAL, "bench-serve: empty dataset");
     if (c->num_prompts <= 0 && c->duration_s <= 0)
         return cllm_err_set(err, CLLM_EINVAL, "bench-serve: need --num-prompts or --duration");
     if (c->users > 0 && c->think_hi < c->think_lo)
@@ -592,7 +604,8 @@ cllm_status lg_bench_run(const lg_config *c, lg_result *out, cllm_error *err) {
     }
     run r = {.c = c, .model = out->model, .err = err};
     lg_rng_seed(&r.rng, c->seed ^ 0x5eedull);
-    lg_url_join(r.url, sizeof(r.url), c->base_url, c->chat ? "/v1/chat/completions" : "/v1/completions");
+    lg_url_join(r.url, sizeof(r.url), c->base_url,
+                c->chat ? "/v1/chat/completions" : "/v1/completions");
     r.m = curl_multi_init();
     if (!r.m) return cllm_err_set(err, CLLM_ENOMEM, "curl_multi_init failed");
     curl_multi_setopt(r.m, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
@@ -615,8 +628,10 @@ cllm_status lg_bench_run(const lg_config *c, lg_result *out, cllm_error *err) {
         long ok = 0;
         lg_err first = LG_ERR_NONE;
         for (long i = 0; i < r.n_recs; i++) {
-            if (r.recs[i].err == LG_ERR_NONE) ok++;
-            else if (first == LG_ERR_NONE) first = r.recs[i].err;
+            if (r.recs[i].err == LG_ERR_NONE)
+                ok++;
+            else if (first == LG_ERR_NONE)
+                first = r.recs[i].err;
             lg_req_free(&r.recs[i]);
         }
         if (!st && ok == 0)
@@ -659,10 +674,13 @@ cllm_status lg_bench_run(const lg_config *c, lg_result *out, cllm_error *err) {
             }
         } else {
             /* infinite rate: everything at t0 */
-            r.n_arrivals = c->num_prompts > 0 ? c->num_prompts : c->max_concurrency > 0 ? c->max_concurrency : 1;
+            r.n_arrivals = c->num_prompts > 0       ? c->num_prompts
+                           : c->max_concurrency > 0 ? c->max_concurrency
+                                                    : 1;
             if (c->num_prompts <= 0)
                 LOG_WARN("bench-serve: --duration without --num-prompts, --request-rate or --users "
-                         "sends %ld requests at t0", r.n_arrivals);
+                         "sends %ld requests at t0",
+                         r.n_arrivals);
             r.arrivals = calloc((size_t)r.n_arrivals, sizeof(double));
             if (!r.arrivals) st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         }
@@ -694,12 +712,16 @@ void lg_result_free(lg_result *r) {
 void lg_overhead_print(FILE *f, const lg_result *r) {
     const lg_overhead *o = &r->ov;
     int len = (int)strlen("Client overhead"), left = (50 - len) / 2;
-    fprintf(f, "%.*s%s%.*s\n", left, "--------------------------------------------------", "Client overhead",
-            50 - len - left, "--------------------------------------------------");
+    fprintf(f, "%.*s%s%.*s\n", left, "--------------------------------------------------",
+            "Client overhead", 50 - len - left,
+            "--------------------------------------------------");
     fprintf(f, "%-40s %-10.2f\n", "Client CPU time (s):", o->cpu_s);
-    fprintf(f, "%-40s %-10.2f\n", "Client CPU (% of one core):", r->duration_s > 0 ? 100 * o->cpu_s / r->duration_s : 0);
-    fprintf(f, "%-40s %-10.2f\n", "Client CPU per request (ms):", r->n ? 1000 * o->cpu_s / (double)r->n : 0);
-    fprintf(f, "%-40s %-10.2f\n", "Chunk handling per chunk (us):", o->chunks ? 1e6 * o->cb_s / (double)o->chunks : 0);
+    fprintf(f, "%-40s %-10.2f\n",
+            "Client CPU (% of one core):", r->duration_s > 0 ? 100 * o->cpu_s / r->duration_s : 0);
+    fprintf(f, "%-40s %-10.2f\n",
+            "Client CPU per request (ms):", r->n ? 1000 * o->cpu_s / (double)r->n : 0);
+    fprintf(f, "%-40s %-10.2f\n",
+            "Chunk handling per chunk (us):", o->chunks ? 1e6 * o->cb_s / (double)o->chunks : 0);
     fprintf(f, "%-40s %-10.2f\n", "Mean send lag (ms):", o->lag_mean_ms);
     fprintf(f, "%-40s %-10.2f\n", "Max send lag (ms):", o->lag_max_ms);
     fprintf(f, "%-40s %-10ld\n", "Peak requests in flight:", o->peak_inflight);

@@ -24,36 +24,36 @@
 #include "loadgen/metrics.h"
 
 typedef struct lg_config {
-    const char *base_url;  /* "http://127.0.0.1:8000" */
-    bool chat;             /* /v1/chat/completions instead of /v1/completions */
-    const char *model;     /* "model" field; NULL = first id from /v1/models */
-    const char *api_key;   /* NULL: no Authorization header */
-    double request_rate;   /* req/s; <= 0 or inf: all at t0 */
-    double burstiness;     /* gamma shape, 1 = Poisson */
-    long max_concurrency;  /* 0: unlimited */
-    long users;            /* > 0: closed loop */
+    const char *base_url;      /* "http://127.0.0.1:8000" */
+    bool chat;                 /* /v1/chat/completions instead of /v1/completions */
+    const char *model;         /* "model" field; NULL = first id from /v1/models */
+    const char *api_key;       /* NULL: no Authorization header */
+    double request_rate;       /* req/s; <= 0 or inf: all at t0 */
+    double burstiness;         /* gamma shape, 1 = Poisson */
+    long max_concurrency;      /* 0: unlimited */
+    long users;                /* > 0: closed loop */
     double think_lo, think_hi; /* seconds */
-    double ramp_up_s;      /* closed loop: users start evenly over this many seconds */
-    double duration_s;     /* 0: no time limit */
-    long num_prompts;      /* 0: no count limit (then duration_s must be set) */
-    long num_warmups;      /* requests sent and discarded before t0 */
-    double timeout_s;      /* per request */
-    bool ignore_eos;       /* send "ignore_eos": true (vLLM extension) */
-    double temperature;    /* < 0: not sent */
-    bool include_usage;    /* stream_options.include_usage */
+    double ramp_up_s;          /* closed loop: users start evenly over this many seconds */
+    double duration_s;         /* 0: no time limit */
+    long num_prompts;          /* 0: no count limit (then duration_s must be set) */
+    long num_warmups;          /* requests sent and discarded before t0 */
+    double timeout_s;          /* per request */
+    bool ignore_eos;           /* send "ignore_eos": true (vLLM extension) */
+    double temperature;        /* < 0: not sent */
+    bool include_usage;        /* stream_options.include_usage */
     uint64_t seed;
     const lg_dataset *ds;
-    bool progress;         /* one status line per second on stderr */
+    bool progress; /* one status line per second on stderr */
 } lg_config;
 
 typedef struct lg_overhead {
-    double cpu_s;            /* user+sys CPU of this process during the measured run */
-    double cb_s;             /* time inside the chunk callbacks (SSE + JSON parse, timestamps) */
-    double lag_mean_ms;      /* send time minus max(scheduled time, time a capped slot freed) */
+    double cpu_s;       /* user+sys CPU of this process during the measured run */
+    double cb_s;        /* time inside the chunk callbacks (SSE + JSON parse, timestamps) */
+    double lag_mean_ms; /* send time minus max(scheduled time, time a capped slot freed) */
     double lag_max_ms;
     long lag_n;
-    long chunks;             /* SSE events handled */
-    long peak_inflight;      /* most requests in flight at once (transport view) */
+    long chunks;        /* SSE events handled */
+    long peak_inflight; /* most requests in flight at once (transport view) */
 } lg_overhead;
 
 typedef struct lg_result {

@@ -13,26 +13,34 @@
 /* Common English words: in byte-level BPE vocabularies each, with its leading space, is one
  * token, so a prompt of N words is close to N tokens. */
 static const char *const words[] = {
-    "the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are",
-    "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by",
-    "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there",
-    "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other",
-    "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make",
-    "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number",
-    "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who",
-    "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may",
-    "part", "over", "new", "sound", "take", "only", "little", "work", "know", "place", "year",
-    "live", "me", "back", "give", "most", "very", "after", "thing", "our", "just", "name",
-    "good", "sentence", "man", "think", "say", "great", "where", "help", "through", "much",
-    "before", "line", "right", "too", "mean", "old", "any", "same", "tell", "boy", "follow",
-    "came", "want", "show", "also", "around", "form", "three", "small", "set", "put", "end",
-    "does", "another", "well", "large", "must", "big", "even", "such", "because", "turn",
-    "here", "why", "ask", "went", "men", "read", "need", "land", "different", "home", "us",
-    "move", "try", "kind", "hand", "picture", "again", "change", "off", "play", "spell", "air",
-    "away", "animal", "house", "point", "page", "letter", "mother", "answer", "found", "study",
-    "still", "learn", "should", "world", "high", "every", "near", "add", "food", "between",
-    "own", "below", "country", "plant", "last", "school", "father", "keep", "tree", "never",
-    "start", "city", "earth", "eye", "light", "thought", "head", "under", "story", "saw",
+    "the",      "of",        "and",     "to",     "in",     "is",      "you",    "that",
+    "it",       "he",        "was",     "for",    "on",     "are",     "as",     "with",
+    "his",      "they",      "at",      "be",     "this",   "have",    "from",   "or",
+    "one",      "had",       "by",      "word",   "but",    "not",     "what",   "all",
+    "were",     "we",        "when",    "your",   "can",    "said",    "there",  "use",
+    "an",       "each",      "which",   "she",    "do",     "how",     "their",  "if",
+    "will",     "up",        "other",   "about",  "out",    "many",    "then",   "them",
+    "these",    "so",        "some",    "her",    "would",  "make",    "like",   "him",
+    "into",     "time",      "has",     "look",   "two",    "more",    "write",  "go",
+    "see",      "number",    "no",      "way",    "could",  "people",  "my",     "than",
+    "first",    "water",     "been",    "call",   "who",    "oil",     "its",    "now",
+    "find",     "long",      "down",    "day",    "did",    "get",     "come",   "made",
+    "may",      "part",      "over",    "new",    "sound",  "take",    "only",   "little",
+    "work",     "know",      "place",   "year",   "live",   "me",      "back",   "give",
+    "most",     "very",      "after",   "thing",  "our",    "just",    "name",   "good",
+    "sentence", "man",       "think",   "say",    "great",  "where",   "help",   "through",
+    "much",     "before",    "line",    "right",  "too",    "mean",    "old",    "any",
+    "same",     "tell",      "boy",     "follow", "came",   "want",    "show",   "also",
+    "around",   "form",      "three",   "small",  "set",    "put",     "end",    "does",
+    "another",  "well",      "large",   "must",   "big",    "even",    "such",   "because",
+    "turn",     "here",      "why",     "ask",    "went",   "men",     "read",   "need",
+    "land",     "different", "home",    "us",     "move",   "try",     "kind",   "hand",
+    "picture",  "again",     "change",  "off",    "play",   "spell",   "air",    "away",
+    "animal",   "house",     "point",   "page",   "letter", "mother",  "answer", "found",
+    "study",    "still",     "learn",   "should", "world",  "high",    "every",  "near",
+    "add",      "food",      "between", "own",    "below",  "country", "plant",  "last",
+    "school",   "father",    "keep",    "tree",   "never",  "start",   "city",   "earth",
+    "eye",      "light",     "thought", "head",   "under",  "story",   "saw",
 };
 #define N_WORDS (sizeof(words) / sizeof(words[0]))
 
@@ -78,13 +86,15 @@ cllm_status lg_dataset_random(const lg_random_opts *o, lg_dataset *ds, cllm_erro
     memset(ds, 0, sizeof(*ds));
     if (o->n <= 0 || o->input_len < 0 || o->output_len <= 0 || o->turns < 1 || o->prefix_len < 0 ||
         o->range_ratio < 0 || o->range_ratio >= 1)
-        return cllm_err_set(err, CLLM_EINVAL,
-                            "random dataset: need n > 0, input_len >= 0, output_len > 0, turns >= 1, "
-                            "0 <= range_ratio < 1");
+        return cllm_err_set(
+            err, CLLM_EINVAL,
+            "random dataset: need n > 0, input_len >= 0, output_len > 0, turns >= 1, "
+            "0 <= range_ratio < 1");
     lg_rng r;
     lg_rng_seed(&r, o->seed);
     char *prefix = o->prefix_len ? random_words(&r, NULL, o->prefix_len) : NULL;
-    if (o->prefix_len && !prefix) return cllm_err_set(err, CLLM_ENOMEM, "random dataset: out of memory");
+    if (o->prefix_len && !prefix)
+        return cllm_err_set(err, CLLM_ENOMEM, "random dataset: out of memory");
     ds->convs = calloc((size_t)o->n, sizeof(lg_conv));
     if (!ds->convs) goto oom;
     ds->n = o->n;
@@ -118,44 +128,56 @@ static int est_tokens(const char *s) {
 
 static cllm_status parse_line(json_t *j, int def_max, lg_conv *c, const char *path, long lineno,
                               cllm_error *err) {
-    if (!json_is_object(j)) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: not a JSON object", path, lineno);
+    if (!json_is_object(j))
+        return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: not a JSON object", path, lineno);
     int max_tokens = def_max;
     json_t *mt = json_object_get(j, "max_tokens");
     if (!mt) mt = json_object_get(j, "output_len");
     if (mt) {
         if (!json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > 1000000)
-            return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: max_tokens must be an integer in 1..1000000",
-                                path, lineno);
+            return cllm_err_set(err, CLLM_EFORMAT,
+                                "%s:%ld: max_tokens must be an integer in 1..1000000", path,
+                                lineno);
         max_tokens = (int)json_integer_value(mt);
     }
     const char *qs[4096];
     int nq = 0;
     json_t *v;
     if ((v = json_object_get(j, "prompt"))) {
-        if (!json_is_string(v)) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: \"prompt\" must be a string", path, lineno);
+        if (!json_is_string(v))
+            return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: \"prompt\" must be a string", path,
+                                lineno);
         qs[nq++] = json_string_value(v);
     } else if ((v = json_object_get(j, "turns")) || (v = json_object_get(j, "messages"))) {
         bool msgs = json_object_get(j, "turns") == NULL;
-        if (!json_is_array(v)) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: turns/messages must be an array", path, lineno);
+        if (!json_is_array(v))
+            return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: turns/messages must be an array", path,
+                                lineno);
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e) {
             const char *q = NULL;
             if (msgs) {
                 const char *role = json_string_value(json_object_get(e, "role"));
-                if (!role) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: message %zu has no role", path, lineno, i);
+                if (!role)
+                    return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: message %zu has no role", path,
+                                        lineno, i);
                 if (strcmp(role, "user")) continue;
                 q = json_string_value(json_object_get(e, "content"));
             } else {
                 q = json_string_value(e);
             }
-            if (!q) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: turn %zu is not a string", path, lineno, i);
+            if (!q)
+                return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: turn %zu is not a string", path,
+                                    lineno, i);
             if (nq == (int)(sizeof(qs) / sizeof(qs[0])))
-                return cllm_err_set(err, CLLM_ERANGE, "%s:%ld: more than %zu turns", path, lineno, sizeof(qs) / sizeof(qs[0]));
+                return cllm_err_set(err, CLLM_ERANGE, "%s:%ld: more than %zu turns", path, lineno,
+                                    sizeof(qs) / sizeof(qs[0]));
             qs[nq++] = q;
         }
     } else {
-        return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: needs \"prompt\", \"turns\" or \"messages\"", path, lineno);
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "%s:%ld: needs \"prompt\", \"turns\" or \"messages\"", path, lineno);
     }
     if (nq == 0) return cllm_err_set(err, CLLM_EFORMAT, "%s:%ld: no user turn", path, lineno);
     c->turns = calloc((size_t)nq, sizeof(lg_turn));
@@ -170,7 +192,8 @@ static cllm_status parse_line(json_t *j, int def_max, lg_conv *c, const char *pa
     return CLLM_OK;
 }
 
-cllm_status lg_dataset_jsonl(const char *path, int default_max_tokens, lg_dataset *ds, cllm_error *err) {
+cllm_status lg_dataset_jsonl(const char *path, int default_max_tokens, lg_dataset *ds,
+                             cllm_error *err) {
     memset(ds, 0, sizeof(*ds));
     FILE *f = fopen(path, "r");
     if (!f) return cllm_err_set(err, CLLM_ENOTFOUND, "%s: %s", path, strerror(errno));

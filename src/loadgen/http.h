@@ -8,8 +8,8 @@
 #include "base/status.h"
 
 typedef struct lg_http_resp {
-    int status;    /* HTTP status, 0 when no response */
-    char *body;    /* owned, NUL-terminated; NULL when no response */
+    int status; /* HTTP status, 0 when no response */
+    char *body; /* owned, NUL-terminated; NULL when no response */
     size_t len;
     double time_s; /* total request time */
 } lg_http_resp;

@@ -6,12 +6,17 @@
 #include <string.h>
 
 static const char *const err_names[LG_ERR_COUNT] = {
-    "none", "connect", "timeout", "http_4xx", "http_5xx", "stream", "server_error", "no_chunk", "other",
+    "none",   "connect",      "timeout",  "http_4xx", "http_5xx",
+    "stream", "server_error", "no_chunk", "other",
 };
 
-const char *lg_err_name(lg_err e) { return (unsigned)e < LG_ERR_COUNT ? err_names[e] : "?"; }
+const char *lg_err_name(lg_err e) {
+    return (unsigned)e < LG_ERR_COUNT ? err_names[e] : "?";
+}
 
-double lg_req_ttft(const lg_req *r) { return r->n_chunks ? r->t_chunks[0] - r->t_sent : 0.0; }
+double lg_req_ttft(const lg_req *r) {
+    return r->n_chunks ? r->t_chunks[0] - r->t_sent : 0.0;
+}
 
 double lg_req_e2el(const lg_req *r) {
     return r->n_chunks ? r->t_chunks[r->n_chunks - 1] - r->t_sent : 0.0;
@@ -24,7 +29,9 @@ int lg_req_out_tokens(const lg_req *r) {
     return r->n_text_chunks;
 }
 
-int lg_req_in_tokens(const lg_req *r) { return r->usage_prompt >= 0 ? r->usage_prompt : r->est_prompt; }
+int lg_req_in_tokens(const lg_req *r) {
+    return r->usage_prompt >= 0 ? r->usage_prompt : r->est_prompt;
+}
 
 bool lg_req_add_chunk(lg_req *r, double t) {
     if (r->n_chunks == r->cap_chunks) {
@@ -172,8 +179,12 @@ static void center(FILE *f, const char *title, char c) {
     fputc('\n', f);
 }
 
-static void row_l(FILE *f, const char *label, long v) { fprintf(f, "%-40s %-10ld\n", label, v); }
-static void row_f(FILE *f, const char *label, double v) { fprintf(f, "%-40s %-10.2f\n", label, v); }
+static void row_l(FILE *f, const char *label, long v) {
+    fprintf(f, "%-40s %-10ld\n", label, v);
+}
+static void row_f(FILE *f, const char *label, double v) {
+    fprintf(f, "%-40s %-10.2f\n", label, v);
+}
 
 static void stat_block(FILE *f, const char *title, const char *m, const lg_stat *st) {
     char l[64];
@@ -188,7 +199,8 @@ void lg_metrics_print(FILE *f, const lg_summary *s, const lg_print_info *info) {
     center(f, " Serving Benchmark Result ", '=');
     row_l(f, "Successful requests:", s->completed);
     row_l(f, "Failed requests:", s->failed);
-    if (info && info->max_concurrency > 0) row_l(f, "Maximum request concurrency:", info->max_concurrency);
+    if (info && info->max_concurrency > 0)
+        row_l(f, "Maximum request concurrency:", info->max_concurrency);
     if (info && info->request_rate > 0 && isfinite(info->request_rate))
         row_f(f, "Request rate configured (RPS):", info->request_rate);
     if (info && info->users > 0) {

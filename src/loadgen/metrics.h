@@ -22,13 +22,13 @@
 
 typedef enum lg_err {
     LG_ERR_NONE = 0,
-    LG_ERR_CONNECT,    /* could not connect / connection refused / resolve */
-    LG_ERR_TIMEOUT,    /* per-request timeout hit */
-    LG_ERR_HTTP_4XX,   /* server answered 4xx */
-    LG_ERR_HTTP_5XX,   /* server answered 5xx */
-    LG_ERR_STREAM,     /* malformed SSE/JSON, connection cut mid-stream, no [DONE] */
-    LG_ERR_SERVER,     /* server sent an `error` object in the stream */
-    LG_ERR_NO_CHUNK,   /* 200 but never a chunk with `choices` (vLLM marks it failed) */
+    LG_ERR_CONNECT,  /* could not connect / connection refused / resolve */
+    LG_ERR_TIMEOUT,  /* per-request timeout hit */
+    LG_ERR_HTTP_4XX, /* server answered 4xx */
+    LG_ERR_HTTP_5XX, /* server answered 5xx */
+    LG_ERR_STREAM,   /* malformed SSE/JSON, connection cut mid-stream, no [DONE] */
+    LG_ERR_SERVER,   /* server sent an `error` object in the stream */
+    LG_ERR_NO_CHUNK, /* 200 but never a chunk with `choices` (vLLM marks it failed) */
     LG_ERR_OTHER,
     LG_ERR_COUNT
 } lg_err;
@@ -37,17 +37,17 @@ const char *lg_err_name(lg_err e); /* "connect", "timeout", "http_4xx", ... */
 
 /* One request as measured. Times are seconds on one monotonic clock (the benchmark's t0 = 0). */
 typedef struct lg_req {
-    double t_sent;     /* request handed to the transport */
-    double *t_chunks;  /* [n_chunks] arrival time of each SSE event with a non-empty `choices` */
+    double t_sent;    /* request handed to the transport */
+    double *t_chunks; /* [n_chunks] arrival time of each SSE event with a non-empty `choices` */
     int n_chunks, cap_chunks;
-    int n_text_chunks;     /* chunks whose text/content was non-empty (fallback token count) */
-    int usage_prompt;      /* server usage.prompt_tokens, -1 when not sent */
-    int usage_completion;  /* server usage.completion_tokens, -1 when not sent */
-    int est_prompt;        /* dataset's own estimate of the prompt length in tokens */
-    int max_tokens;        /* requested output length */
+    int n_text_chunks;    /* chunks whose text/content was non-empty (fallback token count) */
+    int usage_prompt;     /* server usage.prompt_tokens, -1 when not sent */
+    int usage_completion; /* server usage.completion_tokens, -1 when not sent */
+    int est_prompt;       /* dataset's own estimate of the prompt length in tokens */
+    int max_tokens;       /* requested output length */
     lg_err err;
-    int http_status;       /* 0 when no response */
-    int conv, turn;        /* conversation id and turn index (0-based) */
+    int http_status; /* 0 when no response */
+    int conv, turn;  /* conversation id and turn index (0-based) */
 } lg_req;
 
 /* Derived per-request values, seconds. Valid when err == LG_ERR_NONE. */
@@ -91,10 +91,10 @@ bool lg_metrics_compute(const lg_req *reqs, long n, double duration_s, const lg_
                         lg_summary *s);
 
 typedef struct lg_print_info {
-    long max_concurrency;  /* 0: not set */
-    double request_rate;   /* <= 0 or inf: not printed */
-    long users;            /* closed-loop users, 0: not used */
-    const char *think;     /* "2-5" or NULL */
+    long max_concurrency; /* 0: not set */
+    double request_rate;  /* <= 0 or inf: not printed */
+    long users;           /* closed-loop users, 0: not used */
+    const char *think;    /* "2-5" or NULL */
 } lg_print_info;
 
 /* Prints the result block with vLLM's labels (`%-40s %-10.2f`). */

@@ -32,10 +32,12 @@ cllm_status lg_save_result(const char *path, const lg_run_info *info, const lg_r
     json_object_set_new(o, "model_id", json_string(res->model));
     json_object_set_new(o, "dataset", json_string(info->dataset));
     json_object_set_new(o, "num_prompts", json_integer(info->num_prompts));
-    json_object_set_new(o, "request_rate", isfinite(info->request_rate) ? json_real(info->request_rate)
-                                                                         : json_string("inf"));
+    json_object_set_new(o, "request_rate",
+                        isfinite(info->request_rate) ? json_real(info->request_rate)
+                                                     : json_string("inf"));
     json_object_set_new(o, "burstiness", json_real(info->burstiness));
-    json_object_set_new(o, "max_concurrency", info->max_concurrency ? json_integer(info->max_concurrency) : json_null());
+    json_object_set_new(o, "max_concurrency",
+                        info->max_concurrency ? json_integer(info->max_concurrency) : json_null());
     json_object_set_new(o, "users", json_integer(info->users));
     json_object_set_new(o, "think_time_s", json_pack("[f,f]", info->think_lo, info->think_hi));
     json_object_set_new(o, "duration", json_real(s->duration_s));
@@ -44,7 +46,8 @@ cllm_status lg_save_result(const char *path, const lg_run_info *info, const lg_r
     json_object_set_new(o, "total_input_tokens", json_integer(s->total_input));
     json_object_set_new(o, "total_output_tokens", json_integer(s->total_output));
     json_object_set_new(o, "request_throughput", json_real(s->request_throughput));
-    json_object_set_new(o, "request_goodput", s->has_goodput ? json_real(s->request_goodput) : json_null());
+    json_object_set_new(o, "request_goodput",
+                        s->has_goodput ? json_real(s->request_goodput) : json_null());
     json_object_set_new(o, "output_throughput", json_real(s->output_throughput));
     json_object_set_new(o, "total_token_throughput", json_real(s->total_token_throughput));
     json_object_set_new(o, "max_output_tokens_per_s", json_real(s->peak_output_throughput));
@@ -55,7 +58,8 @@ cllm_status lg_save_result(const char *path, const lg_run_info *info, const lg_r
     put_stat(o, "e2el", &s->e2el);
     json_t *errs = json_object();
     for (int e = 1; e < LG_ERR_COUNT; e++)
-        if (s->errors[e]) json_object_set_new(errs, lg_err_name((lg_err)e), json_integer(s->errors[e]));
+        if (s->errors[e])
+            json_object_set_new(errs, lg_err_name((lg_err)e), json_integer(s->errors[e]));
     json_object_set_new(o, "errors_by_kind", errs);
     json_t *ov = json_object();
     json_object_set_new(ov, "cpu_s", json_real(res->ov.cpu_s));
@@ -94,8 +98,10 @@ cllm_status lg_save_result(const char *path, const lg_run_info *info, const lg_r
         json_object_set_new(r, "ttft_ms", ok ? json_real(1000 * lg_req_ttft(q)) : json_null());
         json_object_set_new(r, "e2el_ms", ok ? json_real(1000 * lg_req_e2el(q)) : json_null());
         int out = lg_req_out_tokens(q);
-        json_object_set_new(r, "tpot_ms", ok && out > 1 ? json_real(1000 * (lg_req_e2el(q) - lg_req_ttft(q)) / (out - 1))
-                                                        : json_null());
+        json_object_set_new(r, "tpot_ms",
+                            ok && out > 1
+                                ? json_real(1000 * (lg_req_e2el(q) - lg_req_ttft(q)) / (out - 1))
+                                : json_null());
         json_object_set_new(r, "itls_s", gaps);
         json_array_append_new(reqs, r);
     }
@@ -123,7 +129,8 @@ cllm_status lg_plot(const char *png, const lg_result *res, cllm_error *err) {
         bool ok = q->err == LG_ERR_NONE;
         fprintf(f, "%.6f %.3f %.3f %d\n", q->t_sent, ok ? 1000 * lg_req_ttft(q) : NAN,
                 ok ? 1000 * lg_req_e2el(q) : NAN, ok);
-        if (q->n_chunks && q->t_chunks[q->n_chunks - 1] > t_end) t_end = q->t_chunks[q->n_chunks - 1];
+        if (q->n_chunks && q->t_chunks[q->n_chunks - 1] > t_end)
+            t_end = q->t_chunks[q->n_chunks - 1];
     }
     fclose(f);
     long nb = (long)t_end + 1;
@@ -134,7 +141,8 @@ cllm_status lg_plot(const char *png, const lg_result *res, cllm_error *err) {
     }
     for (long i = 0; i < res->n; i++) {
         const lg_req *q = &res->reqs[i];
-        for (int k = 0; k < q->n_chunks; k++) tok[(long)q->t_chunks[k] < nb ? (long)q->t_chunks[k] : nb - 1] += 1;
+        for (int k = 0; k < q->n_chunks; k++)
+            tok[(long)q->t_chunks[k] < nb ? (long)q->t_chunks[k] : nb - 1] += 1;
         double end = q->n_chunks ? q->t_chunks[q->n_chunks - 1] : q->t_sent;
         for (long b = (long)q->t_sent; b <= (long)end && b < nb; b++) fl[b] += 1;
     }
@@ -150,15 +158,20 @@ cllm_status lg_plot(const char *png, const lg_result *res, cllm_error *err) {
     FILE *g = popen("gnuplot 2>&1", "w");
     if (!g) return cllm_err_set(err, CLLM_EIO, "cannot run gnuplot: %s", strerror(errno));
     fprintf(g,
-            "set terminal pngcairo size 1000,800\nset output '%s'\nset multiplot layout 2,1 title 'cllm bench-serve: %s'\n"
+            "set terminal pngcairo size 1000,800\nset output '%s'\nset multiplot layout 2,1 title "
+            "'cllm bench-serve: %s'\n"
             "set xlabel 'time since start (s)'\nset ylabel 'ms'\nset key top left\nset grid\n"
-            "plot '%s' using 1:2 with points pt 7 ps 0.4 title 'TTFT', '' using 1:3 with points pt 7 ps 0.4 title 'E2EL'\n"
-            "set ylabel 'output tok/s (chunks/s)'\nset y2label 'requests active'\nset y2tics\nset ytics nomirror\n"
-            "plot '%s' using 1:2 with steps title 'output chunks/s', '' using 1:3 axes x1y2 with steps title 'requests active'\n"
+            "plot '%s' using 1:2 with points pt 7 ps 0.4 title 'TTFT', '' using 1:3 with points pt "
+            "7 ps 0.4 title 'E2EL'\n"
+            "set ylabel 'output tok/s (chunks/s)'\nset y2label 'requests active'\nset y2tics\nset "
+            "ytics nomirror\n"
+            "plot '%s' using 1:2 with steps title 'output chunks/s', '' using 1:3 axes x1y2 with "
+            "steps title 'requests active'\n"
             "unset multiplot\n",
             png, res->model, dat, dat2);
     int rc = pclose(g);
     if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
-        return cllm_err_set(err, CLLM_EIO, "gnuplot failed writing %s (exit %d)", png, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        return cllm_err_set(err, CLLM_EIO, "gnuplot failed writing %s (exit %d)", png,
+                            WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
     return CLLM_OK;
 }

@@ -8,10 +8,10 @@
 #include "loadgen/metrics.h"
 
 typedef struct lg_run_info {
-    const char *backend;   /* "openai" | "openai-chat" */
+    const char *backend; /* "openai" | "openai-chat" */
     const char *base_url;
-    const char *dataset;   /* "random" | path */
-    double request_rate;   /* inf when unset */
+    const char *dataset; /* "random" | path */
+    double request_rate; /* inf when unset */
     double burstiness;
     long max_concurrency, users, num_prompts;
     double think_lo, think_hi, duration_s;

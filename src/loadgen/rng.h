@@ -29,7 +29,9 @@ static inline uint64_t lg_rng_next(lg_rng *r) {
 }
 
 /* Uniform in [0, 1). */
-static inline double lg_rng_unit(lg_rng *r) { return (double)(lg_rng_next(r) >> 11) * 0x1.0p-53; }
+static inline double lg_rng_unit(lg_rng *r) {
+    return (double)(lg_rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 /* Uniform integer in [lo, hi]. */
 static inline long lg_rng_range(lg_rng *r, long lo, long hi) {

@@ -14,9 +14,9 @@
 typedef bool (*lg_sse_event_fn)(void *ctx, const char *data, size_t len);
 
 typedef struct lg_sse {
-    char *line;  /* partial line being assembled */
+    char *line; /* partial line being assembled */
     size_t line_len, line_cap;
-    char *data;  /* data of the current event, lines joined by '\n' */
+    char *data; /* data of the current event, lines joined by '\n' */
     size_t data_len, data_cap;
     bool has_data;
     size_t max_line;

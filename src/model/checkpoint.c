@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define INDEX_NAME "model.safetensors.index.json"
+#define INDEX_NAME      "model.safetensors.index.json"
 #define INDEX_MAX_BYTES (64u * 1024 * 1024)
 
 /* Records a problem: fatal in strict mode (returns the status), listed in lenient mode. */
@@ -80,7 +80,8 @@ static cllm_status read_index(cllm_ckpt *c, const char *path, bool lenient, json
     json_error_t je;
     *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!*root)
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: not valid JSON (%s, line %d)", path, je.text,
+                            je.line);
     *wmap = json_object_get(*root, "weight_map");
     if (!json_is_object(*wmap))
         return cllm_err_set(err, CLLM_EFORMAT, "%s: missing object 'weight_map'", path);
@@ -89,10 +90,12 @@ static cllm_status read_index(cllm_ckpt *c, const char *path, bool lenient, json
     json_object_foreach(*wmap, name, v) {
         const char *shard = json_string_value(v);
         if (!shard)
-            return cllm_err_set(err, CLLM_EFORMAT, "%s: weight_map['%s'] is not a string", path, name);
+            return cllm_err_set(err, CLLM_EFORMAT, "%s: weight_map['%s'] is not a string", path,
+                                name);
         if (strchr(shard, '/') || !strcmp(shard, "..") || !*shard)
-            return cllm_err_set(err, CLLM_EFORMAT, "%s: weight_map['%s'] = '%s' is not a plain file name",
-                                path, name, shard);
+            return cllm_err_set(err, CLLM_EFORMAT,
+                                "%s: weight_map['%s'] = '%s' is not a plain file name", path, name,
+                                shard);
         if (add_file_name(c, shard)) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     }
     (void)lenient;
@@ -107,9 +110,9 @@ static cllm_status index_tensors(cllm_ckpt *c, bool lenient, cllm_error *err) {
             const cllm_tensor *ten = &f->tensors[t];
             const cllm_tensor *prev = cllm_strmap_get(&c->by_name, ten->name, strlen(ten->name));
             if (prev) {
-                cllm_status st = problem(c, lenient, err, CLLM_EFORMAT,
-                                         "tensor '%s' appears in both %s and %s", ten->name,
-                                         prev->file, ten->file);
+                cllm_status st =
+                    problem(c, lenient, err, CLLM_EFORMAT, "tensor '%s' appears in both %s and %s",
+                            ten->name, prev->file, ten->file);
                 if (st) return st;
                 continue;
             }
@@ -144,9 +147,9 @@ static cllm_status check_index(cllm_ckpt *c, json_t *wmap, const char *index_pat
         const cllm_st_file *f = c->files[i];
         for (size_t t = 0; f && t < f->n_tensors; t++) {
             if (!json_object_get(wmap, f->tensors[t].name)) {
-                cllm_status st = problem(c, lenient, err, CLLM_EFORMAT,
-                                         "%s: tensor '%s' is not listed in %s", f->path,
-                                         f->tensors[t].name, INDEX_NAME);
+                cllm_status st =
+                    problem(c, lenient, err, CLLM_EFORMAT, "%s: tensor '%s' is not listed in %s",
+                            f->path, f->tensors[t].name, INDEX_NAME);
                 if (st) return st;
             }
         }
@@ -169,13 +172,16 @@ cllm_status cllm_ckpt_open(const char *dir, bool lenient, cllm_ckpt **out, cllm_
         st = read_index(c, index_path, lenient, &root, &wmap, err);
     } else {
         char *single = path_join(dir, "model.safetensors");
-        if (single && file_exists(single)) st = add_file_name(c, "model.safetensors") ? CLLM_ENOMEM : CLLM_OK;
-        else st = list_safetensors(c, err);
+        if (single && file_exists(single))
+            st = add_file_name(c, "model.safetensors") ? CLLM_ENOMEM : CLLM_OK;
+        else
+            st = list_safetensors(c, err);
         free(single);
     }
     if (st) goto fail;
     if (c->n_files == 0) {
-        st = cllm_err_set(err, CLLM_ENOTFOUND, "%s: no .safetensors files and no %s", dir, INDEX_NAME);
+        st = cllm_err_set(err, CLLM_ENOTFOUND, "%s: no .safetensors files and no %s", dir,
+                          INDEX_NAME);
         goto fail;
     }
     c->files = calloc(c->n_files, sizeof(*c->files));
@@ -197,8 +203,9 @@ cllm_status cllm_ckpt_open(const char *dir, bool lenient, cllm_ckpt **out, cllm_
         if (st) goto fail;
     }
     if (opened == 0) {
-        st = cllm_err_set(err, CLLM_ENOTFOUND, "%s: none of the %zu weight files could be read%s%s", dir,
-                          c->n_files, c->n_problems ? ": " : "", c->n_problems ? c->problems[0] : "");
+        st = cllm_err_set(err, CLLM_ENOTFOUND, "%s: none of the %zu weight files could be read%s%s",
+                          dir, c->n_files, c->n_problems ? ": " : "",
+                          c->n_problems ? c->problems[0] : "");
         goto fail;
     }
     if ((st = index_tensors(c, lenient, err))) goto fail;
@@ -235,5 +242,6 @@ const cllm_tensor *cllm_ckpt_get(const cllm_ckpt *c, const char *name) {
 
 void cllm_ckpt_foreach(const cllm_ckpt *c, void (*fn)(void *ctx, const cllm_tensor *t), void *ctx) {
     for (size_t i = 0; i < c->n_files; i++)
-        for (size_t t = 0; c->files[i] && t < c->files[i]->n_tensors; t++) fn(ctx, &c->files[i]->tensors[t]);
+        for (size_t t = 0; c->files[i] && t < c->files[i]->n_tensors; t++)
+            fn(ctx, &c->files[i]->tensors[t]);
 }

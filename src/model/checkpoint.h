@@ -17,9 +17,9 @@ typedef struct cllm_ckpt {
     char **file_names;    /* [n_files] names relative to dir */
     size_t n_files;
     bool has_index;
-    cllm_strmap by_name;  /* name -> const cllm_tensor* */
+    cllm_strmap by_name; /* name -> const cllm_tensor* */
     size_t n_tensors;
-    char **problems;      /* lenient mode: one line per inconsistency found while opening */
+    char **problems; /* lenient mode: one line per inconsistency found while opening */
     size_t n_problems;
 } cllm_ckpt;
 

@@ -102,15 +102,19 @@ static void rd_ids(reader *r, json_t *o, const char *key, int *ids, int *n) {
     }
     return;
 bad:
-    r->st = cllm_err_set(r->err, CLLM_EFORMAT, "%s: '%s' must be a token id or a list of at most %d ids",
-                         r->label, key, CLLM_MAX_EOS);
+    r->st = cllm_err_set(r->err, CLLM_EFORMAT,
+                         "%s: '%s' must be a token id or a list of at most %d ids", r->label, key,
+                         CLLM_MAX_EOS);
 }
 
 const char *cllm_arch_name(cllm_arch a) {
     switch (a) {
-    case CLLM_ARCH_QWEN35_MOE: return "qwen3_5_moe";
-    case CLLM_ARCH_QWEN3_MOE: return "qwen3_moe";
-    case CLLM_ARCH_QWEN3: return "qwen3";
+    case CLLM_ARCH_QWEN35_MOE:
+        return "qwen3_5_moe";
+    case CLLM_ARCH_QWEN3_MOE:
+        return "qwen3_moe";
+    case CLLM_ARCH_QWEN3:
+        return "qwen3";
     }
     return "?";
 }
@@ -151,10 +155,12 @@ static void read_rope(reader *r, json_t *top, json_t *tc, cllm_config *c, double
         rd_num(r, rp, "partial_rotary_factor", prf, &prf);
         json_t *type = json_object_get(rp, "rope_type");
         if (!type) type = json_object_get(rp, "type");
-        if (!r->st && type && (!json_is_string(type) || (strcmp(json_string_value(type), "default") &&
-                                                         strcmp(json_string_value(type), "mrope"))))
-            r->st = cllm_err_set(r->err, CLLM_EUNSUPPORTED, "%s: rope_type '%s' is not supported yet",
-                                 r->label, json_is_string(type) ? json_string_value(type) : "?");
+        if (!r->st && type &&
+            (!json_is_string(type) || (strcmp(json_string_value(type), "default") &&
+                                       strcmp(json_string_value(type), "mrope"))))
+            r->st =
+                cllm_err_set(r->err, CLLM_EUNSUPPORTED, "%s: rope_type '%s' is not supported yet",
+                             r->label, json_is_string(type) ? json_string_value(type) : "?");
     }
     c->rope_theta = th;
     c->partial_rotary_factor = prf;
@@ -164,11 +170,12 @@ static cllm_status validate(reader *r, cllm_config *c) {
     if (r->st) return r->st;
 #define BAD(...) (r->st = cllm_err_set(r->err, CLLM_EFORMAT, __VA_ARGS__))
     if (c->n_heads % c->n_kv_heads)
-        return BAD("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", r->label,
-                   c->n_heads, c->n_kv_heads);
+        return BAD("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                   r->label, c->n_heads, c->n_kv_heads);
     if (c->head_dim % 2) return BAD("%s: head_dim %d must be even", r->label, c->head_dim);
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
-        return BAD("%s: partial_rotary_factor %g must be in (0, 1]", r->label, c->partial_rotary_factor);
+        return BAD("%s: partial_rotary_factor %g must be in (0, 1]", r->label,
+                   c->partial_rotary_factor);
     if (!(c->rope_theta > 0)) return BAD("%s: rope_theta must be positive", r->label);
     c->rotary_dim = (int)lround(c->head_dim * c->partial_rotary_factor);
     if (c->rotary_dim % 2 || c->rotary_dim < 2)
@@ -189,7 +196,8 @@ static cllm_status validate(reader *r, cllm_config *c) {
                    r->label, c->lin_n_v_heads, c->lin_n_k_heads);
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_ids[i] >= c->vocab_size)
-            return BAD("%s: eos_token_id %d >= vocab_size %d", r->label, c->eos_ids[i], c->vocab_size);
+            return BAD("%s: eos_token_id %d >= vocab_size %d", r->label, c->eos_ids[i],
+                       c->vocab_size);
 #undef BAD
     return CLLM_OK;
 }
@@ -199,19 +207,22 @@ static void read_layer_types(reader *r, json_t *tc, cllm_config *c) {
     json_t *lt = json_object_get(tc, "layer_types");
     if (lt && !json_is_null(lt)) {
         if (!json_is_array(lt) || json_array_size(lt) != (size_t)c->n_layers) {
-            r->st = cllm_err_set(r->err, CLLM_EFORMAT,
-                                 "%s: layer_types must list one entry per layer (%d), has %zu",
-                                 r->label, c->n_layers, json_is_array(lt) ? json_array_size(lt) : 0);
+            r->st = cllm_err_set(
+                r->err, CLLM_EFORMAT, "%s: layer_types must list one entry per layer (%d), has %zu",
+                r->label, c->n_layers, json_is_array(lt) ? json_array_size(lt) : 0);
             return;
         }
         for (int i = 0; i < c->n_layers; i++) {
             const char *s = json_string_value(json_array_get(lt, (size_t)i));
-            if (s && !strcmp(s, "full_attention")) c->layer_types[i] = CLLM_LAYER_FULL_ATTN;
-            else if (s && !strcmp(s, "linear_attention")) c->layer_types[i] = CLLM_LAYER_LINEAR_ATTN;
+            if (s && !strcmp(s, "full_attention"))
+                c->layer_types[i] = CLLM_LAYER_FULL_ATTN;
+            else if (s && !strcmp(s, "linear_attention"))
+                c->layer_types[i] = CLLM_LAYER_LINEAR_ATTN;
             else {
-                r->st = cllm_err_set(r->err, CLLM_EFORMAT,
-                                     "%s: layer_types[%d] = '%s' (expected full_attention or linear_attention)",
-                                     r->label, i, s ? s : "(not a string)");
+                r->st = cllm_err_set(
+                    r->err, CLLM_EFORMAT,
+                    "%s: layer_types[%d] = '%s' (expected full_attention or linear_attention)",
+                    r->label, i, s ? s : "(not a string)");
                 return;
             }
         }
@@ -308,14 +319,16 @@ static void parse_qwen3(reader *r, json_t *tc, cllm_config *c, bool moe) {
     json_t *mlp_only = json_object_get(tc, "mlp_only_layers");
     if (mlp_only && !json_is_null(mlp_only)) {
         if (!json_is_array(mlp_only)) {
-            r->st = cllm_err_set(r->err, CLLM_EFORMAT, "%s: mlp_only_layers must be a list", r->label);
+            r->st =
+                cllm_err_set(r->err, CLLM_EFORMAT, "%s: mlp_only_layers must be a list", r->label);
             return;
         }
         for (size_t i = 0; i < json_array_size(mlp_only); i++) {
             json_t *e = json_array_get(mlp_only, i);
-            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->n_layers) {
-                r->st = cllm_err_set(r->err, CLLM_EFORMAT, "%s: mlp_only_layers[%zu] is not a layer index",
-                                     r->label, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) >= c->n_layers) {
+                r->st = cllm_err_set(r->err, CLLM_EFORMAT,
+                                     "%s: mlp_only_layers[%zu] is not a layer index", r->label, i);
                 return;
             }
             c->layer_is_moe[json_integer_value(e)] = 0;
@@ -330,7 +343,8 @@ cllm_status cllm_config_parse(const char *json, size_t len, const char *label, c
     json_error_t je;
     json_t *top = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!top)
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: not valid JSON (%s, line %d)", label, je.text, je.line);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: not valid JSON (%s, line %d)", label, je.text,
+                            je.line);
     reader r = {label, err, CLLM_OK};
     if (!json_is_object(top)) {
         r.st = cllm_err_set(err, CLLM_EFORMAT, "%s: not a JSON object", label);
@@ -348,7 +362,8 @@ cllm_status cllm_config_parse(const char *json, size_t len, const char *label, c
     if (!strcmp(mt, "qwen3_5_moe")) {
         json_t *tc = json_object_get(top, "text_config");
         if (!json_is_object(tc)) {
-            r.st = cllm_err_set(err, CLLM_EFORMAT, "%s: qwen3_5_moe needs a 'text_config' object", label);
+            r.st = cllm_err_set(err, CLLM_EFORMAT, "%s: qwen3_5_moe needs a 'text_config' object",
+                                label);
             goto done;
         }
         parse_qwen35(&r, top, tc, cfg);

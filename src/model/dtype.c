@@ -18,11 +18,15 @@ static const struct {
     [CLLM_DT_BOOL] = {"BOOL", 1, 0},
 };
 
-size_t cllm_dtype_size(cllm_dtype t) { return (unsigned)t < CLLM_DT_COUNT ? dtypes[t].size : 0; }
+size_t cllm_dtype_size(cllm_dtype t) {
+    return (unsigned)t < CLLM_DT_COUNT ? dtypes[t].size : 0;
+}
 const char *cllm_dtype_name(cllm_dtype t) {
     return (unsigned)t < CLLM_DT_COUNT ? dtypes[t].name : "?";
 }
-int cllm_dtype_is_float(cllm_dtype t) { return (unsigned)t < CLLM_DT_COUNT && dtypes[t].is_float; }
+int cllm_dtype_is_float(cllm_dtype t) {
+    return (unsigned)t < CLLM_DT_COUNT && dtypes[t].is_float;
+}
 
 int cllm_dtype_parse(const char *s, cllm_dtype *out) {
     for (int i = 0; i < CLLM_DT_COUNT; i++) {

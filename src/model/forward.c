@@ -17,7 +17,7 @@
 
 /* Rows per matmul work item: 16 rows of a 2048-wide bf16 matrix = 64 KiB, an L2-resident slice
  * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
-#define MM_ROWS 16
+#define MM_ROWS  16
 #define MM_QROWS 64 /* quantized (GPTQ) weights */
 
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
@@ -61,7 +61,8 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
 
 cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     size_t n = 0;
-    for (size_t j = 0; j < c->n_jobs; j++) n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
+    for (size_t j = 0; j < c->n_jobs; j++)
+        n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
     /* GPTQ weights (packed along K, N contiguous): wider items so each qweight row read is
      * several cache lines (kernels/x86/matmul_q4_avx2.c); a multiple of MM_ROWS, so n is enough */
     if (n > c->cap_items) {
@@ -72,7 +73,8 @@ cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     }
     size_t k = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
-        for (int r = 0, step = c->jobs[j].w->q.bits ? MM_QROWS : MM_ROWS; r < c->jobs[j].w->rows; r += step) {
+        for (int r = 0, step = c->jobs[j].w->q.bits ? MM_QROWS : MM_ROWS; r < c->jobs[j].w->rows;
+             r += step) {
             int r1 = r + step < c->jobs[j].w->rows ? r + step : c->jobs[j].w->rows;
             c->items[k++] = (struct fwd_item){(int)j, r, r1};
         }
@@ -81,7 +83,9 @@ cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     return CLLM_OK;
 }
 
-static int imax(int a, int b) { return a > b ? a : b; }
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
 
 cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_ctx **out,
                                 cllm_error *err) {
@@ -189,8 +193,9 @@ size_t cllm_batch_logit_rows(const cllm_batch *b) {
     size_t n = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const cllm_seq_batch *q = &b->seqs[s];
-        n += q->logits == CLLM_LOGITS_ALL ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
-             : q->logits == CLLM_LOGITS_LAST ? 1 : 0;
+        n += q->logits == CLLM_LOGITS_ALL    ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
+             : q->logits == CLLM_LOGITS_LAST ? 1
+                                             : 0;
     }
     return n;
 }
@@ -208,39 +213,51 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
         const cllm_seq_batch *q = &b->seqs[s];
         if (q->n_tokens < 1 || !q->tokens)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: empty prompt (no tokens)", s);
-        if (q->logits != CLLM_LOGITS_LAST && q->logits != CLLM_LOGITS_ALL && q->logits != CLLM_LOGITS_NONE)
+        if (q->logits != CLLM_LOGITS_LAST && q->logits != CLLM_LOGITS_ALL &&
+            q->logits != CLLM_LOGITS_NONE)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits mode", s);
         if (q->start_pos < 0)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: negative start position", s);
         long end = (long)q->start_pos + q->n_tokens;
         if (end > f->max_position_embeddings)
-            return cllm_err_set(err, CLLM_ERANGE, "sequence %d: position %ld beyond "
-                                "max_position_embeddings %d", s, end - 1, f->max_position_embeddings);
+            return cllm_err_set(err, CLLM_ERANGE,
+                                "sequence %d: position %ld beyond "
+                                "max_position_embeddings %d",
+                                s, end - 1, f->max_position_embeddings);
         for (int i = 0; i < q->n_tokens; i++)
             if (q->tokens[i] < 0 || q->tokens[i] >= f->vocab_size)
-                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: token id %d out of range "
-                                    "[0, %d)", s, q->tokens[i], f->vocab_size);
+                return cllm_err_set(err, CLLM_EINVAL,
+                                    "sequence %d: token id %d out of range "
+                                    "[0, %d)",
+                                    s, q->tokens[i], f->vocab_size);
         if (m->n_attn > 0) {
             long need = (end + kv->block_size - 1) / kv->block_size;
             if (!q->block_table || q->n_table < need)
-                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: block table has %d entries, "
-                                    "positions up to %ld need %ld", s, q->n_table, end - 1, need);
+                return cllm_err_set(err, CLLM_EINVAL,
+                                    "sequence %d: block table has %d entries, "
+                                    "positions up to %ld need %ld",
+                                    s, q->n_table, end - 1, need);
             for (long i = 0; i < need; i++)
                 if (q->block_table[i] < 0 || q->block_table[i] >= kv->n_blocks)
-                    return cllm_err_set(err, CLLM_EINVAL, "sequence %d: block %d out of range "
-                                        "[0, %d)", s, q->block_table[i], kv->n_blocks);
+                    return cllm_err_set(err, CLLM_EINVAL,
+                                        "sequence %d: block %d out of range "
+                                        "[0, %d)",
+                                        s, q->block_table[i], kv->n_blocks);
         }
         if (m->n_gdn > 0) {
             if (q->state_slot < 0 || q->state_slot >= st->n_slots)
-                return cllm_err_set(err, CLLM_EINVAL, "sequence %d: state slot %d out of range "
-                                    "[0, %d)", s, q->state_slot, st->n_slots);
+                return cllm_err_set(err, CLLM_EINVAL,
+                                    "sequence %d: state slot %d out of range "
+                                    "[0, %d)",
+                                    s, q->state_slot, st->n_slots);
             for (int s2 = 0; s2 < s; s2++)
                 if (b->seqs[s2].state_slot == q->state_slot)
                     return cllm_err_set(err, CLLM_EINVAL, "sequences %d and %d share state slot %d",
                                         s2, s, q->state_slot);
         }
         T += q->n_tokens;
-        if (T > (1L << 24)) return cllm_err_set(err, CLLM_ENOMEM, "batch too large (%ld tokens)", T);
+        if (T > (1L << 24))
+            return cllm_err_set(err, CLLM_ENOMEM, "batch too large (%ld tokens)", T);
     }
     *T_out = (int)T;
     return CLLM_OK;
@@ -249,9 +266,12 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
 static void embed_row(const fwd_wt *e, int id, float *dst) {
     size_t es = cllm_dtype_size(e->dt);
     const void *row = (const char *)e->data + (size_t)id * e->cols * es;
-    if (e->dt == CLLM_DT_F32) memcpy(dst, row, (size_t)e->cols * 4);
-    else if (e->dt == CLLM_DT_BF16) cllm_bf16_to_f32_row(row, dst, (size_t)e->cols);
-    else cllm_f16_to_f32_row(row, dst, (size_t)e->cols);
+    if (e->dt == CLLM_DT_F32)
+        memcpy(dst, row, (size_t)e->cols * 4);
+    else if (e->dt == CLLM_DT_BF16)
+        cllm_bf16_to_f32_row(row, dst, (size_t)e->cols);
+    else
+        cllm_f16_to_f32_row(row, dst, (size_t)e->cols);
 }
 
 typedef struct norm_job {
@@ -303,7 +323,8 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         free(c->seq_tok0);
         c->seq_tok0 = malloc((size_t)b->n_seqs * sizeof(int));
         c->cap_seqs = c->seq_tok0 ? b->n_seqs : 0;
-        if (c->cap < T || !c->seq_tok0) return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory for %d tokens", T);
+        if (c->cap < T || !c->seq_tok0)
+            return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory for %d tokens", T);
     }
     c->batch = b;
     c->n_jobs = 0; /* nothing left over from a call that failed half-way */
@@ -326,10 +347,12 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         const fwd_layer *L = &m->layers[l];
         rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
         s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
-        if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+        if (s != CLLM_OK)
+            return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
         rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
         s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
-        if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+        if (s != CLLM_OK)
+            return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     }
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
@@ -337,7 +360,8 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         const cllm_seq_batch *sq = &b->seqs[q];
         if (sq->logits == CLLM_LOGITS_ALL)
             for (int i = 0; i < sq->n_tokens; i++) rows[R++] = c->seq_tok0[q] + i;
-        else if (sq->logits == CLLM_LOGITS_LAST) rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
+        else if (sq->logits == CLLM_LOGITS_LAST)
+            rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
     }
     if (R == 0) return CLLM_OK;
     rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);

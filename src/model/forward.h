@@ -58,11 +58,11 @@ typedef enum cllm_kv_dtype { CLLM_KV_F32 = 0, CLLM_KV_BF16 = 1 } cllm_kv_dtype;
 
 typedef struct cllm_kv_pool {
     int n_blocks, block_size;
-    int n_layers;          /* full-attention layers of the model */
-    int kv_dim;            /* n_kv_heads * head_dim */
+    int n_layers; /* full-attention layers of the model */
+    int kv_dim;   /* n_kv_heads * head_dim */
     cllm_kv_dtype dtype;
-    size_t elem_size;      /* 4 or 2 */
-    void *data;            /* [n_blocks][n_layers][2][block_size][kv_dim] */
+    size_t elem_size; /* 4 or 2 */
+    void *data;       /* [n_blocks][n_layers][2][block_size][kv_dim] */
 } cllm_kv_pool;
 
 cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks, int block_size,
@@ -72,11 +72,11 @@ void cllm_kv_pool_free(cllm_kv_pool *p);
 size_t cllm_kv_pool_block_bytes(const cllm_kv_pool *p);
 
 typedef struct cllm_state_pool {
-    int n_slots, n_layers;  /* n_layers = Gated DeltaNet layers of the model */
-    int conv_ch, conv_k1;   /* conv channels (2*Hk*dk + Hv*dv), kernel - 1 */
+    int n_slots, n_layers; /* n_layers = Gated DeltaNet layers of the model */
+    int conv_ch, conv_k1;  /* conv channels (2*Hk*dk + Hv*dv), kernel - 1 */
     int n_v_heads, dk, dv;
-    float *conv;            /* [n_slots][n_layers][conv_ch][conv_k1] */
-    float *rec;             /* [n_slots][n_layers][n_v_heads][dk][dv] */
+    float *conv; /* [n_slots][n_layers][conv_ch][conv_k1] */
+    float *rec;  /* [n_slots][n_layers][n_v_heads][dk][dv] */
 } cllm_state_pool;
 
 /* For a model without GDN layers the pool is valid and empty (slot indices are ignored). */
@@ -94,12 +94,12 @@ typedef enum cllm_logits_mode {
 } cllm_logits_mode;
 
 typedef struct cllm_seq_batch {
-    const int32_t *tokens;       /* [n_tokens] ids to add */
-    int n_tokens;                /* >= 1 */
-    int start_pos;               /* position of tokens[0] (= tokens already in the cache) */
-    const int32_t *block_table;  /* [n_table] block ids; must cover start_pos + n_tokens */
+    const int32_t *tokens;      /* [n_tokens] ids to add */
+    int n_tokens;               /* >= 1 */
+    int start_pos;              /* position of tokens[0] (= tokens already in the cache) */
+    const int32_t *block_table; /* [n_table] block ids; must cover start_pos + n_tokens */
     int n_table;
-    int state_slot;              /* slot in the state pool (distinct within a batch) */
+    int state_slot; /* slot in the state pool (distinct within a batch) */
     cllm_logits_mode logits;
 } cllm_seq_batch;
 

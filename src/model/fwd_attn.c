@@ -14,7 +14,9 @@
 #define ATT_TILE 32
 
 static inline void *kv_at(const cllm_kv_pool *p, int block, int layer, int which, int row) {
-    size_t idx = (((size_t)block * p->n_layers + (size_t)layer) * 2 + (size_t)which) * p->block_size + (size_t)row;
+    size_t idx =
+        (((size_t)block * p->n_layers + (size_t)layer) * 2 + (size_t)which) * p->block_size +
+        (size_t)row;
     return (char *)p->data + idx * (size_t)p->kv_dim * p->elem_size;
 }
 
@@ -59,7 +61,8 @@ static void prep_worker(void *vj, size_t b, size_t e, int tid) {
             rope(kh, cs, half);
         }
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
-        int pos = c->tok_pos[t], blk = sq->block_table[pos / kv->block_size], row = pos % kv->block_size;
+        int pos = c->tok_pos[t], blk = sq->block_table[pos / kv->block_size],
+            row = pos % kv->block_size;
         void *kd = kv_at(kv, blk, L->sub, 0, row), *vdst = kv_at(kv, blk, L->sub, 1, row);
         if (kv->dtype == CLLM_KV_F32) {
             memcpy(kd, K, (size_t)m->kv_dim * 4);
@@ -74,7 +77,8 @@ static void prep_worker(void *vj, size_t b, size_t e, int tid) {
 /* K or V head slice of position p as fp32 (points into the pool, or converted into buf). */
 static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int layer, int which,
                            int p, int off, int hd, float *buf) {
-    const void *r = kv_at(kv, sq->block_table[p / kv->block_size], layer, which, p % kv->block_size);
+    const void *r =
+        kv_at(kv, sq->block_table[p / kv->block_size], layer, which, p % kv->block_size);
     if (kv->dtype == CLLM_KV_F32) return (const float *)r + off;
     cllm_bf16_to_f32_row((const uint16_t *)r + off, buf, (size_t)hd);
     return buf;
@@ -134,7 +138,8 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     const cllm_config *f = &m->cfg;
     int H = f->hidden_size;
     attn_job j = {c, L, m->q_rows + 2 * m->kv_dim};
-    if (fwd_mm_add(c, &L->q, c->xn, H, T, c->proj, j.ldp) || fwd_mm_add(c, &L->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
+    if (fwd_mm_add(c, &L->q, c->xn, H, T, c->proj, j.ldp) ||
+        fwd_mm_add(c, &L->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
         fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, prep_worker, &j);

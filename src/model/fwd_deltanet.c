@@ -10,7 +10,8 @@
  * Option CLLM_GDN_PREFILL=chunked (read once per process; default "recurrent"): runs of 64 tokens
  * covering absolute positions [64j, 64j+64) entirely inside one call go through the chunked WY
  * kernel (kernels gdn_chunk); the unaligned head/tail of a call and decode keep the step. So
- * splitting a prompt at multiples of 64 stays bitwise identical, other splits differ by rounding. */
+ * splitting a prompt at multiples of 64 stays bitwise identical, other splits differ by rounding.
+ */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -45,7 +46,8 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
     int K = st->conv_k1 + 1, k1 = st->conv_k1;
     for (int q = 0; q < bt->n_seqs; q++) {
         const cllm_seq_batch *sq = &bt->seqs[q];
-        float *base = st->conv + ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * st->conv_ch * k1;
+        float *base = st->conv + ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) *
+                                     st->conv_ch * k1;
         for (size_t ch = b; ch < e; ch++) {
             float *s = base + ch * k1;
             const float *w = j->L->conv_w + ch * K;
@@ -103,7 +105,8 @@ static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, flo
     for (int c0 = 0; c0 < n; c0 += C) {
         size_t t = t0 + (size_t)c0;
         for (int i = 0; i < C; i++) {
-            const float *ab = c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
+            const float *ab =
+                c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
             float d = ab[Hv + h];
             /* log-decay of the decay the step would use; clamp keeps gamma finite (e^-80 ~ 0) */
             gb[i] = d > 1.8e-35f ? logf(d) : -80.0f;
@@ -114,7 +117,8 @@ static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, flo
                         P + 2 * (size_t)j->kd + (size_t)h * dv, (size_t)j->ldp, gb, bb,
                         c->o + t * j->vd + (size_t)h * dv, (size_t)j->vd, C, dk, dv, work);
         for (int i = 0; i < C; i++) {
-            const float *z = c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
+            const float *z =
+                c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
             float *o = c->o + (t + (size_t)i) * j->vd + (size_t)h * dv;
             fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
             for (int m = 0; m < dv; m++) o[m] *= fwd_silu(z[m]);
@@ -134,7 +138,9 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     for (size_t it = b; it < e; it++) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
         const cllm_seq_batch *sq = &c->batch->seqs[q];
-        float *S = st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) * (size_t)dk * dv;
+        float *S =
+            st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) *
+                          (size_t)dk * dv;
         int ca = 0, cb = 0; /* tokens [ca, cb) run chunked: whole 64-aligned position chunks */
         if (gdn_chunked) {
             const int C = CLLM_GDN_CHUNK;
@@ -168,14 +174,16 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     gdn_job j = {c, L, 0, f->lin_n_k_heads * f->lin_k_dim, Hv * f->lin_v_dim};
     j.ldp = m->conv_ch + j.vd + 2 * Hv;
     float *P = c->proj;
-    if (fwd_mm_add(c, &L->qkv, c->xn, H, T, P, j.ldp) || fwd_mm_add(c, &L->z, c->xn, H, T, P + m->conv_ch, j.ldp) ||
+    if (fwd_mm_add(c, &L->qkv, c->xn, H, T, P, j.ldp) ||
+        fwd_mm_add(c, &L->z, c->xn, H, T, P + m->conv_ch, j.ldp) ||
         fwd_mm_add(c, &L->b, c->xn, H, T, P + m->conv_ch + j.vd, j.ldp) ||
         fwd_mm_add(c, &L->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)m->conv_ch, conv_worker, &j);
     cllm_pool_for(c->pool, (size_t)T, tokprep_worker, &j);
     cllm_pool_for(c->pool, (size_t)c->batch->n_seqs * Hv, rec_worker, &j);
-    if (fwd_mm_add(c, &L->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c)) return CLLM_ENOMEM;
+    if (fwd_mm_add(c, &L->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
     return CLLM_OK;

@@ -24,7 +24,7 @@ typedef struct fwd_mlp {
 typedef struct fwd_layer {
     cllm_layer_type type;
     bool moe;
-    int sub;                   /* index among attention layers (KV pool) or GDN layers (state) */
+    int sub;                    /* index among attention layers (KV pool) or GDN layers (state) */
     float *in_norm, *post_norm; /* [H], effective weight ((1 + w) already applied if needed) */
     /* full attention */
     fwd_wt q, k, v, o;
@@ -85,19 +85,21 @@ struct cllm_fwd_ctx {
     int *tok_seq, *tok_pos;
     float *x, *xn, *proj, *proj2, *o, *tmp, *rope_cs;
     /* MoE, per (token, slot) */
-    int *top_id;          /* [T][k] */
-    float *top_w;         /* [T][k] */
-    int *pos_of;          /* [T*k] sorted position of assignment (t, j) */
-    int *slot_at;         /* [T*k] assignment at sorted position */
+    int *top_id;            /* [T][k] */
+    float *top_w;           /* [T][k] */
+    int *pos_of;            /* [T*k] sorted position of assignment (t, j) */
+    int *slot_at;           /* [T*k] assignment at sorted position */
     int *exp_off, *exp_cnt; /* [E] */
-    float *xg, *gu, *dn;  /* [T*k][H], [T*k][2I], [T*k][H] */
+    float *xg, *gu, *dn;    /* [T*k][H], [T*k][2I], [T*k][H] */
     /* per thread scratch */
-    float *thr;           /* [n_threads][thr_stride] */
+    float *thr; /* [n_threads][thr_stride] */
     size_t thr_stride;
     /* matmul work list */
     fwd_mm *jobs;
     size_t n_jobs, cap_jobs;
-    struct fwd_item { int job, r0, r1; } *items;
+    struct fwd_item {
+        int job, r0, r1;
+    } * items;
     size_t cap_items;
     /* the batch being run */
     const cllm_batch *batch;
@@ -118,8 +120,12 @@ cllm_status fwd_mm_run(cllm_fwd_ctx *c);
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, over n (sum of squares in double, index order). */
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
-static inline float fwd_silu(float x) { return x / (1.0f + expf(-x)); }
-static inline float fwd_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float fwd_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+static inline float fwd_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 /* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
 cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T);

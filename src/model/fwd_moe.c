@@ -55,7 +55,8 @@ static void gather_worker(void *vj, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = j->c;
     int H = c->m->cfg.hidden_size;
     for (size_t p = b; p < e; p++)
-        memcpy(c->xg + p * H, c->xn + (size_t)(c->slot_at[p] / j->k) * H, (size_t)H * sizeof(float));
+        memcpy(c->xg + p * H, c->xn + (size_t)(c->slot_at[p] / j->k) * H,
+               (size_t)H * sizeof(float));
 }
 
 /* act[i] = silu(gate[i]) * up[i], in place into the gate half of rows of width 2I. */
@@ -101,10 +102,9 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     moe_job j = {c, L, T, f->n_experts_per_tok, f->n_experts, f->moe_intermediate_size};
     int Ish = f->shared_expert_intermediate_size, lds = 2 * Ish + 1;
     if (fwd_mm_add(c, &L->router, c->xn, H, T, c->proj, (size_t)j.E)) return CLLM_ENOMEM;
-    if (L->has_shared &&
-        (fwd_mm_add(c, &L->shared.gate, c->xn, H, T, c->proj2, lds) ||
-         fwd_mm_add(c, &L->shared.up, c->xn, H, T, c->proj2 + Ish, lds) ||
-         fwd_mm_add(c, &L->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds)))
+    if (L->has_shared && (fwd_mm_add(c, &L->shared.gate, c->xn, H, T, c->proj2, lds) ||
+                          fwd_mm_add(c, &L->shared.up, c->xn, H, T, c->proj2 + Ish, lds) ||
+                          fwd_mm_add(c, &L->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds)))
         return CLLM_ENOMEM;
     if (fwd_mm_run(c)) return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, route_worker, &j);
@@ -128,7 +128,8 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         const fwd_mlp *x = &L->experts[e];
         if (!x->gate.data) return CLLM_EUNSUPPORTED; /* expert not bound in this process */
         float *X = c->xg + (size_t)c->exp_off[e] * H, *Y = c->gu + (size_t)c->exp_off[e] * 2 * I;
-        if (fwd_mm_add(c, &x->gate, X, H, cnt, Y, 2 * (size_t)I) || fwd_mm_add(c, &x->up, X, H, cnt, Y + I, 2 * (size_t)I))
+        if (fwd_mm_add(c, &x->gate, X, H, cnt, Y, 2 * (size_t)I) ||
+            fwd_mm_add(c, &x->up, X, H, cnt, Y + I, 2 * (size_t)I))
             return CLLM_ENOMEM;
     }
     if (fwd_mm_run(c)) return CLLM_ENOMEM;
@@ -163,7 +164,8 @@ cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T) {
         return CLLM_ENOMEM;
     act_job aj = {c->proj, I};
     cllm_pool_for(c->pool, (size_t)T, act_worker, &aj);
-    if (fwd_mm_add(c, &mlp->down, c->proj, 2 * (size_t)I, T, c->tmp, H) || fwd_mm_run(c)) return CLLM_ENOMEM;
+    if (fwd_mm_add(c, &mlp->down, c->proj, 2 * (size_t)I, T, c->tmp, H) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
     return CLLM_OK;

@@ -10,8 +10,9 @@ cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks
                               cllm_kv_dtype dtype, cllm_error *err) {
     memset(p, 0, sizeof(*p));
     if (n_blocks < 1 || block_size < 1)
-        return cllm_err_set(err, CLLM_EINVAL, "kv pool: n_blocks (%d) and block_size (%d) must be >= 1",
-                            n_blocks, block_size);
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "kv pool: n_blocks (%d) and block_size (%d) must be >= 1", n_blocks,
+                            block_size);
     if (dtype != CLLM_KV_F32 && dtype != CLLM_KV_BF16)
         return cllm_err_set(err, CLLM_EINVAL, "kv pool: unknown dtype %d", (int)dtype);
     p->n_blocks = n_blocks;
@@ -53,7 +54,8 @@ cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_
     p->dk = c->lin_k_dim;
     p->dv = c->lin_v_dim;
     size_t nc = (size_t)n_slots * (size_t)p->n_layers * (size_t)p->conv_ch * (size_t)p->conv_k1;
-    size_t nr = (size_t)n_slots * (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk * (size_t)p->dv;
+    size_t nr = (size_t)n_slots * (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk *
+                (size_t)p->dv;
     p->conv = cllm_alloc_zeroed(nc * sizeof(float) + 4);
     p->rec = cllm_alloc_zeroed(nr * sizeof(float));
     if (!p->conv || !p->rec) {
@@ -87,7 +89,8 @@ void cllm_state_slot_clear(cllm_state_pool *p, int slot) {
 }
 
 void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src) {
-    if (!p->conv || dst == src || dst < 0 || src < 0 || dst >= p->n_slots || src >= p->n_slots) return;
+    if (!p->conv || dst == src || dst < 0 || src < 0 || dst >= p->n_slots || src >= p->n_slots)
+        return;
     memcpy(p->conv + (size_t)dst * conv_per_slot(p), p->conv + (size_t)src * conv_per_slot(p),
            conv_per_slot(p) * sizeof(float));
     memcpy(p->rec + (size_t)dst * rec_per_slot(p), p->rec + (size_t)src * rec_per_slot(p),

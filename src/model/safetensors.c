@@ -37,7 +37,8 @@ static int cmp_offset(const void *a, const void *b) {
 static cllm_status parse_entry(const char *label, const char *name, json_t *v, uint64_t data_size,
                                cllm_tensor *t, cllm_error *err) {
     if (!json_is_object(v))
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': entry is not an object", label, name);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': entry is not an object", label,
+                            name);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo))
@@ -45,7 +46,8 @@ static cllm_status parse_entry(const char *label, const char *name, json_t *v, u
                             "%s: tensor '%s': needs string dtype, array shape, array data_offsets",
                             label, name);
     if (json_object_size(v) != 3)
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': unexpected keys in entry", label, name);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': unexpected keys in entry", label,
+                            name);
     if (cllm_dtype_parse(json_string_value(jd), &t->dtype) != 0)
         return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': unknown dtype '%s'", label, name,
                             json_string_value(jd));
@@ -58,8 +60,9 @@ static cllm_status parse_entry(const char *label, const char *name, json_t *v, u
     for (size_t i = 0; i < nd; i++) {
         json_t *d = json_array_get(js, i);
         if (!json_is_integer(d) || json_integer_value(d) < 0)
-            return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer",
-                                label, name, i);
+            return cllm_err_set(err, CLLM_EFORMAT,
+                                "%s: tensor '%s': shape[%zu] is not a non-negative integer", label,
+                                name, i);
         t->shape[i] = (int64_t)json_integer_value(d);
         if (__builtin_mul_overflow(n, (uint64_t)t->shape[i], &n))
             return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': shape overflows", label, name);
@@ -72,20 +75,22 @@ static cllm_status parse_entry(const char *label, const char *name, json_t *v, u
         !json_is_integer(json_array_get(jo, 1)))
         return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': data_offsets must be [begin, end]",
                             label, name);
-    json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+    json_int_t b = json_integer_value(json_array_get(jo, 0)),
+               e = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || e < b)
         return cllm_err_set(err, CLLM_EFORMAT, "%s: tensor '%s': bad data_offsets [%lld, %lld]",
                             label, name, (long long)b, (long long)e);
     if ((uint64_t)e > data_size)
-        return cllm_err_set(err, CLLM_EFORMAT,
-                            "%s: tensor '%s': data_offsets end %lld beyond data size %llu (truncated file?)",
-                            label, name, (long long)e, (unsigned long long)data_size);
+        return cllm_err_set(
+            err, CLLM_EFORMAT,
+            "%s: tensor '%s': data_offsets end %lld beyond data size %llu (truncated file?)", label,
+            name, (long long)e, (unsigned long long)data_size);
     if ((uint64_t)(e - b) != bytes) {
         char sh[160];
         cllm_shape_str(t->shape, t->n_dims, sh, sizeof(sh));
         return cllm_err_set(err, CLLM_EFORMAT,
-                            "%s: tensor '%s': %lld bytes in file but shape %s x %s needs %llu", label,
-                            name, (long long)(e - b), sh, cllm_dtype_name(t->dtype),
+                            "%s: tensor '%s': %lld bytes in file but shape %s x %s needs %llu",
+                            label, name, (long long)(e - b), sh, cllm_dtype_name(t->dtype),
                             (unsigned long long)bytes);
     }
     t->offset = (uint64_t)b;
@@ -96,13 +101,13 @@ static cllm_status parse_entry(const char *label, const char *name, json_t *v, u
 cllm_status cllm_st_parse_header(const char *json, size_t len, uint64_t data_size,
                                  const char *label, cllm_st_file *out, cllm_error *err) {
     if (len > CLLM_ST_MAX_HEADER)
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: header of %zu bytes exceeds the %u-byte cap", label,
-                            len, CLLM_ST_MAX_HEADER);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: header of %zu bytes exceeds the %u-byte cap",
+                            label, len, CLLM_ST_MAX_HEADER);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return cllm_err_set(err, CLLM_EFORMAT, "%s: header is not valid JSON (%s at byte %d)", label,
-                            je.text, je.position);
+        return cllm_err_set(err, CLLM_EFORMAT, "%s: header is not valid JSON (%s at byte %d)",
+                            label, je.text, je.position);
     cllm_status st = CLLM_OK;
     if (!json_is_object(root)) {
         st = cllm_err_set(err, CLLM_EFORMAT, "%s: header is not a JSON object", label);
@@ -126,7 +131,8 @@ cllm_status cllm_st_parse_header(const char *json, size_t len, uint64_t data_siz
             json_t *mv;
             json_object_foreach(val, mk, mv) {
                 if (!json_is_string(mv)) {
-                    st = cllm_err_set(err, CLLM_EFORMAT, "%s: __metadata__.%s is not a string", label, mk);
+                    st = cllm_err_set(err, CLLM_EFORMAT, "%s: __metadata__.%s is not a string",
+                                      label, mk);
                     goto done;
                 }
             }
@@ -208,9 +214,10 @@ cllm_status cllm_st_open(const char *path, cllm_st_file **out, cllm_error *err) 
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | p[i];
     if (n > f->map_size - 8) {
-        st = cllm_err_set(err, CLLM_EFORMAT,
-                          "%s: header length %llu exceeds the file size %zu (truncated or not safetensors)",
-                          path, (unsigned long long)n, f->map_size);
+        st = cllm_err_set(
+            err, CLLM_EFORMAT,
+            "%s: header length %llu exceeds the file size %zu (truncated or not safetensors)", path,
+            (unsigned long long)n, f->map_size);
         goto fail;
     }
     f->header_len = n;

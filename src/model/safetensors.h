@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "model/dtype.h"
 
-#define CLLM_ST_MAX_DIMS 8                    /* more dims is rejected as unsupported */
+#define CLLM_ST_MAX_DIMS   8                    /* more dims is rejected as unsupported */
 #define CLLM_ST_MAX_HEADER (100u * 1024 * 1024) /* same cap as the Rust implementation */
 
 typedef struct cllm_tensor {
@@ -31,7 +31,7 @@ typedef struct cllm_tensor {
 
 typedef struct cllm_st_file {
     char *path;
-    void *map;        /* whole file, read-only */
+    void *map; /* whole file, read-only */
     size_t map_size;
     uint64_t header_len;
     uint64_t data_size; /* bytes after the header */

@@ -56,17 +56,30 @@ static uint64_t splitmix(uint64_t *s) {
 }
 
 /* Uniform in [0, 1) with 24 random bits. */
-static inline float unif(uint64_t *s) { return (float)(splitmix(s) >> 40) * (1.0f / 16777216.0f); }
+static inline float unif(uint64_t *s) {
+    return (float)(splitmix(s) >> 40) * (1.0f / 16777216.0f);
+}
 
-static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rng, float *buf, size_t n) {
+static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rng, float *buf,
+                 size_t n) {
     const float sq3 = 1.7320508f;
     float std;
     switch (s->init) {
-    case CLLM_INIT_ZERO: memset(buf, 0, n * sizeof(float)); return;
-    case CLLM_INIT_EMBED: std = 1.0f; break;
-    case CLLM_INIT_LINEAR: std = 1.0f / sqrtf((float)s->fan_in); break;
-    case CLLM_INIT_OUT_PROJ: std = 1.0f / sqrtf((float)s->fan_in) / sqrtf(2.0f * (float)cfg->n_layers); break;
-    case CLLM_INIT_CONV: std = 1.0f / sqrtf((float)s->fan_in); break;
+    case CLLM_INIT_ZERO:
+        memset(buf, 0, n * sizeof(float));
+        return;
+    case CLLM_INIT_EMBED:
+        std = 1.0f;
+        break;
+    case CLLM_INIT_LINEAR:
+        std = 1.0f / sqrtf((float)s->fan_in);
+        break;
+    case CLLM_INIT_OUT_PROJ:
+        std = 1.0f / sqrtf((float)s->fan_in) / sqrtf(2.0f * (float)cfg->n_layers);
+        break;
+    case CLLM_INIT_CONV:
+        std = 1.0f / sqrtf((float)s->fan_in);
+        break;
     case CLLM_INIT_NORM_1P:
         for (size_t i = 0; i < n; i++) buf[i] = 0.2f * unif(rng) - 0.1f;
         return;
@@ -82,7 +95,8 @@ static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rn
             buf[i] = dt + logf(-expm1f(-dt));
         }
         return;
-    default: std = 0.02f;
+    default:
+        std = 0.02f;
     }
     float a = std * sq3;
     for (size_t i = 0; i < n; i++) buf[i] = a * (2.0f * unif(rng) - 1.0f);
@@ -98,7 +112,8 @@ static cllm_dtype tensor_dtype(const cllm_tensor_spec *s, cllm_dtype bulk) {
 }
 
 /* Builds the JSON header for specs [a, b), padded with spaces to a multiple of 8. */
-static char *build_header(const cllm_tensor_spec *v, size_t a, size_t b, cllm_dtype bulk, size_t *len) {
+static char *build_header(const cllm_tensor_spec *v, size_t a, size_t b, cllm_dtype bulk,
+                          size_t *len) {
     size_t cap = 256 + (b - a) * 256, o = 0;
     char *h = malloc(cap);
     if (!h) return NULL;
@@ -152,15 +167,17 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
             if (dt == CLLM_DT_F32) {
                 ok = fwrite(fb, 4, m, f) == m;
             } else {
-                if (dt == CLLM_DT_BF16) cllm_f32_to_bf16_row(fb, hb, m);
-                else cllm_f32_to_f16_row(fb, hb, m);
+                if (dt == CLLM_DT_BF16)
+                    cllm_f32_to_bf16_row(fb, hb, m);
+                else
+                    cllm_f32_to_f16_row(fb, hb, m);
                 ok = fwrite(hb, 2, m, f) == m;
             }
             *done_bytes += m * cllm_dtype_size(dt);
         }
         if (o->progress)
-            fprintf(stderr, "\rsynth: %5.1f%% %-70.70s", 100.0 * (double)*done_bytes / (double)total_bytes,
-                    s->name);
+            fprintf(stderr, "\rsynth: %5.1f%% %-70.70s",
+                    100.0 * (double)*done_bytes / (double)total_bytes, s->name);
     }
     free(fb);
     free(hb);
@@ -169,7 +186,8 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
         remove(tmp);
         return cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", tmp);
     }
-    if (rename(tmp, path) != 0) return cllm_err_set(err, CLLM_EIO, "%s: rename failed: %s", path, strerror(errno));
+    if (rename(tmp, path) != 0)
+        return cllm_err_set(err, CLLM_EIO, "%s: rename failed: %s", path, strerror(errno));
     return CLLM_OK;
 }
 
@@ -195,8 +213,10 @@ static cllm_status write_gen_config(const char *dir, const cllm_config *cfg, cll
     snprintf(path, sizeof(path), "%s/generation_config.json", dir);
     FILE *f = fopen(path, "wb");
     if (!f) return cllm_err_set(err, CLLM_EIO, "%s: cannot create", path);
-    fprintf(f, "{\n  \"do_sample\": true,\n  \"temperature\": 1.0,\n  \"top_p\": 0.95,\n  \"top_k\": 20,\n"
-               "  \"eos_token_id\": [");
+    fprintf(
+        f,
+        "{\n  \"do_sample\": true,\n  \"temperature\": 1.0,\n  \"top_p\": 0.95,\n  \"top_k\": 20,\n"
+        "  \"eos_token_id\": [");
     for (int i = 0; i < cfg->n_eos; i++) fprintf(f, "%s%d", i ? ", " : "", cfg->eos_ids[i]);
     fprintf(f, "]\n}\n");
     return fclose(f) == 0 ? CLLM_OK : cllm_err_set(err, CLLM_EIO, "%s: write failed", path);
@@ -217,7 +237,8 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
             if (!nt || len > (16u << 20)) {
                 free(nt ? nt : text);
                 fclose(cf);
-                return cllm_err_set(err, CLLM_EFORMAT, "%s: unreadable or larger than 16 MiB", o->config_path);
+                return cllm_err_set(err, CLLM_EFORMAT, "%s: unreadable or larger than 16 MiB",
+                                    o->config_path);
             }
             text = nt;
             memcpy(text + len, buf, n);
@@ -238,7 +259,8 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
         goto done;
     }
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        st = cllm_err_set(err, CLLM_EIO, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        st = cllm_err_set(err, CLLM_EIO, "%s: cannot create directory: %s", o->out_dir,
+                          strerror(errno));
         goto done;
     }
     char path[4200];
@@ -270,7 +292,8 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     size_t n_shards = 0;
     uint64_t cur = 0, total = 0;
     for (size_t i = 0; i < l.n; i++) {
-        uint64_t bytes = cllm_tensor_spec_elems(&l.v[i]) * cllm_dtype_size(tensor_dtype(&l.v[i], o->dtype));
+        uint64_t bytes =
+            cllm_tensor_spec_elems(&l.v[i]) * cllm_dtype_size(tensor_dtype(&l.v[i], o->dtype));
         if (i == 0 || (o->shard_bytes && cur + bytes > o->shard_bytes && cur > 0)) {
             starts[n_shards++] = i;
             cur = 0;
@@ -279,7 +302,8 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
         total += bytes;
     }
     starts[n_shards] = l.n;
-    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %zu shard(s)", o->out_dir, l.n, (double)total / 1e9, n_shards);
+    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %zu shard(s)", o->out_dir, l.n,
+             (double)total / 1e9, n_shards);
     uint64_t done_bytes = 0;
     FILE *idx = NULL;
     if (n_shards > 1) {
@@ -290,14 +314,18 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
             st = cllm_err_set(err, CLLM_EIO, "%s: cannot create", path);
             goto done;
         }
-        fprintf(idx, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {", (unsigned long long)total);
+        fprintf(idx, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
+                (unsigned long long)total);
     }
     for (size_t s = 0; s < n_shards && !st; s++) {
         char name[128];
-        if (n_shards == 1) snprintf(name, sizeof(name), "model.safetensors");
+        if (n_shards == 1)
+            snprintf(name, sizeof(name), "model.safetensors");
         else if (o->qwen_shard_names)
-            snprintf(name, sizeof(name), "model.safetensors-%05zu-of-%05zu.safetensors", s + 1, n_shards);
-        else snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
+            snprintf(name, sizeof(name), "model.safetensors-%05zu-of-%05zu.safetensors", s + 1,
+                     n_shards);
+        else
+            snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
         snprintf(path, sizeof(path), "%s/%s", o->out_dir, name);
         st = write_shard(o, &cfg, l.v, starts[s], starts[s + 1], path, &done_bytes, total, err);
         for (size_t i = starts[s]; idx && i < starts[s + 1]; i++)

@@ -12,10 +12,10 @@
 #include "model/tensor_plan.h"
 
 typedef struct cllm_synth_opts {
-    const char *config_path;   /* config.json to copy and follow */
-    const char *out_dir;       /* created if missing */
+    const char *config_path; /* config.json to copy and follow */
+    const char *out_dir;     /* created if missing */
     uint64_t seed;
-    cllm_dtype dtype;          /* BF16, F16 or F32 for the bulk; A_log always F32 */
+    cllm_dtype dtype; /* BF16, F16 or F32 for the bulk; A_log always F32 */
     cllm_expert_layout layout;
     uint64_t shard_bytes;      /* 0 = one file */
     bool qwen_shard_names;     /* model.safetensors-000NN-of-000MM.safetensors like Qwen ships */

@@ -16,8 +16,8 @@ typedef struct plan {
 
 const char *cllm_tensor_group_name(cllm_tensor_group g) {
     static const char *const names[CLLM_TG_COUNT] = {
-        "embeddings", "lm_head", "norms", "attention", "gated_deltanet", "router",
-        "routed_experts", "shared_expert", "dense_mlp", "mtp", "vision"};
+        "embeddings",     "lm_head",       "norms",     "attention", "gated_deltanet", "router",
+        "routed_experts", "shared_expert", "dense_mlp", "mtp",       "vision"};
     return (unsigned)g < CLLM_TG_COUNT ? names[g] : "?";
 }
 
@@ -136,7 +136,8 @@ static void experts(plan *p, const char *lp, int H, cllm_expert_layout layout) {
     }
 }
 
-static void dense_mlp(plan *p, const char *lp, const char *what, int H, int I, cllm_tensor_group g) {
+static void dense_mlp(plan *p, const char *lp, const char *what, int H, int I,
+                      cllm_tensor_group g) {
     char n[160];
     snprintf(n, sizeof(n), "%s%s.gate_proj.weight", lp, what);
     mat(p, g, CLLM_INIT_LINEAR, I, H, n);
@@ -153,7 +154,8 @@ static void moe(plan *p, const char *lp, int H, cllm_expert_layout layout) {
     mat(p, CLLM_TG_ROUTER, CLLM_INIT_LINEAR, c->n_experts, H, n);
     experts(p, lp, H, layout);
     if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
-        dense_mlp(p, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size, CLLM_TG_SHARED);
+        dense_mlp(p, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size,
+                  CLLM_TG_SHARED);
         snprintf(n, sizeof(n), "%smlp.shared_expert_gate.weight", lp);
         mat(p, CLLM_TG_SHARED, CLLM_INIT_LINEAR, 1, H, n);
     }
@@ -170,10 +172,14 @@ static void layer(plan *p, const char *lp, cllm_layer_type type, bool is_moe,
     vec(p, CLLM_TG_NORM, ni, H, n);
     snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", lp);
     vec(p, CLLM_TG_NORM, ni, H, n);
-    if (type == CLLM_LAYER_LINEAR_ATTN) gated_deltanet(p, lp, H);
-    else attention(p, lp, H);
-    if (is_moe) moe(p, lp, H, layout);
-    else dense_mlp(p, lp, "mlp", H, c->intermediate_size, CLLM_TG_MLP);
+    if (type == CLLM_LAYER_LINEAR_ATTN)
+        gated_deltanet(p, lp, H);
+    else
+        attention(p, lp, H);
+    if (is_moe)
+        moe(p, lp, H, layout);
+    else
+        dense_mlp(p, lp, "mlp", H, c->intermediate_size, CLLM_TG_MLP);
 }
 
 static void mtp(plan *p) {
@@ -202,10 +208,12 @@ static void vision(plan *p) {
     int M = D * v->spatial_merge_size * v->spatial_merge_size;
     p->optional = true;
     p->force_group = CLLM_TG_VISION;
-    emit(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->in_channels * v->temporal_patch_size * P * P, 1, 1, 5,
-         SHAPE(D, v->in_channels, v->temporal_patch_size, P, P), "model.visual.patch_embed.proj.weight");
+    emit(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->in_channels * v->temporal_patch_size * P * P, 1, 1,
+         5, SHAPE(D, v->in_channels, v->temporal_patch_size, P, P),
+         "model.visual.patch_embed.proj.weight");
     vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.patch_embed.proj.bias");
-    mat(p, CLLM_TG_VISION, CLLM_INIT_EMBED, v->num_position_embeddings, D, "model.visual.pos_embed.weight");
+    mat(p, CLLM_TG_VISION, CLLM_INIT_EMBED, v->num_position_embeddings, D,
+        "model.visual.pos_embed.weight");
     for (int b = 0; b < v->depth; b++) {
         char n[160];
         const char *vn[] = {"norm1", "norm2"};
@@ -218,7 +226,10 @@ static void vision(plan *p) {
         struct {
             const char *name;
             int rows, cols;
-        } lin[] = {{"attn.qkv", 3 * D, D}, {"attn.proj", D, D}, {"mlp.linear_fc1", F, D}, {"mlp.linear_fc2", D, F}};
+        } lin[] = {{"attn.qkv", 3 * D, D},
+                   {"attn.proj", D, D},
+                   {"mlp.linear_fc1", F, D},
+                   {"mlp.linear_fc2", D, F}};
         for (int i = 0; i < 4; i++) {
             snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.weight", b, lin[i].name);
             mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, lin[i].rows, lin[i].cols, n);
@@ -230,8 +241,10 @@ static void vision(plan *p) {
     vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.merger.norm.bias");
     mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, M, M, "model.visual.merger.linear_fc1.weight");
     vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, M, "model.visual.merger.linear_fc1.bias");
-    mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->out_hidden_size, M, "model.visual.merger.linear_fc2.weight");
-    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, v->out_hidden_size, "model.visual.merger.linear_fc2.bias");
+    mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->out_hidden_size, M,
+        "model.visual.merger.linear_fc2.weight");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, v->out_hidden_size,
+        "model.visual.merger.linear_fc2.bias");
     p->optional = false;
     p->force_group = CLLM_TG_COUNT;
 }
@@ -245,7 +258,8 @@ size_t cllm_tensor_plan(const cllm_config *cfg, cllm_expert_layout layout, bool 
     char n[160];
     snprintf(n, sizeof(n), "%sembed_tokens.weight", pre);
     /* A token reads one embedding row: active share 1/vocab. */
-    emit(&p, CLLM_TG_EMBED, CLLM_INIT_EMBED, H, 1, cfg->vocab_size, 2, SHAPE(cfg->vocab_size, H), "%s", n);
+    emit(&p, CLLM_TG_EMBED, CLLM_INIT_EMBED, H, 1, cfg->vocab_size, 2, SHAPE(cfg->vocab_size, H),
+         "%s", n);
     for (int l = 0; l < cfg->n_layers; l++) {
         char lp[96];
         snprintf(lp, sizeof(lp), "%slayers.%d.", pre, l);
@@ -253,7 +267,8 @@ size_t cllm_tensor_plan(const cllm_config *cfg, cllm_expert_layout layout, bool 
     }
     snprintf(n, sizeof(n), "%snorm.weight", pre);
     vec(&p, CLLM_TG_NORM, cfg->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM, H, n);
-    if (!cfg->tie_word_embeddings) mat(&p, CLLM_TG_LM_HEAD, CLLM_INIT_LINEAR, cfg->vocab_size, H, "lm_head.weight");
+    if (!cfg->tie_word_embeddings)
+        mat(&p, CLLM_TG_LM_HEAD, CLLM_INIT_LINEAR, cfg->vocab_size, H, "lm_head.weight");
     if (include_mtp && cfg->mtp_num_hidden_layers > 0) mtp(&p);
     if (include_vision && cfg->vision.present) vision(&p);
     return p.n;

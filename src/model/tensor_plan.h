@@ -23,13 +23,13 @@ typedef enum cllm_tensor_group {
     CLLM_TG_EMBED,
     CLLM_TG_LM_HEAD,
     CLLM_TG_NORM,
-    CLLM_TG_ATTN,       /* full attention projections */
-    CLLM_TG_GDN,        /* Gated DeltaNet projections, conv, A_log, dt_bias */
+    CLLM_TG_ATTN, /* full attention projections */
+    CLLM_TG_GDN,  /* Gated DeltaNet projections, conv, A_log, dt_bias */
     CLLM_TG_ROUTER,
-    CLLM_TG_EXPERTS,    /* routed experts */
-    CLLM_TG_SHARED,     /* shared expert and its gate */
-    CLLM_TG_MLP,        /* dense MLP */
-    CLLM_TG_MTP,        /* multi-token-prediction head (all of it) */
+    CLLM_TG_EXPERTS, /* routed experts */
+    CLLM_TG_SHARED,  /* shared expert and its gate */
+    CLLM_TG_MLP,     /* dense MLP */
+    CLLM_TG_MTP,     /* multi-token-prediction head (all of it) */
     CLLM_TG_VISION,
     CLLM_TG_COUNT
 } cllm_tensor_group;
@@ -50,11 +50,11 @@ typedef struct cllm_tensor_spec {
     char name[160];
     int n_dims;
     int64_t shape[5];
-    bool force_f32;    /* stored F32 in official checkpoints (A_log) */
-    bool optional;     /* MTP and vision: absent is fine */
+    bool force_f32; /* stored F32 in official checkpoints (A_log) */
+    bool optional;  /* MTP and vision: absent is fine */
     cllm_tensor_group group;
     cllm_tensor_init init;
-    int fan_in;        /* for init */
+    int fan_in; /* for init */
     /* Fraction of these parameters used per token, as num/den (experts: top_k/E). */
     int active_num, active_den;
 } cllm_tensor_spec;

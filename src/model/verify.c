@@ -39,12 +39,22 @@ static double load_value(const cllm_tensor *t, uint64_t i) {
     float f;
     double d;
     switch (t->dtype) {
-    case CLLM_DT_F32: memcpy(&f, p, 4); return f;
-    case CLLM_DT_F64: memcpy(&d, p, 8); return d;
-    case CLLM_DT_BF16: memcpy(&h, p, 2); return cllm_bf16_to_f32(h);
-    case CLLM_DT_F16: memcpy(&h, p, 2); return cllm_f16_to_f32(h);
-    case CLLM_DT_F8_E4M3: return cllm_f8e4m3_to_f32(*p);
-    default: return 0;
+    case CLLM_DT_F32:
+        memcpy(&f, p, 4);
+        return f;
+    case CLLM_DT_F64:
+        memcpy(&d, p, 8);
+        return d;
+    case CLLM_DT_BF16:
+        memcpy(&h, p, 2);
+        return cllm_bf16_to_f32(h);
+    case CLLM_DT_F16:
+        memcpy(&h, p, 2);
+        return cllm_f16_to_f32(h);
+    case CLLM_DT_F8_E4M3:
+        return cllm_f8e4m3_to_f32(*p);
+    default:
+        return 0;
     }
 }
 
@@ -69,7 +79,8 @@ static void scan(vctx *v, const cllm_tensor *t) {
     v->res->values_scanned += count;
     v->res->nonfinite += bad;
     if (bad)
-        problem(v, "%s: tensor '%s' has %llu NaN/Inf of %llu values checked (first at element %llu)",
+        problem(v,
+                "%s: tensor '%s' has %llu NaN/Inf of %llu values checked (first at element %llu)",
                 t->file, t->name, (unsigned long long)bad, (unsigned long long)count,
                 (unsigned long long)first_bad);
 }
@@ -93,7 +104,8 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         if (cllm_ckpt_get(v->ck, name)) {
             cllm_qweight q;
             cllm_error qe = {0};
-            if (cllm_quant_bind(v->ck, base, (int)s->shape[0], (int)s->shape[1], &q, &qe) != CLLM_OK)
+            if (cllm_quant_bind(v->ck, base, (int)s->shape[0], (int)s->shape[1], &q, &qe) !=
+                CLLM_OK)
                 problem(v, "%s", qe.msg);
             static const char *const parts[] = {"qweight", "qzeros", "scales", "g_idx"};
             for (int i = 0; i < 4; i++) {
@@ -106,7 +118,8 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
             }
             v->res->n_tensors_found++;
             v->res->params_by_group[s->group] += n;
-            v->res->active_by_group[s->group] += n * (uint64_t)s->active_num / (uint64_t)s->active_den;
+            v->res->active_by_group[s->group] +=
+                n * (uint64_t)s->active_num / (uint64_t)s->active_den;
             return;
         }
     }
@@ -148,9 +161,12 @@ static void check_extra(void *ctx, const cllm_tensor *t) {
 }
 
 static void fmt_params(char *buf, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
-    else if (n >= 1000000ull) snprintf(buf, cap, "%.2fM", (double)n / 1e6);
-    else snprintf(buf, cap, "%llu", (unsigned long long)n);
+    if (n >= 1000000000ull)
+        snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else if (n >= 1000000ull)
+        snprintf(buf, cap, "%.2fM", (double)n / 1e6);
+    else
+        snprintf(buf, cap, "%llu", (unsigned long long)n);
 }
 
 static cllm_expert_layout detect_layout(const cllm_config *cfg, const cllm_ckpt *ck) {
@@ -167,16 +183,19 @@ static void print_summary(const cllm_config *cfg, const cllm_verify_opts *opts, 
                           const cllm_verify_result *res, const extra_ctx *x, const char *dir) {
     char a[32], b[32];
     if (opts->json) {
-        fprintf(out, "{\"model\":\"%s\",\"model_type\":\"%s\",\"problems\":%zu,\"tensors_expected\":%zu,"
-                     "\"tensors_found\":%zu,\"params_total\":%llu,\"params_active\":%llu,\"groups\":{",
-                dir, cfg->model_type, res->n_problems, res->n_tensors_expected, res->n_tensors_found,
-                (unsigned long long)res->params_total, (unsigned long long)res->params_active);
+        fprintf(out,
+                "{\"model\":\"%s\",\"model_type\":\"%s\",\"problems\":%zu,\"tensors_expected\":%zu,"
+                "\"tensors_found\":%zu,\"params_total\":%llu,\"params_active\":%llu,\"groups\":{",
+                dir, cfg->model_type, res->n_problems, res->n_tensors_expected,
+                res->n_tensors_found, (unsigned long long)res->params_total,
+                (unsigned long long)res->params_active);
         int first = 1;
         for (int g = 0; g < CLLM_TG_COUNT; g++) {
             if (!res->params_by_group[g]) continue;
             fprintf(out, "%s\"%s\":{\"params\":%llu,\"active\":%llu}", first ? "" : ",",
                     cllm_tensor_group_name((cllm_tensor_group)g),
-                    (unsigned long long)res->params_by_group[g], (unsigned long long)res->active_by_group[g]);
+                    (unsigned long long)res->params_by_group[g],
+                    (unsigned long long)res->active_by_group[g]);
             first = 0;
         }
         fprintf(out, "},\"values_scanned\":%llu,\"nonfinite\":%llu}\n",
@@ -194,17 +213,22 @@ static void print_summary(const cllm_config *cfg, const cllm_verify_opts *opts, 
         fmt_params(b, sizeof(b), res->active_by_group[g]);
         fprintf(out, "%-16s %16s %16s\n", cllm_tensor_group_name((cllm_tensor_group)g), a, b);
     }
-    uint64_t text = res->params_total - res->params_by_group[CLLM_TG_MTP] - res->params_by_group[CLLM_TG_VISION];
+    uint64_t text = res->params_total - res->params_by_group[CLLM_TG_MTP] -
+                    res->params_by_group[CLLM_TG_VISION];
     fmt_params(a, sizeof(a), res->params_total);
     fmt_params(b, sizeof(b), res->params_active);
     char t[32], m[32], v[32];
     fmt_params(t, sizeof(t), text);
     fmt_params(m, sizeof(m), res->params_by_group[CLLM_TG_MTP]);
     fmt_params(v, sizeof(v), res->params_by_group[CLLM_TG_VISION]);
-    fprintf(out, "total params: %s (text %s + mtp %s + vision %s); active per token (text): %s\n", a,
-            t, m, v, b);
-    if (x) fprintf(out, "tensors: %zu found of %zu implied\n", res->n_tensors_found, res->n_tensors_expected);
-    else fprintf(out, "tensors implied by the config: %zu (weights not checked: --config-only)\n", res->n_tensors_expected);
+    fprintf(out, "total params: %s (text %s + mtp %s + vision %s); active per token (text): %s\n",
+            a, t, m, v, b);
+    if (x)
+        fprintf(out, "tensors: %zu found of %zu implied\n", res->n_tensors_found,
+                res->n_tensors_expected);
+    else
+        fprintf(out, "tensors implied by the config: %zu (weights not checked: --config-only)\n",
+                res->n_tensors_expected);
     if (x) {
         fprintf(out, "bytes by dtype:");
         for (int d = 0; d < CLLM_DT_COUNT; d++)

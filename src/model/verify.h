@@ -19,7 +19,7 @@ typedef struct cllm_verify_opts {
 typedef struct cllm_verify_result {
     size_t n_problems;
     size_t n_tensors_expected, n_tensors_found;
-    uint64_t params_total, params_active;       /* text model + MTP + vision as present */
+    uint64_t params_total, params_active; /* text model + MTP + vision as present */
     uint64_t params_by_group[CLLM_TG_COUNT];
     uint64_t active_by_group[CLLM_TG_COUNT];
     uint64_t values_scanned, nonfinite;

@@ -35,7 +35,8 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         char base[160];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         cllm_qweight q;
-        cllm_status qs = cllm_quant_bind(c->ck, base, (int)s->shape[0], (int)s->shape[1], &q, c->err);
+        cllm_status qs =
+            cllm_quant_bind(c->ck, base, (int)s->shape[0], (int)s->shape[1], &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
@@ -54,13 +55,15 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         char want[96], got[96];
         cllm_shape_str(s->shape, s->n_dims, want, sizeof(want));
         cllm_shape_str(t->shape, t->n_dims, got, sizeof(got));
-        c->st = cllm_err_set(c->err, CLLM_EFORMAT, "tensor %s: expected shape %s, got %s",
-                             s->name, want, got);
+        c->st = cllm_err_set(c->err, CLLM_EFORMAT, "tensor %s: expected shape %s, got %s", s->name,
+                             want, got);
         return;
     }
     if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16)
-        c->st = cllm_err_set(c->err, CLLM_EUNSUPPORTED, "tensor %s: dtype %s not supported "
-                             "(F32, F16, BF16)", s->name, cllm_dtype_name(t->dtype));
+        c->st = cllm_err_set(c->err, CLLM_EUNSUPPORTED,
+                             "tensor %s: dtype %s not supported "
+                             "(F32, F16, BF16)",
+                             s->name, cllm_dtype_name(t->dtype));
 }
 
 static void *own(cllm_model *m, size_t bytes) {
@@ -83,8 +86,10 @@ static float elem_f32(const cllm_tensor *t, size_t i) {
         memcpy(&f, (const char *)t->data + 4 * i, 4);
         return f;
     }
-    case CLLM_DT_F16: return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case CLLM_DT_F16:
+        return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default:
+        return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
     }
 }
 
@@ -142,7 +147,8 @@ static float *vec_of(binder *b, const cllm_tensor *t, size_t n, float add) {
 }
 
 /* A matrix: P.weight, or its GPTQ tensors (P.qweight, ...) when the checkpoint is quantized. */
-static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
     fwd_wt w = {0};
     if (b->st != CLLM_OK) return w;
@@ -173,7 +179,7 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
 }
 
 #define MAT(rows, cols, ...) mat(&B, rows, cols, __VA_ARGS__)
-#define VEC(n, add, ...) vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
+#define VEC(n, add, ...)     vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
 
 static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, int H, int I) {
     binder B = *b;
@@ -227,7 +233,8 @@ static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type
         int E = c->n_experts, I = c->moe_intermediate_size;
         L->router = MAT(E, H, "%smlp.gate.weight", lp);
         L->experts = own(m, (size_t)E * sizeof(fwd_mlp));
-        if (!L->experts && B.st == CLLM_OK) B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
+        if (!L->experts && B.st == CLLM_OK)
+            B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
         if (B.st == CLLM_OK && fused) {
             fwd_wt gu = MAT(E, 2 * I * H, "%smlp.experts.gate_up_proj", lp);
             fwd_wt dn = MAT(E, H * I, "%smlp.experts.down_proj", lp);
@@ -250,7 +257,8 @@ static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type
         }
         if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
             L->has_shared = true;
-            bind_mlp(&B, &L->shared, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size);
+            bind_mlp(&B, &L->shared, lp, "mlp.shared_expert", H,
+                     c->shared_expert_intermediate_size);
             L->shared_gate = MAT(1, H, "%smlp.shared_expert_gate.weight", lp);
         }
     } else {
@@ -289,11 +297,13 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
             break;
         }
     check_ctx cc = {m->ckpt, err, CLLM_OK, 0};
-    cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, false, check_one, &cc);
+    cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, false,
+                     check_one, &cc);
     if ((st = cc.st) != CLLM_OK) goto fail;
     m->has_mtp = c->mtp_num_hidden_layers > 0 && cc.n_optional_found > 0;
     if (m->has_mtp)
-        LOG_INFO("%s: MTP head present (%zu tensors bound, not used yet)", dir, cc.n_optional_found);
+        LOG_INFO("%s: MTP head present (%zu tensors bound, not used yet)", dir,
+                 cc.n_optional_found);
     size_t n_vis = 0;
     cllm_ckpt_foreach(m->ckpt, count_vision, &n_vis);
     if (n_vis) LOG_INFO("%s: skipping %zu vision tensors (text-only forward pass)", dir, n_vis);
@@ -308,13 +318,15 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
     if (B.st == CLLM_OK && m->embed.q.bits)
-        B.st = cllm_err_set(err, CLLM_EUNSUPPORTED, "quantized embed_tokens are not supported "
+        B.st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "quantized embed_tokens are not supported "
                             "(a lookup reads one row; keep them 16-bit)");
     m->final_norm = VEC(H, c->norm_one_plus ? 1.0f : 0.0f, "%snorm.weight", c->weight_prefix);
     for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
         char lp[96];
         snprintf(lp, sizeof(lp), "%slayers.%d.", c->weight_prefix, l);
-        bind_layer(&B, &m->layers[l], lp, (cllm_layer_type)c->layer_types[l], c->layer_is_moe[l], fused, true);
+        bind_layer(&B, &m->layers[l], lp, (cllm_layer_type)c->layer_types[l], c->layer_is_moe[l],
+                   fused, true);
     }
     if (m->has_mtp && B.st == CLLM_OK) {
         /* MTP head (spec §2.7): bound for a later speculative decoder, unused by cllm_forward.
@@ -353,12 +365,19 @@ void cllm_model_free(cllm_model *m) {
     free(m);
 }
 
-const cllm_config *cllm_model_config(const cllm_model *m) { return &m->cfg; }
-int cllm_model_n_attn_layers(const cllm_model *m) { return m->n_attn; }
-int cllm_model_n_gdn_layers(const cllm_model *m) { return m->n_gdn; }
+const cllm_config *cllm_model_config(const cllm_model *m) {
+    return &m->cfg;
+}
+int cllm_model_n_attn_layers(const cllm_model *m) {
+    return m->n_attn;
+}
+int cllm_model_n_gdn_layers(const cllm_model *m) {
+    return m->n_gdn;
+}
 
 static uint64_t wbytes(const fwd_wt *w) {
-    if (w->q.bits) return cllm_quant_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
+    if (w->q.bits)
+        return cllm_quant_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
     return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
 }
 static uint64_t mlp_bytes(const fwd_mlp *x) {

@@ -26,7 +26,8 @@ static int chol(double *A, int n) {
     return 0;
 }
 
-cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q, cllm_error *err) {
+cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
+                               cllm_error *err) {
     int K = q->K, N = q->N, G = q->group;
     double *A = malloc((size_t)K * K * sizeof(double)), *Li = calloc((size_t)K * K, sizeof(double));
     float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float));
@@ -170,10 +171,13 @@ static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int 
     size_t lo = 0, hi = g->n_spans; /* last span with base <= p */
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
-        if (g->spans[mid].base <= p) lo = mid;
-        else hi = mid;
+        if (g->spans[mid].base <= p)
+            lo = mid;
+        else
+            hi = mid;
     }
-    if (!g->n_spans || p < g->spans[lo].base || p >= g->spans[lo].base + g->spans[lo].nbytes) return;
+    if (!g->n_spans || p < g->spans[lo].base || p >= g->spans[lo].base + g->spans[lo].nbytes)
+        return;
     const cllm_tensor *t = g->spans[lo].t;
     char key[224];
     snprintf(key, sizeof(key), "%s@%llu", t->name,
@@ -229,13 +233,15 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
         st = fwd_runner_step(&r, tok + off, L, CLLM_LOGITS_NONE, NULL, err);
         used += L;
         if (o->out && (s + 1 == o->samples || (s & 7) == 7))
-            fprintf(o->out, "\rcalibration: %d/%d sequences of %d tokens", s + 1, o->samples, L), fflush(o->out);
+            fprintf(o->out, "\rcalibration: %d/%d sequences of %d tokens", s + 1, o->samples, L),
+                fflush(o->out);
     }
     if (o->out) fprintf(o->out, "\n");
     r.ctx->capture = NULL;
     fwd_runner_close(&r);
     free(tok);
-    if (st == CLLM_OK && g->oom) st = cllm_err_set(err, CLLM_ENOMEM, "calibration: out of memory for Hessians");
+    if (st == CLLM_OK && g->oom)
+        st = cllm_err_set(err, CLLM_ENOMEM, "calibration: out of memory for Hessians");
     if (st) {
         cllm_gptq_free(g);
         return st;
@@ -245,7 +251,8 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     return CLLM_OK;
 }
 
-const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K, int *n_tok) {
+const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K,
+                               int *n_tok) {
     char key[224];
     snprintf(key, sizeof(key), "%s@%llu", src_name, (unsigned long long)off);
     hent *e = find(g, key, K, false);
@@ -254,14 +261,18 @@ const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off,
         g->used++;
         return e->H;
     }
-    if (strstr(src_name, "mlp.experts")) g->fallback_experts++;
-    else g->fallback_other++;
+    if (strstr(src_name, "mlp.experts"))
+        g->fallback_experts++;
+    else
+        g->fallback_other++;
     return NULL;
 }
 
 const char *cllm_gptq_summary(cllm_gptq *g) {
-    snprintf(g->summary, sizeof(g->summary), "; %ld experts and %ld other linears saw fewer than %d "
-             "calibration tokens and fell back to RTN", g->fallback_experts, g->fallback_other, g->min_tokens);
+    snprintf(g->summary, sizeof(g->summary),
+             "; %ld experts and %ld other linears saw fewer than %d "
+             "calibration tokens and fell back to RTN",
+             g->fallback_experts, g->fallback_other, g->min_tokens);
     return g->summary;
 }
 

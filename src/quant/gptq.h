@@ -16,7 +16,7 @@ typedef struct cllm_gptq cllm_gptq;
 typedef struct cllm_gptq_opts {
     const char *calib; /* token ids file ("1 2 3" / "1,2,3") */
     int samples, seq_len;
-    int min_tokens;    /* Linears that saw fewer calibration tokens fall back to RTN */
+    int min_tokens; /* Linears that saw fewer calibration tokens fall back to RTN */
     double damp;
     int threads;
     FILE *out;
@@ -35,6 +35,7 @@ void cllm_gptq_free(cllm_gptq *g);
 /* GPTQ on W [N][K] (modified in place) with Hessian H [K][K], symmetric, groups of q->group
  * (scales from the error-updated weights of each group, as the reference implementation does
  * without act-order). */
-cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q, cllm_error *err);
+cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
+                               cllm_error *err);
 
 #endif

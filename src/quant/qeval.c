@@ -127,8 +127,8 @@ static double bleu_score(const bleu_acc *b) {
 }
 
 /* Runs `dir` (and base `bdir` in lockstep when given) over the windows and prompts. */
-static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir, const int32_t *tok,
-                     int n, stats *s) {
+static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir,
+                     const int32_t *tok, int n, stats *s) {
     memset(s, 0, sizeof(*s));
     cllm_error err;
     fwd_seq_runner r, b;
@@ -165,7 +165,8 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
     }
     float *lg = malloc((size_t)cap * V * sizeof(float));
     double *pa = malloc((size_t)V * sizeof(double)), *pb = malloc((size_t)V * sizeof(double));
-    int32_t *ga = malloc((size_t)o->gen_len * sizeof(int32_t)), *gb = malloc((size_t)o->gen_len * sizeof(int32_t));
+    int32_t *ga = malloc((size_t)o->gen_len * sizeof(int32_t)),
+            *gb = malloc((size_t)o->gen_len * sizeof(int32_t));
     int ret = 0;
     if (!lg || (hb && !lb) || !pa || !pb || !ga || !gb) {
         fprintf(stderr, "cllm eval: out of memory\n");
@@ -239,9 +240,12 @@ done:
 }
 
 static void fmtb(char *b, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull) snprintf(b, cap, "%.2f GB", n / 1e9);
-    else if (n >= 1000000ull) snprintf(b, cap, "%.2f MB", n / 1e6);
-    else snprintf(b, cap, "%.1f kB", n / 1e3);
+    if (n >= 1000000000ull)
+        snprintf(b, cap, "%.2f GB", n / 1e9);
+    else if (n >= 1000000ull)
+        snprintf(b, cap, "%.2f MB", n / 1e6);
+    else
+        snprintf(b, cap, "%.1f kB", n / 1e3);
 }
 
 static void row(FILE *out, const char *name, const stats *s, bool base) {
@@ -250,17 +254,22 @@ static void row(FILE *out, const char *name, const stats *s, bool base) {
     fmtb(b, sizeof(b), s->rss);
     double ppl = s->n_scored ? exp(s->nll / (double)s->n_scored) : NAN;
     fprintf(out, "%-28s %10s %10s %10.1f %10.1f %9.4f", name, a, b,
-            s->t_prefill > 0 ? s->n_prefill / s->t_prefill : 0, s->t_decode > 0 ? s->n_decode / s->t_decode : 0, ppl);
-    if (base) fprintf(out, " %9s %7s %7s\n", "-", "-", "-");
+            s->t_prefill > 0 ? s->n_prefill / s->t_prefill : 0,
+            s->t_decode > 0 ? s->n_decode / s->t_decode : 0, ppl);
+    if (base)
+        fprintf(out, " %9s %7s %7s\n", "-", "-", "-");
     else
         fprintf(out, " %9.5f %6.2f%% %7.2f\n", s->n_scored ? s->kld / s->n_scored : 0,
                 s->n_scored ? 100.0 * s->top1 / s->n_scored : 0, s->bleu); /* nan: no prompts */
 }
 
 static void header(FILE *out, const cllm_qeval_opts *o, int n) {
-    fprintf(out, "eval: %d tokens, windows of %d stride %d; %d greedy prompts of %d tokens + %d generated; "
-                 "KLD(base || model) and top-1 over the same positions; RSS = process growth while the "
-                 "model is loaded and run (weights touched + its buffers)\n", n, o->ctx, o->stride, o->n_prompts, o->prompt_len, o->gen_len);
+    fprintf(
+        out,
+        "eval: %d tokens, windows of %d stride %d; %d greedy prompts of %d tokens + %d generated; "
+        "KLD(base || model) and top-1 over the same positions; RSS = process growth while the "
+        "model is loaded and run (weights touched + its buffers)\n",
+        n, o->ctx, o->stride, o->n_prompts, o->prompt_len, o->gen_len);
     fprintf(out, "%-28s %10s %10s %10s %10s %9s %9s %7s %7s\n", "model", "size", "RSS", "prefill/s",
             "decode/s", "ppl", "KLD", "top-1", "BLEU-4");
 }
@@ -294,10 +303,12 @@ int cllm_qeval_run(const cllm_qeval_opts *o, FILE *out) {
     int rc = 0;
     header(out, o, n);
     if (o->table) {
-        if ((rc = eval_pair(o, o->model, NULL, tok, n, &s)) == 0) row(out, short_name(o->model), &s, true);
+        if ((rc = eval_pair(o, o->model, NULL, tok, n, &s)) == 0)
+            row(out, short_name(o->model), &s, true);
         char *dup = strdup(o->table), *save = NULL;
         for (char *p = strtok_r(dup, ",", &save); p && !rc; p = strtok_r(NULL, ",", &save))
-            if ((rc = eval_pair(o, p, o->model, tok, n, &s)) == 0) row(out, short_name(p), &s, false);
+            if ((rc = eval_pair(o, p, o->model, tok, n, &s)) == 0)
+                row(out, short_name(p), &s, false);
         free(dup);
     } else {
         if ((rc = eval_pair(o, o->model, o->compare, tok, n, &s)) == 0)

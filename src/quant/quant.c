@@ -15,13 +15,18 @@ cllm_status cllm_qbuf_alloc(cllm_qbuf *q, int bits, int group, int K, int N, con
     if (bits != 4 && bits != 8)
         return cllm_err_set(err, CLLM_EINVAL, "%s: unsupported bit width %d (4 or 8)", what, bits);
     if (group <= 0 || group % 8)
-        return cllm_err_set(err, CLLM_EINVAL, "%s: group size %d is not a positive multiple of 8", what, group);
+        return cllm_err_set(err, CLLM_EINVAL, "%s: group size %d is not a positive multiple of 8",
+                            what, group);
     if (K % group)
-        return cllm_err_set(err, CLLM_EINVAL, "%s: group size %d does not divide in_features %d "
-                            "(choose --group-size dividing it, or --keep this tensor)", what, group, K);
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "%s: group size %d does not divide in_features %d "
+                            "(choose --group-size dividing it, or --keep this tensor)",
+                            what, group, K);
     if (N % 8)
-        return cllm_err_set(err, CLLM_EINVAL, "%s: out_features %d is not a multiple of 8 "
-                            "(GPTQ packs zeros along N; --keep this tensor)", what, N);
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "%s: out_features %d is not a multiple of 8 "
+                            "(GPTQ packs zeros along N; --keep this tensor)",
+                            what, N);
     int per = 32 / bits;
     q->bits = bits;
     q->group = group;
@@ -77,7 +82,8 @@ float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax) {
         sr = 1.0f;
     }
     q->scales[(size_t)g * q->N + n] = sh;
-    put_bits(q->qzeros, (size_t)g * (q->N / per) + n / per, (n % per) * bits, (uint32_t)(zero - 1), bits);
+    put_bits(q->qzeros, (size_t)g * (q->N / per) + n / per, (n % per) * bits, (uint32_t)(zero - 1),
+             bits);
     return sr;
 }
 
@@ -124,7 +130,8 @@ static const cllm_tensor *want(const cllm_ckpt *ck, const char *base, const char
     const cllm_tensor *t = cllm_ckpt_get(ck, name);
     if (*st != CLLM_OK) return t;
     if (!t) {
-        *st = cllm_err_set(err, CLLM_ENOTFOUND, "quantized tensor %s.qweight present but %s missing", base, name);
+        *st = cllm_err_set(err, CLLM_ENOTFOUND,
+                           "quantized tensor %s.qweight present but %s missing", base, name);
         return NULL;
     }
     if (t->dtype != dt) {
@@ -135,8 +142,8 @@ static const cllm_tensor *want(const cllm_ckpt *ck, const char *base, const char
     if (t->n_dims != (d1 < 0 ? 1 : 2) || t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1)) {
         char got[96];
         cllm_shape_str(t->shape, t->n_dims, got, sizeof(got));
-        *st = cllm_err_set(err, CLLM_EFORMAT, "tensor %s: shape %s, expected [%lld%s%lld]", name, got,
-                           (long long)d0, d1 >= 0 ? ", " : "", d1 >= 0 ? (long long)d1 : 0LL);
+        *st = cllm_err_set(err, CLLM_EFORMAT, "tensor %s: shape %s, expected [%lld%s%lld]", name,
+                           got, (long long)d0, d1 >= 0 ? ", " : "", d1 >= 0 ? (long long)d1 : 0LL);
         return NULL;
     }
     return t;
@@ -152,9 +159,10 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
         (qw->shape[0] * 8 != K && qw->shape[0] * 4 != K)) {
         char got[96];
         cllm_shape_str(qw->shape, qw->n_dims, got, sizeof(got));
-        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: %s %s does not match a 4- or 8-bit "
-                            "packing of [%d out, %d in] (expected I32 [%d or %d, %d])", name,
-                            cllm_dtype_name(qw->dtype), got, N, K, K / 8, K / 4, N);
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s does not match a 4- or 8-bit "
+                            "packing of [%d out, %d in] (expected I32 [%d or %d, %d])",
+                            name, cllm_dtype_name(qw->dtype), got, N, K, K / 8, K / 4, N);
     }
     int bits = (int)(32 * qw->shape[0] / K), per = 32 / bits;
     snprintf(name, sizeof(name), "%s.scales", base);
@@ -164,8 +172,10 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
                             "tensor %s: missing or not [K/group, N]", name);
     int G = K / (int)sc->shape[0];
     if (G % 8 || N % 8)
-        return cllm_err_set(err, CLLM_EUNSUPPORTED, "%s: group size %d / out_features %d not "
-                            "multiples of 8", base, G, N);
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: group size %d / out_features %d not "
+                            "multiples of 8",
+                            base, G, N);
     cllm_status st = CLLM_OK;
     sc = want(ck, base, "scales", CLLM_DT_F16, K / G, N, &st, err);
     const cllm_tensor *qz = want(ck, base, "qzeros", CLLM_DT_I32, K / G, N / per, &st, err);
@@ -177,8 +187,10 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
             int32_t v;
             memcpy(&v, (const char *)gi->data + 4 * (size_t)k, 4);
             if (v != k / G)
-                st = cllm_err_set(err, CLLM_EUNSUPPORTED, "tensor %s: g_idx[%d] = %d: act-order "
-                                  "(desc_act) checkpoints are not supported", name, k, v);
+                st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                  "tensor %s: g_idx[%d] = %d: act-order "
+                                  "(desc_act) checkpoints are not supported",
+                                  name, k, v);
         }
     }
     if (st != CLLM_OK) return st;

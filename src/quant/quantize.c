@@ -135,15 +135,19 @@ static float src_elem(const cllm_tensor *t, uint64_t i) {
         memcpy(&f, (const char *)t->data + 4 * i, 4);
         return f;
     }
-    case CLLM_DT_F16: return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case CLLM_DT_F16:
+        return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default:
+        return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
     }
 }
 
 static void src_rows(const unit *u, int n0, int n1, float *dst) {
     uint64_t b = u->off + (uint64_t)n0 * u->K, n = (uint64_t)(n1 - n0) * u->K;
-    if (u->src->dtype == CLLM_DT_BF16) cllm_bf16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
-    else if (u->src->dtype == CLLM_DT_F16) cllm_f16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
+    if (u->src->dtype == CLLM_DT_BF16)
+        cllm_bf16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
+    else if (u->src->dtype == CLLM_DT_F16)
+        cllm_f16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
     else
         for (uint64_t i = 0; i < n; i++) dst[i] = src_elem(u->src, b + i);
 }
@@ -167,25 +171,38 @@ static void qsizes(const unit *u, int G, int part, int64_t *d0, int64_t *d1, cll
     *dt = CLLM_DT_I32;
     *d1 = -1;
     switch (part) {
-    case P_QW: *d0 = u->K / per, *d1 = u->N; break;
-    case P_QZ: *d0 = u->K / G, *d1 = u->N / per; break;
-    case P_SC: *d0 = u->K / G, *d1 = u->N, *dt = CLLM_DT_F16; break;
-    default: *d0 = u->K; break;
+    case P_QW:
+        *d0 = u->K / per, *d1 = u->N;
+        break;
+    case P_QZ:
+        *d0 = u->K / G, *d1 = u->N / per;
+        break;
+    case P_SC:
+        *d0 = u->K / G, *d1 = u->N, *dt = CLLM_DT_F16;
+        break;
+    default:
+        *d0 = u->K;
+        break;
     }
 }
 
 static const char *part_suffix[] = {"", "qweight", "qzeros", "scales", "g_idx"};
 
 static char *shard_name(int s, int n, char *buf, size_t cap) {
-    if (n == 1) snprintf(buf, cap, "model.safetensors");
-    else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
+    if (n == 1)
+        snprintf(buf, cap, "model.safetensors");
+    else
+        snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
     return buf;
 }
 
 static void fmt_bytes(char *b, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull) snprintf(b, cap, "%.2f GB", n / 1e9);
-    else if (n >= 1000000ull) snprintf(b, cap, "%.2f MB", n / 1e6);
-    else snprintf(b, cap, "%.1f kB", n / 1e3);
+    if (n >= 1000000000ull)
+        snprintf(b, cap, "%.2f GB", n / 1e9);
+    else if (n >= 1000000ull)
+        snprintf(b, cap, "%.2f MB", n / 1e6);
+    else
+        snprintf(b, cap, "%.1f kB", n / 1e3);
 }
 
 static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
@@ -196,7 +213,8 @@ static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
     while (st == CLLM_OK && (e = readdir(d))) {
         const char *n = e->d_name;
         size_t l = strlen(n);
-        if (n[0] == '.' || !strcmp(n, "config.json") || (l > 12 && !strcmp(n + l - 12, ".safetensors")) ||
+        if (n[0] == '.' || !strcmp(n, "config.json") ||
+            (l > 12 && !strcmp(n + l - 12, ".safetensors")) ||
             !strcmp(n, "model.safetensors.index.json"))
             continue;
         char a[4096], b[4096];
@@ -237,14 +255,18 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
         char re[512] = "-:";
         size_t k = 2;
         for (const char *p = gl->g[i]; *p && k < sizeof(re) - 3; p++) {
-            if (*p == '*') re[k++] = '.', re[k++] = '*';
-            else if (*p == '.') re[k++] = '\\', re[k++] = '.';
-            else re[k++] = *p;
+            if (*p == '*')
+                re[k++] = '.', re[k++] = '*';
+            else if (*p == '.')
+                re[k++] = '\\', re[k++] = '.';
+            else
+                re[k++] = *p;
         }
         re[k] = 0;
         json_object_set_new(dyn, re, json_object());
     }
-    if (o->lm_head_bits >= 16) json_object_set_new(dyn, "-:lm_head", json_object());
+    if (o->lm_head_bits >= 16)
+        json_object_set_new(dyn, "-:lm_head", json_object());
     else if (o->lm_head_bits != wbits) {
         json_t *lh = json_object();
         json_object_set_new(lh, "bits", json_integer(o->lm_head_bits));
@@ -279,27 +301,38 @@ static void rm_tree(const char *dir) {
 cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     FILE *out = o->out ? o->out : stdout;
     int wbits, abits;
-    if (!strcmp(o->scheme, "w4a16")) wbits = 4, abits = 16;
-    else if (!strcmp(o->scheme, "w8a16")) wbits = 8, abits = 16;
-    else if (!strcmp(o->scheme, "w4a8")) wbits = 4, abits = 8;
-    else if (!strcmp(o->scheme, "w4a4")) wbits = 4, abits = 4;
-    else return cllm_err_set(err, CLLM_EINVAL, "unsupported scheme '%s' (w4a16|w8a16|w4a8|w4a4)", o->scheme);
+    if (!strcmp(o->scheme, "w4a16"))
+        wbits = 4, abits = 16;
+    else if (!strcmp(o->scheme, "w8a16"))
+        wbits = 8, abits = 16;
+    else if (!strcmp(o->scheme, "w4a8"))
+        wbits = 4, abits = 8;
+    else if (!strcmp(o->scheme, "w4a4"))
+        wbits = 4, abits = 4;
+    else
+        return cllm_err_set(err, CLLM_EINVAL, "unsupported scheme '%s' (w4a16|w8a16|w4a8|w4a4)",
+                            o->scheme);
     if (o->group <= 0 || o->group % 8)
-        return cllm_err_set(err, CLLM_EINVAL, "group size %d: must be a positive multiple of 8 (32, 64, 128)", o->group);
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "group size %d: must be a positive multiple of 8 (32, 64, 128)",
+                            o->group);
     if (o->lm_head_bits != 4 && o->lm_head_bits != 8 && o->lm_head_bits != 16)
         return cllm_err_set(err, CLLM_EINVAL, "--lm-head: int8, int4 or bf16");
     bool gptq = !strcmp(o->method, "gptq");
     if (!gptq && strcmp(o->method, "rtn"))
         return cllm_err_set(err, CLLM_EINVAL, "unsupported method '%s' (rtn|gptq)", o->method);
-    if (gptq && !o->calib) return cllm_err_set(err, CLLM_EINVAL, "--method gptq needs --calib FILE");
+    if (gptq && !o->calib)
+        return cllm_err_set(err, CLLM_EINVAL, "--method gptq needs --calib FILE");
     struct stat sb;
-    if (!stat(o->out_dir, &sb)) return cllm_err_set(err, CLLM_EINVAL, "%s already exists", o->out_dir);
+    if (!stat(o->out_dir, &sb))
+        return cllm_err_set(err, CLLM_EINVAL, "%s already exists", o->out_dir);
 
     cllm_config cfg;
     cllm_status st = cllm_config_load(o->in_dir, &cfg, err);
     if (st) return st;
     cllm_ckpt *ck = NULL;
-    vec tens = {.es = sizeof(const cllm_tensor *)}, units = {.es = sizeof(unit)}, outs = {.es = sizeof(outt)};
+    vec tens = {.es = sizeof(const cllm_tensor *)}, units = {.es = sizeof(unit)},
+        outs = {.es = sizeof(outt)};
     globs gl = {0};
     cllm_gptq *gq = NULL;
     char tmp[4096] = "";
@@ -310,12 +343,15 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         bool already = r && json_object_get(r, "quantization_config");
         json_decref(r);
         if (already) {
-            st = cllm_err_set(err, CLLM_EINVAL, "%s is already quantized (config.json has quantization_config)", o->in_dir);
+            st = cllm_err_set(err, CLLM_EINVAL,
+                              "%s is already quantized (config.json has quantization_config)",
+                              o->in_dir);
             goto done;
         }
     }
     if ((st = cllm_ckpt_open(o->in_dir, false, &ck, err))) goto done;
-    if (add_globs(&gl, "*embed_tokens*", false) || (!o->no_default_keep && add_globs(&gl, cllm_quant_default_keep, false)) ||
+    if (add_globs(&gl, "*embed_tokens*", false) ||
+        (!o->no_default_keep && add_globs(&gl, cllm_quant_default_keep, false)) ||
         add_globs(&gl, o->preset_keep, false) || add_globs(&gl, o->keep, true)) {
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto done;
@@ -327,28 +363,36 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     for (size_t i = 0; i < tens.n && st == CLLM_OK; i++) {
         const cllm_tensor *t = tv[i];
         size_t l = strlen(t->name);
-        bool is_float = t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
+        bool is_float =
+            t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
         bool keep = kept(&gl, t->name) || !is_float;
         bool lm = !strcmp(t->name, "lm_head.weight");
         int bits = lm ? o->lm_head_bits : wbits;
         char base[200];
-        if (!keep && bits < 16 && t->n_dims == 3 && l > 24 && !strcmp(t->name + l - 24, "mlp.experts.gate_up_proj")) {
+        if (!keep && bits < 16 && t->n_dims == 3 && l > 24 &&
+            !strcmp(t->name + l - 24, "mlp.experts.gate_up_proj")) {
             int E = (int)t->shape[0], I2 = (int)t->shape[1], H = (int)t->shape[2];
             for (int e = 0; e < E; e++)
                 for (int h = 0; h < 2; h++) {
-                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e, h ? "up_proj" : "gate_proj");
-                    if (!add_unit(&units, &outs, t, ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H, I2 / 2, H, bits, base))
+                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e,
+                             h ? "up_proj" : "gate_proj");
+                    if (!add_unit(&units, &outs, t, ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H,
+                                  I2 / 2, H, bits, base))
                         st = CLLM_ENOMEM;
                 }
-        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 21 && !strcmp(t->name + l - 21, "mlp.experts.down_proj")) {
+        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 21 &&
+                   !strcmp(t->name + l - 21, "mlp.experts.down_proj")) {
             int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
             for (int e = 0; e < E; e++) {
                 snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 9), t->name, e);
-                if (!add_unit(&units, &outs, t, (uint64_t)e * H * I, H, I, bits, base)) st = CLLM_ENOMEM;
+                if (!add_unit(&units, &outs, t, (uint64_t)e * H * I, H, I, bits, base))
+                    st = CLLM_ENOMEM;
             }
-        } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 && !strcmp(t->name + l - 7, ".weight")) {
+        } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 &&
+                   !strcmp(t->name + l - 7, ".weight")) {
             snprintf(base, sizeof(base), "%.*s", (int)(l - 7), t->name);
-            if (!add_unit(&units, &outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits, base)) st = CLLM_ENOMEM;
+            if (!add_unit(&units, &outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits, base))
+                st = CLLM_ENOMEM;
         } else {
             outt *x = vpush(&outs);
             if (!x) {
@@ -368,7 +412,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     if (st == CLLM_ENOMEM) st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     if (st) goto done;
     for (int i = 0; i < gl.n; i++)
-        if (gl.user[i] && !gl.hits[i]) fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", gl.g[i]);
+        if (gl.user[i] && !gl.hits[i])
+            fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", gl.g[i]);
     /* shape checks up front: a group size that does not divide K is an error before any write */
     unit *uv = units.v;
     for (size_t i = 0; i < units.n; i++) {
@@ -378,12 +423,16 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         if ((st = cllm_qbuf_alloc(&q, uv[i].bits, o->group, 8 * o->group, 8, what, err))) goto done;
         cllm_qbuf_free(&q);
         if (uv[i].K % o->group) {
-            st = cllm_err_set(err, CLLM_EINVAL, "%s: group size %d does not divide in_features %d "
-                              "(choose a --group-size dividing it, or --keep it)", what, o->group, uv[i].K);
+            st = cllm_err_set(err, CLLM_EINVAL,
+                              "%s: group size %d does not divide in_features %d "
+                              "(choose a --group-size dividing it, or --keep it)",
+                              what, o->group, uv[i].K);
             goto done;
         }
         if (uv[i].N % 8) {
-            st = cllm_err_set(err, CLLM_EINVAL, "%s: out_features %d is not a multiple of 8 (--keep it)", what, uv[i].N);
+            st = cllm_err_set(err, CLLM_EINVAL,
+                              "%s: out_features %d is not a multiple of 8 (--keep it)", what,
+                              uv[i].N);
             goto done;
         }
     }
@@ -443,15 +492,24 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             if (k == ng) continue;
             ga[k] += ov[i].nbytes;
             if (ov[i].part == P_QW) {
-                if (uv[ov[i].unit].bits == 4) gq4[k]++;
-                else gq8[k]++;
+                if (uv[ov[i].unit].bits == 4)
+                    gq4[k]++;
+                else
+                    gq8[k]++;
             }
             if (ov[i].part == P_COPY) gk[k]++;
         }
-        fprintf(out, "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
-                     "symmetric, method %s, lm_head %s\n", o->in_dir, o->out_dir, o->scheme, wbits,
-                abits == 16 ? "float" : abits == 8 ? "int8 (emulated)" : "int4 (emulated)",
-                o->group, o->method, o->lm_head_bits == 16 ? "kept 16-bit" : o->lm_head_bits == 8 ? "int8" : "int4");
+        fprintf(out,
+                "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
+                "symmetric, method %s, lm_head %s\n",
+                o->in_dir, o->out_dir, o->scheme, wbits,
+                abits == 16  ? "float"
+                : abits == 8 ? "int8 (emulated)"
+                             : "int4 (emulated)",
+                o->group, o->method,
+                o->lm_head_bits == 16  ? "kept 16-bit"
+                : o->lm_head_bits == 8 ? "int8"
+                                       : "int4");
         fprintf(out, "%-14s %-26s %12s %12s\n", "group", "precision", "before", "after");
         for (int k = 0; k < ng; k++) {
             char p[64], a[32], b[32];
@@ -468,7 +526,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         fmt_bytes(b, sizeof(b), total_in);
         fmt_bytes(a, sizeof(a), total_out);
         fprintf(out, "%-14s %-26s %12s %12s  (%.2fx smaller), %d shard%s\n", "total", "", b, a,
-                (double)total_in / (double)(total_out ? total_out : 1), n_shards, n_shards > 1 ? "s" : "");
+                (double)total_in / (double)(total_out ? total_out : 1), n_shards,
+                n_shards > 1 ? "s" : "");
         fflush(out);
     }
     if (o->dry_run) goto done;
@@ -481,12 +540,14 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         if (!statvfs(parent, &vf)) {
             uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
             uint64_t need = total_out + total_out / 100 + (16u << 20);
-            if (getenv("CLLM_QUANT_FAKE_AVAIL")) avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
+            if (getenv("CLLM_QUANT_FAKE_AVAIL"))
+                avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
             if (avail < need) {
                 char a[32], b[32];
                 fmt_bytes(a, sizeof(a), avail);
                 fmt_bytes(b, sizeof(b), need);
-                st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed", parent, a, b);
+                st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed",
+                                  parent, a, b);
                 goto done;
             }
         }
@@ -499,12 +560,15 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             char a[32], b[32];
             fmt_bytes(a, sizeof(a), hb);
             fmt_bytes(b, sizeof(b), ram);
-            st = cllm_err_set(err, CLLM_ENOMEM, "--method gptq would hold %s of Hessians (RAM %s); "
-                              "layer-by-layer calibration is not implemented: use --method rtn", a, b);
+            st = cllm_err_set(err, CLLM_ENOMEM,
+                              "--method gptq would hold %s of Hessians (RAM %s); "
+                              "layer-by-layer calibration is not implemented: use --method rtn",
+                              a, b);
             goto done;
         }
-        cllm_gptq_opts go = {o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens,
-                             o->damp, o->threads, out};
+        cllm_gptq_opts go = {
+            o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens, o->damp, o->threads,
+            out};
         if ((st = cllm_gptq_calibrate(o->in_dir, &go, &gq, err))) goto done;
     }
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
@@ -530,7 +594,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                 if (ov[i].shard != s) continue;
                 json_t *e = json_object(), *sh = json_array();
                 json_object_set_new(e, "dtype", json_string(cllm_dtype_name(ov[i].dt)));
-                for (int d = 0; d < ov[i].n_dims; d++) json_array_append_new(sh, json_integer(ov[i].shape[d]));
+                for (int d = 0; d < ov[i].n_dims; d++)
+                    json_array_append_new(sh, json_integer(ov[i].shape[d]));
                 json_object_set_new(e, "shape", sh);
                 json_t *of = json_array();
                 json_array_append_new(of, json_integer((json_int_t)off));
@@ -554,7 +619,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             uint64_t hl = jl + pad;
             unsigned char l8[8];
             for (int b = 0; b < 8; b++) l8[b] = (unsigned char)(hl >> (8 * b));
-            bool ok = fwrite(l8, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl && fwrite("        ", 1, pad, f) == pad;
+            bool ok = fwrite(l8, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl &&
+                      fwrite("        ", 1, pad, f) == pad;
             free(js);
             for (size_t i = 0; ok && i < outs.n; i++) {
                 if (ov[i].shard != s) continue;
@@ -564,14 +630,16 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                 } else {
                     unit *u = &uv[ov[i].unit];
                     if (ov[i].part == P_QW) {
-                        if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err))) break;
+                        if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err)))
+                            break;
                         const float *H = NULL;
                         int ntok = 0;
                         if (gq) H = cllm_gptq_hessian(gq, u->src->name, u->off, u->K, &ntok);
                         if (H) {
                             float *W = malloc((size_t)u->N * u->K * sizeof(float));
                             if (!W) {
-                                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+                                st =
+                                    cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
                                 break;
                             }
                             src_rows(u, 0, u->N, W);
@@ -582,7 +650,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                         } else {
                             float *W = malloc((size_t)64 * u->K * sizeof(float));
                             if (!W) {
-                                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+                                st =
+                                    cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
                                 break;
                             }
                             for (int n0 = 0; n0 < u->N; n0 += 64) {
@@ -595,9 +664,10 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                         }
                         done_b += (uint64_t)u->N * u->K * cllm_dtype_size(u->src->dtype);
                     }
-                    const void *p = ov[i].part == P_QW ? (const void *)q.qweight
-                                  : ov[i].part == P_QZ ? (const void *)q.qzeros
-                                  : ov[i].part == P_SC ? (const void *)q.scales : (const void *)q.g_idx;
+                    const void *p = ov[i].part == P_QW   ? (const void *)q.qweight
+                                    : ov[i].part == P_QZ ? (const void *)q.qzeros
+                                    : ov[i].part == P_SC ? (const void *)q.scales
+                                                         : (const void *)q.g_idx;
                     ok = fwrite(p, 1, ov[i].nbytes, f) == ov[i].nbytes;
                     if (ov[i].part == P_GI) cllm_qbuf_free(&q);
                 }
@@ -609,7 +679,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                 }
             }
             if (fclose(f)) ok = false;
-            if (st == CLLM_OK && !ok) st = cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", path);
+            if (st == CLLM_OK && !ok)
+                st = cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", path);
         }
         cllm_qbuf_free(&q);
         if (o->progress) fprintf(stderr, "\n");
@@ -620,7 +691,9 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             json_object_set_new(idx, "metadata", md);
             for (size_t i = 0; i < outs.n; i++) {
                 char name[64];
-                json_object_set_new(wm, ov[i].name, json_string(shard_name(ov[i].shard, n_shards, name, sizeof(name))));
+                json_object_set_new(
+                    wm, ov[i].name,
+                    json_string(shard_name(ov[i].shard, n_shards, name, sizeof(name))));
             }
             json_object_set_new(idx, "weight_map", wm);
             char path[4200];
@@ -635,15 +708,17 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         if ((st = write_config(o, tmp, wbits, abits, &gl, err))) goto done;
         if ((st = copy_aux(o->in_dir, tmp, err))) goto done;
         if (rename(tmp, o->out_dir)) {
-            st = cllm_err_set(err, CLLM_EIO, "rename %s -> %s: %s", tmp, o->out_dir, strerror(errno));
+            st = cllm_err_set(err, CLLM_EIO, "rename %s -> %s: %s", tmp, o->out_dir,
+                              strerror(errno));
             goto done;
         }
         tmp[0] = 0;
         char a[32], b[32];
         fmt_bytes(b, sizeof(b), total_in);
         fmt_bytes(a, sizeof(a), total_out);
-        fprintf(out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n", units.n,
-                n_gptq, n_rtn, gq ? cllm_gptq_summary(gq) : "", b, a, (long)(time(NULL) - t0), o->out_dir);
+        fprintf(out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n",
+                units.n, n_gptq, n_rtn, gq ? cllm_gptq_summary(gq) : "", b, a,
+                (long)(time(NULL) - t0), o->out_dir);
     }
 done:
     if (tmp[0]) rm_tree(tmp);

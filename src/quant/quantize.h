@@ -13,21 +13,21 @@
 
 typedef struct cllm_quant_opts {
     const char *in_dir, *out_dir;
-    const char *scheme;   /* "w4a16" | "w8a16" | "w4a8" | "w4a4" */
-    int group;            /* group size along K (default 128) */
-    int lm_head_bits;     /* 8, 4, or 16 (kept) */
-    const char *keep;     /* extra comma-separated globs kept 16-bit (warned when unmatched) */
+    const char *scheme;      /* "w4a16" | "w8a16" | "w4a8" | "w4a4" */
+    int group;               /* group size along K (default 128) */
+    int lm_head_bits;        /* 8, 4, or 16 (kept) */
+    const char *keep;        /* extra comma-separated globs kept 16-bit (warned when unmatched) */
     const char *preset_keep; /* globs of a preset (--qwen-gptq-int4), never warned about */
-    bool no_default_keep; /* drop the default keep list (embeddings are always kept) */
-    const char *method;   /* "rtn" | "gptq" */
-    const char *calib;    /* GPTQ calibration text/token file (tokens: ids separated by , or space) */
+    bool no_default_keep;    /* drop the default keep list (embeddings are always kept) */
+    const char *method;      /* "rtn" | "gptq" */
+    const char *calib; /* GPTQ calibration text/token file (tokens: ids separated by , or space) */
     int calib_samples, calib_seq_len;
     int min_expert_tokens; /* GPTQ: experts with fewer routed calibration tokens use RTN */
     double damp;           /* GPTQ dampening, fraction of mean diag(H) */
     uint64_t shard_bytes;
     int threads;
     bool progress, dry_run;
-    FILE *out;             /* plan and summary */
+    FILE *out; /* plan and summary */
 } cllm_quant_opts;
 
 /* The default keep list (comma-separated globs). */

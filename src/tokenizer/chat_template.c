@@ -8,12 +8,15 @@
 cllm_status cllm_tmpl_render_chat(const cllm_tmpl *t, json_t *messages, const cllm_chat_opts *o,
                                   char **out, size_t *out_len, cllm_error *err) {
     *out = NULL;
-    if (!json_is_array(messages)) return cllm_err_set(err, CLLM_EINVAL, "messages must be an array");
+    if (!json_is_array(messages))
+        return cllm_err_set(err, CLLM_EINVAL, "messages must be an array");
     json_t *ctx = json_object();
     if (!ctx) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     json_object_set(ctx, "messages", messages);
-    if (o && json_is_array(o->tools) && json_array_size(o->tools)) json_object_set(ctx, "tools", o->tools);
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(o ? o->add_generation_prompt : true));
+    if (o && json_is_array(o->tools) && json_array_size(o->tools))
+        json_object_set(ctx, "tools", o->tools);
+    json_object_set_new(ctx, "add_generation_prompt",
+                        json_boolean(o ? o->add_generation_prompt : true));
     if (o && (o->enable_thinking == 0 || o->enable_thinking == 1))
         json_object_set_new(ctx, "enable_thinking", json_boolean(o->enable_thinking));
     if (o && o->bos_token) json_object_set_new(ctx, "bos_token", json_string(o->bos_token));

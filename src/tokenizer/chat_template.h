@@ -34,10 +34,10 @@ void cllm_tmpl_free(cllm_tmpl *t);
 
 /* Limits applied during rendering; zero fields take the defaults shown. */
 typedef struct cllm_tmpl_limits {
-    size_t max_output;  /* bytes of rendered text, default 64 MiB */
-    size_t max_memory;  /* bytes of intermediate values, default 256 MiB */
-    long max_steps;     /* loop iterations + calls, default 10 million */
-    int max_depth;      /* macro recursion / expression nesting, default 64 */
+    size_t max_output; /* bytes of rendered text, default 64 MiB */
+    size_t max_memory; /* bytes of intermediate values, default 256 MiB */
+    long max_steps;    /* loop iterations + calls, default 10 million */
+    int max_depth;     /* macro recursion / expression nesting, default 64 */
 } cllm_tmpl_limits;
 
 /* Renders with the variables of ctx (a JSON object: messages, tools, add_generation_prompt,

@@ -13,8 +13,12 @@
 
 /* ---- helpers ---- */
 
-static jv undef(void) { return (jv){.t = JV_UNDEF}; }
-static jv none(void) { return (jv){.t = JV_NONE}; }
+static jv undef(void) {
+    return (jv){.t = JV_UNDEF};
+}
+static jv none(void) {
+    return (jv){.t = JV_NONE};
+}
 
 static const jv *kwarg(const char **kwn, const jv *kwv, int nkw, const char *name) {
     for (int i = 0; i < nkw; i++)
@@ -23,7 +27,8 @@ static const jv *kwarg(const char **kwn, const jv *kwv, int nkw, const char *nam
 }
 
 /* Positional argument i, or the keyword of that name, or NULL. */
-static const jv *arg(const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int i, const char *name) {
+static const jv *arg(const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int i,
+                     const char *name) {
     if (i < na) return &a[i];
     return name ? kwarg(kwn, kwv, nkw, name) : NULL;
 }
@@ -35,7 +40,8 @@ static const jv *need_str(jrender *r, const jv *v, const char *what, int line) {
 
 static uint32_t next_cp(const char *s, size_t len, size_t *i) {
     utf8proc_int32_t cp;
-    utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)s + *i, (utf8proc_ssize_t)(len - *i), &cp);
+    utf8proc_ssize_t n =
+        utf8proc_iterate((const utf8proc_uint8_t *)s + *i, (utf8proc_ssize_t)(len - *i), &cp);
     if (n <= 0) {
         (*i)++;
         return 0xfffd;
@@ -45,9 +51,9 @@ static uint32_t next_cp(const char *s, size_t len, size_t *i) {
 }
 
 static bool py_isspace(uint32_t c) {
-    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-           c == 0x3000;
+    return (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 static bool in_chars(uint32_t c, const jv *chars) {
@@ -83,15 +89,23 @@ static jv map_case(jrender *r, const jv *s, int mode /* 0 lower 1 upper 2 capita
     bool first = true, prev_cased = false;
     while (i < s->u.s.len) {
         uint32_t c = next_cp(s->u.s.p, s->u.s.len, &i), o;
-        if (mode == 0) o = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
-        else if (mode == 1) o = (uint32_t)utf8proc_toupper((utf8proc_int32_t)c);
-        else if (mode == 2) o = (uint32_t)(first ? utf8proc_toupper((utf8proc_int32_t)c) : utf8proc_tolower((utf8proc_int32_t)c));
-        else o = (uint32_t)(prev_cased ? utf8proc_tolower((utf8proc_int32_t)c) : utf8proc_toupper((utf8proc_int32_t)c));
+        if (mode == 0)
+            o = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
+        else if (mode == 1)
+            o = (uint32_t)utf8proc_toupper((utf8proc_int32_t)c);
+        else if (mode == 2)
+            o = (uint32_t)(first ? utf8proc_toupper((utf8proc_int32_t)c)
+                                 : utf8proc_tolower((utf8proc_int32_t)c));
+        else
+            o = (uint32_t)(prev_cased ? utf8proc_tolower((utf8proc_int32_t)c)
+                                      : utf8proc_toupper((utf8proc_int32_t)c));
         utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
-        prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
+        prev_cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
+                     cat == UTF8PROC_CATEGORY_LT;
         first = false;
         char tmp[4];
-        jb_put(r, &b, tmp, (size_t)utf8proc_encode_char((utf8proc_int32_t)o, (utf8proc_uint8_t *)tmp));
+        jb_put(r, &b, tmp,
+               (size_t)utf8proc_encode_char((utf8proc_int32_t)o, (utf8proc_uint8_t *)tmp));
     }
     return jv_str(r, b.p ? b.p : "", b.len);
 }
@@ -163,7 +177,9 @@ static jv split(jrender *r, const jv *s, const jv *sep, int64_t maxsplit, int li
     if (!sep->u.s.len) jr_fail(r, CLLM_EINVAL, line, "empty separator");
     int64_t k = 0;
     for (;;) {
-        const char *f = (maxsplit < 0 || k < maxsplit) ? memmem(p + i, len - i, sep->u.s.p, sep->u.s.len) : NULL;
+        const char *f = (maxsplit < 0 || k < maxsplit)
+                            ? memmem(p + i, len - i, sep->u.s.p, sep->u.s.len)
+                            : NULL;
         if (!f) {
             jl_push(r, out.u.l, jv_str(r, p + i, len - i));
             return out;
@@ -188,12 +204,17 @@ static size_t cp_count(const jv *s) {
 
 static int64_t length(jrender *r, const jv *v, int line) {
     switch (v->t) {
-    case JV_STR: return (int64_t)cp_count(v);
-    case JV_LIST: return (int64_t)v->u.l->n;
+    case JV_STR:
+        return (int64_t)cp_count(v);
+    case JV_LIST:
+        return (int64_t)v->u.l->n;
     case JV_DICT:
-    case JV_NS: return (int64_t)v->u.d->n;
-    case JV_UNDEF: return 0;
-    default: jr_fail(r, CLLM_EINVAL, line, "object of type %s has no len()", jv_type_name(v->t));
+    case JV_NS:
+        return (int64_t)v->u.d->n;
+    case JV_UNDEF:
+        return 0;
+    default:
+        jr_fail(r, CLLM_EINVAL, line, "object of type %s has no len()", jv_type_name(v->t));
     }
 }
 
@@ -210,14 +231,22 @@ static jv items_of(jrender *r, const jv *d) {
     return out;
 }
 
-#define METHOD(NAME) \
-    static jv m_##NAME(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line)
+#define METHOD(NAME)                                                                               \
+    static jv m_##NAME(jrender *r, const jv *self, const jv *a, int na, const char **kwn,          \
+                       const jv *kwv, int nkw, int line)
 
-METHOD(strip) { return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, true, true); }
-METHOD(lstrip) { return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, true, false); }
-METHOD(rstrip) { return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, false, true); }
+METHOD(strip) {
+    return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, true, true);
+}
+METHOD(lstrip) {
+    return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, true, false);
+}
+METHOD(rstrip) {
+    return strip(r, self, na && a[0].t == JV_STR ? &a[0] : NULL, false, true);
+}
 METHOD(split) {
-    const jv *sep = arg(a, na, kwn, kwv, nkw, 0, "sep"), *mx = arg(a, na, kwn, kwv, nkw, 1, "maxsplit");
+    const jv *sep = arg(a, na, kwn, kwv, nkw, 0, "sep"),
+             *mx = arg(a, na, kwn, kwv, nkw, 1, "maxsplit");
     return split(r, self, sep, mx && mx->t == JV_INT ? mx->u.i : -1, line);
 }
 static jv starts_common(jrender *r, const jv *self, const jv *a, int na, bool end, int line) {
@@ -230,8 +259,12 @@ static jv starts_common(jrender *r, const jv *self, const jv *a, int na, bool en
     need_str(r, &a[0], "startswith/endswith", line);
     return jv_bool(starts_ends(self, &a[0], end));
 }
-METHOD(startswith) { return starts_common(r, self, a, na, false, line); }
-METHOD(endswith) { return starts_common(r, self, a, na, true, line); }
+METHOD(startswith) {
+    return starts_common(r, self, a, na, false, line);
+}
+METHOD(endswith) {
+    return starts_common(r, self, a, na, true, line);
+}
 METHOD(replace) {
     if (na < 2) jr_fail(r, CLLM_EINVAL, line, "replace needs two arguments");
     need_str(r, &a[0], "replace", line);
@@ -239,10 +272,18 @@ METHOD(replace) {
     const jv *c = arg(a, na, kwn, kwv, nkw, 2, "count");
     return replace(r, self, &a[0], &a[1], c && c->t == JV_INT ? c->u.i : -1);
 }
-METHOD(upper) { return map_case(r, self, 1); }
-METHOD(lower) { return map_case(r, self, 0); }
-METHOD(title) { return map_case(r, self, 3); }
-METHOD(capitalize) { return map_case(r, self, 2); }
+METHOD(upper) {
+    return map_case(r, self, 1);
+}
+METHOD(lower) {
+    return map_case(r, self, 0);
+}
+METHOD(title) {
+    return map_case(r, self, 3);
+}
+METHOD(capitalize) {
+    return map_case(r, self, 2);
+}
 METHOD(find) {
     need_str(r, na ? &a[0] : NULL, "find", line);
     const char *f = memmem(self->u.s.p, self->u.s.len, a[0].u.s.p, a[0].u.s.len);
@@ -292,20 +333,29 @@ static jv is_class(const jv *self, int k) {
     while (i < self->u.s.len) {
         uint32_t c = next_cp(self->u.s.p, self->u.s.len, &i);
         utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)c);
-        bool ok = k == 0 ? cat == UTF8PROC_CATEGORY_ND
-                : k == 1 ? (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO)
-                         : py_isspace(c);
+        bool ok = k == 0   ? cat == UTF8PROC_CATEGORY_ND
+                  : k == 1 ? (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO)
+                           : py_isspace(c);
         if (!ok) return jv_bool(false);
     }
     return jv_bool(true);
 }
-METHOD(isdigit) { return is_class(self, 0); }
-METHOD(isalpha) { return is_class(self, 1); }
-METHOD(isspace) { return is_class(self, 2); }
-METHOD(items) { return items_of(r, self); }
+METHOD(isdigit) {
+    return is_class(self, 0);
+}
+METHOD(isalpha) {
+    return is_class(self, 1);
+}
+METHOD(isspace) {
+    return is_class(self, 2);
+}
+METHOD(items) {
+    return items_of(r, self);
+}
 METHOD(keys) {
     jv out = jv_list(r);
-    for (size_t i = 0; i < self->u.d->n; i++) jl_push(r, out.u.l, jv_str(r, self->u.d->k[i], self->u.d->klen[i]));
+    for (size_t i = 0; i < self->u.d->n; i++)
+        jl_push(r, out.u.l, jv_str(r, self->u.d->k[i], self->u.d->klen[i]));
     return out;
 }
 METHOD(values) {
@@ -325,18 +375,24 @@ static const struct {
     const char *name;
     jv (*fn)(jrender *, const jv *, const jv *, int, const char **, const jv *, int, int);
 } METHODS[] = {
-    {"strip", m_strip}, {"lstrip", m_lstrip}, {"rstrip", m_rstrip}, {"split", m_split},
-    {"startswith", m_startswith}, {"endswith", m_endswith}, {"replace", m_replace}, {"upper", m_upper},
-    {"lower", m_lower}, {"title", m_title}, {"capitalize", m_capitalize}, {"find", m_find},
-    {"count", m_count}, {"join", m_join}, {"splitlines", m_splitlines}, {"isdigit", m_isdigit},
-    {"isalpha", m_isalpha}, {"isspace", m_isspace}, {"items", m_items}, {"keys", m_keys},
-    {"values", m_values}, {"get", m_get},
+    {"strip", m_strip},           {"lstrip", m_lstrip},
+    {"rstrip", m_rstrip},         {"split", m_split},
+    {"startswith", m_startswith}, {"endswith", m_endswith},
+    {"replace", m_replace},       {"upper", m_upper},
+    {"lower", m_lower},           {"title", m_title},
+    {"capitalize", m_capitalize}, {"find", m_find},
+    {"count", m_count},           {"join", m_join},
+    {"splitlines", m_splitlines}, {"isdigit", m_isdigit},
+    {"isalpha", m_isalpha},       {"isspace", m_isspace},
+    {"items", m_items},           {"keys", m_keys},
+    {"values", m_values},         {"get", m_get},
 };
 
 jv jb_attr(jrender *r, const jv *obj, const char *name, size_t len, int line) {
-    static const char *str_m[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith", "replace",
-                                  "upper", "lower", "title", "capitalize", "find", "count", "join",
-                                  "splitlines", "isdigit", "isalpha", "isspace", NULL};
+    static const char *str_m[] = {"strip",      "lstrip",  "rstrip",  "split", "startswith",
+                                  "endswith",   "replace", "upper",   "lower", "title",
+                                  "capitalize", "find",    "count",   "join",  "splitlines",
+                                  "isdigit",    "isalpha", "isspace", NULL};
     static const char *dict_m[] = {"items", "keys", "values", "get", NULL};
     const char **set = obj->t == JV_STR ? str_m : obj->t == JV_DICT ? dict_m : NULL;
     for (int i = 0; set && set[i]; i++) {
@@ -357,13 +413,17 @@ jv jb_attr(jrender *r, const jv *obj, const char *name, size_t len, int line) {
 
 /* ---- globals ---- */
 
-static jv g_range(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line) {
+static jv g_range(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv,
+                  int nkw, int line) {
     int64_t s = 0, e, st = 1;
     for (int i = 0; i < na; i++)
         if (a[i].t != JV_INT) jr_fail(r, CLLM_EINVAL, line, "range expects integers");
-    if (na == 1) e = a[0].u.i;
-    else if (na >= 2) s = a[0].u.i, e = a[1].u.i, st = na > 2 ? a[2].u.i : 1;
-    else jr_fail(r, CLLM_EINVAL, line, "range expects 1 to 3 arguments");
+    if (na == 1)
+        e = a[0].u.i;
+    else if (na >= 2)
+        s = a[0].u.i, e = a[1].u.i, st = na > 2 ? a[2].u.i : 1;
+    else
+        jr_fail(r, CLLM_EINVAL, line, "range expects 1 to 3 arguments");
     if (!st) jr_fail(r, CLLM_EINVAL, line, "range step cannot be zero");
     jv out = jv_list(r);
     for (int64_t i = s; st > 0 ? i < e : i > e; i += st) {
@@ -373,27 +433,33 @@ static jv g_range(jrender *r, const jv *self, const jv *a, int na, const char **
     return out;
 }
 
-static jv g_namespace(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line) {
+static jv g_namespace(jrender *r, const jv *self, const jv *a, int na, const char **kwn,
+                      const jv *kwv, int nkw, int line) {
     jv ns = jv_dict(r);
     ns.t = JV_NS;
     if (na && (a[0].t == JV_DICT || a[0].t == JV_NS))
-        for (size_t i = 0; i < a[0].u.d->n; i++) jd_set(r, ns.u.d, a[0].u.d->k[i], a[0].u.d->klen[i], a[0].u.d->v[i]);
+        for (size_t i = 0; i < a[0].u.d->n; i++)
+            jd_set(r, ns.u.d, a[0].u.d->k[i], a[0].u.d->klen[i], a[0].u.d->v[i]);
     for (int i = 0; i < nkw; i++) jd_set(r, ns.u.d, kwn[i], strlen(kwn[i]), kwv[i]);
     return ns;
 }
 
-static jv g_dict(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line) {
+static jv g_dict(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv,
+                 int nkw, int line) {
     jv d = g_namespace(r, self, a, na, kwn, kwv, nkw, line);
     d.t = JV_DICT;
     return d;
 }
 
-static jv g_raise(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line) {
+static jv g_raise(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv,
+                  int nkw, int line) {
     jv m = na ? jv_stringify(r, &a[0]) : jv_strz("error");
-    jr_fail(r, CLLM_EINVAL, line, "raise_exception: %.*s", (int)(m.u.s.len > 300 ? 300 : m.u.s.len), m.u.s.p);
+    jr_fail(r, CLLM_EINVAL, line, "raise_exception: %.*s", (int)(m.u.s.len > 300 ? 300 : m.u.s.len),
+            m.u.s.p);
 }
 
-static jv g_strftime(jrender *r, const jv *self, const jv *a, int na, const char **kwn, const jv *kwv, int nkw, int line) {
+static jv g_strftime(jrender *r, const jv *self, const jv *a, int na, const char **kwn,
+                     const jv *kwv, int nkw, int line) {
     need_str(r, na ? &a[0] : NULL, "strftime_now", line);
     char fmt[128], buf[256];
     snprintf(fmt, sizeof(fmt), "%.*s", (int)a[0].u.s.len, a[0].u.s.p);
@@ -408,8 +474,11 @@ jv jb_global(jrender *r, const char *name, size_t len) {
     static const struct {
         const char *name;
         jv (*fn)(jrender *, const jv *, const jv *, int, const char **, const jv *, int, int);
-    } G[] = {{"range", g_range}, {"namespace", g_namespace}, {"dict", g_dict},
-             {"raise_exception", g_raise}, {"strftime_now", g_strftime}};
+    } G[] = {{"range", g_range},
+             {"namespace", g_namespace},
+             {"dict", g_dict},
+             {"raise_exception", g_raise},
+             {"strftime_now", g_strftime}};
     for (size_t i = 0; i < sizeof(G) / sizeof(*G); i++) {
         if (strlen(G[i].name) != len || memcmp(G[i].name, name, len)) continue;
         jfunc *f = jr_alloc(r, sizeof(*f));
@@ -436,7 +505,8 @@ bool jb_test(jrender *r, const char *name, const jv *v, const jv *a, int na, int
     if (!strcmp(name, "true")) return v->t == JV_BOOL && v->u.b;
     if (!strcmp(name, "false")) return v->t == JV_BOOL && !v->u.b;
     if (!strcmp(name, "mapping")) return v->t == JV_DICT || v->t == JV_NS;
-    if (!strcmp(name, "iterable")) return v->t == JV_LIST || v->t == JV_DICT || v->t == JV_STR || v->t == JV_UNDEF;
+    if (!strcmp(name, "iterable"))
+        return v->t == JV_LIST || v->t == JV_DICT || v->t == JV_STR || v->t == JV_UNDEF;
     if (!strcmp(name, "sequence")) return v->t == JV_LIST || v->t == JV_DICT || v->t == JV_STR;
     if (!strcmp(name, "callable")) return v->t == JV_FUNC || v->t == JV_MACRO;
     if (!strcmp(name, "odd") || !strcmp(name, "even")) {
@@ -449,16 +519,19 @@ bool jb_test(jrender *r, const char *name, const jv *v, const jv *a, int na, int
         return jv_equal(&m, v);
     }
     if (!na) jr_fail(r, CLLM_EINVAL, line, "unknown test '%s' (or missing argument)", name);
-    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==") || !strcmp(name, "sameas"))
+    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==") ||
+        !strcmp(name, "sameas"))
         return jv_equal(v, &a[0]);
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !jv_equal(v, &a[0]);
     if (!strcmp(name, "lt") || !strcmp(name, "lessthan")) return jv_compare(r, v, &a[0], line) < 0;
-    if (!strcmp(name, "gt") || !strcmp(name, "greaterthan")) return jv_compare(r, v, &a[0], line) > 0;
+    if (!strcmp(name, "gt") || !strcmp(name, "greaterthan"))
+        return jv_compare(r, v, &a[0], line) > 0;
     if (!strcmp(name, "le")) return jv_compare(r, v, &a[0], line) <= 0;
     if (!strcmp(name, "ge")) return jv_compare(r, v, &a[0], line) >= 0;
     if (!strcmp(name, "in")) {
         const jv *h = &a[0];
-        if (h->t == JV_STR) return v->t == JV_STR && memmem(h->u.s.p, h->u.s.len, v->u.s.p, v->u.s.len);
+        if (h->t == JV_STR)
+            return v->t == JV_STR && memmem(h->u.s.p, h->u.s.len, v->u.s.p, v->u.s.len);
         if (h->t == JV_LIST) {
             for (size_t i = 0; i < h->u.l->n; i++)
                 if (jv_equal(v, &h->u.l->v[i])) return true;
@@ -468,7 +541,8 @@ bool jb_test(jrender *r, const char *name, const jv *v, const jv *a, int na, int
         return false;
     }
     if (!strcmp(name, "divisibleby")) {
-        if (v->t != JV_INT || a[0].t != JV_INT || !a[0].u.i) jr_fail(r, CLLM_EINVAL, line, "divisibleby expects integers");
+        if (v->t != JV_INT || a[0].t != JV_INT || !a[0].u.i)
+            jr_fail(r, CLLM_EINVAL, line, "divisibleby expects integers");
         return v->u.i % a[0].u.i == 0;
     }
     jr_fail(r, CLLM_EINVAL, line, "unknown test '%s'", name);
@@ -477,7 +551,10 @@ bool jb_test(jrender *r, const char *name, const jv *v, const jv *a, int na, int
 /* ---- filters ---- */
 
 static jv attr_path(jrender *r, const jv *v, const jv *attr) {
-    if (attr->t == JV_INT) return v->t == JV_LIST && attr->u.i >= 0 && (size_t)attr->u.i < v->u.l->n ? v->u.l->v[attr->u.i] : undef();
+    if (attr->t == JV_INT)
+        return v->t == JV_LIST && attr->u.i >= 0 && (size_t)attr->u.i < v->u.l->n
+                   ? v->u.l->v[attr->u.i]
+                   : undef();
     if (attr->t != JV_STR) return undef();
     /* "a.b" walks nested dicts */
     jv cur = *v;
@@ -523,7 +600,8 @@ static jv to_list(jrender *r, const jv *v, int line) {
     if (v->t == JV_LIST) return copy_list(r, v);
     jv out = jv_list(r);
     if (v->t == JV_DICT || v->t == JV_NS) {
-        for (size_t i = 0; i < v->u.d->n; i++) jl_push(r, out.u.l, jv_str(r, v->u.d->k[i], v->u.d->klen[i]));
+        for (size_t i = 0; i < v->u.d->n; i++)
+            jl_push(r, out.u.l, jv_str(r, v->u.d->k[i], v->u.d->klen[i]));
     } else if (v->t == JV_STR) {
         size_t i = 0;
         while (i < v->u.s.len) {
@@ -537,8 +615,8 @@ static jv to_list(jrender *r, const jv *v, int line) {
     return out;
 }
 
-jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char **kwn, const jv *kwv, int nkw,
-             int line) {
+jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char **kwn,
+             const jv *kwv, int nkw, int line) {
 #define IS(s) (!strcmp(name, s))
     if (IS("safe") || IS("e") || IS("escape") || IS("forceescape")) return v; /* no autoescape */
     if (IS("tojson")) {
@@ -558,7 +636,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
     if (IS("list")) return to_list(r, &v, line);
     if (IS("items")) {
         if (v.t == JV_UNDEF) return jv_list(r);
-        if (v.t != JV_DICT && v.t != JV_NS) jr_fail(r, CLLM_EINVAL, line, "items expects a mapping");
+        if (v.t != JV_DICT && v.t != JV_NS)
+            jr_fail(r, CLLM_EINVAL, line, "items expects a mapping");
         return items_of(r, &v);
     }
     if (IS("first") || IS("last")) {
@@ -570,7 +649,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
         if (v.t == JV_STR) {
             jv l = to_list(r, &v, line);
             jbuf b = {0};
-            for (size_t i = l.u.l->n; i-- > 0;) jb_put(r, &b, l.u.l->v[i].u.s.p, l.u.l->v[i].u.s.len);
+            for (size_t i = l.u.l->n; i-- > 0;)
+                jb_put(r, &b, l.u.l->v[i].u.s.p, l.u.l->v[i].u.s.len);
             return jv_str(r, b.p ? b.p : "", b.len);
         }
         jv l = to_list(r, &v, line), out = jv_list(r);
@@ -611,7 +691,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
         jv l = to_list(r, &v, line), out = jv_list(r);
         for (size_t i = 0; i < l.u.l->n; i++) {
             bool seen = false;
-            for (size_t j = 0; j < out.u.l->n && !seen; j++) seen = jv_equal(&out.u.l->v[j], &l.u.l->v[i]);
+            for (size_t j = 0; j < out.u.l->n && !seen; j++)
+                seen = jv_equal(&out.u.l->v[j], &l.u.l->v[i]);
             if (!seen) jl_push(r, out.u.l, l.u.l->v[i]);
         }
         return out;
@@ -627,7 +708,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
             } else if (na && a[0].t == JV_STR) {
                 char fname[64];
                 snprintf(fname, sizeof(fname), "%.*s", (int)a[0].u.s.len, a[0].u.s.p);
-                jl_push(r, out.u.l, jb_filter(r, fname, l.u.l->v[i], a + 1, na - 1, kwn, kwv, nkw, line));
+                jl_push(r, out.u.l,
+                        jb_filter(r, fname, l.u.l->v[i], a + 1, na - 1, kwn, kwv, nkw, line));
             } else {
                 jr_fail(r, CLLM_EINVAL, line, "map needs a filter name or attribute=");
             }
@@ -637,7 +719,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
     if (IS("selectattr") || IS("rejectattr") || IS("select") || IS("reject")) {
         bool sel = name[0] == 's', byattr = strstr(name, "attr") != NULL;
         int k = byattr ? 1 : 0;
-        if (byattr && (!na || a[0].t != JV_STR)) jr_fail(r, CLLM_EINVAL, line, "%s needs an attribute name", name);
+        if (byattr && (!na || a[0].t != JV_STR))
+            jr_fail(r, CLLM_EINVAL, line, "%s needs an attribute name", name);
         jv l = to_list(r, &v, line), out = jv_list(r);
         for (size_t i = 0; i < l.u.l->n; i++) {
             jv x = byattr ? attr_path(r, &l.u.l->v[i], &a[0]) : l.u.l->v[i];
@@ -672,7 +755,8 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
     if (IS("float")) {
         jv out = {.t = JV_FLOAT};
         if (v.t == JV_FLOAT) return v;
-        if (v.t == JV_INT || v.t == JV_BOOL) out.u.f = v.t == JV_INT ? (double)v.u.i : v.u.b;
+        if (v.t == JV_INT || v.t == JV_BOOL)
+            out.u.f = v.t == JV_INT ? (double)v.u.i : v.u.b;
         else if (v.t == JV_STR) {
             char buf[64], *end;
             snprintf(buf, sizeof(buf), "%.*s", (int)v.u.s.len, v.u.s.p);
@@ -688,14 +772,17 @@ jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char
     }
     if (IS("round")) {
         const jv *pr = arg(a, na, kwn, kwv, nkw, 0, "precision");
-        double x = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : 0, m = pow(10, pr && pr->t == JV_INT ? (double)pr->u.i : 0);
+        double x = v.t == JV_FLOAT ? v.u.f
+                   : v.t == JV_INT ? (double)v.u.i
+                                   : 0,
+               m = pow(10, pr && pr->t == JV_INT ? (double)pr->u.i : 0);
         jv out = {.t = JV_FLOAT};
         out.u.f = round(x * m) / m;
         return out;
     }
     /* string filters */
-    if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") || IS("replace") ||
-        IS("indent") || IS("wordcount")) {
+    if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") ||
+        IS("replace") || IS("indent") || IS("wordcount")) {
         jv s = jv_stringify(r, &v);
         if (IS("trim")) return strip(r, &s, na && a[0].t == JV_STR ? &a[0] : NULL, true, true);
         if (IS("upper")) return map_case(r, &s, 1);

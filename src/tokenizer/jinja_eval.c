@@ -11,7 +11,8 @@ static jv eval(jrender *r, const jnode *n, jscope *sc);
 static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out);
 
 static void step(jrender *r, int line) {
-    if (++r->steps > r->max_steps) jr_fail(r, CLLM_ENOMEM, line, "step limit reached (loop too long?)");
+    if (++r->steps > r->max_steps)
+        jr_fail(r, CLLM_ENOMEM, line, "step limit reached (loop too long?)");
 }
 
 static void put_out(jrender *r, jbuf *out, const char *s, size_t n, int line) {
@@ -71,7 +72,8 @@ static jv item(jrender *r, const jv *obj, const jv *key, int line) {
 }
 
 static jv attr(jrender *r, const jv *obj, const char *name, size_t len, int line) {
-    if (obj->t == JV_UNDEF) jr_fail(r, CLLM_EINVAL, line, "'%.*s' of an undefined value", (int)len, name);
+    if (obj->t == JV_UNDEF)
+        jr_fail(r, CLLM_EINVAL, line, "'%.*s' of an undefined value", (int)len, name);
     if (obj->t == JV_DICT || obj->t == JV_NS) {
         /* Jinja tries the attribute first: dict methods shadow keys of the same name. */
         static const char *methods[] = {"items", "keys", "values", "get"};
@@ -99,9 +101,12 @@ static jv slice(jrender *r, const jv *obj, const jnode *n, jscope *sc) {
     if (!st) jr_fail(r, CLLM_EINVAL, n->line, "slice step cannot be zero");
     size_t *offs = NULL;
     int64_t len;
-    if (obj->t == JV_LIST) len = (int64_t)obj->u.l->n;
-    else if (obj->t == JV_STR) len = (int64_t)cp_offsets(r, obj, &offs);
-    else jr_fail(r, CLLM_EINVAL, n->line, "cannot slice a %s", jv_type_name(obj->t));
+    if (obj->t == JV_LIST)
+        len = (int64_t)obj->u.l->n;
+    else if (obj->t == JV_STR)
+        len = (int64_t)cp_offsets(r, obj, &offs);
+    else
+        jr_fail(r, CLLM_EINVAL, n->line, "cannot slice a %s", jv_type_name(obj->t));
     int64_t lo, hi;
     if (st > 0) {
         lo = a.t == JV_INT ? clampi(a.u.i, len, 0, len) : 0;
@@ -121,13 +126,20 @@ static jv slice(jrender *r, const jv *obj, const jnode *n, jscope *sc) {
     return jv_str(r, buf.p ? buf.p : "", buf.len);
 }
 
-static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
-static double num(const jv *v) { return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : v->u.b; }
-static int64_t inum(const jv *v) { return v->t == JV_INT ? v->u.i : v->u.b; }
+static bool is_num(const jv *v) {
+    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
+}
+static double num(const jv *v) {
+    return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : v->u.b;
+}
+static int64_t inum(const jv *v) {
+    return v->t == JV_INT ? v->u.i : v->u.b;
+}
 
 static bool contains(jrender *r, const jv *needle, const jv *hay, int line) {
     if (hay->t == JV_STR) {
-        if (needle->t != JV_STR) jr_fail(r, CLLM_EINVAL, line, "'in <string>' needs a string on the left");
+        if (needle->t != JV_STR)
+            jr_fail(r, CLLM_EINVAL, line, "'in <string>' needs a string on the left");
         return needle->u.s.len == 0 ||
                memmem(hay->u.s.p, hay->u.s.len, needle->u.s.p, needle->u.s.len) != NULL;
     }
@@ -145,14 +157,22 @@ static bool contains(jrender *r, const jv *needle, const jv *hay, int line) {
 static jv binop(jrender *r, int op, jv a, jv b, int line) {
     jv out = {.t = JV_NONE};
     switch (op) {
-    case OP_EQ: return jv_bool(jv_equal(&a, &b));
-    case OP_NE: return jv_bool(!jv_equal(&a, &b));
-    case OP_LT: return jv_bool(jv_compare(r, &a, &b, line) < 0);
-    case OP_GT: return jv_bool(jv_compare(r, &a, &b, line) > 0);
-    case OP_LE: return jv_bool(jv_compare(r, &a, &b, line) <= 0);
-    case OP_GE: return jv_bool(jv_compare(r, &a, &b, line) >= 0);
-    case OP_IN: return jv_bool(contains(r, &a, &b, line));
-    case OP_NOTIN: return jv_bool(!contains(r, &a, &b, line));
+    case OP_EQ:
+        return jv_bool(jv_equal(&a, &b));
+    case OP_NE:
+        return jv_bool(!jv_equal(&a, &b));
+    case OP_LT:
+        return jv_bool(jv_compare(r, &a, &b, line) < 0);
+    case OP_GT:
+        return jv_bool(jv_compare(r, &a, &b, line) > 0);
+    case OP_LE:
+        return jv_bool(jv_compare(r, &a, &b, line) <= 0);
+    case OP_GE:
+        return jv_bool(jv_compare(r, &a, &b, line) >= 0);
+    case OP_IN:
+        return jv_bool(contains(r, &a, &b, line));
+    case OP_NOTIN:
+        return jv_bool(!contains(r, &a, &b, line));
     case OP_CONCAT: {
         jv x = jv_stringify(r, &a), y = jv_stringify(r, &b);
         jbuf buf = {0};
@@ -160,7 +180,8 @@ static jv binop(jrender *r, int op, jv a, jv b, int line) {
         jb_put(r, &buf, y.u.s.p, y.u.s.len);
         return jv_str(r, buf.p ? buf.p : "", buf.len);
     }
-    default: break;
+    default:
+        break;
     }
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
         char *p = jr_alloc(r, a.u.s.len + b.u.s.len + 1);
@@ -180,7 +201,8 @@ static jv binop(jrender *r, int op, jv a, jv b, int line) {
     if (op == OP_MUL && (a.t == JV_STR || a.t == JV_LIST) && b.t == JV_INT) {
         int64_t k = b.u.i < 0 ? 0 : b.u.i;
         if (a.t == JV_STR) {
-            if (a.u.s.len && (uint64_t)k > r->max_output / a.u.s.len) jr_fail(r, CLLM_ENOMEM, line, "string too long");
+            if (a.u.s.len && (uint64_t)k > r->max_output / a.u.s.len)
+                jr_fail(r, CLLM_ENOMEM, line, "string too long");
             jbuf buf = {0};
             for (int64_t i = 0; i < k; i++) jb_put(r, &buf, a.u.s.p, a.u.s.len);
             return jv_str(r, buf.p ? buf.p : "", buf.len);
@@ -193,7 +215,8 @@ static jv binop(jrender *r, int op, jv a, jv b, int line) {
         return out;
     }
     if (!is_num(&a) || !is_num(&b))
-        jr_fail(r, CLLM_EINVAL, line, "unsupported operand types %s and %s", jv_type_name(a.t), jv_type_name(b.t));
+        jr_fail(r, CLLM_EINVAL, line, "unsupported operand types %s and %s", jv_type_name(a.t),
+                jv_type_name(b.t));
     bool fl = a.t == JV_FLOAT || b.t == JV_FLOAT;
     double x = num(&a), y = num(&b);
     int64_t i = inum(&a), j = inum(&b);
@@ -232,12 +255,24 @@ static jv binop(jrender *r, int op, jv a, jv b, int line) {
     }
     out.t = JV_FLOAT;
     switch (op) {
-    case OP_ADD: out.u.f = x + y; break;
-    case OP_SUB: out.u.f = x - y; break;
-    case OP_MUL: out.u.f = x * y; break;
-    case OP_FLOORDIV: out.u.f = floor(x / y); break;
-    case OP_MOD: out.u.f = x - floor(x / y) * y; break;
-    case OP_POW: out.u.f = pow(x, y); break;
+    case OP_ADD:
+        out.u.f = x + y;
+        break;
+    case OP_SUB:
+        out.u.f = x - y;
+        break;
+    case OP_MUL:
+        out.u.f = x * y;
+        break;
+    case OP_FLOORDIV:
+        out.u.f = floor(x / y);
+        break;
+    case OP_MOD:
+        out.u.f = x - floor(x / y) * y;
+        break;
+    case OP_POW:
+        out.u.f = pow(x, y);
+        break;
     }
     return out;
 }
@@ -310,7 +345,9 @@ static jv eval(jrender *r, const jnode *n, jscope *sc) {
     if (++r->depth > r->max_depth + 200) jr_fail(r, CLLM_ENOMEM, n->line, "expression too deep");
     jv res = {.t = JV_UNDEF};
     switch (n->kind) {
-    case JN_LIT: res = n->v; break;
+    case JN_LIT:
+        res = n->v;
+        break;
     case JN_NAME: {
         const jv *v = lookup(sc, n->s, n->slen);
         res = v ? *v : jb_global(r, n->s, n->slen);
@@ -351,17 +388,24 @@ static jv eval(jrender *r, const jnode *n, jscope *sc) {
     }
     case JN_UNARY: {
         jv o = eval(r, n->a, sc);
-        if (n->op == OP_NOT) res = jv_bool(!jv_truthy(&o));
-        else if (o.t == JV_INT || o.t == JV_BOOL) res = jv_int(n->op == OP_NEG ? -inum(&o) : inum(&o));
-        else if (o.t == JV_FLOAT) res = o, res.u.f = n->op == OP_NEG ? -o.u.f : o.u.f;
-        else jr_fail(r, CLLM_EINVAL, n->line, "bad operand type for unary -: %s", jv_type_name(o.t));
+        if (n->op == OP_NOT)
+            res = jv_bool(!jv_truthy(&o));
+        else if (o.t == JV_INT || o.t == JV_BOOL)
+            res = jv_int(n->op == OP_NEG ? -inum(&o) : inum(&o));
+        else if (o.t == JV_FLOAT)
+            res = o, res.u.f = n->op == OP_NEG ? -o.u.f : o.u.f;
+        else
+            jr_fail(r, CLLM_EINVAL, n->line, "bad operand type for unary -: %s", jv_type_name(o.t));
         break;
     }
     case JN_BIN: {
         jv a = eval(r, n->a, sc);
-        if (n->op == OP_AND) res = jv_truthy(&a) ? eval(r, n->b, sc) : a;
-        else if (n->op == OP_OR) res = jv_truthy(&a) ? a : eval(r, n->b, sc);
-        else res = binop(r, n->op, a, eval(r, n->b, sc), n->line);
+        if (n->op == OP_AND)
+            res = jv_truthy(&a) ? eval(r, n->b, sc) : a;
+        else if (n->op == OP_OR)
+            res = jv_truthy(&a) ? a : eval(r, n->b, sc);
+        else
+            res = binop(r, n->op, a, eval(r, n->b, sc), n->line);
         break;
     }
     case JN_COND: {
@@ -382,7 +426,8 @@ static jv eval(jrender *r, const jnode *n, jscope *sc) {
             jd_set(r, res.u.d, k.u.s.p, k.u.s.len, v);
         }
         break;
-    default: jr_fail(r, CLLM_EINVAL, n->line, "statement used as an expression");
+    default:
+        jr_fail(r, CLLM_EINVAL, n->line, "statement used as an expression");
     }
     r->depth--;
     return res;
@@ -395,7 +440,8 @@ static void assign(jrender *r, jscope *sc, const jnode *n, jv v) {
     }
     if (v.t != JV_LIST || v.u.l->n != (size_t)n->nnames)
         jr_fail(r, CLLM_EINVAL, n->line, "cannot unpack into %d names", n->nnames);
-    for (int i = 0; i < n->nnames; i++) jd_set(r, &sc->vars, n->names[i], strlen(n->names[i]), v.u.l->v[i]);
+    for (int i = 0; i < n->nnames; i++)
+        jd_set(r, &sc->vars, n->names[i], strlen(n->names[i]), v.u.l->v[i]);
 }
 
 static void exec_for(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
@@ -404,10 +450,12 @@ static void exec_for(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
     if (it.t == JV_LIST) {
         items = it;
     } else if (it.t == JV_DICT || it.t == JV_NS) {
-        for (size_t i = 0; i < it.u.d->n; i++) jl_push(r, items.u.l, jv_str(r, it.u.d->k[i], it.u.d->klen[i]));
+        for (size_t i = 0; i < it.u.d->n; i++)
+            jl_push(r, items.u.l, jv_str(r, it.u.d->k[i], it.u.d->klen[i]));
     } else if (it.t == JV_STR) {
         size_t *offs, cnt = cp_offsets(r, &it, &offs);
-        for (size_t i = 0; i < cnt; i++) jl_push(r, items.u.l, jv_str(r, it.u.s.p + offs[i], offs[i + 1] - offs[i]));
+        for (size_t i = 0; i < cnt; i++)
+            jl_push(r, items.u.l, jv_str(r, it.u.s.p + offs[i], offs[i + 1] - offs[i]));
     } else if (it.t != JV_UNDEF) {
         jr_fail(r, CLLM_EINVAL, n->line, "'%s' object is not iterable", jv_type_name(it.t));
     }
@@ -453,7 +501,9 @@ static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
     case JN_BLOCK:
         for (int i = 0; i < n->nkids && !r->brk; i++) exec(r, n->kids[i], sc, out);
         return;
-    case JN_TEXT: put_out(r, out, n->s, n->slen, n->line); return;
+    case JN_TEXT:
+        put_out(r, out, n->s, n->slen, n->line);
+        return;
     case JN_OUTPUT: {
         jv v = eval(r, n->a, sc);
         if (v.t == JV_STR) {
@@ -467,11 +517,15 @@ static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
     }
     case JN_IF: {
         jv c = eval(r, n->a, sc);
-        if (jv_truthy(&c)) exec(r, n->b, sc, out);
-        else if (n->c) exec(r, n->c, sc, out);
+        if (jv_truthy(&c))
+            exec(r, n->b, sc, out);
+        else if (n->c)
+            exec(r, n->c, sc, out);
         return;
     }
-    case JN_FOR: exec_for(r, n, sc, out); return;
+    case JN_FOR:
+        exec_for(r, n, sc, out);
+        return;
     case JN_SET: {
         jv v;
         if (n->a) {
@@ -483,7 +537,9 @@ static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
         }
         if (n->c) {
             jv ns = eval(r, n->c, sc);
-            if (ns.t != JV_NS) jr_fail(r, CLLM_EINVAL, n->line, "cannot assign attribute on a %s", jv_type_name(ns.t));
+            if (ns.t != JV_NS)
+                jr_fail(r, CLLM_EINVAL, n->line, "cannot assign attribute on a %s",
+                        jv_type_name(ns.t));
             jd_set(r, ns.u.d, n->s, strlen(n->s), v);
         } else {
             assign(r, sc, n, v);
@@ -521,14 +577,20 @@ static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
         exec(r, n->b, sc, &b);
         const jnode *f = n->a;
         args a = eval_args(r, f, sc);
-        jv v = jb_filter(r, f->s, jv_str(r, b.p ? b.p : "", b.len), a.pos, a.npos, a.kwn, a.kwv, a.nkw, n->line);
+        jv v = jb_filter(r, f->s, jv_str(r, b.p ? b.p : "", b.len), a.pos, a.npos, a.kwn, a.kwv,
+                         a.nkw, n->line);
         jv s = jv_stringify(r, &v);
         put_out(r, out, s.u.s.p, s.u.s.len, n->line);
         return;
     }
-    case JN_BREAK: r->brk = 1; return;
-    case JN_CONTINUE: r->brk = 2; return;
-    default: jr_fail(r, CLLM_EINVAL, n->line, "expression used as a statement");
+    case JN_BREAK:
+        r->brk = 1;
+        return;
+    case JN_CONTINUE:
+        r->brk = 2;
+        return;
+    default:
+        jr_fail(r, CLLM_EINVAL, n->line, "expression used as a statement");
     }
 }
 

@@ -86,23 +86,23 @@ typedef enum jn_kind {
     JN_MACRO,  /* s = name, names = params, kids = defaults (NULL entries), b = body */
     JN_BREAK,
     JN_CONTINUE,
-    JN_CALLBLOCK, /* a = call expression, b = caller body */
+    JN_CALLBLOCK,   /* a = call expression, b = caller body */
     JN_FILTERBLOCK, /* a = filter node (operand NULL), b = body */
     /* expressions */
-    JN_LIT,   /* v */
-    JN_NAME,  /* s */
-    JN_ATTR,  /* a . s */
-    JN_ITEM,  /* a [ b ] */
-    JN_SLICE, /* a [ b : c : d ] (NULL parts omitted) */
-    JN_CALL,  /* a ( kids ) with kwnames */
+    JN_LIT,    /* v */
+    JN_NAME,   /* s */
+    JN_ATTR,   /* a . s */
+    JN_ITEM,   /* a [ b ] */
+    JN_SLICE,  /* a [ b : c : d ] (NULL parts omitted) */
+    JN_CALL,   /* a ( kids ) with kwnames */
     JN_FILTER, /* a | s ( kids ) */
-    JN_TEST,  /* a is [not] s ( kids ); neg */
-    JN_UNARY, /* op, a */
-    JN_BIN,   /* op, a, b */
-    JN_COND,  /* b if a else c */
-    JN_LIST,  /* kids */
-    JN_TUPLE, /* kids */
-    JN_DICT,  /* kids: k0, v0, k1, v1 ... */
+    JN_TEST,   /* a is [not] s ( kids ); neg */
+    JN_UNARY,  /* op, a */
+    JN_BIN,    /* op, a, b */
+    JN_COND,   /* b if a else c */
+    JN_LIST,   /* kids */
+    JN_TUPLE,  /* kids */
+    JN_DICT,   /* kids: k0, v0, k1, v1 ... */
 } jn_kind;
 
 typedef struct jnode {
@@ -122,8 +122,27 @@ typedef struct jnode {
 
 /* Operator codes used in JN_UNARY / JN_BIN. */
 enum {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT,
-    OP_EQ, OP_NE, OP_LT, OP_GT, OP_LE, OP_GE, OP_IN, OP_NOTIN, OP_AND, OP_OR, OP_NOT, OP_NEG, OP_POS,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CONCAT,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_GT,
+    OP_LE,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN,
+    OP_AND,
+    OP_OR,
+    OP_NOT,
+    OP_NEG,
+    OP_POS,
 };
 
 /* ---- arena ---- */
@@ -167,7 +186,7 @@ void *jr_alloc(jrender *r, size_t n);
 
 /* values */
 jv jv_str(jrender *r, const char *p, size_t len); /* copies */
-jv jv_strz(const char *p);                       /* static string, no copy */
+jv jv_strz(const char *p);                        /* static string, no copy */
 jv jv_int(int64_t i);
 jv jv_bool(bool b);
 jv jv_list(jrender *r);
@@ -196,6 +215,6 @@ jv jb_filter(jrender *r, const char *name, jv operand, const jv *args, int nargs
              const jv *kwv, int nkw, int line);
 bool jb_test(jrender *r, const char *name, const jv *operand, const jv *args, int nargs, int line);
 jv jb_attr(jrender *r, const jv *obj, const char *name, size_t len, int line); /* methods */
-jv jb_global(jrender *r, const char *name, size_t len);                     /* range, namespace... */
+jv jb_global(jrender *r, const char *name, size_t len); /* range, namespace... */
 
 #endif

@@ -52,11 +52,41 @@ void ja_free(jarena *a) {
 /* ---- tokens ---- */
 
 typedef enum tk {
-    T_EOF, T_TEXT, T_BLOCK_BEGIN, T_BLOCK_END, T_VAR_BEGIN, T_VAR_END,
-    T_NAME, T_STRING, T_INT, T_FLOAT,
-    T_LPAREN, T_RPAREN, T_LBRACK, T_RBRACK, T_LBRACE, T_RBRACE, T_COMMA, T_DOT, T_COLON, T_PIPE,
-    T_ASSIGN, T_ADD, T_SUB, T_MUL, T_DIV, T_FLOORDIV, T_MOD, T_POW, T_TILDE,
-    T_EQ, T_NE, T_LT, T_GT, T_LE, T_GE,
+    T_EOF,
+    T_TEXT,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_LPAREN,
+    T_RPAREN,
+    T_LBRACK,
+    T_RBRACK,
+    T_LBRACE,
+    T_RBRACE,
+    T_COMMA,
+    T_DOT,
+    T_COLON,
+    T_PIPE,
+    T_ASSIGN,
+    T_ADD,
+    T_SUB,
+    T_MUL,
+    T_DIV,
+    T_FLOORDIV,
+    T_MOD,
+    T_POW,
+    T_TILDE,
+    T_EQ,
+    T_NE,
+    T_LT,
+    T_GT,
+    T_LE,
+    T_GE,
 } tk;
 
 typedef struct token {
@@ -118,8 +148,12 @@ static void emit(parser *p, token t) {
     p->toks[p->n++] = t;
 }
 
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-static bool is_ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (c >= '0' && c <= '9'); }
+static bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+static bool is_ident(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (c >= '0' && c <= '9');
+}
 
 static int count_lines(const char *a, const char *b) {
     int n = 0;
@@ -137,8 +171,10 @@ static const char *find_close(const char *s, const char *end, const char *close)
             continue;
         }
         if (q) {
-            if (*c == '\\') c++;
-            else if (*c == q) q = 0;
+            if (*c == '\\')
+                c++;
+            else if (*c == q)
+                q = 0;
         } else if (*c == '\'' || *c == '"') {
             q = *c;
         } else if (c[0] == close[0] && c[1] == close[1]) {
@@ -184,8 +220,10 @@ static void lex_expr(parser *p, const char *s, const char *e, int line) {
             for (const char *k = b; k < s && nl < sizeof(num) - 1; k++)
                 if (*k != '_') num[nl++] = *k;
             num[nl] = 0;
-            if (fl) t.t = T_FLOAT, t.f = strtod(num, NULL);
-            else t.t = T_INT, t.i = strtoll(num, NULL, 10);
+            if (fl)
+                t.t = T_FLOAT, t.f = strtod(num, NULL);
+            else
+                t.t = T_INT, t.i = strtoll(num, NULL, 10);
         } else if (c == '\'' || c == '"') {
             char *buf = palloc(p, (size_t)(e - s) + 1);
             size_t n = 0;
@@ -195,16 +233,38 @@ static void lex_expr(parser *p, const char *s, const char *e, int line) {
                     s++;
                     char x = *s++;
                     switch (x) {
-                    case 'n': buf[n++] = '\n'; break;
-                    case 't': buf[n++] = '\t'; break;
-                    case 'r': buf[n++] = '\r'; break;
-                    case 'b': buf[n++] = '\b'; break;
-                    case 'f': buf[n++] = '\f'; break;
-                    case 'v': buf[n++] = '\v'; break;
-                    case '0': buf[n++] = '\0'; break;
-                    case '\\': case '\'': case '"': buf[n++] = x; break;
-                    case '\n': line++; break; /* line continuation */
-                    default: buf[n++] = '\\', buf[n++] = x; break; /* Python keeps unknown escapes */
+                    case 'n':
+                        buf[n++] = '\n';
+                        break;
+                    case 't':
+                        buf[n++] = '\t';
+                        break;
+                    case 'r':
+                        buf[n++] = '\r';
+                        break;
+                    case 'b':
+                        buf[n++] = '\b';
+                        break;
+                    case 'f':
+                        buf[n++] = '\f';
+                        break;
+                    case 'v':
+                        buf[n++] = '\v';
+                        break;
+                    case '0':
+                        buf[n++] = '\0';
+                        break;
+                    case '\\':
+                    case '\'':
+                    case '"':
+                        buf[n++] = x;
+                        break;
+                    case '\n':
+                        line++;
+                        break; /* line continuation */
+                    default:
+                        buf[n++] = '\\', buf[n++] = x;
+                        break; /* Python keeps unknown escapes */
                     }
                 } else {
                     line += *s == '\n';
@@ -217,12 +277,17 @@ static void lex_expr(parser *p, const char *s, const char *e, int line) {
             t.s = buf;
             t.len = n;
         } else {
-            static const struct { const char *s; tk t; } ops[] = {
-                {"**", T_POW}, {"//", T_FLOORDIV}, {"==", T_EQ}, {"!=", T_NE}, {"<=", T_LE}, {">=", T_GE},
-                {"(", T_LPAREN}, {")", T_RPAREN}, {"[", T_LBRACK}, {"]", T_RBRACK}, {"{", T_LBRACE},
-                {"}", T_RBRACE}, {",", T_COMMA}, {".", T_DOT}, {":", T_COLON}, {"|", T_PIPE},
-                {"=", T_ASSIGN}, {"+", T_ADD}, {"-", T_SUB}, {"*", T_MUL}, {"/", T_DIV}, {"%", T_MOD},
-                {"~", T_TILDE}, {"<", T_LT}, {">", T_GT},
+            static const struct {
+                const char *s;
+                tk t;
+            } ops[] = {
+                {"**", T_POW},   {"//", T_FLOORDIV}, {"==", T_EQ},    {"!=", T_NE},
+                {"<=", T_LE},    {">=", T_GE},       {"(", T_LPAREN}, {")", T_RPAREN},
+                {"[", T_LBRACK}, {"]", T_RBRACK},    {"{", T_LBRACE}, {"}", T_RBRACE},
+                {",", T_COMMA},  {".", T_DOT},       {":", T_COLON},  {"|", T_PIPE},
+                {"=", T_ASSIGN}, {"+", T_ADD},       {"-", T_SUB},    {"*", T_MUL},
+                {"/", T_DIV},    {"%", T_MOD},       {"~", T_TILDE},  {"<", T_LT},
+                {">", T_GT},
             };
             size_t k = 0;
             for (; k < sizeof(ops) / sizeof(*ops); k++) {
@@ -248,9 +313,12 @@ static void lex(parser *p, const char *src, size_t len) {
         while (t + 1 < end && !(t[0] == '{' && (t[1] == '{' || t[1] == '%' || t[1] == '#'))) t++;
         if (t + 1 >= end) t = end;
         const char *ts = s, *te = t;
-        if (strip_next) while (ts < te && is_space(*ts)) ts++;
-        else if (trim_next && ts < te && *ts == '\n') ts++;
-        else if (trim_next && ts + 1 < te && ts[0] == '\r' && ts[1] == '\n') ts += 2;
+        if (strip_next)
+            while (ts < te && is_space(*ts)) ts++;
+        else if (trim_next && ts < te && *ts == '\n')
+            ts++;
+        else if (trim_next && ts + 1 < te && ts[0] == '\r' && ts[1] == '\n')
+            ts += 2;
         strip_next = trim_next = false;
         char kind = t < end ? t[1] : 0;
         bool lstrip = t < end && t + 2 < end && t[2] == '-';
@@ -264,7 +332,10 @@ static void lex(parser *p, const char *src, size_t len) {
             if ((k == ts && (ts == src || ts[-1] == '\n')) || (k > ts && k[-1] == '\n')) te = k;
         }
         if (te > ts) {
-            token tt = {.t = T_TEXT, .line = line, .s = pstrdup(p, ts, (size_t)(te - ts)), .len = (size_t)(te - ts)};
+            token tt = {.t = T_TEXT,
+                        .line = line,
+                        .s = pstrdup(p, ts, (size_t)(te - ts)),
+                        .len = (size_t)(te - ts)};
             emit(p, tt);
         }
         line += count_lines(s, t);
@@ -278,7 +349,8 @@ static void lex(parser *p, const char *src, size_t len) {
         if (kind != '#') {
             emit(p, (token){.t = kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, .line = line});
             lex_expr(p, body, be, line);
-            emit(p, (token){.t = kind == '{' ? T_VAR_END : T_BLOCK_END, .line = line + count_lines(body, be)});
+            emit(p, (token){.t = kind == '{' ? T_VAR_END : T_BLOCK_END,
+                            .line = line + count_lines(body, be)});
         }
         line += count_lines(t, close + 2);
         s = close + 2;
@@ -290,9 +362,15 @@ static void lex(parser *p, const char *src, size_t len) {
 
 /* ---- parser ---- */
 
-static token *cur(parser *p) { return &p->toks[p->pos]; }
-static token *next(parser *p) { return &p->toks[p->pos++]; }
-static bool is_name(parser *p, const char *n) { return cur(p)->t == T_NAME && !strcmp(cur(p)->s, n); }
+static token *cur(parser *p) {
+    return &p->toks[p->pos];
+}
+static token *next(parser *p) {
+    return &p->toks[p->pos++];
+}
+static bool is_name(parser *p, const char *n) {
+    return cur(p)->t == T_NAME && !strcmp(cur(p)->s, n);
+}
 static bool accept(parser *p, tk t) {
     if (cur(p)->t != t) return false;
     p->pos++;
@@ -368,7 +446,8 @@ static jnode *parse_primary(parser *p) {
     jnode *n;
     switch (t->t) {
     case T_NAME:
-        if (!strcmp(t->s, "true") || !strcmp(t->s, "True") || !strcmp(t->s, "false") || !strcmp(t->s, "False")) {
+        if (!strcmp(t->s, "true") || !strcmp(t->s, "True") || !strcmp(t->s, "false") ||
+            !strcmp(t->s, "False")) {
             n = node(p, JN_LIT, t->line);
             n->v = jv_bool(t->s[0] == 't' || t->s[0] == 'T');
         } else if (!strcmp(t->s, "none") || !strcmp(t->s, "None")) {
@@ -530,9 +609,11 @@ static jnode *parse_filter_expr(parser *p, jnode *n) {
                 parse_args(p, f);
             } else {
                 tk k = cur(p)->t;
-                bool arg = k == T_STRING || k == T_INT || k == T_FLOAT || k == T_LBRACK || k == T_LBRACE ||
-                           (k == T_NAME && !is_name(p, "else") && !is_name(p, "or") && !is_name(p, "and") &&
-                            !is_name(p, "if") && !is_name(p, "is") && !is_name(p, "in") && !is_name(p, "not"));
+                bool arg = k == T_STRING || k == T_INT || k == T_FLOAT || k == T_LBRACK ||
+                           k == T_LBRACE ||
+                           (k == T_NAME && !is_name(p, "else") && !is_name(p, "or") &&
+                            !is_name(p, "and") && !is_name(p, "if") && !is_name(p, "is") &&
+                            !is_name(p, "in") && !is_name(p, "not"));
                 if (arg) {
                     jnode *e = parse_unary(p, false);
                     f->kids = palloc(p, sizeof(jnode *));
@@ -586,7 +667,11 @@ static jnode *parse_math2(parser *p) {
     jnode *n = parse_pow(p);
     for (;;) {
         tk k = cur(p)->t;
-        int op = k == T_MUL ? OP_MUL : k == T_DIV ? OP_DIV : k == T_FLOORDIV ? OP_FLOORDIV : k == T_MOD ? OP_MOD : 0;
+        int op = k == T_MUL        ? OP_MUL
+                 : k == T_DIV      ? OP_DIV
+                 : k == T_FLOORDIV ? OP_FLOORDIV
+                 : k == T_MOD      ? OP_MOD
+                                   : 0;
         if (!op) return n;
         int line = next(p)->line;
         n = bin(p, op, n, parse_pow(p), line);
@@ -617,17 +702,24 @@ static jnode *parse_compare(parser *p) {
     for (;;) {
         tk k = cur(p)->t;
         int line = cur(p)->line, op = 0;
-        if (k == T_EQ) op = OP_EQ;
-        else if (k == T_NE) op = OP_NE;
-        else if (k == T_LT) op = OP_LT;
-        else if (k == T_GT) op = OP_GT;
-        else if (k == T_LE) op = OP_LE;
-        else if (k == T_GE) op = OP_GE;
+        if (k == T_EQ)
+            op = OP_EQ;
+        else if (k == T_NE)
+            op = OP_NE;
+        else if (k == T_LT)
+            op = OP_LT;
+        else if (k == T_GT)
+            op = OP_GT;
+        else if (k == T_LE)
+            op = OP_LE;
+        else if (k == T_GE)
+            op = OP_GE;
         if (op) {
             p->pos++;
         } else if (accept_name(p, "in")) {
             op = OP_IN;
-        } else if (is_name(p, "not") && p->toks[p->pos + 1].t == T_NAME && !strcmp(p->toks[p->pos + 1].s, "in")) {
+        } else if (is_name(p, "not") && p->toks[p->pos + 1].t == T_NAME &&
+                   !strcmp(p->toks[p->pos + 1].s, "in")) {
             p->pos += 2;
             op = OP_NOTIN;
         } else {
@@ -705,7 +797,9 @@ static void parse_targets(parser *p, jnode *n) {
  * block and leaves the parser after "{%" with the end name as current token. */
 static jnode *parse_body(parser *p, const char *const *ends);
 
-static void end_tag(parser *p) { expect(p, T_BLOCK_END, "'%}'"); }
+static void end_tag(parser *p) {
+    expect(p, T_BLOCK_END, "'%}'");
+}
 
 static jnode *parse_if(parser *p, int line) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
@@ -870,7 +964,8 @@ static jnode *parse_body(parser *p, const char *const *ends) {
                 p->pos++;
                 break;
             }
-            if (k->t == T_NAME && (!strncmp(k->s, "end", 3) || !strcmp(k->s, "else") || !strcmp(k->s, "elif")))
+            if (k->t == T_NAME &&
+                (!strncmp(k->s, "end", 3) || !strcmp(k->s, "else") || !strcmp(k->s, "elif")))
                 pfail(p, k->line, "unexpected '%s'", k->s);
             p->pos++;
             nv_push(p, &v, parse_statement(p), NULL);

@@ -105,26 +105,36 @@ void jd_set(jrender *r, jdict *d, const char *k, size_t klen, jv v) {
 }
 
 const char *jv_type_name(jv_type t) {
-    static const char *n[] = {"undefined", "none", "bool", "int", "float", "str", "list",
-                              "dict", "namespace", "macro", "function"};
+    static const char *n[] = {"undefined", "none", "bool",      "int",   "float",   "str",
+                              "list",      "dict", "namespace", "macro", "function"};
     return n[t];
 }
 
 bool jv_truthy(const jv *v) {
     switch (v->t) {
     case JV_UNDEF:
-    case JV_NONE: return false;
-    case JV_BOOL: return v->u.b;
-    case JV_INT: return v->u.i != 0;
-    case JV_FLOAT: return v->u.f != 0;
-    case JV_STR: return v->u.s.len > 0;
-    case JV_LIST: return v->u.l->n > 0;
-    case JV_DICT: return v->u.d->n > 0;
-    default: return true;
+    case JV_NONE:
+        return false;
+    case JV_BOOL:
+        return v->u.b;
+    case JV_INT:
+        return v->u.i != 0;
+    case JV_FLOAT:
+        return v->u.f != 0;
+    case JV_STR:
+        return v->u.s.len > 0;
+    case JV_LIST:
+        return v->u.l->n > 0;
+    case JV_DICT:
+        return v->u.d->n > 0;
+    default:
+        return true;
     }
 }
 
-static bool is_num(const jv *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
+static bool is_num(const jv *v) {
+    return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL;
+}
 static double num(const jv *v) {
     return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
@@ -140,8 +150,10 @@ bool jv_equal(const jv *a, const jv *b) {
     if (a->t != b->t) return false;
     switch (a->t) {
     case JV_UNDEF:
-    case JV_NONE: return true;
-    case JV_STR: return a->u.s.len == b->u.s.len && !memcmp(a->u.s.p, b->u.s.p, a->u.s.len);
+    case JV_NONE:
+        return true;
+    case JV_STR:
+        return a->u.s.len == b->u.s.len && !memcmp(a->u.s.p, b->u.s.p, a->u.s.len);
     case JV_LIST:
         if (a->u.l->n != b->u.l->n) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
@@ -155,7 +167,8 @@ bool jv_equal(const jv *a, const jv *b) {
             if (!o || !jv_equal(&a->u.d->v[i], o)) return false;
         }
         return true;
-    default: return a->u.fn == b->u.fn;
+    default:
+        return a->u.fn == b->u.fn;
     }
 }
 
@@ -178,7 +191,8 @@ int jv_compare(jrender *r, const jv *a, const jv *b, int line) {
         }
         return (a->u.l->n > b->u.l->n) - (a->u.l->n < b->u.l->n);
     }
-    jr_fail(r, CLLM_EINVAL, line, "cannot compare %s with %s", jv_type_name(a->t), jv_type_name(b->t));
+    jr_fail(r, CLLM_EINVAL, line, "cannot compare %s with %s", jv_type_name(a->t),
+            jv_type_name(b->t));
 }
 
 jv jv_from_json(jrender *r, json_t *j) {
@@ -202,15 +216,20 @@ jv jv_from_json(jrender *r, json_t *j) {
         json_array_foreach(j, i, x) jl_push(r, v.u.l, jv_from_json(r, x));
         return v;
     }
-    case JSON_STRING: return jv_str(r, json_string_value(j), json_string_length(j));
-    case JSON_INTEGER: return jv_int(json_integer_value(j));
+    case JSON_STRING:
+        return jv_str(r, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER:
+        return jv_int(json_integer_value(j));
     case JSON_REAL:
         v.t = JV_FLOAT;
         v.u.f = json_real_value(j);
         return v;
-    case JSON_TRUE: return jv_bool(true);
-    case JSON_FALSE: return jv_bool(false);
-    default: return v;
+    case JSON_TRUE:
+        return jv_bool(true);
+    case JSON_FALSE:
+        return jv_bool(false);
+    default:
+        return v;
     }
 }
 
@@ -228,7 +247,9 @@ void jb_put(jrender *r, jbuf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
-static void jb_puts(jrender *r, jbuf *b, const char *s) { jb_put(r, b, s, strlen(s)); }
+static void jb_puts(jrender *r, jbuf *b, const char *s) {
+    jb_put(r, b, s, strlen(s));
+}
 
 /* Python float repr: shortest round-trip digits, fixed notation for 1e-4 <= |x| < 1e16. */
 static void float_repr(double x, char *out, size_t cap, bool json) {
@@ -294,9 +315,12 @@ static void str_repr(jrender *r, const jv *v, jbuf *b) {
         if (c == '\\' || c == (unsigned char)q) {
             esc[0] = '\\', esc[1] = (char)c;
             jb_put(r, b, esc, 2);
-        } else if (c == '\n') jb_puts(r, b, "\\n");
-        else if (c == '\r') jb_puts(r, b, "\\r");
-        else if (c == '\t') jb_puts(r, b, "\\t");
+        } else if (c == '\n')
+            jb_puts(r, b, "\\n");
+        else if (c == '\r')
+            jb_puts(r, b, "\\r");
+        else if (c == '\t')
+            jb_puts(r, b, "\\t");
         else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof(esc), "\\x%02x", c);
             jb_puts(r, b, esc);
@@ -310,9 +334,14 @@ static void str_repr(jrender *r, const jv *v, jbuf *b) {
 static void to_str(jrender *r, const jv *v, jbuf *b, bool repr) {
     char tmp[64];
     switch (v->t) {
-    case JV_UNDEF: return;
-    case JV_NONE: jb_puts(r, b, "None"); return;
-    case JV_BOOL: jb_puts(r, b, v->u.b ? "True" : "False"); return;
+    case JV_UNDEF:
+        return;
+    case JV_NONE:
+        jb_puts(r, b, "None");
+        return;
+    case JV_BOOL:
+        jb_puts(r, b, v->u.b ? "True" : "False");
+        return;
     case JV_INT:
         snprintf(tmp, sizeof(tmp), "%lld", (long long)v->u.i);
         jb_puts(r, b, tmp);
@@ -322,8 +351,10 @@ static void to_str(jrender *r, const jv *v, jbuf *b, bool repr) {
         jb_puts(r, b, tmp);
         return;
     case JV_STR:
-        if (repr) str_repr(r, v, b);
-        else jb_put(r, b, v->u.s.p, v->u.s.len);
+        if (repr)
+            str_repr(r, v, b);
+        else
+            jb_put(r, b, v->u.s.p, v->u.s.len);
         return;
     case JV_LIST:
         jb_puts(r, b, "[");
@@ -347,11 +378,15 @@ static void to_str(jrender *r, const jv *v, jbuf *b, bool repr) {
         }
         jb_puts(r, b, v->t == JV_NS ? "}>" : "}");
         return;
-    default: jb_puts(r, b, "<function>"); return;
+    default:
+        jb_puts(r, b, "<function>");
+        return;
     }
 }
 
-void jv_to_str(jrender *r, const jv *v, jbuf *b) { to_str(r, v, b, false); }
+void jv_to_str(jrender *r, const jv *v, jbuf *b) {
+    to_str(r, v, b, false);
+}
 
 jv jv_stringify(jrender *r, const jv *v) {
     if (v->t == JV_STR) return *v;
@@ -370,13 +405,20 @@ static void json_str(jrender *r, const char *s, size_t n, jbuf *b) {
         unsigned char c = (unsigned char)s[i];
         const char *esc = NULL;
         char tmp[8];
-        if (c == '"') esc = "\\\"";
-        else if (c == '\\') esc = "\\\\";
-        else if (c == '\n') esc = "\\n";
-        else if (c == '\r') esc = "\\r";
-        else if (c == '\t') esc = "\\t";
-        else if (c == '\b') esc = "\\b";
-        else if (c == '\f') esc = "\\f";
+        if (c == '"')
+            esc = "\\\"";
+        else if (c == '\\')
+            esc = "\\\\";
+        else if (c == '\n')
+            esc = "\\n";
+        else if (c == '\r')
+            esc = "\\r";
+        else if (c == '\t')
+            esc = "\\t";
+        else if (c == '\b')
+            esc = "\\b";
+        else if (c == '\f')
+            esc = "\\f";
         else if (c < 0x20) {
             snprintf(tmp, sizeof(tmp), "\\u%04x", c);
             esc = tmp;
@@ -403,8 +445,12 @@ void jv_to_json(jrender *r, const jv *v, int indent, int depth, jbuf *b, int lin
     if (depth > 256) jr_fail(r, CLLM_EINVAL, line, "tojson: value nested too deeply");
     switch (v->t) {
     case JV_UNDEF:
-    case JV_NONE: jb_puts(r, b, "null"); return;
-    case JV_BOOL: jb_puts(r, b, v->u.b ? "true" : "false"); return;
+    case JV_NONE:
+        jb_puts(r, b, "null");
+        return;
+    case JV_BOOL:
+        jb_puts(r, b, v->u.b ? "true" : "false");
+        return;
     case JV_INT:
         snprintf(tmp, sizeof(tmp), "%lld", (long long)v->u.i);
         jb_puts(r, b, tmp);
@@ -413,7 +459,9 @@ void jv_to_json(jrender *r, const jv *v, int indent, int depth, jbuf *b, int lin
         float_repr(v->u.f, tmp, sizeof(tmp), true);
         jb_puts(r, b, tmp);
         return;
-    case JV_STR: json_str(r, v->u.s.p, v->u.s.len, b); return;
+    case JV_STR:
+        json_str(r, v->u.s.p, v->u.s.len, b);
+        return;
     case JV_LIST:
         if (!v->u.l->n) {
             jb_puts(r, b, "[]");
@@ -445,6 +493,7 @@ void jv_to_json(jrender *r, const jv *v, int indent, int depth, jbuf *b, int lin
         if (indent >= 0) newline_indent(r, b, indent, depth);
         jb_puts(r, b, "}");
         return;
-    default: jr_fail(r, CLLM_EINVAL, line, "tojson: cannot serialize a %s", jv_type_name(v->t));
+    default:
+        jr_fail(r, CLLM_EINVAL, line, "tojson: cannot serialize a %s", jv_type_name(v->t));
     }
 }

@@ -108,7 +108,8 @@ static int finish_tool(cllm_outp *p) {
         rc = json_array_append(p->calls, call) || json_array_append(p->d_calls, call);
         json_decref(call);
     } else { /* not a call we understand: give it back as text, tags included */
-        rc = emit(p, p->tool_from, "<tool_call>", 11) || emit(p, p->tool_from, p->tool.p ? p->tool.p : "", p->tool.len) ||
+        rc = emit(p, p->tool_from, "<tool_call>", 11) ||
+             emit(p, p->tool_from, p->tool.p ? p->tool.p : "", p->tool.len) ||
              emit(p, p->tool_from, "</tool_call>", 12);
     }
     p->tool.len = 0;
@@ -143,9 +144,12 @@ static int process(cllm_outp *p, bool final) {
                 while (cut > 0 && (s[cut - 1] == '\n' || s[cut - 1] == '\r')) cut--;
             if (emit_text(p, s, p->st == ST_TOOL ? pre : cut)) return -1;
             const char *tag = tags[bt];
-            if (!strcmp(tag, "</think>")) p->st = ST_CONTENT;
-            else if (!strcmp(tag, "<think>")) p->st = ST_REASONING, p->any_reasoning = true;
-            else if (!strcmp(tag, "<tool_call>")) p->tool_from = p->st, p->st = ST_TOOL;
+            if (!strcmp(tag, "</think>"))
+                p->st = ST_CONTENT;
+            else if (!strcmp(tag, "<think>"))
+                p->st = ST_REASONING, p->any_reasoning = true;
+            else if (!strcmp(tag, "<tool_call>"))
+                p->tool_from = p->st, p->st = ST_TOOL;
             else if (!strcmp(tag, "</tool_call>")) {
                 p->st = p->tool_from;
                 if (finish_tool(p)) return -1;
@@ -193,8 +197,8 @@ static cllm_status run(cllm_outp *p, const char *text, size_t len, bool final, c
     p->d_reasoning.len = p->d_content.len = 0;
     json_decref(p->d_calls);
     p->d_calls = json_array();
-    if (!p->d_calls || sb_put(&p->pend, text, len) || process(p, final) || sb_put(&p->d_reasoning, "", 0) ||
-        sb_put(&p->d_content, "", 0))
+    if (!p->d_calls || sb_put(&p->pend, text, len) || process(p, final) ||
+        sb_put(&p->d_reasoning, "", 0) || sb_put(&p->d_content, "", 0))
         return CLLM_ENOMEM;
     if (d) {
         d->reasoning = p->d_reasoning.p;
@@ -210,10 +214,16 @@ cllm_status cllm_outp_feed(cllm_outp *p, const char *text, size_t len, cllm_outp
     return run(p, text, len, false, d);
 }
 
-cllm_status cllm_outp_finish(cllm_outp *p, cllm_outp_delta *d) { return run(p, "", 0, true, d); }
+cllm_status cllm_outp_finish(cllm_outp *p, cllm_outp_delta *d) {
+    return run(p, "", 0, true, d);
+}
 
 const char *cllm_outp_reasoning(const cllm_outp *p) {
     return p->any_reasoning ? (p->all_reasoning.p ? p->all_reasoning.p : "") : NULL;
 }
-const char *cllm_outp_content(const cllm_outp *p) { return p->all_content.p; }
-json_t *cllm_outp_tool_calls(const cllm_outp *p) { return p->calls; }
+const char *cllm_outp_content(const cllm_outp *p) {
+    return p->all_content.p;
+}
+json_t *cllm_outp_tool_calls(const cllm_outp *p) {
+    return p->calls;
+}

@@ -53,15 +53,24 @@ int tok_utf8_valid_len(const unsigned char *s, size_t len, int *bad_len) {
     if (c < 0x80) return 1;
     int need;
     unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) need = 1;
-    else if (c == 0xe0) need = 2, lo = 0xa0;
-    else if (c >= 0xe1 && c <= 0xec) need = 2;
-    else if (c == 0xed) need = 2, hi = 0x9f;
-    else if (c >= 0xee && c <= 0xef) need = 2;
-    else if (c == 0xf0) need = 3, lo = 0x90;
-    else if (c >= 0xf1 && c <= 0xf3) need = 3;
-    else if (c == 0xf4) need = 3, hi = 0x8f;
-    else return 0;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 1;
+    else if (c == 0xe0)
+        need = 2, lo = 0xa0;
+    else if (c >= 0xe1 && c <= 0xec)
+        need = 2;
+    else if (c == 0xed)
+        need = 2, hi = 0x9f;
+    else if (c >= 0xee && c <= 0xef)
+        need = 2;
+    else if (c == 0xf0)
+        need = 3, lo = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3)
+        need = 3;
+    else if (c == 0xf4)
+        need = 3, hi = 0x8f;
+    else
+        return 0;
     /* The maximal subpart is the lead byte plus every continuation byte that still fits. */
     for (int i = 1; i <= need; i++) {
         if ((size_t)i >= len) {

@@ -121,11 +121,14 @@ void cllm_tok_stream_free(cllm_tok_stream *st) {
     st->cap = 0;
 }
 
-int32_t cllm_tok_n_vocab(const cllm_tok *tok) { return tok->n_vocab; }
+int32_t cllm_tok_n_vocab(const cllm_tok *tok) {
+    return tok->n_vocab;
+}
 
 int32_t cllm_tok_token_id(const cllm_tok *tok, const char *text, size_t len) {
     for (int k = 0; k < tok->n_added; k++)
-        if (tok->added[k].len == len && !memcmp(tok->added[k].content, text, len)) return tok->added[k].id;
+        if (tok->added[k].len == len && !memcmp(tok->added[k].content, text, len))
+            return tok->added[k].id;
     return tok_strmap_get(&tok->vocab, text, len);
 }
 
@@ -143,9 +146,21 @@ bool cllm_tok_is_added(const cllm_tok *tok, int32_t id) {
     return id >= 0 && id < tok->n_vocab && (tok->tok_flags[id] & TOKF_ADDED);
 }
 
-const char *cllm_tok_bos_token(const cllm_tok *tok) { return tok->bos_token; }
-const char *cllm_tok_eos_token(const cllm_tok *tok) { return tok->eos_token; }
-int32_t cllm_tok_bos_id(const cllm_tok *tok) { return tok->bos_id; }
-int32_t cllm_tok_eos_id(const cllm_tok *tok) { return tok->eos_id; }
-int32_t cllm_tok_pad_id(const cllm_tok *tok) { return tok->pad_id; }
-const char *cllm_tok_chat_template(const cllm_tok *tok) { return tok->chat_template; }
+const char *cllm_tok_bos_token(const cllm_tok *tok) {
+    return tok->bos_token;
+}
+const char *cllm_tok_eos_token(const cllm_tok *tok) {
+    return tok->eos_token;
+}
+int32_t cllm_tok_bos_id(const cllm_tok *tok) {
+    return tok->bos_id;
+}
+int32_t cllm_tok_eos_id(const cllm_tok *tok) {
+    return tok->eos_id;
+}
+int32_t cllm_tok_pad_id(const cllm_tok *tok) {
+    return tok->pad_id;
+}
+const char *cllm_tok_chat_template(const cllm_tok *tok) {
+    return tok->chat_template;
+}

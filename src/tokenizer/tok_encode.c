@@ -74,8 +74,9 @@ static cllm_status split_added(const cllm_tok *tok, const char *s, size_t len, i
             size_t dummy;
             uint32_t nx;
             bool ok_l = start == 0 || !is_alnum(cp_before(s, start, &dummy));
-            bool ok_r = stop == len || (tok_utf8_next((const unsigned char *)s + stop, len - stop, &nx),
-                                        !is_alnum(nx));
+            bool ok_r =
+                stop == len ||
+                (tok_utf8_next((const unsigned char *)s + stop, len - stop, &nx), !is_alnum(nx));
             if (!ok_l || !ok_r) {
                 i = stop;
                 continue;
@@ -116,8 +117,9 @@ static cllm_status encode_raw_segment(const cllm_tok *tok, const char *s, size_t
     char *norm = tok->n_norms ? tok_normalize(tok, s, len, &nlen) : NULL;
     if (tok->n_norms && !norm) return CLLM_ENOMEM;
     const char *t = norm ? norm : s;
-    cllm_status st = tok->any_normalized_added ? split_added(tok, t, nlen, flags, true, encode_plain, out)
-                                               : encode_plain(tok, t, nlen, flags, out);
+    cllm_status st = tok->any_normalized_added
+                         ? split_added(tok, t, nlen, flags, true, encode_plain, out)
+                         : encode_plain(tok, t, nlen, flags, out);
     free(norm);
     return st;
 }
@@ -145,7 +147,8 @@ cllm_status cllm_tok_encode(const cllm_tok *tok, const char *text, size_t len, i
         text = clean;
     }
     cllm_status st = CLLM_OK;
-    if (flags & CLLM_TOK_ADD_SPECIAL) st = tok_ids_append(out, tok->post_prefix, (size_t)tok->n_post_prefix);
+    if (flags & CLLM_TOK_ADD_SPECIAL)
+        st = tok_ids_append(out, tok->post_prefix, (size_t)tok->n_post_prefix);
     if (!st) st = split_added(tok, text, len, flags, false, encode_raw_segment, out);
     if (!st && (flags & CLLM_TOK_ADD_SPECIAL))
         st = tok_ids_append(out, tok->post_suffix, (size_t)tok->n_post_suffix);

@@ -23,12 +23,12 @@ typedef struct tok_strmap {
         uint32_t len;
         uint32_t hash;
         int32_t val;
-    } *ents;
+    } * ents;
     size_t n, ents_cap;
 } tok_strmap;
 
 int tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t val); /* 0 ok, -1 ENOMEM */
-int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len);     /* -1 if absent */
+int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len);    /* -1 if absent */
 void tok_strmap_free(tok_strmap *m);
 uint32_t tok_hash_bytes(const char *p, size_t len);
 
@@ -37,7 +37,7 @@ typedef struct tok_pairmap {
     struct tok_pairent {
         uint64_t key; /* (left << 32 | right) + 1; 0 = empty */
         int32_t rank, id;
-    } *slots;
+    } * slots;
     size_t cap, n;
 } tok_pairmap;
 
@@ -61,7 +61,7 @@ typedef enum tok_pre_kind { PRE_SPLIT, PRE_BYTELEVEL } tok_pre_kind;
 
 typedef struct tok_pre {
     tok_pre_kind kind;
-    pcre2_code *re;   /* PRE_SPLIT (and PRE_BYTELEVEL with use_regex) */
+    pcre2_code *re; /* PRE_SPLIT (and PRE_BYTELEVEL with use_regex) */
     tok_split_behavior behavior;
     bool invert;
     bool add_prefix_space; /* PRE_BYTELEVEL */
@@ -88,7 +88,7 @@ struct cllm_tok {
     uint32_t *tok_len;  /* [n_vocab] */
     uint8_t *tok_flags; /* [n_vocab] TOKF_* */
     int32_t n_vocab;
-    tok_strmap vocab;  /* raw bytes -> id (model vocab only) */
+    tok_strmap vocab; /* raw bytes -> id (model vocab only) */
     tok_pairmap merges;
     int32_t byte_id[256]; /* id of each single byte, -1 if missing */
     bool ignore_merges;

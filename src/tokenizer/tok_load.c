@@ -57,12 +57,18 @@ static cllm_status load_normalizer(cllm_tok *tok, json_t *n, cllm_error *err) {
         return CLLM_OK;
     }
     tok_norm_kind k;
-    if (!strcmp(t, "NFC")) k = NORM_NFC;
-    else if (!strcmp(t, "NFKC")) k = NORM_NFKC;
-    else if (!strcmp(t, "NFD")) k = NORM_NFD;
-    else if (!strcmp(t, "NFKD")) k = NORM_NFKD;
-    else if (!strcmp(t, "Lowercase")) k = NORM_LOWER;
-    else return cllm_err_set(err, CLLM_EUNSUPPORTED, "normalizer type '%s' is not supported", t);
+    if (!strcmp(t, "NFC"))
+        k = NORM_NFC;
+    else if (!strcmp(t, "NFKC"))
+        k = NORM_NFKC;
+    else if (!strcmp(t, "NFD"))
+        k = NORM_NFD;
+    else if (!strcmp(t, "NFKD"))
+        k = NORM_NFKD;
+    else if (!strcmp(t, "Lowercase"))
+        k = NORM_LOWER;
+    else
+        return cllm_err_set(err, CLLM_EUNSUPPORTED, "normalizer type '%s' is not supported", t);
     tok_norm_kind *p = realloc(tok->norms, (size_t)(tok->n_norms + 1) * sizeof(*p));
     if (!p) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     tok->norms = p;
@@ -99,7 +105,8 @@ static cllm_status load_pretok(cllm_tok *tok, json_t *n, cllm_error *err) {
         pre.kind = PRE_BYTELEVEL;
         pre.add_prefix_space = jbool(n, "add_prefix_space", true);
         pre.behavior = SPLIT_ISOLATED;
-        if (jbool(n, "use_regex", true) && !(pre.re = tok_regex_compile(TOK_GPT2_REGEX, false, err)))
+        if (jbool(n, "use_regex", true) &&
+            !(pre.re = tok_regex_compile(TOK_GPT2_REGEX, false, err)))
             return err ? err->code : CLLM_EFORMAT;
         return add_pre(tok, pre, err);
     }
@@ -111,14 +118,21 @@ static cllm_status load_pretok(cllm_tok *tok, json_t *n, cllm_error *err) {
         if (!rx && !lit) return cllm_err_set(err, CLLM_EFORMAT, "Split pre_tokenizer: no pattern");
         const char *b = json_string_value(json_object_get(n, "behavior"));
         if (!b) b = "Isolated";
-        if (!strcmp(b, "Isolated")) pre.behavior = SPLIT_ISOLATED;
-        else if (!strcmp(b, "Removed")) pre.behavior = SPLIT_REMOVED;
-        else if (!strcmp(b, "MergedWithPrevious")) pre.behavior = SPLIT_MERGED_PREV;
-        else if (!strcmp(b, "MergedWithNext")) pre.behavior = SPLIT_MERGED_NEXT;
-        else if (!strcmp(b, "Contiguous")) pre.behavior = SPLIT_CONTIGUOUS;
-        else return cllm_err_set(err, CLLM_EFORMAT, "Split pre_tokenizer: behavior '%s'", b);
+        if (!strcmp(b, "Isolated"))
+            pre.behavior = SPLIT_ISOLATED;
+        else if (!strcmp(b, "Removed"))
+            pre.behavior = SPLIT_REMOVED;
+        else if (!strcmp(b, "MergedWithPrevious"))
+            pre.behavior = SPLIT_MERGED_PREV;
+        else if (!strcmp(b, "MergedWithNext"))
+            pre.behavior = SPLIT_MERGED_NEXT;
+        else if (!strcmp(b, "Contiguous"))
+            pre.behavior = SPLIT_CONTIGUOUS;
+        else
+            return cllm_err_set(err, CLLM_EFORMAT, "Split pre_tokenizer: behavior '%s'", b);
         pre.invert = jbool(n, "invert", false);
-        if (!(pre.re = tok_regex_compile(rx ? rx : lit, !rx, err))) return err ? err->code : CLLM_EFORMAT;
+        if (!(pre.re = tok_regex_compile(rx ? rx : lit, !rx, err)))
+            return err ? err->code : CLLM_EFORMAT;
         return add_pre(tok, pre, err);
     }
     return cllm_err_set(err, CLLM_EUNSUPPORTED, "pre_tokenizer type '%s' is not supported", t);
@@ -172,15 +186,18 @@ static cllm_status load_post(cllm_tok *tok, json_t *n, cllm_error *err) {
             after = true;
             continue;
         }
-        const char *name = json_string_value(json_object_get(json_object_get(e, "SpecialToken"), "id"));
+        const char *name =
+            json_string_value(json_object_get(json_object_get(e, "SpecialToken"), "id"));
         json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
         if (!name || !json_is_array(ids))
             return cllm_err_set(err, CLLM_EFORMAT, "TemplateProcessing: bad special token entry");
         size_t j;
         json_t *idv;
         json_array_foreach(ids, j, idv) {
-            cllm_status st = after ? push_id(&tok->post_suffix, &tok->n_post_suffix, (int32_t)json_integer_value(idv))
-                                   : push_id(&tok->post_prefix, &tok->n_post_prefix, (int32_t)json_integer_value(idv));
+            cllm_status st = after ? push_id(&tok->post_suffix, &tok->n_post_suffix,
+                                             (int32_t)json_integer_value(idv))
+                                   : push_id(&tok->post_prefix, &tok->n_post_prefix,
+                                             (int32_t)json_integer_value(idv));
             if (st) return cllm_err_set(err, st, "out of memory");
         }
     }
@@ -192,7 +209,8 @@ static int cmp_added(const void *a, const void *b) {
     return x->len < y->len ? 1 : x->len > y->len ? -1 : (x->id > y->id) - (x->id < y->id);
 }
 
-static cllm_status set_token(cllm_tok *tok, int32_t id, const char *bytes, size_t len, uint8_t flags) {
+static cllm_status set_token(cllm_tok *tok, int32_t id, const char *bytes, size_t len,
+                             uint8_t flags) {
     if (id < 0 || id >= tok->n_vocab) return CLLM_ERANGE;
     char *p = malloc(len + 1);
     if (!p) return CLLM_ENOMEM;
@@ -210,7 +228,8 @@ static cllm_status load_model(cllm_tok *tok, json_t *root, cllm_error *err) {
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
     const char *mt = json_string_value(json_object_get(model, "type"));
     if (mt && strcmp(mt, "BPE"))
-        return cllm_err_set(err, CLLM_EUNSUPPORTED, "model type '%s' is not supported (BPE only)", mt);
+        return cllm_err_set(err, CLLM_EUNSUPPORTED, "model type '%s' is not supported (BPE only)",
+                            mt);
     if (!json_is_object(vocab) || !json_is_array(merges))
         return cllm_err_set(err, CLLM_EFORMAT, "model.vocab / model.merges missing");
     if (jbool(model, "byte_fallback", false))
@@ -241,14 +260,16 @@ static cllm_status load_model(cllm_tok *tok, json_t *root, cllm_error *err) {
     tok->tok_bytes = calloc((size_t)tok->n_vocab + 1, sizeof(char *));
     tok->tok_len = calloc((size_t)tok->n_vocab + 1, sizeof(uint32_t));
     tok->tok_flags = calloc((size_t)tok->n_vocab + 1, 1);
-    if (!tok->tok_bytes || !tok->tok_len || !tok->tok_flags) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    if (!tok->tok_bytes || !tok->tok_len || !tok->tok_flags)
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
 
     json_object_foreach(vocab, key, v) {
         size_t blen;
         char *b = unmap_bytes(key, strlen(key), &blen);
         if (!b) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         int32_t id = (int32_t)json_integer_value(v);
-        cllm_status st = tok_strmap_put(&tok->vocab, b, blen, id) ? CLLM_ENOMEM : set_token(tok, id, b, blen, 0);
+        cllm_status st =
+            tok_strmap_put(&tok->vocab, b, blen, id) ? CLLM_ENOMEM : set_token(tok, id, b, blen, 0);
         free(b);
         if (st) return cllm_err_set(err, st, "out of memory");
     }
@@ -309,8 +330,9 @@ static cllm_status load_model(cllm_tok *tok, json_t *root, cllm_error *err) {
         /* Decoding goes through the ByteLevel decoder like any token (HF does the same). */
         size_t blen;
         char *b = unmap_bytes(c, a->len, &blen);
-        cllm_status st = b ? set_token(tok, a->id, b, blen, TOKF_ADDED | (a->special ? TOKF_SPECIAL : 0))
-                           : CLLM_ENOMEM;
+        cllm_status st =
+            b ? set_token(tok, a->id, b, blen, TOKF_ADDED | (a->special ? TOKF_SPECIAL : 0))
+              : CLLM_ENOMEM;
         free(b);
         if (st) return cllm_err_set(err, st, "added_tokens[%zu]", i);
     }
@@ -353,11 +375,14 @@ cllm_status cllm_tok_load_mem(const char *tj, size_t len, const char *cj, size_t
     *out = NULL;
     json_error_t je;
     json_t *root = json_loadb(tj, len, 0, &je);
-    if (!root) return cllm_err_set(err, CLLM_EFORMAT, "tokenizer.json:%d:%d: %s", je.line, je.column, je.text);
+    if (!root)
+        return cllm_err_set(err, CLLM_EFORMAT, "tokenizer.json:%d:%d: %s", je.line, je.column,
+                            je.text);
     json_t *cfg = NULL;
     if (cj && !(cfg = json_loadb(cj, clen, 0, &je))) {
         json_decref(root);
-        return cllm_err_set(err, CLLM_EFORMAT, "tokenizer_config.json:%d:%d: %s", je.line, je.column, je.text);
+        return cllm_err_set(err, CLLM_EFORMAT, "tokenizer_config.json:%d:%d: %s", je.line,
+                            je.column, je.text);
     }
     cllm_tok *tok = calloc(1, sizeof(*tok));
     cllm_status st = tok ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -422,7 +447,8 @@ static char *read_file(const char *path, size_t *len, cllm_error *err) {
     return buf;
 }
 
-cllm_status cllm_tok_load_files(const char *tpath, const char *cpath, cllm_tok **out, cllm_error *err) {
+cllm_status cllm_tok_load_files(const char *tpath, const char *cpath, cllm_tok **out,
+                                cllm_error *err) {
     *out = NULL;
     size_t tl = 0, cl = 0;
     char *t = read_file(tpath, &tl, err), *c = NULL;

@@ -17,8 +17,9 @@ const char TOK_GPT2_REGEX[] =
 pcre2_code *tok_regex_compile(const char *pattern, bool literal, cllm_error *err) {
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eo, NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof(msg));
@@ -87,8 +88,9 @@ char *tok_normalize(const cllm_tok *tok, const char *s, size_t len, size_t *out_
             if (kind == NORM_NFD) opt |= UTF8PROC_DECOMPOSE;
             if (kind == NORM_NFKD) opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
             utf8proc_uint8_t *o = NULL;
-            utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)cur_len,
-                                              &o, (utf8proc_option_t)opt);
+            utf8proc_ssize_t n =
+                utf8proc_map((const utf8proc_uint8_t *)cur, (utf8proc_ssize_t)cur_len, &o,
+                             (utf8proc_option_t)opt);
             if (n < 0) { /* cannot happen on sanitized input; keep the text unchanged */
                 free(o);
                 continue;
@@ -260,7 +262,8 @@ cllm_status tok_encode_segment(const cllm_tok *tok, const char *s, size_t len, b
         b = t;
     }
     st = CLLM_OK;
-    for (size_t i = 0; i < a.n && st == CLLM_OK; i++) st = tok_bpe_word(tok, a.v[i].p, a.v[i].len, out);
+    for (size_t i = 0; i < a.n && st == CLLM_OK; i++)
+        st = tok_bpe_word(tok, a.v[i].p, a.v[i].len, out);
 done:
     pcre2_match_data_free(md);
     free(segs);

@@ -1,8 +1,8 @@
 /* Tokenizer: HF tokenizer.json byte-level BPE, encode and decode, plus the incremental detokenizer.
  *
  * Request path: server/ validates a request, tokenizer/chat_template renders the prompt, then
- * cllm_tok_encode turns it into ids for the engine; after sampling, cllm_tok_stream_* turns ids back
- * into text chunks for SSE without ever splitting a UTF-8 character.
+ * cllm_tok_encode turns it into ids for the engine; after sampling, cllm_tok_stream_* turns ids
+ * back into text chunks for SSE without ever splitting a UTF-8 character.
  *
  * A cllm_tok is immutable after loading and safe to use from many threads at once (the word cache
  * inside is guarded by a try-lock and skipped under contention). Supported: byte-level BPE
@@ -45,8 +45,8 @@ cllm_status cllm_tok_load_mem(const char *tokenizer_json, size_t len, const char
 void cllm_tok_free(cllm_tok *tok);
 
 enum {
-    CLLM_TOK_ADD_SPECIAL = 1,    /* apply the post-processor (e.g. Llama-3's BOS); no-op for Qwen */
-    CLLM_TOK_SPLIT_SPECIAL = 2,  /* do not recognise added tokens in the text: encode them as text */
+    CLLM_TOK_ADD_SPECIAL = 1,   /* apply the post-processor (e.g. Llama-3's BOS); no-op for Qwen */
+    CLLM_TOK_SPLIT_SPECIAL = 2, /* do not recognise added tokens in the text: encode them as text */
 };
 
 /* Encodes len bytes of text and APPENDS the ids to *out (grown with realloc). Invalid UTF-8 is

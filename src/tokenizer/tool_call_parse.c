@@ -21,7 +21,8 @@ static json_t *param_schema(json_t *tools, const char *fn, const char *param) {
         if (!f) f = t;
         const char *name = json_string_value(json_object_get(f, "name"));
         if (!name || strcmp(name, fn)) continue;
-        return json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), param);
+        return json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"),
+                               param);
     }
     return NULL;
 }
@@ -33,7 +34,8 @@ static json_t *typed_value(const char *v, size_t n, json_t *schema) {
     if (type && strcmp(type, "string")) {
         json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
         if (j && !strcmp(type, "boolean") && !json_is_boolean(j)) json_decref(j), j = NULL;
-        if (j && (!strcmp(type, "integer") || !strcmp(type, "number")) && !json_is_number(j)) json_decref(j), j = NULL;
+        if (j && (!strcmp(type, "integer") || !strcmp(type, "number")) && !json_is_number(j))
+            json_decref(j), j = NULL;
         if (j) return j;
         if (!strcmp(type, "boolean") && (n == 4 || n == 5)) {
             if (!strncmp(v, "True", 4)) return json_true();
@@ -44,7 +46,8 @@ static json_t *typed_value(const char *v, size_t n, json_t *schema) {
 }
 
 static json_t *parse_xml(const char *s, const char *e, json_t *tools) {
-    static const char F[] = "<function=", P[] = "<parameter=", PE[] = "</parameter>", FE[] = "</function>";
+    static const char F[] = "<function=", P[] = "<parameter=", PE[] = "</parameter>",
+                      FE[] = "</function>";
     if ((size_t)(e - s) < sizeof(F) - 1 || memcmp(s, F, sizeof(F) - 1)) return NULL;
     s += sizeof(F) - 1;
     const char *gt = memchr(s, '>', (size_t)(e - s));
@@ -72,7 +75,8 @@ static json_t *parse_xml(const char *s, const char *e, json_t *tools) {
         s = ve + sizeof(PE) - 1;
         if (v < ve && *v == '\n') v++;
         if (ve > v && ve[-1] == '\n') ve--;
-        json_object_set_new(args, pname, typed_value(v, (size_t)(ve - v), param_schema(tools, name, pname)));
+        json_object_set_new(args, pname,
+                            typed_value(v, (size_t)(ve - v), param_schema(tools, name, pname)));
         free(pname);
     }
     if (s != e) goto bad;
@@ -97,7 +101,9 @@ static json_t *parse_json(const char *s, const char *e) {
         json_decref(j);
         return NULL;
     }
-    char *a = !args ? strdup("{}") : json_is_string(args) ? strdup(json_string_value(args)) : json_dumps(args, 0);
+    char *a = !args                  ? strdup("{}")
+              : json_is_string(args) ? strdup(json_string_value(args))
+                                     : json_dumps(args, 0);
     json_t *call = json_pack("{s:s, s:s}", "name", name, "arguments", a ? a : "{}");
     free(a);
     json_decref(j);

@@ -29,8 +29,14 @@ bool cli_parse_size(const char *s, uint64_t *out) {
         }
         if (*end == 'B' || *end == 'b') end++;
         if (*end) return false;
-        mul = binary ? pow == 1 ? 1024.0 : pow == 2 ? 1048576.0 : pow == 3 ? 1073741824.0 : 1099511627776.0
-                     : pow == 1 ? 1e3 : pow == 2 ? 1e6 : pow == 3 ? 1e9 : 1e12;
+        mul = binary     ? pow == 1   ? 1024.0
+                           : pow == 2 ? 1048576.0
+                           : pow == 3 ? 1073741824.0
+                                      : 1099511627776.0
+              : pow == 1 ? 1e3
+              : pow == 2 ? 1e6
+              : pow == 3 ? 1e9
+                         : 1e12;
     }
     double r = v * mul;
     if (r > 1.8e19) return false;
@@ -43,10 +49,10 @@ static void print_help(const cli_spec *spec) {
     if (spec->opts && spec->opts[0].name) printf("\noptions:\n");
     for (const cli_opt *o = spec->opts; o && o->name; o++) {
         char left[64];
-        const char *arg = o->type == CLI_FLAG    ? ""
-                          : o->type == CLI_INT   ? " N"
-                          : o->type == CLI_FLOAT ? " X"
-                          : o->type == CLI_SIZE  ? " BYTES"
+        const char *arg = o->type == CLI_FLAG     ? ""
+                          : o->type == CLI_INT    ? " N"
+                          : o->type == CLI_FLOAT  ? " X"
+                          : o->type == CLI_SIZE   ? " BYTES"
                           : o->type == CLI_CHOICE ? " CHOICE"
                                                   : " VALUE";
         snprintf(left, sizeof(left), "%s%s%s%s", o->alias ? o->alias : "", o->alias ? ", " : "",
@@ -74,8 +80,11 @@ static int set_value(const cli_spec *spec, const cli_opt *o, const char *v) {
     char *end;
     errno = 0;
     switch (o->type) {
-    case CLI_FLAG: break;
-    case CLI_STR: *(const char **)o->target = v; return 0;
+    case CLI_FLAG:
+        break;
+    case CLI_STR:
+        *(const char **)o->target = v;
+        return 0;
     case CLI_CHOICE:
         if (!choice_ok(o->choices, v)) {
             fprintf(stderr, "cllm %s: %s must be one of %s, got '%s'\n", spec->command, o->name,
@@ -87,7 +96,8 @@ static int set_value(const cli_spec *spec, const cli_opt *o, const char *v) {
     case CLI_INT: {
         long x = strtol(v, &end, 10);
         if (end == v || *end || errno) {
-            fprintf(stderr, "cllm %s: %s expects an integer, got '%s'\n", spec->command, o->name, v);
+            fprintf(stderr, "cllm %s: %s expects an integer, got '%s'\n", spec->command, o->name,
+                    v);
             return 2;
         }
         if (o->min < o->max && (x < o->min || x > o->max)) {
@@ -136,7 +146,8 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
             only_pos = true;
             continue;
         }
-        if (!only_pos && a[0] == '-' && a[1] != '\0' && !(isdigit((unsigned char)a[1]) || a[1] == '.')) {
+        if (!only_pos && a[0] == '-' && a[1] != '\0' &&
+            !(isdigit((unsigned char)a[1]) || a[1] == '.')) {
             const char *eq = strchr(a, '=');
             size_t nl = eq ? (size_t)(eq - a) : strlen(a);
             const cli_opt *o = NULL;

@@ -19,8 +19,8 @@ typedef enum cli_type {
 } cli_type;
 
 typedef struct cli_opt {
-    const char *name;    /* "--threads" */
-    const char *alias;   /* "-t" or NULL */
+    const char *name;  /* "--threads" */
+    const char *alias; /* "-t" or NULL */
     cli_type type;
     void *target;
     const char *help;    /* one line */

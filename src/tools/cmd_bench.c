@@ -3,8 +3,8 @@
  *  - a llama-bench style table: ppP (prefill of P random tokens, one request) and tgN (decode of
  *    N tokens after a 1-token prompt), mean ± stddev over -r runs, with the decode GB/s achieved
  *    (weight bytes per decoded token x tok/s);
- *  - a llama-batched-bench style sweep over B parallel sequences of PP prompt + TG generated tokens:
- *    PP TG B N_KV T_PP S_PP T_TG S_TG T S (T_PP = until every sequence has its first token);
+ *  - a llama-batched-bench style sweep over B parallel sequences of PP prompt + TG generated
+ * tokens: PP TG B N_KV T_PP S_PP T_TG S_TG T S (T_PP = until every sequence has its first token);
  *  - with --multi-turn: C conversations x T turns (turn k+1 = turn k prompt + answer + M new
  *    tokens), run with prefix caching on and off: share of shared-prefix tokens reused and the
  *    prefill time saved. */
@@ -61,7 +61,8 @@ static void bench_ev(void *user, const cllm_event *ev) {
 }
 
 /* Submits B requests at once and waits for all; returns the submit time or < 0 on failure. */
-static double run_batch(cllm_engine *e, int B, int32_t **prompts, const int *lens, int max_tokens, bres *res) {
+static double run_batch(cllm_engine *e, int B, int32_t **prompts, const int *lens, int max_tokens,
+                        bres *res) {
     bwait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     buser *u = calloc((size_t)B, sizeof(*u));
     if (!u) return -1;
@@ -141,8 +142,8 @@ typedef struct mt_res {
 } mt_res;
 
 /* C conversations x T turns, conversations interleaved turn by turn. */
-static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int msg_len, int answer_len, uint64_t seed,
-                      mt_res *out) {
+static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int msg_len,
+                      int answer_len, uint64_t seed, mt_res *out) {
     memset(out, 0, sizeof(*out));
     int cap = first_len + T * (answer_len + msg_len) + 8;
     int32_t **conv = calloc((size_t)C, sizeof(int32_t *));
@@ -211,30 +212,44 @@ int cmd_bench(int argc, char **argv) {
     bool json = false, mt = false, no_table = false, no_sweep = false, kv_bf16 = false;
     uint64_t kv_bytes = 0;
     const cli_opt opts[] = {
-        {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (pp test; PP of the sweep)", NULL, 1, 1e6},
-        {"--n-gen", "-n", CLI_INT, &n_gen, "generated tokens (tg test; TG of the sweep)", NULL, 1, 1e6},
+        {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (pp test; PP of the sweep)", NULL,
+         1, 1e6},
+        {"--n-gen", "-n", CLI_INT, &n_gen, "generated tokens (tg test; TG of the sweep)", NULL, 1,
+         1e6},
         {"--repetitions", "-r", CLI_INT, &reps, "runs per llama-bench test", NULL, 1, 1000},
-        {"--batch", "-b", CLI_STR, &blist, "parallel sequences for the sweep, e.g. 1,2,4,8", NULL, 0, 0},
+        {"--batch", "-b", CLI_STR, &blist, "parallel sequences for the sweep, e.g. 1,2,4,8", NULL,
+         0, 0},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size", NULL, 1, 4096},
-        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes, "KV cache bytes (default: what the runs need)", NULL, 0, 0},
-        {"--max-num-batched-tokens", NULL, CLI_INT, &budget, "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
+        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes,
+         "KV cache bytes (default: what the runs need)", NULL, 0, 0},
+        {"--max-num-batched-tokens", NULL, CLI_INT, &budget,
+         "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
         {"--seed", "-s", CLI_INT, &seed, "seed for the random prompts", NULL, 0, 9e18},
         {"--kv-bf16", NULL, CLI_FLAG, &kv_bf16, "KV cache in bf16", NULL, 0, 0},
         {"--json", NULL, CLI_FLAG, &json, "JSON output", NULL, 0, 0},
         {"--no-table", NULL, CLI_FLAG, &no_table, "skip the llama-bench table", NULL, 0, 0},
         {"--no-sweep", NULL, CLI_FLAG, &no_sweep, "skip the batched sweep", NULL, 0, 0},
-        {"--multi-turn", NULL, CLI_FLAG, &mt, "run the multi-turn prefix-cache workload", NULL, 0, 0},
-        {"--mt-conversations", NULL, CLI_INT, &mt_conv, "multi-turn: conversations run together", NULL, 1, 256},
-        {"--mt-turns", NULL, CLI_INT, &mt_turns, "multi-turn: turns per conversation", NULL, 2, 1000},
+        {"--multi-turn", NULL, CLI_FLAG, &mt, "run the multi-turn prefix-cache workload", NULL, 0,
+         0},
+        {"--mt-conversations", NULL, CLI_INT, &mt_conv, "multi-turn: conversations run together",
+         NULL, 1, 256},
+        {"--mt-turns", NULL, CLI_INT, &mt_turns, "multi-turn: turns per conversation", NULL, 2,
+         1000},
         {"--mt-first", NULL, CLI_INT, &mt_first, "multi-turn: first prompt tokens", NULL, 1, 1e6},
-        {"--mt-message", NULL, CLI_INT, &mt_msg, "multi-turn: new message tokens per turn", NULL, 1, 1e6},
-        {"--mt-answer", NULL, CLI_INT, &mt_answer, "multi-turn: answer tokens per turn", NULL, 1, 1e6},
+        {"--mt-message", NULL, CLI_INT, &mt_msg, "multi-turn: new message tokens per turn", NULL, 1,
+         1e6},
+        {"--mt-answer", NULL, CLI_INT, &mt_answer, "multi-turn: answer tokens per turn", NULL, 1,
+         1e6},
         {0}};
-    const cli_spec spec = {"bench", "MODEL [options]",
-                           "Offline benchmarks through the engine: llama-bench table, batched sweep, multi-turn "
-                           "prefix reuse.",
-                           opts, 1, 1};
+    const cli_spec spec = {
+        "bench",
+        "MODEL [options]",
+        "Offline benchmarks through the engine: llama-bench table, batched sweep, multi-turn "
+        "prefix reuse.",
+        opts,
+        1,
+        1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
@@ -271,14 +286,17 @@ int cmd_bench(int argc, char **argv) {
     o.block_size = (int)block;
     o.max_num_seqs = maxB > mt_conv ? maxB : (int)mt_conv;
     o.max_model_len = (int)max_len;
-    if (o.max_model_len > cf->max_position_embeddings) o.max_model_len = cf->max_position_embeddings;
+    if (o.max_model_len > cf->max_position_embeddings)
+        o.max_model_len = cf->max_position_embeddings;
     long need_budget = n_prompt * maxB;
-    o.max_num_batched_tokens = budget > 0 ? (int)budget : (int)(need_budget > 2048 ? need_budget : 2048);
-    size_t block_bytes = (size_t)cllm_model_n_attn_layers(m) * 2 * (size_t)block * (size_t)cf->n_kv_heads *
-                         (size_t)cf->head_dim * (kv_bf16 ? 2 : 4);
+    o.max_num_batched_tokens =
+        budget > 0 ? (int)budget : (int)(need_budget > 2048 ? need_budget : 2048);
+    size_t block_bytes = (size_t)cllm_model_n_attn_layers(m) * 2 * (size_t)block *
+                         (size_t)cf->n_kv_heads * (size_t)cf->head_dim * (kv_bf16 ? 2 : 4);
     o.kv_cache_bf16 = kv_bf16;
     if (!kv_bytes) {
-        uint64_t blocks = (uint64_t)o.max_num_seqs * (uint64_t)((max_len + block - 1) / block) * 2 + 16;
+        uint64_t blocks =
+            (uint64_t)o.max_num_seqs * (uint64_t)((max_len + block - 1) / block) * 2 + 16;
         kv_bytes = blocks * (block_bytes ? block_bytes : 1);
     }
     o.kv_cache_bytes = kv_bytes;
@@ -298,10 +316,12 @@ int cmd_bench(int argc, char **argv) {
     int *lens = calloc((size_t)maxB, sizeof(int));
     bres *res = calloc((size_t)maxB, sizeof(bres));
     for (int i = 0; i < maxB; i++) prompts[i] = malloc((size_t)n_prompt * sizeof(int32_t));
-    if (json) printf("{\"model\": \"%s\", \"model_type\": \"%s\", \"layers\": %d, \"threads\": %d", pos[0], mtype,
-                     n_layers, nthreads);
-    else printf("model %s (%s, %d layers), decode reads %.3f GB of weights per token\n", pos[0], mtype, n_layers,
-                decode_bytes / 1e9);
+    if (json)
+        printf("{\"model\": \"%s\", \"model_type\": \"%s\", \"layers\": %d, \"threads\": %d",
+               pos[0], mtype, n_layers, nthreads);
+    else
+        printf("model %s (%s, %d layers), decode reads %.3f GB of weights per token\n", pos[0],
+               mtype, n_layers, decode_bytes / 1e9);
 
     /* warm-up: touch the weights once */
     lens[0] = n_prompt < 16 ? (int)n_prompt : 16;
@@ -312,28 +332,36 @@ int cmd_bench(int argc, char **argv) {
     }
 
     if (!no_table) {
-        double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+        double *pp = calloc((size_t)reps, sizeof(double)),
+               *tg = calloc((size_t)reps, sizeof(double));
         for (int r = 0; r < reps && !ret; r++) {
             lens[0] = (int)n_prompt;
             rand_tokens(prompts[0], lens[0], V, &s);
             double t0 = run_batch(e, 1, prompts, lens, 1, res);
-            if (t0 < 0) ret = 1;
-            else pp[r] = n_prompt / (res[0].t_first - t0);
+            if (t0 < 0)
+                ret = 1;
+            else
+                pp[r] = n_prompt / (res[0].t_first - t0);
             lens[0] = 1;
             rand_tokens(prompts[0], 1, V, &s);
             t0 = run_batch(e, 1, prompts, lens, (int)n_gen + 1, res);
-            if (t0 < 0) ret = 1;
-            else tg[r] = n_gen / (res[0].t_done - res[0].t_first);
+            if (t0 < 0)
+                ret = 1;
+            else
+                tg[r] = n_gen / (res[0].t_done - res[0].t_first);
         }
         double pm, psd, tm, tsd;
         mean_sd(pp, (int)reps, &pm, &psd);
         mean_sd(tg, (int)reps, &tm, &tsd);
         if (json) {
-            printf(",\n \"tests\": [{\"test\": \"pp%ld\", \"n_prompt\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f},"
-                   " {\"test\": \"tg%ld\", \"n_gen\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"decode_gbps\": %.3f}]",
+            printf(",\n \"tests\": [{\"test\": \"pp%ld\", \"n_prompt\": %ld, \"avg_ts\": %.3f, "
+                   "\"stddev_ts\": %.3f},"
+                   " {\"test\": \"tg%ld\", \"n_gen\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, "
+                   "\"decode_gbps\": %.3f}]",
                    n_prompt, n_prompt, pm, psd, n_gen, n_gen, tm, tsd, tm * decode_bytes / 1e9);
         } else {
-            printf("\n| model | threads | test | t/s | decode GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+            printf("\n| model | threads | test | t/s | decode GB/s |\n| --- | ---: | ---: | ---: | "
+                   "---: |\n");
             printf("| %s | %d | pp%ld | %.2f ± %.2f | |\n", mtype, nthreads, n_prompt, pm, psd);
             printf("| %s | %d | tg%ld | %.2f ± %.2f | %.2f |\n", mtype, nthreads, n_gen, tm, tsd,
                    tm * decode_bytes / 1e9);
@@ -343,10 +371,13 @@ int cmd_bench(int argc, char **argv) {
     }
 
     if (!no_sweep && !ret) {
-        if (json) printf(",\n \"batched\": [");
+        if (json)
+            printf(",\n \"batched\": [");
         else
-            printf("\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n"
-                   "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n");
+            printf("\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s "
+                   "|      T s |    S t/s |\n"
+                   "|-------|--------|------|--------|----------|----------|----------|----------|-"
+                   "---------|----------|\n");
         for (int bi = 0; bi < nb && !ret; bi++) {
             int B = bs_list[bi];
             for (int i = 0; i < B; i++) {
@@ -366,14 +397,17 @@ int cmd_bench(int argc, char **argv) {
             double ttg = tend - tpp;
             long nkv = (long)B * (n_prompt + n_gen);
             /* the first token comes with the prefill; TG counts the remaining n_gen - 1 steps */
-            double spp = B * n_prompt / tpp, stg = ttg > 0 ? B * (n_gen - 1) / ttg : 0, st = nkv / tend;
+            double spp = B * n_prompt / tpp, stg = ttg > 0 ? B * (n_gen - 1) / ttg : 0,
+                   st = nkv / tend;
             if (json)
-                printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": %.4f, \"speed_pp\": %.3f, "
+                printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": "
+                       "%.4f, \"speed_pp\": %.3f, "
                        "\"t_tg\": %.4f, \"speed_tg\": %.3f, \"t\": %.4f, \"speed\": %.3f}",
                        bi ? "," : "", n_prompt, n_gen, B, nkv, tpp, spp, ttg, stg, tend, st);
             else
-                printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n", n_prompt, n_gen,
-                       B, nkv, tpp, spp, ttg, stg, tend, st);
+                printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f "
+                       "|\n",
+                       n_prompt, n_gen, B, nkv, tpp, spp, ttg, stg, tend, st);
         }
         if (json) printf("]");
     }
@@ -388,8 +422,8 @@ int cmd_bench(int argc, char **argv) {
             ret = 1;
             goto done;
         }
-        if (multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg, (int)mt_answer, (uint64_t)seed,
-                       &on) != 0) {
+        if (multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg,
+                       (int)mt_answer, (uint64_t)seed, &on) != 0) {
             ret = 1;
             goto done;
         }
@@ -399,33 +433,41 @@ int cmd_bench(int argc, char **argv) {
         o.enable_prefix_caching = false;
         e = NULL;
         if (cllm_engine_create(&o, &e, &err) != CLLM_OK ||
-            multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg, (int)mt_answer, (uint64_t)seed,
-                       &off) != 0) {
+            multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg,
+                       (int)mt_answer, (uint64_t)seed, &off) != 0) {
             ret = 1;
             goto done;
         }
         double share = on.shared ? (double)on.reused / (double)on.shared : 0;
         double saved = off.t_prefill > 0 ? 1 - on.t_prefill / off.t_prefill : 0;
         if (json)
-            printf(",\n \"multi_turn\": {\"conversations\": %ld, \"turns\": %ld, \"first\": %ld, \"message\": %ld, "
-                   "\"answer\": %ld, \"block_size\": %ld, \"shared_prefix_tokens\": %llu, \"reused_tokens\": %llu, "
+            printf(",\n \"multi_turn\": {\"conversations\": %ld, \"turns\": %ld, \"first\": %ld, "
+                   "\"message\": %ld, "
+                   "\"answer\": %ld, \"block_size\": %ld, \"shared_prefix_tokens\": %llu, "
+                   "\"reused_tokens\": %llu, "
                    "\"reuse_share\": %.4f, \"ttft_sum_cached_s\": %.4f, \"ttft_sum_cold_s\": %.4f, "
-                   "\"prefill_time_saved\": %.4f, \"forward_s_cached\": %.4f, \"forward_s_cold\": %.4f, "
+                   "\"prefill_time_saved\": %.4f, \"forward_s_cached\": %.4f, \"forward_s_cold\": "
+                   "%.4f, "
                    "\"prefix_hits_tokens\": %llu, \"prefix_queries_tokens\": %llu}",
-                   mt_conv, mt_turns, mt_first, mt_msg, mt_answer, block, (unsigned long long)on.shared,
-                   (unsigned long long)on.reused, share, on.t_prefill, off.t_prefill, saved, on.t_forward,
-                   off.t_forward, (unsigned long long)st.prefix_hits_tokens,
+                   mt_conv, mt_turns, mt_first, mt_msg, mt_answer, block,
+                   (unsigned long long)on.shared, (unsigned long long)on.reused, share,
+                   on.t_prefill, off.t_prefill, saved, on.t_forward, off.t_forward,
+                   (unsigned long long)st.prefix_hits_tokens,
                    (unsigned long long)st.prefix_queries_tokens);
         else
-            printf("\nmulti-turn: %ld conversations x %ld turns (first %ld tokens, +%ld answer +%ld message per turn), "
+            printf("\nmulti-turn: %ld conversations x %ld turns (first %ld tokens, +%ld answer "
+                   "+%ld message per turn), "
                    "block %ld\n"
                    "  shared-prefix tokens reused: %llu of %llu = %.1f%%\n"
-                   "  time to first token, summed: %.3f s cached vs %.3f s cold = %.1f%% prefill time saved\n"
-                   "  forward time of the whole run: %.3f s cached vs %.3f s cold; engine prefix hits %llu of %llu "
+                   "  time to first token, summed: %.3f s cached vs %.3f s cold = %.1f%% prefill "
+                   "time saved\n"
+                   "  forward time of the whole run: %.3f s cached vs %.3f s cold; engine prefix "
+                   "hits %llu of %llu "
                    "queried tokens\n",
-                   mt_conv, mt_turns, mt_first, mt_answer, mt_msg, block, (unsigned long long)on.reused,
-                   (unsigned long long)on.shared, 100 * share, on.t_prefill, off.t_prefill, 100 * saved, on.t_forward,
-                   off.t_forward, (unsigned long long)st.prefix_hits_tokens,
+                   mt_conv, mt_turns, mt_first, mt_answer, mt_msg, block,
+                   (unsigned long long)on.reused, (unsigned long long)on.shared, 100 * share,
+                   on.t_prefill, off.t_prefill, 100 * saved, on.t_forward, off.t_forward,
+                   (unsigned long long)st.prefix_hits_tokens,
                    (unsigned long long)st.prefix_queries_tokens);
     }
     if (json) printf("\n}\n");

@@ -51,20 +51,28 @@ int cmd_bench_forward(int argc, char **argv) {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (prefill)", NULL, 1, 1e7},
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
-        {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)", NULL, 0, 1e9},
+        {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
+         NULL, 0, 1e9},
         {"--block-size", NULL, CLI_INT, &block, "KV block size", NULL, 1, 65536},
         {"--seed", "-s", CLI_INT, &seed, "seed for the random prompt", NULL, 0, 9.2e18},
-        {"--no-prefault", NULL, CLI_FLAG, &no_prefault, "do not touch every weight page before timing"},
+        {"--no-prefault", NULL, CLI_FLAG, &no_prefault,
+         "do not touch every weight page before timing"},
         {0}};
-    const cli_spec spec = {"bench-forward", "MODEL [options]",
-                           "Prefill and decode tok/s on one sequence beside the bandwidth roofline.", opts, 1, 1};
+    const cli_spec spec = {
+        "bench-forward",
+        "MODEL [options]",
+        "Prefill and decode tok/s on one sequence beside the bandwidth roofline.",
+        opts,
+        1,
+        1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
     cllm_error err = {0};
     fwd_seq_runner r;
     double tl = cllm_time_s();
-    if (fwd_runner_open(&r, pos[0], (int)threads, (int)(n_prompt + n_gen), (int)block, CLLM_KV_F32, &err)) {
+    if (fwd_runner_open(&r, pos[0], (int)threads, (int)(n_prompt + n_gen), (int)block, CLLM_KV_F32,
+                        &err)) {
         fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
         return 1;
     }
@@ -82,8 +90,8 @@ int cmd_bench_forward(int argc, char **argv) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         ids[i] = (int32_t)(s % (uint64_t)V);
     }
-    printf("model %s: %s, %d layers, load %.2f s, threads %d\n", pos[0], cf->model_type, cf->n_layers,
-           cllm_time_s() - tl, r.pool ? cllm_pool_size(r.pool) : 1);
+    printf("model %s: %s, %d layers, load %.2f s, threads %d\n", pos[0], cf->model_type,
+           cf->n_layers, cllm_time_s() - tl, r.pool ? cllm_pool_size(r.pool) : 1);
     if (!no_prefault) {
         double tp = cllm_time_s();
         uint64_t nb = cllm_model_prefault(r.m);
@@ -93,7 +101,8 @@ int cmd_bench_forward(int argc, char **argv) {
     int step = chunk > 0 ? (int)chunk : (int)n_prompt;
     for (long i = 0; i < n_prompt; i += step) {
         int m = n_prompt - i < step ? (int)(n_prompt - i) : step;
-        if (fwd_runner_step(&r, ids + i, m, i + m == n_prompt ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE, logits, &err)) {
+        if (fwd_runner_step(&r, ids + i, m, i + m == n_prompt ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE,
+                            logits, &err)) {
             fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
             ret = 1;
             goto done;

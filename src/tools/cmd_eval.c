@@ -22,30 +22,41 @@ int cmd_eval(int argc, char **argv) {
     long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
     const cli_opt opts[] = {
         {"--tokens", NULL, CLI_STR, &tokens, "token ids: 1,2,3 or @FILE"},
-        {"--dump-logits", NULL, CLI_STR, &dump, "write float32 [n_tokens][vocab] logits here (+ .shape)"},
+        {"--dump-logits", NULL, CLI_STR, &dump,
+         "write float32 [n_tokens][vocab] logits here (+ .shape)"},
         {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of all logits"},
-        {"--prefill-chunk", NULL, CLI_INT, &chunk, "feed the prompt in calls of N tokens (0 = one call)", NULL, 0, 1e9},
+        {"--prefill-chunk", NULL, CLI_INT, &chunk,
+         "feed the prompt in calls of N tokens (0 = one call)", NULL, 0, 1e9},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
-        {"--ppl", NULL, CLI_STR, &ppl, "perplexity over strided windows of these token ids (@FILE or 1,2,3)"},
-        {"--compare", NULL, CLI_STR, &compare, "with --ppl: KLD, top-1 and greedy BLEU-4 against BASE"},
-        {"--table", NULL, CLI_STR, &table, "with --ppl: comparison table of MODEL (base) vs these dirs (a,b,c)"},
+        {"--ppl", NULL, CLI_STR, &ppl,
+         "perplexity over strided windows of these token ids (@FILE or 1,2,3)"},
+        {"--compare", NULL, CLI_STR, &compare,
+         "with --ppl: KLD, top-1 and greedy BLEU-4 against BASE"},
+        {"--table", NULL, CLI_STR, &table,
+         "with --ppl: comparison table of MODEL (base) vs these dirs (a,b,c)"},
         {"--ctx", NULL, CLI_INT, &ctx, "--ppl window length", NULL, 2, 1e7},
         {"--stride", NULL, CLI_INT, &stride, "--ppl window stride", NULL, 1, 1e7},
-        {"--prompts", NULL, CLI_INT, &n_prompts, "greedy prompts for BLEU-4 / decode speed", NULL, 0, 1e6},
+        {"--prompts", NULL, CLI_INT, &n_prompts, "greedy prompts for BLEU-4 / decode speed", NULL,
+         0, 1e6},
         {"--prompt-len", NULL, CLI_INT, &prompt_len, "tokens per prompt", NULL, 1, 1e6},
         {"--gen-len", NULL, CLI_INT, &gen_len, "greedy tokens per prompt", NULL, 1, 1e6},
         {0}};
-    const cli_spec spec = {"eval", "MODEL --tokens IDS|@FILE [options]",
-                           "Run a token sequence through the model and dump or hash the logits of every position.",
-                           opts, 1, 1};
+    const cli_spec spec = {
+        "eval",
+        "MODEL --tokens IDS|@FILE [options]",
+        "Run a token sequence through the model and dump or hash the logits of every position.",
+        opts,
+        1,
+        1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
     if (ppl || compare || table) {
-        cllm_qeval_opts q = {pos[0], ppl, compare, table, (int)ctx, (int)stride, (int)n_prompts,
-                             (int)prompt_len, (int)gen_len, (int)threads};
+        cllm_qeval_opts q = {pos[0],       ppl,         compare,        table,
+                             (int)ctx,     (int)stride, (int)n_prompts, (int)prompt_len,
+                             (int)gen_len, (int)threads};
         return cllm_qeval_run(&q, stdout);
     }
     if (!tokens) {
@@ -77,7 +88,8 @@ int cmd_eval(int argc, char **argv) {
     int step = chunk > 0 ? (int)chunk : n;
     for (int i = 0; i < n; i += step) {
         int m = n - i < step ? n - i : step;
-        if (fwd_runner_step(&r, ids + i, m, CLLM_LOGITS_ALL, logits + (size_t)i * V, &err) != CLLM_OK) {
+        if (fwd_runner_step(&r, ids + i, m, CLLM_LOGITS_ALL, logits + (size_t)i * V, &err) !=
+            CLLM_OK) {
             fprintf(stderr, "cllm eval: %s\n", err.msg);
             ret = 1;
             goto done;
@@ -96,8 +108,9 @@ int cmd_eval(int argc, char **argv) {
         if (f && fclose(f)) ret = 1;
         if (g && fclose(g)) ret = 1;
     }
-    if (hash) printf("logits-hash %016llx (%d x %d)\n",
-                     (unsigned long long)XXH64(logits, (size_t)n * V * sizeof(float), 0), n, V);
+    if (hash)
+        printf("logits-hash %016llx (%d x %d)\n",
+               (unsigned long long)XXH64(logits, (size_t)n * V * sizeof(float), 0), n, V);
 done:
     free(logits);
     free(ids);

@@ -90,19 +90,25 @@ int cmd_generate(int argc, char **argv) {
         {"--temperature", NULL, CLI_FLOAT, &temperature, "0 = greedy (default)", NULL, 0, 100},
         {"--top-k", NULL, CLI_INT, &top_k, "keep the k most likely (0 = off)", NULL, 0, 1e9},
         {"--top-p", NULL, CLI_FLOAT, &top_p, "nucleus mass (1 = off)", NULL, 0, 1},
-        {"--min-p", NULL, CLI_FLOAT, &min_p, "drop tokens below min-p x the top probability", NULL, 0, 1},
+        {"--min-p", NULL, CLI_FLOAT, &min_p, "drop tokens below min-p x the top probability", NULL,
+         0, 1},
         {"--seed", "-s", CLI_INT, &seed, "sampling seed", NULL, 0, 9.2e18},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
-        {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)", NULL, 0, 1e9},
+        {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
+         NULL, 0, 1e9},
         {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
         {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of every step's logits"},
         {"--ids", NULL, CLI_FLAG, &print_ids, "print token ids instead of text"},
         {0}};
-    const cli_spec spec = {"generate", "MODEL (-p TEXT | --tokens IDS) [options]",
-                           "Generate tokens from a prompt on one sequence; prints ids, then prefill and decode tok/s.",
-                           opts, 1, 1};
+    const cli_spec spec = {
+        "generate",
+        "MODEL (-p TEXT | --tokens IDS) [options]",
+        "Generate tokens from a prompt on one sequence; prints ids, then prefill and decode tok/s.",
+        opts,
+        1,
+        1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
@@ -157,7 +163,12 @@ int cmd_generate(int argc, char **argv) {
     }
     const cllm_config *cf = cllm_model_config(r.m);
     int V = cf->vocab_size, ret = 0;
-    sampler sm = {temperature, top_p, min_p, top_k, (uint64_t)seed, malloc((size_t)V * sizeof(int)),
+    sampler sm = {temperature,
+                  top_p,
+                  min_p,
+                  top_k,
+                  (uint64_t)seed,
+                  malloc((size_t)V * sizeof(int)),
                   malloc((size_t)V * sizeof(float))};
     float *logits = malloc((size_t)V * sizeof(float));
     if (!logits || !sm.idx || !sm.prob) {
@@ -169,7 +180,8 @@ int cmd_generate(int argc, char **argv) {
     int step = chunk > 0 ? (int)chunk : n;
     for (int i = 0; i < n; i += step) {
         int m = n - i < step ? n - i : step;
-        if (fwd_runner_step(&r, ids + i, m, i + m == n ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE, logits, &err)) {
+        if (fwd_runner_step(&r, ids + i, m, i + m == n ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE,
+                            logits, &err)) {
             fprintf(stderr, "cllm generate: %s\n", err.msg);
             ret = 1;
             goto done;
@@ -178,8 +190,9 @@ int cmd_generate(int argc, char **argv) {
     double t1 = cllm_time_s();
     int made = 0;
     for (; made < n_gen; made++) {
-        if (hash) fprintf(stderr, "[logits-hash %016llx]\n",
-                          (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
+        if (hash)
+            fprintf(stderr, "[logits-hash %016llx]\n",
+                    (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
         int32_t next = sample(&sm, logits, V);
         if (print_ids) {
             printf("%d%s", next, made + 1 < n_gen ? " " : "");
@@ -215,7 +228,8 @@ int cmd_generate(int argc, char **argv) {
     printf("\n");
     /* decode steps = generated tokens minus the one sampled from the prefill logits */
     int dsteps = made > 0 ? made - 1 : 0;
-    fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n",
+    fprintf(stderr,
+            "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n",
             n, t1 - t0, n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
 done:
     free(logits);

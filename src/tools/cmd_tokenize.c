@@ -60,8 +60,8 @@ static int bench(const cllm_tok *tok, const char *path) {
         passes++;
         t = now_s() - t0;
     } while (t < 2.0);
-    printf("encode: %d passes, %.1f MB in %.3f s = %.2f MB/s, %.0f tokens/s (single thread)\n", passes,
-           bytes / 1e6, t, bytes / 1e6 / t, toks / t);
+    printf("encode: %d passes, %.1f MB in %.3f s = %.2f MB/s, %.0f tokens/s (single thread)\n",
+           passes, bytes / 1e6, t, bytes / 1e6 / t, toks / t);
     cllm_tok_ids_free(&ids);
     free(buf);
     return 0;
@@ -82,12 +82,20 @@ int cmd_tokenize(int argc, char **argv) {
     const char *bench_file = NULL;
     const cli_opt opts[] = {
         {"--ids", NULL, CLI_FLAG, &ids_only, "print only the ids, space-separated", NULL, 0, 0},
-        {"--add-special", NULL, CLI_FLAG, &add_special, "apply the post-processor (BOS for Llama-3)", NULL, 0, 0},
-        {"--split-special", NULL, CLI_FLAG, &no_special, "treat special-token text as plain text", NULL, 0, 0},
-        {"--bench", NULL, CLI_STR, &bench_file, "measure encode throughput on FILE (TEXT not needed)", NULL, 0, 0},
+        {"--add-special", NULL, CLI_FLAG, &add_special,
+         "apply the post-processor (BOS for Llama-3)", NULL, 0, 0},
+        {"--split-special", NULL, CLI_FLAG, &no_special, "treat special-token text as plain text",
+         NULL, 0, 0},
+        {"--bench", NULL, CLI_STR, &bench_file,
+         "measure encode throughput on FILE (TEXT not needed)", NULL, 0, 0},
         {0}};
-    const cli_spec spec = {"tokenize", "MODEL_DIR TEXT [options]",
-                           "Encode TEXT with the model's tokenizer.json; prints id and token per line.", opts, 1, 2};
+    const cli_spec spec = {
+        "tokenize",
+        "MODEL_DIR TEXT [options]",
+        "Encode TEXT with the model's tokenizer.json; prints id and token per line.",
+        opts,
+        1,
+        2};
     const char *pos[2];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
@@ -104,7 +112,8 @@ int cmd_tokenize(int argc, char **argv) {
     }
     cllm_tok_ids ids = {0};
     cllm_error err = {0};
-    int flags = (add_special ? CLLM_TOK_ADD_SPECIAL : 0) | (no_special ? CLLM_TOK_SPLIT_SPECIAL : 0);
+    int flags =
+        (add_special ? CLLM_TOK_ADD_SPECIAL : 0) | (no_special ? CLLM_TOK_SPLIT_SPECIAL : 0);
     if (cllm_tok_encode(tok, pos[1], strlen(pos[1]), flags, &ids, &err)) {
         fprintf(stderr, "cllm tokenize: %s\n", err.msg);
         cllm_tok_free(tok);
@@ -120,11 +129,16 @@ int cmd_tokenize(int argc, char **argv) {
         printf("%d\t", ids.ids[i]);
         for (size_t k = 0; k < bl; k++) { /* show control bytes escaped, keep UTF-8 as is */
             unsigned char c = (unsigned char)b[k];
-            if (c == '\n') fputs("\\n", stdout);
-            else if (c == '\t') fputs("\\t", stdout);
-            else if (c == '\r') fputs("\\r", stdout);
-            else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
-            else putchar(c);
+            if (c == '\n')
+                fputs("\\n", stdout);
+            else if (c == '\t')
+                fputs("\\t", stdout);
+            else if (c == '\r')
+                fputs("\\r", stdout);
+            else if (c < 0x20 || c == 0x7f)
+                printf("\\x%02x", c);
+            else
+                putchar(c);
         }
         putchar('\n');
     }
@@ -136,9 +150,14 @@ int cmd_tokenize(int argc, char **argv) {
 
 int cmd_detokenize(int argc, char **argv) {
     bool skip = false;
-    const cli_opt opts[] = {{"--skip-special", NULL, CLI_FLAG, &skip, "drop special tokens", NULL, 0, 0}, {0}};
-    const cli_spec spec = {"detokenize", "MODEL_DIR IDS [options]",
-                           "Decode ids (separated by spaces or commas) to text.", opts, 2, 2};
+    const cli_opt opts[] = {
+        {"--skip-special", NULL, CLI_FLAG, &skip, "drop special tokens", NULL, 0, 0}, {0}};
+    const cli_spec spec = {"detokenize",
+                           "MODEL_DIR IDS [options]",
+                           "Decode ids (separated by spaces or commas) to text.",
+                           opts,
+                           2,
+                           2};
     const char *pos[2];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
@@ -186,28 +205,39 @@ int cmd_chat_template(int argc, char **argv) {
     const char *tools_path = NULL, *tmpl_path = NULL;
     bool no_thinking = false, thinking = false, no_gen = false, ids = false;
     const cli_opt opts[] = {
-        {"--tools", NULL, CLI_STR, &tools_path, "JSON file with the OpenAI tools array", NULL, 0, 0},
-        {"--no-thinking", NULL, CLI_FLAG, &no_thinking, "render with enable_thinking=false", NULL, 0, 0},
+        {"--tools", NULL, CLI_STR, &tools_path, "JSON file with the OpenAI tools array", NULL, 0,
+         0},
+        {"--no-thinking", NULL, CLI_FLAG, &no_thinking, "render with enable_thinking=false", NULL,
+         0, 0},
         {"--thinking", NULL, CLI_FLAG, &thinking, "render with enable_thinking=true", NULL, 0, 0},
-        {"--no-generation-prompt", NULL, CLI_FLAG, &no_gen, "do not open the assistant turn", NULL, 0, 0},
-        {"--chat-template", NULL, CLI_STR, &tmpl_path, "template file instead of tokenizer_config.json's", NULL, 0, 0},
-        {"--ids", NULL, CLI_FLAG, &ids, "print the prompt's token ids instead of its text", NULL, 0, 0},
+        {"--no-generation-prompt", NULL, CLI_FLAG, &no_gen, "do not open the assistant turn", NULL,
+         0, 0},
+        {"--chat-template", NULL, CLI_STR, &tmpl_path,
+         "template file instead of tokenizer_config.json's", NULL, 0, 0},
+        {"--ids", NULL, CLI_FLAG, &ids, "print the prompt's token ids instead of its text", NULL, 0,
+         0},
         {0}};
-    const cli_spec spec = {"chat-template", "MODEL_DIR MESSAGES.json [options]",
-                           "Render the model's chat template for a messages array (OpenAI format).", opts, 2, 2};
+    const cli_spec spec = {"chat-template",
+                           "MODEL_DIR MESSAGES.json [options]",
+                           "Render the model's chat template for a messages array (OpenAI format).",
+                           opts,
+                           2,
+                           2};
     const char *pos[2];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
     json_error_t je;
     json_t *msgs = json_load_file(pos[1], 0, &je), *tools = NULL;
-    if (json_is_object(msgs) && json_object_get(msgs, "messages")) { /* accept a whole request body */
+    if (json_is_object(msgs) &&
+        json_object_get(msgs, "messages")) { /* accept a whole request body */
         json_t *m = json_incref(json_object_get(msgs, "messages"));
         if (!tools_path) tools = json_incref(json_object_get(msgs, "tools"));
         json_decref(msgs);
         msgs = m;
     }
     if (!json_is_array(msgs)) {
-        fprintf(stderr, "cllm chat-template: %s: %s\n", pos[1], msgs ? "expected a messages array" : je.text);
+        fprintf(stderr, "cllm chat-template: %s: %s\n", pos[1],
+                msgs ? "expected a messages array" : je.text);
         json_decref(msgs);
         json_decref(tools);
         return 1;
@@ -220,7 +250,8 @@ int cmd_chat_template(int argc, char **argv) {
     cllm_tok *tok = load(pos[0]);
     char *src = NULL;
     size_t sl = 0;
-    if (tok && tmpl_path && !(src = slurp(tmpl_path, &sl))) fprintf(stderr, "cllm chat-template: cannot read %s\n", tmpl_path);
+    if (tok && tmpl_path && !(src = slurp(tmpl_path, &sl)))
+        fprintf(stderr, "cllm chat-template: cannot read %s\n", tmpl_path);
     if (tok && !tmpl_path && cllm_tok_chat_template(tok)) {
         src = strdup(cllm_tok_chat_template(tok));
         sl = strlen(src);
@@ -229,13 +260,18 @@ int cmd_chat_template(int argc, char **argv) {
     cllm_tmpl *t = NULL;
     cllm_error err = {0};
     if (!tok || !src) {
-        if (tok && !tmpl_path) fprintf(stderr, "cllm chat-template: %s has no chat_template\n", pos[0]);
+        if (tok && !tmpl_path)
+            fprintf(stderr, "cllm chat-template: %s has no chat_template\n", pos[0]);
     } else if (cllm_tmpl_compile(src, sl, &t, &err)) {
         fprintf(stderr, "cllm chat-template: %s\n", err.msg);
     } else {
-        cllm_chat_opts co = {.tools = tools, .add_generation_prompt = !no_gen,
-                             .enable_thinking = no_thinking ? 0 : thinking ? 1 : -1,
-                             .bos_token = cllm_tok_bos_token(tok), .eos_token = cllm_tok_eos_token(tok)};
+        cllm_chat_opts co = {.tools = tools,
+                             .add_generation_prompt = !no_gen,
+                             .enable_thinking = no_thinking ? 0
+                                                : thinking  ? 1
+                                                            : -1,
+                             .bos_token = cllm_tok_bos_token(tok),
+                             .eos_token = cllm_tok_eos_token(tok)};
         char *out;
         size_t ol;
         if (cllm_tmpl_render_chat(t, msgs, &co, &out, &ol, &err)) {

@@ -7,15 +7,20 @@
 
 int cmd_verify(int argc, char **argv) {
     bool config_only = false, full = false, json = false;
-    const cli_opt opts[] = {
-        {"--config-only", NULL, CLI_FLAG, &config_only, "check config.json and count parameters; no weights needed"},
-        {"--full", NULL, CLI_FLAG, &full, "scan every value for NaN/Inf (default: a sample per tensor)"},
-        {"--json", NULL, CLI_FLAG, &json, "print the summary as JSON"},
-        {0}};
-    const cli_spec spec = {"verify", "MODEL_DIR [options]",
-                           "Check a model directory: files, shard index, every tensor the config implies "
-                           "(shape, dtype), unexpected tensors, NaN/Inf, parameter counts.",
-                           opts, 1, 1};
+    const cli_opt opts[] = {{"--config-only", NULL, CLI_FLAG, &config_only,
+                             "check config.json and count parameters; no weights needed"},
+                            {"--full", NULL, CLI_FLAG, &full,
+                             "scan every value for NaN/Inf (default: a sample per tensor)"},
+                            {"--json", NULL, CLI_FLAG, &json, "print the summary as JSON"},
+                            {0}};
+    const cli_spec spec = {
+        "verify",
+        "MODEL_DIR [options]",
+        "Check a model directory: files, shard index, every tensor the config implies "
+        "(shape, dtype), unexpected tensors, NaN/Inf, parameter counts.",
+        opts,
+        1,
+        1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;

@@ -32,8 +32,10 @@ static char *read_file(const char *path, cllm_error *err) {
         n += got;
     }
     fclose(f);
-    if (!buf) cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", path);
-    else buf[n] = 0;
+    if (!buf)
+        cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", path);
+    else
+        buf[n] = 0;
     return buf;
 }
 

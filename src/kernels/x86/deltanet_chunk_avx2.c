@@ -43,12 +43,24 @@ AI void tile(const int R, const int NV, int K, const float *A, size_t ars, size_
 
 #define TILE_R(NV)                                                                                 \
     switch (R) {                                                                                   \
-    case 6: tile(6, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                 \
-    case 5: tile(5, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                 \
-    case 4: tile(4, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                 \
-    case 3: tile(3, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                 \
-    case 2: tile(2, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                 \
-    default: tile(1, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg); break;                \
+    case 6:                                                                                        \
+        tile(6, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        tile(5, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        tile(4, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(3, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(2, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(1, NV, Ki, Ai, ars, acs, Bc, ldb, Cc, ldc, init, cs, neg);                            \
+        break;                                                                                     \
     }
 
 /* C [M][N] (ldc) = (init ? C*cs : 0) +/- A [M][K] B [K][N]; tri: row i only uses kk <= i (A is
@@ -65,7 +77,8 @@ AI void gemm(int M, int N, int K, const float *A, size_t ars, size_t acs, const 
             if (tri) { /* rows past their diagonal read zeros: use a row-exact K below */
                 for (int r = 0; r < R; r++) {
                     int Kr = K < i0 + r + 1 ? K : i0 + r + 1;
-                    tile(1, 2, Kr, Ai + (size_t)r * ars, ars, acs, Bc, ldb, Cc + (size_t)r * ldc, ldc, init, cs, neg);
+                    tile(1, 2, Kr, Ai + (size_t)r * ars, ars, acs, Bc, ldb, Cc + (size_t)r * ldc,
+                         ldc, init, cs, neg);
                 }
                 continue;
             }
@@ -80,7 +93,8 @@ AI void gemm(int M, int N, int K, const float *A, size_t ars, size_t acs, const 
             if (tri) {
                 for (int r = 0; r < R; r++) {
                     int Kr = K < i0 + r + 1 ? K : i0 + r + 1;
-                    tile(1, 1, Kr, Ai + (size_t)r * ars, ars, acs, Bc, ldb, Cc + (size_t)r * ldc, ldc, init, cs, neg);
+                    tile(1, 1, Kr, Ai + (size_t)r * ars, ars, acs, Bc, ldb, Cc + (size_t)r * ldc,
+                         ldc, init, cs, neg);
                 }
                 continue;
             }
@@ -92,7 +106,8 @@ AI void gemm(int M, int N, int K, const float *A, size_t ars, size_t acs, const 
             float acc = init ? Cm[(size_t)i * ldc + c] * cs : 0.0f;
             for (int kk = 0; kk < Ki; kk++) {
                 float p = A[(size_t)i * ars + (size_t)kk * acs];
-                acc = neg ? fmaf(-p, B[(size_t)kk * ldb + c], acc) : fmaf(p, B[(size_t)kk * ldb + c], acc);
+                acc = neg ? fmaf(-p, B[(size_t)kk * ldb + c], acc)
+                          : fmaf(p, B[(size_t)kk * ldb + c], acc);
             }
             Cm[(size_t)i * ldc + c] = acc;
         }
@@ -111,7 +126,8 @@ static void subst_row(float *dst, float a, const float *x, const float *l, const
     int c = 0;
     __m256 va = _mm256_set1_ps(a);
     for (; c + 16 <= n; c += 16) {
-        __m256 r0 = _mm256_mul_ps(va, _mm256_loadu_ps(x + c)), r1 = _mm256_mul_ps(va, _mm256_loadu_ps(x + c + 8));
+        __m256 r0 = _mm256_mul_ps(va, _mm256_loadu_ps(x + c)),
+               r1 = _mm256_mul_ps(va, _mm256_loadu_ps(x + c + 8));
         for (int j = 0; j < nj; j++) {
             __m256 lj = _mm256_broadcast_ss(l + j);
             const float *y = Y + (size_t)j * ldy + c;
@@ -124,7 +140,8 @@ static void subst_row(float *dst, float a, const float *x, const float *l, const
     for (; c + 8 <= n; c += 8) {
         __m256 r0 = _mm256_mul_ps(va, _mm256_loadu_ps(x + c));
         for (int j = 0; j < nj; j++)
-            r0 = _mm256_fnmadd_ps(_mm256_broadcast_ss(l + j), _mm256_loadu_ps(Y + (size_t)j * ldy + c), r0);
+            r0 = _mm256_fnmadd_ps(_mm256_broadcast_ss(l + j),
+                                  _mm256_loadu_ps(Y + (size_t)j * ldy + c), r0);
         _mm256_storeu_ps(dst + c, r0);
     }
     for (; c < n; c++) {
@@ -142,7 +159,8 @@ void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, 
     float *U = Am + (size_t)C * C, *W = U + (size_t)C * dv, *X = W + (size_t)C * dk;
     for (int t0 = 0; t0 < T; t0 += C) {
         int n = T - t0 < C ? T - t0 : C;
-        const float *qc = q + (size_t)t0 * ldqk, *kc = k + (size_t)t0 * ldqk, *vc = v + (size_t)t0 * ldv;
+        const float *qc = q + (size_t)t0 * ldqk, *kc = k + (size_t)t0 * ldqk,
+                    *vc = v + (size_t)t0 * ldv;
         const float *gc = g + t0, *bc = beta + t0;
         float *oc = o + (size_t)t0 * ldo;
         float acc = 0.0f;
@@ -174,7 +192,8 @@ void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, 
         for (int i = 0; i < n; i++) {
             const float *li = Lm + (size_t)i * C;
             subst_row(U + (size_t)i * dv, bc[i], vc + (size_t)i * ldv, li, U, (size_t)dv, i, dv);
-            subst_row(W + (size_t)i * dk, bc[i] * eg[i], kc + (size_t)i * ldqk, li, W, (size_t)dk, i, dk);
+            subst_row(W + (size_t)i * dk, bc[i] * eg[i], kc + (size_t)i * ldqk, li, W, (size_t)dk,
+                      i, dk);
         }
         /* Vn = U - W S (into U) */
         gemm(n, dv, dk, W, (size_t)dk, 1, S, (size_t)dv, U, (size_t)dv, 1, 1.0f, 1, 0);

@@ -25,13 +25,19 @@ AI float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-AI __m256 ld_f32(const float *p) { return _mm256_loadu_ps(p); }
-AI __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AI __m256 ld_f32(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+AI __m256 ld_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 AI __m256 ld_bf16(const uint16_t *p) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
-AI float cv_f32(float x) { return x; }
+AI float cv_f32(float x) {
+    return x;
+}
 
 #define DEFINE_MATMUL(SUF, T, LD, CVT)                                                             \
     AI void tile_##SUF(const T *W, size_t ldw, const float *X, size_t ldx, int K, float *Y,        \
@@ -62,15 +68,21 @@ AI float cv_f32(float x) { return x; }
         int r = 0;                                                                                 \
         for (; r + 4 <= rn; r += 4) {                                                              \
             const T *w = W + (size_t)r * ldw;                                                      \
-            if (tn == 1) tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 1);                          \
-            else if (tn == 2) tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 2);                     \
-            else tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 3);                                  \
+            if (tn == 1)                                                                           \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 1);                                   \
+            else if (tn == 2)                                                                      \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 2);                                   \
+            else                                                                                   \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 3);                                   \
         }                                                                                          \
         for (; r < rn; r++) {                                                                      \
             const T *w = W + (size_t)r * ldw;                                                      \
-            if (tn == 1) tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 1);                          \
-            else if (tn == 2) tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 2);                     \
-            else tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 3);                                  \
+            if (tn == 1)                                                                           \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 1);                                   \
+            else if (tn == 2)                                                                      \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 2);                                   \
+            else                                                                                   \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 1, 3);                                   \
         }                                                                                          \
     }                                                                                              \
     void kern_matmul_##SUF##_avx2(const void *Wv, size_t ldw, int n_rows, const float *X,          \
@@ -106,7 +118,8 @@ float kern_dot_avx2(const float *a, const float *b, int n) {
         acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
     }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     float s = hsum8(_mm256_add_ps(acc0, acc1));
     for (; i < n; i++) s += a[i] * b[i];
     return s;

@@ -7,15 +7,15 @@
  *
  * Per output element the sequence is the one kernels.h fixes (per-group fma accumulation, then
  * acc = fma(scale, gacc, acc)), identical to kernels/matmul_q4_ref.c: tiles of 4 (decode) or 2
- * column blocks x 1..3 tokens only decide which accumulators share registers, so a token's outputs are bitwise
- * the same alone or in any batch, and equal to the scalar tier. */
+ * column blocks x 1..3 tokens only decide which accumulators share registers, so a token's outputs
+ * are bitwise the same alone or in any batch, and equal to the scalar tier. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "kernels/kern_int.h"
 
-#define AI __attribute__((always_inline)) static inline
+#define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16 /* software prefetch distance in qweight rows */
 
 AI __m256i zeros8(const cllm_qweight *w, int g, int n0, const int BITS) {
@@ -58,12 +58,14 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
             for (int j = 0; j < per; j++) {
                 __m256 wf[4];
                 for (int b = 0; b < NB; b++) {
-                    wf[b] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v[b], mask), zv[b]));
+                    wf[b] =
+                        _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v[b], mask), zv[b]));
                     v[b] = _mm256_srli_epi32(v[b], BITS);
                 }
                 for (int t = 0; t < TT; t++) {
                     __m256 xb = _mm256_broadcast_ss(xk + (size_t)t * ldx + j);
-                    for (int b = 0; b < NB; b++) gacc[b][t] = _mm256_fmadd_ps(wf[b], xb, gacc[b][t]);
+                    for (int b = 0; b < NB; b++)
+                        gacc[b][t] = _mm256_fmadd_ps(wf[b], xb, gacc[b][t]);
                 }
             }
         }
@@ -77,8 +79,8 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
         for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (size_t)t * ldy + n0 + 8 * b, acc[b][t]);
 }
 
-AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
-             float *Y, size_t ldy, const int BITS) {
+AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
+             size_t ldy, const int BITS) {
     for (int t = 0; t < n_tok; t += 3) {
         int tn = n_tok - t < 3 ? n_tok - t : 3;
         const float *Xt = X + (size_t)t * ldx;
@@ -87,14 +89,20 @@ AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, 
         if (tn == 1) /* decode: 32 columns = 128 bytes of each qweight row per pass */
             for (; n + 32 <= n1; n += 32) tile(w, n, Xt, ldx, Yt, ldy, BITS, 4, 1);
         for (; n + 16 <= n1; n += 16) {
-            if (tn == 3) tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 3);
-            else if (tn == 2) tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 2);
-            else tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 1);
+            if (tn == 3)
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 3);
+            else if (tn == 2)
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 2);
+            else
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 2, 1);
         }
         for (; n < n1; n += 8) {
-            if (tn == 3) tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 3);
-            else if (tn == 2) tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 2);
-            else tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 1);
+            if (tn == 3)
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 3);
+            else if (tn == 2)
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 2);
+            else
+                tile(w, n, Xt, ldx, Yt, ldy, BITS, 1, 1);
         }
     }
 }
