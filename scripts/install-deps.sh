@@ -8,7 +8,7 @@ pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev libmicrohttpd-dev
       libcurl4-openssl-dev python3-numpy prometheus gnuplot-nox)
 if [ "${1:-}" = "--train" ]; then
-  pkgs+=(python3-torch python3-matplotlib bible-kjv-text fortunes-zh)
+  pkgs+=(python3-torch python3-matplotlib bible-kjv bible-kjv-text fortunes-zh)
 fi
 
 # Node.js (reference tokenizers and templates for tests) may come from elsewhere (NodeSource);
