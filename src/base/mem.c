@@ -61,6 +61,15 @@ void cllm_free_aligned(void *p) {
         free(base);
 }
 
+void cllm_fmt_bytes(char *b, size_t cap, uint64_t n) {
+    if (n >= 1000000000ull)
+        snprintf(b, cap, "%.2f GB", (double)n / 1e9);
+    else if (n >= 1000000ull)
+        snprintf(b, cap, "%.2f MB", (double)n / 1e6);
+    else
+        snprintf(b, cap, "%.1f kB", (double)n / 1e3);
+}
+
 uint64_t cllm_time_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -18,6 +18,9 @@ static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;
 }
 
+/* "1.23 GB" / "4.56 MB" / "7.8 kB" (decimal units) into buf. */
+void cllm_fmt_bytes(char *buf, size_t cap, uint64_t n);
+
 /* Monotonic clock in seconds / nanoseconds. */
 double cllm_time_s(void);
 uint64_t cllm_time_ns(void);

@@ -4,12 +4,76 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "base/half.h"
+
+double cllm_tensor_elem(const cllm_tensor *t, uint64_t i) {
+    const unsigned char *p = (const unsigned char *)t->data + i * cllm_dtype_size(t->dtype);
+    uint16_t h;
+    float f;
+    double d;
+    switch (t->dtype) {
+    case CLLM_DT_F32:
+        memcpy(&f, p, 4);
+        return f;
+    case CLLM_DT_F64:
+        memcpy(&d, p, 8);
+        return d;
+    case CLLM_DT_BF16:
+        memcpy(&h, p, 2);
+        return cllm_bf16_to_f32(h);
+    case CLLM_DT_F16:
+        memcpy(&h, p, 2);
+        return cllm_f16_to_f32(h);
+    case CLLM_DT_F8_E4M3:
+        return cllm_f8e4m3_to_f32(*p);
+    case CLLM_DT_F8_E5M2:
+        return NAN;
+    case CLLM_DT_I64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case CLLM_DT_I32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case CLLM_DT_I16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case CLLM_DT_I8:
+        return (int8_t)*p;
+    case CLLM_DT_U64: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case CLLM_DT_U32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case CLLM_DT_U16:
+        memcpy(&h, p, 2);
+        return h;
+    case CLLM_DT_U8:
+    case CLLM_DT_BOOL:
+        return *p;
+    case CLLM_DT_COUNT:
+        break;
+    }
+    return NAN;
+}
 
 void cllm_shape_str(const int64_t *shape, int n_dims, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "[");

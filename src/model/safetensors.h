@@ -53,6 +53,10 @@ void cllm_st_close(cllm_st_file *f);
 /* Linear search by name (files are indexed by the checkpoint layer for fast lookup). */
 const cllm_tensor *cllm_st_find(const cllm_st_file *f, const char *name);
 
+/* Element i of tensor t as a double: F32, F16, BF16, F64, F8_E4M3 decoded exactly; integer and
+ * BOOL dtypes give their value; F8_E5M2 gives NaN (no decoder). i must be < t->n_elems. */
+double cllm_tensor_elem(const cllm_tensor *t, uint64_t i);
+
 /* Writes "[a, b, c]" into buf. */
 void cllm_shape_str(const int64_t *shape, int n_dims, char *buf, size_t cap);
 

@@ -33,31 +33,6 @@ static void problem(vctx *v, const char *fmt, ...) {
     v->res->n_problems++;
 }
 
-static double load_value(const cllm_tensor *t, uint64_t i) {
-    const unsigned char *p = (const unsigned char *)t->data + i * cllm_dtype_size(t->dtype);
-    uint16_t h;
-    float f;
-    double d;
-    switch (t->dtype) {
-    case CLLM_DT_F32:
-        memcpy(&f, p, 4);
-        return f;
-    case CLLM_DT_F64:
-        memcpy(&d, p, 8);
-        return d;
-    case CLLM_DT_BF16:
-        memcpy(&h, p, 2);
-        return cllm_bf16_to_f32(h);
-    case CLLM_DT_F16:
-        memcpy(&h, p, 2);
-        return cllm_f16_to_f32(h);
-    case CLLM_DT_F8_E4M3:
-        return cllm_f8e4m3_to_f32(*p);
-    default:
-        return 0;
-    }
-}
-
 /* Counts non-finite values; every value when full, else an evenly strided sample. */
 static void scan(vctx *v, const cllm_tensor *t) {
     if (!cllm_dtype_is_float(t->dtype) || t->dtype == CLLM_DT_F8_E5M2 || !t->n_elems) return;
@@ -65,7 +40,7 @@ static void scan(vctx *v, const cllm_tensor *t) {
     if (!v->opts->full_scan && n > SAMPLE_PER_TENSOR) step = n / SAMPLE_PER_TENSOR;
     uint64_t bad = 0, first_bad = 0, count = 0;
     for (uint64_t i = 0; i < n; i += step) {
-        double x = load_value(t, i);
+        double x = cllm_tensor_elem(t, i);
         count++;
         if (!isfinite(x)) {
             if (!bad) first_bad = i;
@@ -74,7 +49,7 @@ static void scan(vctx *v, const cllm_tensor *t) {
     }
     if (step > 1) { /* always look at the last element too */
         count++;
-        if (!isfinite(load_value(t, n - 1)) && !bad++) first_bad = n - 1;
+        if (!isfinite(cllm_tensor_elem(t, n - 1)) && !bad++) first_bad = n - 1;
     }
     v->res->values_scanned += count;
     v->res->nonfinite += bad;

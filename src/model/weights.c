@@ -79,20 +79,6 @@ static void *own(cllm_model *m, size_t bytes) {
     return p;
 }
 
-static float elem_f32(const cllm_tensor *t, size_t i) {
-    switch (t->dtype) {
-    case CLLM_DT_F32: {
-        float f;
-        memcpy(&f, (const char *)t->data + 4 * i, 4);
-        return f;
-    }
-    case CLLM_DT_F16:
-        return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default:
-        return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    }
-}
-
 /* Binding helpers; names were validated by the plan pass, the element count is rechecked. */
 typedef struct binder {
     cllm_model *m;
@@ -142,7 +128,7 @@ static float *vec_of(binder *b, const cllm_tensor *t, size_t n, float add) {
         b->st = cllm_err_set(b->err, CLLM_ENOMEM, "out of memory binding %s", t->name);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) v[i] = elem_f32(t, i) + add;
+    for (size_t i = 0; i < n; i++) v[i] = (float)cllm_tensor_elem(t, i) + add;
     return v;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/mem.h"
 #include "tools/fwd_cli.h"
 
 typedef struct stats {
@@ -239,19 +240,10 @@ done:
     return ret;
 }
 
-static void fmtb(char *b, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull)
-        snprintf(b, cap, "%.2f GB", n / 1e9);
-    else if (n >= 1000000ull)
-        snprintf(b, cap, "%.2f MB", n / 1e6);
-    else
-        snprintf(b, cap, "%.1f kB", n / 1e3);
-}
-
 static void row(FILE *out, const char *name, const stats *s, bool base) {
     char a[32], b[32];
-    fmtb(a, sizeof(a), s->file_bytes);
-    fmtb(b, sizeof(b), s->rss);
+    cllm_fmt_bytes(a, sizeof(a), s->file_bytes);
+    cllm_fmt_bytes(b, sizeof(b), s->rss);
     double ppl = s->n_scored ? exp(s->nll / (double)s->n_scored) : NAN;
     fprintf(out, "%-28s %10s %10s %10.1f %10.1f %9.4f", name, a, b,
             s->t_prefill > 0 ? s->n_prefill / s->t_prefill : 0,

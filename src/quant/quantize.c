@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "base/mem.h"
 #include "base/half.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -128,20 +129,6 @@ static void collect_t(void *ctx, const cllm_tensor *t) {
     if (p) *p = t;
 }
 
-static float src_elem(const cllm_tensor *t, uint64_t i) {
-    switch (t->dtype) {
-    case CLLM_DT_F32: {
-        float f;
-        memcpy(&f, (const char *)t->data + 4 * i, 4);
-        return f;
-    }
-    case CLLM_DT_F16:
-        return cllm_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default:
-        return cllm_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    }
-}
-
 static void src_rows(const unit *u, int n0, int n1, float *dst) {
     uint64_t b = u->off + (uint64_t)n0 * u->K, n = (uint64_t)(n1 - n0) * u->K;
     if (u->src->dtype == CLLM_DT_BF16)
@@ -149,7 +136,7 @@ static void src_rows(const unit *u, int n0, int n1, float *dst) {
     else if (u->src->dtype == CLLM_DT_F16)
         cllm_f16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
     else
-        for (uint64_t i = 0; i < n; i++) dst[i] = src_elem(u->src, b + i);
+        for (uint64_t i = 0; i < n; i++) dst[i] = (float)cllm_tensor_elem(u->src, b + i);
 }
 
 static bool add_unit(vec *units, vec *outs, const cllm_tensor *src, uint64_t off, int N, int K,
@@ -194,15 +181,6 @@ static char *shard_name(int s, int n, char *buf, size_t cap) {
     else
         snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
     return buf;
-}
-
-static void fmt_bytes(char *b, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull)
-        snprintf(b, cap, "%.2f GB", n / 1e9);
-    else if (n >= 1000000ull)
-        snprintf(b, cap, "%.2f MB", n / 1e6);
-    else
-        snprintf(b, cap, "%.1f kB", n / 1e3);
 }
 
 static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
@@ -518,13 +496,13 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             if (gq4[k]) n += snprintf(p + n, sizeof(p) - n, "%d int4 ", gq4[k]);
             if (gq8[k]) n += snprintf(p + n, sizeof(p) - n, "%d int8 ", gq8[k]);
             if (gk[k]) snprintf(p + n, sizeof(p) - n, "%d kept", gk[k]);
-            fmt_bytes(b, sizeof(b), gb[k]);
-            fmt_bytes(a, sizeof(a), ga[k]);
+            cllm_fmt_bytes(b, sizeof(b), gb[k]);
+            cllm_fmt_bytes(a, sizeof(a), ga[k]);
             fprintf(out, "%-14s %-26s %12s %12s\n", gn[k], p, b, a);
         }
         char a[32], b[32];
-        fmt_bytes(b, sizeof(b), total_in);
-        fmt_bytes(a, sizeof(a), total_out);
+        cllm_fmt_bytes(b, sizeof(b), total_in);
+        cllm_fmt_bytes(a, sizeof(a), total_out);
         fprintf(out, "%-14s %-26s %12s %12s  (%.2fx smaller), %d shard%s\n", "total", "", b, a,
                 (double)total_in / (double)(total_out ? total_out : 1), n_shards,
                 n_shards > 1 ? "s" : "");
@@ -544,8 +522,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                 avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
             if (avail < need) {
                 char a[32], b[32];
-                fmt_bytes(a, sizeof(a), avail);
-                fmt_bytes(b, sizeof(b), need);
+                cllm_fmt_bytes(a, sizeof(a), avail);
+                cllm_fmt_bytes(b, sizeof(b), need);
                 st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed",
                                   parent, a, b);
                 goto done;
@@ -558,8 +536,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
         if (hb > ram / 2) {
             char a[32], b[32];
-            fmt_bytes(a, sizeof(a), hb);
-            fmt_bytes(b, sizeof(b), ram);
+            cllm_fmt_bytes(a, sizeof(a), hb);
+            cllm_fmt_bytes(b, sizeof(b), ram);
             st = cllm_err_set(err, CLLM_ENOMEM,
                               "--method gptq would hold %s of Hessians (RAM %s); "
                               "layer-by-layer calibration is not implemented: use --method rtn",
@@ -714,8 +692,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         }
         tmp[0] = 0;
         char a[32], b[32];
-        fmt_bytes(b, sizeof(b), total_in);
-        fmt_bytes(a, sizeof(a), total_out);
+        cllm_fmt_bytes(b, sizeof(b), total_in);
+        cllm_fmt_bytes(a, sizeof(a), total_out);
         fprintf(out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n",
                 units.n, n_gptq, n_rtn, gq ? cllm_gptq_summary(gq) : "", b, a,
                 (long)(time(NULL) - t0), o->out_dir);
