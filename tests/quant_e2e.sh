@@ -28,7 +28,7 @@ expect_rc 0 "quantize again (determinism)" "$BIN" quantize -q -g 32 "$T/fp" "$T/
 cmp -s "$T/q4/model.safetensors" "$T/q4b/model.safetensors" && ok "same bytes twice" || bad "not deterministic"
 
 # independent dequantization -> f32 model with per-expert .weight tensors
-$PY - "$T/q4" "$T/dq" <<'PYEOF' || bad "numpy dequant failed"
+cat > "$T/dequant.py" <<'PYEOF'
 import json, os, struct, sys
 import numpy as np
 src, dst = sys.argv[1], sys.argv[2]
@@ -67,18 +67,44 @@ js = json.dumps(h).encode(); js += b" " * ((8 - len(js) % 8) % 8)
 with open(os.path.join(dst, "model.safetensors"), "wb") as g:
     g.write(struct.pack("<Q", len(js))); g.write(js); [g.write(b) for b in blobs]
 PYEOF
+$PY "$T/dequant.py" "$T/q4" "$T/dq" || bad "numpy dequant failed"
 expect_rc 0 "eval quantized" "$BIN" eval "$T/q4" --tokens "$TOK" --dump-logits "$T/q4.bin"
 expect_rc 0 "eval numpy-dequantized" "$BIN" eval "$T/dq" --tokens "$TOK" --dump-logits "$T/dq.bin"
 expect_rc 0 "eval fp" "$BIN" eval "$T/fp" --tokens "$TOK" --dump-logits "$T/fp.bin"
-$PY - "$T" <<'PYEOF' && ok "int4 kernels == numpy dequant (official formula); KLD vs fp small" || bad "logits mismatch"
+cat > "$T/cmp.py" <<'PYEOF'
 import sys, numpy as np
 t = sys.argv[1]
-q, d, f = (np.fromfile(f"{t}/{n}.bin", dtype=np.float32).reshape(48, -1) for n in ("q4", "dq", "fp"))
+q, d, f = (np.fromfile(f"{t}/{n}.bin", dtype=np.float32).reshape(48, -1) for n in (sys.argv[2], sys.argv[3], "fp"))
 diff = np.abs(q - d).max(); print("max |q4 - dequant| =", diff)
 def lsm(x): x = x - x.max(1, keepdims=True); return x - np.log(np.exp(x).sum(1, keepdims=True))
 lf, lq = lsm(f.astype(np.float64)), lsm(q.astype(np.float64))
 kld = (np.exp(lf) * (lf - lq)).sum(1).mean(); print("KLD(fp || q4) =", kld)
 sys.exit(0 if diff < 2e-3 and kld < 0.05 else 1)
+PYEOF
+$PY "$T/cmp.py" "$T" q4 dq && ok "int4 kernels == numpy dequant (official formula); KLD vs fp small" || bad "logits mismatch"
+
+# asymmetric (per-group zeros in qzeros, "sym": false) and bf16 scales: same independent check
+for v in "asym --asym" "bf16 --scale-dtype bf16" "asymbf16 --asym --scale-dtype bf16"; do
+  set -- $v; n=$1; shift
+  expect_rc 0 "quantize $*" "$BIN" quantize -q -g 32 "$@" "$T/fp" "$T/$n"
+  expect_rc 0 "verify $n" "$BIN" verify --full "$T/$n"
+  $PY "$T/dequant.py" "$T/$n" "$T/$n-dq" || bad "numpy dequant $n failed"
+  expect_rc 0 "eval $n" "$BIN" eval "$T/$n" --tokens "$TOK" --dump-logits "$T/$n.bin"
+  expect_rc 0 "eval $n-dq" "$BIN" eval "$T/$n-dq" --tokens "$TOK" --dump-logits "$T/$n-dq.bin"
+  $PY "$T/cmp.py" "$T" "$n" "$n-dq" && ok "$n: kernels == numpy dequant" || bad "$n logits mismatch"
+done
+grep -q '"sym": false' "$T/asym/config.json" && ok "asym config sym false" || bad "asym config"
+$PY - "$T" <<'PYEOF' && ok "asym zeros vary; bf16 scales stored BF16" || bad "asym/bf16 tensors"
+import json, struct, sys, numpy as np
+def hdr(d):
+    f = open(d + "/model.safetensors", "rb"); n = struct.unpack("<Q", f.read(8))[0]
+    return json.loads(f.read(n)), f, 8 + n
+h, f, b = hdr(sys.argv[1] + "/asym")
+e = h["model.language_model.layers.0.mlp.experts.0.up_proj.qzeros"]; f.seek(b + e["data_offsets"][0])
+z = np.frombuffer(f.read(e["data_offsets"][1] - e["data_offsets"][0]), dtype=np.uint32)
+assert len(set(z.tolist())) > 1 and not (z == 0x77777777).all()
+h2, _, _ = hdr(sys.argv[1] + "/bf16")
+assert h2["model.language_model.layers.0.mlp.experts.0.up_proj.scales"]["dtype"] == "BF16"
 PYEOF
 
 # every scheme / lm_head choice loads and runs; batch split and threads do not change the logits

@@ -18,7 +18,11 @@ static float frand(void) {
     return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
-static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
+enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
+
+/* flags: F_ASYM asymmetric RTN, F_BF16 bf16 scales, F_RANDZ random zero points and codes (any
+ * stored zero, including 2^b - 1, i.e. effective zero 2^b) instead of RTN's. */
+static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int flags) {
     size_t ldx = (size_t)K + 3, ldy = (size_t)N + 5;
     float *W = malloc((size_t)N * K * 4), *X = malloc(T * ldx * 4), *Wd = malloc((size_t)N * K * 4);
     float *Yr = calloc(T * ldy, 4), *Ya = calloc(T * ldy, 4), *Y1 = calloc(ldy, 4);
@@ -27,22 +31,43 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
     cllm_qbuf q;
     cllm_error err;
     CHECK(cllm_qbuf_alloc(&q, bits, G, K, N, "t", &err) == CLLM_OK);
+    q.asym = flags & F_ASYM;
+    q.scale_bf16 = flags & F_BF16;
     cllm_quant_rtn_rows(W, (size_t)K, 0, N, &q);
     cllm_qweight w = cllm_qbuf_view(&q);
     w.act_bits = act_bits;
+    CHECK(w.scale_bf16 == !!(flags & F_BF16));
+    int maxq = (1 << bits) - 1, nzdist = 0;
+    if (flags & F_RANDZ) {
+        for (size_t i = 0; i < (size_t)K / G * N / (32 / bits); i++)
+            q.qzeros[i] = (int32_t)(uint32_t)(rs = rs * 6364136223846793005ull + 1, rs >> 32);
+        for (size_t i = 0; i < (size_t)K / (32 / bits) * N; i++)
+            q.qweight[i] = (int32_t)(uint32_t)(rs = rs * 6364136223846793005ull + 1, rs >> 32);
+    }
+    if (flags & (F_ASYM | F_RANDZ)) { /* the zeros really vary per group and output */
+        int z0 = q.qzeros[0] & maxq;
+        for (int g = 0; g < K / G; g++)
+            for (int n = 0; n < N; n++) {
+                uint32_t zw = (uint32_t)q.qzeros[(size_t)g * (N / (32 / bits)) + n / (32 / bits)];
+                nzdist += (int)((zw >> ((n % (32 / bits)) * bits)) & (uint32_t)maxq) != z0;
+            }
+        CHECK_MSG(nzdist > 0, "zeros constant (flags %d)", flags);
+    }
     /* RTN error bound: |w - dq| <= scale / 2 (+ clamp at the negative edge is exact). */
     double maxerr = 0;
     for (int n = 0; n < N; n++) {
         cllm_quant_dequant_row(&w, n, Wd + (size_t)n * K);
         for (int k = 0; k < K; k++) {
-            float s = cllm_f16_to_f32(q.scales[(size_t)(k / G) * N + n]);
+            float s = cllm_qweight_scale(&w, k / G, n);
             double e = fabs(Wd[(size_t)n * K + k] - W[(size_t)n * K + k]) / s;
             if (e > maxerr) maxerr = e;
         }
     }
-    /* half a step, plus the fp16 rounding of the scale at the clamped edge */
-    CHECK_MSG(maxerr <= 0.5 + (1 << (bits - 1)) / 1024.0, "bits %d rtn err %.4f scales", bits,
-              maxerr);
+    /* half a step, plus the fp16 (bf16) rounding of the scale at the clamped edge */
+    double slack = (maxq + 1) * (flags & F_BF16 ? 1.0 / 256 : 1.0 / 2048);
+    if (!(flags & F_RANDZ))
+        CHECK_MSG(maxerr <= 0.5 + slack, "bits %d flags %d rtn err %.4f scales", bits, flags,
+                  maxerr);
     const cllm_kern_ops *ref = cllm_kern_ref(), *avx = cllm_kern_avx2();
     ref->matmul_q(&w, 0, N, X, ldx, T, Yr, ldy);
     /* oracle: dequantize, (fake-quantized) activations, double accumulation */
@@ -84,6 +109,39 @@ static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
     }
     cllm_qbuf_free(&q);
     free(W), free(X), free(Wd), free(Yr), free(Ya), free(Y1), free(xa);
+}
+static void one_case(int bits, int G, int K, int N, int T, int act_bits) {
+    one_case_f(bits, G, K, N, T, act_bits, 0);
+}
+
+/* Asymmetric RTN beats symmetric on one-sided groups (its point), and keeps every stored zero
+ * in [0, 2^b - 2] (no v1 wrap). */
+static void asym_case(int bits) {
+    int G = 32, K = 128, N = 16, maxq = (1 << bits) - 1;
+    float *W = malloc((size_t)N * K * 4), *row = malloc((size_t)K * 4);
+    for (size_t i = 0; i < (size_t)N * K; i++) /* shifted: rows 0..7 positive, 8..15 negative */
+        W[i] = (i / K < 8 ? 0.05f : -0.05f) + 0.04f * frand();
+    cllm_qbuf qs, qa;
+    cllm_error err;
+    CHECK(cllm_qbuf_alloc(&qs, bits, G, K, N, "s", &err) == CLLM_OK);
+    CHECK(cllm_qbuf_alloc(&qa, bits, G, K, N, "a", &err) == CLLM_OK);
+    qa.asym = true;
+    cllm_quant_rtn_rows(W, (size_t)K, 0, N, &qs);
+    cllm_quant_rtn_rows(W, (size_t)K, 0, N, &qa);
+    cllm_qweight vs = cllm_qbuf_view(&qs), va = cllm_qbuf_view(&qa);
+    double es = 0, ea = 0;
+    for (int n = 0; n < N; n++) {
+        cllm_quant_dequant_row(&vs, n, row);
+        for (int k = 0; k < K; k++) es += pow(row[k] - W[(size_t)n * K + k], 2);
+        cllm_quant_dequant_row(&va, n, row);
+        for (int k = 0; k < K; k++) ea += pow(row[k] - W[(size_t)n * K + k], 2);
+    }
+    CHECK_MSG(ea < 0.6 * es, "bits %d: asym err %g not below sym %g", bits, ea, es);
+    for (size_t i = 0; i < (size_t)K / G * N / (32 / bits); i++)
+        for (int j = 0; j < 32 / bits; j++)
+            CHECK(((uint32_t)qa.qzeros[i] >> (j * bits) & (uint32_t)maxq) <= (uint32_t)maxq - 1);
+    cllm_qbuf_free(&qs), cllm_qbuf_free(&qa);
+    free(W), free(row);
 }
 
 /* GPTQ must beat RTN on the output error ||W X - Wq X|| for correlated inputs (its objective),
@@ -140,6 +198,13 @@ int main(void) {
             one_case(4, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
             one_case(8, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
         }
+    for (int f = 1; f < 8; f++) { /* asym / bf16 scales / random zeros, all combinations */
+        one_case_f(4, 32, 96, 24, 5, 16, f);
+        one_case_f(8, 64, 192, 40, 3, 16, f);
+        one_case_f(4, 8, 40, 16, 1, 16, f);
+    }
+    asym_case(4);
+    asym_case(8);
     one_case(4, 32, 96, 24, 5, 8);
     one_case(4, 32, 96, 24, 5, 4);
     /* bad shapes are refused with a message naming the tensor */

@@ -28,7 +28,8 @@ typedef void (*cllm_matmul_fn)(const void *W, size_t ldw, int n_rows, const floa
 /* A GPTQ v1 quantized matrix (the official Qwen GPTQ-Int4 layout, see src/quant/quant.h): logical
  * W [N out][K in], stored transposed and packed along K: qweight int32 [K*bits/32][N] (32/bits
  * values per word, value j of word (k8, n) is k = k8*32/bits + j, bits j*bits..), qzeros int32
- * [K/group][N*bits/32] packed along N the same way (stored zero z, effective z + 1), scales fp16
+ * [K/group][N*bits/32] packed along N the same way (stored zero z, effective z + 1, any value per
+ * group and output: symmetric files store 2^(bits-1) - 1), scales fp16 (bf16 when scale_bf16)
  * [K/group][N]. w[n][k] = scale[k/G][n] * (q - (z + 1)). bits 4 or 8; N % 8 == 0, K % group == 0,
  * group % 8 == 0. act_bits 16 = float activations; 8 or 4 = activations fake-quantized per token
  * and per group of `group` inputs (symmetric, absmax) before the product (W4A8/W4A4 emulation). */
@@ -36,6 +37,7 @@ typedef struct cllm_qweight {
     const int32_t *qweight, *qzeros;
     const uint16_t *scales;
     int bits, group, K, N, act_bits;
+    int scale_bf16; /* 0: scales are F16; 1: BF16 */
 } cllm_qweight;
 
 /* Y[t*ldy + n] = sum_k w[n][k] * X[t*ldx + k]  for n in [n0, n1) (multiples of 8), t < n_tok.

@@ -50,7 +50,8 @@ static void core_ref(const cllm_qweight *w, int n0, int n1, const float *X, size
                         gacc = fmaf((float)(q - z), x[k8 * per + j], gacc);
                     }
                 }
-                acc = fmaf(cllm_f16_to_f32(w->scales[(size_t)g * w->N + n]), gacc, acc);
+                uint16_t sh = w->scales[(size_t)g * w->N + n];
+                acc = fmaf(w->scale_bf16 ? cllm_bf16_to_f32(sh) : cllm_f16_to_f32(sh), gacc, acc);
             }
             Y[(size_t)t * ldy + n] = acc;
         }

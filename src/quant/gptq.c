@@ -76,9 +76,10 @@ cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf 
     for (int i = 0; i < K; i++) {
         if (i % G == 0)
             for (int n = 0; n < N; n++) {
-                float amax = 0;
-                for (int k = i; k < i + G; k++) amax = fmaxf(amax, fabsf(W[(size_t)n * K + k]));
-                scale[n] = cllm_quant_set_group(q, i / G, n, amax);
+                float lo = 0, hi = 0;
+                for (int k = i; k < i + G; k++)
+                    lo = fminf(lo, W[(size_t)n * K + k]), hi = fmaxf(hi, W[(size_t)n * K + k]);
+                scale[n] = cllm_quant_set_group_mm(q, i / G, n, lo, hi);
             }
         double d = A[(size_t)i * K + i];
         for (int n = 0; n < N; n++) {

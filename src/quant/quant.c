@@ -55,7 +55,8 @@ void cllm_qbuf_free(cllm_qbuf *q) {
 }
 
 cllm_qweight cllm_qbuf_view(const cllm_qbuf *q) {
-    return (cllm_qweight){q->qweight, q->qzeros, q->scales, q->bits, q->group, q->K, q->N, 16};
+    return (cllm_qweight){q->qweight, q->qzeros, q->scales, q->bits,      q->group,
+                          q->K,       q->N,      16,        q->scale_bf16};
 }
 
 uint64_t cllm_quant_bytes(int bits, int group, int K, int N) {
@@ -73,13 +74,48 @@ static inline void put_bits(int32_t *words, size_t idx_word, int shift, uint32_t
     words[idx_word] = (int32_t)((w & ~m) | ((v << shift) & m));
 }
 
-float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax) {
-    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
-    uint16_t sh = cllm_f32_to_f16(2.0f * amax / (float)maxq);
-    float sr = cllm_f16_to_f32(sh);
+static inline uint16_t enc_scale(const cllm_qbuf *q, float s) {
+    return q->scale_bf16 ? cllm_f32_to_bf16(s) : cllm_f32_to_f16(s);
+}
+static inline float dec_scale(int bf16, uint16_t h) {
+    return bf16 ? cllm_bf16_to_f32(h) : cllm_f16_to_f32(h);
+}
+
+float cllm_qweight_scale(const cllm_qweight *w, int g, int n) {
+    return dec_scale(w->scale_bf16, w->scales[(size_t)g * w->N + n]);
+}
+
+/* Rounded scale for s (1 when s rounds to 0, NaN or Inf). */
+static float round_scale(const cllm_qbuf *q, float s, uint16_t *sh) {
+    *sh = enc_scale(q, s);
+    float sr = dec_scale(q->scale_bf16, *sh);
     if (!(sr > 0.0f) || !isfinite(sr)) {
-        sh = cllm_f32_to_f16(1.0f);
+        *sh = enc_scale(q, 1.0f);
         sr = 1.0f;
+    }
+    return sr;
+}
+
+float cllm_quant_set_group_mm(cllm_qbuf *q, int g, int n, float wmin, float wmax) {
+    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
+    uint16_t sh;
+    float sr;
+    if (!q->asym) {
+        /* GPTQ's symmetric grid: scale = 2 amax / maxq, zero = (maxq + 1) / 2. */
+        float amax = fmaxf(fabsf(wmin), fabsf(wmax));
+        sr = round_scale(q, 2.0f * amax / (float)maxq, &sh);
+    } else {
+        float lo = fminf(wmin, 0.0f), hi = fmaxf(wmax, 0.0f);
+        sr = round_scale(q, (hi - lo) / (float)maxq, &sh);
+        float zf = nearbyintf(-lo / sr);
+        if (hi == lo)
+            zero = 1 << (bits - 1);
+        else if (zf >= 1.0f)
+            zero = (int)fminf(zf, (float)maxq);
+        else { /* stored zero - 1 must not wrap: zero 1, the grid spans [-s, (maxq - 1) s] */
+            zero = 1;
+            sr = round_scale(q, hi / (float)(maxq - 1), &sh);
+        }
     }
     q->scales[(size_t)g * q->N + n] = sh;
     put_bits(q->qzeros, (size_t)g * (q->N / per) + n / per, (n % per) * bits, (uint32_t)(zero - 1),
@@ -87,8 +123,14 @@ float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax) {
     return sr;
 }
 
+float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax) {
+    return cllm_quant_set_group_mm(q, g, n, -amax, amax);
+}
+
 float cllm_quant_set_code(cllm_qbuf *q, int n, int k, float w, float s) {
-    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1, zero = 1 << (bits - 1);
+    int bits = q->bits, per = 32 / bits, maxq = (1 << bits) - 1;
+    uint32_t zw = (uint32_t)q->qzeros[(size_t)(k / q->group) * (q->N / per) + n / per];
+    int zero = (int)((zw >> ((n % per) * bits)) & (uint32_t)maxq) + 1;
     float r = nearbyintf(w / s) + (float)zero;
     int qi = (int)fminf(fmaxf(r, 0.0f), (float)maxq);
     put_bits(q->qweight, (size_t)(k / per) * q->N + n, (k % per) * bits, (uint32_t)qi, bits);
@@ -100,10 +142,9 @@ void cllm_quant_rtn_rows(const float *W, size_t ldw, int n0, int n1, cllm_qbuf *
     for (int n = n0; n < n1; n++) {
         const float *w = W + (size_t)(n - n0) * ldw;
         for (int g = 0; g < q->K / G; g++) {
-            float amax = 0.0f;
-            for (int k = g * G; k < (g + 1) * G; k++) amax = fmaxf(amax, fabsf(w[k]));
-            /* GPTQ's symmetric grid: scale = 2 amax / maxq, zero = (maxq + 1) / 2. */
-            float sr = cllm_quant_set_group(q, g, n, amax);
+            float lo = 0.0f, hi = 0.0f;
+            for (int k = g * G; k < (g + 1) * G; k++) lo = fminf(lo, w[k]), hi = fmaxf(hi, w[k]);
+            float sr = cllm_quant_set_group_mm(q, g, n, lo, hi);
             for (int k = g * G; k < (g + 1) * G; k++) cllm_quant_set_code(q, n, k, w[k], sr);
         }
     }
@@ -118,7 +159,7 @@ void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst) {
         int z = (int)((zw >> ((n % per) * w->bits)) & mask) + 1;
         uint32_t v = (uint32_t)w->qweight[(size_t)(k / per) * w->N + n];
         int qv = (int)((v >> ((k % per) * w->bits)) & mask);
-        dst[k] = cllm_f16_to_f32(w->scales[(size_t)g * w->N + n]) * (float)(qv - z);
+        dst[k] = cllm_qweight_scale(w, g, n) * (float)(qv - z);
     }
 }
 
@@ -177,7 +218,8 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
                             "multiples of 8",
                             base, G, N);
     cllm_status st = CLLM_OK;
-    sc = want(ck, base, "scales", CLLM_DT_F16, K / G, N, &st, err);
+    int sbf16 = sc->dtype == CLLM_DT_BF16; /* F16 (GPTQ) or BF16 scales; others rejected */
+    sc = want(ck, base, "scales", sbf16 ? CLLM_DT_BF16 : CLLM_DT_F16, K / G, N, &st, err);
     const cllm_tensor *qz = want(ck, base, "qzeros", CLLM_DT_I32, K / G, N / per, &st, err);
     snprintf(name, sizeof(name), "%s.g_idx", base);
     const cllm_tensor *gi = cllm_ckpt_get(ck, name);
@@ -196,7 +238,7 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     if (st != CLLM_OK) return st;
     if (((uintptr_t)qw->data | (uintptr_t)qz->data) & 3)
         return cllm_err_set(err, CLLM_EFORMAT, "%s: qweight/qzeros data not 4-byte aligned", base);
-    *out = (cllm_qweight){qw->data, qz->data, sc->data, bits, G, K, N, 16};
+    *out = (cllm_qweight){qw->data, qz->data, sc->data, bits, G, K, N, 16, sbf16};
     return CLLM_OK;
 }
 

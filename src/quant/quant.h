@@ -8,6 +8,11 @@
  *   P.g_idx    I32 [K]           k / G (desc_act false; other orders are rejected)
  * and w[n][k] = scales[k/G][n] * (q - (z + 1)). Symmetric quantization stores z = 2^(b-1) - 1
  * (0x77777777 for int4), so w = scale * (q - 8) (int4) or scale * (q - 128) (int8).
+ * Asymmetric (--asym, "sym": false) picks per (group, output) scale = (max - min) / (2^b - 1) over
+ * the group's range widened to include 0, and zero = round(-min / scale) kept in [1, 2^b - 1]
+ * (stored z = zero - 1 never wraps, the v1 format's known pitfall; a group needing zero 0 gets
+ * zero 1 and scale = max / (2^b - 2)). Scales may be BF16 instead of F16 (--scale-dtype bf16);
+ * readers take the dtype from the scales tensor.
  * config.json carries "quantization_config": {"quant_method": "gptq", "bits", "group_size",
  * "sym", "desc_act": false, "checkpoint_format": "gptq", "dynamic": {...}} plus cllm's own keys
  * "cllm_scheme" and "cllm_act_bits" (16, or 8/4 for W4A8/W4A4: activations fake-quantized). */
@@ -26,6 +31,7 @@ typedef struct cllm_qbuf {
     int32_t *qweight, *qzeros, *g_idx;
     uint16_t *scales;
     int bits, group, K, N;
+    bool asym, scale_bf16; /* set after cllm_qbuf_alloc, before quantizing */
 } cllm_qbuf;
 
 /* Checks bits/group/K/N (clear message naming `what` on failure) and allocates. */
@@ -43,7 +49,13 @@ void cllm_quant_rtn_rows(const float *W, size_t ldw, int n0, int n1, cllm_qbuf *
 /* Symmetric scale of a group from its absolute maximum: sets scales/qzeros of (group g, output
  * n) and returns the fp16-rounded scale the codes must use. */
 float cllm_quant_set_group(cllm_qbuf *q, int g, int n, float amax);
-/* Code for w at (n, k) with scale s (round, clamp); stores it; returns the dequantized value. */
+/* Scale and zero of a group from its range [wmin, wmax]: symmetric (from max(|wmin|, |wmax|))
+ * unless q->asym; returns the rounded (fp16 or bf16) scale the codes must use. */
+float cllm_quant_set_group_mm(cllm_qbuf *q, int g, int n, float wmin, float wmax);
+/* Scale of (group g, output n) as float, whatever its stored dtype. */
+float cllm_qweight_scale(const cllm_qweight *w, int g, int n);
+/* Code for w at (n, k) with scale s and the group's stored zero (round, clamp); stores it;
+ * returns the dequantized value. */
 float cllm_quant_set_code(cllm_qbuf *q, int n, int k, float w, float s);
 /* Sets g_idx to k / group. */
 void cllm_quant_fill_gidx(cllm_qbuf *q);

@@ -153,7 +153,8 @@ static bool add_unit(vec *units, vec *outs, const cllm_tensor *src, uint64_t off
     (void)outs;
 }
 
-static void qsizes(const unit *u, int G, int part, int64_t *d0, int64_t *d1, cllm_dtype *dt) {
+static void qsizes(const unit *u, int G, bool bf16, int part, int64_t *d0, int64_t *d1,
+                   cllm_dtype *dt) {
     int per = 32 / u->bits;
     *dt = CLLM_DT_I32;
     *d1 = -1;
@@ -165,7 +166,7 @@ static void qsizes(const unit *u, int G, int part, int64_t *d0, int64_t *d1, cll
         *d0 = u->K / G, *d1 = u->N / per;
         break;
     case P_SC:
-        *d0 = u->K / G, *d1 = u->N, *dt = CLLM_DT_F16;
+        *d0 = u->K / G, *d1 = u->N, *dt = bf16 ? CLLM_DT_BF16 : CLLM_DT_F16;
         break;
     default:
         *d0 = u->K;
@@ -224,7 +225,7 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
     json_object_set_new(qc, "quant_method", json_string("gptq"));
     json_object_set_new(qc, "bits", json_integer(wbits));
     json_object_set_new(qc, "group_size", json_integer(o->group));
-    json_object_set_new(qc, "sym", json_true());
+    json_object_set_new(qc, "sym", json_boolean(!o->asym));
     json_object_set_new(qc, "desc_act", json_false());
     json_object_set_new(qc, "checkpoint_format", json_string("gptq"));
     json_object_set_new(qc, "lm_head", json_boolean(o->lm_head_bits < 16));
@@ -254,6 +255,8 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
     json_object_set_new(qc, "cllm_scheme", json_string(o->scheme));
     json_object_set_new(qc, "cllm_method", json_string(o->method));
     json_object_set_new(qc, "cllm_act_bits", json_integer(abits));
+    json_object_set_new(qc, "cllm_scale_dtype",
+                        json_string(o->scale_bf16 ? "bfloat16" : "float16"));
     json_object_set_new(qc, "cllm_lm_head_bits", json_integer(o->lm_head_bits));
     json_object_set_new(root, "quantization_config", qc);
     snprintf(path, sizeof(path), "%s/config.json", tmp);
@@ -425,7 +428,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             uv = units.v;
             snprintf(x->name, sizeof(x->name), "%s.%s", uv[i].base, part_suffix[p]);
             int64_t d0, d1;
-            qsizes(&uv[i], o->group, p, &d0, &d1, &x->dt);
+            qsizes(&uv[i], o->group, o->scale_bf16, p, &d0, &d1, &x->dt);
             x->n_dims = d1 < 0 ? 1 : 2;
             x->shape[0] = d0;
             x->shape[1] = d1;
@@ -479,12 +482,13 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         }
         fprintf(out,
                 "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
-                "symmetric, method %s, lm_head %s\n",
+                "%s, %s scales, method %s, lm_head %s\n",
                 o->in_dir, o->out_dir, o->scheme, wbits,
                 abits == 16  ? "float"
                 : abits == 8 ? "int8 (emulated)"
                              : "int4 (emulated)",
-                o->group, o->method,
+                o->group, o->asym ? "asymmetric" : "symmetric", o->scale_bf16 ? "bf16" : "fp16",
+                o->method,
                 o->lm_head_bits == 16  ? "kept 16-bit"
                 : o->lm_head_bits == 8 ? "int8"
                                        : "int4");
@@ -610,6 +614,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                     if (ov[i].part == P_QW) {
                         if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err)))
                             break;
+                        q.asym = o->asym;
+                        q.scale_bf16 = o->scale_bf16;
                         const float *H = NULL;
                         int ntok = 0;
                         if (gq) H = cllm_gptq_hessian(gq, u->src->name, u->off, u->K, &ntok);

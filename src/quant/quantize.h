@@ -15,6 +15,8 @@ typedef struct cllm_quant_opts {
     const char *in_dir, *out_dir;
     const char *scheme;      /* "w4a16" | "w8a16" | "w4a8" | "w4a4" */
     int group;               /* group size along K (default 128) */
+    bool asym;               /* per-group zero points (config "sym": false) */
+    bool scale_bf16;         /* scales stored BF16 instead of F16 */
     int lm_head_bits;        /* 8, 4, or 16 (kept) */
     const char *keep;        /* extra comma-separated globs kept 16-bit (warned when unmatched) */
     const char *preset_keep; /* globs of a preset (--qwen-gptq-int4), never warned about */

@@ -8,15 +8,17 @@
 #include "tools/commands.h"
 
 int cmd_quantize(int argc, char **argv) {
-    const char *scheme = "w4a16", *method = "rtn", *lm = "int8", *keep = NULL, *calib = NULL,
-               *preset = NULL;
+    const char *scheme = "w4a16", *sdt = "fp16", *method = "rtn", *lm = "int8", *keep = NULL,
+               *calib = NULL, *preset = NULL;
     long group = 128, samples = 32, seq_len = 256, min_tok = 16, threads = 0;
     double damp = 0.01;
     uint64_t shard = 4000000000ull;
-    bool no_def = false, quiet = false, dry = false, official = false;
+    bool no_def = false, quiet = false, dry = false, official = false, asym = false;
     const cli_opt opts[] = {
         {"--scheme", NULL, CLI_CHOICE, &scheme, "weights/activations", "w4a16|w8a16|w4a8|w4a4"},
         {"--group-size", "-g", CLI_INT, &group, "inputs per scale (32, 64, 128)", NULL, 1, 1 << 20},
+        {"--asym", NULL, CLI_FLAG, &asym, "per-group zero points (default symmetric)"},
+        {"--scale-dtype", NULL, CLI_CHOICE, &sdt, "dtype of the scales tensors", "fp16|bf16"},
         {"--method", NULL, CLI_CHOICE, &method, "round-to-nearest or GPTQ with calibration",
          "rtn|gptq"},
         {"--lm-head", NULL, CLI_CHOICE, &lm, "output layer precision", "int8|int4|bf16"},
@@ -64,6 +66,8 @@ int cmd_quantize(int argc, char **argv) {
         .out_dir = pos[1],
         .scheme = scheme,
         .group = (int)group,
+        .asym = asym,
+        .scale_bf16 = !strcmp(sdt, "bf16"),
         .lm_head_bits = !strcmp(lm, "int8")   ? 8
                         : !strcmp(lm, "int4") ? 4
                                               : 16,

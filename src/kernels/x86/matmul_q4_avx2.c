@@ -70,8 +70,10 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
             }
         }
         for (int b = 0; b < NB; b++) {
-            __m256 sv = _mm256_cvtph_ps(
-                _mm_loadu_si128((const __m128i *)(w->scales + (size_t)g * N + n0 + 8 * b)));
+            __m128i sh = _mm_loadu_si128((const __m128i *)(w->scales + (size_t)g * N + n0 + 8 * b));
+            __m256 sv = w->scale_bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                            _mm256_cvtepu16_epi32(sh), 16)) /* bf16: exact */
+                                      : _mm256_cvtph_ps(sh);
             for (int t = 0; t < TT; t++) acc[b][t] = _mm256_fmadd_ps(sv, gacc[b][t], acc[b][t]);
         }
     }
