@@ -94,6 +94,96 @@ for v in "asym --asym" "bf16 --scale-dtype bf16" "asymbf16 --asym --scale-dtype 
   $PY "$T/cmp.py" "$T" "$n" "$n-dq" && ok "$n: kernels == numpy dequant" || bad "$n logits mismatch"
 done
 grep -q '"sym": false' "$T/asym/config.json" && ok "asym config sym false" || bad "asym config"
+# compressed-tensors "pack-quantized" (vllm/llm-compressor W4A16 layout): an independent numpy
+# writer quantizes the fp model per Linear (same set and bits as q4) into weight_packed [N, K/8]
+# (packed along K, low bits first, stored q + 8), weight_scale [N, K/G], weight_zero_point
+# [N/8, K/G] (asym), weight_shape; cllm's logits must match the numpy-dequantized fp model.
+cat > "$T/ct.py" <<'PYEOF'
+import json, os, struct, sys
+import numpy as np
+fp, q4, dst, dqd, mode, sdt = sys.argv[1:7]
+zero0 = len(sys.argv) > 7
+def load(d):
+    f = open(os.path.join(d, "model.safetensors"), "rb"); n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n)); b = 8 + n; out = {}
+    for k, e in h.items():
+        if k == "__metadata__": continue
+        a, c = e["data_offsets"]; f.seek(b + a)
+        dt = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "BF16": np.uint16}[e["dtype"]]
+        out[k] = np.frombuffer(f.read(c - a), dtype=dt).reshape(e["shape"])
+    return out
+def save(d, t, cfg):
+    os.makedirs(d)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    h, off, blobs = {}, 0, []
+    for k in sorted(t):
+        x, dt = t[k]; b = np.ascontiguousarray(x).tobytes()
+        h[k] = {"dtype": dt, "shape": list(x.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b); blobs.append(b)
+    js = json.dumps(h).encode(); js += b" " * ((8 - len(js) % 8) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as g:
+        g.write(struct.pack("<Q", len(js))); g.write(js); [g.write(b) for b in blobs]
+def pack(u, bits):  # [R, C] unsigned codes -> int32 [R, C*bits/32], along C, low bits first
+    per = 32 // bits; u = u.astype(np.uint32).reshape(u.shape[0], -1, per)
+    return (u << (np.arange(per, dtype=np.uint32) * bits)).sum(2, dtype=np.uint32).view(np.int32)
+W = load(fp); Q = load(q4); G = 32
+qcfg = json.load(open(os.path.join(q4, "config.json")))["quantization_config"]
+ct, dq = {}, {}
+bases = {k[:-8]: Q[k].shape[0] * 32 // Q[k[:-8] + ".g_idx"].shape[0] for k in Q if k.endswith(".qweight")}
+def weight(b):
+    if b + ".weight" in W: return W[b + ".weight"]
+    pre, e, what = b.rsplit(".", 2); e = int(e)
+    if what == "down_proj": return W[pre + ".down_proj"][e]
+    gu = W[pre + ".gate_up_proj"][e]; I = gu.shape[0] // 2
+    return gu[:I] if what == "gate_proj" else gu[I:]
+used = set()
+for b, bits in sorted(bases.items()):
+    w = weight(b).astype(np.float32); N, K = w.shape; off = 1 << (bits - 1); maxq = 2 * off - 1
+    g = w.reshape(N, K // G, G)
+    if mode == "sym":
+        s = np.abs(g).max(2) / (maxq / 2)
+    else:
+        lo, hi = np.minimum(g.min(2), 0), np.maximum(g.max(2), 0); s = (hi - lo) / maxq
+    s = np.where(s > 0, s, 1).astype(np.float32)
+    if sdt == "BF16":
+        sb = ((s.view(np.uint32) + 0x7FFF + ((s.view(np.uint32) >> 16) & 1)) >> 16).astype(np.uint16)
+        sr = (sb.astype(np.uint32) << 16).view(np.float32); st = (sb, "BF16")
+    else:
+        sr = s.astype(np.float16).astype(np.float32); st = (s.astype(np.float16), "F16")
+    uz = np.full((N, K // G), off, np.int64)
+    if mode == "asym":
+        uz = np.clip(np.round(-lo / sr), 1, maxq).astype(np.int64)
+        if zero0 and b.endswith("layers.1.mlp.experts.3.up_proj"): uz[5, 0] = 0
+    u = np.clip(np.round(g / sr[:, :, None]) + uz[:, :, None], 0, maxq).astype(np.int64)
+    dq[b + ".weight"] = ((u - uz[:, :, None]) * sr[:, :, None]).reshape(N, K).astype(np.float32)
+    ct[b + ".weight_packed"] = (pack(u.reshape(N, K), bits), "I32")
+    ct[b + ".weight_scale"] = st
+    ct[b + ".weight_shape"] = (np.array([N, K], np.int64), "I64")
+    if mode == "asym": ct[b + ".weight_zero_point"] = (pack(uz.T, bits).T.copy(), "I32")
+for k, x in Q.items():
+    if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx")):
+        ct[k] = (x, "F32"); dq[k] = x
+cfg = json.load(open(os.path.join(fp, "config.json")))
+save(dqd, {k: (v.astype(np.float32), "F32") for k, v in dq.items()}, cfg)
+grp = lambda bits: {"targets": ["Linear"], "input_activations": None, "output_activations": None,
+    "weights": {"num_bits": bits, "type": "int", "symmetric": mode == "sym", "strategy": "group",
+                "group_size": G, "dynamic": False, "actorder": None, "observer": "minmax"}}
+cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+    "quantization_status": "compressed", "ignore": [],
+    "config_groups": {"group_0": grp(4), "group_1": dict(grp(8), targets=["lm_head"])}}
+save(dst, ct, cfg)
+PYEOF
+for v in "ctsym sym F16" "ctasym asym BF16"; do
+  set -- $v
+  $PY "$T/ct.py" "$T/fp" "$T/q4" "$T/$1" "$T/$1-dq" $2 $3 || bad "ct writer $1"
+  expect_rc 0 "eval compressed-tensors $1" "$BIN" eval "$T/$1" --tokens "$TOK" --dump-logits "$T/$1.bin"
+  expect_rc 0 "eval $1-dq" "$BIN" eval "$T/$1-dq" --tokens "$TOK" --dump-logits "$T/$1-dq.bin"
+  $PY "$T/cmp.py" "$T" "$1" "$1-dq" && ok "$1: compressed-tensors load == numpy dequant" || bad "$1 logits mismatch"
+done
+$PY "$T/ct.py" "$T/fp" "$T/q4" "$T/ctz0" "$T/ctz0-dq" asym F16 zero0 || bad "ct writer z0"
+expect_rc 1 "ct zero point -8 refused" "$BIN" eval "$T/ctz0" --tokens "$TOK" --logits-hash
+grep -q "layers.1.mlp.experts.3.up_proj.weight_zero_point" "$T/out" && ok "names the tensor" || { bad "z0 message"; cat "$T/out"; }
+
 $PY - "$T" <<'PYEOF' && ok "asym zeros vary; bf16 scales stored BF16" || bad "asym/bf16 tensors"
 import json, struct, sys, numpy as np
 def hdr(d):

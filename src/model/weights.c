@@ -31,12 +31,13 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
     const cllm_tensor *t = cllm_ckpt_get(c->ck, s->name);
     size_t nl = strlen(s->name);
     if (!t && s->n_dims == 2 && nl > 7 && !strcmp(s->name + nl - 7, ".weight")) {
-        /* a GPTQ-quantized Linear: P.qweight/qzeros/scales[/g_idx] instead of P.weight */
+        /* a quantized Linear: GPTQ P.qweight/qzeros/scales[/g_idx] or compressed-tensors
+         * P.weight_packed/weight_scale[/weight_zero_point] instead of P.weight */
         char base[160];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         cllm_qweight q;
-        cllm_status qs =
-            cllm_quant_bind(c->ck, base, (int)s->shape[0], (int)s->shape[1], &q, c->err);
+        cllm_status qs = cllm_quant_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], NULL,
+                                             NULL, &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
@@ -77,6 +78,10 @@ static void *own(cllm_model *m, size_t bytes) {
     void *p = calloc(1, bytes ? bytes : 1);
     if (p) m->allocs[m->n_allocs++] = p;
     return p;
+}
+
+static void *own_cb(void *m, size_t bytes) {
+    return own(m, bytes);
 }
 
 /* Binding helpers; names were validated by the plan pass, the element count is rechecked. */
@@ -146,7 +151,8 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
     size_t nl = strlen(name);
     if (!cllm_ckpt_get(b->m->ckpt, name) && nl > 7 && !strcmp(name + nl - 7, ".weight")) {
         name[nl - 7] = 0;
-        cllm_status qs = cllm_quant_bind(b->m->ckpt, name, rows, cols, &w.q, b->err);
+        cllm_status qs =
+            cllm_quant_bind_any(b->m->ckpt, name, rows, cols, own_cb, b->m, &w.q, b->err);
         if (qs == CLLM_OK) {
             w.q.act_bits = b->act_bits;
             w.data = w.q.qweight;

@@ -242,6 +242,99 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     return CLLM_OK;
 }
 
+static uint32_t word_at(const cllm_tensor *t, size_t i) {
+    uint32_t v;
+    memcpy(&v, (const char *)t->data + 4 * i, 4);
+    return v;
+}
+
+cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
+                               void *(*alloc)(void *actx, size_t bytes), void *actx,
+                               cllm_qweight *out, cllm_error *err) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.weight_packed", base);
+    const cllm_tensor *wp = cllm_ckpt_get(ck, name);
+    if (!wp) return CLLM_ENOTFOUND;
+    if (wp->dtype != CLLM_DT_I32 || wp->n_dims != 2 || wp->shape[0] != N || K <= 0 || K % 8 ||
+        (wp->shape[1] * 8 != K && wp->shape[1] * 4 != K)) {
+        char got[96];
+        cllm_shape_str(wp->shape, wp->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s does not match a 4- or 8-bit packing of "
+                            "[%d out, %d in] (expected I32 [%d, %d or %d])",
+                            name, cllm_dtype_name(wp->dtype), got, N, K, N, K / 8, K / 4);
+    }
+    int bits = (int)(32 * wp->shape[1] / K), per = 32 / bits, off = 1 << (bits - 1);
+    snprintf(name, sizeof(name), "%s.weight_shape", base);
+    const cllm_tensor *ws = cllm_ckpt_get(ck, name);
+    if (ws && (ws->n_elems != 2 || cllm_tensor_elem(ws, 0) != N || cllm_tensor_elem(ws, 1) != K))
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: not [%d, %d]", name, N, K);
+    snprintf(name, sizeof(name), "%s.weight_g_idx", base);
+    if (cllm_ckpt_get(ck, name))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "tensor %s: act-order checkpoints are not supported", name);
+    snprintf(name, sizeof(name), "%s.weight_scale", base);
+    const cllm_tensor *sc = cllm_ckpt_get(ck, name);
+    if (!sc || sc->n_dims != 2 || sc->shape[0] != N || sc->shape[1] <= 0 || K % sc->shape[1] != 0 ||
+        (sc->dtype != CLLM_DT_F16 && sc->dtype != CLLM_DT_BF16))
+        return cllm_err_set(err, sc ? CLLM_EFORMAT : CLLM_ENOTFOUND,
+                            "tensor %s: missing or not F16/BF16 [%d, K/group]", name, N);
+    int NG = (int)sc->shape[1], G = K / NG;
+    if (G % 8 || N % 8)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: group size %d / out_features %d not multiples of 8", base, G, N);
+    snprintf(name, sizeof(name), "%s.weight_zero_point", base);
+    const cllm_tensor *zp = cllm_ckpt_get(ck, name);
+    if (zp && (zp->dtype != CLLM_DT_I32 || zp->n_dims != 2 || zp->shape[0] != N / per ||
+               zp->shape[1] != NG))
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: expected I32 [%d, %d]", name, N / per,
+                            NG);
+    uint32_t mask = (1u << bits) - 1;
+    for (int n8 = 0; zp && n8 < N / per; n8++) /* uz == 0 has no GPTQ v1 zero (z = uz - 1) */
+        for (int g = 0; g < NG; g++) {
+            uint32_t v = word_at(zp, (size_t)n8 * NG + g);
+            for (int j = 0; j < per; j++)
+                if (!((v >> (j * bits)) & mask))
+                    return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                        "tensor %s: zero point %d (row %d, group %d) is not "
+                                        "representable in cllm's GPTQ-layout kernels",
+                                        name, -off, n8 * per + j, g);
+        }
+    *out = (cllm_qweight){NULL, NULL, NULL, bits, G, K, N, 16, sc->dtype == CLLM_DT_BF16};
+    if (!alloc) return CLLM_OK;
+    size_t nw = (size_t)K / per * N, nz = (size_t)NG * N / per, ns = (size_t)NG * N;
+    int32_t *qw = alloc(actx, nw * 4), *qz = alloc(actx, nz * 4);
+    uint16_t *s = alloc(actx, ns * 2);
+    if (!qw || !qz || !s)
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory converting %s", base);
+    for (int n = 0; n < N; n++) {
+        for (int k8 = 0; k8 < K / per; k8++)
+            qw[(size_t)k8 * N + n] = (int32_t)word_at(wp, (size_t)n * (K / per) + k8);
+        for (int g = 0; g < NG; g++)
+            memcpy(&s[(size_t)g * N + n], (const char *)sc->data + 2 * ((size_t)n * NG + g), 2);
+    }
+    for (int g = 0; g < NG; g++)
+        for (int n8 = 0; n8 < N / per; n8++) {
+            uint32_t v = zp ? word_at(zp, (size_t)n8 * NG + g) : 0, w = 0;
+            for (int j = 0; j < per; j++) {
+                uint32_t uz = zp ? (v >> (j * bits)) & mask : (uint32_t)off;
+                w |= (uz - 1) << (j * bits);
+            }
+            qz[(size_t)g * (N / per) + n8] = (int32_t)w;
+        }
+    out->qweight = qw;
+    out->qzeros = qz;
+    out->scales = s;
+    return CLLM_OK;
+}
+
+cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+                                void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                cllm_qweight *out, cllm_error *err) {
+    cllm_status st = cllm_quant_bind(ck, base, N, K, out, err);
+    return st == CLLM_ENOTFOUND ? cllm_quant_bind_ct(ck, base, N, K, alloc, actx, out, err) : st;
+}
+
 int cllm_quant_act_bits(const char *dir) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);

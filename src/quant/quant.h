@@ -69,6 +69,27 @@ void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst);
 cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K, cllm_qweight *out,
                             cllm_error *err);
 
+/* compressed-tensors "pack-quantized" W4A16/W8A16 Linear (quant_method "compressed-tensors"), as
+ * compressed_tensors' PackedQuantizationCompressor writes it:
+ *   P.weight_packed     I32 [N][K*b/32]   packed along K, 32/b values per word, low bits first,
+ *                                         each stored unsigned u = q + 2^(b-1) (q signed)
+ *   P.weight_scale      F16|BF16 [N][K/G] (G = K: per channel)
+ *   P.weight_zero_point I32 [N*b/32][K/G] (asymmetric only) packed along N, same offset
+ *   P.weight_shape      I64 [2] = {N, K}
+ * w[n][k] = scale * (u - uz), uz = 2^(b-1) when symmetric. Rows are N (transposed relative to
+ * GPTQ), so it is converted at load time into the GPTQ layout: words transposed (both pack K the
+ * same way), scales transposed, zeros repacked as uz - 1 (uz == 0 cannot be expressed in the GPTQ
+ * v1 zero and is rejected naming the tensor). Memory comes from alloc(actx, bytes); alloc NULL
+ * only validates (out then has NULL data). act-order (P.weight_g_idx) is rejected.
+ * Returns CLLM_ENOTFOUND (no message) when P.weight_packed is absent. */
+cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
+                               void *(*alloc)(void *actx, size_t bytes), void *actx,
+                               cllm_qweight *out, cllm_error *err);
+/* GPTQ tensors (cllm_quant_bind, in place) or else compressed-tensors (cllm_quant_bind_ct). */
+cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+                                void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                cllm_qweight *out, cllm_error *err);
+
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
 int cllm_quant_act_bits(const char *dir);
 
