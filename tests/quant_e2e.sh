@@ -180,9 +180,20 @@ for v in "ctsym sym F16" "ctasym asym BF16"; do
   expect_rc 0 "eval $1-dq" "$BIN" eval "$T/$1-dq" --tokens "$TOK" --dump-logits "$T/$1-dq.bin"
   $PY "$T/cmp.py" "$T" "$1" "$1-dq" && ok "$1: compressed-tensors load == numpy dequant" || bad "$1 logits mismatch"
 done
+expect_rc 0 "verify compressed-tensors sym" "$BIN" verify --full "$T/ctsym"
+expect_rc 0 "verify compressed-tensors asym bf16" "$BIN" verify --full "$T/ctasym"
+# the numpy writer's symmetric grid is cllm's (2 amax / 15): the two files hold the same model
+[ "$("$BIN" eval "$T/ctsym" --tokens "$TOK" --logits-hash 2>&1)" = "$("$BIN" eval "$T/q4" --tokens "$TOK" --logits-hash 2>&1)" ] \
+  && ok "compressed-tensors sym == cllm GPTQ sym bitwise" || bad "ctsym vs q4 hash"
+cp -r "$T/ctsym" "$T/ctfmt"
+$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['quantization_config']['format']='int-quantized'; json.dump(c,open(p,'w'))" "$T/ctfmt/config.json"
+expect_rc 1 "compressed-tensors int-quantized refused" "$BIN" eval "$T/ctfmt" --tokens "$TOK" --logits-hash
+grep -q "format 'int-quantized' is not supported" "$T/out" && ok "format named" || { bad "format message"; cat "$T/out"; }
 $PY "$T/ct.py" "$T/fp" "$T/q4" "$T/ctz0" "$T/ctz0-dq" asym F16 zero0 || bad "ct writer z0"
 expect_rc 1 "ct zero point -8 refused" "$BIN" eval "$T/ctz0" --tokens "$TOK" --logits-hash
 grep -q "layers.1.mlp.experts.3.up_proj.weight_zero_point" "$T/out" && ok "names the tensor" || { bad "z0 message"; cat "$T/out"; }
+expect_rc 1 "verify ct zero point -8" "$BIN" verify "$T/ctz0"
+grep -q "problem: .*experts.3.up_proj.weight_zero_point" "$T/out" && ok "verify names it" || { bad "verify z0"; cat "$T/out"; }
 
 $PY - "$T" <<'PYEOF' && ok "asym zeros vary; bf16 scales stored BF16" || bad "asym/bf16 tensors"
 import json, struct, sys, numpy as np

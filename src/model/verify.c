@@ -72,19 +72,24 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
     const cllm_tensor *t = cllm_ckpt_get(v->ck, s->name);
     size_t nl = strlen(s->name);
     if (!t && s->n_dims == 2 && nl > 7 && !strcmp(s->name + nl - 7, ".weight")) {
-        /* GPTQ-quantized Linear (quant/quant.h): check its tensors instead of P.weight */
+        /* GPTQ or compressed-tensors quantized Linear (quant/quant.h): check its tensors
+         * instead of P.weight */
         char base[160], name[192];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         snprintf(name, sizeof(name), "%s.qweight", base);
-        if (cllm_ckpt_get(v->ck, name)) {
+        bool gptq = cllm_ckpt_get(v->ck, name) != NULL;
+        snprintf(name, sizeof(name), "%s.weight_packed", base);
+        if (gptq || cllm_ckpt_get(v->ck, name)) {
             cllm_qweight q;
             cllm_error qe = {0};
-            if (cllm_quant_bind(v->ck, base, (int)s->shape[0], (int)s->shape[1], &q, &qe) !=
-                CLLM_OK)
+            if (cllm_quant_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], NULL, NULL, &q,
+                                    &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
-            static const char *const parts[] = {"qweight", "qzeros", "scales", "g_idx"};
+            static const char *const parts[2][4] = {
+                {"qweight", "qzeros", "scales", "g_idx"},
+                {"weight_packed", "weight_zero_point", "weight_scale", "weight_shape"}};
             for (int i = 0; i < 4; i++) {
-                snprintf(name, sizeof(name), "%s.%s", base, parts[i]);
+                snprintf(name, sizeof(name), "%s.%s", base, parts[!gptq][i]);
                 const cllm_tensor *p = cllm_ckpt_get(v->ck, name);
                 if (!p) continue;
                 if (cllm_strmap_put(&v->seen, p->name, strlen(p->name), (void *)p) < 0)

@@ -306,6 +306,7 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
         goto fail;
     }
     binder B = {m, err, CLLM_OK, cllm_quant_act_bits(dir)};
+    B.st = cllm_quant_check_config(dir, err);
     int H = c->hidden_size;
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");

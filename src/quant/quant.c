@@ -335,6 +335,48 @@ cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, in
     return st == CLLM_ENOTFOUND ? cllm_quant_bind_ct(ck, base, N, K, alloc, actx, out, err) : st;
 }
 
+cllm_status cllm_quant_check_config(const char *dir, cllm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *qc = root ? json_object_get(root, "quantization_config") : NULL;
+    const char *m = qc ? json_string_value(json_object_get(qc, "quant_method")) : NULL;
+    cllm_status st = CLLM_OK;
+    if (!qc || (m && !strcmp(m, "gptq"))) {
+    } else if (!m || strcmp(m, "compressed-tensors")) {
+        st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                          "%s: quantization_config.quant_method '%s' is not supported "
+                          "(gptq, or compressed-tensors pack-quantized)",
+                          path, m ? m : "(missing)");
+    } else {
+        const char *f = json_string_value(json_object_get(qc, "format"));
+        json_t *groups = json_object_get(qc, "config_groups"), *g;
+        const char *k;
+        json_object_foreach(groups, k, g) {
+            const char *gf = json_string_value(json_object_get(g, "format"));
+            json_t *w = json_object_get(g, "weights"),
+                   *ia = json_object_get(g, "input_activations");
+            const char *ty = json_string_value(json_object_get(w, "type"));
+            if ((gf ? gf : f) && strcmp(gf ? gf : f, "pack-quantized"))
+                st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                  "%s: compressed-tensors format '%s' is not supported "
+                                  "(pack-quantized only)",
+                                  path, gf ? gf : f);
+            else if ((ia && !json_is_null(ia)) || (ty && strcmp(ty, "int")))
+                st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                  "%s: compressed-tensors group %s: only int weight-only "
+                                  "(WnA16) quantization is supported",
+                                  path, k);
+            if (st) break;
+        }
+        if (!st && f && strcmp(f, "pack-quantized") && !json_object_size(groups))
+            st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                              "%s: compressed-tensors format '%s' is not supported", path, f);
+    }
+    json_decref(root);
+    return st;
+}
+
 int cllm_quant_act_bits(const char *dir) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);

@@ -90,6 +90,11 @@ cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, in
                                 void *(*alloc)(void *actx, size_t bytes), void *actx,
                                 cllm_qweight *out, cllm_error *err);
 
+/* dir/config.json's quantization_config is one cllm loads: none, quant_method "gptq", or
+ * "compressed-tensors" with format "pack-quantized" and weight-only (int) groups. Anything else
+ * (awq, fp8, int-quantized, activation quantization) is a clear CLLM_EUNSUPPORTED. */
+cllm_status cllm_quant_check_config(const char *dir, cllm_error *err);
+
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
 int cllm_quant_act_bits(const char *dir);
 
