@@ -146,7 +146,7 @@ static void asym_case(int bits) {
 
 /* GPTQ must beat RTN on the output error ||W X - Wq X|| for correlated inputs (its objective),
  * and produce valid codes (dequant within the group's range). */
-static void gptq_case(int bits, int G, int K, int N, int T) {
+static void gptq_case(int bits, int G, int K, int N, int T, bool asym) {
     float *W = malloc((size_t)N * K * 4), *W2 = malloc((size_t)N * K * 4),
           *X = malloc((size_t)T * K * 4);
     float *H = calloc((size_t)K * K, 4), *row = malloc((size_t)K * 4);
@@ -164,6 +164,7 @@ static void gptq_case(int bits, int G, int K, int N, int T) {
     cllm_error err;
     CHECK(cllm_qbuf_alloc(&qr, bits, G, K, N, "r", &err) == CLLM_OK);
     CHECK(cllm_qbuf_alloc(&qg, bits, G, K, N, "g", &err) == CLLM_OK);
+    qr.asym = qg.asym = asym;
     cllm_quant_rtn_rows(W, (size_t)K, 0, N, &qr);
     memcpy(W2, W, (size_t)N * K * 4);
     CHECK(cllm_gptq_quantize(W2, H, 0.01, &qg, &err) == CLLM_OK);
@@ -184,14 +185,16 @@ static void gptq_case(int bits, int G, int K, int N, int T) {
         free(wr);
     }
     CHECK_MSG(eg < 0.8 * er, "gptq output error %g not below rtn %g", eg, er);
-    fprintf(stderr, "gptq bits %d: output error %.3g vs rtn %.3g\n", bits, eg, er);
+    fprintf(stderr, "gptq bits %d%s: output error %.3g vs rtn %.3g\n", bits, asym ? " asym" : "",
+            eg, er);
     cllm_qbuf_free(&qr), cllm_qbuf_free(&qg);
     free(W), free(W2), free(X), free(H), free(row);
 }
 
 int main(void) {
-    gptq_case(4, 32, 128, 48, 256);
-    gptq_case(8, 64, 128, 16, 256);
+    gptq_case(4, 32, 128, 48, 256, false);
+    gptq_case(8, 64, 128, 16, 256, false);
+    gptq_case(4, 32, 128, 48, 256, true);
     int shapes[][3] = {{32, 96, 24}, {32, 32, 8}, {64, 192, 40}, {128, 256, 56}, {8, 40, 16}};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int T = 1; T <= 7; T += 3) {
