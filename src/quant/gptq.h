@@ -1,7 +1,8 @@
 /* GPTQ (Frantar et al. 2022): per-Linear Hessians H = 2 X^T X from calibration activations,
  * then column-by-column quantization with error feedback through the Cholesky factor of H^-1.
  * Calibration runs the 16-bit model on calibration tokens with a capture hook on every matmul
- * (model/forward.h), so routed experts see exactly the tokens routed to them. */
+ * (model/fwd_int.h), so routed experts see exactly the tokens routed to them. Hessians are held
+ * for one group of layers at a time (see gptq.c), so memory stays within a budget. */
 #ifndef CLLM_QUANT_GPTQ_H
 #define CLLM_QUANT_GPTQ_H
 
@@ -22,11 +23,23 @@ typedef struct cllm_gptq_opts {
     FILE *out;
 } cllm_gptq_opts;
 
+/* Opens the 16-bit model and runs the calibration tokens once, counting the tokens each Linear
+ * sees (no Hessian is held yet). */
 cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, cllm_gptq **out,
                                 cllm_error *err);
-/* H [K][K] for the Linear stored in source tensor `src_name` at element offset `off` (fused
- * experts are slices), NULL when it saw fewer than min_tokens tokens (RTN fallback; counted).
- * *n_tok = tokens seen. */
+/* Bytes of the Hessian the Linear (source tensor `src_name`, element offset `off`: fused experts
+ * are slices) will need: 0 when it falls back to RTN or shares its input with a Linear already
+ * counted under the same tag (q/k/v, an expert's gate/up). */
+uint64_t cllm_gptq_need(cllm_gptq *g, const char *src_name, uint64_t off, int K, int tag);
+/* Marks the Linear for the next pass. */
+void cllm_gptq_mark(cllm_gptq *g, const char *src_name, uint64_t off, int K);
+/* Runs the calibration tokens through the 16-bit model again, accumulating H = sum x x^T only
+ * for the marked Linears (lazily allocated). */
+cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err);
+/* Frees every Hessian and clears the marks. */
+void cllm_gptq_release(cllm_gptq *g);
+/* H [K][K] of a marked Linear after its pass, NULL when it saw fewer than min_tokens tokens
+ * (RTN fallback; counted). *n_tok = tokens seen. */
 const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K, int *n_tok);
 /* One-line fallback report (", N experts with < M tokens fell back to RTN"). */
 const char *cllm_gptq_summary(cllm_gptq *g);

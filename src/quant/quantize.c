@@ -279,6 +279,74 @@ static void rm_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* Decoder layer of a tensor name ("...layers.N..."), -1 for anything else (MTP included). */
+static int layer_of(const char *name) {
+    if (!strncmp(name, "mtp.", 4)) return -1;
+    const char *p = strstr(name, "layers.");
+    return p ? atoi(p + 7) : -1;
+}
+
+/* GPTQ memory plan: units are in name order, so each layer's units are consecutive; consecutive
+ * layers go into one calibration group while their Hessians fit in the budget. */
+static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const unit *uv, size_t n,
+                               int **ugrp_out, FILE *out, cllm_error *err) {
+    int *ug = malloc((n ? n : 1) * sizeof(int));
+    if (!ug) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t budget = o->gptq_mem ? o->gptq_mem : ram / 4, gbytes = 0, total = 0, maxg = 0;
+    int n_groups = 0, run = 0, layers_in = 0, max_layers = 0;
+    for (size_t a = 0; a < n;) {
+        int lay = layer_of(uv[a].src->name);
+        size_t b = a;
+        uint64_t lb = 0;
+        run++;
+        while (b < n && layer_of(uv[b].src->name) == lay) {
+            lb += cllm_gptq_need(gq, uv[b].src->name, uv[b].off, uv[b].K, run);
+            b++;
+        }
+        if (lb > budget) {
+            char x[32], y[32];
+            cllm_fmt_bytes(x, sizeof(x), lb);
+            cllm_fmt_bytes(y, sizeof(y), budget);
+            free(ug);
+            char wh[224];
+            if (lay >= 0)
+                snprintf(wh, sizeof(wh), "layer %d", lay);
+            else
+                snprintf(wh, sizeof(wh), "%s", uv[a].base);
+            return cllm_err_set(err, CLLM_ENOMEM,
+                                "--gptq-mem %s: %s alone needs %s of Hessians (raise --gptq-mem "
+                                "or --min-expert-tokens, or use --method rtn)",
+                                y, wh, x);
+        }
+        if (lb && (n_groups == 0 || gbytes + lb > budget)) {
+            n_groups++;
+            gbytes = 0;
+            layers_in = 0;
+        }
+        if (lb) {
+            gbytes += lb;
+            layers_in++;
+            total += lb;
+            if (gbytes > maxg) maxg = gbytes;
+            if (layers_in > max_layers) max_layers = layers_in;
+        }
+        for (size_t i = a; i < b; i++) ug[i] = lb ? n_groups - 1 : -1;
+        a = b;
+    }
+    char t[32], m[32], bb[32];
+    cllm_fmt_bytes(t, sizeof(t), total);
+    cllm_fmt_bytes(m, sizeof(m), maxg);
+    cllm_fmt_bytes(bb, sizeof(bb), budget);
+    fprintf(out,
+            "gptq: Hessians %s in all, budget %s (--gptq-mem): %d calibration pass%s (up to %d "
+            "layer%s, %s at once), each group calibrated on the 16-bit model's activations\n",
+            t, bb, n_groups, n_groups == 1 ? "" : "es", max_layers, max_layers == 1 ? "" : "s", m);
+    fflush(out);
+    *ugrp_out = ug;
+    return CLLM_OK;
+}
+
 cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     FILE *out = o->out ? o->out : stdout;
     int wbits, abits;
@@ -316,6 +384,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         outs = {.es = sizeof(outt)};
     globs gl = {0};
     cllm_gptq *gq = NULL;
+    int *ugrp = NULL; /* GPTQ: calibration group of each unit, -1 = none */
     char tmp[4096] = "";
     {
         char cp[4096];
@@ -534,24 +603,12 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             }
         }
     }
-    if (gptq) { /* every Linear's Hessian is held until its turn: refuse what cannot fit */
-        uint64_t hb = 0;
-        for (size_t i = 0; i < units.n; i++) hb += (uint64_t)uv[i].K * uv[i].K * 4;
-        uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-        if (hb > ram / 2) {
-            char a[32], b[32];
-            cllm_fmt_bytes(a, sizeof(a), hb);
-            cllm_fmt_bytes(b, sizeof(b), ram);
-            st = cllm_err_set(err, CLLM_ENOMEM,
-                              "--method gptq would hold %s of Hessians (RAM %s); "
-                              "layer-by-layer calibration is not implemented: use --method rtn",
-                              a, b);
-            goto done;
-        }
+    if (gptq) {
         cllm_gptq_opts go = {
             o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens, o->damp, o->threads,
             out};
         if ((st = cllm_gptq_calibrate(o->in_dir, &go, &gq, err))) goto done;
+        if ((st = plan_groups(o, gq, uv, units.n, &ugrp, out, err))) goto done;
     }
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
     if (mkdir(tmp, 0755)) {
@@ -562,7 +619,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     /* 4. shards */
     {
         uint64_t done_b = 0;
-        int last_pct = -1, n_gptq = 0, n_rtn = 0;
+        int last_pct = -1, n_gptq = 0, n_rtn = 0, loaded = -1;
         time_t t0 = time(NULL);
         cllm_qbuf q = {0};
         for (int s = 0; s < n_shards && st == CLLM_OK; s++) {
@@ -617,7 +674,16 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                         q.asym = o->asym;
                         q.scale_bf16 = o->scale_bf16;
                         const float *H = NULL;
-                        int ntok = 0;
+                        int ntok = 0, ug = ugrp ? ugrp[ov[i].unit] : -1;
+                        if (ug >= 0 && ug != loaded) { /* next group: one calibration pass */
+                            cllm_gptq_release(gq);
+                            for (size_t j = 0; j < units.n; j++)
+                                if (ugrp[j] == ug)
+                                    cllm_gptq_mark(gq, uv[j].src->name, uv[j].off, uv[j].K);
+                            if (o->progress) fprintf(stderr, "\n");
+                            if ((st = cllm_gptq_pass(gq, err))) break;
+                            loaded = ug;
+                        }
                         if (gq) H = cllm_gptq_hessian(gq, u->src->name, u->off, u->K, &ntok);
                         if (H) {
                             float *W = malloc((size_t)u->N * u->K * sizeof(float));
@@ -707,6 +773,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
 done:
     if (tmp[0]) rm_tree(tmp);
     cllm_gptq_free(gq);
+    free(ugrp);
     for (int i = 0; i < gl.n; i++) free(gl.g[i]);
     free(gl.g), free(gl.hits), free(gl.user);
     free(tens.v), free(units.v), free(outs.v);

@@ -26,6 +26,8 @@ typedef struct cllm_quant_opts {
     int calib_samples, calib_seq_len;
     int min_expert_tokens; /* GPTQ: experts with fewer routed calibration tokens use RTN */
     double damp;           /* GPTQ dampening, fraction of mean diag(H) */
+    uint64_t gptq_mem;     /* GPTQ: Hessian bytes held at once (0 = a quarter of RAM); decides how
+                              many layers share one calibration pass */
     uint64_t shard_bytes;
     int threads;
     bool progress, dry_run;

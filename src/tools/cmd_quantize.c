@@ -12,7 +12,7 @@ int cmd_quantize(int argc, char **argv) {
                *calib = NULL, *preset = NULL;
     long group = 128, samples = 32, seq_len = 256, min_tok = 16, threads = 0;
     double damp = 0.01;
-    uint64_t shard = 4000000000ull;
+    uint64_t shard = 4000000000ull, gmem = 0;
     bool no_def = false, quiet = false, dry = false, official = false, asym = false;
     const cli_opt opts[] = {
         {"--scheme", NULL, CLI_CHOICE, &scheme, "weights/activations", "w4a16|w8a16|w4a8|w4a4"},
@@ -31,6 +31,9 @@ int cmd_quantize(int argc, char **argv) {
          1e6},
         {"--min-expert-tokens", NULL, CLI_INT, &min_tok, "GPTQ: fewer routed tokens -> RTN", NULL,
          0, 1e9},
+        {"--gptq-mem", NULL, CLI_SIZE, &gmem,
+         "GPTQ: Hessian bytes held at once; layers are calibrated in groups that fit "
+         "(default a quarter of RAM)"},
         {"--damp", NULL, CLI_FLOAT, &damp, "GPTQ dampening (fraction of mean diag H)", NULL, 0, 10},
         {"--shard-size", NULL, CLI_SIZE, &shard,
          "largest output shard (default 4GB; 0 = one file)"},
@@ -80,6 +83,7 @@ int cmd_quantize(int argc, char **argv) {
         .calib_seq_len = (int)seq_len,
         .min_expert_tokens = (int)min_tok,
         .damp = damp,
+        .gptq_mem = gmem,
         .shard_bytes = shard,
         .threads = (int)threads,
         .progress = !quiet,
