@@ -22,6 +22,12 @@ void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, si
 /* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value
  * x[k] takes after symmetric per-group (group inputs) quantization to `bits`. */
 void kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits);
+/* W4A8 activation quantization (kernels/matmul_q4a8_ref.c), the kern_fake_quant_act grid for
+ * bits 8: per group g of `group` inputs, s[g] = absmax / 127, q[k] = round(x[k] / s[g]) (0 when
+ * s[g] == 0), sum[g] = sum of the group's q. */
+void kern_quant_act8(const float *x, int K, int group, int8_t *q, float *s, int32_t *sum);
+void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KERN_HAVE_X86 1
@@ -35,6 +41,8 @@ float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_scale_axpy_avx2(float *y, float s, float a, const float *x, int n);
 void kern_matmul_q_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                           int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,

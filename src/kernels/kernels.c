@@ -16,6 +16,7 @@ static const cllm_kern_ops ref_ops = {
     .dot = kern_dot_ref,
     .scale_axpy = kern_scale_axpy_ref,
     .matmul_q = kern_matmul_q_ref,
+    .matmul_q4a8 = kern_matmul_q4a8_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -29,6 +30,7 @@ static const cllm_kern_ops avx2_ops = {
     .dot = kern_dot_avx2,
     .scale_axpy = kern_scale_axpy_avx2,
     .matmul_q = kern_matmul_q_avx2,
+    .matmul_q4a8 = kern_matmul_q4a8_avx2,
 };
 #endif
 

@@ -82,6 +82,13 @@ typedef struct cllm_kern_ops {
     void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
     /* GPTQ int4/int8 weights x fp32 activations (unpacking fused into the dot product). */
     cllm_matmul_q_fn matmul_q;
+    /* W4A8 (bits 4, act_bits 8): real int8 activations instead of matmul_q's emulation. Per
+     * token, each group is quantized to int8 on kern_fake_quant_act's grid (symmetric, absmax /
+     * 127, round to nearest even) with fp32 scale a_s; the group's dot product with the codes is
+     * exact in int32, then acc = fma(w_scale * a_s, (float)(sum q*a - z*sum a), acc) per group in
+     * order (z the effective zero). Same signature and contract as matmul_q; ref and AVX2 agree
+     * bitwise. Differs from the emulation by float rounding only. */
+    cllm_matmul_q_fn matmul_q4a8;
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */

@@ -49,7 +49,9 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm *j = &c->jobs[it->job];
         const fwd_wt *w = j->w;
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
-            c->k->matmul_q(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            cllm_matmul_q_fn qf =
+                w->q.bits == 4 && w->q.act_bits == 8 ? c->k->matmul_q4a8 : c->k->matmul_q;
+            qf(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
             continue;
         }
         cllm_matmul_fn fn = cllm_kern_matmul(c->k, w->dt);

@@ -1,0 +1,166 @@
+/* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8, kernels.h).
+ *
+ * Activations are quantized per token and group on kern_quant_act8's grid (vectorized, bitwise
+ * the same) and regrouped per 8 inputs into two int32 words: the even
+ * k bytes (a0 a2 a4 a6) and the odd ones (a1 a3 a5 a7). One 256-bit load of qweight row k8 holds
+ * 8 nibbles for each of 8 output columns (one per 32-bit lane); `& 0x0f0f0f0f` leaves codes
+ * q0 q2 q4 q6 in the lane's bytes and `>> 4 & 0x0f0f0f0f` leaves q1 q3 q5 q7, so vpmaddubsw
+ * (unsigned codes 0..15 x signed int8, |pair| <= 3810, no saturation) against the broadcast
+ * even/odd words, an int16 add and vpmaddwd by 1 give sum_j q_j a_j per lane in int32. The zero
+ * point is folded in once per group: sum q a - z sum a, exact in int32, so every tier and tile
+ * shape gives the same integer; the conversion acc = fma(w_scale * a_scale, (float)isum, acc)
+ * is the reference's sequence. Tiles of 4 (decode) or 2 column blocks x 1..3 tokens only decide
+ * which accumulators share registers: batch invariant and bitwise equal to the scalar tier. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/kern_int.h"
+
+#define AI      __attribute__((always_inline)) static inline
+#define PF_ROWS 16
+
+typedef struct {
+    uint32_t *ev; /* [K/8][2]: even, odd bytes of each 8-input block */
+    float *s;     /* [K/G] */
+    int32_t *sum; /* [K/G] */
+} qtok;
+
+AI __m256i zeros8(const cllm_qweight *w, int g, int n0) {
+    uint32_t word = (uint32_t)w->qzeros[(size_t)g * (w->N / 8) + n0 / 8];
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    __m256i z = _mm256_srlv_epi32(_mm256_set1_epi32((int32_t)word), sh);
+    return _mm256_add_epi32(_mm256_and_si256(z, _mm256_set1_epi32(15)), _mm256_set1_epi32(1));
+}
+
+AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy, const int NB,
+             const int TT) {
+    const int G = w->group, NG = w->K / G;
+    const size_t N = (size_t)w->N;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[4][3];
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) acc[b][t] = _mm256_setzero_ps();
+    for (int g = 0; g < NG; g++) {
+        __m256i isum[4][3];
+        for (int b = 0; b < NB; b++)
+            for (int t = 0; t < TT; t++) isum[b][t] = _mm256_setzero_si256();
+        const int k8e = (g + 1) * G / 8;
+        for (int k8 = g * G / 8; k8 < k8e; k8++) {
+            __m256i lo[4], hi[4];
+            for (int b = 0; b < NB; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + n0 + 8 * b;
+                _mm_prefetch((const char *)(src + PF_ROWS * N), _MM_HINT_T0);
+                __m256i v = _mm256_loadu_si256((const __m256i *)src);
+                lo[b] = _mm256_and_si256(v, m4);
+                hi[b] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            for (int t = 0; t < TT; t++) {
+                __m256i ae = _mm256_set1_epi32((int32_t)A[t].ev[2 * k8]);
+                __m256i ao = _mm256_set1_epi32((int32_t)A[t].ev[2 * k8 + 1]);
+                for (int b = 0; b < NB; b++) {
+                    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[b], ae),
+                                                 _mm256_maddubs_epi16(hi[b], ao));
+                    isum[b][t] = _mm256_add_epi32(isum[b][t], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        for (int b = 0; b < NB; b++) {
+            __m256i zv = zeros8(w, g, n0 + 8 * b);
+            __m128i sh = _mm_loadu_si128((const __m128i *)(w->scales + (size_t)g * N + n0 + 8 * b));
+            __m256 sv = w->scale_bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                            _mm256_cvtepu16_epi32(sh), 16)) /* bf16: exact */
+                                      : _mm256_cvtph_ps(sh);
+            for (int t = 0; t < TT; t++) {
+                __m256i gi = _mm256_sub_epi32(
+                    isum[b][t], _mm256_mullo_epi32(zv, _mm256_set1_epi32(A[t].sum[g])));
+                __m256 sc = _mm256_mul_ps(sv, _mm256_set1_ps(A[t].s[g]));
+                acc[b][t] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(gi), acc[b][t]);
+            }
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (size_t)t * ldy + n0 + 8 * b, acc[b][t]);
+}
+
+/* Quantize one token (kern_quant_act8's grid bit for bit: max is exact, the division and the
+ * round-to-nearest-even are the scalar ones lane by lane) and regroup its int8 codes into the
+ * even/odd words. G % 8 == 0. */
+static void prep(const cllm_qweight *w, const float *x, qtok *A) {
+    const int G = w->group, NG = w->K / G;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int g = 0; g < NG; g++) {
+        const float *xg = x + (size_t)g * G;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < G; k += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xg + k), absm));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        float sc = _mm_cvtss_f32(m4) / 127.0f;
+        A->s[g] = sc;
+        uint64_t *ev = (uint64_t *)(void *)(A->ev + (size_t)g * G / 4);
+        if (sc == 0.0f) {
+            for (int k = 0; k < G; k += 8) ev[k / 8] = 0;
+            A->sum[g] = 0;
+            continue;
+        }
+        const __m256 sv = _mm256_set1_ps(sc);
+        __m256i sum = _mm256_setzero_si256();
+        for (int k = 0; k < G; k += 8) {
+            __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xg + k), sv),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+            sum = _mm256_add_epi32(sum, i);
+            i = _mm256_permutevar8x32_epi32(i, perm); /* i0 i2 i4 i6 i1 i3 i5 i7 */
+            __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+            ev[k / 8] = (uint64_t)_mm_cvtsi128_si64(_mm_packs_epi16(h, h));
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        A->sum[g] = _mm_cvtsi128_si32(s4);
+    }
+}
+
+void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                           int n_tok, float *Y, size_t ldy) {
+    const int K = w->K, NG = K / w->group;
+    size_t per = (size_t)K + 8 * (size_t)NG; /* ev words + s + sum, bytes */
+    char *buf = malloc(3 * per);
+    if (!buf) abort();
+    qtok A[3];
+    for (int i = 0; i < 3; i++) {
+        char *p = buf + i * per;
+        A[i].ev = (uint32_t *)(void *)p;
+        A[i].s = (float *)(void *)(p + (size_t)K);
+        A[i].sum = (int32_t *)(void *)(p + (size_t)K + (size_t)NG * 4);
+    }
+    for (int t = 0; t < n_tok; t += 3) {
+        int tn = n_tok - t < 3 ? n_tok - t : 3;
+        for (int i = 0; i < tn; i++) prep(w, X + (size_t)(t + i) * ldx, &A[i]);
+        float *Yt = Y + (size_t)t * ldy;
+        int n = n0;
+        if (tn == 1)
+            for (; n + 32 <= n1; n += 32) tile(w, n, A, Yt, ldy, 4, 1);
+        for (; n + 16 <= n1; n += 16) {
+            if (tn == 3)
+                tile(w, n, A, Yt, ldy, 2, 3);
+            else if (tn == 2)
+                tile(w, n, A, Yt, ldy, 2, 2);
+            else
+                tile(w, n, A, Yt, ldy, 2, 1);
+        }
+        for (; n < n1; n += 8) {
+            if (tn == 3)
+                tile(w, n, A, Yt, ldy, 1, 3);
+            else if (tn == 2)
+                tile(w, n, A, Yt, ldy, 1, 2);
+            else
+                tile(w, n, A, Yt, ldy, 1, 1);
+        }
+    }
+    free(buf);
+}
