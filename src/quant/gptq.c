@@ -27,26 +27,18 @@ static int chol(double *A, int n) {
     return 0;
 }
 
-cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
-                               cllm_error *err) {
-    int K = q->K, N = q->N, G = q->group;
-    double *A = malloc((size_t)K * K * sizeof(double)), *Li = calloc((size_t)K * K, sizeof(double));
-    float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float));
+/* A (lower, [K][K]) = L2 with (H + damp * mean diag)^-1 = L2 L2^T; dead inputs (diag 0) get 1. */
+static cllm_status gptq_factor(const float *H, int K, double damp, double *A, cllm_error *err) {
+    double *Li = calloc((size_t)K * K, sizeof(double));
+    if (!Li) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
     cllm_status st = CLLM_OK;
-    if (!A || !Li || !scale || !e) {
-        st = cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-        goto done;
-    }
     double mean = 0;
     for (int i = 0; i < K; i++) mean += H[(size_t)i * K + i];
     mean /= K;
     if (!(mean > 0)) mean = 1;
     for (size_t i = 0; i < (size_t)K * K; i++) A[i] = H[i];
     for (int i = 0; i < K; i++) {
-        if (A[(size_t)i * K + i] == 0) { /* dead input: never active in calibration */
-            A[(size_t)i * K + i] = 1;
-            for (int n = 0; n < N; n++) W[(size_t)n * K + i] = 0;
-        }
+        if (A[(size_t)i * K + i] == 0) A[(size_t)i * K + i] = 1; /* dead input */
         A[(size_t)i * K + i] += damp * mean;
     }
     if (chol(A, K)) {
@@ -69,10 +61,25 @@ cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf 
             A[(size_t)i * K + j] = s;
             A[(size_t)j * K + i] = s;
         }
-    if (chol(A, K)) {
+    if (chol(A, K))
         st = cllm_err_set(err, CLLM_ERANGE, "gptq: inverse Hessian not positive definite");
-        goto done;
+done:
+    free(Li);
+    return st;
+}
+
+/* Column-by-column quantization of W with the factor A of gptq_factor. */
+static cllm_status gptq_apply(float *W, const float *H, const double *A, cllm_qbuf *q,
+                              cllm_error *err) {
+    int K = q->K, N = q->N, G = q->group;
+    float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float));
+    if (!scale || !e) {
+        free(scale), free(e);
+        return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (N = %d)", N);
     }
+    for (int i = 0; i < K; i++)
+        if (H[(size_t)i * K + i] == 0) /* dead input: never active in calibration */
+            for (int n = 0; n < N; n++) W[(size_t)n * K + i] = 0;
     /* A = L2 lower with Hinv = L2 L2^T; U[i][j] = L2[j][i]. */
     for (int i = 0; i < K; i++) {
         if (i % G == 0)
@@ -93,8 +100,18 @@ cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf 
             for (int n = 0; n < N; n++) W[(size_t)n * K + j] -= e[n] * u;
         }
     }
-done:
-    free(A), free(Li), free(scale), free(e);
+    free(scale), free(e);
+    return CLLM_OK;
+}
+
+cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
+                               cllm_error *err) {
+    int K = q->K;
+    double *A = malloc((size_t)K * K * sizeof(double));
+    if (!A) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    cllm_status st = gptq_factor(H, K, damp, A, err);
+    if (st == CLLM_OK) st = gptq_apply(W, H, A, q, err);
+    free(A);
     return st;
 }
 
@@ -149,6 +166,10 @@ struct cllm_gptq {
     size_t last_ldx, last_njobs;
     int last_ntok, last_K;
     long last_e;
+    /* factor of the last Hessian quantized with (Linears sharing an input share it) */
+    const float *fH;
+    int fK;
+    double fdamp, *fA;
 };
 
 static void add_span(void *ctx, const cllm_tensor *t) {
@@ -352,6 +373,7 @@ void cllm_gptq_release(cllm_gptq *g) {
         g->h[i].wanted = false;
     }
     g->held = 0;
+    g->fH = NULL; /* freed Hessians' addresses may come back */
 }
 
 const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K,
@@ -386,8 +408,29 @@ void cllm_gptq_free(cllm_gptq *g) {
     if (!g) return;
     for (size_t i = 0; i < g->n; i++) free(g->h[i].H);
     if (g->r_open) fwd_runner_close(&g->r);
+    free(g->fA);
     free(g->tok);
     free(g->h);
     free(g->spans);
     free(g);
+}
+
+cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, double damp,
+                                    cllm_qbuf *q, cllm_error *err) {
+    int K = q->K;
+    if (g->fH != H || g->fK != K || g->fdamp != damp) {
+        g->fH = NULL;
+        if (g->fK != K || !g->fA) {
+            free(g->fA);
+            g->fK = 0;
+            g->fA = malloc((size_t)K * K * sizeof(double));
+            if (!g->fA) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+            g->fK = K;
+        }
+        cllm_status st = gptq_factor(H, K, damp, g->fA, err);
+        if (st) return st;
+        g->fH = H;
+        g->fdamp = damp;
+    }
+    return gptq_apply(W, H, g->fA, q, err);
 }

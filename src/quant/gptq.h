@@ -50,5 +50,9 @@ void cllm_gptq_free(cllm_gptq *g);
  * without act-order). */
 cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
                                cllm_error *err);
+/* The same, reusing the factor of H^-1 when H is the Hessian of the previous call (Linears on
+ * one input: q/k/v, an expert's gate/up), valid until cllm_gptq_release. */
+cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, double damp,
+                                    cllm_qbuf *q, cllm_error *err);
 
 #endif

@@ -693,7 +693,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                                 break;
                             }
                             src_rows(u, 0, u->N, W);
-                            st = cllm_gptq_quantize(W, H, o->damp, &q, err);
+                            st = cllm_gptq_quantize_with(gq, W, H, o->damp, &q, err);
                             free(W);
                             if (st) break;
                             n_gptq++;
