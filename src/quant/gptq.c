@@ -72,9 +72,10 @@ done:
 static cllm_status gptq_apply(float *W, const float *H, const double *A, cllm_qbuf *q,
                               cllm_error *err) {
     int K = q->K, N = q->N, G = q->group;
-    float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float));
-    if (!scale || !e) {
-        free(scale), free(e);
+    float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float)),
+          *u = malloc((size_t)K * sizeof(float));
+    if (!scale || !e || !u) {
+        free(scale), free(e), free(u);
         return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (N = %d)", N);
     }
     for (int i = 0; i < K; i++)
@@ -95,12 +96,14 @@ static cllm_status gptq_apply(float *W, const float *H, const double *A, cllm_qb
             float dq = cllm_quant_set_code(q, n, i, w, scale[n]);
             e[n] = (float)((w - dq) / d);
         }
-        for (int j = i + 1; j < K; j++) {
-            float u = (float)A[(size_t)j * K + i];
-            for (int n = 0; n < N; n++) W[(size_t)n * K + j] -= e[n] * u;
+        /* column i of A made contiguous, rows of W walked in order (same arithmetic) */
+        for (int j = i + 1; j < K; j++) u[j] = (float)A[(size_t)j * K + i];
+        for (int n = 0; n < N; n++) {
+            float en = e[n], *w = W + (size_t)n * K;
+            for (int j = i + 1; j < K; j++) w[j] -= en * u[j];
         }
     }
-    free(scale), free(e);
+    free(scale), free(e), free(u);
     return CLLM_OK;
 }
 
