@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIM_MAX (1 << 20) /* sanity cap on any width or count, keeps products in range */
+#include "base/file.h"
+#define CONFIG_MAX_BYTES (64u << 20) /* a config is a few KB; anything huge is not one */
+#define DIM_MAX          (1 << 20)   /* sanity cap on any width or count, keeps products in range */
 
 typedef struct reader {
     const char *label;
@@ -386,45 +388,13 @@ done:
     return r.st;
 }
 
-static cllm_status slurp(const char *path, char **buf, size_t *len, cllm_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cllm_err_set(err, CLLM_ENOTFOUND, "%s: cannot open", path);
-    char *b = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= 64u << 20) {
-                fclose(f);
-                free(b);
-                return cllm_err_set(err, CLLM_EFORMAT, "%s: larger than 64 MiB", path);
-            }
-            cap = cap ? cap * 2 : 65536;
-            char *nb = realloc(b, cap);
-            if (!nb) {
-                fclose(f);
-                free(b);
-                return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-            }
-            b = nb;
-        }
-        size_t got = fread(b + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    *buf = b;
-    *len = n;
-    return CLLM_OK;
-}
-
 cllm_status cllm_config_load(const char *dir, cllm_config *cfg, cllm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    char *buf;
     size_t len;
-    cllm_status st = slurp(path, &buf, &len, err);
-    if (st) return st;
-    st = cllm_config_parse(buf, len, path, cfg, err);
+    char *buf = cllm_read_file(path, CONFIG_MAX_BYTES, &len, err);
+    if (!buf) return err ? err->code : CLLM_EIO;
+    cllm_status st = cllm_config_parse(buf, len, path, cfg, err);
     free(buf);
     return st;
 }
@@ -471,9 +441,9 @@ cllm_status cllm_gen_config_load(const char *dir, cllm_gen_config *g, cllm_error
     FILE *f = fopen(path, "rb");
     if (!f) return CLLM_OK; /* optional file */
     fclose(f);
-    cllm_status st = slurp(path, &buf, &len, err);
-    if (st) return st;
-    st = cllm_gen_config_parse(buf, len, path, g, err);
+    buf = cllm_read_file(path, CONFIG_MAX_BYTES, &len, err);
+    if (!buf) return err ? err->code : CLLM_EIO;
+    cllm_status st = cllm_gen_config_parse(buf, len, path, g, err);
     free(buf);
     return st;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
 #include "base/half.h"
 #include "base/log.h"
 #include "base/strmap.h"
@@ -225,29 +226,11 @@ static cllm_status write_gen_config(const char *dir, const cllm_config *cfg, cll
 cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     if (o->dtype != CLLM_DT_BF16 && o->dtype != CLLM_DT_F16 && o->dtype != CLLM_DT_F32)
         return cllm_err_set(err, CLLM_EINVAL, "synth: dtype must be bf16, f16 or f32");
-    FILE *cf = fopen(o->config_path, "rb");
-    if (!cf) return cllm_err_set(err, CLLM_ENOTFOUND, "%s: cannot open", o->config_path);
-    char *text = NULL;
     size_t len = 0;
-    {
-        char buf[65536];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), cf)) > 0) {
-            char *nt = realloc(text, len + n + 1);
-            if (!nt || len > (16u << 20)) {
-                free(nt ? nt : text);
-                fclose(cf);
-                return cllm_err_set(err, CLLM_EFORMAT, "%s: unreadable or larger than 16 MiB",
-                                    o->config_path);
-            }
-            text = nt;
-            memcpy(text + len, buf, n);
-            len += n;
-        }
-    }
-    fclose(cf);
+    char *text = cllm_read_file(o->config_path, 16u << 20, &len, err);
+    if (!text) return err ? err->code : CLLM_EIO;
     cllm_config cfg;
-    cllm_status st = cllm_config_parse(text ? text : "", len, o->config_path, &cfg, err);
+    cllm_status st = cllm_config_parse(text, len, o->config_path, &cfg, err);
     if (st) {
         free(text);
         return st;

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "base/file.h"
 #include "tokenizer/tok_int.h"
 
 /* Undoes the byte-level alphabet of one token string: each mapped code point becomes its byte.
@@ -411,49 +412,13 @@ cllm_status cllm_tok_load_mem(const char *tj, size_t len, const char *cj, size_t
     return CLLM_OK;
 }
 
-static char *read_file(const char *path, size_t *len, cllm_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cllm_err_set(err, CLLM_ENOTFOUND, "%s: cannot open", path);
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 65536 > cap) {
-            size_t nc = cap ? cap * 2 : 1 << 20;
-            char *p = realloc(buf, nc);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = p;
-            cap = nc;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        cllm_err_set(err, CLLM_EIO, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 cllm_status cllm_tok_load_files(const char *tpath, const char *cpath, cllm_tok **out,
                                 cllm_error *err) {
     *out = NULL;
     size_t tl = 0, cl = 0;
-    char *t = read_file(tpath, &tl, err), *c = NULL;
+    char *t = cllm_read_file(tpath, 0, &tl, err), *c = NULL;
     if (!t) return err ? err->code : CLLM_EIO;
-    if (cpath && !(c = read_file(cpath, &cl, err))) {
+    if (cpath && !(c = cllm_read_file(cpath, 0, &cl, err))) {
         free(t);
         return err ? err->code : CLLM_EIO;
     }

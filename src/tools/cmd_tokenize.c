@@ -6,39 +6,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file.h"
+#include "base/mem.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    for (size_t r; b && (r = fread(b + n, 1, cap - n, f)) > 0;) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    fclose(f);
-    if (b) b[n] = 0, *len = n;
-    return b;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Encodes FILE line by line (like the node reference bench) for at least 2 s; prints MB/s. */
 static int bench(const cllm_tok *tok, const char *path) {
     size_t len;
-    char *buf = slurp(path, &len);
+    char *buf = cllm_read_file(path, 0, &len, NULL);
     if (!buf) {
         fprintf(stderr, "cllm tokenize: cannot read %s\n", path);
         return 1;
@@ -46,7 +24,7 @@ static int bench(const cllm_tok *tok, const char *path) {
     cllm_tok_ids ids = {0};
     size_t bytes = 0, toks = 0;
     int passes = 0;
-    double t0 = now_s(), t;
+    double t0 = cllm_time_s(), t;
     do {
         for (size_t i = 0; i < len;) {
             const char *nl = memchr(buf + i, '\n', len - i);
@@ -58,7 +36,7 @@ static int bench(const cllm_tok *tok, const char *path) {
         }
         bytes += len;
         passes++;
-        t = now_s() - t0;
+        t = cllm_time_s() - t0;
     } while (t < 2.0);
     printf("encode: %d passes, %.1f MB in %.3f s = %.2f MB/s, %.0f tokens/s (single thread)\n",
            passes, bytes / 1e6, t, bytes / 1e6 / t, toks / t);
@@ -250,7 +228,7 @@ int cmd_chat_template(int argc, char **argv) {
     cllm_tok *tok = load(pos[0]);
     char *src = NULL;
     size_t sl = 0;
-    if (tok && tmpl_path && !(src = slurp(tmpl_path, &sl)))
+    if (tok && tmpl_path && !(src = cllm_read_file(tmpl_path, 0, &sl, NULL)))
         fprintf(stderr, "cllm chat-template: cannot read %s\n", tmpl_path);
     if (tok && !tmpl_path && cllm_tok_chat_template(tok)) {
         src = strdup(cllm_tok_chat_template(tok));

@@ -1,50 +1,20 @@
 /* See fwd_cli.h. */
 #include "tools/fwd_cli.h"
 
+#include "base/file.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_file(const char *path, cllm_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cllm_err_set(err, CLLM_EIO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        if (got == 0) break;
-        n += got;
-    }
-    fclose(f);
-    if (!buf)
-        cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", path);
-    else
-        buf[n] = 0;
-    return buf;
-}
-
 int fwd_cli_parse_tokens(const char *arg, int32_t **out, cllm_error *err) {
     *out = NULL;
     char *owned = NULL;
     const char *s = arg;
     if (arg[0] == '@') {
-        owned = read_file(arg + 1, err);
+        owned = cllm_read_file(arg + 1, 0, NULL, err);
         if (!owned) return -1;
         s = owned;
     }
