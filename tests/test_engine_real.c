@@ -249,7 +249,15 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         cllm_request r = {(const int *)prompts[i], lens[i], s, on_ev, &u[i], NULL};
         CHECK(cllm_engine_submit(e, &r, &ids[i], NULL) == CLLM_OK);
     }
-    usleep(20000);
+    /* Cancel mid-generation: wait for the first request's first token (it then has ~149 steps to
+     * go) instead of sleeping a fixed 20 ms, which the tiny model could outrun (flaky abort). */
+    for (int spin = 0; spin < 200000; spin++) {
+        pthread_mutex_lock(&c.mu);
+        int started = co[0].n > 0 || co[0].fin != CLLM_FINISH_NONE;
+        pthread_mutex_unlock(&c.mu);
+        if (started) break;
+        usleep(50);
+    }
     for (int i = 0; i < 4; i++) cllm_engine_cancel(e, ids[i]);
     wait_done(&c, 4);
     for (int i = 0; i < 4; i++)
