@@ -61,6 +61,7 @@ static const char *fake_script(const char *prompt, int *delay_ms) {
                "function>\n</tool_call>";
     if (strstr(prompt, "SCRIPT=think"))
         return "Two plus two is four.\n</think>\n\nThe answer is 4.";
+    if (strstr(prompt, "SCRIPT=emptythink")) return "\n</think>\n\nThe answer is 4.";
     if (strstr(prompt, "SCRIPT=error")) return "oops";
     if (strstr(prompt, "SCRIPT=slow")) {
         *delay_ms = 50;

@@ -382,7 +382,8 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
                                 content && (*content || !c->n_tool_calls)
                                     ? jstr(content, strlen(content))
                                     : json_null());
-            json_t *rs = reasoning ? jstr(reasoning, strlen(reasoning)) : json_null();
+            /* an empty think block is no reasoning: null, as vLLM sends */
+            json_t *rs = reasoning && *reasoning ? jstr(reasoning, strlen(reasoning)) : json_null();
             json_object_set(msg, "reasoning_content", rs);
             json_object_set_new(msg, "reasoning", rs);
             json_object_set_new(msg, "tool_calls",
