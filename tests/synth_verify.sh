@@ -30,6 +30,15 @@ cmp -s "$T/tiny-fused/model.safetensors" "$T/again/model.safetensors" && ok "sam
 "$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 8 "$T/seed8"
 cmp -s "$T/tiny-fused/model.safetensors" "$T/seed8/model.safetensors" && bad "different seeds gave same bytes" || ok "seed changes weights"
 
+# One seed, both expert layouts: the same expert values, so the same logits bit for bit.
+for cfg in tiny-moe tiny-qwen3-moe; do
+  for layout in fused per-expert; do
+    "$BIN" eval "$T/$cfg-$layout" --tokens 1,5,9,200,3,7 --logits-hash 2>&1 | grep '^logits-hash' >"$T/h-$layout"
+  done
+  [ -s "$T/h-fused" ] && cmp -s "$T/h-fused" "$T/h-per-expert" && ok "$cfg: fused and per-expert same logits ($(cat "$T/h-fused"))" ||
+    { bad "$cfg: fused vs per-expert logits differ"; cat "$T/h-fused" "$T/h-per-expert"; }
+done
+
 # Sharded, Qwen shard names, f16 and f32.
 d="$T/sharded"
 expect_rc 0 "synth sharded" "$BIN" synth -q --config "$SRC/configs/small.json" --shard-size 20MB --qwen-shard-names --dtype f16 "$d"

@@ -103,6 +103,36 @@ static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rn
     for (size_t i = 0; i < n; i++) buf[i] = a * (2.0f * unif(rng) - 1.0f);
 }
 
+/* The RNG stream of a tensor, keyed by (seed, name). A per-expert projection draws from the
+ * stream of the fused tensor it is a slice of (gate_up_proj [E][2I][H]: gate rows first, then up;
+ * down_proj [E][H][I]), skipped ahead to its offset, so --experts fused and per-expert with one
+ * seed hold the same values (splitmix64 is a counter: skipping n draws adds n to the state). */
+static uint64_t tensor_rng(uint64_t seed, const cllm_tensor_spec *s) {
+    char fused[160];
+    const char *name = s->name, *ex = strstr(name, ".experts.");
+    uint64_t skip = 0;
+    if (ex && s->n_dims == 2) {
+        const char *p = ex + 9;
+        char *end;
+        unsigned long e = strtoul(p, &end, 10);
+        uint64_t rows = (uint64_t)s->shape[0], cols = (uint64_t)s->shape[1];
+        int pre = (int)(ex + 9 - name);
+        if (end != p && *end == '.') {
+            if (!strcmp(end, ".gate_proj.weight") || !strcmp(end, ".up_proj.weight")) {
+                snprintf(fused, sizeof(fused), "%.*sgate_up_proj", pre, name);
+                skip = e * 2 * rows * cols + (end[1] == 'u' ? rows * cols : 0);
+                name = fused;
+            } else if (!strcmp(end, ".down_proj.weight")) {
+                snprintf(fused, sizeof(fused), "%.*sdown_proj", pre, name);
+                skip = e * rows * cols;
+                name = fused;
+            }
+        }
+    }
+    return (seed * 0x9e3779b97f4a7c15ull ^ cllm_hash_bytes(name, strlen(name))) +
+           skip * 0x9e3779b97f4a7c15ull;
+}
+
 typedef struct writer {
     FILE *f;
     char *path;
@@ -159,7 +189,7 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
     if (!fb || !hb) ok = 0;
     for (size_t i = a; ok && i < b; i++) {
         const cllm_tensor_spec *s = &v[i];
-        uint64_t rng = o->seed * 0x9e3779b97f4a7c15ull ^ cllm_hash_bytes(s->name, strlen(s->name));
+        uint64_t rng = tensor_rng(o->seed, s);
         cllm_dtype dt = tensor_dtype(s, o->dtype);
         uint64_t n = cllm_tensor_spec_elems(s);
         for (uint64_t k = 0; ok && k < n; k += CHUNK) {
