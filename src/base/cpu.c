@@ -11,6 +11,12 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20) /* asm/hwcap.h, Linux 4.15 */
+#endif
+#endif
 
 static cllm_cpu_features feats;
 static cllm_isa tier;
@@ -46,6 +52,9 @@ static void probe(void) {
 static void probe(void) {
 #if defined(__aarch64__)
     feats.neon = 1; /* Advanced SIMD is mandatory on AArch64 */
+#if defined(__linux__)
+    feats.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
 #endif
 }
 #endif
@@ -123,7 +132,8 @@ void cllm_cpu_describe(char *buf, size_t cap) {
                 {f->avx512dq, "avx512dq"},
                 {f->avx512vnni, "avx512vnni"},
                 {f->avx512bf16, "avx512bf16"},
-                {f->neon, "neon"}};
+                {f->neon, "neon"},
+                {f->dotprod, "dotprod"}};
     size_t o = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)

@@ -8,6 +8,7 @@
 
 typedef struct cllm_cpu_features {
     int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, neon;
+    int dotprod; /* AArch64 SDOT/UDOT (HWCAP_ASIMDDP) */
 } cllm_cpu_features;
 
 typedef enum cllm_isa {

@@ -74,15 +74,14 @@ static void f32_to_f16_scalar(const float *s, uint16_t *d, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = cllm_f32_to_f16(s[i]);
 }
 
+#if defined(__x86_64__)
+#define HALF_X86 1
 static int use_avx2(void) {
     cllm_isa t = cllm_cpu_tier();
     return t == CLLM_TIER_AVX2 || t == CLLM_TIER_AVX512;
 }
-
-#if defined(__x86_64__)
-#define HALF_X86 1
 #else
-#define HALF_X86 0
+#define HALF_X86 0 /* no use_avx2(): unused there, and -Werror */
 #endif
 
 void cllm_bf16_to_f32_row(const uint16_t *s, float *d, size_t n) {

@@ -50,4 +50,15 @@ void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, 
                          int dk, int dv, float *work);
 #endif
 
+#if defined(__aarch64__)
+#define KERN_HAVE_NEON 1
+/* kernels/arm/: baseline Advanced SIMD, except *_dot (needs the dot-product extension). */
+void kern_matmul_q_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                        int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                           int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                               int n_tok, float *Y, size_t ldy);
+#endif
+
 #endif

@@ -34,6 +34,35 @@ static const cllm_kern_ops avx2_ops = {
 };
 #endif
 
+#ifdef KERN_HAVE_NEON
+/* Float matmuls, GDN and the vector helpers have no NEON kernels yet: the ref ones. The two
+ * tables differ only in matmul_q4a8 (SDOT or vmull/vpadal; bitwise the same results). */
+static const cllm_kern_ops neon_ops = {
+    .name = "neon",
+    .matmul_f32 = kern_matmul_f32_ref,
+    .matmul_f16 = kern_matmul_f16_ref,
+    .matmul_bf16 = kern_matmul_bf16_ref,
+    .gdn_step = kern_gdn_step_ref,
+    .gdn_chunk = kern_gdn_chunk_ref,
+    .dot = kern_dot_ref,
+    .scale_axpy = kern_scale_axpy_ref,
+    .matmul_q = kern_matmul_q_neon,
+    .matmul_q4a8 = kern_matmul_q4a8_neon,
+};
+static const cllm_kern_ops neon_dot_ops = {
+    .name = "neon-dot",
+    .matmul_f32 = kern_matmul_f32_ref,
+    .matmul_f16 = kern_matmul_f16_ref,
+    .matmul_bf16 = kern_matmul_bf16_ref,
+    .gdn_step = kern_gdn_step_ref,
+    .gdn_chunk = kern_gdn_chunk_ref,
+    .dot = kern_dot_ref,
+    .scale_axpy = kern_scale_axpy_ref,
+    .matmul_q = kern_matmul_q_neon,
+    .matmul_q4a8 = kern_matmul_q4a8_neon_dot,
+};
+#endif
+
 static const cllm_kern_ops *chosen;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -43,6 +72,9 @@ static void choose(void) {
     /* AVX-512 CPUs run the AVX2 kernels (no AVX-512 tier yet). */
     cllm_isa t = cllm_cpu_tier();
     if (t == CLLM_TIER_AVX2 || t == CLLM_TIER_AVX512) chosen = &avx2_ops;
+#endif
+#ifdef KERN_HAVE_NEON
+    if (cllm_cpu_tier() == CLLM_TIER_NEON) chosen = cllm_kern_neon();
 #endif
 }
 
@@ -59,6 +91,14 @@ const cllm_kern_ops *cllm_kern_avx2(void) {
 #ifdef KERN_HAVE_X86
     const cllm_cpu_features *f = cllm_cpu_features_get();
     if (f->avx2 && f->fma && f->f16c) return &avx2_ops;
+#endif
+    return NULL;
+}
+
+const cllm_kern_ops *cllm_kern_neon(void) {
+#ifdef KERN_HAVE_NEON
+    const cllm_cpu_features *f = cllm_cpu_features_get();
+    if (f->neon) return f->dotprod ? &neon_dot_ops : &neon_ops;
 #endif
     return NULL;
 }

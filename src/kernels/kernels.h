@@ -96,6 +96,9 @@ const cllm_kern_ops *cllm_kern(void);
 /* Specific tiers (for tests). cllm_kern_avx2() returns NULL when the CPU or build lacks AVX2. */
 const cllm_kern_ops *cllm_kern_ref(void);
 const cllm_kern_ops *cllm_kern_avx2(void);
+/* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
+ * matmul_q4a8 then uses); NULL off AArch64. Entries without a NEON kernel are the ref ones. */
+const cllm_kern_ops *cllm_kern_neon(void);
 /* The matmul entry for a weight dtype; NULL for dtypes without a kernel. */
 cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt);
 

@@ -1,0 +1,74 @@
+/* NEON W4A8 with the Armv8.2 dot-product extension (vdotq_s32 / SDOT): the matmul_q4a8 entry
+ * kernels.c picks for the neon tier when HWCAP_ASIMDDP is set. Built with
+ * -march=armv8.2-a+dotprod (CMakeLists.txt, files named *_dot_neon.c), so nothing here may run
+ * on a CPU without it; the activation quantization and the token/column walk are the baseline
+ * ones in matmul_q4a8_neon.c.
+ *
+ * Same data flow as the baseline variant: `& 0x0f` leaves codes q0 q2 q4 q6 in each 32-bit lane
+ * (one output column), `>> 4` leaves q1 q3 q5 q7, and SDOT against the broadcast even/odd
+ * activation words adds sum_j q_j a_j into the lane's int32 (codes 0..15 are valid int8). The
+ * int32 group sums are exact, so the result is bitwise the baseline's and the scalar tier's. */
+#include "kernels/arm/matmul_q4a8_neon.h"
+
+#define AI      __attribute__((always_inline)) static inline
+#define PF_ROWS 16
+#define MAX_TT  4
+
+AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, const int NV,
+             const int TT) {
+    const int G = w->group, NG = w->K / G;
+    const size_t N = (size_t)w->N;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    float32x4_t acc[4][MAX_TT];
+    for (int b = 0; b < NV; b++)
+        for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
+    for (int g = 0; g < NG; g++) {
+        int32x4_t isum[4][MAX_TT];
+        for (int b = 0; b < NV; b++)
+            for (int t = 0; t < TT; t++) isum[b][t] = vdupq_n_s32(0);
+        const int k8e = (g + 1) * G / 8;
+        for (int k8 = g * G / 8; k8 < k8e; k8++) {
+            int8x16_t lo[4], hi[4];
+            for (int b = 0; b < NV; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + (size_t)(n0 + 4 * b);
+                __builtin_prefetch(src + PF_ROWS * N);
+                uint8x16_t v = vreinterpretq_u8_s32(vld1q_s32(src));
+                lo[b] = vreinterpretq_s8_u8(vandq_u8(v, m4));
+                hi[b] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+            }
+            for (int t = 0; t < TT; t++) {
+                int8x16_t ae = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8]));
+                int8x16_t ao = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8 + 1]));
+                for (int b = 0; b < NV; b++)
+                    isum[b][t] = vdotq_s32(vdotq_s32(isum[b][t], lo[b], ae), hi[b], ao);
+            }
+        }
+        for (int b = 0; b < NV; b++) {
+            int32x4_t zv = q4a8_zeros4(w, g, n0 + 4 * b);
+            for (int t = 0; t < TT; t++)
+                acc[b][t] = q4a8_group_end(w, g, n0 + 4 * b, zv, &A[t], isum[b][t], acc[b][t]);
+        }
+    }
+    for (int b = 0; b < NV; b++)
+        for (int t = 0; t < TT; t++)
+            vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
+}
+
+static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
+                  int tt) {
+    if (nv == 4)
+        tile(w, n0, A, Y, ldy, 4, 1);
+    else if (tt == 4)
+        tile(w, n0, A, Y, ldy, 2, 4);
+    else if (tt == 3)
+        tile(w, n0, A, Y, ldy, 2, 3);
+    else if (tt == 2)
+        tile(w, n0, A, Y, ldy, 2, 2);
+    else
+        tile(w, n0, A, Y, ldy, 2, 1);
+}
+
+void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                               int n_tok, float *Y, size_t ldy) {
+    kern_q4a8_drive_neon(w, n0, n1, X, ldx, n_tok, Y, ldy, tiles);
+}

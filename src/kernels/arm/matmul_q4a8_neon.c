@@ -1,0 +1,149 @@
+/* NEON W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8, kernels.h) on
+ * baseline ARMv8-A, plus the parts the dot-product variant (matmul_q4a8_dot_neon.c) shares:
+ * activation quantization and the token/column walk. Picked by kernels.c for the neon tier when
+ * the CPU lacks the dot-product extension; mirrors kernels/x86/matmul_q4a8_avx2.c.
+ *
+ * Activations are quantized per token and group on kern_quant_act8's grid (vectorized, bitwise
+ * the same) and regrouped per 8 inputs into an even-byte and an odd-byte word. One 128-bit load
+ * of qweight row k8 holds 8 nibbles for each of 4 output columns (one per 32-bit lane); `& 0x0f`
+ * leaves codes q0 q2 q4 q6 in the lane's bytes and `>> 4` leaves q1 q3 q5 q7. vmull_s8 (codes
+ * 0..15 x int8, |product| <= 1905) plus vmlal_s8 of the odd half stay within int16 (<= 3810);
+ * vpadalq_s16 widens pairs into int32 and one vpaddq_s32 per group finishes the per-column sums.
+ * The zero point is folded in once per group (sum q a - z sum a, exact in int32), so every tier
+ * and tile shape gives the same integer; the conversion acc = fma(w_scale * a_scale, (float)isum,
+ * acc) is the reference's sequence. Tiles of 4 (decode) or 2 vectors x 1..4 tokens only decide
+ * which accumulators share registers: batch invariant and bitwise equal to the scalar tier. */
+#include "kernels/arm/matmul_q4a8_neon.h"
+
+#include <stdlib.h>
+
+#define AI      __attribute__((always_inline)) static inline
+#define PF_ROWS 16 /* as the AVX2 tier; not tuned on ARM */
+#define MAX_TT  4  /* tokens per tile */
+
+AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, const int NV,
+             const int TT) {
+    const int G = w->group, NG = w->K / G;
+    const size_t N = (size_t)w->N;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    float32x4_t acc[4][MAX_TT];
+    for (int b = 0; b < NV; b++)
+        for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
+    for (int g = 0; g < NG; g++) {
+        /* per vector and token: int32 pairs of columns 0, 1 (p01) and 2, 3 (p23) */
+        int32x4_t p01[4][MAX_TT], p23[4][MAX_TT];
+        for (int b = 0; b < NV; b++)
+            for (int t = 0; t < TT; t++) p01[b][t] = p23[b][t] = vdupq_n_s32(0);
+        const int k8e = (g + 1) * G / 8;
+        for (int k8 = g * G / 8; k8 < k8e; k8++) {
+            int8x16_t lo[4], hi[4];
+            for (int b = 0; b < NV; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + (size_t)(n0 + 4 * b);
+                __builtin_prefetch(src + PF_ROWS * N);
+                uint8x16_t v = vreinterpretq_u8_s32(vld1q_s32(src));
+                lo[b] = vreinterpretq_s8_u8(vandq_u8(v, m4));
+                hi[b] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+            }
+            for (int t = 0; t < TT; t++) {
+                int8x16_t ae = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8]));
+                int8x16_t ao = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8 + 1]));
+                for (int b = 0; b < NV; b++) {
+                    int16x8_t l = vmull_s8(vget_low_s8(lo[b]), vget_low_s8(ae));
+                    l = vmlal_s8(l, vget_low_s8(hi[b]), vget_low_s8(ao));
+                    int16x8_t h = vmull_high_s8(lo[b], ae);
+                    h = vmlal_high_s8(h, hi[b], ao);
+                    p01[b][t] = vpadalq_s16(p01[b][t], l);
+                    p23[b][t] = vpadalq_s16(p23[b][t], h);
+                }
+            }
+        }
+        for (int b = 0; b < NV; b++) {
+            int32x4_t zv = q4a8_zeros4(w, g, n0 + 4 * b);
+            for (int t = 0; t < TT; t++)
+                acc[b][t] = q4a8_group_end(w, g, n0 + 4 * b, zv, &A[t],
+                                           vpaddq_s32(p01[b][t], p23[b][t]), acc[b][t]);
+        }
+    }
+    for (int b = 0; b < NV; b++)
+        for (int t = 0; t < TT; t++)
+            vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
+}
+
+static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
+                  int tt) {
+    if (nv == 4)
+        tile(w, n0, A, Y, ldy, 4, 1);
+    else if (tt == 4)
+        tile(w, n0, A, Y, ldy, 2, 4);
+    else if (tt == 3)
+        tile(w, n0, A, Y, ldy, 2, 3);
+    else if (tt == 2)
+        tile(w, n0, A, Y, ldy, 2, 2);
+    else
+        tile(w, n0, A, Y, ldy, 2, 1);
+}
+
+/* Quantize one token (kern_quant_act8's grid bit for bit: maxNum and minNum ignore NaN like
+ * fmaxf/fminf, the division is IEEE, vrndnq is nearbyintf's round to nearest even) and regroup
+ * its int8 codes into the even/odd words. G % 8 == 0. */
+static void prep(const cllm_qweight *w, const float *x, q4a8_tok *A) {
+    const int G = w->group, NG = w->K / G;
+    const float32x4_t lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+    for (int g = 0; g < NG; g++) {
+        const float *xg = x + (size_t)g * (size_t)G;
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int k = 0; k < G; k += 4) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xg + k)));
+        float sc = vmaxnmvq_f32(m) / 127.0f;
+        A->s[g] = sc;
+        uint32_t *ev = A->ev + (size_t)g * (size_t)G / 4;
+        if (sc == 0.0f) {
+            for (int k = 0; k < G / 4; k++) ev[k] = 0;
+            A->sum[g] = 0;
+            continue;
+        }
+        const float32x4_t sv = vdupq_n_f32(sc);
+        int32x4_t sum = vdupq_n_s32(0);
+        for (int k = 0; k < G; k += 8) {
+            float32x4_t r0 = vrndnq_f32(vdivq_f32(vld1q_f32(xg + k), sv));
+            float32x4_t r1 = vrndnq_f32(vdivq_f32(vld1q_f32(xg + k + 4), sv));
+            int32x4_t i0 = vcvtq_s32_f32(vminnmq_f32(vmaxnmq_f32(r0, lo), hi));
+            int32x4_t i1 = vcvtq_s32_f32(vminnmq_f32(vmaxnmq_f32(r1, lo), hi));
+            sum = vaddq_s32(sum, vaddq_s32(i0, i1));
+            /* a0 a2 a4 a6 | a1 a3 a5 a7, narrowed to bytes: [even word, odd word] */
+            int16x8_t h =
+                vcombine_s16(vmovn_s32(vuzp1q_s32(i0, i1)), vmovn_s32(vuzp2q_s32(i0, i1)));
+            vst1_s8((int8_t *)(void *)(ev + k / 4), vmovn_s16(h));
+        }
+        A->sum[g] = vaddvq_s32(sum);
+    }
+}
+
+void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy, q4a8_tile_fn fn) {
+    const int K = w->K, NG = K / w->group;
+    size_t per = (size_t)K + 8 * (size_t)NG; /* ev words + s + sum, bytes */
+    char *buf = malloc(MAX_TT * per);
+    if (!buf) abort();
+    q4a8_tok A[MAX_TT];
+    for (int i = 0; i < MAX_TT; i++) {
+        char *p = buf + (size_t)i * per;
+        A[i].ev = (uint32_t *)(void *)p;
+        A[i].s = (float *)(void *)(p + (size_t)K);
+        A[i].sum = (int32_t *)(void *)(p + (size_t)K + (size_t)NG * 4);
+    }
+    for (int t = 0; t < n_tok; t += MAX_TT) {
+        int tn = n_tok - t < MAX_TT ? n_tok - t : MAX_TT;
+        for (int i = 0; i < tn; i++) prep(w, X + (size_t)(t + i) * ldx, &A[i]);
+        float *Yt = Y + (size_t)t * ldy;
+        int n = n0;
+        if (tn == 1) /* decode: 16 columns = 64 bytes of each qweight row per pass */
+            for (; n + 16 <= n1; n += 16) fn(w, n, A, Yt, ldy, 4, 1);
+        for (; n < n1; n += 8) fn(w, n, A, Yt, ldy, 2, tn); /* n0, n1 are multiples of 8 */
+    }
+    free(buf);
+}
+
+void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                           int n_tok, float *Y, size_t ldy) {
+    kern_q4a8_drive_neon(w, n0, n1, X, ldx, n_tok, Y, ldy, tiles);
+}
