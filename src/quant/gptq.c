@@ -6,116 +6,287 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
 #include "model/fwd_int.h"
 #include "tools/fwd_cli.h"
 
-/* In-place Cholesky H = L L^T (lower). Returns -1 when not positive definite. */
-static int chol(double *A, int n) {
-    for (int j = 0; j < n; j++) {
-        double d = A[(size_t)j * n + j];
-        for (int k = 0; k < j; k++) d -= A[(size_t)j * n + k] * A[(size_t)j * n + k];
-        if (!(d > 0)) return -1;
-        d = sqrt(d);
-        A[(size_t)j * n + j] = d;
-        for (int i = j + 1; i < n; i++) {
-            double s = A[(size_t)i * n + j];
-            for (int k = 0; k < j; k++) s -= A[(size_t)i * n + k] * A[(size_t)j * n + k];
-            A[(size_t)i * n + j] = s / d;
-        }
-        for (int i = 0; i < j; i++) A[(size_t)i * n + j] = 0;
-    }
-    return 0;
+/* ---- The math: float32, blocked, threaded over the repo pool --------------------------------
+ *
+ * Every product below goes through the fp32 matmul kernel (kernels.h), whose result for each
+ * output element is a fixed sequence of operations whatever the tile, the row range or the
+ * number of tokens in the call. Work is split so that each output element is computed by one
+ * thread with that fixed sequence, so the bytes never depend on the thread count.
+ *
+ * float32, not float64: the reference implementation factors in float32 with the same 1%
+ * damping, which bounds the condition number of H + damp*mean(diag) by about 100 K; fp32 halves
+ * the memory traffic and doubles the SIMD width of the only fast GEMM we have (matmul_f32).
+ * tests/test_gptq.c checks the factor against a float64 reference (relative error ~1e-5 on
+ * random SPD matrices with dead inputs). */
+
+#define FB 128 /* panel / column-block width: inner dimension of every GEMM call */
+#define RB 64  /* rows per GEMM call (tokens of the matmul kernel); tmp is RB x K per thread */
+
+typedef struct mm_ctx {
+    float *A;      /* [K][K] */
+    float *XT;     /* [K][K] */
+    float *Li;     /* [FB][FB] inverse of the panel's diagonal block */
+    float *tmp;    /* [nt][ts] */
+    size_t ts;     /* RB * K + RB * FB */
+    int K, k0, nb; /* panel */
+    int nt;
+    cllm_matmul_fn mm;
+} mm_ctx;
+
+static int n_threads(cllm_pool *p) {
+    return p ? cllm_pool_size(p) : 1;
 }
 
-/* A (lower, [K][K]) = L2 with (H + damp * mean diag)^-1 = L2 L2^T; dead inputs (diag 0) get 1. */
-static cllm_status gptq_factor(const float *H, int K, double damp, double *A, cllm_error *err) {
-    double *Li = calloc((size_t)K * K, sizeof(double));
-    if (!Li) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    cllm_status st = CLLM_OK;
+/* Rows i in [k0+nb, K): A[i][k0..k0+nb) <- A[i][k0..) L_kk^-T = A[i][k0..) Li^T (Li = L_kk^-1),
+ * RB rows per GEMM call. */
+static void trsm_worker(void *vc, size_t b, size_t e, int tid) {
+    mm_ctx *c = vc;
+    int K = c->K, k0 = c->k0, nb = c->nb;
+    float *tmp = c->tmp + (size_t)tid * c->ts;
+    for (size_t r0 = b; r0 < e; r0 += RB) {
+        int nr = (int)(e - r0 < RB ? e - r0 : RB);
+        float *a = c->A + ((size_t)k0 + nb + r0) * K + k0;
+        c->mm(c->Li, (size_t)nb, nb, a, (size_t)K, nr, nb, tmp, (size_t)nb);
+        for (int r = 0; r < nr; r++)
+            memcpy(a + (size_t)r * K, tmp + (size_t)r * nb, (size_t)nb * 4);
+    }
+}
+
+/* Trailing update A[i][j] -= sum_p L[i][p] L[j][p] over the panel, k0+nb <= j <= i (lower
+ * triangle only), row blocks of RB dealt to threads cyclically (triangle: balanced). */
+static void syrk_worker(void *vc, size_t b, size_t e, int tid) {
+    mm_ctx *c = vc;
+    int K = c->K, s0 = c->k0 + c->nb;
+    float *tmp = c->tmp + (size_t)tid * c->ts;
+    for (size_t t = b; t < e; t++)
+        for (int r0 = s0 + (int)t * RB; r0 < K; r0 += c->nt * RB) {
+            int r1 = r0 + RB < K ? r0 + RB : K, nc = r1 - s0;
+            c->mm(c->A + (size_t)s0 * K + c->k0, (size_t)K, nc, c->A + (size_t)r0 * K + c->k0,
+                  (size_t)K, r1 - r0, c->nb, tmp, (size_t)nc);
+            for (int i = r0; i < r1; i++) {
+                float *a = c->A + (size_t)i * K + s0;
+                const float *y = tmp + (size_t)(i - r0) * nc;
+                for (int j = 0; j <= i - s0; j++) a[j] -= y[j];
+            }
+        }
+}
+
+/* Columns of X = M^-1 (M lower in A) for column blocks dealt cyclically: XT[c][k] = X[k][c].
+ * A column block's solve needs only M and itself: rows in blocks of RB, the part from earlier
+ * rows as one GEMM, then forward substitution inside the block, row by row over the block's
+ * columns (contiguous, vectorizable). Entries above the diagonal come out exactly 0. */
+static void inv_worker(void *vc, size_t b, size_t e, int tid) {
+    mm_ctx *c = vc;
+    int K = c->K;
+    float *tmp = c->tmp + (size_t)tid * c->ts, *XB = tmp + (size_t)RB * K;
+    for (size_t t = b; t < e; t++)
+        for (int c0 = (int)t * FB; c0 < K; c0 += c->nt * FB) {
+            int c1 = c0 + FB < K ? c0 + FB : K, nc = c1 - c0;
+            for (int i0 = c0; i0 < K; i0 += RB) {
+                int i1 = i0 + RB < K ? i0 + RB : K;
+                if (i0 > c0)
+                    c->mm(c->XT + (size_t)c0 * K + c0, (size_t)K, nc, c->A + (size_t)i0 * K + c0,
+                          (size_t)K, i1 - i0, i0 - c0, tmp, (size_t)nc);
+                else
+                    memset(tmp, 0, (size_t)(i1 - i0) * nc * 4);
+                for (int i = i0; i < i1; i++) {
+                    const float *m = c->A + (size_t)i * K;
+                    float *x = XB + (size_t)(i - i0) * nc, *y = tmp + (size_t)(i - i0) * nc;
+                    for (int j = 0; j < nc; j++) x[j] = (i == c0 + j ? 1.0f : 0.0f) - y[j];
+                    for (int p = i0; p < i; p++) {
+                        float mp = m[p];
+                        const float *xp = XB + (size_t)(p - i0) * nc;
+                        for (int j = 0; j < nc; j++) x[j] -= mp * xp[j];
+                    }
+                    float d = m[i];
+                    for (int j = 0; j < nc; j++) x[j] /= d;
+                }
+                for (int j = 0; j < nc; j++) {
+                    float *xt = c->XT + (size_t)(c0 + j) * K;
+                    for (int i = i0; i < i1; i++) xt[i] = XB[(size_t)(i - i0) * nc + j];
+                }
+            }
+        }
+}
+
+static size_t factor_work(int K, cllm_pool *pool) {
+    return 2 * (size_t)K * K + FB * FB + (size_t)n_threads(pool) * ((size_t)RB * K + RB * FB);
+}
+
+/* UT (lower, [K][K]) with (H + damp * mean diag)^-1 = UT UT^T, i.e. U = UT^T is the upper
+ * Cholesky factor GPTQ walks; dead inputs (diag 0) get 1 before damping. Reads the lower
+ * triangle of H only. One Cholesky of the index-reversed matrix, P H P = M M^T, and one
+ * triangular inverse: U = P M^-1 P is upper with H^-1 = U^T U. work: factor_work() floats. */
+static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, float *work,
+                               cllm_pool *pool, cllm_error *err) {
+    size_t KK = (size_t)K * K;
+    mm_ctx c = {
+        work, work + KK, work + 2 * KK,   work + 2 * KK + FB * FB, (size_t)RB * K + RB * FB, K,
+        0,    0,         n_threads(pool), cllm_kern()->matmul_f32};
     double mean = 0;
     for (int i = 0; i < K; i++) mean += H[(size_t)i * K + i];
     mean /= K;
     if (!(mean > 0)) mean = 1;
-    for (size_t i = 0; i < (size_t)K * K; i++) A[i] = H[i];
+    float *A = c.A;
     for (int i = 0; i < K; i++) {
-        if (A[(size_t)i * K + i] == 0) A[(size_t)i * K + i] = 1; /* dead input */
-        A[(size_t)i * K + i] += damp * mean;
+        float *a = A + (size_t)i * K;
+        for (int j = 0; j <= i; j++) a[j] = H[(size_t)(K - 1 - j) * K + (K - 1 - i)];
+        for (int j = i + 1; j < K; j++) a[j] = 0;
+        if (a[i] == 0) a[i] = 1; /* dead input */
+        a[i] = (float)(a[i] + damp * mean);
     }
-    if (chol(A, K)) {
-        st = cllm_err_set(err, CLLM_ERANGE, "gptq: Hessian not positive definite (raise damping)");
-        goto done;
-    }
-    /* Li = L^-1 (lower), Hinv = Li^T Li; then U = chol(Hinv)^T (upper). */
-    for (int j = 0; j < K; j++) {
-        Li[(size_t)j * K + j] = 1.0 / A[(size_t)j * K + j];
-        for (int i = j + 1; i < K; i++) {
-            double s = 0;
-            for (int k = j; k < i; k++) s -= A[(size_t)i * K + k] * Li[(size_t)k * K + j];
-            Li[(size_t)i * K + j] = s / A[(size_t)i * K + i];
+    for (int k0 = 0; k0 < K; k0 += FB) {
+        int nb = k0 + FB < K ? FB : K - k0;
+        for (int j = k0; j < k0 + nb; j++) { /* diagonal block, accumulated in double */
+            float *lj = A + (size_t)j * K;
+            double d = lj[j];
+            for (int p = k0; p < j; p++) d -= (double)lj[p] * lj[p];
+            if (!(d > 0))
+                return cllm_err_set(err, CLLM_ERANGE,
+                                    "gptq: Hessian not positive definite (raise damping)");
+            lj[j] = (float)sqrt(d);
+            for (int i = j + 1; i < k0 + nb; i++) {
+                float *li = A + (size_t)i * K;
+                double s = li[j];
+                for (int p = k0; p < j; p++) s -= (double)li[p] * lj[p];
+                li[j] = (float)(s / lj[j]);
+            }
         }
+        if (k0 + nb == K) break;
+        for (int j = 0; j < nb; j++) { /* Li = L_kk^-1, row by row (double) */
+            const float *l = A + (size_t)(k0 + j) * K + k0;
+            float *li = c.Li + (size_t)j * nb;
+            for (int col = 0; col < nb; col++) {
+                double s = col == j ? 1.0 : 0.0;
+                for (int p = col; p < j; p++) s -= (double)l[p] * c.Li[(size_t)p * nb + col];
+                li[col] = col <= j ? (float)(s / l[j]) : 0.0f;
+            }
+        }
+        c.k0 = k0, c.nb = nb;
+        cllm_pool_for_grain(pool, (size_t)(K - k0 - nb), RB, trsm_worker, &c);
+        cllm_pool_for(pool, (size_t)c.nt, syrk_worker, &c);
     }
+    cllm_pool_for(pool, (size_t)c.nt, inv_worker, &c);
+    /* UT[j][i] = U[i][j] = X[K-1-i][K-1-j] = XT[K-1-j][K-1-i] */
+    for (size_t a = 0; a < KK; a++) UT[a] = c.XT[KK - 1 - a];
     for (int i = 0; i < K; i++)
-        for (int j = 0; j <= i; j++) {
-            double s = 0;
-            for (int k = i; k < K; k++) s += Li[(size_t)k * K + i] * Li[(size_t)k * K + j];
-            A[(size_t)i * K + j] = s;
-            A[(size_t)j * K + i] = s;
-        }
-    if (chol(A, K))
-        st = cllm_err_set(err, CLLM_ERANGE, "gptq: inverse Hessian not positive definite");
-done:
-    free(Li);
-    return st;
+        if (!(UT[(size_t)i * K + i] > 0) || !isfinite(UT[(size_t)i * K + i]))
+            return cllm_err_set(err, CLLM_ERANGE, "gptq: inverse Hessian not positive definite");
+    return CLLM_OK;
 }
 
-/* Column-by-column quantization of W with the factor A of gptq_factor. */
-static cllm_status gptq_apply(float *W, const float *H, const double *A, cllm_qbuf *q,
-                              cllm_error *err) {
-    int K = q->K, N = q->N, G = q->group;
-    float *scale = malloc((size_t)N * sizeof(float)), *e = malloc((size_t)N * sizeof(float)),
-          *u = malloc((size_t)K * sizeof(float));
-    if (!scale || !e || !u) {
-        free(scale), free(e), free(u);
-        return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (N = %d)", N);
-    }
-    for (int i = 0; i < K; i++)
-        if (H[(size_t)i * K + i] == 0) /* dead input: never active in calibration */
-            for (int n = 0; n < N; n++) W[(size_t)n * K + i] = 0;
-    /* A = L2 lower with Hinv = L2 L2^T; U[i][j] = L2[j][i]. */
-    for (int i = 0; i < K; i++) {
-        if (i % G == 0)
-            for (int n = 0; n < N; n++) {
-                float lo = 0, hi = 0;
-                for (int k = i; k < i + G; k++)
-                    lo = fminf(lo, W[(size_t)n * K + k]), hi = fmaxf(hi, W[(size_t)n * K + k]);
-                scale[n] = cllm_quant_set_group_mm(q, i / G, n, lo, hi);
+/* Quantization with lazy batch updates (Frantar et al. §3, step 2): columns in blocks of B,
+ * error feedback inside the block column by column, then W[:, b1:] -= E U[b0:b1, b1:] as one
+ * GEMM. Rows of W are independent (U is shared), so each thread takes whole rows (multiples of
+ * 8: the packed qzeros words along N) and walks every block for them. B is a multiple of the
+ * group size, so a group's scale is computed from weights that already carry the error of every
+ * earlier column, exactly as in the column-by-column algorithm. */
+typedef struct ap_ctx {
+    float *W;
+    const float *H, *UT;
+    cllm_qbuf *q;
+    int B;
+    float *work; /* per thread: RB*K tmp, RB*B E, B*B U block, RB scales */
+    size_t wstride;
+    cllm_matmul_fn mm;
+} ap_ctx;
+
+static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
+    ap_ctx *c = vc;
+    cllm_qbuf *q = c->q;
+    int K = q->K, G = q->group, B = c->B;
+    float *tmp = c->work + (size_t)tid * c->wstride, *E = tmp + (size_t)RB * K,
+          *Ub = E + (size_t)RB * B, *scale = Ub + (size_t)B * B;
+    for (size_t r0 = nb; r0 < ne; r0 += RB) {
+        int nr = (int)(ne - r0 < RB ? ne - r0 : RB);
+        for (int r = 0; r < nr; r++) {
+            float *w = c->W + (r0 + r) * K;
+            for (int i = 0; i < K; i++)
+                if (c->H[(size_t)i * K + i] == 0) w[i] = 0; /* dead input */
+        }
+        for (int b0 = 0; b0 < K; b0 += B) {
+            int b1 = b0 + B < K ? b0 + B : K, bw = b1 - b0;
+            for (int i = 0; i < bw; i++) /* U[b0+i][b0+j] = UT[b0+j][b0+i] */
+                for (int j = 0; j < bw; j++) Ub[i * bw + j] = c->UT[(size_t)(b0 + j) * K + b0 + i];
+            for (int r = 0; r < nr; r++) {
+                int n = (int)r0 + r;
+                float *w = c->W + (size_t)n * K, *er = E + (size_t)r * bw;
+                for (int i = b0; i < b1; i++) {
+                    if (i % G == 0) {
+                        float lo = 0, hi = 0;
+                        for (int k = i; k < i + G; k++) lo = fminf(lo, w[k]), hi = fmaxf(hi, w[k]);
+                        scale[r] = cllm_quant_set_group_mm(q, i / G, n, lo, hi);
+                    }
+                    const float *u = Ub + (size_t)(i - b0) * bw - b0;
+                    float wi = w[i], dq = cllm_quant_set_code(q, n, i, wi, scale[r]);
+                    float en = (wi - dq) / u[i];
+                    er[i - b0] = en;
+                    for (int j = i + 1; j < b1; j++) w[j] -= en * u[j];
+                }
             }
-        double d = A[(size_t)i * K + i];
-        for (int n = 0; n < N; n++) {
-            float w = W[(size_t)n * K + i];
-            float dq = cllm_quant_set_code(q, n, i, w, scale[n]);
-            e[n] = (float)((w - dq) / d);
-        }
-        /* column i of A made contiguous, rows of W walked in order (same arithmetic) */
-        for (int j = i + 1; j < K; j++) u[j] = (float)A[(size_t)j * K + i];
-        for (int n = 0; n < N; n++) {
-            float en = e[n], *w = W + (size_t)n * K;
-            for (int j = i + 1; j < K; j++) w[j] -= en * u[j];
+            if (b1 == K) break;
+            int nc = K - b1;
+            c->mm(c->UT + (size_t)b1 * K + b0, (size_t)K, nc, E, (size_t)bw, nr, bw, tmp,
+                  (size_t)nc);
+            for (int r = 0; r < nr; r++) {
+                float *w = c->W + (r0 + r) * K + b1;
+                const float *y = tmp + (size_t)r * nc;
+                for (int j = 0; j < nc; j++) w[j] -= y[j];
+            }
         }
     }
-    free(scale), free(e), free(u);
+}
+
+static cllm_status gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
+                              cllm_pool *pool, cllm_error *err) {
+    int K = q->K, G = q->group;
+    int B = G >= 128 ? G : G * (128 / G);
+    if (B > K) B = K;
+    ap_ctx c = {W, H, UT, q, B, NULL, 0, cllm_kern()->matmul_f32};
+    c.wstride = (size_t)RB * K + (size_t)RB * B + (size_t)B * B + RB;
+    c.wstride = (c.wstride + 15) & ~(size_t)15;
+    c.work = malloc(c.wstride * n_threads(pool) * sizeof(float));
+    if (!c.work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    cllm_pool_for_grain(pool, (size_t)q->N, 8, apply_worker, &c);
+    free(c.work);
     return CLLM_OK;
 }
 
 cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
                                cllm_error *err) {
+    return cllm_gptq_quantize_pool(W, H, damp, q, NULL, err);
+}
+
+cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_qbuf *q,
+                                    cllm_pool *pool, cllm_error *err) {
     int K = q->K;
-    double *A = malloc((size_t)K * K * sizeof(double));
-    if (!A) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    cllm_status st = gptq_factor(H, K, damp, A, err);
-    if (st == CLLM_OK) st = gptq_apply(W, H, A, q, err);
-    free(A);
+    float *UT = malloc((size_t)K * K * sizeof(float)),
+          *work = malloc(factor_work(K, pool) * sizeof(float));
+    cllm_status st =
+        UT && work ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    if (st == CLLM_OK) st = gptq_factor(H, K, damp, UT, work, pool, err);
+    if (st == CLLM_OK) st = gptq_apply(W, H, UT, q, pool, err);
+    free(UT), free(work);
     return st;
+}
+
+cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm_pool *pool,
+                             cllm_error *err) {
+    float *work = malloc(factor_work(K, pool) * sizeof(float));
+    if (!work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    cllm_status st = gptq_factor(H, K, damp, UT, work, pool, err);
+    free(work);
+    return st;
+}
+
+cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
+                            cllm_pool *pool, cllm_error *err) {
+    return gptq_apply(W, H, UT, q, pool, err);
 }
 
 /* Calibration: the 16-bit model runs over the calibration tokens; every matmul input is added
@@ -172,7 +343,8 @@ struct cllm_gptq {
     /* factor of the last Hessian quantized with (Linears sharing an input share it) */
     const float *fH;
     int fK;
-    double fdamp, *fA;
+    double fdamp;
+    float *fA, *fwork; /* [K][K] UT of gptq_factor, factor_work(K) floats */
 };
 
 static void add_span(void *ctx, const cllm_tensor *t) {
@@ -412,6 +584,7 @@ void cllm_gptq_free(cllm_gptq *g) {
     for (size_t i = 0; i < g->n; i++) free(g->h[i].H);
     if (g->r_open) fwd_runner_close(&g->r);
     free(g->fA);
+    free(g->fwork);
     free(g->tok);
     free(g->h);
     free(g->spans);
@@ -421,19 +594,22 @@ void cllm_gptq_free(cllm_gptq *g) {
 cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, double damp,
                                     cllm_qbuf *q, cllm_error *err) {
     int K = q->K;
+    cllm_pool *pool = g->r.pool;
     if (g->fH != H || g->fK != K || g->fdamp != damp) {
         g->fH = NULL;
         if (g->fK != K || !g->fA) {
-            free(g->fA);
+            free(g->fA), free(g->fwork);
             g->fK = 0;
-            g->fA = malloc((size_t)K * K * sizeof(double));
-            if (!g->fA) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+            g->fA = malloc((size_t)K * K * sizeof(float));
+            g->fwork = malloc(factor_work(K, pool) * sizeof(float));
+            if (!g->fA || !g->fwork)
+                return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
             g->fK = K;
         }
-        cllm_status st = gptq_factor(H, K, damp, g->fA, err);
+        cllm_status st = gptq_factor(H, K, damp, g->fA, g->fwork, pool, err);
         if (st) return st;
         g->fH = H;
         g->fdamp = damp;
     }
-    return gptq_apply(W, H, g->fA, q, err);
+    return gptq_apply(W, H, g->fA, q, pool, err);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
+#include "base/threadpool.h"
 #include "quant/quant.h"
 
 typedef struct cllm_gptq cllm_gptq;
@@ -45,11 +46,22 @@ const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off,
 const char *cllm_gptq_summary(cllm_gptq *g);
 void cllm_gptq_free(cllm_gptq *g);
 
-/* GPTQ on W [N][K] (modified in place) with Hessian H [K][K], symmetric, groups of q->group
- * (scales from the error-updated weights of each group, as the reference implementation does
- * without act-order). */
+/* GPTQ on W [N][K] (modified in place) with Hessian H [K][K] (lower triangle read), symmetric,
+ * groups of q->group (scales from the error-updated weights of each group, as the reference
+ * implementation does without act-order). Serial. */
 cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
                                cllm_error *err);
+/* The same on a thread pool (NULL = serial); the bytes do not depend on the thread count. */
+cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_qbuf *q,
+                                    cllm_pool *pool, cllm_error *err);
+/* The two steps, exposed for tests. cllm_gptq_factor writes UT [K][K], lower triangular, with
+ * (H + damp * mean(diag H))^-1 = UT UT^T (dead inputs, diag 0, get 1 before damping): U = UT^T
+ * is the upper Cholesky factor of the inverse Hessian that GPTQ walks. cllm_gptq_apply quantizes
+ * W into q with that factor (lazy batch updates, blocks of 128 columns rounded to whole groups). */
+cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm_pool *pool,
+                             cllm_error *err);
+cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
+                            cllm_pool *pool, cllm_error *err);
 /* The same, reusing the factor of H^-1 when H is the Hessian of the previous call (Linears on
  * one input: q/k/v, an expert's gate/up), valid until cllm_gptq_release. */
 cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, double damp,
