@@ -308,8 +308,18 @@ typedef struct hent {
     long n_tok;
     bool wanted;
     int tag;
-    float *H;
+    float *H;  /* [K][K], lower triangle accumulated */
+    float *xb; /* [K][buf_rows(K)] pending tokens, transposed */
+    int nxb;   /* tokens pending in xb */
 } hent;
+
+/* Tokens buffered per Hessian before one rank-C update (a GEMM of inner dimension C): routed
+ * experts get a few tokens per capture, and a GEMM over 2 tokens would be bound by the K x K
+ * read-modify-write. 1/16 of the Hessian's bytes for K >= 256. */
+static int buf_rows(int K) {
+    int c = K / 16;
+    return c < 16 ? 16 : c > 128 ? 128 : c;
+}
 
 typedef struct span {
     const char *base;
@@ -334,6 +344,8 @@ struct cllm_gptq {
     FILE *out;
     int passes;
     uint64_t held, peak;
+    float *ctmp; /* [nt][RB * ctmp_K] scratch of the Hessian updates */
+    int ctmp_K;
     /* the previous capture, to detect shared inputs */
     const fwd_wt *last_w;
     const float *last_X;
@@ -391,6 +403,55 @@ static hent *root_of(cllm_gptq *g, long i) {
     return &g->h[i];
 }
 
+static uint64_t hess_bytes(int K) {
+    return ((uint64_t)K * K + (uint64_t)K * buf_rows(K)) * sizeof(float);
+}
+
+typedef struct acc_ctx {
+    hent *e;
+    float *tmp;
+    int nt;
+    cllm_matmul_fn mm;
+} acc_ctx;
+
+/* H[a][b] += sum_c xb[a][c] xb[b][c] for b <= a, row blocks of RB dealt cyclically. */
+static void acc_worker(void *vc, size_t b, size_t e, int tid) {
+    acc_ctx *c = vc;
+    int K = c->e->K, C = buf_rows(K), n = c->e->nxb;
+    float *tmp = c->tmp + (size_t)tid * RB * K;
+    for (size_t t = b; t < e; t++)
+        for (int r0 = (int)t * RB; r0 < K; r0 += c->nt * RB) {
+            int r1 = r0 + RB < K ? r0 + RB : K;
+            c->mm(c->e->xb, (size_t)C, r1, c->e->xb + (size_t)r0 * C, (size_t)C, r1 - r0, n, tmp,
+                  (size_t)r1);
+            for (int i = r0; i < r1; i++) {
+                float *h = c->e->H + (size_t)i * K;
+                const float *y = tmp + (size_t)(i - r0) * r1;
+                for (int j = 0; j <= i; j++) h[j] += y[j];
+            }
+        }
+}
+
+/* Adds the buffered tokens of e into its Hessian. */
+static void flush(cllm_gptq *g, hent *e) {
+    if (!e->nxb || g->oom) return;
+    int K = e->K;
+    cllm_pool *pool = g->r.pool;
+    int nt = n_threads(pool);
+    if (g->ctmp_K < K) {
+        free(g->ctmp);
+        g->ctmp = malloc((size_t)nt * RB * K * sizeof(float));
+        g->ctmp_K = g->ctmp ? K : 0;
+        if (!g->ctmp) {
+            g->oom = true;
+            return;
+        }
+    }
+    acc_ctx c = {e, g->ctmp, nt, cllm_kern()->matmul_f32};
+    cllm_pool_for(pool, (size_t)nt, acc_worker, &c);
+    e->nxb = 0;
+}
+
 static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok) {
     cllm_gptq *g = ctx;
     const cllm_fwd_ctx *c = g->r.ctx;
@@ -438,20 +499,20 @@ static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int 
     if (&g->h[i] != e) return; /* shares the root's input, added there */
     if (!e->H) {
         e->H = calloc((size_t)K * K, sizeof(float));
-        if (!e->H) {
+        e->xb = malloc((size_t)K * buf_rows(K) * sizeof(float));
+        e->nxb = 0;
+        if (!e->H || !e->xb) {
             g->oom = true;
             return;
         }
-        g->held += (uint64_t)K * K * sizeof(float);
+        g->held += hess_bytes(K);
         if (g->held > g->peak) g->peak = g->held;
     }
+    int C = buf_rows(K);
     for (int s = 0; s < n_tok; s++) {
         const float *x = X + (size_t)s * ldx;
-        for (int a = 0; a < K; a++) {
-            float xi = x[a];
-            float *row = e->H + (size_t)a * K;
-            for (int b = 0; b < K; b++) row[b] += xi * x[b];
-        }
+        for (int a = 0; a < K; a++) e->xb[(size_t)a * C + e->nxb] = x[a];
+        if (++e->nxb == C) flush(g, e);
     }
 }
 
@@ -470,6 +531,11 @@ static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
     }
     if (g->out) fprintf(g->out, "\n"), fflush(g->out);
     g->r.ctx->capture = NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        flush(g, &g->h[i]);
+        free(g->h[i].xb);
+        g->h[i].xb = NULL;
+    }
     if (st == CLLM_OK && g->oom)
         st = cllm_err_set(err, CLLM_ENOMEM, "calibration: out of memory for Hessians");
     return st;
@@ -525,7 +591,7 @@ uint64_t cllm_gptq_need(cllm_gptq *g, const char *src_name, uint64_t off, int K,
     hent *e = root_of(g, i);
     if (e->K != K || e->n_tok < g->min_tokens || e->n_tok <= 0 || e->tag == tag) return 0;
     e->tag = tag;
-    return (uint64_t)K * K * sizeof(float);
+    return hess_bytes(K);
 }
 
 void cllm_gptq_mark(cllm_gptq *g, const char *src_name, uint64_t off, int K) {
@@ -543,8 +609,8 @@ cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err) {
 
 void cllm_gptq_release(cllm_gptq *g) {
     for (size_t i = 0; i < g->n; i++) {
-        free(g->h[i].H);
-        g->h[i].H = NULL;
+        free(g->h[i].H), free(g->h[i].xb);
+        g->h[i].H = NULL, g->h[i].xb = NULL;
         g->h[i].wanted = false;
     }
     g->held = 0;
@@ -581,7 +647,8 @@ const char *cllm_gptq_summary(cllm_gptq *g) {
 
 void cllm_gptq_free(cllm_gptq *g) {
     if (!g) return;
-    for (size_t i = 0; i < g->n; i++) free(g->h[i].H);
+    for (size_t i = 0; i < g->n; i++) free(g->h[i].H), free(g->h[i].xb);
+    free(g->ctmp);
     if (g->r_open) fwd_runner_close(&g->r);
     free(g->fA);
     free(g->fwork);
