@@ -1,9 +1,13 @@
-/* W4A8 kernels (cllm_kern_ops.matmul_q4a8): int8 activations x int4 GPTQ codes with exact int32
- * group sums. Ref vs AVX2 bitwise; a token alone == inside any batch (both tiers, column
- * sub-range); ref vs the float emulation (matmul_q with act_bits 8) and vs a double oracle on the
- * dequantized weights and fake-quantized activations within 1e-5 of sum |w x|; the int8 grid is
- * kern_fake_quant_act's bit for bit. Odd shapes: K a multiple of groups 32/64/128, N any multiple
- * of 8 (the kernel's requirement, as for matmul_q), T 1..7, zero and outlier groups. */
+/* W4A8/W4A4 kernels (cllm_kern_ops.matmul_q4a8, qact_prep + matmul_q4_qact): int8 activation
+ * codes (act_bits 8, or the 4-bit grid -7..7) x int4 GPTQ codes with exact int32 group sums.
+ * Every available tier (avx2, avx512 with and without VNNI, neon) vs ref bitwise; prepared
+ * activations + matmul_q4_qact == matmul_q4a8 bitwise (act_bits 8), whether tokens are prepared
+ * together or one by one; a token alone == inside any batch (every tier, column sub-range); ref
+ * vs the float emulation (matmul_q with act_bits 8/4) and vs a double oracle on the dequantized
+ * weights and fake-quantized activations within 1e-5 of sum |w x|; the code grids (scalar and
+ * each tier's prep) are kern_fake_quant_act's bit for bit. Odd shapes: K a multiple of groups
+ * 32/64/128, N any multiple of 8 (the kernel's requirement, as for matmul_q), T 1..7, zero and
+ * outlier groups, unaligned activation rows. */
 #include <math.h>
 #include <string.h>
 
@@ -31,6 +35,38 @@ enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
  * sum_k |w[n][k] x_q[k]|: both are a few float roundings away from the exact value. */
 #define TOL 1e-5
 
+/* The avx512 table uses VNNI on this CPU when it has it; the AVX-512BW kernels are checked too,
+ * through a copy of the table with them swapped in. */
+static cllm_kern_ops bw_ops;
+static const cllm_kern_ops *avx512_bw(void) {
+#ifdef KERN_HAVE_X86
+    const cllm_kern_ops *k = cllm_kern_avx512();
+    if (!k) return NULL;
+    bw_ops = *k;
+    bw_ops.name = "avx512bw";
+    bw_ops.matmul_q4a8 = kern_matmul_q4a8_avx512;
+    bw_ops.matmul_q4_qact = kern_matmul_q4_qact_avx512;
+    return &bw_ops;
+#else
+    return NULL;
+#endif
+}
+
+/* Y = tier's prepared-activation path: qact_prep of all T tokens (or one at a time when
+ * `single`), then matmul_q4_qact over columns [n0, n1). */
+static void run_qact(const cllm_kern_ops *k, const cllm_qweight *w, int n0, int n1, const float *X,
+                     size_t ldx, int T, float *Y, size_t ldy, int abits, int single) {
+    size_t per = cllm_qact_bytes(w->K, w->group, 1);
+    char *A = malloc(per * (size_t)T);
+    if (single)
+        for (int t = 0; t < T; t++)
+            k->qact_prep(X + (size_t)t * ldx, ldx, 1, w->K, w->group, abits, A + per * t);
+    else
+        k->qact_prep(X, ldx, T, w->K, w->group, abits, A);
+    k->matmul_q4_qact(w, n0, n1, A, T, Y, ldy);
+    free(A);
+}
+
 static void grid_case(int K, int G) {
     float *x = malloc((size_t)K * 4), *fq = malloc((size_t)K * 4), *s = malloc((size_t)K / G * 4);
     int8_t *q = malloc((size_t)K);
@@ -50,10 +86,46 @@ static void grid_case(int K, int G) {
         CHECK(a == sum[g]);
     }
     CHECK(s[0] == 0.0f && sum[0] == 0);
+    /* the 4-bit grid (W4A4): codes -7..7, q * s == kern_fake_quant_act(bits 4) */
+    kern_fake_quant_act(x, fq, K, G, 4);
+    kern_quant_act(x, K, G, 4, q, s, sum);
+    int n7 = 0;
+    for (int g = 0; g < K / G; g++) {
+        int32_t a = 0;
+        for (int k = g * G; k < (g + 1) * G; k++) {
+            CHECK_MSG((float)q[k] * s[g] == fq[k], "grid4 k %d: %d * %g != %g", k, q[k], s[g],
+                      fq[k]);
+            CHECK(q[k] >= -7 && q[k] <= 7);
+            n7 += q[k] == 7 || q[k] == -7;
+            a += q[k];
+        }
+        CHECK(a == sum[g]);
+    }
+    CHECK(n7 >= K / G - 1); /* every nonzero group reaches its absmax code */
+    /* each tier's prep: same scales and sums, and (decoded from its layout) the same codes; the
+     * ref layout is codes in k order, the x86 one even-k/odd-k words per 8 inputs */
+    const cllm_kern_ops *tiers[] = {cllm_kern_ref(), cllm_kern_avx2(), cllm_kern_avx512()};
+    int NG = K / G;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        kern_quant_act(x, K, G, bits, q, s, sum);
+        for (int i = 0; i < 3; i++) {
+            if (!tiers[i] || !tiers[i]->qact_prep) continue;
+            char *A = malloc(cllm_qact_bytes(K, G, 1));
+            tiers[i]->qact_prep(x, (size_t)K, 1, K, G, bits, A);
+            CHECK(!memcmp(A + K, s, (size_t)NG * 4) &&
+                  !memcmp(A + K + 4 * NG, sum, (size_t)NG * 4));
+            for (int k = 0; k < K; k++) {
+                int pos = i == 0 ? k : (k / 8) * 8 + (k % 2) * 4 + (k % 8) / 2;
+                CHECK_MSG(((int8_t *)A)[pos] == q[k], "%s prep bits %d k %d", tiers[i]->name, bits,
+                          k);
+            }
+            free(A);
+        }
+    }
     free(x), free(fq), free(s), free(q), free(sum);
 }
 
-static void one_case(int G, int K, int N, int T, int flags) {
+static void one_case(int G, int K, int N, int T, int flags, int abits) {
     size_t ldx = (size_t)K + 5, ldy = (size_t)N + 3;
     float *W = malloc((size_t)N * K * 4), *X = malloc(T * ldx * 4), *Wd = malloc((size_t)N * K * 4);
     float *Yr = calloc(T * ldy, 4), *Ya = calloc(T * ldy, 4), *Ye = calloc(T * ldy, 4),
@@ -73,14 +145,19 @@ static void one_case(int G, int K, int N, int T, int flags) {
         for (size_t i = 0; i < (size_t)K / 8 * N; i++) q.qweight[i] = (int32_t)urand();
     }
     cllm_qweight w = cllm_qbuf_view(&q);
-    w.act_bits = 8;
-    const cllm_kern_ops *ref = cllm_kern_ref(), *avx = cllm_kern_avx2();
-    ref->matmul_q4a8(&w, 0, N, X, ldx, T, Yr, ldy);
+    w.act_bits = abits;
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    const cllm_kern_ops *tiers[] = {ref, cllm_kern_avx2(), cllm_kern_avx512(), avx512_bw(),
+                                    cllm_kern_neon()}; /* NULL: not here */
+    if (abits == 8)
+        ref->matmul_q4a8(&w, 0, N, X, ldx, T, Yr, ldy);
+    else
+        run_qact(ref, &w, 0, N, X, ldx, T, Yr, ldy, abits, 0);
     ref->matmul_q(&w, 0, N, X, ldx, T, Ye, ldy); /* the emulation */
     for (int n = 0; n < N; n++) cllm_quant_dequant_row(&w, n, Wd + (size_t)n * K);
     double worst_o = 0, worst_e = 0;
     for (int t = 0; t < T; t++) {
-        kern_fake_quant_act(X + t * ldx, xa, K, G, 8);
+        kern_fake_quant_act(X + t * ldx, xa, K, G, abits);
         for (int n = 0; n < N; n++) {
             double acc = 0, mag = 0;
             for (int k = 0; k < K; k++) {
@@ -93,21 +170,45 @@ static void one_case(int G, int K, int N, int T, int flags) {
             if (ee > worst_e) worst_e = ee;
         }
     }
-    CHECK_MSG(worst_o < TOL, "G %d K %d N %d T %d f%d: a8 vs oracle rel err %g", G, K, N, T, flags,
-              worst_o);
-    CHECK_MSG(worst_e < TOL, "G %d K %d N %d T %d f%d: a8 vs emulation rel err %g", G, K, N, T,
-              flags, worst_e);
-    const cllm_kern_ops *tiers[2] = {ref, avx};
-    if (avx) {
-        avx->matmul_q4a8(&w, 0, N, X, ldx, T, Ya, ldy);
-        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "avx2 != ref bitwise (G %d K %d N %d T %d f%d)", G,
-                  K, N, T, flags);
+    CHECK_MSG(worst_o < TOL, "G %d K %d N %d T %d f%d: a%d vs oracle rel err %g", G, K, N, T, flags,
+              abits, worst_o);
+    CHECK_MSG(worst_e < TOL, "G %d K %d N %d T %d f%d: a%d vs emulation rel err %g", G, K, N, T,
+              flags, abits, worst_e);
+    const int nt = (int)(sizeof(tiers) / sizeof(tiers[0]));
+    for (int i = 0; i < nt; i++) {
+        if (!tiers[i]) continue;
+        if (abits == 8) {
+            memset(Ya, 0, T * ldy * 4);
+            tiers[i]->matmul_q4a8(&w, 0, N, X, ldx, T, Ya, ldy);
+            CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "%s != ref bitwise (G %d K %d N %d T %d f%d)",
+                      tiers[i]->name, G, K, N, T, flags);
+        }
+        if (!tiers[i]->qact_prep) continue;
+        for (int single = 0; single < 2; single++) { /* prepared once == per call, all tiers */
+            memset(Ya, 0, T * ldy * 4);
+            run_qact(tiers[i], &w, 0, N, X, ldx, T, Ya, ldy, abits, single);
+            CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4),
+                      "%s qact != ref bitwise (G %d K %d N %d T %d f%d a%d single %d)",
+                      tiers[i]->name, G, K, N, T, flags, abits, single);
+        }
+        /* columns [0, N - 8): the last 8-column block untouched */
+        memset(Ya, 0, T * ldy * 4);
+        run_qact(tiers[i], &w, 0, N - 8, X, ldx, T, Ya, ldy, abits, 0);
+        for (int t = 0; t < T; t++) {
+            CHECK(!memcmp(Ya + t * ldy, Yr + t * ldy, (size_t)(N - 8) * 4));
+            CHECK(Ya[t * ldy + N - 8] == 0.0f && Ya[t * ldy + N - 1] == 0.0f);
+        }
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < nt; i++) {
         if (!tiers[i]) continue;
         for (int t = 0; t < T; t++) { /* token t alone, columns [8, N) */
             memset(Y1, 0, ldy * 4);
-            tiers[i]->matmul_q4a8(&w, 8, N, X + t * ldx, ldx, 1, Y1, ldy);
+            if (abits == 8)
+                tiers[i]->matmul_q4a8(&w, 8, N, X + t * ldx, ldx, 1, Y1, ldy);
+            else if (tiers[i]->qact_prep)
+                run_qact(tiers[i], &w, 8, N, X + t * ldx, ldx, 1, Y1, ldy, abits, 0);
+            else
+                continue;
             CHECK_MSG(!memcmp(Y1 + 8, Yr + t * ldy + 8, (size_t)(N - 8) * 4),
                       "%s: token %d alone != in batch of %d", tiers[i]->name, t, T);
             CHECK(Y1[0] == 0.0f);
@@ -120,11 +221,19 @@ static void one_case(int G, int K, int N, int T, int flags) {
 int main(void) {
     grid_case(256, 32);
     grid_case(384, 128);
-    int shapes[][3] = {{32, 96, 24},   {32, 32, 8},  {64, 192, 40},
-                       {128, 256, 56}, {64, 128, 8}, {32, 1024, 72}};
+    /* N: every mix of the 64/32/16/8-column tiles (120 = 64 + 32 + 16 + 8, 200 = 3*64 + 8) */
+    int shapes[][3] = {{32, 96, 24}, {32, 32, 8},    {64, 192, 40}, {128, 256, 56},
+                       {64, 128, 8}, {32, 1024, 72}, {32, 64, 120}, {64, 128, 200}};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int T = 1; T <= 7; T++)
-            for (int f = 0; f < 8; f++) one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f);
-    fprintf(stderr, "w4a8 kernels: %s tier checked\n", cllm_kern_avx2() ? "ref + avx2" : "ref");
+            for (int f = 0; f < 8; f++)
+                for (int abits = 4; abits <= 8; abits += 4)
+                    one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f, abits);
+    const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), avx512_bw(),
+                                   cllm_kern_neon()};
+    fprintf(stderr, "w4a8/w4a4 kernels: ref");
+    for (int i = 0; i < 4; i++)
+        if (more[i]) fprintf(stderr, " + %s", more[i]->name);
+    fprintf(stderr, " tiers checked\n");
     return test_report("test_quant_a8");
 }

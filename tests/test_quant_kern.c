@@ -1,5 +1,6 @@
-/* INT4/INT8 (GPTQ layout) kernels vs dequantize-then-fp32 on odd shapes; ref vs AVX2 bitwise;
- * batch invariance (a token's outputs alone == inside any batch); RTN round trip bounds. */
+/* INT4/INT8 (GPTQ layout) kernels vs dequantize-then-fp32 on odd shapes; every available tier
+ * (avx2, avx512, neon) vs ref bitwise; batch invariance (a token's outputs alone == inside any
+ * batch, column sub-ranges); RTN round trip bounds. */
 #include <math.h>
 #include <string.h>
 
@@ -68,7 +69,9 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
     if (!(flags & F_RANDZ))
         CHECK_MSG(maxerr <= 0.5 + slack, "bits %d flags %d rtn err %.4f scales", bits, flags,
                   maxerr);
-    const cllm_kern_ops *ref = cllm_kern_ref(), *avx = cllm_kern_avx2();
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    const cllm_kern_ops *tiers[] = {cllm_kern_avx2(), cllm_kern_avx512(),
+                                    cllm_kern_neon()}; /* NULL: not here */
     ref->matmul_q(&w, 0, N, X, ldx, T, Yr, ldy);
     /* oracle: dequantize, (fake-quantized) activations, double accumulation */
     float *xa = malloc((size_t)K * 4);
@@ -90,16 +93,27 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
     }
     CHECK_MSG(worst < 1e-5, "bits %d G %d K %d N %d T %d a%d: ref vs dequant rel err %g", bits, G,
               K, N, T, act_bits, worst);
-    if (avx) {
-        avx->matmul_q(&w, 0, N, X, ldx, T, Ya, ldy);
-        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "avx2 != ref bitwise (bits %d K %d N %d T %d)",
-                  bits, K, N, T);
+    for (size_t i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
+        const cllm_kern_ops *kt = tiers[i];
+        if (!kt) continue;
+        memset(Ya, 0, T * ldy * 4);
+        kt->matmul_q(&w, 0, N, X, ldx, T, Ya, ldy);
+        CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4),
+                  "%s != ref bitwise (bits %d G %d K %d N %d T %d a%d flags %d)", kt->name, bits, G,
+                  K, N, T, act_bits, flags);
         /* batch invariance + column sub-range: token t alone, columns [8, N) */
         for (int t = 0; t < T; t++) {
             memset(Y1, 0, ldy * 4);
-            avx->matmul_q(&w, 8, N, X + t * ldx, ldx, 1, Y1, ldy);
+            kt->matmul_q(&w, 8, N, X + t * ldx, ldx, 1, Y1, ldy);
             CHECK(!memcmp(Y1 + 8, Ya + t * ldy + 8, (size_t)(N - 8) * 4));
             CHECK(Y1[0] == 0.0f);
+        }
+        /* columns [0, N - 8) of the batch: the last 8-column block left untouched */
+        memset(Ya, 0, T * ldy * 4);
+        kt->matmul_q(&w, 0, N - 8, X, ldx, T, Ya, ldy);
+        for (int t = 0; t < T; t++) {
+            CHECK(!memcmp(Ya + t * ldy, Yr + t * ldy, (size_t)(N - 8) * 4));
+            CHECK(Ya[t * ldy + N - 8] == 0.0f && Ya[t * ldy + N - 1] == 0.0f);
         }
     }
     for (int t = 0; t < T; t++) {
@@ -195,9 +209,11 @@ int main(void) {
     gptq_case(4, 32, 128, 48, 256, false);
     gptq_case(8, 64, 128, 16, 256, false);
     gptq_case(4, 32, 128, 48, 256, true);
-    int shapes[][3] = {{32, 96, 24}, {32, 32, 8}, {64, 192, 40}, {128, 256, 56}, {8, 40, 16}};
+    /* N: every mix of 64/32/16/8-column tiles (120 = 64 + 32 + 16 + 8, 200 = 3*64 + 8) */
+    int shapes[][3] = {{32, 96, 24}, {32, 32, 8},   {64, 192, 40}, {128, 256, 56},
+                       {8, 40, 16},  {32, 64, 120}, {16, 48, 200}, {64, 128, 88}};
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-        for (int T = 1; T <= 7; T += 3) {
+        for (int T = 1; T <= 7; T++) { /* every tile height of every tier */
             one_case(4, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
             one_case(8, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
         }
@@ -205,11 +221,15 @@ int main(void) {
         one_case_f(4, 32, 96, 24, 5, 16, f);
         one_case_f(8, 64, 192, 40, 3, 16, f);
         one_case_f(4, 8, 40, 16, 1, 16, f);
+        one_case_f(4, 32, 64, 120, 6, 16, f);
+        one_case_f(8, 16, 48, 200, 7, 16, f);
     }
     asym_case(4);
     asym_case(8);
     one_case(4, 32, 96, 24, 5, 8);
     one_case(4, 32, 96, 24, 5, 4);
+    one_case(4, 32, 64, 120, 7, 4);
+    one_case(8, 16, 48, 200, 3, 8);
     /* bad shapes are refused with a message naming the tensor */
     cllm_qbuf q;
     cllm_error err;
@@ -219,5 +239,10 @@ int main(void) {
     CHECK(cllm_qbuf_alloc(&q, 4, 32, 64, 12, "w", &err) == CLLM_EINVAL);
     CHECK(cllm_quant_bytes(4, 128, 2048, 512) ==
           2048u / 8 * 512 * 4 + 16u * 64 * 4 + 16u * 512 * 2 + 2048u * 4);
+    const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), cllm_kern_neon()};
+    fprintf(stderr, "quant kernels: ref");
+    for (int i = 0; i < 3; i++)
+        if (more[i]) fprintf(stderr, " + %s", more[i]->name);
+    fprintf(stderr, " tiers checked\n");
     return test_report("test_quant_kern");
 }

@@ -26,6 +26,12 @@ void kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits)
  * bits 8: per group g of `group` inputs, s[g] = absmax / 127, q[k] = round(x[k] / s[g]) (0 when
  * s[g] == 0), sum[g] = sum of the group's q. */
 void kern_quant_act8(const float *x, int K, int group, int8_t *q, float *s, int32_t *sum);
+/* The same for act_bits `bits` (8: / 127, 4: / 7 and codes clamped to -7..7). */
+void kern_quant_act(const float *x, int K, int group, int bits, int8_t *q, float *s, int32_t *sum);
+void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                        void *A);
+void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                             float *Y, size_t ldy);
 void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                           int n_tok, float *Y, size_t ldy);
 
@@ -48,6 +54,23 @@ void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);
+/* x86 activation prep shared by the AVX2 and AVX-512 W4A8 kernels (one layout): per token,
+ * K bytes of codes regrouped per 8 inputs into two words (even k, odd k), then scales, sums. */
+void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                         void *A);
+void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy);
+/* kernels/x86/matmul_q4*_avx512.c (AVX-512 F/BW/VL/DQ; _vnni ones also need AVX512-VNNI) */
+void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4a8_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                             int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                float *Y, size_t ldy);
+void kern_matmul_q4a8_avx512_vnni(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                                  int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
+                                     int n_tok, float *Y, size_t ldy);
 #endif
 
 #if defined(__aarch64__)

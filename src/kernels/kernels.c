@@ -17,6 +17,8 @@ static const cllm_kern_ops ref_ops = {
     .scale_axpy = kern_scale_axpy_ref,
     .matmul_q = kern_matmul_q_ref,
     .matmul_q4a8 = kern_matmul_q4a8_ref,
+    .qact_prep = kern_qact_prep_ref,
+    .matmul_q4_qact = kern_matmul_q4_qact_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -31,6 +33,38 @@ static const cllm_kern_ops avx2_ops = {
     .scale_axpy = kern_scale_axpy_avx2,
     .matmul_q = kern_matmul_q_avx2,
     .matmul_q4a8 = kern_matmul_q4a8_avx2,
+    .qact_prep = kern_qact_prep_avx2,
+    .matmul_q4_qact = kern_matmul_q4_qact_avx2,
+};
+/* AVX-512: the GPTQ int kernels; float matmuls, GDN and the vector helpers stay AVX2. The two
+ * tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same results). */
+static const cllm_kern_ops avx512_ops = {
+    .name = "avx512",
+    .matmul_f32 = kern_matmul_f32_avx2,
+    .matmul_f16 = kern_matmul_f16_avx2,
+    .matmul_bf16 = kern_matmul_bf16_avx2,
+    .gdn_step = kern_gdn_step_avx2,
+    .gdn_chunk = kern_gdn_chunk_avx2,
+    .dot = kern_dot_avx2,
+    .scale_axpy = kern_scale_axpy_avx2,
+    .matmul_q = kern_matmul_q_avx512,
+    .matmul_q4a8 = kern_matmul_q4a8_avx512,
+    .qact_prep = kern_qact_prep_avx2,
+    .matmul_q4_qact = kern_matmul_q4_qact_avx512,
+};
+static const cllm_kern_ops avx512_vnni_ops = {
+    .name = "avx512",
+    .matmul_f32 = kern_matmul_f32_avx2,
+    .matmul_f16 = kern_matmul_f16_avx2,
+    .matmul_bf16 = kern_matmul_bf16_avx2,
+    .gdn_step = kern_gdn_step_avx2,
+    .gdn_chunk = kern_gdn_chunk_avx2,
+    .dot = kern_dot_avx2,
+    .scale_axpy = kern_scale_axpy_avx2,
+    .matmul_q = kern_matmul_q_avx512,
+    .matmul_q4a8 = kern_matmul_q4a8_avx512_vnni,
+    .qact_prep = kern_qact_prep_avx2,
+    .matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni,
 };
 #endif
 
@@ -69,9 +103,9 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void choose(void) {
     chosen = &ref_ops;
 #ifdef KERN_HAVE_X86
-    /* AVX-512 CPUs run the AVX2 kernels (no AVX-512 tier yet). */
     cllm_isa t = cllm_cpu_tier();
     if (t == CLLM_TIER_AVX2 || t == CLLM_TIER_AVX512) chosen = &avx2_ops;
+    if (t == CLLM_TIER_AVX512 && cllm_kern_avx512()) chosen = cllm_kern_avx512();
 #endif
 #ifdef KERN_HAVE_NEON
     if (cllm_cpu_tier() == CLLM_TIER_NEON) chosen = cllm_kern_neon();
@@ -91,6 +125,15 @@ const cllm_kern_ops *cllm_kern_avx2(void) {
 #ifdef KERN_HAVE_X86
     const cllm_cpu_features *f = cllm_cpu_features_get();
     if (f->avx2 && f->fma && f->f16c) return &avx2_ops;
+#endif
+    return NULL;
+}
+
+const cllm_kern_ops *cllm_kern_avx512(void) {
+#ifdef KERN_HAVE_X86
+    const cllm_cpu_features *f = cllm_cpu_features_get();
+    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)
+        return f->avx512vnni ? &avx512_vnni_ops : &avx512_ops;
 #endif
     return NULL;
 }

@@ -1,8 +1,9 @@
 /* Compute kernels used by the forward pass (model/forward.c and friends), one dispatch table.
  *
  * Tiers: kernels/<family>_ref.c is plain scalar C and the test oracle; kernels/x86/<family>_avx2.c
- * holds whole AVX2+FMA+F16C functions. cllm_kern() returns the table for cllm_cpu_tier(), filled
- * once at first use (CLLM_ISA=ref forces the scalar tier; an AVX-512 CPU uses the AVX2 table).
+ * holds whole AVX2+FMA+F16C functions, kernels/x86/<family>_avx512.c AVX-512 F/BW/VL/DQ ones (the
+ * avx512 table: those int kernels, AVX2 for the rest). cllm_kern() returns the table for
+ * cllm_cpu_tier(), filled once at first use (CLLM_ISA=ref|avx2|avx512 forces a tier).
  *
  * Determinism contract (what batch invariance rests on): in every tier, output element (t, r) of
  * a matmul is computed by the same sequence of floating-point operations whatever n_tok, n_rows,
@@ -71,8 +72,25 @@ static inline size_t cllm_gdn_chunk_work(int dk, int dv) {
     return 2 * C + 2 * C * C + C * (size_t)dv + 2 * C * (size_t)dk + 16;
 }
 
+/* Prepared activations for matmul_q4_qact: n_tok tokens of K inputs, each group of `group`
+ * quantized on kern_fake_quant_act's grid for act_bits (8: absmax / 127; 4: absmax / 7, codes
+ * -7..7; round to nearest even), stored as int8 codes + fp32 scale + int32 code sum per group.
+ * The code order inside a token is the tier's own: only the tier that prepared a buffer may read
+ * it. Token t starts at byte t * cllm_qact_bytes(K, group, 1); the caller owns A (any alignment
+ * of 8 bytes). K % group == 0, group % 8 == 0. */
+static inline size_t cllm_qact_bytes(int K, int group, int n_tok) {
+    return (size_t)n_tok * ((size_t)K + 8 * (size_t)(K / group));
+}
+typedef void (*cllm_qact_prep_fn)(const float *X, size_t ldx, int n_tok, int K, int group,
+                                  int act_bits, void *A);
+/* Y[t*ldy + n] for n in [n0, n1) (multiples of 8), t < n_tok: int4 weights w (bits 4, K and
+ * group as in A) x activations prepared by the same tier; per element the matmul_q4a8 sequence
+ * (exact int32 group sums, acc = fma(w_scale * a_scale, (float)(isum - z * asum), acc)). */
+typedef void (*cllm_matmul_qact_fn)(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                    float *Y, size_t ldy);
+
 typedef struct cllm_kern_ops {
-    const char *name; /* "ref" | "avx2" */
+    const char *name; /* "ref" | "avx2" | "avx512" | ... */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
     cllm_gdn_step_fn gdn_step;
     cllm_gdn_chunk_fn gdn_chunk; /* prefill option (CLLM_GDN_PREFILL=chunked) */
@@ -89,6 +107,12 @@ typedef struct cllm_kern_ops {
      * order (z the effective zero). Same signature and contract as matmul_q; ref and AVX2 agree
      * bitwise. Differs from the emulation by float rounding only. */
     cllm_matmul_q_fn matmul_q4a8;
+    /* W4A8/W4A4 in two steps, so activations shared by several matmuls and column slices are
+     * quantized once (model/forward.c). NULL in tiers without them (callers then use
+     * matmul_q4a8, or matmul_q for act_bits 4). Results equal matmul_q4a8's bitwise for
+     * act_bits 8. */
+    cllm_qact_prep_fn qact_prep;
+    cllm_matmul_qact_fn matmul_q4_qact;
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */
@@ -96,6 +120,9 @@ const cllm_kern_ops *cllm_kern(void);
 /* Specific tiers (for tests). cllm_kern_avx2() returns NULL when the CPU or build lacks AVX2. */
 const cllm_kern_ops *cllm_kern_ref(void);
 const cllm_kern_ops *cllm_kern_avx2(void);
+/* The avx512 table; NULL when the CPU (AVX-512 F/BW/VL/DQ) or build lacks it. Its W4A8 kernels
+ * use VNNI (vpdpbusd) when the CPU has it, AVX-512BW otherwise; same results bitwise. */
+const cllm_kern_ops *cllm_kern_avx512(void);
 /* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
  * matmul_q4a8 then uses); NULL off AArch64. Entries without a NEON kernel are the ref ones. */
 const cllm_kern_ops *cllm_kern_neon(void);

@@ -1,25 +1,30 @@
-/* Scalar reference for W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8,
- * kernels.h). Activations are quantized per token and per group with the grid of
- * kern_fake_quant_act (symmetric absmax / 127, round to nearest even), then each group's dot
- * product is exact in int32 and converted once: acc = fma(w_scale * a_scale, (float)(sum q*a -
- * z*sum a), acc). The oracle for the AVX2 tier, which agrees bitwise (integer sums are exact). */
+/* Scalar reference for W4A8/W4A4: GPTQ int4 weights x int8 activation codes
+ * (cllm_kern_ops.matmul_q4a8 / qact_prep + matmul_q4_qact, kernels.h). Activations are quantized
+ * per token and per group with the grid of kern_fake_quant_act (symmetric absmax / qmax, qmax 127
+ * for act_bits 8 and 7 for act_bits 4, round to nearest even), then each group's dot product is
+ * exact in int32 and converted once: acc = fma(w_scale * a_scale, (float)(sum q*a - z*sum a),
+ * acc). The oracle for the AVX2/AVX-512 tiers, which agree bitwise (integer sums are exact).
+ *
+ * Prepared activations (this tier's layout, cllm_qact_bytes per token): int8 codes [K] in k
+ * order, fp32 scales [K/G], int32 code sums [K/G]. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "base/half.h"
 #include "kernels/kern_int.h"
 
-void kern_quant_act8(const float *x, int K, int group, int8_t *q, float *s, int32_t *sum) {
+void kern_quant_act(const float *x, int K, int group, int bits, int8_t *q, float *s, int32_t *sum) {
+    float qmax = (float)((1 << (bits - 1)) - 1);
     for (int g0 = 0, g = 0; g0 < K; g0 += group, g++) {
         float amax = 0.0f;
         for (int k = g0; k < g0 + group; k++) amax = fmaxf(amax, fabsf(x[k]));
-        float sc = amax / 127.0f;
+        float sc = amax / qmax;
         int32_t acc = 0;
         for (int k = g0; k < g0 + group; k++) {
             int v = 0;
             if (sc != 0.0f) {
                 float r = nearbyintf(x[k] / sc);
-                v = (int)fminf(fmaxf(r, -127.0f), 127.0f);
+                v = (int)fminf(fmaxf(r, -qmax), qmax);
             }
             q[k] = (int8_t)v;
             acc += v;
@@ -29,15 +34,29 @@ void kern_quant_act8(const float *x, int K, int group, int8_t *q, float *s, int3
     }
 }
 
-void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy) {
-    int G = w->group, NG = w->K / G;
-    int8_t *qa = malloc((size_t)w->K);
-    float *asb = malloc((size_t)NG * sizeof(float));
-    int32_t *asumb = malloc((size_t)NG * sizeof(int32_t));
-    if (!qa || !asb || !asumb) abort();
+void kern_quant_act8(const float *x, int K, int group, int8_t *q, float *s, int32_t *sum) {
+    kern_quant_act(x, K, group, 8, q, s, sum);
+}
+
+void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                        void *A) {
+    size_t stride = cllm_qact_bytes(K, group, 1), NG = (size_t)(K / group);
     for (int t = 0; t < n_tok; t++) {
-        kern_quant_act8(X + (size_t)t * ldx, w->K, G, qa, asb, asumb);
+        char *p = (char *)A + (size_t)t * stride;
+        kern_quant_act(X + (size_t)t * ldx, K, group, act_bits, (int8_t *)p,
+                       (float *)(void *)(p + K), (int32_t *)(void *)(p + K + 4 * NG));
+    }
+}
+
+void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                             float *Y, size_t ldy) {
+    int G = w->group, NG = w->K / G;
+    size_t stride = cllm_qact_bytes(w->K, G, 1);
+    for (int t = 0; t < n_tok; t++) {
+        const char *p = (const char *)A + (size_t)t * stride;
+        const int8_t *qa = (const int8_t *)p;
+        const float *asb = (const float *)(const void *)(p + w->K);
+        const int32_t *asumb = (const int32_t *)(const void *)(p + w->K + 4 * (size_t)NG);
         for (int n = n0; n < n1; n++) {
             float acc = 0.0f;
             for (int g = 0; g < NG; g++) {
@@ -56,7 +75,13 @@ void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X,
             Y[(size_t)t * ldy + n] = acc;
         }
     }
-    free(asb);
-    free(asumb);
-    free(qa);
+}
+
+void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy) {
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_ref(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_ref(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
 }

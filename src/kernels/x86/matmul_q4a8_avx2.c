@@ -1,7 +1,8 @@
 /* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8, kernels.h).
  *
- * Activations are quantized per token and group on kern_quant_act8's grid (vectorized, bitwise
- * the same) and regrouped per 8 inputs into two int32 words: the even
+ * Activations are quantized per token and group on kern_quant_act's grid (vectorized, bitwise
+ * the same; qmax 127 for act_bits 8, 7 for act_bits 4) by kern_qact_prep_avx2, which the AVX-512
+ * tier shares, and regrouped per 8 inputs into two int32 words: the even
  * k bytes (a0 a2 a4 a6) and the odd ones (a1 a3 a5 a7). One 256-bit load of qweight row k8 holds
  * 8 nibbles for each of 8 output columns (one per 32-bit lane); `& 0x0f0f0f0f` leaves codes
  * q0 q2 q4 q6 in the lane's bytes and `>> 4 & 0x0f0f0f0f` leaves q1 q3 q5 q7, so vpmaddubsw
@@ -20,11 +21,18 @@
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16
 
+/* One prepared token (cllm_qact_bytes layout: ev words, then s, then sum). */
 typedef struct {
-    uint32_t *ev; /* [K/8][2]: even, odd bytes of each 8-input block */
-    float *s;     /* [K/G] */
-    int32_t *sum; /* [K/G] */
+    const uint32_t *ev; /* [K/8][2]: even, odd bytes of each 8-input block */
+    const float *s;     /* [K/G] */
+    const int32_t *sum; /* [K/G] */
 } qtok;
+
+static qtok qtok_at(const void *A, int K, int NG, int t) {
+    const char *p = (const char *)A + (size_t)t * ((size_t)K + 8 * (size_t)NG);
+    return (qtok){(const uint32_t *)(const void *)p, (const float *)(const void *)(p + K),
+                  (const int32_t *)(const void *)(p + K + 4 * (size_t)NG)};
+}
 
 AI __m256i zeros8(const cllm_qweight *w, int g, int n0) {
     uint32_t word = (uint32_t)w->qzeros[(size_t)g * (w->N / 8) + n0 / 8];
@@ -83,14 +91,17 @@ AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy,
         for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (size_t)t * ldy + n0 + 8 * b, acc[b][t]);
 }
 
-/* Quantize one token (kern_quant_act8's grid bit for bit: max is exact, the division and the
+/* Quantize one token (kern_quant_act's grid bit for bit: max is exact, the division and the
  * round-to-nearest-even are the scalar ones lane by lane) and regroup its int8 codes into the
- * even/odd words. G % 8 == 0. */
-static void prep(const cllm_qweight *w, const float *x, qtok *A) {
-    const int G = w->group, NG = w->K / G;
+ * even/odd words at p (cllm_qact_bytes layout). G % 8 == 0. */
+static void prep(const float *x, int K, int G, int bits, char *p) {
+    const int NG = K / G;
+    const float qmax = (float)((1 << (bits - 1)) - 1);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
     const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    float *s = (float *)(void *)(p + K);
+    int32_t *sums = (int32_t *)(void *)(p + K + 4 * (size_t)NG);
     for (int g = 0; g < NG; g++) {
         const float *xg = x + (size_t)g * G;
         __m256 m = _mm256_setzero_ps();
@@ -99,12 +110,12 @@ static void prep(const cllm_qweight *w, const float *x, qtok *A) {
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        float sc = _mm_cvtss_f32(m4) / 127.0f;
-        A->s[g] = sc;
-        uint64_t *ev = (uint64_t *)(void *)(A->ev + (size_t)g * G / 4);
+        float sc = _mm_cvtss_f32(m4) / qmax;
+        s[g] = sc;
+        uint64_t *ev = (uint64_t *)(void *)(p + (size_t)g * G);
         if (sc == 0.0f) {
             for (int k = 0; k < G; k += 8) ev[k / 8] = 0;
-            A->sum[g] = 0;
+            sums[g] = 0;
             continue;
         }
         const __m256 sv = _mm256_set1_ps(sc);
@@ -121,26 +132,24 @@ static void prep(const cllm_qweight *w, const float *x, qtok *A) {
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        A->sum[g] = _mm_cvtsi128_si32(s4);
+        sums[g] = _mm_cvtsi128_si32(s4);
     }
 }
 
-void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                           int n_tok, float *Y, size_t ldy) {
+void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                         void *A) {
+    size_t stride = cllm_qact_bytes(K, group, 1);
+    for (int t = 0; t < n_tok; t++)
+        prep(X + (size_t)t * ldx, K, group, act_bits, (char *)A + (size_t)t * stride);
+}
+
+void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
+                              float *Y, size_t ldy) {
     const int K = w->K, NG = K / w->group;
-    size_t per = (size_t)K + 8 * (size_t)NG; /* ev words + s + sum, bytes */
-    char *buf = malloc(3 * per);
-    if (!buf) abort();
-    qtok A[3];
-    for (int i = 0; i < 3; i++) {
-        char *p = buf + i * per;
-        A[i].ev = (uint32_t *)(void *)p;
-        A[i].s = (float *)(void *)(p + (size_t)K);
-        A[i].sum = (int32_t *)(void *)(p + (size_t)K + (size_t)NG * 4);
-    }
     for (int t = 0; t < n_tok; t += 3) {
         int tn = n_tok - t < 3 ? n_tok - t : 3;
-        for (int i = 0; i < tn; i++) prep(w, X + (size_t)(t + i) * ldx, &A[i]);
+        qtok A[3];
+        for (int i = 0; i < tn; i++) A[i] = qtok_at(Ap, K, NG, t + i);
         float *Yt = Y + (size_t)t * ldy;
         int n = n0;
         if (tn == 1)
@@ -162,5 +171,13 @@ void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X
                 tile(w, n, A, Yt, ldy, 1, 1);
         }
     }
-    free(buf);
+}
+
+void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                           int n_tok, float *Y, size_t ldy) {
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_avx2(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_avx2(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
 }

@@ -1,0 +1,161 @@
+/* AVX-512 (F/BW/VL/DQ) matmul for GPTQ int4/int8 weights (cllm_qweight, kernels.h) x fp32
+ * activations: the avx512 tier's matmul_q (kernels.c), called by the forward pass per slice of
+ * output columns (model/forward.c mm_worker).
+ *
+ * Same scheme as kernels/x86/matmul_q4_avx2.c, twice as wide: one 512-bit load of qweight row k8
+ * holds 32/bits consecutive k values for 16 consecutive outputs, one per 32-bit lane. Each value
+ * is unpacked (shift, mask, subtract the group's zero, convert) right before its FMA with the
+ * broadcast activation. An 8-column tail (N is only a multiple of 8) runs the same tile with
+ * lanes 8..15 masked off on every load and store.
+ *
+ * Per output element the sequence is the one kernels.h fixes (per-group fma accumulation, then
+ * acc = fma(scale, gacc, acc)), identical to kernels/matmul_q4_ref.c: tiles of 4 (decode) or 2
+ * column blocks x 1..4 tokens only decide which accumulators share registers, so a token's outputs
+ * are bitwise the same alone or in any batch, and equal to the scalar and AVX2 tiers. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/kern_int.h"
+
+#define AI      __attribute__((always_inline)) static inline
+#define PF_ROWS 16 /* software prefetch distance in qweight rows (as the AVX2 tier) */
+#define TOK     4  /* tokens per prefill tile: 2 x 4 accumulator pairs + unpacked weights fit */
+
+/* Effective zeros (stored + 1) of columns n0..n0+15 in group g; TAIL: only n0..n0+7 are read
+ * (lanes 8..15 hold 1 and are never stored). */
+AI __m512i zeros16(const cllm_qweight *w, int g, int n0, const int BITS, const int TAIL) {
+    const int per = 32 / BITS;
+    const int32_t *src = w->qzeros + (size_t)g * (w->N / per) + n0 / per;
+    const __mmask8 m = (__mmask8)((1u << ((TAIL ? 8 : 16) / per)) - 1);
+    __m128i words = _mm_maskz_loadu_epi32(m, src);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_srli_epi32(lane, BITS == 4 ? 3 : 2); /* lane / per */
+    const __m512i sh =
+        _mm512_slli_epi32(_mm512_and_si512(lane, _mm512_set1_epi32(per - 1)), BITS == 4 ? 2 : 3);
+    __m512i z = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(words)), sh);
+    return _mm512_add_epi32(_mm512_and_si512(z, _mm512_set1_epi32((1 << BITS) - 1)),
+                            _mm512_set1_epi32(1));
+}
+
+/* 16 scales of group g from column n0 as fp32 (TAIL: 8, the rest 0). */
+AI __m512 scales16(const cllm_qweight *w, int g, int n0, const int TAIL) {
+    const uint16_t *p = w->scales + (size_t)g * w->N + n0;
+    __m256i sh =
+        TAIL ? _mm256_maskz_loadu_epi16(0x00ff, p) : _mm256_loadu_si256((const __m256i *)p);
+    if (w->scale_bf16) /* bf16: exact */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
+    return _mm512_cvtph_ps(sh);
+}
+
+/* Output columns [n0, n0 + 16*NB) (TAIL: NB 1 and 8 columns) x tokens [0, TT). */
+AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y, size_t ldy,
+             const int BITS, const int NB, const int TT, const int TAIL) {
+    const int per = 32 / BITS, G = w->group, NG = w->K / G;
+    const size_t N = (size_t)w->N;
+    const __m512i mask = _mm512_set1_epi32((1 << BITS) - 1);
+    const __mmask16 cm = TAIL ? 0x00ff : 0xffff;
+    __m512 acc[4][TOK];
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) acc[b][t] = _mm512_setzero_ps();
+    for (int g = 0; g < NG; g++) {
+        __m512i zv[4];
+        __m512 gacc[4][TOK];
+        for (int b = 0; b < NB; b++) {
+            zv[b] = zeros16(w, g, n0 + 16 * b, BITS, TAIL);
+            for (int t = 0; t < TT; t++) gacc[b][t] = _mm512_setzero_ps();
+        }
+        const int k8e = (g + 1) * G / per;
+        for (int k8 = g * G / per; k8 < k8e; k8++) {
+            __m512i v[4];
+            for (int b = 0; b < NB; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + n0 + 16 * b;
+                /* rows are N * 4 bytes apart: too far for the hardware prefetcher */
+                _mm_prefetch((const char *)(src + PF_ROWS * N), _MM_HINT_T0);
+                v[b] = TAIL ? _mm512_maskz_loadu_epi32(cm, src) : _mm512_loadu_si512(src);
+            }
+            const float *xk = X + (size_t)k8 * per;
+            for (int j = 0; j < per; j++) {
+                __m512 wf[4];
+                for (int b = 0; b < NB; b++) {
+                    wf[b] =
+                        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v[b], mask), zv[b]));
+                    v[b] = _mm512_srli_epi32(v[b], BITS);
+                }
+                for (int t = 0; t < TT; t++) {
+                    __m512 xb = _mm512_set1_ps(xk[(size_t)t * ldx + j]);
+                    for (int b = 0; b < NB; b++)
+                        gacc[b][t] = _mm512_fmadd_ps(wf[b], xb, gacc[b][t]);
+                }
+            }
+        }
+        for (int b = 0; b < NB; b++) {
+            __m512 sv = scales16(w, g, n0 + 16 * b, TAIL);
+            for (int t = 0; t < TT; t++) acc[b][t] = _mm512_fmadd_ps(sv, gacc[b][t], acc[b][t]);
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) {
+            float *y = Y + (size_t)t * ldy + n0 + 16 * b;
+            if (TAIL)
+                _mm512_mask_storeu_ps(y, cm, acc[b][t]);
+            else
+                _mm512_storeu_ps(y, acc[b][t]);
+        }
+}
+
+/* All column tiles of [n0, n1) for TT tokens. */
+AI void cols(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, float *Y,
+             size_t ldy, const int BITS, const int TT) {
+    int n = n0;
+    if (TT == 1) /* decode: 64 columns = 256 bytes of each qweight row per pass */
+        for (; n + 64 <= n1; n += 64) tile(w, n, X, ldx, Y, ldy, BITS, 4, 1, 0);
+    for (; n + 32 <= n1; n += 32) tile(w, n, X, ldx, Y, ldy, BITS, 2, TT, 0);
+    for (; n + 16 <= n1; n += 16) tile(w, n, X, ldx, Y, ldy, BITS, 1, TT, 0);
+    if (n < n1) tile(w, n, X, ldx, Y, ldy, BITS, 1, TT, 1);
+}
+
+AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
+             size_t ldy, const int BITS) {
+    for (int t = 0; t < n_tok; t += TOK) {
+        int tn = n_tok - t < TOK ? n_tok - t : TOK;
+        const float *Xt = X + (size_t)t * ldx;
+        float *Yt = Y + (size_t)t * ldy;
+        if (tn == 4)
+            cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 4);
+        else if (tn == 3)
+            cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 3);
+        else if (tn == 2)
+            cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 2);
+        else
+            cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 1);
+    }
+}
+
+static void core4(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                  float *Y, size_t ldy) {
+    core(w, n0, n1, X, ldx, n_tok, Y, ldy, 4);
+}
+static void core8(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                  float *Y, size_t ldy) {
+    core(w, n0, n1, X, ldx, n_tok, Y, ldy, 8);
+}
+
+/* The avx512 tier's matmul_q (contract in kernels.h). act_bits < 16 is the emulation: each
+ * token's activations fake-quantized (kern_fake_quant_act) into a malloc'd row first. */
+void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy) {
+    void (*fn)(const cllm_qweight *, int, int, const float *, size_t, int, float *, size_t) =
+        w->bits == 8 ? core8 : core4;
+    if (w->act_bits >= 16) {
+        fn(w, n0, n1, X, ldx, n_tok, Y, ldy);
+        return;
+    }
+    float *buf = malloc((size_t)w->K * sizeof(float));
+    if (!buf) abort();
+    for (int t = 0; t < n_tok; t++) {
+        kern_fake_quant_act(X + (size_t)t * ldx, buf, w->K, w->group, w->act_bits);
+        fn(w, n0, n1, buf, (size_t)w->K, 1, Y + (size_t)t * ldy, ldy);
+    }
+    free(buf);
+}

@@ -1,0 +1,174 @@
+/* AVX-512 W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4a8 and
+ * matmul_q4_qact of the avx512 tier, kernels.c), called by the forward pass per slice of output
+ * columns (model/forward.c mm_worker) on activations it prepared once per matmul.
+ *
+ * Activations are prepared by kern_qact_prep_avx2 (kernels/x86/matmul_q4a8_avx2.c: same layout,
+ * int8 codes regrouped per 8 inputs into an even-k and an odd-k word). One 512-bit load of
+ * qweight row k8 holds 8 nibbles for each of 16 output columns (one per 32-bit lane); `& 0x0f`
+ * per byte leaves q0 q2 q4 q6 and `>> 4 & 0x0f` leaves q1 q3 q5 q7. With VNNI, vpdpbusd (unsigned
+ * codes 0..15 x signed codes, four products summed into the int32 lane) against the broadcast
+ * even/odd words gives sum_j q_j a_j; without it, vpmaddubsw (|pair| <= 3810, no saturation),
+ * an int16 add and vpmaddwd by 1 give the same integers. The zero point is folded in once per
+ * group, sum q a - z sum a, exact in int32, so every tier and tile shape has the same integer;
+ * the conversion acc = fma(w_scale * a_scale, (float)isum, acc) is the reference's sequence.
+ * Tiles of 4 (decode) or 2 column blocks x 1..4 tokens only decide which accumulators share
+ * registers, and an 8-column tail masks lanes 8..15: batch invariant and bitwise equal to
+ * kernels/matmul_q4a8_ref.c. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/kern_int.h"
+
+#define AI      __attribute__((always_inline)) static inline
+#define PF_ROWS 16 /* as the AVX2 tier */
+#define TOK     4  /* tokens per prefill tile */
+
+/* Effective zeros (stored + 1) of columns n0..n0+15 in group g (TAIL: 8 columns read). */
+AI __m512i zeros16(const cllm_qweight *w, int g, int n0, const int TAIL) {
+    const int32_t *src = w->qzeros + (size_t)g * (w->N / 8) + n0 / 8;
+    __m128i words = _mm_maskz_loadu_epi32(TAIL ? 1 : 3, src);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m512i z = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(words)), sh);
+    return _mm512_add_epi32(_mm512_and_si512(z, _mm512_set1_epi32(15)), _mm512_set1_epi32(1));
+}
+
+AI __m512 scales16(const cllm_qweight *w, int g, int n0, const int TAIL) {
+    const uint16_t *p = w->scales + (size_t)g * w->N + n0;
+    __m256i sh =
+        TAIL ? _mm256_maskz_loadu_epi16(0x00ff, p) : _mm256_loadu_si256((const __m256i *)p);
+    if (w->scale_bf16) /* bf16: exact */
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
+    return _mm512_cvtph_ps(sh);
+}
+
+/* Output columns [n0, n0 + 16*NB) (TAIL: NB 1 and 8 columns) x tokens [0, TT) of the prepared
+ * activations A (token stride `as` bytes). VNNI selects vpdpbusd over vpmaddubsw/vpmaddwd. */
+AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, size_t ldy,
+             const int NB, const int TT, const int TAIL, const int VNNI) {
+    const int G = w->group, NG = w->K / G;
+    const size_t N = (size_t)w->N, K = (size_t)w->K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
+    const __mmask16 cm = TAIL ? 0x00ff : 0xffff;
+    /* decode has only NB chains: give vpdpbusd's even and odd halves their own accumulators */
+    const int SPLIT = VNNI && TT == 1;
+    __m512 acc[4][TOK];
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) acc[b][t] = _mm512_setzero_ps();
+    for (int g = 0; g < NG; g++) {
+        __m512i isum[4][TOK], isum2[4];
+        for (int b = 0; b < NB; b++) {
+            isum2[b] = _mm512_setzero_si512();
+            for (int t = 0; t < TT; t++) isum[b][t] = _mm512_setzero_si512();
+        }
+        const int k8e = (g + 1) * G / 8;
+        for (int k8 = g * G / 8; k8 < k8e; k8++) {
+            __m512i lo[4], hi[4];
+            for (int b = 0; b < NB; b++) {
+                const int32_t *src = w->qweight + (size_t)k8 * N + n0 + 16 * b;
+                _mm_prefetch((const char *)(src + PF_ROWS * N), _MM_HINT_T0);
+                __m512i v = TAIL ? _mm512_maskz_loadu_epi32(cm, src) : _mm512_loadu_si512(src);
+                lo[b] = _mm512_and_si512(v, m4);
+                hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            for (int t = 0; t < TT; t++) {
+                const uint32_t *ev = (const uint32_t *)(const void *)(A + (size_t)t * as);
+                __m512i ae = _mm512_set1_epi32((int32_t)ev[2 * k8]);
+                __m512i ao = _mm512_set1_epi32((int32_t)ev[2 * k8 + 1]);
+                for (int b = 0; b < NB; b++) {
+                    if (VNNI && SPLIT) {
+                        isum[b][t] = _mm512_dpbusd_epi32(isum[b][t], lo[b], ae);
+                        isum2[b] = _mm512_dpbusd_epi32(isum2[b], hi[b], ao);
+                    } else if (VNNI) {
+                        isum[b][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(isum[b][t], lo[b], ae),
+                                                         hi[b], ao);
+                    } else {
+                        __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo[b], ae),
+                                                     _mm512_maddubs_epi16(hi[b], ao));
+                        isum[b][t] = _mm512_add_epi32(isum[b][t], _mm512_madd_epi16(p, ones));
+                    }
+                }
+            }
+        }
+        for (int b = 0; b < NB; b++) {
+            __m512i zv = zeros16(w, g, n0 + 16 * b, TAIL);
+            __m512 sv = scales16(w, g, n0 + 16 * b, TAIL);
+            if (SPLIT) isum[b][0] = _mm512_add_epi32(isum[b][0], isum2[b]);
+            for (int t = 0; t < TT; t++) {
+                const char *p = A + (size_t)t * as + K;
+                float s = ((const float *)(const void *)p)[g];
+                int32_t sum = ((const int32_t *)(const void *)(p + 4 * (size_t)NG))[g];
+                __m512i gi =
+                    _mm512_sub_epi32(isum[b][t], _mm512_mullo_epi32(zv, _mm512_set1_epi32(sum)));
+                __m512 sc = _mm512_mul_ps(sv, _mm512_set1_ps(s));
+                acc[b][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(gi), acc[b][t]);
+            }
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) {
+            float *y = Y + (size_t)t * ldy + n0 + 16 * b;
+            if (TAIL)
+                _mm512_mask_storeu_ps(y, cm, acc[b][t]);
+            else
+                _mm512_storeu_ps(y, acc[b][t]);
+        }
+}
+
+AI void cols(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, float *Y, size_t ldy,
+             const int TT, const int VNNI) {
+    int n = n0;
+    if (TT == 1) /* decode: 64 columns = 256 bytes of each qweight row per pass */
+        for (; n + 64 <= n1; n += 64) tile(w, n, A, as, Y, ldy, 4, 1, 0, VNNI);
+    for (; n + 32 <= n1; n += 32) tile(w, n, A, as, Y, ldy, 2, TT, 0, VNNI);
+    for (; n + 16 <= n1; n += 16) tile(w, n, A, as, Y, ldy, 1, TT, 0, VNNI);
+    if (n < n1) tile(w, n, A, as, Y, ldy, 1, TT, 1, VNNI);
+}
+
+AI void core(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok, float *Y, size_t ldy,
+             const int VNNI) {
+    const size_t as = cllm_qact_bytes(w->K, w->group, 1);
+    for (int t = 0; t < n_tok; t += TOK) {
+        int tn = n_tok - t < TOK ? n_tok - t : TOK;
+        const char *At = (const char *)A + (size_t)t * as;
+        float *Yt = Y + (size_t)t * ldy;
+        if (tn == 4)
+            cols(w, n0, n1, At, as, Yt, ldy, 4, VNNI);
+        else if (tn == 3)
+            cols(w, n0, n1, At, as, Yt, ldy, 3, VNNI);
+        else if (tn == 2)
+            cols(w, n0, n1, At, as, Yt, ldy, 2, VNNI);
+        else
+            cols(w, n0, n1, At, as, Yt, ldy, 1, VNNI);
+    }
+}
+
+void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                float *Y, size_t ldy) {
+    core(w, n0, n1, A, n_tok, Y, ldy, 0);
+}
+
+void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
+                                     int n_tok, float *Y, size_t ldy) {
+    core(w, n0, n1, A, n_tok, Y, ldy, 1);
+}
+
+/* matmul_q4a8 entries (one call = prepare this call's tokens, malloc'd, then the kernel). */
+void kern_matmul_q4a8_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                             int n_tok, float *Y, size_t ldy) {
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_avx2(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_avx512(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
+}
+
+void kern_matmul_q4a8_avx512_vnni(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                                  int n_tok, float *Y, size_t ldy) {
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_avx2(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_avx512_vnni(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
+}
