@@ -68,7 +68,8 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
                 for (int b = 0; b < NV; b++) {
                     int32x4_t q = vreinterpretq_s32_u32(vandq_u32(v[b], mask));
                     wf[b] = vcvtq_f32_s32(vsubq_s32(q, zv[b]));
-                    v[b] = vshrq_n_u32(v[b], BITS);
+                    /* an immediate for clang too, which folds BITS only after inlining */
+                    v[b] = BITS == 8 ? vshrq_n_u32(v[b], 8) : vshrq_n_u32(v[b], 4);
                 }
                 for (int t = 0; t < TT; t++) {
                     float32x4_t xb = vld1q_dup_f32(xk + (size_t)t * ldx + (size_t)j);
