@@ -38,7 +38,81 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
         c->jobs = nj;
         c->cap_jobs = nc;
     }
-    c->jobs[c->n_jobs++] = (fwd_mm){w, X, ldx, n_tok, Y, ldy};
+    c->jobs[c->n_jobs++] = (fwd_mm){w, X, ldx, n_tok, Y, ldy, false, false, 0};
+    return CLLM_OK;
+}
+
+/* W4A8 on integer activations prepared once: int4 weights, act_bits 8, and a tier with the
+ * two-step entries (one without them runs matmul_q4a8 per slice). */
+static bool qact_job(const cllm_fwd_ctx *c, const fwd_wt *w) {
+    return w->q.bits == 4 && w->q.act_bits == 8 && c->k->qact_prep && c->k->matmul_q4_qact;
+}
+
+/* Tokens per activation-prep work item (a 1024-wide token takes well under a microsecond). */
+#define PREP_TOK 16
+
+static void prep_worker(void *vc, size_t b, size_t e, int tid) {
+    cllm_fwd_ctx *c = vc;
+    for (size_t i = b; i < e; i++) {
+        const struct fwd_item *it = &c->items[i];
+        const fwd_mm *j = &c->jobs[it->job];
+        const cllm_qweight *q = &j->w->q;
+        c->k->qact_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, q->group,
+                        q->act_bits, c->qact + j->qa_off + cllm_qact_bytes(q->K, q->group, it->r0));
+    }
+}
+
+/* Plans and runs the activation prep of the queued W4A8/W4A4 jobs: one prepared copy per
+ * distinct input (q/k/v or gate/up reading the same X share it), split over the pool by token
+ * blocks. Each token's codes depend on that token only, so the result is the same bytes as
+ * preparing per call (kernels' determinism contract). */
+static cllm_status prep_qact(cllm_fwd_ctx *c) {
+    size_t need = 0, n_items = 0;
+    for (size_t j = 0; j < c->n_jobs; j++) {
+        fwd_mm *m = &c->jobs[j];
+        m->qa = qact_job(c, m->w);
+        m->qa_prep = false;
+        if (!m->qa) continue;
+        const cllm_qweight *q = &m->w->q;
+        size_t i = 0;
+        for (; i < j; i++) {
+            const fwd_mm *o = &c->jobs[i];
+            if (o->qa_prep && o->X == m->X && o->ldx == m->ldx && o->n_tok == m->n_tok &&
+                o->w->q.K == q->K && o->w->q.group == q->group && o->w->q.act_bits == q->act_bits)
+                break;
+        }
+        if (i < j) {
+            m->qa_off = c->jobs[i].qa_off;
+            continue;
+        }
+        m->qa_prep = true;
+        m->qa_off = need;
+        need += cllm_qact_bytes(q->K, q->group, m->n_tok);
+        n_items += ((size_t)m->n_tok + PREP_TOK - 1) / PREP_TOK;
+    }
+    if (!n_items) return CLLM_OK;
+    if (need > c->cap_qact) {
+        char *nb = realloc(c->qact, need);
+        if (!nb) return CLLM_ENOMEM;
+        c->qact = nb;
+        c->cap_qact = need;
+    }
+    if (n_items > c->cap_items) {
+        struct fwd_item *ni = realloc(c->items, n_items * sizeof(*ni));
+        if (!ni) return CLLM_ENOMEM;
+        c->items = ni;
+        c->cap_items = n_items;
+    }
+    size_t k = 0;
+    for (size_t j = 0; j < c->n_jobs; j++)
+        for (int t = 0; c->jobs[j].qa_prep && t < c->jobs[j].n_tok; t += PREP_TOK) {
+            int t1 = t + PREP_TOK < c->jobs[j].n_tok ? t + PREP_TOK : c->jobs[j].n_tok;
+            c->items[k++] = (struct fwd_item){(int)j, t, t1};
+        }
+    if (k > 1) /* decode: usually one item, not worth waking the pool */
+        cllm_pool_for(c->pool, k, prep_worker, c);
+    else
+        prep_worker(c, 0, k, 0);
     return CLLM_OK;
 }
 
@@ -49,6 +123,11 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm *j = &c->jobs[it->job];
         const fwd_wt *w = j->w;
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
+            if (j->qa) {
+                c->k->matmul_q4_qact(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
+                                     j->ldy);
+                continue;
+            }
             cllm_matmul_q_fn qf =
                 w->q.bits == 4 && w->q.act_bits == 8 ? c->k->matmul_q4a8 : c->k->matmul_q;
             qf(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
@@ -62,6 +141,7 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
 }
 
 cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
+    if (prep_qact(c)) return CLLM_ENOMEM;
     size_t n = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
         n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
@@ -140,6 +220,7 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->seq_tok0);
     free(c->jobs);
     free(c->items);
+    free(c->qact);
     cllm_free_aligned(c->thr);
     free(c);
 }

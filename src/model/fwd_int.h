@@ -72,6 +72,10 @@ typedef struct fwd_mm {
     int n_tok;
     float *Y;
     size_t ldy;
+    /* set by fwd_mm_run: W4A8/W4A4 jobs read int activations prepared once (qact_prep) at
+     * c->qact + qa_off; qa_prep marks the job that prepares them (others share its X) */
+    bool qa, qa_prep;
+    size_t qa_off;
 } fwd_mm;
 
 struct cllm_fwd_ctx {
@@ -101,6 +105,8 @@ struct cllm_fwd_ctx {
         int job, r0, r1;
     } * items;
     size_t cap_items;
+    char *qact; /* prepared int activations of the queued W4A8/W4A4 jobs (cllm_qact_bytes) */
+    size_t cap_qact;
     /* the batch being run */
     const cllm_batch *batch;
     int *seq_tok0; /* [n_seqs] first token index */
