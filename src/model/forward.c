@@ -42,10 +42,13 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
     return CLLM_OK;
 }
 
-/* W4A8 on integer activations prepared once: int4 weights, act_bits 8, and a tier with the
- * two-step entries (one without them runs matmul_q4a8 per slice). */
+/* W4A8/W4A4 on integer activations prepared once: int4 weights, act_bits 8 or 4 (codes on the
+ * 4-bit grid -7..7 in int8, same integer kernel), and a tier with the two-step entries. A tier
+ * without them runs matmul_q4a8 per slice for act_bits 8 and the float emulation (matmul_q) for
+ * act_bits 4, which differs from the integer path by float rounding only. */
 static bool qact_job(const cllm_fwd_ctx *c, const fwd_wt *w) {
-    return w->q.bits == 4 && w->q.act_bits == 8 && c->k->qact_prep && c->k->matmul_q4_qact;
+    return w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4) && c->k->qact_prep &&
+           c->k->matmul_q4_qact;
 }
 
 /* Tokens per activation-prep work item (a 1024-wide token takes well under a microsecond). */
