@@ -87,6 +87,7 @@ static void inv_worker(void *vc, size_t b, size_t e, int tid) {
     for (size_t t = b; t < e; t++)
         for (int c0 = (int)t * FB; c0 < K; c0 += c->nt * FB) {
             int c1 = c0 + FB < K ? c0 + FB : K, nc = c1 - c0;
+            for (int j = c0; j < c1; j++) memset(c->XT + (size_t)j * K, 0, (size_t)c0 * 4);
             for (int i0 = c0; i0 < K; i0 += RB) {
                 int i1 = i0 + RB < K ? i0 + RB : K;
                 if (i0 > c0)
@@ -334,7 +335,7 @@ struct cllm_gptq {
     size_t n_spans, cap_spans;
     int min_tokens;
     long fallback_experts, fallback_other, used;
-    char summary[160];
+    char summary[320];
     bool oom, counting;
     /* the runner and tokens, kept across passes */
     fwd_seq_runner r;
@@ -344,6 +345,7 @@ struct cllm_gptq {
     FILE *out;
     int passes;
     uint64_t held, peak;
+    double t_count, t_pass, t_hess, t_factor, t_apply; /* seconds per phase (summary) */
     float *ctmp; /* [nt][RB * ctmp_K] scratch of the Hessian updates */
     int ctmp_K;
     /* the previous capture, to detect shared inputs */
@@ -447,9 +449,11 @@ static void flush(cllm_gptq *g, hent *e) {
             return;
         }
     }
+    double t0 = cllm_time_s();
     acc_ctx c = {e, g->ctmp, nt, cllm_kern()->matmul_f32};
     cllm_pool_for(pool, (size_t)nt, acc_worker, &c);
     e->nxb = 0;
+    g->t_hess += cllm_time_s() - t0;
 }
 
 static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok) {
@@ -518,6 +522,7 @@ static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int 
 
 static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
     cllm_status st = CLLM_OK;
+    double t0 = cllm_time_s();
     g->r.ctx->capture = capture;
     g->r.ctx->capture_ctx = g;
     g->last_e = -1;
@@ -536,6 +541,7 @@ static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
         free(g->h[i].xb);
         g->h[i].xb = NULL;
     }
+    *(g->counting ? &g->t_count : &g->t_pass) += cllm_time_s() - t0;
     if (st == CLLM_OK && g->oom)
         st = cllm_err_set(err, CLLM_ENOMEM, "calibration: out of memory for Hessians");
     return st;
@@ -640,8 +646,11 @@ const char *cllm_gptq_summary(cllm_gptq *g) {
     cllm_fmt_bytes(pk, sizeof(pk), g->peak);
     snprintf(g->summary, sizeof(g->summary),
              "; %ld experts and %ld other linears saw fewer than %d "
-             "calibration tokens and fell back to RTN; %d calibration passes, Hessians peak %s",
-             g->fallback_experts, g->fallback_other, g->min_tokens, g->passes, pk);
+             "calibration tokens and fell back to RTN; %d calibration passes, Hessians peak %s; "
+             "time: counting %.1fs, passes %.1fs (Hessian updates %.1fs), factor %.1fs, apply "
+             "%.1fs",
+             g->fallback_experts, g->fallback_other, g->min_tokens, g->passes, pk, g->t_count,
+             g->t_pass, g->t_hess, g->t_factor, g->t_apply);
     return g->summary;
 }
 
@@ -673,10 +682,15 @@ cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, doub
                 return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
             g->fK = K;
         }
+        double t0 = cllm_time_s();
         cllm_status st = gptq_factor(H, K, damp, g->fA, g->fwork, pool, err);
+        g->t_factor += cllm_time_s() - t0;
         if (st) return st;
         g->fH = H;
         g->fdamp = damp;
     }
-    return gptq_apply(W, H, g->fA, q, pool, err);
+    double t0 = cllm_time_s();
+    cllm_status st = gptq_apply(W, H, g->fA, q, pool, err);
+    g->t_apply += cllm_time_s() - t0;
+    return st;
 }
