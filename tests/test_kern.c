@@ -138,6 +138,13 @@ int main(void) {
     } else {
         fprintf(stderr, "test_kern: no AVX2 on this CPU, only the reference tier tested\n");
     }
+    const cllm_kern_ops *neon = cllm_kern_neon();
+    if (neon) {
+        test_matmul(neon, neon->name);
+        test_gdn(neon, neon->name);
+        test_vec(neon, neon->name);
+        fprintf(stderr, "test_kern: tier %s checked\n", neon->name);
+    }
     CHECK(cllm_kern() != NULL);
     return test_report("test_kern");
 }

@@ -37,9 +37,9 @@ enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
 
 /* The avx512 table uses VNNI on this CPU when it has it; the AVX-512BW kernels are checked too,
  * through a copy of the table with them swapped in. */
-static cllm_kern_ops bw_ops;
 static const cllm_kern_ops *avx512_bw(void) {
 #ifdef KERN_HAVE_X86
+    static cllm_kern_ops bw_ops; /* inside the #ifdef: unused elsewhere, and -Werror */
     const cllm_kern_ops *k = cllm_kern_avx512();
     if (!k) return NULL;
     bw_ops = *k;
@@ -103,12 +103,13 @@ static void grid_case(int K, int G) {
     }
     CHECK(n7 >= K / G - 1); /* every nonzero group reaches its absmax code */
     /* each tier's prep: same scales and sums, and (decoded from its layout) the same codes; the
-     * ref layout is codes in k order, the x86 one even-k/odd-k words per 8 inputs */
-    const cllm_kern_ops *tiers[] = {cllm_kern_ref(), cllm_kern_avx2(), cllm_kern_avx512()};
+     * ref layout is codes in k order, the x86 and neon one even-k/odd-k words per 8 inputs */
+    const cllm_kern_ops *tiers[] = {cllm_kern_ref(), cllm_kern_avx2(), cllm_kern_avx512(),
+                                    cllm_kern_neon()};
     int NG = K / G;
     for (int bits = 4; bits <= 8; bits += 4) {
         kern_quant_act(x, K, G, bits, q, s, sum);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             if (!tiers[i] || !tiers[i]->qact_prep) continue;
             char *A = malloc(cllm_qact_bytes(K, G, 1));
             tiers[i]->qact_prep(x, (size_t)K, 1, K, G, bits, A);

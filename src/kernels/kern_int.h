@@ -76,10 +76,25 @@ void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, cons
 #if defined(__aarch64__)
 #define KERN_HAVE_NEON 1
 /* kernels/arm/: baseline Advanced SIMD, except *_dot (needs the dot-product extension). */
+void kern_matmul_f32_neon(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                          int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_f16_neon(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                          int n_tok, int K, float *Y, size_t ldy);
+void kern_matmul_bf16_neon(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
+                           int n_tok, int K, float *Y, size_t ldy);
+float kern_dot_neon(const float *a, const float *b, int n);
+void kern_scale_axpy_neon(float *y, float s, float a, const float *x, int n);
 void kern_matmul_q_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);
+/* Activation prep shared by both NEON W4A8 variants (the x86 tiers' even/odd code layout). */
+void kern_qact_prep_neon(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                         void *A);
+void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy);
 void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                            int n_tok, float *Y, size_t ldy);
+void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                  float *Y, size_t ldy);
 void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                int n_tok, float *Y, size_t ldy);
 #endif

@@ -69,31 +69,35 @@ static const cllm_kern_ops avx512_vnni_ops = {
 #endif
 
 #ifdef KERN_HAVE_NEON
-/* Float matmuls, GDN and the vector helpers have no NEON kernels yet: the ref ones. The two
- * tables differ only in matmul_q4a8 (SDOT or vmull/vpadal; bitwise the same results). */
+/* GDN has no NEON kernels yet: the ref ones. The two tables differ only in the W4A8 kernels
+ * (SDOT or vmull/vpadal; bitwise the same results). */
 static const cllm_kern_ops neon_ops = {
     .name = "neon",
-    .matmul_f32 = kern_matmul_f32_ref,
-    .matmul_f16 = kern_matmul_f16_ref,
-    .matmul_bf16 = kern_matmul_bf16_ref,
+    .matmul_f32 = kern_matmul_f32_neon,
+    .matmul_f16 = kern_matmul_f16_neon,
+    .matmul_bf16 = kern_matmul_bf16_neon,
     .gdn_step = kern_gdn_step_ref,
     .gdn_chunk = kern_gdn_chunk_ref,
-    .dot = kern_dot_ref,
-    .scale_axpy = kern_scale_axpy_ref,
+    .dot = kern_dot_neon,
+    .scale_axpy = kern_scale_axpy_neon,
     .matmul_q = kern_matmul_q_neon,
     .matmul_q4a8 = kern_matmul_q4a8_neon,
+    .qact_prep = kern_qact_prep_neon,
+    .matmul_q4_qact = kern_matmul_q4_qact_neon,
 };
 static const cllm_kern_ops neon_dot_ops = {
     .name = "neon-dot",
-    .matmul_f32 = kern_matmul_f32_ref,
-    .matmul_f16 = kern_matmul_f16_ref,
-    .matmul_bf16 = kern_matmul_bf16_ref,
+    .matmul_f32 = kern_matmul_f32_neon,
+    .matmul_f16 = kern_matmul_f16_neon,
+    .matmul_bf16 = kern_matmul_bf16_neon,
     .gdn_step = kern_gdn_step_ref,
     .gdn_chunk = kern_gdn_chunk_ref,
-    .dot = kern_dot_ref,
-    .scale_axpy = kern_scale_axpy_ref,
+    .dot = kern_dot_neon,
+    .scale_axpy = kern_scale_axpy_neon,
     .matmul_q = kern_matmul_q_neon,
     .matmul_q4a8 = kern_matmul_q4a8_neon_dot,
+    .qact_prep = kern_qact_prep_neon,
+    .matmul_q4_qact = kern_matmul_q4_qact_neon_dot,
 };
 #endif
 

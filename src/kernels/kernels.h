@@ -124,7 +124,8 @@ const cllm_kern_ops *cllm_kern_avx2(void);
  * use VNNI (vpdpbusd) when the CPU has it, AVX-512BW otherwise; same results bitwise. */
 const cllm_kern_ops *cllm_kern_avx512(void);
 /* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
- * matmul_q4a8 then uses); NULL off AArch64. Entries without a NEON kernel are the ref ones. */
+ * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot and axpy do the AVX2 tier's
+ * arithmetic per element (same bits on both ISAs); GDN is the ref one. */
 const cllm_kern_ops *cllm_kern_neon(void);
 /* The matmul entry for a weight dtype; NULL for dtypes without a kernel. */
 cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt);

@@ -1,14 +1,16 @@
 /* NEON W4A8 with the Armv8.2 dot-product extension (vdotq_s32 / SDOT): the matmul_q4a8 entry
  * kernels.c picks for the neon tier when HWCAP_ASIMDDP is set. Built with
  * -march=armv8.2-a+dotprod (CMakeLists.txt, files named *_dot_neon.c), so nothing here may run
- * on a CPU without it; the activation quantization and the token/column walk are the baseline
- * ones in matmul_q4a8_neon.c.
+ * on a CPU without it; activation preparation (kern_qact_prep_neon) and the token/column walk
+ * are the baseline ones in matmul_q4a8_neon.c.
  *
  * Same data flow as the baseline variant: `& 0x0f` leaves codes q0 q2 q4 q6 in each 32-bit lane
  * (one output column), `>> 4` leaves q1 q3 q5 q7, and SDOT against the broadcast even/odd
  * activation words adds sum_j q_j a_j into the lane's int32 (codes 0..15 are valid int8). The
  * int32 group sums are exact, so the result is bitwise the baseline's and the scalar tier's. */
 #include "kernels/arm/matmul_q4a8_neon.h"
+
+#include <stdlib.h>
 
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16
@@ -68,7 +70,16 @@ static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, si
         tile(w, n0, A, Y, ldy, 2, 1);
 }
 
+void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                  float *Y, size_t ldy) {
+    kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles);
+}
+
 void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                int n_tok, float *Y, size_t ldy) {
-    kern_q4a8_drive_neon(w, n0, n1, X, ldx, n_tok, Y, ldy, tiles);
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_neon(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_neon_dot(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
 }

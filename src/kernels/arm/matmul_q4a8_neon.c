@@ -1,18 +1,20 @@
-/* NEON W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8, kernels.h) on
- * baseline ARMv8-A, plus the parts the dot-product variant (matmul_q4a8_dot_neon.c) shares:
- * activation quantization and the token/column walk. Picked by kernels.c for the neon tier when
- * the CPU lacks the dot-product extension; mirrors kernels/x86/matmul_q4a8_avx2.c.
+/* NEON W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4a8 and
+ * qact_prep + matmul_q4_qact, kernels.h) on baseline ARMv8-A, plus the parts the dot-product
+ * variant (matmul_q4a8_dot_neon.c) shares: activation preparation and the token/column walk.
+ * kernels.c puts these in the neon table when the CPU lacks the dot-product extension; mirrors
+ * kernels/x86/matmul_q4a8_avx2.c.
  *
- * Activations are quantized per token and group on kern_quant_act8's grid (vectorized, bitwise
- * the same) and regrouped per 8 inputs into an even-byte and an odd-byte word. One 128-bit load
- * of qweight row k8 holds 8 nibbles for each of 4 output columns (one per 32-bit lane); `& 0x0f`
- * leaves codes q0 q2 q4 q6 in the lane's bytes and `>> 4` leaves q1 q3 q5 q7. vmull_s8 (codes
- * 0..15 x int8, |product| <= 1905) plus vmlal_s8 of the odd half stay within int16 (<= 3810);
- * vpadalq_s16 widens pairs into int32 and one vpaddq_s32 per group finishes the per-column sums.
- * The zero point is folded in once per group (sum q a - z sum a, exact in int32), so every tier
- * and tile shape gives the same integer; the conversion acc = fma(w_scale * a_scale, (float)isum,
- * acc) is the reference's sequence. Tiles of 4 (decode) or 2 vectors x 1..4 tokens only decide
- * which accumulators share registers: batch invariant and bitwise equal to the scalar tier. */
+ * kern_qact_prep_neon quantizes activations per token and group on kern_quant_act's grid
+ * (vectorized, bitwise the same; qmax 127 for act_bits 8, 7 for act_bits 4) and regroups them per
+ * 8 inputs into an even-byte and an odd-byte word. One 128-bit load of qweight row k8 holds 8
+ * nibbles for each of 4 output columns (one per 32-bit lane); `& 0x0f` leaves codes q0 q2 q4 q6
+ * in the lane's bytes and `>> 4` leaves q1 q3 q5 q7. vmull_s8 (codes 0..15 x int8, |product| <=
+ * 1905) plus vmlal_s8 of the odd half stay within int16 (<= 3810); vpadalq_s16 widens pairs into
+ * int32 and one vpaddq_s32 per group finishes the per-column sums. The zero point is folded in
+ * once per group (sum q a - z sum a, exact in int32), so every tier and tile shape gives the same
+ * integer; the conversion acc = fma(w_scale * a_scale, (float)isum, acc) is the reference's
+ * sequence. Tiles of 4 (decode) or 2 vectors x 1..4 tokens only decide which accumulators share
+ * registers: batch invariant and bitwise equal to the scalar tier. */
 #include "kernels/arm/matmul_q4a8_neon.h"
 
 #include <stdlib.h>
@@ -83,22 +85,25 @@ static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, si
         tile(w, n0, A, Y, ldy, 2, 1);
 }
 
-/* Quantize one token (kern_quant_act8's grid bit for bit: maxNum and minNum ignore NaN like
+/* Quantize one token (kern_quant_act's grid bit for bit: maxNum and minNum ignore NaN like
  * fmaxf/fminf, the division is IEEE, vrndnq is nearbyintf's round to nearest even) and regroup
- * its int8 codes into the even/odd words. G % 8 == 0. */
-static void prep(const cllm_qweight *w, const float *x, q4a8_tok *A) {
-    const int G = w->group, NG = w->K / G;
-    const float32x4_t lo = vdupq_n_f32(-127.0f), hi = vdupq_n_f32(127.0f);
+ * its codes into the even/odd words at p (cllm_qact_bytes layout). G % 8 == 0. */
+static void prep(const float *x, int K, int G, int bits, char *p) {
+    const int NG = K / G;
+    const float qmax = (float)((1 << (bits - 1)) - 1);
+    const float32x4_t lo = vdupq_n_f32(-qmax), hi = vdupq_n_f32(qmax);
+    float *s = (float *)(void *)(p + K);
+    int32_t *sums = (int32_t *)(void *)(p + K + 4 * (size_t)NG);
     for (int g = 0; g < NG; g++) {
         const float *xg = x + (size_t)g * (size_t)G;
+        int8_t *ev = (int8_t *)p + (size_t)g * (size_t)G;
         float32x4_t m = vdupq_n_f32(0.0f);
         for (int k = 0; k < G; k += 4) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xg + k)));
-        float sc = vmaxnmvq_f32(m) / 127.0f;
-        A->s[g] = sc;
-        uint32_t *ev = A->ev + (size_t)g * (size_t)G / 4;
+        float sc = vmaxnmvq_f32(m) / qmax;
+        s[g] = sc;
         if (sc == 0.0f) {
-            for (int k = 0; k < G / 4; k++) ev[k] = 0;
-            A->sum[g] = 0;
+            for (int k = 0; k < G; k += 8) vst1_s8(ev + k, vdup_n_s8(0));
+            sums[g] = 0;
             continue;
         }
         const float32x4_t sv = vdupq_n_f32(sc);
@@ -112,38 +117,50 @@ static void prep(const cllm_qweight *w, const float *x, q4a8_tok *A) {
             /* a0 a2 a4 a6 | a1 a3 a5 a7, narrowed to bytes: [even word, odd word] */
             int16x8_t h =
                 vcombine_s16(vmovn_s32(vuzp1q_s32(i0, i1)), vmovn_s32(vuzp2q_s32(i0, i1)));
-            vst1_s8((int8_t *)(void *)(ev + k / 4), vmovn_s16(h));
+            vst1_s8(ev + k, vmovn_s16(h));
         }
-        A->sum[g] = vaddvq_s32(sum);
+        sums[g] = vaddvq_s32(sum);
     }
 }
 
-void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy, q4a8_tile_fn fn) {
+void kern_qact_prep_neon(const float *X, size_t ldx, int n_tok, int K, int group, int act_bits,
+                         void *A) {
+    size_t stride = cllm_qact_bytes(K, group, 1);
+    for (int t = 0; t < n_tok; t++)
+        prep(X + (size_t)t * ldx, K, group, act_bits, (char *)A + (size_t)t * stride);
+}
+
+void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
+                          float *Y, size_t ldy, q4a8_tile_fn fn) {
     const int K = w->K, NG = K / w->group;
-    size_t per = (size_t)K + 8 * (size_t)NG; /* ev words + s + sum, bytes */
-    char *buf = malloc(MAX_TT * per);
-    if (!buf) abort();
-    q4a8_tok A[MAX_TT];
-    for (int i = 0; i < MAX_TT; i++) {
-        char *p = buf + (size_t)i * per;
-        A[i].ev = (uint32_t *)(void *)p;
-        A[i].s = (float *)(void *)(p + (size_t)K);
-        A[i].sum = (int32_t *)(void *)(p + (size_t)K + (size_t)NG * 4);
-    }
+    const size_t stride = cllm_qact_bytes(K, w->group, 1);
     for (int t = 0; t < n_tok; t += MAX_TT) {
         int tn = n_tok - t < MAX_TT ? n_tok - t : MAX_TT;
-        for (int i = 0; i < tn; i++) prep(w, X + (size_t)(t + i) * ldx, &A[i]);
+        q4a8_tok A[MAX_TT];
+        for (int i = 0; i < tn; i++) {
+            const char *p = (const char *)Ap + (size_t)(t + i) * stride;
+            A[i] =
+                (q4a8_tok){(const uint32_t *)(const void *)p, (const float *)(const void *)(p + K),
+                           (const int32_t *)(const void *)(p + K + 4 * (size_t)NG)};
+        }
         float *Yt = Y + (size_t)t * ldy;
         int n = n0;
         if (tn == 1) /* decode: 16 columns = 64 bytes of each qweight row per pass */
             for (; n + 16 <= n1; n += 16) fn(w, n, A, Yt, ldy, 4, 1);
         for (; n < n1; n += 8) fn(w, n, A, Yt, ldy, 2, tn); /* n0, n1 are multiples of 8 */
     }
-    free(buf);
+}
+
+void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy) {
+    kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles);
 }
 
 void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                            int n_tok, float *Y, size_t ldy) {
-    kern_q4a8_drive_neon(w, n0, n1, X, ldx, n_tok, Y, ldy, tiles);
+    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
+    if (!A) abort();
+    kern_qact_prep_neon(X, ldx, n_tok, w->K, w->group, 8, A);
+    kern_matmul_q4_qact_neon(w, n0, n1, A, n_tok, Y, ldy);
+    free(A);
 }

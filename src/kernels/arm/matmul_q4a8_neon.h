@@ -1,6 +1,7 @@
-/* Private to kernels/arm/matmul_q4a8_neon.c and matmul_q4a8_dot_neon.c: the W4A8 pieces the
- * baseline NEON (vmull/vpadal) and the dot-product (vdotq_s32) variants share. Only the group's
- * integer dot product differs between them; both give the same exact int32, so the same floats. */
+/* Private to kernels/arm/matmul_q4a8_neon.c and matmul_q4a8_dot_neon.c: the W4A8/W4A4 pieces
+ * the baseline NEON (vmull/vpadal) and the dot-product (vdotq_s32) variants share. Only the
+ * group's integer dot product differs between them; both give the same exact int32, so the same
+ * floats. Both read activations prepared by kern_qact_prep_neon. */
 #ifndef CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_H
 #define CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_H
 
@@ -9,23 +10,25 @@
 
 #include "kernels/kern_int.h"
 
-/* One token's int8 activations on kern_quant_act8's grid, regrouped per 8 inputs into two
- * words: the even k bytes (a0 a2 a4 a6) and the odd ones (a1 a3 a5 a7), matching the nibbles
- * `& 0x0f` and `>> 4` leave in each byte of a qweight word. */
+/* One prepared token (cllm_qact_bytes layout, kernels.h): int8 codes regrouped per 8 inputs
+ * into two words, the even k bytes (a0 a2 a4 a6) and the odd ones (a1 a3 a5 a7), matching the
+ * nibbles `& 0x0f` and `>> 4` leave in each byte of a qweight word (the x86 tiers' order too);
+ * then the fp32 scales and int32 code sums of the groups. */
 typedef struct q4a8_tok {
-    uint32_t *ev; /* [K/8][2]: even, odd bytes of each 8-input block */
-    float *s;     /* [K/G] activation scale per group */
-    int32_t *sum; /* [K/G] sum of the group's int8 codes */
+    const uint32_t *ev; /* [K/8][2]: even, odd bytes of each 8-input block */
+    const float *s;     /* [K/G] activation scale per group */
+    const int32_t *sum; /* [K/G] sum of the group's codes */
 } q4a8_tok;
 
 /* Output columns [n0, n0 + 4*nv) x tokens [0, tt) (nv 2 or 4, tt 1..4) of one variant. */
 typedef void (*q4a8_tile_fn)(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy,
                              int nv, int tt);
 
-/* The matmul_q4a8 entry around a tile function: quantizes up to 4 tokens at a time and walks
- * the columns [n0, n1) (multiples of 8). Aborts on allocation failure, like the other tiers. */
-void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy, q4a8_tile_fn tile);
+/* matmul_q4_qact around a tile function: walks prepared tokens 4 at a time and the columns
+ * [n0, n1) (multiples of 8). */
+/* (kern_qact_prep_neon, the prep both variants read, is declared in kern_int.h.) */
+void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok, float *Y,
+                          size_t ldy, q4a8_tile_fn tile);
 
 /* Effective zeros (stored + 1) of columns n0..n0+3 (n0 % 4 == 0) in group g, one per lane. */
 __attribute__((always_inline)) static inline int32x4_t q4a8_zeros4(const cllm_qweight *w, int g,
