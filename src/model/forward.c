@@ -429,7 +429,9 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         }
     }
     if (m->n_attn > 0) rope_tables(c, T);
-    for (int l = 0; l < f->n_layers; l++) {
+    int n_run =
+        c->n_layers_run > 0 && c->n_layers_run < f->n_layers ? c->n_layers_run : f->n_layers;
+    for (int l = 0; l < n_run; l++) {
         const fwd_layer *L = &m->layers[l];
         rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
         s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
@@ -440,6 +442,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         if (s != CLLM_OK)
             return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     }
+    if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
     for (int q = 0; q < b->n_seqs; q++) {

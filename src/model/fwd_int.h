@@ -117,6 +117,9 @@ struct cllm_fwd_ctx {
      * collects Hessians with it). NULL = off. */
     void (*capture)(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok);
     void *capture_ctx;
+    /* Optional: > 0 runs only the first n layers and returns without logits (a GPTQ
+     * calibration pass stops after the last layer it collects Hessians for). 0 = all. */
+    int n_layers_run;
 };
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */

@@ -344,6 +344,8 @@ struct cllm_gptq {
     int n_calib, L, samples;
     FILE *out;
     int passes;
+    int last_layer; /* highest layer of the marked Linears, -1 = some need the whole model */
+    bool any_marked;
     uint64_t held, peak;
     double t_count, t_pass, t_hess, t_factor, t_apply; /* seconds per phase (summary) */
     float *ctmp; /* [nt][RB * ctmp_K] scratch of the Hessian updates */
@@ -604,13 +606,24 @@ void cllm_gptq_mark(cllm_gptq *g, const char *src_name, uint64_t off, int K) {
     char key[224];
     snprintf(key, sizeof(key), "%s@%llu", src_name, (unsigned long long)off);
     long i = find(g, key, K, false);
-    if (i >= 0) root_of(g, i)->wanted = true;
+    if (i < 0) return;
+    root_of(g, i)->wanted = true;
+    const char *p = strstr(src_name, "layers.");
+    int lay = p && !strstr(src_name, "mtp") ? atoi(p + 7) : -1;
+    if (!g->any_marked || lay < 0 || g->last_layer < 0)
+        g->last_layer = !g->any_marked || lay < 0 ? lay : g->last_layer;
+    if (lay > g->last_layer && g->last_layer >= 0) g->last_layer = lay;
+    g->any_marked = true;
 }
 
 cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err) {
     char what[64];
     snprintf(what, sizeof(what), "calibration pass %d", ++g->passes);
-    return run_calib(g, what, err);
+    /* layers after the last one collected cannot change its inputs: stop there */
+    g->r.ctx->n_layers_run = g->any_marked && g->last_layer >= 0 ? g->last_layer + 1 : 0;
+    cllm_status st = run_calib(g, what, err);
+    g->r.ctx->n_layers_run = 0;
+    return st;
 }
 
 void cllm_gptq_release(cllm_gptq *g) {
@@ -620,6 +633,7 @@ void cllm_gptq_release(cllm_gptq *g) {
         g->h[i].wanted = false;
     }
     g->held = 0;
+    g->any_marked = false;
     g->fH = NULL; /* freed Hessians' addresses may come back */
 }
 
