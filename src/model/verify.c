@@ -82,13 +82,15 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         if (gptq || cllm_ckpt_get(v->ck, name)) {
             cllm_qweight q;
             cllm_error qe = {0};
-            if (cllm_quant_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], NULL, NULL, &q,
-                                    &qe) != CLLM_OK)
+            if (cllm_quant_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], 0, NULL, NULL,
+                                    &q, &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
-            static const char *const parts[2][4] = {
-                {"qweight", "qzeros", "scales", "g_idx"},
-                {"weight_packed", "weight_zero_point", "weight_scale", "weight_shape"}};
-            for (int i = 0; i < 4; i++) {
+            static const char *const parts[2][5] = {{"qweight", "qzeros", "scales", "g_idx", NULL},
+                                                    {"weight_packed", "weight_zero_point",
+                                                     "weight_scale", "weight_shape",
+                                                     "weight_g_idx"}};
+            for (int i = 0; i < 5; i++) {
+                if (!parts[!gptq][i]) continue;
                 snprintf(name, sizeof(name), "%s.%s", base, parts[!gptq][i]);
                 const cllm_tensor *p = cllm_ckpt_get(v->ck, name);
                 if (!p) continue;
@@ -149,10 +151,13 @@ static void fmt_params(char *buf, size_t cap, uint64_t n) {
         snprintf(buf, cap, "%llu", (unsigned long long)n);
 }
 
-static cllm_expert_layout detect_layout(const cllm_config *cfg, const cllm_ckpt *ck) {
+static cllm_expert_layout detect_layout(vctx *v, const cllm_config *cfg, const cllm_ckpt *ck) {
     for (int l = 0; l < cfg->n_layers; l++) {
         if (!cfg->layer_is_moe[l]) continue;
         char n[160];
+        cllm_error qe = {0};
+        snprintf(n, sizeof(n), "%slayers.%d.mlp.experts", cfg->weight_prefix, l);
+        if (cllm_quant_check_fused_experts(ck, n, &qe) != CLLM_OK) problem(v, "%s", qe.msg);
         snprintf(n, sizeof(n), "%slayers.%d.mlp.experts.gate_up_proj", cfg->weight_prefix, l);
         return cllm_ckpt_get(ck, n) ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT;
     }
@@ -243,7 +248,9 @@ cllm_status cllm_verify(const char *dir, const cllm_verify_opts *opts, FILE *out
         }
         v.ck = ck;
     }
-    cllm_expert_layout layout = ck ? detect_layout(&cfg, ck) : CLLM_EXPERTS_FUSED;
+    cllm_error qe = {0};
+    if (cllm_quant_check_config(dir, NULL, &qe) != CLLM_OK) problem(&v, "%s", qe.msg);
+    cllm_expert_layout layout = ck ? detect_layout(&v, &cfg, ck) : CLLM_EXPERTS_FUSED;
     cllm_tensor_plan(&cfg, layout, true, true, check_spec, &v);
     /* MTP/vision are optional: their parameters count only where present (or config-only). */
     for (int g = 0; g < CLLM_TG_COUNT; g++) {

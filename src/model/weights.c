@@ -36,8 +36,8 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         char base[160];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         cllm_qweight q;
-        cllm_status qs = cllm_quant_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], NULL,
-                                             NULL, &q, c->err);
+        cllm_status qs = cllm_quant_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], 0,
+                                             NULL, NULL, &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
@@ -89,7 +89,8 @@ typedef struct binder {
     cllm_model *m;
     cllm_error *err;
     cllm_status st;
-    int act_bits; /* quantization_config.cllm_act_bits (16 = float activations) */
+    int act_bits;  /* quantization_config.cllm_act_bits (16 = float activations) */
+    unsigned qfmt; /* CLLM_QUANT_* flags from cllm_quant_check_config */
 } binder;
 
 static const cllm_tensor *get(binder *b, uint64_t n_elems, const char *fmt, ...)
@@ -152,7 +153,7 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
     if (!cllm_ckpt_get(b->m->ckpt, name) && nl > 7 && !strcmp(name + nl - 7, ".weight")) {
         name[nl - 7] = 0;
         cllm_status qs =
-            cllm_quant_bind_any(b->m->ckpt, name, rows, cols, own_cb, b->m, &w.q, b->err);
+            cllm_quant_bind_any(b->m->ckpt, name, rows, cols, b->qfmt, own_cb, b->m, &w.q, b->err);
         if (qs == CLLM_OK) {
             w.q.act_bits = b->act_bits;
             w.data = w.q.qweight;
@@ -279,11 +280,16 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
     m->kv_dim = c->n_kv_heads * c->head_dim;
     m->conv_ch = 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
 
+    /* Quantization format first: an unsupported scheme is named before any tensor check. */
+    unsigned qfmt = 0;
+    if ((st = cllm_quant_check_config(dir, &qfmt, err)) != CLLM_OK) goto fail;
     /* Expert layout: fused if the first MoE layer has the 3-D tensor. */
     bool fused = true;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_is_moe[l]) {
             char n[200];
+            snprintf(n, sizeof(n), "%slayers.%d.mlp.experts", c->weight_prefix, l);
+            if ((st = cllm_quant_check_fused_experts(m->ckpt, n, err)) != CLLM_OK) goto fail;
             snprintf(n, sizeof(n), "%slayers.%d.mlp.experts.gate_up_proj", c->weight_prefix, l);
             fused = cllm_ckpt_get(m->ckpt, n) != NULL;
             break;
@@ -305,8 +311,7 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto fail;
     }
-    binder B = {m, err, CLLM_OK, cllm_quant_act_bits(dir)};
-    B.st = cllm_quant_check_config(dir, err);
+    binder B = {m, err, CLLM_OK, cllm_quant_act_bits(dir), qfmt};
     int H = c->hidden_size;
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");

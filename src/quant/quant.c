@@ -171,8 +171,8 @@ static const cllm_tensor *want(const cllm_ckpt *ck, const char *base, const char
     const cllm_tensor *t = cllm_ckpt_get(ck, name);
     if (*st != CLLM_OK) return t;
     if (!t) {
-        *st = cllm_err_set(err, CLLM_ENOTFOUND,
-                           "quantized tensor %s.qweight present but %s missing", base, name);
+        *st = cllm_err_set(err, CLLM_EFORMAT, "quantized tensor %s.qweight present but %s missing",
+                           base, name);
         return NULL;
     }
     if (t->dtype != dt) {
@@ -209,8 +209,7 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     snprintf(name, sizeof(name), "%s.scales", base);
     const cllm_tensor *sc = cllm_ckpt_get(ck, name);
     if (!sc || sc->n_dims != 2 || sc->shape[0] <= 0 || K % sc->shape[0] != 0)
-        return cllm_err_set(err, sc ? CLLM_EFORMAT : CLLM_ENOTFOUND,
-                            "tensor %s: missing or not [K/group, N]", name);
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: missing or not [K/group, N]", name);
     int G = K / (int)sc->shape[0];
     if (G % 8 || N % 8)
         return cllm_err_set(err, CLLM_EUNSUPPORTED,
@@ -248,16 +247,56 @@ static uint32_t word_at(const cllm_tensor *t, size_t i) {
     return v;
 }
 
+/* Sets the GPTQ v1 zero of (group g, output n) to the true zero uz (w = s * (q - uz)). v1 stores
+ * uz - 1, so uz == 0 has no stored form; that block is rewritten exactly instead: codes q -> maxq -
+ * q (the bits flipped), scale -> -scale, zero -> maxq, since s * (q - 0) = -s * ((maxq - q) -
+ * maxq). qw [K/per][N] and s [K/G][N] must already hold this block in the GPTQ layout. */
+static void set_true_zero(int32_t *qw, int32_t *qz, uint16_t *s, int bits, int G, int N, int g,
+                          int n, uint32_t uz) {
+    int per = 32 / bits;
+    uint32_t maxq = (1u << bits) - 1;
+    if (uz == 0) {
+        for (int k8 = g * G / per; k8 < (g + 1) * G / per; k8++)
+            qw[(size_t)k8 * N + n] = (int32_t) ~(uint32_t)qw[(size_t)k8 * N + n];
+        s[(size_t)g * N + n] ^= 0x8000; /* sign bit of F16 and BF16 */
+        uz = maxq;
+    }
+    put_bits(qz, (size_t)g * (N / per) + n / per, (n % per) * bits, uz - 1, bits);
+}
+
+/* When P.{gidx} exists it must be I32 [K] and equal k / G (no act-order permutation). */
+static cllm_status check_trivial_gidx(const cllm_ckpt *ck, const char *base, const char *gidx,
+                                      int K, int G, cllm_error *err) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s.%s", base, gidx);
+    const cllm_tensor *gi = cllm_ckpt_get(ck, name);
+    if (!gi) return CLLM_OK;
+    if (gi->dtype != CLLM_DT_I32 || gi->n_dims != 1 || gi->shape[0] != K) {
+        char got[96];
+        cllm_shape_str(gi->shape, gi->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: %s %s, expected I32 [%d]", name,
+                            cllm_dtype_name(gi->dtype), got, K);
+    }
+    for (int k = 0; k < K; k++) {
+        int32_t v = (int32_t)word_at(gi, (size_t)k);
+        if (v != k / G)
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "tensor %s: g_idx[%d] = %d, not %d: act-order (desc_act / actorder "
+                                "group) checkpoints are not supported",
+                                name, k, v, k / G);
+    }
+    return CLLM_OK;
+}
+
 cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
                                void *(*alloc)(void *actx, size_t bytes), void *actx,
                                cllm_qweight *out, cllm_error *err) {
-    char name[256];
+    char name[256], got[96];
     snprintf(name, sizeof(name), "%s.weight_packed", base);
     const cllm_tensor *wp = cllm_ckpt_get(ck, name);
     if (!wp) return CLLM_ENOTFOUND;
     if (wp->dtype != CLLM_DT_I32 || wp->n_dims != 2 || wp->shape[0] != N || K <= 0 || K % 8 ||
         (wp->shape[1] * 8 != K && wp->shape[1] * 4 != K)) {
-        char got[96];
         cllm_shape_str(wp->shape, wp->n_dims, got, sizeof(got));
         return cllm_err_set(err, CLLM_EFORMAT,
                             "tensor %s: %s %s does not match a 4- or 8-bit packing of "
@@ -267,39 +306,46 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
     int bits = (int)(32 * wp->shape[1] / K), per = 32 / bits, off = 1 << (bits - 1);
     snprintf(name, sizeof(name), "%s.weight_shape", base);
     const cllm_tensor *ws = cllm_ckpt_get(ck, name);
-    if (ws && (ws->n_elems != 2 || cllm_tensor_elem(ws, 0) != N || cllm_tensor_elem(ws, 1) != K))
-        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: not [%d, %d]", name, N, K);
-    snprintf(name, sizeof(name), "%s.weight_g_idx", base);
-    if (cllm_ckpt_get(ck, name))
-        return cllm_err_set(err, CLLM_EUNSUPPORTED,
-                            "tensor %s: act-order checkpoints are not supported", name);
+    if (ws && (ws->n_elems != 2 || cllm_tensor_elem(ws, 0) != N || cllm_tensor_elem(ws, 1) != K)) {
+        cllm_shape_str(ws->shape, ws->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s holds [%g, %g], expected [%d, %d] (the config's "
+                            "[out, in])",
+                            name, cllm_dtype_name(ws->dtype), got,
+                            ws->n_elems > 0 ? cllm_tensor_elem(ws, 0) : -1.0,
+                            ws->n_elems > 1 ? cllm_tensor_elem(ws, 1) : -1.0, N, K);
+    }
     snprintf(name, sizeof(name), "%s.weight_scale", base);
     const cllm_tensor *sc = cllm_ckpt_get(ck, name);
-    if (!sc || sc->n_dims != 2 || sc->shape[0] != N || sc->shape[1] <= 0 || K % sc->shape[1] != 0 ||
-        (sc->dtype != CLLM_DT_F16 && sc->dtype != CLLM_DT_BF16))
-        return cllm_err_set(err, sc ? CLLM_EFORMAT : CLLM_ENOTFOUND,
-                            "tensor %s: missing or not F16/BF16 [%d, K/group]", name, N);
+    if (!sc)
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s.weight_packed present but %s missing",
+                            base, name);
+    cllm_shape_str(sc->shape, sc->n_dims, got, sizeof(got));
+    if (sc->dtype != CLLM_DT_F16 && sc->dtype != CLLM_DT_BF16)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "tensor %s: dtype %s not supported (F16 or BF16 scales)", name,
+                            cllm_dtype_name(sc->dtype));
+    if (sc->n_dims != 2 || sc->shape[0] != N || sc->shape[1] <= 0 || K % sc->shape[1] != 0)
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: shape %s, expected [%d, K/group] with K = %d (group "
+                            "strategy) or [%d, 1] (channel strategy)",
+                            name, got, N, K, N);
     int NG = (int)sc->shape[1], G = K / NG;
     if (G % 8 || N % 8)
         return cllm_err_set(err, CLLM_EUNSUPPORTED,
                             "%s: group size %d / out_features %d not multiples of 8", base, G, N);
+    cllm_status st = check_trivial_gidx(ck, base, "weight_g_idx", K, G, err);
+    if (st != CLLM_OK) return st;
     snprintf(name, sizeof(name), "%s.weight_zero_point", base);
     const cllm_tensor *zp = cllm_ckpt_get(ck, name);
     if (zp && (zp->dtype != CLLM_DT_I32 || zp->n_dims != 2 || zp->shape[0] != N / per ||
-               zp->shape[1] != NG))
-        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: expected I32 [%d, %d]", name, N / per,
-                            NG);
-    uint32_t mask = (1u << bits) - 1;
-    for (int n8 = 0; zp && n8 < N / per; n8++) /* uz == 0 has no GPTQ v1 zero (z = uz - 1) */
-        for (int g = 0; g < NG; g++) {
-            uint32_t v = word_at(zp, (size_t)n8 * NG + g);
-            for (int j = 0; j < per; j++)
-                if (!((v >> (j * bits)) & mask))
-                    return cllm_err_set(err, CLLM_EUNSUPPORTED,
-                                        "tensor %s: zero point %d (row %d, group %d) is not "
-                                        "representable in cllm's GPTQ-layout kernels",
-                                        name, -off, n8 * per + j, g);
-        }
+               zp->shape[1] != NG)) {
+        cllm_shape_str(zp->shape, zp->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s, expected I32 [%d, %d] (zero points packed along "
+                            "out_features)",
+                            name, cllm_dtype_name(zp->dtype), got, N / per, NG);
+    }
     *out = (cllm_qweight){NULL, NULL, NULL, bits, G, K, N, 16, sc->dtype == CLLM_DT_BF16};
     if (!alloc) return CLLM_OK;
     size_t nw = (size_t)K / per * N, nz = (size_t)NG * N / per, ns = (size_t)NG * N;
@@ -307,20 +353,19 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
     uint16_t *s = alloc(actx, ns * 2);
     if (!qw || !qz || !s)
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory converting %s", base);
+    memset(qz, 0, nz * 4);
     for (int n = 0; n < N; n++) {
         for (int k8 = 0; k8 < K / per; k8++)
             qw[(size_t)k8 * N + n] = (int32_t)word_at(wp, (size_t)n * (K / per) + k8);
         for (int g = 0; g < NG; g++)
             memcpy(&s[(size_t)g * N + n], (const char *)sc->data + 2 * ((size_t)n * NG + g), 2);
     }
+    uint32_t mask = (1u << bits) - 1;
     for (int g = 0; g < NG; g++)
-        for (int n8 = 0; n8 < N / per; n8++) {
-            uint32_t v = zp ? word_at(zp, (size_t)n8 * NG + g) : 0, w = 0;
-            for (int j = 0; j < per; j++) {
-                uint32_t uz = zp ? (v >> (j * bits)) & mask : (uint32_t)off;
-                w |= (uz - 1) << (j * bits);
-            }
-            qz[(size_t)g * (N / per) + n8] = (int32_t)w;
+        for (int n = 0; n < N; n++) {
+            uint32_t uz = (uint32_t)off;
+            if (zp) uz = (word_at(zp, (size_t)(n / per) * NG + g) >> ((n % per) * bits)) & mask;
+            set_true_zero(qw, qz, s, bits, G, N, g, n, uz);
         }
     out->qweight = qw;
     out->qzeros = qz;
@@ -328,53 +373,193 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+/* GPTQ v2 ("format"/"checkpoint_format" "gptq_v2", GPTQModel): qzeros hold the zero itself, not
+ * zero - 1. Rewrites the bound (in-place, v1-read) matrix into owned v1 tensors: new qzeros, and
+ * copies of qweight/scales only when some zero is 0 (see set_true_zero). */
+static cllm_status gptq_v2_to_v1(cllm_qweight *q, void *(*alloc)(void *actx, size_t bytes),
+                                 void *actx, const char *base, cllm_error *err) {
+    int bits = q->bits, per = 32 / bits, G = q->group, K = q->K, N = q->N, NG = K / G;
+    uint32_t mask = (1u << bits) - 1;
+    size_t nw = (size_t)K / per * N, nz = (size_t)NG * N / per, ns = (size_t)NG * N;
+    bool any0 = false;
+    for (size_t i = 0; i < nz && !any0; i++)
+        for (int j = 0; j < per && !any0; j++)
+            any0 = !(((uint32_t)q->qzeros[i] >> (j * bits)) & mask);
+    int32_t *qz = alloc(actx, nz * 4), *qw = any0 ? alloc(actx, nw * 4) : NULL;
+    uint16_t *s = any0 ? alloc(actx, ns * 2) : NULL;
+    if (!qz || (any0 && (!qw || !s)))
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory converting %s (gptq_v2)", base);
+    memset(qz, 0, nz * 4);
+    if (any0) {
+        memcpy(qw, q->qweight, nw * 4);
+        memcpy(s, q->scales, ns * 2);
+    }
+    for (int g = 0; g < NG; g++)
+        for (int n = 0; n < N; n++) {
+            uint32_t z = (uint32_t)q->qzeros[(size_t)g * (N / per) + n / per];
+            set_true_zero(qw, qz, s, bits, G, N, g, n, (z >> ((n % per) * bits)) & mask);
+        }
+    q->qzeros = qz;
+    if (any0) {
+        q->qweight = qw;
+        q->scales = s;
+    }
+    return CLLM_OK;
+}
+
+cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K, unsigned flags,
                                 void *(*alloc)(void *actx, size_t bytes), void *actx,
                                 cllm_qweight *out, cllm_error *err) {
     cllm_status st = cllm_quant_bind(ck, base, N, K, out, err);
-    return st == CLLM_ENOTFOUND ? cllm_quant_bind_ct(ck, base, N, K, alloc, actx, out, err) : st;
+    if (st == CLLM_ENOTFOUND) return cllm_quant_bind_ct(ck, base, N, K, alloc, actx, out, err);
+    if (st != CLLM_OK || !(flags & CLLM_QUANT_GPTQ_V2) || !alloc) return st;
+    return gptq_v2_to_v1(out, alloc, actx, base, err);
 }
 
-cllm_status cllm_quant_check_config(const char *dir, cllm_error *err) {
+/* One compressed-tensors config group's "weights" args: int, 4 or 8 bits, static, strategy
+ * "group" (group_size a positive multiple of 8) or "channel", actorder none/"weight" (or any for
+ * channel, where a single group makes the order irrelevant). */
+static cllm_status check_ct_weights(const char *path, const char *key, json_t *w, cllm_error *err) {
+    const char *ty = json_string_value(json_object_get(w, "type"));
+    const char *strat = json_string_value(json_object_get(w, "strategy"));
+    json_t *gs = json_object_get(w, "group_size"), *ao = json_object_get(w, "actorder");
+    json_int_t bits = json_integer_value(json_object_get(w, "num_bits"));
+    json_int_t gsz = json_is_integer(gs) ? json_integer_value(gs) : 0;
+    if (!w || !json_is_object(w))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors group %s has no \"weights\" quantization", path,
+                            key);
+    if (ty && strcmp(ty, "int"))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors group %s: weights type '%s' is not supported "
+                            "(only int weight-only WnA16)",
+                            path, key, ty);
+    if (bits != 4 && bits != 8)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors group %s: weights.num_bits %lld is not "
+                            "supported (4 or 8)",
+                            path, key, (long long)bits);
+    if (json_is_true(json_object_get(w, "dynamic")))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors group %s: dynamic weight quantization is not "
+                            "supported",
+                            path, key);
+    if (!strat) strat = gsz > 0 ? "group" : gsz == -1 ? "channel" : "(missing)";
+    if (!strcmp(strat, "group")) {
+        if (gsz <= 0 || gsz % 8)
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "%s: compressed-tensors group %s: strategy \"group\" with "
+                                "group_size %lld (a positive multiple of 8 is needed)",
+                                path, key, (long long)gsz);
+        const char *a = json_string_value(ao);
+        if (json_is_true(ao) || (a && strcmp(a, "weight") && strcmp(a, "static")))
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "%s: compressed-tensors group %s: actorder '%s' (act-order "
+                                "groups, weight_g_idx) is not supported",
+                                path, key, a ? a : "true");
+    } else if (strcmp(strat, "channel")) {
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors group %s: weights strategy \"%s\" is not "
+                            "supported (\"group\" or \"channel\")",
+                            path, key, strat);
+    }
+    return CLLM_OK;
+}
+
+static cllm_status check_ct_config(const char *path, json_t *qc, cllm_error *err) {
+    const char *f = json_string_value(json_object_get(qc, "format"));
+    json_t *groups = json_object_get(qc, "config_groups"), *g;
+    json_t *sp = json_object_get(qc, "sparsity_config"),
+           *tr = json_object_get(qc, "transform_config");
+    const char *k;
+    if (tr && !json_is_null(tr))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors transform_config (rotations applied at run "
+                            "time) is not supported",
+                            path);
+    const char *sf = json_string_value(json_object_get(sp, "format"));
+    if (sp && !json_is_null(sp) && json_object_size(sp) && (!sf || strcmp(sf, "dense")))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors sparsity_config format '%s' is not supported",
+                            path, sf ? sf : "(missing)");
+    if (!json_object_size(groups))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: compressed-tensors quantization_config has no config_groups",
+                            path);
+    json_object_foreach(groups, k, g) {
+        const char *gf = json_string_value(json_object_get(g, "format"));
+        json_t *ia = json_object_get(g, "input_activations"),
+               *oa = json_object_get(g, "output_activations");
+        if ((gf ? gf : f) && strcmp(gf ? gf : f, "pack-quantized"))
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "%s: compressed-tensors format '%s' is not supported "
+                                "(pack-quantized only)",
+                                path, gf ? gf : f);
+        if ((ia && !json_is_null(ia)) || (oa && !json_is_null(oa)))
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "%s: compressed-tensors group %s: only int weight-only "
+                                "(WnA16) quantization is supported (activations are quantized)",
+                                path, k);
+        cllm_status st = check_ct_weights(path, k, json_object_get(g, "weights"), err);
+        if (st != CLLM_OK) return st;
+    }
+    return CLLM_OK;
+}
+
+cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (flags) *flags = 0;
     json_t *root = json_load_file(path, 0, NULL);
     json_t *qc = root ? json_object_get(root, "quantization_config") : NULL;
     const char *m = qc ? json_string_value(json_object_get(qc, "quant_method")) : NULL;
     cllm_status st = CLLM_OK;
-    if (!qc || (m && !strcmp(m, "gptq"))) {
+    if (!qc) {
+    } else if (m && !strcmp(m, "gptq")) {
+        /* GPTQModel writes "format" (older: "checkpoint_format"); v2 stores zero, v1 zero - 1 */
+        const char *f = json_string_value(json_object_get(qc, "format"));
+        if (!f) f = json_string_value(json_object_get(qc, "checkpoint_format"));
+        if (f && !strcmp(f, "gptq_v2")) {
+            if (flags) *flags |= CLLM_QUANT_GPTQ_V2;
+        } else if (f && strcmp(f, "gptq")) {
+            st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                              "%s: gptq checkpoint format '%s' is not supported (gptq or "
+                              "gptq_v2)",
+                              path, f);
+        } else if (json_is_true(json_object_get(qc, "is_marlin_format"))) {
+            st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                              "%s: gptq is_marlin_format checkpoints are not supported", path);
+        }
     } else if (!m || strcmp(m, "compressed-tensors")) {
         st = cllm_err_set(err, CLLM_EUNSUPPORTED,
                           "%s: quantization_config.quant_method '%s' is not supported "
                           "(gptq, or compressed-tensors pack-quantized)",
                           path, m ? m : "(missing)");
     } else {
-        const char *f = json_string_value(json_object_get(qc, "format"));
-        json_t *groups = json_object_get(qc, "config_groups"), *g;
-        const char *k;
-        json_object_foreach(groups, k, g) {
-            const char *gf = json_string_value(json_object_get(g, "format"));
-            json_t *w = json_object_get(g, "weights"),
-                   *ia = json_object_get(g, "input_activations");
-            const char *ty = json_string_value(json_object_get(w, "type"));
-            if ((gf ? gf : f) && strcmp(gf ? gf : f, "pack-quantized"))
-                st = cllm_err_set(err, CLLM_EUNSUPPORTED,
-                                  "%s: compressed-tensors format '%s' is not supported "
-                                  "(pack-quantized only)",
-                                  path, gf ? gf : f);
-            else if ((ia && !json_is_null(ia)) || (ty && strcmp(ty, "int")))
-                st = cllm_err_set(err, CLLM_EUNSUPPORTED,
-                                  "%s: compressed-tensors group %s: only int weight-only "
-                                  "(WnA16) quantization is supported",
-                                  path, k);
-            if (st) break;
-        }
-        if (!st && f && strcmp(f, "pack-quantized") && !json_object_size(groups))
-            st = cllm_err_set(err, CLLM_EUNSUPPORTED,
-                              "%s: compressed-tensors format '%s' is not supported", path, f);
+        st = check_ct_config(path, qc, err);
     }
     json_decref(root);
     return st;
+}
+
+cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *experts,
+                                           cllm_error *err) {
+    static const char *const proj[] = {"gate_up_proj", "down_proj"};
+    static const char *const suf[] = {".weight_packed", ".qweight", "_packed", ".weight_scale",
+                                      "_qweight"};
+    char name[256];
+    for (int p = 0; p < 2; p++)
+        for (size_t s = 0; s < sizeof(suf) / sizeof(suf[0]); s++) {
+            snprintf(name, sizeof(name), "%s.%s%s", experts, proj[p], suf[s]);
+            if (cllm_ckpt_get(ck, name))
+                return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                    "tensor %s: fused 3-D quantized experts are not supported "
+                                    "(quantized experts must be stored per expert, "
+                                    "%s.E.{gate,up,down}_proj.*, as llm-compressor and GPTQ "
+                                    "releases do)",
+                                    name, experts);
+        }
+    return CLLM_OK;
 }
 
 int cllm_quant_act_bits(const char *dir) {

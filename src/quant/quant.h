@@ -15,7 +15,10 @@
  * readers take the dtype from the scales tensor.
  * config.json carries "quantization_config": {"quant_method": "gptq", "bits", "group_size",
  * "sym", "desc_act": false, "checkpoint_format": "gptq", "dynamic": {...}} plus cllm's own keys
- * "cllm_scheme" and "cllm_act_bits" (16, or 8/4 for W4A8/W4A4: activations fake-quantized). */
+ * "cllm_scheme" and "cllm_act_bits" (16, or 8/4 for W4A8/W4A4: activations fake-quantized).
+ * This is AutoGPTQ's QuantLinear.pack / GPTQModel's v1 format ("zeros -= 1" before packing,
+ * "+ 1" when unpacking) and vLLM's gptq kernels with use_v2_format false. GPTQModel's "gptq_v2"
+ * format stores z itself; cllm_quant_bind_any converts it (CLLM_QUANT_GPTQ_V2). */
 #ifndef CLLM_QUANT_QUANT_H
 #define CLLM_QUANT_QUANT_H
 
@@ -73,27 +76,47 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
  * compressed_tensors' PackedQuantizationCompressor writes it:
  *   P.weight_packed     I32 [N][K*b/32]   packed along K, 32/b values per word, low bits first,
  *                                         each stored unsigned u = q + 2^(b-1) (q signed)
- *   P.weight_scale      F16|BF16 [N][K/G] (G = K: per channel)
+ *   P.weight_scale      F16|BF16 [N][K/G] strategy "group"; [N][1] strategy "channel" (G = K)
  *   P.weight_zero_point I32 [N*b/32][K/G] (asymmetric only) packed along N, same offset
- *   P.weight_shape      I64 [2] = {N, K}
+ *   P.weight_shape      I64 [2] = {N, K}  (optional here; checked when present)
+ *   P.weight_g_idx      I32 [K]           (optional; must equal k / G: act-order is refused)
  * w[n][k] = scale * (u - uz), uz = 2^(b-1) when symmetric. Rows are N (transposed relative to
  * GPTQ), so it is converted at load time into the GPTQ layout: words transposed (both pack K the
- * same way), scales transposed, zeros repacked as uz - 1 (uz == 0 cannot be expressed in the GPTQ
- * v1 zero and is rejected naming the tensor). Memory comes from alloc(actx, bytes); alloc NULL
- * only validates (out then has NULL data). act-order (P.weight_g_idx) is rejected.
+ * same way), scales transposed, zeros repacked as uz - 1. uz == 0 (signed zero point -2^(b-1),
+ * e.g. a group with no negative weight) has no GPTQ v1 zero; that (group, output) block is stored
+ * exactly as codes maxq - u, scale -scale, zero maxq. Memory comes from alloc(actx, bytes); alloc
+ * NULL only validates (out then has NULL data). Errors name the tensor (shape, dtype, F32 scales,
+ * group not a multiple of 8, K not a multiple of 8 (padded packing), act-order g_idx).
  * Returns CLLM_ENOTFOUND (no message) when P.weight_packed is absent. */
 cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
                                void *(*alloc)(void *actx, size_t bytes), void *actx,
                                cllm_qweight *out, cllm_error *err);
-/* GPTQ tensors (cllm_quant_bind, in place) or else compressed-tensors (cllm_quant_bind_ct). */
-cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+
+/* cllm_quant_check_config flags. GPTQ_V2: GPTQModel "format"/"checkpoint_format" "gptq_v2",
+ * whose qzeros hold the zero z itself (w = scale * (q - z)) instead of v1's z - 1. */
+#define CLLM_QUANT_GPTQ_V2 1u
+
+/* GPTQ tensors (cllm_quant_bind, in place) or else compressed-tensors (cllm_quant_bind_ct).
+ * With CLLM_QUANT_GPTQ_V2 in flags and an allocator, GPTQ zeros are rewritten into owned v1
+ * qzeros (a zero of 0 is handled as in cllm_quant_bind_ct, copying qweight/scales). */
+cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K, unsigned flags,
                                 void *(*alloc)(void *actx, size_t bytes), void *actx,
                                 cllm_qweight *out, cllm_error *err);
 
-/* dir/config.json's quantization_config is one cllm loads: none, quant_method "gptq", or
- * "compressed-tensors" with format "pack-quantized" and weight-only (int) groups. Anything else
- * (awq, fp8, int-quantized, activation quantization) is a clear CLLM_EUNSUPPORTED. */
-cllm_status cllm_quant_check_config(const char *dir, cllm_error *err);
+/* CLLM_EUNSUPPORTED naming the tensor when `experts` ("...mlp.experts") holds fused 3-D quantized
+ * experts (experts.gate_up_proj.weight_packed / .qweight / _packed, experts.down_proj.*): no
+ * released tool or checkpoint writes them for Qwen3.5-MoE (llm-compressor saves per expert). */
+cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *experts,
+                                           cllm_error *err);
+
+/* dir/config.json's quantization_config is one cllm loads: none; quant_method "gptq" with format
+ * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QUANT_GPTQ_V2); or
+ * "compressed-tensors", format "pack-quantized", every config group int weight-only with 4 or 8
+ * bits, static, strategy "group" (group_size a multiple of 8, actorder none or "weight") or
+ * "channel", no transform_config, no sparsity other than dense. Anything else (awq, fp8,
+ * int-quantized, float types, activation quantization, strategies tensor/block/token/
+ * tensor_group, actorder group) is a clear CLLM_EUNSUPPORTED naming the key. flags may be NULL. */
+cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error *err);
 
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
 int cllm_quant_act_bits(const char *dir);
