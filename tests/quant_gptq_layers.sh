@@ -2,7 +2,8 @@
 # GPTQ calibration in groups of layers (--gptq-mem): a budget that forces one layer per
 # calibration pass gives exactly the bytes of the single-pass run (every group is calibrated on
 # the 16-bit model's activations), with and without experts falling back to RTN; a budget smaller
-# than one layer's Hessians is a clear error before anything is written.
+# than one layer's Hessians splits the layer across passes (same bytes again); a budget smaller
+# than one Hessian is a clear error before anything is written.
 set -u
 BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/quant_gptq_layers
@@ -32,8 +33,11 @@ grep -q "(52 gptq, 70 rtn; 69 experts and 1 other" "$T/out" && ok "fallback expe
 run 0 "two layers per pass" "${Q[@]}" --min-expert-tokens 4 --gptq-mem 650k "$T/fp" "$T/grp2"
 grep -q "2 calibration passes (up to 2 layers," "$T/out" && ok "plan: 2 passes of 2 layers" || { bad "plan 2 passes"; cat "$T/out"; }
 cmp -s "$T/all4/model.safetensors" "$T/grp2/model.safetensors" && ok "same bytes, 2 layers per pass" || bad "2-layer groups differ"
-run 1 "budget below one layer" "${Q[@]}" --gptq-mem 100k "$T/fp" "$T/small"
-grep -q -- "--gptq-mem 100.0 kB: layer 0 alone needs .* of Hessians" "$T/out" && ok "error names the layer and sizes" || { bad "budget error text"; cat "$T/out"; }
+run 0 "budget below one layer: layers split" "${Q[@]}" --min-expert-tokens 4 --gptq-mem 100k "$T/fp" "$T/split"
+grep -q "16 calibration passes (up to 1 layer, .* at once, 4 layers split across passes)" "$T/out" && ok "plan: 16 passes, layers split" || { bad "plan split"; cat "$T/out"; }
+cmp -s "$T/all4/model.safetensors" "$T/split/model.safetensors" && ok "same bytes, layers split across passes" || bad "split layers differ"
+run 1 "budget below one Hessian" "${Q[@]}" --gptq-mem 10k "$T/fp" "$T/small"
+grep -q -- "--gptq-mem 10.0 kB: model.language_model.layers.0.* alone needs .* of Hessians" "$T/out" && ok "error names the linear and sizes" || { bad "budget error text"; cat "$T/out"; }
 [ ! -e "$T/small" ] && ! ls -d "$T"/small.tmp-* >/dev/null 2>&1 && ok "nothing written" || bad "output left behind"
 run 2 "bad --gptq-mem" "${Q[@]}" --gptq-mem lots "$T/fp" "$T/bad"
 exit $fail

@@ -287,14 +287,17 @@ static int layer_of(const char *name) {
 }
 
 /* GPTQ memory plan: units are in name order, so each layer's units are consecutive; consecutive
- * layers go into one calibration group while their Hessians fit in the budget. */
+ * layers go into one calibration group while their Hessians fit in the budget. A layer whose
+ * Hessians alone exceed the budget (256 experts of a wide model) is split across groups at unit
+ * boundaries (an expert's gate/up stay together: the up's Hessian is the gate's). Each group is
+ * one calibration pass, in output order, so a group's units are consecutive. */
 static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const unit *uv, size_t n,
                                int **ugrp_out, FILE *out, cllm_error *err) {
     int *ug = malloc((n ? n : 1) * sizeof(int));
     if (!ug) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t budget = o->gptq_mem ? o->gptq_mem : ram / 4, gbytes = 0, total = 0, maxg = 0;
-    int n_groups = 0, run = 0, layers_in = 0, max_layers = 0;
+    int n_groups = 0, run = 0, layers_in = 0, max_layers = 0, n_split = 0;
     for (size_t a = 0; a < n;) {
         int lay = layer_of(uv[a].src->name);
         size_t b = a;
@@ -304,20 +307,38 @@ static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const un
             lb += cllm_gptq_need(gq, uv[b].src->name, uv[b].off, uv[b].K, run);
             b++;
         }
-        if (lb > budget) {
-            char x[32], y[32];
-            cllm_fmt_bytes(x, sizeof(x), lb);
-            cllm_fmt_bytes(y, sizeof(y), budget);
-            free(ug);
-            char wh[224];
-            if (lay >= 0)
-                snprintf(wh, sizeof(wh), "layer %d", lay);
-            else
-                snprintf(wh, sizeof(wh), "%s", uv[a].base);
-            return cllm_err_set(err, CLLM_ENOMEM,
-                                "--gptq-mem %s: %s alone needs %s of Hessians (raise --gptq-mem "
-                                "or --min-expert-tokens, or use --method rtn)",
-                                y, wh, x);
+        if (lb > budget) { /* split the layer: its own groups, filled unit by unit */
+            n_split++;
+            run++;               /* the scan above tagged every root with `run` */
+            gbytes = budget + 1; /* forces a new group at the first unit with a Hessian */
+            for (size_t i = a; i < b; i++) {
+                uint64_t ub = cllm_gptq_need(gq, uv[i].src->name, uv[i].off, uv[i].K, run);
+                if (ub && gbytes + ub > budget) { /* new group: count the root under a new tag */
+                    n_groups++;
+                    gbytes = 0;
+                    ub = cllm_gptq_need(gq, uv[i].src->name, uv[i].off, uv[i].K, ++run);
+                }
+                if (ub > budget) {
+                    char x[32], y[32];
+                    cllm_fmt_bytes(x, sizeof(x), ub);
+                    cllm_fmt_bytes(y, sizeof(y), budget);
+                    free(ug);
+                    return cllm_err_set(err, CLLM_ENOMEM,
+                                        "--gptq-mem %s: %s alone needs %s of Hessians (raise "
+                                        "--gptq-mem or --min-expert-tokens, or use --method rtn)",
+                                        y, uv[i].base, x);
+                }
+                if (ub) {
+                    gbytes += ub;
+                    total += ub;
+                    if (gbytes > maxg) maxg = gbytes;
+                }
+                ug[i] = n_groups - 1;
+            }
+            if (max_layers < 1) max_layers = 1;
+            gbytes = budget + 1; /* the next layer starts a new group */
+            a = b;
+            continue;
         }
         if (lb && (n_groups == 0 || gbytes + lb > budget)) {
             n_groups++;
@@ -334,14 +355,18 @@ static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const un
         for (size_t i = a; i < b; i++) ug[i] = lb ? n_groups - 1 : -1;
         a = b;
     }
-    char t[32], m[32], bb[32];
+    char t[32], m[32], bb[32], sp[64] = "";
     cllm_fmt_bytes(t, sizeof(t), total);
     cllm_fmt_bytes(m, sizeof(m), maxg);
     cllm_fmt_bytes(bb, sizeof(bb), budget);
+    if (n_split)
+        snprintf(sp, sizeof(sp), ", %d layer%s split across passes", n_split,
+                 n_split == 1 ? "" : "s");
     fprintf(out,
             "gptq: Hessians %s in all, budget %s (--gptq-mem): %d calibration pass%s (up to %d "
-            "layer%s, %s at once), each group calibrated on the 16-bit model's activations\n",
-            t, bb, n_groups, n_groups == 1 ? "" : "es", max_layers, max_layers == 1 ? "" : "s", m);
+            "layer%s, %s at once%s), each group calibrated on the 16-bit model's activations\n",
+            t, bb, n_groups, n_groups == 1 ? "" : "es", max_layers, max_layers == 1 ? "" : "s", m,
+            sp);
     fflush(out);
     *ugrp_out = ug;
     return CLLM_OK;
