@@ -60,7 +60,7 @@ done
 ok "cross-compiled ${#objs[@]} sources with $("$CC" -dumpfullversion)"
 
 tests=(test_quant_kern test_quant_a8 test_kern)
-for t in "${tests[@]}"; do
+for t in "${tests[@]}" kern_xisa; do
   if "$CC" "${CFLAGS[@]}" -static -Wl,--gc-sections "$SRC/tests/$t.c" "${objs[@]}" -lm -lpthread \
     -o "$T/$t" 2>"$T/ld.err"; then
     ok "link $t"
@@ -86,6 +86,33 @@ for spec in "max:neon-dot" "cortex-a57:neon"; do
     grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
     ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
 done
+
+# Same bits on both ISAs: tests/kern_xisa.c through the host build's avx2 table and through the
+# neon table (ref lines too). Needs the x86 build's library (next to CLLM_BIN) and an AVX2 CPU.
+LIBA=""
+[ -n "${CLLM_BIN:-}" ] && LIBA="$(dirname "$CLLM_BIN")/libcllm_core.a"
+if [ -n "$LIBA" ] && [ -f "$LIBA" ] && command -v cc >/dev/null 2>&1; then
+  if cc -std=c11 -O2 -D_GNU_SOURCE -I"$SRC/src" "$SRC/tests/kern_xisa.c" "$LIBA" -lm -lpthread \
+    -o "$T/kern_xisa_host" 2>"$T/host.err"; then
+    "$T/kern_xisa_host" >"$T/xisa.host" 2>&1
+    if grep -q "^no tier" "$T/xisa.host"; then
+      echo "note: no AVX2 on this host, cross-ISA comparison not run"
+    else
+      for cpu in max cortex-a57; do
+        "$QEMU" -cpu "$cpu" "$T/kern_xisa" >"$T/xisa.$cpu" 2>&1
+        if cmp -s "$T/xisa.host" "$T/xisa.$cpu"; then
+          ok "-cpu $cpu: neon == avx2 bitwise (float matmuls, dot, axpy, matmul_q, matmul_q4a8; ref too)"
+        else
+          bad "-cpu $cpu: neon and avx2 outputs differ"; diff "$T/xisa.host" "$T/xisa.$cpu"
+        fi
+      done
+    fi
+  else
+    bad "host build of kern_xisa"; cat "$T/host.err"
+  fi
+else
+  echo "note: no x86 build library (CLLM_BIN unset or libcllm_core.a missing), cross-ISA comparison not run"
+fi
 
 # clang sees different things than gcc; syntax only (no aarch64 clang runtime needed)
 if command -v clang >/dev/null 2>&1; then
