@@ -12,7 +12,8 @@
 # same logits; an asymmetric v2 file with zero 0 matches its numpy dequantization.
 # Bad input (unsupported strategy/actorder/type/format, wrong weight_shape, scale shape, packed
 # size, F32 scales, zero-point shape, act-order g_idx, fused 3-D quantized experts, truncated
-# file) fails with a message naming the key or tensor, exit status 1 or 2, never a crash.
+# file) fails with a message naming the key or tensor, exit status 1 or 2, never a crash; verify
+# flags a "sym": true GPTQ file whose stored zeros are not the symmetric ones.
 set -u
 BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/quant_ct
@@ -166,6 +167,13 @@ expect_fail "act-order g_idx" "$E.weight_g_idx: g_idx\[5\] = 1, not 0" "$T/t_gid
 F=model.language_model.layers.0.mlp.experts
 mkc t_fused gsym add $F.gate_up_proj.weight_packed 'np.zeros((8, 64, 8), np.int32)'
 expect_fail "fused 3-D experts" "tensor $F.gate_up_proj.weight_packed: fused 3-D quantized experts are not supported" "$T/t_fused"
+# "sym": true GPTQ with a non-symmetric stored zero: vLLM's gptq_marlin would ignore qzeros, cllm
+# reads them; verify flags the file (v1 expects 7, v2 expects 8: the v2 file above verifies OK)
+"$BIN" verify "$T/v2" >"$T/out" 2>&1 && grep -q "^OK" "$T/out" && ok "gptq_v2 sym zeros (8) verify OK" || { bad "verify v2"; cat "$T/out"; }
+mkc g_symz q4 set $E.qzeros 'np.where(np.arange(x.size).reshape(x.shape) == 3, np.int32(-2004318072), x).astype(np.int32)'
+"$BIN" verify "$T/g_symz" >"$T/out" 2>&1
+grep -q "problem: tensor $E.qzeros: stored zero 8 at (group 0, output 24) but quantization_config.sym is true (expected 7)" "$T/out" &&
+  grep -q FAILED "$T/out" && ok "verify: sym file with zero 8 flagged" || { bad "verify sym zeros"; cat "$T/out"; }
 # truncated file: the loader reports it, nothing crashes
 rm -rf "$T/t_trunc"; cp -r "$T/gsym" "$T/t_trunc"
 truncate -s -1000 "$T/t_trunc/model.safetensors"

@@ -20,6 +20,7 @@ typedef struct vctx {
     FILE *out;
     cllm_verify_result *res;
     cllm_strmap seen; /* names the plan claimed; keys borrowed from the checkpoint */
+    unsigned qfmt;    /* CLLM_QUANT_* flags of quantization_config */
 } vctx;
 
 static void problem(vctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -84,6 +85,9 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
             cllm_error qe = {0};
             if (cllm_quant_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], 0, NULL, NULL,
                                     &q, &qe) != CLLM_OK)
+                problem(v, "%s", qe.msg);
+            else if (gptq && (v->qfmt & CLLM_QUANT_GPTQ_SYM) &&
+                     cllm_quant_check_sym_zeros(&q, v->qfmt, base, &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
             static const char *const parts[2][5] = {{"qweight", "qzeros", "scales", "g_idx", NULL},
                                                     {"weight_packed", "weight_zero_point",
@@ -233,7 +237,7 @@ cllm_status cllm_verify(const char *dir, const cllm_verify_opts *opts, FILE *out
     cllm_config cfg;
     cllm_status st = cllm_config_load(dir, &cfg, err);
     if (st) return st;
-    vctx v = {NULL, opts, out, res, {0}};
+    vctx v = {NULL, opts, out, res, {0}, 0};
     cllm_ckpt *ck = NULL;
     extra_ctx x;
     memset(&x, 0, sizeof(x));
@@ -249,7 +253,7 @@ cllm_status cllm_verify(const char *dir, const cllm_verify_opts *opts, FILE *out
         v.ck = ck;
     }
     cllm_error qe = {0};
-    if (cllm_quant_check_config(dir, NULL, &qe) != CLLM_OK) problem(&v, "%s", qe.msg);
+    if (cllm_quant_check_config(dir, &v.qfmt, &qe) != CLLM_OK) problem(&v, "%s", qe.msg);
     cllm_expert_layout layout = ck ? detect_layout(&v, &cfg, ck) : CLLM_EXPERTS_FUSED;
     cllm_tensor_plan(&cfg, layout, true, true, check_spec, &v);
     /* MTP/vision are optional: their parameters count only where present (or config-only). */

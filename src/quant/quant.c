@@ -519,6 +519,7 @@ cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error
         /* GPTQModel writes "format" (older: "checkpoint_format"); v2 stores zero, v1 zero - 1 */
         const char *f = json_string_value(json_object_get(qc, "format"));
         if (!f) f = json_string_value(json_object_get(qc, "checkpoint_format"));
+        if (flags && json_is_true(json_object_get(qc, "sym"))) *flags |= CLLM_QUANT_GPTQ_SYM;
         if (f && !strcmp(f, "gptq_v2")) {
             if (flags) *flags |= CLLM_QUANT_GPTQ_V2;
         } else if (f && strcmp(f, "gptq")) {
@@ -540,6 +541,27 @@ cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error
     }
     json_decref(root);
     return st;
+}
+
+cllm_status cllm_quant_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
+                                       cllm_error *err) {
+    int per = 32 / q->bits, NG = q->K / q->group;
+    uint32_t mask = (1u << q->bits) - 1, want = (1u << (q->bits - 1)) - 1;
+    if (flags & CLLM_QUANT_GPTQ_V2) want++;
+    for (int g = 0; g < NG; g++)
+        for (int n = 0; n < q->N; n++) {
+            uint32_t z =
+                ((uint32_t)q->qzeros[(size_t)g * (q->N / per) + n / per] >> ((n % per) * q->bits)) &
+                mask;
+            if (z != want)
+                return cllm_err_set(err, CLLM_EFORMAT,
+                                    "tensor %s.qzeros: stored zero %u at (group %d, output %d) "
+                                    "but quantization_config.sym is true (expected %u): vLLM's "
+                                    "gptq_marlin ignores qzeros of symmetric files, cllm uses "
+                                    "them, so the two would differ",
+                                    base, z, g, n, want);
+        }
+    return CLLM_OK;
 }
 
 cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *experts,

@@ -94,7 +94,15 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
 
 /* cllm_quant_check_config flags. GPTQ_V2: GPTQModel "format"/"checkpoint_format" "gptq_v2",
  * whose qzeros hold the zero z itself (w = scale * (q - z)) instead of v1's z - 1. */
-#define CLLM_QUANT_GPTQ_V2 1u
+#define CLLM_QUANT_GPTQ_V2  1u
+#define CLLM_QUANT_GPTQ_SYM 2u /* gptq with "sym": true */
+
+/* For a bound GPTQ matrix of a "sym": true file: every stored zero must be the symmetric one
+ * (2^(b-1) - 1 in v1, 2^(b-1) with CLLM_QUANT_GPTQ_V2). vLLM's gptq_marlin ignores qzeros when
+ * sym is true (scalar type uint4b8/uint8b128); cllm reads them, so a file where they disagree
+ * would run differently: CLLM_EFORMAT naming the tensor and the first odd zero (`cllm verify`). */
+cllm_status cllm_quant_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
+                                       cllm_error *err);
 
 /* GPTQ tensors (cllm_quant_bind, in place) or else compressed-tensors (cllm_quant_bind_ct).
  * With CLLM_QUANT_GPTQ_V2 in flags and an allocator, GPTQ zeros are rewritten into owned v1
@@ -110,11 +118,11 @@ cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *expe
                                            cllm_error *err);
 
 /* dir/config.json's quantization_config is one cllm loads: none; quant_method "gptq" with format
- * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QUANT_GPTQ_V2); or
- * "compressed-tensors", format "pack-quantized", every config group int weight-only with 4 or 8
- * bits, static, strategy "group" (group_size a multiple of 8, actorder none or "weight") or
- * "channel", no transform_config, no sparsity other than dense. Anything else (awq, fp8,
- * int-quantized, float types, activation quantization, strategies tensor/block/token/
+ * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QUANT_GPTQ_V2; "sym": true
+ * adds CLLM_QUANT_GPTQ_SYM); or "compressed-tensors", format "pack-quantized", every config group
+ * int weight-only with 4 or 8 bits, static, strategy "group" (group_size a multiple of 8, actorder
+ * none or "weight") or "channel", no transform_config, no sparsity other than dense. Anything else
+ * (awq, fp8, int-quantized, float types, activation quantization, strategies tensor/block/token/
  * tensor_group, actorder group) is a clear CLLM_EUNSUPPORTED naming the key. flags may be NULL. */
 cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error *err);
 
