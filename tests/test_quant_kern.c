@@ -108,6 +108,20 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
             CHECK(!memcmp(Y1 + 8, Ya + t * ldy + 8, (size_t)(N - 8) * 4));
             CHECK(Y1[0] == 0.0f);
         }
+        /* act_bits < 16: fake-quantizing once (cllm_kern_fake_quant_act) then the float kernel
+         * == matmul_q's per-call emulation, bitwise (what model/forward.c relies on) */
+        if (act_bits < 16) {
+            float *xq = malloc((size_t)T * K * 4);
+            for (int t = 0; t < T; t++)
+                cllm_kern_fake_quant_act(X + t * ldx, xq + (size_t)t * K, K, G, act_bits);
+            cllm_qweight w16 = w;
+            w16.act_bits = 16;
+            memset(Ya, 0, T * ldy * 4);
+            kt->matmul_q(&w16, 0, N, xq, (size_t)K, T, Ya, ldy);
+            CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "%s: fake-quant once != emulation (a%d)",
+                      kt->name, act_bits);
+            free(xq);
+        }
         /* columns [0, N - 8) of the batch: the last 8-column block left untouched */
         memset(Ya, 0, T * ldy * 4);
         kt->matmul_q(&w, 0, N - 8, X, ldx, T, Ya, ldy);
@@ -230,6 +244,8 @@ int main(void) {
     one_case(4, 32, 96, 24, 5, 4);
     one_case(4, 32, 64, 120, 7, 4);
     one_case(8, 16, 48, 200, 3, 8);
+    one_case(8, 32, 96, 40, 6, 4);
+    one_case(8, 64, 128, 88, 2, 8);
     /* bad shapes are refused with a message naming the tensor */
     cllm_qbuf q;
     cllm_error err;

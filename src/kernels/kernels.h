@@ -127,6 +127,12 @@ const cllm_kern_ops *cllm_kern_avx512(void);
  * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot and axpy do the AVX2 tier's
  * arithmetic per element (same bits on both ISAs); GDN is the ref one. */
 const cllm_kern_ops *cllm_kern_neon(void);
+/* Activation fake-quantization, what matmul_q does to each token when act_bits < 16 (the
+ * W4A8/W4A4/W8A8 emulation): dst[k] = x[k] after symmetric per-group (`group` inputs, absmax /
+ * (2^(bits-1) - 1), round to nearest even) quantization to `bits`. matmul_q with act_bits 16 on
+ * dst gives matmul_q's emulated result bitwise (batch invariance), so callers can do it once per
+ * token instead of once per call. */
+void cllm_kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits);
 /* The matmul entry for a weight dtype; NULL for dtypes without a kernel. */
 cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt);
 

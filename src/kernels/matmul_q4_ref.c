@@ -26,6 +26,10 @@ void kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits)
     }
 }
 
+void cllm_kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits) {
+    kern_fake_quant_act(x, dst, K, group, bits);
+}
+
 static inline int qzero(const cllm_qweight *w, int g, int n) {
     int per = 32 / w->bits, mask = (1 << w->bits) - 1;
     uint32_t word = (uint32_t)w->qzeros[(size_t)g * (w->N / per) + n / per];

@@ -38,17 +38,28 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
         c->jobs = nj;
         c->cap_jobs = nc;
     }
-    c->jobs[c->n_jobs++] = (fwd_mm){w, X, ldx, n_tok, Y, ldy, false, false, 0};
+    c->jobs[c->n_jobs++] = (fwd_mm){w, X, ldx, n_tok, Y, ldy, FWD_QA_NONE, false, 0};
     return CLLM_OK;
 }
 
-/* W4A8/W4A4 on integer activations prepared once: int4 weights, act_bits 8 or 4 (codes on the
- * 4-bit grid -7..7 in int8, same integer kernel), and a tier with the two-step entries. A tier
- * without them runs matmul_q4a8 per slice for act_bits 8 and the float emulation (matmul_q) for
- * act_bits 4, which differs from the integer path by float rounding only. */
-static bool qact_job(const cllm_fwd_ctx *c, const fwd_wt *w) {
-    return w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4) && c->k->qact_prep &&
-           c->k->matmul_q4_qact;
+/* How a GPTQ job's activations are quantized. W4A8/W4A4 run on integer activations prepared
+ * once (int4 weights, act_bits 8 or 4: codes on the 8- or 4-bit grid in int8, one integer
+ * kernel) when the tier has the two-step entries; a tier without them runs matmul_q4a8 per
+ * slice for W4A8. Every other act_bits < 16 case (int8 weights such as an int8 lm_head in a
+ * w4a8/w4a4 model; W4A4 on such a tier) is the float emulation, fake-quantized once per run
+ * instead of once per slice inside matmul_q: the same bits (kernels.h). */
+static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
+    if (!w->q.bits || w->q.act_bits >= 16) return FWD_QA_NONE;
+    bool w4 = w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4);
+    if (w4 && c->k->qact_prep && c->k->matmul_q4_qact) return FWD_QA_INT;
+    if (w->q.bits == 4 && w->q.act_bits == 8) return FWD_QA_NONE; /* matmul_q4a8 */
+    return FWD_QA_FLOAT;
+}
+
+static size_t qact_size(const fwd_mm *m) {
+    const cllm_qweight *q = &m->w->q;
+    if (m->qa == FWD_QA_INT) return cllm_qact_bytes(q->K, q->group, m->n_tok);
+    return (size_t)m->n_tok * (size_t)q->K * sizeof(float); /* a multiple of 8: K % 8 == 0 */
 }
 
 /* Tokens per activation-prep work item (a 1024-wide token takes well under a microsecond). */
@@ -60,28 +71,37 @@ static void prep_worker(void *vc, size_t b, size_t e, int tid) {
         const struct fwd_item *it = &c->items[i];
         const fwd_mm *j = &c->jobs[it->job];
         const cllm_qweight *q = &j->w->q;
-        c->k->qact_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, q->group,
-                        q->act_bits, c->qact + j->qa_off + cllm_qact_bytes(q->K, q->group, it->r0));
+        if (j->qa == FWD_QA_INT) {
+            c->k->qact_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, q->group,
+                            q->act_bits,
+                            c->qact + j->qa_off + cllm_qact_bytes(q->K, q->group, it->r0));
+            continue;
+        }
+        float *dst = (float *)(void *)(c->qact + j->qa_off);
+        for (int t = it->r0; t < it->r1; t++)
+            cllm_kern_fake_quant_act(j->X + (size_t)t * j->ldx, dst + (size_t)t * q->K, q->K,
+                                     q->group, q->act_bits);
     }
 }
 
-/* Plans and runs the activation prep of the queued W4A8/W4A4 jobs: one prepared copy per
- * distinct input (q/k/v or gate/up reading the same X share it), split over the pool by token
- * blocks. Each token's codes depend on that token only, so the result is the same bytes as
- * preparing per call (kernels' determinism contract). */
+/* Plans and runs the activation quantization of the queued GPTQ jobs with act_bits < 16: one
+ * prepared copy per distinct input (q/k/v or gate/up reading the same X share it), split over
+ * the pool by token blocks. Each token's codes depend on that token only, so the results are the
+ * same bytes as quantizing per call (kernels' determinism contract). */
 static cllm_status prep_qact(cllm_fwd_ctx *c) {
     size_t need = 0, n_items = 0;
     for (size_t j = 0; j < c->n_jobs; j++) {
         fwd_mm *m = &c->jobs[j];
-        m->qa = qact_job(c, m->w);
+        m->qa = qact_kind(c, m->w);
         m->qa_prep = false;
         if (!m->qa) continue;
         const cllm_qweight *q = &m->w->q;
         size_t i = 0;
         for (; i < j; i++) {
             const fwd_mm *o = &c->jobs[i];
-            if (o->qa_prep && o->X == m->X && o->ldx == m->ldx && o->n_tok == m->n_tok &&
-                o->w->q.K == q->K && o->w->q.group == q->group && o->w->q.act_bits == q->act_bits)
+            if (o->qa_prep && o->qa == m->qa && o->X == m->X && o->ldx == m->ldx &&
+                o->n_tok == m->n_tok && o->w->q.K == q->K && o->w->q.group == q->group &&
+                o->w->q.act_bits == q->act_bits)
                 break;
         }
         if (i < j) {
@@ -90,7 +110,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
         }
         m->qa_prep = true;
         m->qa_off = need;
-        need += cllm_qact_bytes(q->K, q->group, m->n_tok);
+        need += qact_size(m);
         n_items += ((size_t)m->n_tok + PREP_TOK - 1) / PREP_TOK;
     }
     if (!n_items) return CLLM_OK;
@@ -126,9 +146,17 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm *j = &c->jobs[it->job];
         const fwd_wt *w = j->w;
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
-            if (j->qa) {
+            if (j->qa == FWD_QA_INT) {
                 c->k->matmul_q4_qact(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
                                      j->ldy);
+                continue;
+            }
+            if (j->qa == FWD_QA_FLOAT) { /* already fake-quantized: the float kernel as is */
+                cllm_qweight q = w->q;
+                q.act_bits = 16;
+                c->k->matmul_q(&q, it->r0, it->r1,
+                               (const float *)(const void *)(c->qact + j->qa_off), (size_t)q.K,
+                               j->n_tok, j->Y, j->ldy);
                 continue;
             }
             cllm_matmul_q_fn qf =

@@ -64,6 +64,8 @@ struct cllm_model {
     size_t n_allocs, cap_allocs;
 };
 
+enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT };
+
 /* One matmul over a token block: Y[t][r] = W[r] . X[t] (r < w->rows). */
 typedef struct fwd_mm {
     const fwd_wt *w;
@@ -72,9 +74,11 @@ typedef struct fwd_mm {
     int n_tok;
     float *Y;
     size_t ldy;
-    /* set by fwd_mm_run: W4A8/W4A4 jobs read int activations prepared once (qact_prep) at
-     * c->qact + qa_off; qa_prep marks the job that prepares them (others share its X) */
-    bool qa, qa_prep;
+    /* set by fwd_mm_run: GPTQ jobs with act_bits < 16 read activations quantized once per run
+     * at c->qact + qa_off, int codes (FWD_QA_INT, qact_prep) or fake-quantized floats
+     * (FWD_QA_FLOAT, [n_tok][K]); qa_prep marks the job that prepares them (others share its X) */
+    int qa;
+    bool qa_prep;
     size_t qa_off;
 } fwd_mm;
 
@@ -105,7 +109,7 @@ struct cllm_fwd_ctx {
         int job, r0, r1;
     } * items;
     size_t cap_items;
-    char *qact; /* prepared int activations of the queued W4A8/W4A4 jobs (cllm_qact_bytes) */
+    char *qact; /* prepared activations of the queued jobs (fwd_mm.qa) */
     size_t cap_qact;
     /* the batch being run */
     const cllm_batch *batch;
