@@ -459,8 +459,15 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     if (m->n_attn > 0) rope_tables(c, T);
     int n_run =
         c->n_layers_run > 0 && c->n_layers_run < f->n_layers ? c->n_layers_run : f->n_layers;
-    for (int l = 0; l < n_run; l++) {
+    int l0 = 0;
+    if (c->x_cache && c->x_cache_in > 0 && c->x_cache_in < n_run) {
+        l0 = c->x_cache_in;
+        memcpy(c->x, c->x_cache, (size_t)T * H * sizeof(float));
+    }
+    for (int l = l0; l < n_run; l++) {
         const fwd_layer *L = &m->layers[l];
+        if (c->x_cache && l == c->x_cache_out)
+            memcpy(c->x_cache, c->x, (size_t)T * H * sizeof(float));
         rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
         s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
         if (s != CLLM_OK)

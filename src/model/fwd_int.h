@@ -124,6 +124,13 @@ struct cllm_fwd_ctx {
     /* Optional: > 0 runs only the first n layers and returns without logits (a GPTQ
      * calibration pass stops after the last layer it collects Hessians for). 0 = all. */
     int n_layers_run;
+    /* Optional (GPTQ calibration): when x_cache ([T][H] fp32) is set, the layer loop starts at
+     * layer x_cache_in with the residual stream read from x_cache (0: from the embeddings, x_cache
+     * not read), and the residual stream at the start of layer x_cache_out (x_cache_in <=
+     * x_cache_out < layers run) is written to x_cache. The same sequence run from layer 0 computes
+     * the same bytes: a layer reads only its own KV/state. */
+    float *x_cache;
+    int x_cache_in, x_cache_out;
 };
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */

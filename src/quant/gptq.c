@@ -344,8 +344,15 @@ struct cllm_gptq {
     int n_calib, L, samples;
     FILE *out;
     int passes;
-    int last_layer; /* highest layer of the marked Linears, -1 = some need the whole model */
+    int last_layer;  /* highest layer of the marked Linears, -1 = some need the whole model */
+    int first_layer; /* lowest layer of the marked Linears */
     bool any_marked;
+    /* residual stream of every calibration sequence at the start of layer cache_layer
+     * ([samples][L][H]), saved by the previous pass: a pass resumes there instead of rerunning
+     * the layers before its group (0 = none saved) */
+    float *xc;
+    int cache_layer;
+    bool use_cache;
     uint64_t held, peak;
     double t_count, t_pass, t_hess, t_factor, t_apply; /* seconds per phase (summary) */
     float *ctmp; /* [nt][RB * ctmp_K] scratch of the Hessian updates */
@@ -531,6 +538,7 @@ static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
     for (int s = 0; s < g->samples && st == CLLM_OK; s++) {
         int off = (int)(((long)s * g->L) % (g->n_calib - g->L + 1));
         g->r.pos = 0;
+        if (g->use_cache) g->r.ctx->x_cache = g->xc + (size_t)s * g->L * g->r.m->cfg.hidden_size;
         st = fwd_runner_step(&g->r, g->tok + off, g->L, CLLM_LOGITS_NONE, NULL, err);
         if (g->out && (s + 1 == g->samples || (s & 7) == 7))
             fprintf(g->out, "\r%s: %d/%d sequences of %d tokens", what, s + 1, g->samples, g->L),
@@ -613,16 +621,30 @@ void cllm_gptq_mark(cllm_gptq *g, const char *src_name, uint64_t off, int K) {
     if (!g->any_marked || lay < 0 || g->last_layer < 0)
         g->last_layer = !g->any_marked || lay < 0 ? lay : g->last_layer;
     if (lay > g->last_layer && g->last_layer >= 0) g->last_layer = lay;
+    if (!g->any_marked || (lay >= 0 && lay < g->first_layer)) g->first_layer = lay;
     g->any_marked = true;
 }
 
 cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err) {
     char what[64];
     snprintf(what, sizeof(what), "calibration pass %d", ++g->passes);
-    /* layers after the last one collected cannot change its inputs: stop there */
-    g->r.ctx->n_layers_run = g->any_marked && g->last_layer >= 0 ? g->last_layer + 1 : 0;
+    /* layers after the last one collected cannot change its inputs: stop there; start at the
+     * saved residual stream when it is not past the group's first layer, and save the stream at
+     * the start of the group's last layer (the next group starts there or later) */
+    cllm_fwd_ctx *c = g->r.ctx;
+    bool part = g->any_marked && g->last_layer >= 0 && g->first_layer >= 0;
+    c->n_layers_run = part ? g->last_layer + 1 : 0;
+    if (part && !g->xc) {
+        g->xc = malloc((size_t)g->samples * g->L * g->r.m->cfg.hidden_size * sizeof(float));
+        g->cache_layer = 0;
+    }
+    c->x_cache_in = part && g->xc && g->cache_layer <= g->first_layer ? g->cache_layer : 0;
+    c->x_cache_out = g->last_layer;
+    g->use_cache = part && g->xc;
     cllm_status st = run_calib(g, what, err);
-    g->r.ctx->n_layers_run = 0;
+    g->use_cache = false;
+    g->cache_layer = part && g->xc && st == CLLM_OK ? g->last_layer : 0;
+    c->n_layers_run = 0, c->x_cache = NULL;
     return st;
 }
 
@@ -675,6 +697,7 @@ void cllm_gptq_free(cllm_gptq *g) {
     if (g->r_open) fwd_runner_close(&g->r);
     free(g->fA);
     free(g->fwork);
+    free(g->xc);
     free(g->tok);
     free(g->h);
     free(g->spans);
