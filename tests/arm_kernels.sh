@@ -37,7 +37,7 @@ ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 t0=$(date +%s)
 
-CFLAGS=(-std=c11 -O2 -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'
+CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'
         -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers -Werror
         -ffunction-sections -fdata-sections -I"$SRC/src" -I"$SRC/tests" -idirafter "$T/inc")
 # all of base (minus x86 files and strmap.c, which needs xxhash), the kernels, quant.c and gptq.c

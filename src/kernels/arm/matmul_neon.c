@@ -5,8 +5,8 @@
  * registers per 8-lane accumulator: fused multiply-adds over k in steps of 8, lane j taking
  * k = j mod 8; the fixed reduction (lanes i + i+4, then pairs 0+2 and 1+3, then the two halves);
  * the k % 8 tail in index order with separate multiply and add (the build does not contract).
- * So an element is the same on both ISAs, and tiles of 2 rows x 4 tokens (prefill) or 4 rows x
- * 1..3 tokens (decode, token tails) only decide which accumulators live in registers together:
+ * So an element is the same on both ISAs, and tiles of 2 rows x 4 tokens (prefill), 4 rows x 1
+ * token (decode) or 2 rows x 1..3 tokens (tails) only decide which accumulators live in registers:
  * a token's outputs are bitwise the same alone or in any batch (tests/test_kern.c). Rows are
  * processed in slices of SLICE rows, each applied to all tokens before the next. */
 #include <arm_neon.h>
@@ -19,6 +19,9 @@
 #define SLICE 16
 
 #define AI __attribute__((always_inline)) static inline
+/* Full unrolling of the register-tile loops lets the compiler keep the accumulator arrays in
+ * registers (without it GCC 12 -O3 spills some inside the k loop). */
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* 8 lanes as two registers: lo = lanes 0..3, hi = lanes 4..7. */
 typedef struct {
@@ -47,6 +50,9 @@ AI f32x8 ld_bf16(const uint16_t *p) {
 AI float cv_f32(float x) {
     return x;
 }
+AI f32x8 zero8(void) {
+    return (f32x8){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+}
 AI f32x8 fma8(f32x8 acc, f32x8 w, f32x8 x) {
     return (f32x8){vfmaq_f32(acc.lo, w.lo, x.lo), vfmaq_f32(acc.hi, w.hi, x.hi)};
 }
@@ -55,38 +61,48 @@ AI f32x8 fma8(f32x8 acc, f32x8 w, f32x8 x) {
     AI void tile_##SUF(const T *W, size_t ldw, const float *X, size_t ldx, int K, float *Y,        \
                        size_t ldy, const int RT, const int TT) {                                   \
         f32x8 acc[4][4];                                                                           \
-        for (int r = 0; r < RT; r++)                                                               \
-            for (int t = 0; t < TT; t++)                                                           \
-                acc[r][t] = (f32x8){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};                         \
+        UNROLL for (int r = 0; r < RT; r++) {                                                      \
+            UNROLL for (int t = 0; t < TT; t++) acc[r][t] = zero8();                               \
+        }                                                                                          \
         const int K8 = K & ~7;                                                                     \
         for (int k = 0; k < K8; k += 8) {                                                          \
             f32x8 w[4];                                                                            \
-            for (int r = 0; r < RT; r++) w[r] = LD(W + (size_t)r * ldw + k);                       \
-            for (int t = 0; t < TT; t++) {                                                         \
+            UNROLL for (int r = 0; r < RT; r++) w[r] = LD(W + (size_t)r * ldw + k);                \
+            UNROLL for (int t = 0; t < TT; t++) {                                                  \
                 f32x8 x = ld_f32(X + (size_t)t * ldx + k);                                         \
-                for (int r = 0; r < RT; r++) acc[r][t] = fma8(acc[r][t], w[r], x);                 \
+                UNROLL for (int r = 0; r < RT; r++) acc[r][t] = fma8(acc[r][t], w[r], x);          \
             }                                                                                      \
+        }                                                                                          \
+        /* all reductions first: no vector stays live across the tails' CVT calls (which made      \
+         * GCC keep f16 accumulators on the stack inside the k loop) */                            \
+        float s[4][4];                                                                             \
+        UNROLL for (int r = 0; r < RT; r++) {                                                      \
+            UNROLL for (int t = 0; t < TT; t++) s[r][t] = hsum8(acc[r][t]);                        \
         }                                                                                          \
         for (int r = 0; r < RT; r++)                                                               \
             for (int t = 0; t < TT; t++) {                                                         \
-                float s = hsum8(acc[r][t]);                                                        \
+                float v = s[r][t];                                                                 \
                 for (int k = K8; k < K; k++)                                                       \
-                    s += CVT(W[(size_t)r * ldw + k]) * X[(size_t)t * ldx + k];                     \
-                Y[(size_t)t * ldy + r] = s;                                                        \
+                    v += CVT(W[(size_t)r * ldw + k]) * X[(size_t)t * ldx + k];                     \
+                Y[(size_t)t * ldy + r] = v;                                                        \
             }                                                                                      \
     }                                                                                              \
-    /* rows [0, rn) x tokens [0, tn) with tn in 1..3 */                                            \
+    /* rows [0, rn) x tokens [0, tn) with tn in 1..3: 4 rows for one token, else 2 rows (4 x 2     \
+     * or 4 x 3 tiles would spill accumulators inside the k loop) */                               \
     static void small_##SUF(const T *W, size_t ldw, int rn, const float *X, size_t ldx, int tn,    \
                             int K, float *Y, size_t ldy) {                                         \
         int r = 0;                                                                                 \
-        for (; r + 4 <= rn; r += 4) {                                                              \
+        if (tn == 1)                                                                               \
+            for (; r + 4 <= rn; r += 4)                                                            \
+                tile_##SUF(W + (size_t)r * ldw, ldw, X, ldx, K, Y + r, ldy, 4, 1);                 \
+        for (; r + 2 <= rn; r += 2) {                                                              \
             const T *w = W + (size_t)r * ldw;                                                      \
             if (tn == 1)                                                                           \
-                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 1);                                   \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 2, 1);                                   \
             else if (tn == 2)                                                                      \
-                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 2);                                   \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 2, 2);                                   \
             else                                                                                   \
-                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 4, 3);                                   \
+                tile_##SUF(w, ldw, X, ldx, K, Y + r, ldy, 2, 3);                                   \
         }                                                                                          \
         for (; r < rn; r++) {                                                                      \
             const T *w = W + (size_t)r * ldw;                                                      \
@@ -127,7 +143,7 @@ DEFINE_MATMUL(bf16, uint16_t, ld_bf16, cllm_bf16_to_f32)
 /* kern_dot_avx2's sequence: two 8-lane accumulators over 16-wide steps, one 8-wide step, their
  * sum reduced by hsum8, then the tail in index order. */
 float kern_dot_neon(const float *a, const float *b, int n) {
-    f32x8 acc0 = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}, acc1 = acc0;
+    f32x8 acc0 = zero8(), acc1 = zero8();
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         acc0 = fma8(acc0, ld_f32(a + i), ld_f32(b + i));

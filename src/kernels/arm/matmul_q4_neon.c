@@ -18,7 +18,10 @@
 
 #include "kernels/kern_int.h"
 
-#define AI      __attribute__((always_inline)) static inline
+#define AI __attribute__((always_inline)) static inline
+/* Full unrolling of the register-tile loops lets the compiler keep the accumulator arrays in
+ * registers (without it GCC 12 -O3 spills some inside the k loop). */
+#define UNROLL  _Pragma("GCC unroll 8")
 #define PF_ROWS 16 /* prefetch distance in qweight rows, as the AVX2 tier (not tuned on ARM) */
 
 /* Effective zeros (stored + 1) of columns n0..n0+3 (n0 % 4 == 0) in group g, one per lane. */
@@ -45,46 +48,56 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
     const size_t N = (size_t)w->N;
     const uint32x4_t mask = vdupq_n_u32((1u << BITS) - 1);
     float32x4_t acc[4][4];
-    for (int b = 0; b < NV; b++)
-        for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
+    UNROLL
+    for (int b = 0; b < NV; b++) UNROLL
+    for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
     for (int g = 0; g < NG; g++) {
         int32x4_t zv[4];
         float32x4_t gacc[4][4];
+        UNROLL
         for (int b = 0; b < NV; b++) {
             zv[b] = zeros4(w, g, n0 + 4 * b, BITS);
+            UNROLL
             for (int t = 0; t < TT; t++) gacc[b][t] = vdupq_n_f32(0.0f);
         }
         const int k8e = (g + 1) * G / per;
         for (int k8 = g * G / per; k8 < k8e; k8++) {
             uint32x4_t v[4];
+            UNROLL
             for (int b = 0; b < NV; b++) {
                 const int32_t *src = w->qweight + (size_t)k8 * N + (size_t)(n0 + 4 * b);
                 __builtin_prefetch(src + PF_ROWS * N);
                 v[b] = vreinterpretq_u32_s32(vld1q_s32(src));
             }
             const float *xk = X + (size_t)k8 * (size_t)per;
+            UNROLL
             for (int j = 0; j < per; j++) {
                 float32x4_t wf[4];
+                UNROLL
                 for (int b = 0; b < NV; b++) {
                     int32x4_t q = vreinterpretq_s32_u32(vandq_u32(v[b], mask));
                     wf[b] = vcvtq_f32_s32(vsubq_s32(q, zv[b]));
                     /* an immediate for clang too, which folds BITS only after inlining */
                     v[b] = BITS == 8 ? vshrq_n_u32(v[b], 8) : vshrq_n_u32(v[b], 4);
                 }
+                UNROLL
                 for (int t = 0; t < TT; t++) {
                     float32x4_t xb = vld1q_dup_f32(xk + (size_t)t * ldx + (size_t)j);
+                    UNROLL
                     for (int b = 0; b < NV; b++) gacc[b][t] = vfmaq_f32(gacc[b][t], wf[b], xb);
                 }
             }
         }
+        UNROLL
         for (int b = 0; b < NV; b++) {
             float32x4_t sv = scales4(w, g, n0 + 4 * b);
+            UNROLL
             for (int t = 0; t < TT; t++) acc[b][t] = vfmaq_f32(acc[b][t], sv, gacc[b][t]);
         }
     }
-    for (int b = 0; b < NV; b++)
-        for (int t = 0; t < TT; t++)
-            vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
+    UNROLL
+    for (int b = 0; b < NV; b++) UNROLL
+    for (int t = 0; t < TT; t++) vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
 }
 
 AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,

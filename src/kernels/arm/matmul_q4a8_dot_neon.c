@@ -12,7 +12,10 @@
 
 #include <stdlib.h>
 
-#define AI      __attribute__((always_inline)) static inline
+#define AI __attribute__((always_inline)) static inline
+/* Full unrolling of the register-tile loops lets the compiler keep the accumulator arrays in
+ * registers (without it GCC 12 -O3 spills some inside the k loop). */
+#define UNROLL  _Pragma("GCC unroll 8")
 #define PF_ROWS 16
 #define MAX_TT  4
 
@@ -22,15 +25,18 @@ AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t 
     const size_t N = (size_t)w->N;
     const uint8x16_t m4 = vdupq_n_u8(0x0f);
     float32x4_t acc[4][MAX_TT];
-    for (int b = 0; b < NV; b++)
-        for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
+    UNROLL
+    for (int b = 0; b < NV; b++) UNROLL
+    for (int t = 0; t < TT; t++) acc[b][t] = vdupq_n_f32(0.0f);
     for (int g = 0; g < NG; g++) {
         int32x4_t isum[4][MAX_TT];
-        for (int b = 0; b < NV; b++)
-            for (int t = 0; t < TT; t++) isum[b][t] = vdupq_n_s32(0);
+        UNROLL
+        for (int b = 0; b < NV; b++) UNROLL
+        for (int t = 0; t < TT; t++) isum[b][t] = vdupq_n_s32(0);
         const int k8e = (g + 1) * G / 8;
         for (int k8 = g * G / 8; k8 < k8e; k8++) {
             int8x16_t lo[4], hi[4];
+            UNROLL
             for (int b = 0; b < NV; b++) {
                 const int32_t *src = w->qweight + (size_t)k8 * N + (size_t)(n0 + 4 * b);
                 __builtin_prefetch(src + PF_ROWS * N);
@@ -38,22 +44,26 @@ AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t 
                 lo[b] = vreinterpretq_s8_u8(vandq_u8(v, m4));
                 hi[b] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
             }
+            UNROLL
             for (int t = 0; t < TT; t++) {
                 int8x16_t ae = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8]));
                 int8x16_t ao = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8 + 1]));
+                UNROLL
                 for (int b = 0; b < NV; b++)
                     isum[b][t] = vdotq_s32(vdotq_s32(isum[b][t], lo[b], ae), hi[b], ao);
             }
         }
+        UNROLL
         for (int b = 0; b < NV; b++) {
             int32x4_t zv = q4a8_zeros4(w, g, n0 + 4 * b);
+            UNROLL
             for (int t = 0; t < TT; t++)
                 acc[b][t] = q4a8_group_end(w, g, n0 + 4 * b, zv, &A[t], isum[b][t], acc[b][t]);
         }
     }
-    for (int b = 0; b < NV; b++)
-        for (int t = 0; t < TT; t++)
-            vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
+    UNROLL
+    for (int b = 0; b < NV; b++) UNROLL
+    for (int t = 0; t < TT; t++) vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
 }
 
 static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
