@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NEON kernel tier (src/kernels/arm/) on an x86 host: cross-compiles the kernel sources, the
 # few base/quant files they and their tests use, and tests/test_quant_kern.c, test_quant_a8.c,
-# test_kern.c into static aarch64 binaries, then runs them under qemu-user twice: `-cpu max`
+# test_kern.c, test_gdn_chunk.c into static aarch64 binaries, then runs them under qemu-user twice: `-cpu max`
 # (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
 # vmull/vpadal W4A8). The tests compare the NEON tier with the scalar ref bitwise on odd shapes
 # (sym/asym/random zeros, f16/bf16 scales, n_tok 1..7, column sub-ranges, token alone vs in a
@@ -59,7 +59,7 @@ done
 [ "$fail" = 0 ] || { echo "arm_kernels: FAILED (compile)"; exit 1; }
 ok "cross-compiled ${#objs[@]} sources with $("$CC" -dumpfullversion)"
 
-tests=(test_quant_kern test_quant_a8 test_kern)
+tests=(test_quant_kern test_quant_a8 test_kern test_gdn_chunk)
 for t in "${tests[@]}" kern_xisa; do
   if "$CC" "${CFLAGS[@]}" -static -Wl,--gc-sections "$SRC/tests/$t.c" "${objs[@]}" -lm -lpthread \
     -o "$T/$t" 2>"$T/ld.err"; then
@@ -74,7 +74,8 @@ done
 for spec in "max:neon-dot" "cortex-a57:neon"; do
   cpu=${spec%%:*} want=${spec#*:}
   for t in "${tests[@]}"; do
-    if "$QEMU" -cpu "$cpu" "$T/$t" >"$T/$t.$cpu.out" 2>&1; then
+    # no CLLM_BIN: test_gdn_chunk's end-to-end part would run the x86 binary, not ARM code
+    if env -u CLLM_BIN "$QEMU" -cpu "$cpu" "$T/$t" >"$T/$t.$cpu.out" 2>&1; then
       ok "$t on -cpu $cpu: $(tail -n 1 "$T/$t.$cpu.out")"
     else
       bad "$t on -cpu $cpu"; tail -n 30 "$T/$t.$cpu.out"
@@ -84,6 +85,7 @@ for spec in "max:neon-dot" "cortex-a57:neon"; do
   grep -q "+ $want tiers checked" "$T/test_quant_a8.$cpu.out" &&
     grep -q "+ $want tiers checked" "$T/test_quant_kern.$cpu.out" &&
     grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
+    grep -q "^$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
     ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
 done
 
@@ -101,7 +103,7 @@ if [ -n "$LIBA" ] && [ -f "$LIBA" ] && command -v cc >/dev/null 2>&1; then
       for cpu in max cortex-a57; do
         "$QEMU" -cpu "$cpu" "$T/kern_xisa" >"$T/xisa.$cpu" 2>&1
         if cmp -s "$T/xisa.host" "$T/xisa.$cpu"; then
-          ok "-cpu $cpu: neon == avx2 bitwise (float matmuls, dot, axpy, matmul_q, matmul_q4a8; ref too)"
+          ok "-cpu $cpu: neon == avx2 bitwise (float matmuls, dot, axpy, gdn_step, matmul_q, matmul_q4a8; ref too)"
         else
           bad "-cpu $cpu: neon and avx2 outputs differ"; diff "$T/xisa.host" "$T/xisa.$cpu"
         fi

@@ -2,7 +2,8 @@
  * pseudo-random cases through one tier's kernels and prints one hash of the output bits per
  * kernel. Built for x86 it uses the avx2 table, built for AArch64 the neon table; the script
  * runs both (the AArch64 one under qemu) and requires identical lines, i.e. the same bits on
- * both ISAs for the float matmuls, dot, axpy (same per-element arithmetic by construction) and
+ * both ISAs for the float matmuls, dot, axpy, gdn_step (same per-element arithmetic by
+ * construction) and
  * the GPTQ int kernels (both equal to ref). Usage: kern_xisa (prints "no tier" when the CPU
  * lacks the tier). */
 #include <stdint.h>
@@ -46,7 +47,7 @@ int main(void) {
     int shapes[][3] = {{1, 7, 1}, {5, 64, 3}, {17, 129, 4}, {33, 300, 7}, {3, 8, 9}};
     for (int ti = 0; ti < 2; ti++) {
         uint64_t hm[3] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
-        uint64_t hd = hm[0], ha = hm[0], hq = hm[0], h8 = hm[0];
+        uint64_t hd = hm[0], ha = hm[0], hq = hm[0], h8 = hm[0], hg = hm[0];
         rng = 0x2545F4914F6CDD1Dull;
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
             int rows = shapes[s][0], K = shapes[s][1], nt = shapes[s][2];
@@ -71,6 +72,21 @@ int main(void) {
             ha = hash(ha, Wf, (size_t)K * 4);
             free(Wf), free(X), free(Wh), free(Wb), free(Y);
         }
+        /* gdn_step: dk 20, dv 44 (a 32-column block, an 8-column one, a 4-column scalar tail) */
+        {
+            int dk = 20, dv = 44;
+            float *S = malloc((size_t)dk * dv * 4), *q = malloc(dk * 4), *kk = malloc(dk * 4);
+            float *v = malloc(dv * 4), *o = malloc(dv * 4), *tmp = malloc(dv * 4);
+            for (int i = 0; i < dk * dv; i++) S[i] = frand();
+            for (int step = 0; step < 3; step++) {
+                for (int i = 0; i < dk; i++) q[i] = 0.3f * frand(), kk[i] = 0.3f * frand();
+                for (int i = 0; i < dv; i++) v[i] = frand();
+                tiers[ti]->gdn_step(S, q, kk, v, 0.9f, 0.6f, o, tmp, dk, dv);
+                hg = hash(hg, o, (size_t)dv * 4);
+            }
+            hg = hash(hg, S, (size_t)dk * dv * 4);
+            free(S), free(q), free(kk), free(v), free(o), free(tmp);
+        }
         /* GPTQ int4, random codes / zeros / f16 scales, group 32, K 96, N 24, 5 tokens */
         int G = 32, K = 96, N = 24, T = 5;
         int32_t *qw = malloc((size_t)K / 8 * N * 4), *qz = malloc((size_t)K / G * N / 8 * 4);
@@ -87,6 +103,7 @@ int main(void) {
         tiers[ti]->matmul_q4a8(&w, 0, N, X, (size_t)K, T, Y, (size_t)N);
         h8 = hash(h8, Y, (size_t)T * N * 4);
         free(qw), free(qz), free(sc), free(X), free(Y);
+        printf("%s gdn_step %016llx\n", tname[ti], (unsigned long long)hg);
         printf("%s matmul_f32 %016llx\n%s matmul_f16 %016llx\n%s matmul_bf16 %016llx\n", tname[ti],
                (unsigned long long)hm[0], tname[ti], (unsigned long long)hm[1], tname[ti],
                (unsigned long long)hm[2]);

@@ -5,8 +5,8 @@
  * (0,1), zero and random initial state, T in {1,63,64,65,128,200}, (dk,dv) in {16x16 (tiny),
  * 32x16, 20x12 (ragged: SIMD tails), 128x128}, strided q/k/v/o. Threshold, outputs and final
  * state alike: max |chunk - step| <= 1e-4 * max(1, max |step|) (observed ~1e-6 relative).
- * Also: T=128 in one call == two calls of 64 (bitwise), avx2 tier vs ref tier within the same
- * threshold.
+ * Also: T=128 in one call == two calls of 64 (bitwise), avx2 and neon tiers vs ref tier within
+ * the same threshold.
  * End to end (needs CLLM_BIN): synth tiny f32, a 200-token prompt: `eval --dump-logits` with
  * CLLM_GDN_PREFILL=chunked vs default, max |diff| <= 1e-4 * max(1, max |logit|); chunked with
  * --prefill-chunk 64 and 128 == chunked in one call (bitwise); --prefill-chunk 100 (chunks [0,64)
@@ -188,6 +188,8 @@ int main(void) {
     test_kernel(cllm_kern_ref(), "ref");
     const cllm_kern_ops *avx2 = cllm_kern_avx2();
     if (avx2) test_kernel(avx2, "avx2");
+    const cllm_kern_ops *neon = cllm_kern_neon();
+    if (neon) test_kernel(neon, neon->name);
     test_e2e();
     return test_report("test_gdn_chunk");
 }

@@ -69,15 +69,14 @@ static const cllm_kern_ops avx512_vnni_ops = {
 #endif
 
 #ifdef KERN_HAVE_NEON
-/* GDN has no NEON kernels yet: the ref ones. The two tables differ only in the W4A8 kernels
- * (SDOT or vmull/vpadal; bitwise the same results). */
+/* The two tables differ only in the W4A8 kernels (SDOT or vmull/vpadal; bitwise the same). */
 static const cllm_kern_ops neon_ops = {
     .name = "neon",
     .matmul_f32 = kern_matmul_f32_neon,
     .matmul_f16 = kern_matmul_f16_neon,
     .matmul_bf16 = kern_matmul_bf16_neon,
-    .gdn_step = kern_gdn_step_ref,
-    .gdn_chunk = kern_gdn_chunk_ref,
+    .gdn_step = kern_gdn_step_neon,
+    .gdn_chunk = kern_gdn_chunk_neon,
     .dot = kern_dot_neon,
     .scale_axpy = kern_scale_axpy_neon,
     .matmul_q = kern_matmul_q_neon,
@@ -90,8 +89,8 @@ static const cllm_kern_ops neon_dot_ops = {
     .matmul_f32 = kern_matmul_f32_neon,
     .matmul_f16 = kern_matmul_f16_neon,
     .matmul_bf16 = kern_matmul_bf16_neon,
-    .gdn_step = kern_gdn_step_ref,
-    .gdn_chunk = kern_gdn_chunk_ref,
+    .gdn_step = kern_gdn_step_neon,
+    .gdn_chunk = kern_gdn_chunk_neon,
     .dot = kern_dot_neon,
     .scale_axpy = kern_scale_axpy_neon,
     .matmul_q = kern_matmul_q_neon,

@@ -3,7 +3,7 @@
  * Tiers: kernels/<family>_ref.c is plain scalar C and the test oracle; kernels/x86/<family>_avx2.c
  * holds whole AVX2+FMA+F16C functions, kernels/x86/<family>_avx512.c AVX-512 F/BW/VL/DQ ones (the
  * avx512 table: those int kernels, AVX2 for the rest), kernels/arm/<family>_neon.c baseline
- * ARMv8 Advanced SIMD ones (*_dot_neon.c: + dot product; the neon table, GDN scalar).
+ * ARMv8 Advanced SIMD ones (*_dot_neon.c: + dot product; the neon table).
  * cllm_kern() returns the table for cllm_cpu_tier(), filled once at first use
  * (CLLM_ISA=ref|avx2|avx512|neon forces a tier).
  *
@@ -126,8 +126,8 @@ const cllm_kern_ops *cllm_kern_avx2(void);
  * use VNNI (vpdpbusd) when the CPU has it, AVX-512BW otherwise; same results bitwise. */
 const cllm_kern_ops *cllm_kern_avx512(void);
 /* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
- * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot and axpy do the AVX2 tier's
- * arithmetic per element (same bits on both ISAs); GDN is the ref one. */
+ * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot, axpy and GDN kernels do the
+ * AVX2 tier's arithmetic per element (gdn_chunk: but for libm's expf). */
 const cllm_kern_ops *cllm_kern_neon(void);
 /* Activation fake-quantization, what matmul_q does to each token when act_bits < 16 (the
  * W4A8/W4A4/W8A8 emulation): dst[k] = x[k] after symmetric per-group (`group` inputs, absmax /
