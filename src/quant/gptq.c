@@ -134,10 +134,18 @@ static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, fl
     mean /= K;
     if (!(mean > 0)) mean = 1;
     float *A = c.A;
+    /* A[i][j] = H[K-1-j][K-1-i] for j <= i (lower triangle of H, transposed and reversed), in
+     * 32 x 32 tiles so that neither side is walked with a stride of K */
+    for (int i0 = 0; i0 < K; i0 += 32)
+        for (int j0 = 0; j0 <= i0; j0 += 32)
+            for (int j = j0; j < j0 + 32 && j < K; j++) {
+                const float *h = H + (size_t)(K - 1 - j) * K + (K - 1);
+                for (int i = i0 > j ? i0 : j; i < i0 + 32 && i < K; i++)
+                    A[(size_t)i * K + j] = h[-i];
+            }
     for (int i = 0; i < K; i++) {
         float *a = A + (size_t)i * K;
-        for (int j = 0; j <= i; j++) a[j] = H[(size_t)(K - 1 - j) * K + (K - 1 - i)];
-        for (int j = i + 1; j < K; j++) a[j] = 0;
+        memset(a + i + 1, 0, (size_t)(K - 1 - i) * sizeof(float));
         if (a[i] == 0) a[i] = 1; /* dead input */
         a[i] = (float)(a[i] + damp * mean);
     }
