@@ -1,5 +1,6 @@
-/* GPTQ (Frantar et al. 2022): per-Linear Hessians H = 2 X^T X from calibration activations,
- * then column-by-column quantization with error feedback through the Cholesky factor of H^-1.
+/* GPTQ (Frantar et al. 2022): per-Linear Hessians H = X^T X from calibration activations,
+ * then column-by-column quantization with error feedback through the Cholesky factor of H^-1
+ * (lazy batch updates: blocks of 128 columns, the rest of W updated by one GEMM per block).
  * Calibration runs the 16-bit model on calibration tokens with a capture hook on every matmul
  * (model/fwd_int.h), so routed experts see exactly the tokens routed to them. Hessians are held
  * for one group of layers at a time (see gptq.c), so memory stays within a budget. */
@@ -35,12 +36,14 @@ uint64_t cllm_gptq_need(cllm_gptq *g, const char *src_name, uint64_t off, int K,
 /* Marks the Linear for the next pass. */
 void cllm_gptq_mark(cllm_gptq *g, const char *src_name, uint64_t off, int K);
 /* Runs the calibration tokens through the 16-bit model again, accumulating H = sum x x^T only
- * for the marked Linears (lazily allocated). */
+ * for the marked Linears (lazily allocated). The pass stops after the last marked layer and
+ * starts from the residual stream the previous pass saved when that is not past the first
+ * marked layer; the result is the same as a full run. */
 cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err);
 /* Frees every Hessian and clears the marks. */
 void cllm_gptq_release(cllm_gptq *g);
-/* H [K][K] of a marked Linear after its pass, NULL when it saw fewer than min_tokens tokens
- * (RTN fallback; counted). *n_tok = tokens seen. */
+/* H [K][K] of a marked Linear after its pass (lower triangle only: the upper is not filled),
+ * NULL when it saw fewer than min_tokens tokens (RTN fallback; counted). *n_tok = tokens seen. */
 const float *cllm_gptq_hessian(cllm_gptq *g, const char *src_name, uint64_t off, int K, int *n_tok);
 /* One-line fallback report (", N experts with < M tokens fell back to RTN"). */
 const char *cllm_gptq_summary(cllm_gptq *g);
