@@ -30,6 +30,9 @@ for mb in 4:350k 70:180k; do
   cmp -s "$T/all$m/model.safetensors" "$T/grp$m/model.safetensors" && ok "same bytes grouped vs one pass" || bad "grouped output differs (min tokens $m)"
 done
 grep -q "(52 gptq, 70 rtn; 69 experts and 1 other" "$T/out" && ok "fallback experts counted in grouped run" || { bad "fallback count"; cat "$T/out"; }
+run 0 "one thread" "${Q[@]}" --min-expert-tokens 4 -t 1 "$T/fp" "$T/t1"
+run 0 "three threads" "${Q[@]}" --min-expert-tokens 4 -t 3 "$T/fp" "$T/t3"
+cmp -s "$T/t1/model.safetensors" "$T/t3/model.safetensors" && ok "same bytes on 1 and 3 threads" || bad "thread count changes bytes"
 run 0 "two layers per pass" "${Q[@]}" --min-expert-tokens 4 --gptq-mem 650k "$T/fp" "$T/grp2"
 grep -q "2 calibration passes (up to 2 layers," "$T/out" && ok "plan: 2 passes of 2 layers" || { bad "plan 2 passes"; cat "$T/out"; }
 cmp -s "$T/all4/model.safetensors" "$T/grp2/model.safetensors" && ok "same bytes, 2 layers per pass" || bad "2-layer groups differ"
