@@ -21,6 +21,12 @@ static float frand(void) {
 
 enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
 
+/* Output rows [T][N] filled with stale values (a kernel must not read what it writes before
+ * writing it), the ldy padding with 0 as in the reference's buffer. */
+static void stale(float *Y, int T, int N, size_t ldy) {
+    for (size_t i = 0; i < (size_t)T * ldy; i++) Y[i] = i % ldy < (size_t)N ? 1e30f : 0.0f;
+}
+
 /* flags: F_ASYM asymmetric RTN, F_BF16 bf16 scales, F_RANDZ random zero points and codes (any
  * stored zero, including 2^b - 1, i.e. effective zero 2^b) instead of RTN's. */
 static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int flags) {
@@ -96,7 +102,7 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
     for (size_t i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
         const cllm_kern_ops *kt = tiers[i];
         if (!kt) continue;
-        memset(Ya, 0, T * ldy * 4);
+        stale(Ya, T, N, ldy);
         kt->matmul_q(&w, 0, N, X, ldx, T, Ya, ldy);
         CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4),
                   "%s != ref bitwise (bits %d G %d K %d N %d T %d a%d flags %d)", kt->name, bits, G,
@@ -116,7 +122,7 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
                 cllm_kern_fake_quant_act(X + t * ldx, xq + (size_t)t * K, K, G, act_bits);
             cllm_qweight w16 = w;
             w16.act_bits = 16;
-            memset(Ya, 0, T * ldy * 4);
+            stale(Ya, T, N, ldy);
             kt->matmul_q(&w16, 0, N, xq, (size_t)K, T, Ya, ldy);
             CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "%s: fake-quant once != emulation (a%d)",
                       kt->name, act_bits);
@@ -230,6 +236,11 @@ int main(void) {
         for (int T = 1; T <= 7; T++) { /* every tile height of every tier */
             one_case(4, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
             one_case(8, shapes[s][0], shapes[s][1], shapes[s][2], T, 16);
+        }
+    for (int T = 8; T <= 17; T += 3) /* more than one full tile of tokens (AVX-512: 8) */
+        for (int f = 0; f < 8; f += 3) {
+            one_case_f(4, 32, 64, 120, T, 16, f);
+            one_case_f(8, 16, 48, 200, T, 16, f);
         }
     for (int f = 1; f < 8; f++) { /* asym / bf16 scales / random zeros, all combinations */
         one_case_f(4, 32, 96, 24, 5, 16, f);
