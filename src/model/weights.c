@@ -168,7 +168,22 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
         }
         name[nl - 7] = '.';
     }
-    return wt_of(get(b, (uint64_t)rows * (uint64_t)cols, "%s", name), rows, cols);
+    const cllm_tensor *t = get(b, (uint64_t)rows * (uint64_t)cols, "%s", name);
+    w = wt_of(t, rows, cols);
+    if (t && (uintptr_t)t->data % cllm_dtype_size(t->dtype)) {
+        /* the kernels load F32/F16/BF16 elements in place: a tensor misaligned in the file (an
+         * unpadded header or an odd-sized tensor before it) gets an aligned copy */
+        void *copy = own(b->m, t->nbytes);
+        if (!copy) {
+            b->st = cllm_err_set(b->err, CLLM_ENOMEM, "out of memory copying %s", name);
+            return (fwd_wt){0};
+        }
+        memcpy(copy, t->data, t->nbytes);
+        w.data = copy;
+        LOG_WARN("tensor %s: data not aligned to its %zu-byte elements in %s; using a copy", name,
+                 cllm_dtype_size(t->dtype), t->file);
+    }
+    return w;
 }
 
 #define MAT(rows, cols, ...) mat(&B, rows, cols, __VA_ARGS__)

@@ -237,6 +237,11 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     if (st != CLLM_OK) return st;
     if (((uintptr_t)qw->data | (uintptr_t)qz->data) & 3)
         return cllm_err_set(err, CLLM_EFORMAT, "%s: qweight/qzeros data not 4-byte aligned", base);
+    if ((uintptr_t)sc->data & 1) /* read in place as uint16_t by the kernels */
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s.scales: data not 2-byte aligned in the file (an odd-sized "
+                            "tensor before it)",
+                            base);
     *out = (cllm_qweight){qw->data, qz->data, sc->data, bits, G, K, N, 16, sbf16};
     return CLLM_OK;
 }
