@@ -39,6 +39,27 @@ cmp -s "$T/all4/model.safetensors" "$T/grp2/model.safetensors" && ok "same bytes
 run 0 "budget below one layer: layers split" "${Q[@]}" --min-expert-tokens 4 --gptq-mem 100k "$T/fp" "$T/split"
 grep -q "16 calibration passes (up to 1 layer, .* at once, 4 layers split across passes)" "$T/out" && ok "plan: 16 passes, layers split" || { bad "plan split"; cat "$T/out"; }
 cmp -s "$T/all4/model.safetensors" "$T/split/model.safetensors" && ok "same bytes, layers split across passes" || bad "split layers differ"
+# 12 layers: groups run in layer order (natural name order: layers.9 before layers.10), so each
+# pass resumes from the previous group's residuals; still the single-pass bytes.
+$PY - "$SRC/configs/tiny.json" "$T/cfg12.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1])); t = c.get("text_config", c)
+t["num_hidden_layers"] = 12
+t["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(12)]
+json.dump(c, open(sys.argv[2], "w"))
+PYEOF
+run 0 "synth 12 layers" "$BIN" synth -q --config "$T/cfg12.json" --seed 3 --dtype f32 "$T/fp12"
+run 0 "12 layers, one pass" "${Q[@]}" --min-expert-tokens 4 "$T/fp12" "$T/l12a"
+run 0 "12 layers, one layer per pass" "${Q[@]}" --min-expert-tokens 4 --gptq-mem 350k "$T/fp12" "$T/l12b"
+grep -q "12 calibration passes (up to 1 layer," "$T/out" && ok "plan: 12 passes" || { bad "plan 12 passes"; cat "$T/out"; }
+cmp -s "$T/l12a/model.safetensors" "$T/l12b/model.safetensors" && ok "12 layers: same bytes" || bad "12 layers: grouped output differs"
+$PY - "$T/l12b/model.safetensors" <<'PYEOF' && ok "quantized tensors in layer order (9 before 10)" || bad "tensor order"
+import json, re, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+h = json.loads(f.read(n)); h.pop("__metadata__", None)
+layers = [int(re.search(r"layers\.(\d+)\.", k).group(1)) for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0]) if k.endswith(".qweight") and re.search(r"layers\.(\d+)\.", k)]
+sys.exit(0 if layers == sorted(layers) and layers[-1] == 11 else 1)
+PYEOF
 run 1 "budget below one Hessian" "${Q[@]}" --gptq-mem 10k "$T/fp" "$T/small"
 grep -q -- "--gptq-mem 10.0 kB: model.language_model.layers.0.* alone needs .* of Hessians" "$T/out" && ok "error names the linear and sizes" || { bad "budget error text"; cat "$T/out"; }
 [ ! -e "$T/small" ] && ! ls -d "$T"/small.tmp-* >/dev/null 2>&1 && ok "nothing written" || bad "output left behind"

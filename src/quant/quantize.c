@@ -1,6 +1,7 @@
 /* `cllm quantize`: see quantize.h and quant.h (format). */
 #include "quant/quantize.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <jansson.h>
@@ -121,8 +122,33 @@ static const char *group_of(const char *n) {
     return "other";
 }
 
+/* Natural order (digit runs compare as numbers): layers.2 before layers.10, so GPTQ groups come
+ * in layer order and each calibration pass can resume from the previous group's residuals. */
+static int cmp_natural(const char *a, const char *b) {
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (*a == '0' && isdigit((unsigned char)a[1])) a++;
+            while (*b == '0' && isdigit((unsigned char)b[1])) b++;
+            size_t la = 0, lb = 0;
+            while (isdigit((unsigned char)a[la])) la++;
+            while (isdigit((unsigned char)b[lb])) lb++;
+            if (la != lb) return la < lb ? -1 : 1;
+            int c = strncmp(a, b, la);
+            if (c) return c;
+            a += la, b += lb;
+            continue;
+        }
+        if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+        a++, b++;
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
 static int cmp_tensor(const void *a, const void *b) {
-    return strcmp((*(const cllm_tensor *const *)a)->name, (*(const cllm_tensor *const *)b)->name);
+    const char *na = (*(const cllm_tensor *const *)a)->name;
+    const char *nb = (*(const cllm_tensor *const *)b)->name;
+    int c = cmp_natural(na, nb);
+    return c ? c : strcmp(na, nb); /* "01" vs "1": still a total order */
 }
 static void collect_t(void *ctx, const cllm_tensor *t) {
     const cllm_tensor **p = vpush(ctx);
