@@ -208,8 +208,17 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
     int bits = (int)(32 * qw->shape[0] / K), per = 32 / bits;
     snprintf(name, sizeof(name), "%s.scales", base);
     const cllm_tensor *sc = cllm_ckpt_get(ck, name);
-    if (!sc || sc->n_dims != 2 || sc->shape[0] <= 0 || K % sc->shape[0] != 0)
-        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: missing or not [K/group, N]", name);
+    if (!sc)
+        return cllm_err_set(err, CLLM_EFORMAT, "quantized tensor %s.qweight present but %s missing",
+                            base, name);
+    if (sc->n_dims != 2 || sc->shape[0] <= 0 || K % sc->shape[0] != 0) {
+        char got[96];
+        cllm_shape_str(sc->shape, sc->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: shape %s, expected [K/group, %d] with K = %d (a group "
+                            "size dividing K)",
+                            name, got, N, K);
+    }
     int G = K / (int)sc->shape[0];
     if (G % 8 || N % 8)
         return cllm_err_set(err, CLLM_EUNSUPPORTED,
