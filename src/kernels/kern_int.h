@@ -17,6 +17,19 @@ void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v,
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                         int dk, int dv, float *work);
+/* A tier's float int4/int8 core (act_bits ignored): the matmul_q contract for float activations. */
+typedef void (*kern_q_core_fn)(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                               int n_tok, float *Y, size_t ldy);
+/* matmul_q from a tier's cores (kernels/matmul_q4_ref.c): act_bits >= 16 runs the core for the
+ * weight's bits directly; below, the W4A8/W4A4 emulation: each token's activations
+ * fake-quantized (kern_fake_quant_act) into a malloc'd row first. */
+void kern_matmul_q_with(kern_q_core_fn core4, kern_q_core_fn core8, const cllm_qweight *w, int n0,
+                        int n1, const float *X, size_t ldx, int n_tok, float *Y, size_t ldy);
+/* matmul_q4a8 from a tier's prep and prepared-activation kernel (kernels/matmul_q4a8_ref.c):
+ * this call's tokens prepared into a malloc'd buffer on the 8-bit grid, then the kernel. */
+void kern_matmul_q4a8_with(cllm_qact_prep_fn prep, cllm_matmul_qact_fn mm, const cllm_qweight *w,
+                           int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
+                           size_t ldy);
 void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy);
 /* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value

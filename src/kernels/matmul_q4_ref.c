@@ -62,17 +62,23 @@ static void core_ref(const cllm_qweight *w, int n0, int n1, const float *X, size
     }
 }
 
-void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
-                       float *Y, size_t ldy) {
+void kern_matmul_q_with(kern_q_core_fn core4, kern_q_core_fn core8, const cllm_qweight *w, int n0,
+                        int n1, const float *X, size_t ldx, int n_tok, float *Y, size_t ldy) {
+    kern_q_core_fn fn = w->bits == 8 ? core8 : core4;
     if (w->act_bits >= 16) {
-        core_ref(w, n0, n1, X, ldx, n_tok, Y, ldy);
+        fn(w, n0, n1, X, ldx, n_tok, Y, ldy);
         return;
     }
     float *buf = malloc((size_t)w->K * sizeof(float));
     if (!buf) abort();
     for (int t = 0; t < n_tok; t++) {
         kern_fake_quant_act(X + (size_t)t * ldx, buf, w->K, w->group, w->act_bits);
-        core_ref(w, n0, n1, buf, (size_t)w->K, 1, Y + (size_t)t * ldy, ldy);
+        fn(w, n0, n1, buf, (size_t)w->K, 1, Y + (size_t)t * ldy, ldy);
     }
     free(buf);
+}
+
+void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy) {
+    kern_matmul_q_with(core_ref, core_ref, w, n0, n1, X, ldx, n_tok, Y, ldy);
 }

@@ -77,11 +77,18 @@ void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *
     }
 }
 
-void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy) {
+void kern_matmul_q4a8_with(cllm_qact_prep_fn prep, cllm_matmul_qact_fn mm, const cllm_qweight *w,
+                           int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
+                           size_t ldy) {
     void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
     if (!A) abort();
-    kern_qact_prep_ref(X, ldx, n_tok, w->K, w->group, 8, A);
-    kern_matmul_q4_qact_ref(w, n0, n1, A, n_tok, Y, ldy);
+    prep(X, ldx, n_tok, w->K, w->group, 8, A);
+    mm(w, n0, n1, A, n_tok, Y, ldy);
     free(A);
+}
+
+void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
+                          int n_tok, float *Y, size_t ldy) {
+    kern_matmul_q4a8_with(kern_qact_prep_ref, kern_matmul_q4_qact_ref, w, n0, n1, X, ldx, n_tok, Y,
+                          ldy);
 }

@@ -168,9 +168,6 @@ void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void 
 
 void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                            int n_tok, float *Y, size_t ldy) {
-    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
-    if (!A) abort();
-    kern_qact_prep_neon(X, ldx, n_tok, w->K, w->group, 8, A);
-    kern_matmul_q4_qact_neon(w, n0, n1, A, n_tok, Y, ldy);
-    free(A);
+    kern_matmul_q4a8_with(kern_qact_prep_neon, kern_matmul_q4_qact_neon, w, n0, n1, X, ldx, n_tok,
+                          Y, ldy);
 }

@@ -171,17 +171,5 @@ static void core8(const cllm_qweight *w, int n0, int n1, const float *X, size_t 
  * token's activations fake-quantized (kern_fake_quant_act) into a malloc'd row first. */
 void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                           int n_tok, float *Y, size_t ldy) {
-    void (*fn)(const cllm_qweight *, int, int, const float *, size_t, int, float *, size_t) =
-        w->bits == 8 ? core8 : core4;
-    if (w->act_bits >= 16) {
-        fn(w, n0, n1, X, ldx, n_tok, Y, ldy);
-        return;
-    }
-    float *buf = malloc((size_t)w->K * sizeof(float));
-    if (!buf) abort();
-    for (int t = 0; t < n_tok; t++) {
-        kern_fake_quant_act(X + (size_t)t * ldx, buf, w->K, w->group, w->act_bits);
-        fn(w, n0, n1, buf, (size_t)w->K, 1, Y + (size_t)t * ldy, ldy);
-    }
-    free(buf);
+    kern_matmul_q_with(core4, core8, w, n0, n1, X, ldx, n_tok, Y, ldy);
 }

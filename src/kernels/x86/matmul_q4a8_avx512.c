@@ -157,18 +157,12 @@ void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, cons
 /* matmul_q4a8 entries (one call = prepare this call's tokens, malloc'd, then the kernel). */
 void kern_matmul_q4a8_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                              int n_tok, float *Y, size_t ldy) {
-    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
-    if (!A) abort();
-    kern_qact_prep_avx2(X, ldx, n_tok, w->K, w->group, 8, A);
-    kern_matmul_q4_qact_avx512(w, n0, n1, A, n_tok, Y, ldy);
-    free(A);
+    kern_matmul_q4a8_with(kern_qact_prep_avx2, kern_matmul_q4_qact_avx512, w, n0, n1, X, ldx, n_tok,
+                          Y, ldy);
 }
 
 void kern_matmul_q4a8_avx512_vnni(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                   int n_tok, float *Y, size_t ldy) {
-    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
-    if (!A) abort();
-    kern_qact_prep_avx2(X, ldx, n_tok, w->K, w->group, 8, A);
-    kern_matmul_q4_qact_avx512_vnni(w, n0, n1, A, n_tok, Y, ldy);
-    free(A);
+    kern_matmul_q4a8_with(kern_qact_prep_avx2, kern_matmul_q4_qact_avx512_vnni, w, n0, n1, X, ldx,
+                          n_tok, Y, ldy);
 }
