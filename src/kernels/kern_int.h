@@ -47,9 +47,17 @@ void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *
                              float *Y, size_t ldy);
 void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                           int n_tok, float *Y, size_t ldy);
+/* kernels/gemm_ref.c (also the NEON tables' gemm_f32) */
+void kern_gemm_f32_ref(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb,
+                       float *C, size_t ldc, int op);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KERN_HAVE_X86 1
+/* kernels/x86/gemm_avx2.c, gemm_avx512.c (AVX-512F) */
+void kern_gemm_f32_avx2(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb,
+                        float *C, size_t ldc, int op);
+void kern_gemm_f32_avx512(int M, int N, int K, const float *A, size_t lda, const float *B,
+                          size_t ldb, float *C, size_t ldc, int op);
 void kern_matmul_f32_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                           int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_f16_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,

@@ -19,6 +19,7 @@ static const cllm_kern_ops ref_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_ref,
     .qact_prep = kern_qact_prep_ref,
     .matmul_q4_qact = kern_matmul_q4_qact_ref,
+    .gemm_f32 = kern_gemm_f32_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -35,9 +36,11 @@ static const cllm_kern_ops avx2_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_avx2,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx2,
+    .gemm_f32 = kern_gemm_f32_avx2,
 };
-/* AVX-512: the GPTQ int kernels; float matmuls, GDN and the vector helpers stay AVX2. The two
- * tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same results). */
+/* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
+ * The two tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same
+ * results). */
 static const cllm_kern_ops avx512_ops = {
     .name = "avx512",
     .matmul_f32 = kern_matmul_f32_avx2,
@@ -51,6 +54,7 @@ static const cllm_kern_ops avx512_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_avx512,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512,
+    .gemm_f32 = kern_gemm_f32_avx512,
 };
 static const cllm_kern_ops avx512_vnni_ops = {
     .name = "avx512",
@@ -65,6 +69,7 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_avx512_vnni,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni,
+    .gemm_f32 = kern_gemm_f32_avx512,
 };
 #endif
 
@@ -83,6 +88,7 @@ static const cllm_kern_ops neon_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_neon,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon,
+    .gemm_f32 = kern_gemm_f32_ref,
 };
 static const cllm_kern_ops neon_dot_ops = {
     .name = "neon-dot",
@@ -97,6 +103,7 @@ static const cllm_kern_ops neon_dot_ops = {
     .matmul_q4a8 = kern_matmul_q4a8_neon_dot,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon_dot,
+    .gemm_f32 = kern_gemm_f32_ref,
 };
 #endif
 

@@ -91,6 +91,16 @@ typedef void (*cllm_qact_prep_fn)(const float *X, size_t ldx, int n_tok, int K, 
 typedef void (*cllm_matmul_qact_fn)(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                     float *Y, size_t ldy);
 
+/* C[m*ldc + n] = / += / -= (op: CLLM_GEMM_SET / _ADD / _SUB) sum_k A[m*lda + k] * B[k*ldb + n]
+ * for m < M, n < N, k < K; fp32, any alignment, A/B not overlapping C. B is row-major (N
+ * contiguous): the kernels broadcast A[m][k] and FMA rows of B into register tiles. Per element
+ * the op sequence is fixed for a given K: s = 0; s = fma(A[m][k], B[k][n], s) for k in order;
+ * then C = s, C + s or C - s. So results do not depend on M, N, the tile or how a caller splits
+ * rows, and every tier agrees bitwise. Used by GPTQ's dense linear algebra (quant/gptq.c). */
+enum { CLLM_GEMM_SET, CLLM_GEMM_ADD, CLLM_GEMM_SUB };
+typedef void (*cllm_gemm_fn)(int M, int N, int K, const float *A, size_t lda, const float *B,
+                             size_t ldb, float *C, size_t ldc, int op);
+
 typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
@@ -115,6 +125,8 @@ typedef struct cllm_kern_ops {
      * act_bits 8. */
     cllm_qact_prep_fn qact_prep;
     cllm_matmul_qact_fn matmul_q4_qact;
+    /* fp32 GEMM with B row-major (see cllm_gemm_fn). */
+    cllm_gemm_fn gemm_f32;
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */

@@ -13,29 +13,33 @@
 
 /* ---- The math: float32, blocked, threaded over the repo pool --------------------------------
  *
- * Every product below goes through the fp32 matmul kernel (kernels.h), whose result for each
- * output element is a fixed sequence of operations whatever the tile, the row range or the
- * number of tokens in the call. Work is split so that each output element is computed by one
- * thread with that fixed sequence, so the bytes never depend on the thread count.
+ * Every product below goes through the fp32 GEMM kernel (gemm_f32, kernels.h: C (+/-)= A B with
+ * B row-major), whose result for each output element is a fixed sequence of operations whatever
+ * the tile or the row range of the call. Work is split so that each output element is computed
+ * by one thread with that fixed sequence, so the bytes never depend on the thread count. The B
+ * operands are kept in the layout the kernel wants: the panel's inverse and the panel itself
+ * transposed (factor), the inverse's column block row-major (inverse), U = UT^T (apply), the
+ * buffered tokens as rows (Hessian).
  *
  * float32, not float64: the reference implementation factors in float32 with the same 1%
  * damping, which bounds the condition number of H + damp*mean(diag) by about 100 K; fp32 halves
- * the memory traffic and doubles the SIMD width of the only fast GEMM we have (matmul_f32).
+ * the memory traffic and doubles the SIMD width of the GEMM.
  * tests/test_gptq.c checks the factor against a float64 reference (relative error ~1e-5 on
  * random SPD matrices with dead inputs). */
 
 #define FB 128 /* panel / column-block width: inner dimension of every GEMM call */
-#define RB 64  /* rows per GEMM call (tokens of the matmul kernel); tmp is RB x K per thread */
+#define RB 64  /* rows per GEMM call */
 
 typedef struct mm_ctx {
     float *A;      /* [K][K] */
     float *XT;     /* [K][K] */
-    float *Li;     /* [FB][FB] inverse of the panel's diagonal block */
+    float *LiT;    /* [nb][nb] transpose of the inverse of the panel's diagonal block */
+    float *PT;     /* [nb][K - k0 - nb] the solved panel below the diagonal block, transposed */
     float *tmp;    /* [nt][ts] */
-    size_t ts;     /* RB * K + RB * FB */
+    size_t ts;     /* RB * FB + FB * K: a GEMM result block, then the inverse's column block */
     int K, k0, nb; /* panel */
     int nt;
-    cllm_matmul_fn mm;
+    cllm_gemm_fn gemm;
 } mm_ctx;
 
 static int n_threads(cllm_pool *p) {
@@ -43,17 +47,20 @@ static int n_threads(cllm_pool *p) {
 }
 
 /* Rows i in [k0+nb, K): A[i][k0..k0+nb) <- A[i][k0..) L_kk^-T = A[i][k0..) Li^T (Li = L_kk^-1),
- * RB rows per GEMM call. */
+ * RB rows per GEMM call; the result also goes to PT transposed (column i - k0 - nb). */
 static void trsm_worker(void *vc, size_t b, size_t e, int tid) {
     mm_ctx *c = vc;
     int K = c->K, k0 = c->k0, nb = c->nb;
+    size_t ldp = (size_t)(K - k0 - nb);
     float *tmp = c->tmp + (size_t)tid * c->ts;
     for (size_t r0 = b; r0 < e; r0 += RB) {
         int nr = (int)(e - r0 < RB ? e - r0 : RB);
         float *a = c->A + ((size_t)k0 + nb + r0) * K + k0;
-        c->mm(c->Li, (size_t)nb, nb, a, (size_t)K, nr, nb, tmp, (size_t)nb);
+        c->gemm(nr, nb, nb, a, (size_t)K, c->LiT, (size_t)nb, tmp, (size_t)nb, CLLM_GEMM_SET);
         for (int r = 0; r < nr; r++)
             memcpy(a + (size_t)r * K, tmp + (size_t)r * nb, (size_t)nb * 4);
+        for (int j = 0; j < nb; j++)
+            for (int r = 0; r < nr; r++) c->PT[j * ldp + r0 + r] = tmp[(size_t)r * nb + j];
     }
 }
 
@@ -63,36 +70,44 @@ static void syrk_worker(void *vc, size_t b, size_t e, int tid) {
     mm_ctx *c = vc;
     int K = c->K, s0 = c->k0 + c->nb;
     float *tmp = c->tmp + (size_t)tid * c->ts;
+    size_t ldp = (size_t)(K - s0);
     for (size_t t = b; t < e; t++)
         for (int r0 = s0 + (int)t * RB; r0 < K; r0 += c->nt * RB) {
-            int r1 = r0 + RB < K ? r0 + RB : K, nc = r1 - s0;
-            c->mm(c->A + (size_t)s0 * K + c->k0, (size_t)K, nc, c->A + (size_t)r0 * K + c->k0,
-                  (size_t)K, r1 - r0, c->nb, tmp, (size_t)nc);
+            int r1 = r0 + RB < K ? r0 + RB : K, nr = r1 - r0;
+            const float *l = c->A + (size_t)r0 * K + c->k0;
+            /* columns left of the diagonal block: subtracted in place; the diagonal block via
+             * tmp, lower triangle only (same result per element: the sum, then one subtraction) */
+            c->gemm(nr, r0 - s0, c->nb, l, (size_t)K, c->PT, ldp, c->A + (size_t)r0 * K + s0,
+                    (size_t)K, CLLM_GEMM_SUB);
+            c->gemm(nr, nr, c->nb, l, (size_t)K, c->PT + (r0 - s0), ldp, tmp, (size_t)nr,
+                    CLLM_GEMM_SET);
             for (int i = r0; i < r1; i++) {
-                float *a = c->A + (size_t)i * K + s0;
-                const float *y = tmp + (size_t)(i - r0) * nc;
-                for (int j = 0; j <= i - s0; j++) a[j] -= y[j];
+                float *a = c->A + (size_t)i * K + r0;
+                const float *y = tmp + (size_t)(i - r0) * nr;
+                for (int j = 0; j <= i - r0; j++) a[j] -= y[j];
             }
         }
 }
 
 /* Columns of X = M^-1 (M lower in A) for column blocks dealt cyclically: XT[c][k] = X[k][c].
  * A column block's solve needs only M and itself: rows in blocks of RB, the part from earlier
- * rows as one GEMM, then forward substitution inside the block, row by row over the block's
- * columns (contiguous, vectorizable). Entries above the diagonal come out exactly 0. */
+ * rows as one GEMM (B = the block's rows solved so far, row-major in Xp), then forward
+ * substitution inside the block, row by row over the block's columns (contiguous,
+ * vectorizable). Entries above the diagonal come out exactly 0. */
 static void inv_worker(void *vc, size_t b, size_t e, int tid) {
     mm_ctx *c = vc;
     int K = c->K;
-    float *tmp = c->tmp + (size_t)tid * c->ts, *XB = tmp + (size_t)RB * K;
+    float *tmp = c->tmp + (size_t)tid * c->ts, *Xp = tmp + (size_t)RB * FB;
     for (size_t t = b; t < e; t++)
         for (int c0 = (int)t * FB; c0 < K; c0 += c->nt * FB) {
             int c1 = c0 + FB < K ? c0 + FB : K, nc = c1 - c0;
             for (int j = c0; j < c1; j++) memset(c->XT + (size_t)j * K, 0, (size_t)c0 * 4);
             for (int i0 = c0; i0 < K; i0 += RB) {
                 int i1 = i0 + RB < K ? i0 + RB : K;
+                float *XB = Xp + (size_t)(i0 - c0) * nc; /* X[i0..i1)[c0..c1) */
                 if (i0 > c0)
-                    c->mm(c->XT + (size_t)c0 * K + c0, (size_t)K, nc, c->A + (size_t)i0 * K + c0,
-                          (size_t)K, i1 - i0, i0 - c0, tmp, (size_t)nc);
+                    c->gemm(i1 - i0, nc, i0 - c0, c->A + (size_t)i0 * K + c0, (size_t)K, Xp,
+                            (size_t)nc, tmp, (size_t)nc, CLLM_GEMM_SET);
                 else
                     memset(tmp, 0, (size_t)(i1 - i0) * nc * 4);
                 for (int i = i0; i < i1; i++) {
@@ -116,7 +131,8 @@ static void inv_worker(void *vc, size_t b, size_t e, int tid) {
 }
 
 static size_t factor_work(int K, cllm_pool *pool) {
-    return 2 * (size_t)K * K + FB * FB + (size_t)n_threads(pool) * ((size_t)RB * K + RB * FB);
+    return 2 * (size_t)K * K + FB * FB + (size_t)FB * K +
+           (size_t)n_threads(pool) * ((size_t)RB * FB + (size_t)FB * K);
 }
 
 /* UT (lower, [K][K]) with (H + damp * mean diag)^-1 = UT UT^T, i.e. U = UT^T is the upper
@@ -126,9 +142,17 @@ static size_t factor_work(int K, cllm_pool *pool) {
 static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, float *work,
                                cllm_pool *pool, cllm_error *err) {
     size_t KK = (size_t)K * K;
-    mm_ctx c = {
-        work, work + KK, work + 2 * KK,   work + 2 * KK + FB * FB, (size_t)RB * K + RB * FB, K,
-        0,    0,         n_threads(pool), cllm_kern()->matmul_f32};
+    mm_ctx c = {work,
+                work + KK,
+                work + 2 * KK,
+                work + 2 * KK + FB * FB,
+                work + 2 * KK + FB * FB + (size_t)FB * K,
+                (size_t)RB * FB + (size_t)FB * K,
+                K,
+                0,
+                0,
+                n_threads(pool),
+                cllm_kern()->gemm_f32};
     double mean = 0;
     for (int i = 0; i < K; i++) mean += H[(size_t)i * K + i];
     mean /= K;
@@ -167,13 +191,12 @@ static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, fl
             }
         }
         if (k0 + nb == K) break;
-        for (int j = 0; j < nb; j++) { /* Li = L_kk^-1, row by row (double) */
+        for (int j = 0; j < nb; j++) { /* Li = L_kk^-1, row by row (double), stored transposed */
             const float *l = A + (size_t)(k0 + j) * K + k0;
-            float *li = c.Li + (size_t)j * nb;
             for (int col = 0; col < nb; col++) {
                 double s = col == j ? 1.0 : 0.0;
-                for (int p = col; p < j; p++) s -= (double)l[p] * c.Li[(size_t)p * nb + col];
-                li[col] = col <= j ? (float)(s / l[j]) : 0.0f;
+                for (int p = col; p < j; p++) s -= (double)l[p] * c.LiT[(size_t)col * nb + p];
+                c.LiT[(size_t)col * nb + j] = col <= j ? (float)(s / l[j]) : 0.0f;
             }
         }
         c.k0 = k0, c.nb = nb;
@@ -197,20 +220,19 @@ static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, fl
  * earlier column, exactly as in the column-by-column algorithm. */
 typedef struct ap_ctx {
     float *W;
-    const float *H, *UT;
+    const float *H, *U; /* U [K][K] = UT^T, upper */
     cllm_qbuf *q;
     int B;
-    float *work; /* per thread: RB*K tmp, RB*B E, B*B U block, RB scales */
+    float *work; /* per thread: RB*B E, RB scales */
     size_t wstride;
-    cllm_matmul_fn mm;
+    cllm_gemm_fn gemm;
 } ap_ctx;
 
 static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
     ap_ctx *c = vc;
     cllm_qbuf *q = c->q;
     int K = q->K, G = q->group, B = c->B;
-    float *tmp = c->work + (size_t)tid * c->wstride, *E = tmp + (size_t)RB * K,
-          *Ub = E + (size_t)RB * B, *scale = Ub + (size_t)B * B;
+    float *E = c->work + (size_t)tid * c->wstride, *scale = E + (size_t)RB * B;
     for (size_t r0 = nb; r0 < ne; r0 += RB) {
         int nr = (int)(ne - r0 < RB ? ne - r0 : RB);
         for (int r = 0; r < nr; r++) {
@@ -220,8 +242,6 @@ static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
         }
         for (int b0 = 0; b0 < K; b0 += B) {
             int b1 = b0 + B < K ? b0 + B : K, bw = b1 - b0;
-            for (int i = 0; i < bw; i++) /* U[b0+i][b0+j] = UT[b0+j][b0+i] */
-                for (int j = 0; j < bw; j++) Ub[i * bw + j] = c->UT[(size_t)(b0 + j) * K + b0 + i];
             for (int r = 0; r < nr; r++) {
                 int n = (int)r0 + r;
                 float *w = c->W + (size_t)n * K, *er = E + (size_t)r * bw;
@@ -231,7 +251,7 @@ static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
                         for (int k = i; k < i + G; k++) lo = fminf(lo, w[k]), hi = fmaxf(hi, w[k]);
                         scale[r] = cllm_quant_set_group_mm(q, i / G, n, lo, hi);
                     }
-                    const float *u = Ub + (size_t)(i - b0) * bw - b0;
+                    const float *u = c->U + (size_t)i * K;
                     float wi = w[i], dq = cllm_quant_set_code(q, n, i, wi, scale[r]);
                     float en = (wi - dq) / u[i];
                     er[i - b0] = en;
@@ -239,30 +259,50 @@ static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
                 }
             }
             if (b1 == K) break;
-            int nc = K - b1;
-            c->mm(c->UT + (size_t)b1 * K + b0, (size_t)K, nc, E, (size_t)bw, nr, bw, tmp,
-                  (size_t)nc);
-            for (int r = 0; r < nr; r++) {
-                float *w = c->W + (r0 + r) * K + b1;
-                const float *y = tmp + (size_t)r * nc;
-                for (int j = 0; j < nc; j++) w[j] -= y[j];
-            }
+            c->gemm(nr, K - b1, bw, E, (size_t)bw, c->U + (size_t)b0 * K + b1, (size_t)K,
+                    c->W + r0 * K + b1, (size_t)K, CLLM_GEMM_SUB);
         }
     }
 }
 
+typedef struct tr_ctx {
+    const float *src;
+    float *dst;
+    int K;
+} tr_ctx;
+
+/* dst[j][i] = src[i][j] for rows i of src in 32-row tiles [b, e) */
+static void transpose_worker(void *vc, size_t b, size_t e, int tid) {
+    (void)tid;
+    tr_ctx *c = vc;
+    int K = c->K;
+    for (size_t t = b; t < e; t++)
+        for (int j0 = 0; j0 < K; j0 += 32)
+            for (int i = (int)t * 32; i < (int)t * 32 + 32 && i < K; i++)
+                for (int j = j0; j < j0 + 32 && j < K; j++)
+                    c->dst[(size_t)j * K + i] = c->src[(size_t)i * K + j];
+}
+
+/* U: NULL or K*K floats of scratch for UT^T (malloc'd here when NULL). */
 static cllm_status gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
-                              cllm_pool *pool, cllm_error *err) {
+                              cllm_pool *pool, float *U, cllm_error *err) {
     int K = q->K, G = q->group;
     int B = G >= 128 ? G : G * (128 / G);
     if (B > K) B = K;
-    ap_ctx c = {W, H, UT, q, B, NULL, 0, cllm_kern()->matmul_f32};
-    c.wstride = (size_t)RB * K + (size_t)RB * B + (size_t)B * B + RB;
+    float *own = U ? NULL : malloc((size_t)K * K * sizeof(float));
+    ap_ctx c = {W, H, U ? U : own, q, B, NULL, 0, cllm_kern()->gemm_f32};
+    c.wstride = (size_t)RB * B + RB;
     c.wstride = (c.wstride + 15) & ~(size_t)15;
-    c.work = malloc(c.wstride * n_threads(pool) * sizeof(float));
-    if (!c.work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    c.work = c.U ? malloc(c.wstride * n_threads(pool) * sizeof(float)) : NULL;
+    if (!c.work) {
+        free(own);
+        return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    }
+    tr_ctx tc = {UT, U ? U : own, K};
+    cllm_pool_for(pool, ((size_t)K + 31) / 32, transpose_worker, &tc);
     cllm_pool_for_grain(pool, (size_t)q->N, 8, apply_worker, &c);
     free(c.work);
+    free(own);
     return CLLM_OK;
 }
 
@@ -279,7 +319,7 @@ cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_
     cllm_status st =
         UT && work ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
     if (st == CLLM_OK) st = gptq_factor(H, K, damp, UT, work, pool, err);
-    if (st == CLLM_OK) st = gptq_apply(W, H, UT, q, pool, err);
+    if (st == CLLM_OK) st = gptq_apply(W, H, UT, q, pool, work, err);
     free(UT), free(work);
     return st;
 }
@@ -295,7 +335,7 @@ cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm
 
 cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
                             cllm_pool *pool, cllm_error *err) {
-    return gptq_apply(W, H, UT, q, pool, err);
+    return gptq_apply(W, H, UT, q, pool, NULL, err);
 }
 
 /* Calibration: the 16-bit model runs over the calibration tokens; every matmul input is added
@@ -318,7 +358,7 @@ typedef struct hent {
     bool wanted;
     int tag;
     float *H;  /* [K][K], lower triangle accumulated */
-    float *xb; /* [K][buf_rows(K)] pending tokens, transposed */
+    float *xb; /* [buf_rows(K)][K] pending tokens, one row each */
     int nxb;   /* tokens pending in xb */
 } hent;
 
@@ -363,7 +403,7 @@ struct cllm_gptq {
     bool use_cache;
     uint64_t held, peak;
     double t_count, t_pass, t_hess, t_factor, t_apply; /* seconds per phase (summary) */
-    float *ctmp; /* [nt][RB * ctmp_K] scratch of the Hessian updates */
+    float *ctmp; /* [nt][RB * RB] + [ctmp_K][buf_rows(ctmp_K)] scratch of the Hessian updates */
     int ctmp_K;
     /* the previous capture, to detect shared inputs */
     const fwd_wt *last_w;
@@ -428,25 +468,30 @@ static uint64_t hess_bytes(int K) {
 
 typedef struct acc_ctx {
     hent *e;
-    float *tmp;
+    float *tmp; /* [nt][RB * RB] */
+    float *xt;  /* [K][C] the pending tokens transposed */
     int nt;
-    cllm_matmul_fn mm;
+    cllm_gemm_fn gemm;
 } acc_ctx;
 
-/* H[a][b] += sum_c xb[a][c] xb[b][c] for b <= a, row blocks of RB dealt cyclically. */
+/* H[a][b] += sum_c x_c[a] x_c[b] for b <= a, row blocks of RB dealt cyclically: the columns left
+ * of the diagonal block added in place, the diagonal block via tmp (lower triangle). */
 static void acc_worker(void *vc, size_t b, size_t e, int tid) {
     acc_ctx *c = vc;
     int K = c->e->K, C = buf_rows(K), n = c->e->nxb;
-    float *tmp = c->tmp + (size_t)tid * RB * K;
+    float *tmp = c->tmp + (size_t)tid * RB * RB;
     for (size_t t = b; t < e; t++)
         for (int r0 = (int)t * RB; r0 < K; r0 += c->nt * RB) {
-            int r1 = r0 + RB < K ? r0 + RB : K;
-            c->mm(c->e->xb, (size_t)C, r1, c->e->xb + (size_t)r0 * C, (size_t)C, r1 - r0, n, tmp,
-                  (size_t)r1);
+            int r1 = r0 + RB < K ? r0 + RB : K, nr = r1 - r0;
+            const float *xa = c->xt + (size_t)r0 * C;
+            c->gemm(nr, r0, n, xa, (size_t)C, c->e->xb, (size_t)K, c->e->H + (size_t)r0 * K,
+                    (size_t)K, CLLM_GEMM_ADD);
+            c->gemm(nr, nr, n, xa, (size_t)C, c->e->xb + r0, (size_t)K, tmp, (size_t)nr,
+                    CLLM_GEMM_SET);
             for (int i = r0; i < r1; i++) {
-                float *h = c->e->H + (size_t)i * K;
-                const float *y = tmp + (size_t)(i - r0) * r1;
-                for (int j = 0; j <= i; j++) h[j] += y[j];
+                float *h = c->e->H + (size_t)i * K + r0;
+                const float *y = tmp + (size_t)(i - r0) * nr;
+                for (int j = 0; j <= i - r0; j++) h[j] += y[j];
             }
         }
 }
@@ -457,9 +502,10 @@ static void flush(cllm_gptq *g, hent *e) {
     int K = e->K;
     cllm_pool *pool = g->r.pool;
     int nt = n_threads(pool);
+    int C = buf_rows(K);
     if (g->ctmp_K < K) {
         free(g->ctmp);
-        g->ctmp = malloc((size_t)nt * RB * K * sizeof(float));
+        g->ctmp = malloc(((size_t)nt * RB * RB + (size_t)K * C) * sizeof(float));
         g->ctmp_K = g->ctmp ? K : 0;
         if (!g->ctmp) {
             g->oom = true;
@@ -467,7 +513,11 @@ static void flush(cllm_gptq *g, hent *e) {
         }
     }
     double t0 = cllm_time_s();
-    acc_ctx c = {e, g->ctmp, nt, cllm_kern()->matmul_f32};
+    acc_ctx c = {e, g->ctmp, g->ctmp + (size_t)nt * RB * RB, nt, cllm_kern()->gemm_f32};
+    for (int a0 = 0; a0 < K; a0 += 32) /* xt[a][s] = xb[s][a], 32 inputs at a time */
+        for (int s = 0; s < e->nxb; s++)
+            for (int a = a0; a < a0 + 32 && a < K; a++)
+                c.xt[(size_t)a * C + s] = e->xb[(size_t)s * K + a];
     cllm_pool_for(pool, (size_t)nt, acc_worker, &c);
     e->nxb = 0;
     g->t_hess += cllm_time_s() - t0;
@@ -531,8 +581,7 @@ static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int 
     }
     int C = buf_rows(K);
     for (int s = 0; s < n_tok; s++) {
-        const float *x = X + (size_t)s * ldx;
-        for (int a = 0; a < K; a++) e->xb[(size_t)a * C + e->nxb] = x[a];
+        memcpy(e->xb + (size_t)e->nxb * K, X + (size_t)s * ldx, (size_t)K * sizeof(float));
         if (++e->nxb == C) flush(g, e);
     }
 }
@@ -735,7 +784,7 @@ cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, doub
         g->fdamp = damp;
     }
     double t0 = cllm_time_s();
-    cllm_status st = gptq_apply(W, H, g->fA, q, pool, err);
+    cllm_status st = gptq_apply(W, H, g->fA, q, pool, g->fwork, err);
     g->t_apply += cllm_time_s() - t0;
     return st;
 }
