@@ -18,7 +18,7 @@
  * the tile or the row range of the call. Work is split so that each output element is computed
  * by one thread with that fixed sequence, so the bytes never depend on the thread count. The B
  * operands are kept in the layout the kernel wants: the panel's inverse and the panel itself
- * transposed (factor), the inverse's column block row-major (inverse), U = UT^T (apply), the
+ * transposed (factor), the inverse's column block row-major (inverse), U row-major (apply), the
  * buffered tokens as rows (Hessian).
  *
  * float32, not float64: the reference implementation factors in float32 with the same 1%
@@ -32,7 +32,7 @@
 
 typedef struct mm_ctx {
     float *A;      /* [K][K] */
-    float *XT;     /* [K][K] */
+    float *X;      /* [K][K] M^-1, row-major */
     float *LiT;    /* [nb][nb] transpose of the inverse of the panel's diagonal block */
     float *PT;     /* [nb][K - k0 - nb] the solved panel below the diagonal block, transposed */
     float *tmp;    /* [nt][ts] */
@@ -89,7 +89,7 @@ static void syrk_worker(void *vc, size_t b, size_t e, int tid) {
         }
 }
 
-/* Columns of X = M^-1 (M lower in A) for column blocks dealt cyclically: XT[c][k] = X[k][c].
+/* Columns of X = M^-1 (M lower in A) for column blocks dealt cyclically, into c->X.
  * A column block's solve needs only M and itself: rows in blocks of RB, the part from earlier
  * rows as one GEMM (B = the block's rows solved so far, row-major in Xp), then forward
  * substitution inside the block, row by row over the block's columns (contiguous,
@@ -101,7 +101,7 @@ static void inv_worker(void *vc, size_t b, size_t e, int tid) {
     for (size_t t = b; t < e; t++)
         for (int c0 = (int)t * FB; c0 < K; c0 += c->nt * FB) {
             int c1 = c0 + FB < K ? c0 + FB : K, nc = c1 - c0;
-            for (int j = c0; j < c1; j++) memset(c->XT + (size_t)j * K, 0, (size_t)c0 * 4);
+            for (int i = 0; i < c0; i++) memset(c->X + (size_t)i * K + c0, 0, (size_t)nc * 4);
             for (int i0 = c0; i0 < K; i0 += RB) {
                 int i1 = i0 + RB < K ? i0 + RB : K;
                 float *XB = Xp + (size_t)(i0 - c0) * nc; /* X[i0..i1)[c0..c1) */
@@ -122,10 +122,8 @@ static void inv_worker(void *vc, size_t b, size_t e, int tid) {
                     float d = m[i];
                     for (int j = 0; j < nc; j++) x[j] /= d;
                 }
-                for (int j = 0; j < nc; j++) {
-                    float *xt = c->XT + (size_t)(c0 + j) * K;
-                    for (int i = i0; i < i1; i++) xt[i] = XB[(size_t)(i - i0) * nc + j];
-                }
+                for (int i = i0; i < i1; i++)
+                    memcpy(c->X + (size_t)i * K + c0, XB + (size_t)(i - i0) * nc, (size_t)nc * 4);
             }
         }
 }
@@ -135,11 +133,11 @@ static size_t factor_work(int K, cllm_pool *pool) {
            (size_t)n_threads(pool) * ((size_t)RB * FB + (size_t)FB * K);
 }
 
-/* UT (lower, [K][K]) with (H + damp * mean diag)^-1 = UT UT^T, i.e. U = UT^T is the upper
- * Cholesky factor GPTQ walks; dead inputs (diag 0) get 1 before damping. Reads the lower
- * triangle of H only. One Cholesky of the index-reversed matrix, P H P = M M^T, and one
- * triangular inverse: U = P M^-1 P is upper with H^-1 = U^T U. work: factor_work() floats. */
-static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, float *work,
+/* U (upper, [K][K]) with (H + damp * mean diag)^-1 = U^T U, the upper Cholesky factor GPTQ
+ * walks (cllm_gptq_factor returns its transpose UT); dead inputs (diag 0) get 1 before damping.
+ * Reads the lower triangle of H only. One Cholesky of the index-reversed matrix, P H P = M M^T, and
+ * one triangular inverse: U = P M^-1 P is upper with H^-1 = U^T U. work: factor_work() floats. */
+static cllm_status gptq_factor(const float *H, int K, double damp, float *U, float *work,
                                cllm_pool *pool, cllm_error *err) {
     size_t KK = (size_t)K * K;
     mm_ctx c = {work,
@@ -204,10 +202,10 @@ static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, fl
         cllm_pool_for(pool, (size_t)c.nt, syrk_worker, &c);
     }
     cllm_pool_for(pool, (size_t)c.nt, inv_worker, &c);
-    /* UT[j][i] = U[i][j] = X[K-1-i][K-1-j] = XT[K-1-j][K-1-i] */
-    for (size_t a = 0; a < KK; a++) UT[a] = c.XT[KK - 1 - a];
+    /* U[i][j] = X[K-1-i][K-1-j] */
+    for (size_t a = 0; a < KK; a++) U[a] = c.X[KK - 1 - a];
     for (int i = 0; i < K; i++)
-        if (!(UT[(size_t)i * K + i] > 0) || !isfinite(UT[(size_t)i * K + i]))
+        if (!(U[(size_t)i * K + i] > 0) || !isfinite(U[(size_t)i * K + i]))
             return cllm_err_set(err, CLLM_ERANGE, "gptq: inverse Hessian not positive definite");
     return CLLM_OK;
 }
@@ -220,7 +218,7 @@ static cllm_status gptq_factor(const float *H, int K, double damp, float *UT, fl
  * earlier column, exactly as in the column-by-column algorithm. */
 typedef struct ap_ctx {
     float *W;
-    const float *H, *U; /* U [K][K] = UT^T, upper */
+    const float *H, *U; /* U [K][K], upper (gptq_factor) */
     cllm_qbuf *q;
     int B;
     float *work; /* per thread: RB*B E, RB scales */
@@ -265,45 +263,27 @@ static void apply_worker(void *vc, size_t nb, size_t ne, int tid) {
     }
 }
 
-typedef struct tr_ctx {
-    const float *src;
-    float *dst;
-    int K;
-} tr_ctx;
-
-/* dst[j][i] = src[i][j] for rows i of src in 32-row tiles [b, e) */
-static void transpose_worker(void *vc, size_t b, size_t e, int tid) {
-    (void)tid;
-    tr_ctx *c = vc;
-    int K = c->K;
-    for (size_t t = b; t < e; t++)
-        for (int j0 = 0; j0 < K; j0 += 32)
-            for (int i = (int)t * 32; i < (int)t * 32 + 32 && i < K; i++)
-                for (int j = j0; j < j0 + 32 && j < K; j++)
-                    c->dst[(size_t)j * K + i] = c->src[(size_t)i * K + j];
-}
-
-/* U: NULL or K*K floats of scratch for UT^T (malloc'd here when NULL). */
-static cllm_status gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
-                              cllm_pool *pool, float *U, cllm_error *err) {
+static cllm_status gptq_apply(float *W, const float *H, const float *U, cllm_qbuf *q,
+                              cllm_pool *pool, cllm_error *err) {
     int K = q->K, G = q->group;
     int B = G >= 128 ? G : G * (128 / G);
     if (B > K) B = K;
-    float *own = U ? NULL : malloc((size_t)K * K * sizeof(float));
-    ap_ctx c = {W, H, U ? U : own, q, B, NULL, 0, cllm_kern()->gemm_f32};
+    ap_ctx c = {W, H, U, q, B, NULL, 0, cllm_kern()->gemm_f32};
     c.wstride = (size_t)RB * B + RB;
     c.wstride = (c.wstride + 15) & ~(size_t)15;
-    c.work = c.U ? malloc(c.wstride * n_threads(pool) * sizeof(float)) : NULL;
-    if (!c.work) {
-        free(own);
-        return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    }
-    tr_ctx tc = {UT, U ? U : own, K};
-    cllm_pool_for(pool, ((size_t)K + 31) / 32, transpose_worker, &tc);
+    c.work = malloc(c.wstride * n_threads(pool) * sizeof(float));
+    if (!c.work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
     cllm_pool_for_grain(pool, (size_t)q->N, 8, apply_worker, &c);
     free(c.work);
-    free(own);
     return CLLM_OK;
+}
+
+/* dst[j][i] = src[i][j], K x K (the public UT <-> the internal U; tests only) */
+static void transpose(const float *src, float *dst, int K) {
+    for (int i0 = 0; i0 < K; i0 += 32)
+        for (int j = 0; j < K; j++)
+            for (int i = i0; i < i0 + 32 && i < K; i++)
+                dst[(size_t)j * K + i] = src[(size_t)i * K + j];
 }
 
 cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
@@ -314,28 +294,35 @@ cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf 
 cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_qbuf *q,
                                     cllm_pool *pool, cllm_error *err) {
     int K = q->K;
-    float *UT = malloc((size_t)K * K * sizeof(float)),
+    float *U = malloc((size_t)K * K * sizeof(float)),
           *work = malloc(factor_work(K, pool) * sizeof(float));
     cllm_status st =
-        UT && work ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    if (st == CLLM_OK) st = gptq_factor(H, K, damp, UT, work, pool, err);
-    if (st == CLLM_OK) st = gptq_apply(W, H, UT, q, pool, work, err);
-    free(UT), free(work);
+        U && work ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    if (st == CLLM_OK) st = gptq_factor(H, K, damp, U, work, pool, err);
+    if (st == CLLM_OK) st = gptq_apply(W, H, U, q, pool, err);
+    free(U), free(work);
     return st;
 }
 
 cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm_pool *pool,
                              cllm_error *err) {
-    float *work = malloc(factor_work(K, pool) * sizeof(float));
+    float *work = malloc(((size_t)K * K + factor_work(K, pool)) * sizeof(float));
     if (!work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    cllm_status st = gptq_factor(H, K, damp, UT, work, pool, err);
+    cllm_status st = gptq_factor(H, K, damp, work, work + (size_t)K * K, pool, err);
+    if (st == CLLM_OK) transpose(work, UT, K);
     free(work);
     return st;
 }
 
 cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
                             cllm_pool *pool, cllm_error *err) {
-    return gptq_apply(W, H, UT, q, pool, NULL, err);
+    int K = q->K;
+    float *U = malloc((size_t)K * K * sizeof(float));
+    if (!U) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
+    transpose(UT, U, K);
+    cllm_status st = gptq_apply(W, H, U, q, pool, err);
+    free(U);
+    return st;
 }
 
 /* Calibration: the 16-bit model runs over the calibration tokens; every matmul input is added
@@ -415,7 +402,7 @@ struct cllm_gptq {
     const float *fH;
     int fK;
     double fdamp;
-    float *fA, *fwork; /* [K][K] UT of gptq_factor, factor_work(K) floats */
+    float *fA, *fwork; /* [K][K] U of gptq_factor, factor_work(K) floats */
 };
 
 static void add_span(void *ctx, const cllm_tensor *t) {
@@ -784,7 +771,7 @@ cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, doub
         g->fdamp = damp;
     }
     double t0 = cllm_time_s();
-    cllm_status st = gptq_apply(W, H, g->fA, q, pool, g->fwork, err);
+    cllm_status st = gptq_apply(W, H, g->fA, q, pool, err);
     g->t_apply += cllm_time_s() - t0;
     return st;
 }
