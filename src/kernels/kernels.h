@@ -2,10 +2,10 @@
  *
  * Tiers: kernels/<family>_ref.c is plain scalar C and the test oracle; kernels/x86/<family>_avx2.c
  * holds whole AVX2+FMA+F16C functions, kernels/x86/<family>_avx512.c AVX-512 F/BW/VL/DQ ones (the
- * avx512 table: those int kernels, AVX2 for the rest), kernels/arm/<family>_neon.c baseline
- * ARMv8 Advanced SIMD ones (*_dot_neon.c: + dot product; the neon table).
- * cllm_kern() returns the table for cllm_cpu_tier(), filled once at first use
- * (CLLM_ISA=ref|avx2|avx512|neon forces a tier).
+ * avx512 table: the int kernels and gemm_f32, AVX2 for the rest), kernels/arm/<family>_neon.c
+ * baseline ARMv8 Advanced SIMD ones (*_dot_neon.c: + dot product; the neon table). cllm_kern()
+ * returns the table for cllm_cpu_tier(), filled once at first use (CLLM_ISA=ref|avx2|avx512|neon
+ * forces a tier).
  *
  * Determinism contract (what batch invariance rests on): in every tier, output element (t, r) of
  * a matmul is computed by the same sequence of floating-point operations whatever n_tok, n_rows,
