@@ -19,29 +19,11 @@
 #include <stdlib.h>
 
 #include "kernels/kern_int.h"
+#include "kernels/x86/q_avx512.h"
 
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16 /* as the AVX2 tier */
 #define TOK     4  /* tokens per prefill tile */
-
-/* Effective zeros (stored + 1) of columns n0..n0+15 in group g (TAIL: 8 columns read). */
-AI __m512i zeros16(const cllm_qweight *w, int g, int n0, const int TAIL) {
-    const int32_t *src = w->qzeros + (size_t)g * (w->N / 8) + n0 / 8;
-    __m128i words = _mm_maskz_loadu_epi32(TAIL ? 1 : 3, src);
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    __m512i z = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(words)), sh);
-    return _mm512_add_epi32(_mm512_and_si512(z, _mm512_set1_epi32(15)), _mm512_set1_epi32(1));
-}
-
-AI __m512 scales16(const cllm_qweight *w, int g, int n0, const int TAIL) {
-    const uint16_t *p = w->scales + (size_t)g * w->N + n0;
-    __m256i sh =
-        TAIL ? _mm256_maskz_loadu_epi16(0x00ff, p) : _mm256_loadu_si256((const __m256i *)p);
-    if (w->scale_bf16) /* bf16: exact */
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
-    return _mm512_cvtph_ps(sh);
-}
 
 /* Output columns [n0, n0 + 16*NB) (TAIL: NB 1 and 8 columns) x tokens [0, TT) of the prepared
  * activations A (token stride `as` bytes). VNNI selects vpdpbusd over vpmaddubsw/vpmaddwd. */
@@ -92,7 +74,7 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
             }
         }
         for (int b = 0; b < NB; b++) {
-            __m512i zv = zeros16(w, g, n0 + 16 * b, TAIL);
+            __m512i zv = zeros16(w, g, n0 + 16 * b, 4, TAIL);
             __m512 sv = scales16(w, g, n0 + 16 * b, TAIL);
             if (SPLIT) isum[b][0] = _mm512_add_epi32(isum[b][0], isum2[b]);
             for (int t = 0; t < TT; t++) {
