@@ -3,6 +3,7 @@
 #define CLLM_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,6 +29,18 @@ static int test_checks;
             fputc('\n', stderr);                                                                   \
         }                                                                                          \
     } while (0)
+
+/* xorshift64 test data: test_frand() uniform in [-1, 1), test_irand(n) in [0, n). Per test
+ * program, fixed seed, so failures reproduce. */
+static uint64_t test_rng = 88172645463325252ull;
+static inline float test_frand(void) {
+    test_rng ^= test_rng << 13, test_rng ^= test_rng >> 7, test_rng ^= test_rng << 17;
+    return (float)((test_rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
+}
+static inline int test_irand(int n) {
+    test_rng ^= test_rng << 13, test_rng ^= test_rng >> 7, test_rng ^= test_rng << 17;
+    return (int)(test_rng % (uint64_t)n);
+}
 
 static inline int test_report(const char *name) {
     fprintf(stderr, "%s: %d checks, %d failures\n", name, test_checks, test_failures);

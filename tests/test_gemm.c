@@ -11,31 +11,21 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
-static uint64_t rng = 88172645463325252ull;
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
-}
-static int irand(int n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
-
 static const int dims[] = {1, 2, 7, 16, 17, 31, 33, 100, 129};
 #define ND ((int)(sizeof(dims) / sizeof(dims[0])))
 
 /* one shape in every tier: returns 0 when all checks passed */
 static void check_shape(const cllm_kern_ops **tiers, int nt, int M, int N, int K, int op) {
-    size_t lda = (size_t)K + (size_t)irand(4), ldb = (size_t)N + (size_t)irand(5),
-           ldc = (size_t)N + (size_t)irand(3);
+    size_t lda = (size_t)K + (size_t)test_irand(4), ldb = (size_t)N + (size_t)test_irand(5),
+           ldc = (size_t)N + (size_t)test_irand(3);
     /* +1 / +3 element offsets: unaligned pointers */
     float *abuf = malloc(((size_t)M * lda + 1) * 4), *bbuf = malloc(((size_t)K * ldb + 3) * 4);
     float *A = abuf + 1, *B = bbuf + 3;
     size_t nc = (size_t)M * ldc + 2;
     float *c0 = malloc(nc * 4), *cref = NULL;
-    for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = frand();
-    for (size_t i = 0; i < (size_t)K * ldb; i++) B[i] = frand();
-    for (size_t i = 0; i < nc; i++) c0[i] = frand();
+    for (size_t i = 0; i < (size_t)M * lda; i++) A[i] = test_frand();
+    for (size_t i = 0; i < (size_t)K * ldb; i++) B[i] = test_frand();
+    for (size_t i = 0; i < nc; i++) c0[i] = test_frand();
     for (int t = 0; t < nt; t++) {
         float *cb = malloc(nc * 4), *C = cb + 1;
         memcpy(cb, c0, nc * 4);
@@ -70,7 +60,7 @@ static void check_shape(const cllm_kern_ops **tiers, int nt, int M, int N, int K
             CHECK_MSG(!memcmp(cb, cref, nc * 4), "%s != %s bitwise (M=%d N=%d K=%d op=%d)",
                       tiers[t]->name, tiers[0]->name, M, N, K, op);
             /* rows split at a random point (two calls) give the same bytes */
-            int ms = M > 1 ? 1 + irand(M - 1) : 0;
+            int ms = M > 1 ? 1 + test_irand(M - 1) : 0;
             memcpy(cb, c0, nc * 4);
             tiers[t]->gemm_f32(ms, N, K, A, lda, B, ldb, C, ldc, op);
             tiers[t]->gemm_f32(M - ms, N, K, A + (size_t)ms * lda, lda, B, ldb,
@@ -78,7 +68,7 @@ static void check_shape(const cllm_kern_ops **tiers, int nt, int M, int N, int K
             CHECK_MSG(!memcmp(cb, cref, nc * 4), "%s rows split at %d differ (M=%d N=%d K=%d)",
                       tiers[t]->name, ms, M, N, K);
             /* and columns split too (N contiguous sub-blocks, what a caller may do) */
-            int ns = N > 1 ? 1 + irand(N - 1) : 0;
+            int ns = N > 1 ? 1 + test_irand(N - 1) : 0;
             memcpy(cb, c0, nc * 4);
             tiers[t]->gemm_f32(M, ns, K, A, lda, B, ldb, C, ldc, op);
             tiers[t]->gemm_f32(M, N - ns, K, A, lda, B + ns, ldb, C + ns, ldc, op);
@@ -101,8 +91,8 @@ static void bench(const cllm_kern_ops **tiers, int nt) {
     int M = 2048, N = 2048, K = 128;
     float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)K * N * 4),
           *BT = malloc((size_t)K * N * 4), *C = malloc((size_t)M * N * 4);
-    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = frand();
-    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = frand();
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = test_frand();
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = test_frand();
     for (int k = 0; k < K; k++)
         for (int n = 0; n < N; n++) BT[(size_t)n * K + k] = B[(size_t)k * N + n];
     double fl = 2.0 * M * N * K;
@@ -136,12 +126,13 @@ int main(void) {
     if (cllm_kern_neon()) tiers[nt++] = cllm_kern_neon();
     for (int op = 0; op < 3; op++)
         for (int iter = 0; iter < 40; iter++)
-            check_shape(tiers, nt, dims[irand(ND)], dims[irand(ND)], dims[irand(ND)], op);
+            check_shape(tiers, nt, dims[test_irand(ND)], dims[test_irand(ND)], dims[test_irand(ND)],
+                        op);
     /* every dim in every position at least once, incl. K = 0 (C = 0, C, C) */
     for (int i = 0; i < ND; i++) {
-        check_shape(tiers, nt, dims[i], 1 + irand(40), 1 + irand(40), i % 3);
-        check_shape(tiers, nt, 1 + irand(40), dims[i], 1 + irand(40), i % 3);
-        check_shape(tiers, nt, 1 + irand(40), 1 + irand(40), dims[i], i % 3);
+        check_shape(tiers, nt, dims[i], 1 + test_irand(40), 1 + test_irand(40), i % 3);
+        check_shape(tiers, nt, 1 + test_irand(40), dims[i], 1 + test_irand(40), i % 3);
+        check_shape(tiers, nt, 1 + test_irand(40), 1 + test_irand(40), dims[i], i % 3);
     }
     for (int op = 0; op < 3; op++) check_shape(tiers, nt, 9, 35, 0, op);
     for (int t = 0; t < nt; t++) fprintf(stderr, "tier %s checked\n", tiers[t]->name);

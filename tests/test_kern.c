@@ -8,20 +8,10 @@
 #include "kernels/kernels.h"
 #include "test.h"
 
-static uint64_t rng = 88172645463325252ull;
-static float frand(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 11) * 0x1.0p-53) * 2.0f - 1.0f;
-}
-static int irand(int n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
-
 /* Fills W (rows x ldw) in dtype dt from random floats; returns fp32 copy semantics via kernel. */
 static void fill_w(void *W, cllm_dtype dt, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float f = frand();
+        float f = test_frand();
         if (dt == CLLM_DT_F32)
             ((float *)W)[i] = f;
         else if (dt == CLLM_DT_BF16)
@@ -36,10 +26,10 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
     cllm_dtype dts[3] = {CLLM_DT_F32, CLLM_DT_F16, CLLM_DT_BF16};
     for (int iter = 0; iter < 60; iter++) {
         cllm_dtype dt = dts[iter % 3];
-        int rows = 1 + irand(40), K = 1 + irand(300), nt = 1 + irand(11);
-        if (iter % 5 == 0) K = 64 * (1 + irand(4)); /* multiples of 8 too */
-        size_t ldw = (size_t)K + (size_t)irand(3), ldx = (size_t)K + (size_t)irand(5),
-               ldy = (size_t)rows + (size_t)irand(4);
+        int rows = 1 + test_irand(40), K = 1 + test_irand(300), nt = 1 + test_irand(11);
+        if (iter % 5 == 0) K = 64 * (1 + test_irand(4)); /* multiples of 8 too */
+        size_t ldw = (size_t)K + (size_t)test_irand(3), ldx = (size_t)K + (size_t)test_irand(5),
+               ldy = (size_t)rows + (size_t)test_irand(4);
         size_t es = dt == CLLM_DT_F32 ? 4 : 2;
         /* +1 element offsets: unaligned pointers */
         char *wbuf = malloc((rows * ldw + 1) * es);
@@ -49,7 +39,7 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
         void *W = wbuf + es;
         float *X = xbuf + 1;
         fill_w(W, dt, rows * ldw);
-        for (size_t i = 0; i < nt * ldx; i++) X[i] = frand();
+        for (size_t i = 0; i < nt * ldx; i++) X[i] = test_frand();
         cllm_kern_matmul(k, dt)(W, ldw, rows, X, ldx, nt, K, y, ldy);
         cllm_kern_matmul(ref, dt)(W, ldw, rows, X, ldx, nt, K, yr, ldy);
         double maxerr = 0;
@@ -68,7 +58,7 @@ static void test_matmul(const cllm_kern_ops *k, const char *tier) {
             bad += memcmp(y1, y + t * ldy, rows * sizeof(float)) != 0;
         }
         if (rows > 3) {
-            int r0 = 1 + irand(rows - 2);
+            int r0 = 1 + test_irand(rows - 2);
             float *y2 = calloc(nt * ldy, sizeof(float));
             cllm_kern_matmul(k, dt)((char *)W + r0 * ldw * es, ldw, rows - r0, X, ldx, nt, K,
                                     y2 + r0, ldy);
@@ -92,18 +82,18 @@ static double worse(double a, double b) {
 static void test_gdn(const cllm_kern_ops *k, const char *tier) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     for (int iter = 0; iter < 20; iter++) {
-        int dk = 1 + irand(40), dv = 1 + irand(40);
-        if (iter % 2) dk = 16 * (1 + irand(8)), dv = 8 * (1 + irand(16));
+        int dk = 1 + test_irand(40), dv = 1 + test_irand(40);
+        if (iter % 2) dk = 16 * (1 + test_irand(8)), dv = 8 * (1 + test_irand(16));
         size_t ns = (size_t)dk * dv;
         float *S = malloc(ns * 4), *Sr = malloc(ns * 4), *q = malloc(dk * 4), *kk = malloc(dk * 4);
         float *v = malloc(dv * 4), *o = malloc(dv * 4), * or = malloc(dv * 4),
               *tmp = malloc(dv * 4);
-        for (size_t i = 0; i < ns; i++) S[i] = Sr[i] = frand();
+        for (size_t i = 0; i < ns; i++) S[i] = Sr[i] = test_frand();
         double err = 0;
         for (int step = 0; step < 5; step++) {
-            for (int i = 0; i < dk; i++) q[i] = frand() * 0.3f, kk[i] = frand() * 0.3f;
-            for (int i = 0; i < dv; i++) v[i] = frand();
-            float decay = 0.5f + 0.5f * fabsf(frand()), beta = fabsf(frand());
+            for (int i = 0; i < dk; i++) q[i] = test_frand() * 0.3f, kk[i] = test_frand() * 0.3f;
+            for (int i = 0; i < dv; i++) v[i] = test_frand();
+            float decay = 0.5f + 0.5f * fabsf(test_frand()), beta = fabsf(test_frand());
             k->gdn_step(S, q, kk, v, decay, beta, o, tmp, dk, dv);
             ref->gdn_step(Sr, q, kk, v, decay, beta, or, tmp, dk, dv);
             for (int i = 0; i < dv; i++) err = worse(err, fabs(o[i] - or [i]));
@@ -117,11 +107,11 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
 static void test_vec(const cllm_kern_ops *k, const char *tier) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     for (int iter = 0; iter < 30; iter++) {
-        int n = 1 + irand(300);
+        int n = 1 + test_irand(300);
         float *a = malloc((n + 1) * 4), *b = malloc((n + 1) * 4), *y = malloc(n * 4),
               *yr = malloc(n * 4);
-        for (int i = 0; i <= n; i++) a[i] = frand(), b[i] = frand();
-        for (int i = 0; i < n; i++) y[i] = yr[i] = frand();
+        for (int i = 0; i <= n; i++) a[i] = test_frand(), b[i] = test_frand();
+        for (int i = 0; i < n; i++) y[i] = yr[i] = test_frand();
         float d = k->dot(a + 1, b + 1, n), dr = ref->dot(a + 1, b + 1, n);
         CHECK_MSG(fabsf(d - dr) <= 1e-5f * n, "%s dot n=%d %g vs %g", tier, n, d, dr);
         k->scale_axpy(y, 0.7f, 1.3f, a + 1, n);
