@@ -32,9 +32,7 @@ command -v "$CC" >/dev/null 2>&1 || skip "no $CC (apt-get install gcc-aarch64-li
 
 rm -rf "$T" && mkdir -p "$T/obj" "$T/inc"
 ln -s /usr/include/jansson.h /usr/include/jansson_config.h "$T/inc/"
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$SRC/tests/lib/check.sh"
 t0=$(date +%s)
 
 CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench-serve and doctor end to end against the real `cllm serve` on a synthetic tiny model
-# (digits-only prompts: the tiny model's vocabulary is 512 ids). Skips (exit 0, says so) when
+# (digits-only prompts: the tiny model's vocabulary is 512 ids). Skips (exit 77, ctest shows it skipped) when
 # this build has no `serve` command yet.
 set -u
 mkdir -p "$CLLM_TMP"
-if ! "$CLLM_BIN" serve --help >/dev/null 2>&1; then echo "SKIP: no cllm serve in this build"; exit 0; fi
+if ! "$CLLM_BIN" serve --help >/dev/null 2>&1; then echo "SKIP: no cllm serve in this build"; exit 77; fi
 M="$CLLM_TMP/bs_tiny"
 "$CLLM_BIN" synth --config "$CLLM_SRC/configs/tiny.json" --tokenizer "$CLLM_SRC/models/tiny" -q "$M" || exit 1
 PORT=$(( 20000 + RANDOM % 20000 ))

@@ -5,9 +5,7 @@ set -u
 BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/engine_bench
 rm -rf "$T" && mkdir -p "$T"
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$SRC/tests/lib/check.sh"
 
 "$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 1 --dtype f32 "$T/m" || { echo "FAIL: synth"; exit 1; }
 

@@ -21,10 +21,8 @@ PY=/usr/bin/python3
 export CLLM_SRC="$SRC"
 W="$SRC/tools/ref/ct_writer.py"
 rm -rf "$T" && mkdir -p "$T"
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-if ! $PY -c 'import numpy' 2>/dev/null; then echo "SKIP: no numpy for $PY"; exit 0; fi
+. "$SRC/tests/lib/check.sh"
+if ! $PY -c 'import numpy' 2>/dev/null; then echo "SKIP: no numpy for $PY"; exit 77; fi
 TOK=$($PY -c "print(','.join(str((i*37+5)%512) for i in range(40)))")
 cat > "$T/cmp.py" <<'PYEOF'
 import sys, numpy as np

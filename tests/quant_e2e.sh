@@ -8,14 +8,7 @@ BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/quant_e2e
 PY=/usr/bin/python3
 rm -rf "$T" && mkdir -p "$T"
-fail=0
-ok()   { echo "ok: $*"; }
-bad()  { echo "FAIL: $*"; fail=1; }
-expect_rc() { # expect_rc RC DESC CMD...
-  local want=$1 desc=$2; shift 2
-  "$@" >"$T/out" 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then ok "$desc (rc $rc)"; else bad "$desc: rc $rc, want $want"; cat "$T/out"; fi
-}
+. "$SRC/tests/lib/check.sh"
 TOK=$($PY -c "print(','.join(str((i*37+5)%512) for i in range(48)))")
 
 expect_rc 0 "synth" "$BIN" synth -q --config "$SRC/configs/tiny.json" --seed 3 --dtype f32 "$T/fp"

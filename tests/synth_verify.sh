@@ -6,14 +6,7 @@ set -u
 BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/synth_verify
 rm -rf "$T" && mkdir -p "$T"
-fail=0
-ok()   { echo "ok: $*"; }
-bad()  { echo "FAIL: $*"; fail=1; }
-expect_rc() { # expect_rc RC DESC CMD...
-  local want=$1 desc=$2; shift 2
-  "$@" >"$T/out" 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then ok "$desc (rc $rc)"; else bad "$desc: rc $rc, want $want"; cat "$T/out"; fi
-}
+. "$SRC/tests/lib/check.sh"
 
 for cfg in tiny tiny-gqa tiny-moe tiny-qwen3 tiny-qwen3-moe; do
   for layout in fused per-expert; do
