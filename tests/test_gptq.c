@@ -90,29 +90,29 @@ static int ref_factor(const float *H, int K, double damp, double *R) {
 
 static void check_factor(int K, int T, bool dead, cllm_pool *pool) {
     float *X = malloc((size_t)T * K * 4), *H = malloc((size_t)K * K * 4),
-          *UT = malloc((size_t)K * K * 4);
+          *U = malloc((size_t)K * K * 4);
     double *R = malloc((size_t)K * K * 8);
     cllm_error err;
     make_h(K, T, dead, X, H);
     CHECK(ref_factor(H, K, 0.01, R) == 0);
-    CHECK(cllm_gptq_factor(H, K, 0.01, UT, pool, &err) == CLLM_OK);
+    CHECK(cllm_gptq_factor(H, K, 0.01, U, pool, &err) == CLLM_OK);
     double num = 0, den = 0, upper = 0;
     for (int i = 0; i < K; i++)
         for (int j = 0; j < K; j++) {
-            double d = UT[(size_t)i * K + j] - R[(size_t)i * K + j];
+            double d = U[(size_t)j * K + i] - R[(size_t)i * K + j]; /* U = R^T */
             num += d * d, den += R[(size_t)i * K + j] * R[(size_t)i * K + j];
-            if (j > i) upper = fmax(upper, fabs(UT[(size_t)i * K + j]));
+            if (j > i) upper = fmax(upper, fabs(U[(size_t)j * K + i]));
         }
     double rel = sqrt(num / den);
     CHECK_MSG(rel < 2e-4, "K %d dead %d: factor relative error %g", K, dead, rel);
-    CHECK_MSG(upper == 0, "K %d: factor not lower triangular (%g)", K, upper);
+    CHECK_MSG(upper == 0, "K %d: factor not upper triangular (%g)", K, upper);
     fprintf(stderr, "factor K %4d T %4d dead %d: relative error vs float64 %.2e\n", K, T, dead,
             rel);
-    free(X), free(H), free(UT), free(R);
+    free(X), free(H), free(U), free(R);
 }
 
-/* The column-by-column algorithm (the previous gptq_apply) on the factor UT, in float. */
-static void ref_apply(float *W, const float *H, const float *UT, cllm_qbuf *q) {
+/* The column-by-column algorithm (the previous gptq_apply) on the factor U, in float. */
+static void ref_apply(float *W, const float *H, const float *U, cllm_qbuf *q) {
     int K = q->K, N = q->N, G = q->group;
     float *scale = malloc((size_t)N * 4);
     for (int i = 0; i < K; i++)
@@ -126,12 +126,12 @@ static void ref_apply(float *W, const float *H, const float *UT, cllm_qbuf *q) {
                     lo = fminf(lo, W[(size_t)n * K + k]), hi = fmaxf(hi, W[(size_t)n * K + k]);
                 scale[n] = cllm_quant_set_group_mm(q, i / G, n, lo, hi);
             }
-        float d = UT[(size_t)i * K + i];
+        float d = U[(size_t)i * K + i];
         for (int n = 0; n < N; n++) {
             float *w = W + (size_t)n * K;
             float dq = cllm_quant_set_code(q, n, i, w[i], scale[n]);
             float e = (w[i] - dq) / d;
-            for (int j = i + 1; j < K; j++) w[j] -= e * UT[(size_t)j * K + i];
+            for (int j = i + 1; j < K; j++) w[j] -= e * U[(size_t)i * K + j];
         }
     }
     free(scale);
@@ -166,12 +166,12 @@ static bool same_q(const cllm_qbuf *a, const cllm_qbuf *b) {
 static void check_apply(int bits, int G, int K, int N, int T, bool dead, bool asym,
                         cllm_pool **pools, int n_pools) {
     float *X = malloc((size_t)T * K * 4), *H = malloc((size_t)K * K * 4),
-          *UT = malloc((size_t)K * K * 4), *W = malloc((size_t)N * K * 4),
+          *U = malloc((size_t)K * K * 4), *W = malloc((size_t)N * K * 4),
           *Wc = malloc((size_t)N * K * 4);
     cllm_error err;
     make_h(K, T, dead, X, H);
     for (size_t i = 0; i < (size_t)N * K; i++) W[i] = 0.05f * frand();
-    CHECK(cllm_gptq_factor(H, K, 0.01, UT, NULL, &err) == CLLM_OK);
+    CHECK(cllm_gptq_factor(H, K, 0.01, U, NULL, &err) == CLLM_OK);
     cllm_qbuf qr, qc, qb, qt;
     CHECK(cllm_qbuf_alloc(&qr, bits, G, K, N, "r", &err) == CLLM_OK);
     CHECK(cllm_qbuf_alloc(&qc, bits, G, K, N, "c", &err) == CLLM_OK);
@@ -180,9 +180,9 @@ static void check_apply(int bits, int G, int K, int N, int T, bool dead, bool as
     qr.asym = qc.asym = qb.asym = qt.asym = asym;
     cllm_quant_rtn_rows(W, (size_t)K, 0, N, &qr);
     memcpy(Wc, W, (size_t)N * K * 4);
-    ref_apply(Wc, H, UT, &qc);
+    ref_apply(Wc, H, U, &qc);
     memcpy(Wc, W, (size_t)N * K * 4);
-    CHECK(cllm_gptq_apply(Wc, H, UT, &qb, NULL, &err) == CLLM_OK);
+    CHECK(cllm_gptq_apply(Wc, H, U, &qb, NULL, &err) == CLLM_OK);
     /* codes: equal but for rounding-boundary cases */
     cllm_qweight vc = cllm_qbuf_view(&qc), vb = cllm_qbuf_view(&qb);
     float *rc = malloc((size_t)K * 4), *rb = malloc((size_t)K * 4);
@@ -214,7 +214,7 @@ static void check_apply(int bits, int G, int K, int N, int T, bool dead, bool as
                       p);
     }
     cllm_qbuf_free(&qr), cllm_qbuf_free(&qc), cllm_qbuf_free(&qb), cllm_qbuf_free(&qt);
-    free(X), free(H), free(UT), free(W), free(Wc), free(rc), free(rb);
+    free(X), free(H), free(U), free(W), free(Wc), free(rc), free(rb);
 }
 
 static void check_factor_threads(int K, cllm_pool **pools, int n_pools) {
@@ -235,7 +235,7 @@ static void bench(cllm_pool *pool) {
     cllm_error err;
     for (int s = 0; s < 2; s++) {
         int K = shapes[s][0], N = shapes[s][1];
-        float *H = calloc((size_t)K * K, 4), *UT = malloc((size_t)K * K * 4),
+        float *H = calloc((size_t)K * K, 4), *U = malloc((size_t)K * K * 4),
               *W = malloc((size_t)N * K * 4), *X = malloc((size_t)256 * K * 4);
         for (size_t i = 0; i < (size_t)256 * K; i++) X[i] = frand();
         for (int i = 0; i < K; i++)
@@ -248,9 +248,9 @@ static void bench(cllm_pool *pool) {
         cllm_qbuf q;
         CHECK(cllm_qbuf_alloc(&q, 4, 128, K, N, "b", &err) == CLLM_OK);
         double t0 = cllm_time_s();
-        CHECK(cllm_gptq_factor(H, K, 0.01, UT, pool, &err) == CLLM_OK);
+        CHECK(cllm_gptq_factor(H, K, 0.01, U, pool, &err) == CLLM_OK);
         double t1 = cllm_time_s();
-        CHECK(cllm_gptq_apply(W, H, UT, &q, pool, &err) == CLLM_OK);
+        CHECK(cllm_gptq_apply(W, H, U, &q, pool, &err) == CLLM_OK);
         double t2 = cllm_time_s();
         fprintf(stderr,
                 "bench K %d N %d, %d threads: factor %.3fs (%.1f GFLOP/s), apply %.3fs (%.1f "
@@ -258,7 +258,7 @@ static void bench(cllm_pool *pool) {
                 K, N, cllm_pool_size(pool), t1 - t0, 2.0 / 3 * K * (double)K * K / (t1 - t0) / 1e9,
                 t2 - t1, (double)N * K * K / (t2 - t1) / 1e9);
         cllm_qbuf_free(&q);
-        free(H), free(UT), free(W), free(X);
+        free(H), free(U), free(W), free(X);
     }
 }
 

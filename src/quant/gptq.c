@@ -134,7 +134,7 @@ static size_t factor_work(int K, cllm_pool *pool) {
 }
 
 /* U (upper, [K][K]) with (H + damp * mean diag)^-1 = U^T U, the upper Cholesky factor GPTQ
- * walks (cllm_gptq_factor returns its transpose UT); dead inputs (diag 0) get 1 before damping.
+ * walks (what cllm_gptq_factor returns); dead inputs (diag 0) get 1 before damping.
  * Reads the lower triangle of H only. One Cholesky of the index-reversed matrix, P H P = M M^T, and
  * one triangular inverse: U = P M^-1 P is upper with H^-1 = U^T U. work: factor_work() floats. */
 static cllm_status gptq_factor(const float *H, int K, double damp, float *U, float *work,
@@ -278,14 +278,6 @@ static cllm_status gptq_apply(float *W, const float *H, const float *U, cllm_qbu
     return CLLM_OK;
 }
 
-/* dst[j][i] = src[i][j], K x K (the public UT <-> the internal U; tests only) */
-static void transpose(const float *src, float *dst, int K) {
-    for (int i0 = 0; i0 < K; i0 += 32)
-        for (int j = 0; j < K; j++)
-            for (int i = i0; i < i0 + 32 && i < K; i++)
-                dst[(size_t)j * K + i] = src[(size_t)i * K + j];
-}
-
 cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf *q,
                                cllm_error *err) {
     return cllm_gptq_quantize_pool(W, H, damp, q, NULL, err);
@@ -304,25 +296,18 @@ cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_
     return st;
 }
 
-cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm_pool *pool,
+cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *U, cllm_pool *pool,
                              cllm_error *err) {
-    float *work = malloc(((size_t)K * K + factor_work(K, pool)) * sizeof(float));
+    float *work = malloc(factor_work(K, pool) * sizeof(float));
     if (!work) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    cllm_status st = gptq_factor(H, K, damp, work, work + (size_t)K * K, pool, err);
-    if (st == CLLM_OK) transpose(work, UT, K);
+    cllm_status st = gptq_factor(H, K, damp, U, work, pool, err);
     free(work);
     return st;
 }
 
-cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
-                            cllm_pool *pool, cllm_error *err) {
-    int K = q->K;
-    float *U = malloc((size_t)K * K * sizeof(float));
-    if (!U) return cllm_err_set(err, CLLM_ENOMEM, "gptq: out of memory (K = %d)", K);
-    transpose(UT, U, K);
-    cllm_status st = gptq_apply(W, H, U, q, pool, err);
-    free(U);
-    return st;
+cllm_status cllm_gptq_apply(float *W, const float *H, const float *U, cllm_qbuf *q, cllm_pool *pool,
+                            cllm_error *err) {
+    return gptq_apply(W, H, U, q, pool, err);
 }
 
 /* Calibration: the 16-bit model runs over the calibration tokens; every matmul input is added

@@ -57,14 +57,14 @@ cllm_status cllm_gptq_quantize(float *W, const float *H, double damp, cllm_qbuf 
 /* The same on a thread pool (NULL = serial); the bytes do not depend on the thread count. */
 cllm_status cllm_gptq_quantize_pool(float *W, const float *H, double damp, cllm_qbuf *q,
                                     cllm_pool *pool, cllm_error *err);
-/* The two steps, exposed for tests. cllm_gptq_factor writes UT [K][K], lower triangular, with
- * (H + damp * mean(diag H))^-1 = UT UT^T (dead inputs, diag 0, get 1 before damping): U = UT^T
- * is the upper Cholesky factor of the inverse Hessian that GPTQ walks. cllm_gptq_apply quantizes
- * W into q with that factor (lazy batch updates, blocks of 128 columns rounded to whole groups). */
-cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *UT, cllm_pool *pool,
+/* The two steps, exposed for tests. cllm_gptq_factor writes U [K][K], upper triangular, with
+ * (H + damp * mean(diag H))^-1 = U^T U (dead inputs, diag 0, get 1 before damping): the upper
+ * Cholesky factor of the inverse Hessian that GPTQ walks. cllm_gptq_apply quantizes W into q
+ * with that factor (lazy batch updates, blocks of 128 columns rounded to whole groups). */
+cllm_status cllm_gptq_factor(const float *H, int K, double damp, float *U, cllm_pool *pool,
                              cllm_error *err);
-cllm_status cllm_gptq_apply(float *W, const float *H, const float *UT, cllm_qbuf *q,
-                            cllm_pool *pool, cllm_error *err);
+cllm_status cllm_gptq_apply(float *W, const float *H, const float *U, cllm_qbuf *q, cllm_pool *pool,
+                            cllm_error *err);
 /* The same, reusing the factor of H^-1 when H is the Hessian of the previous call (Linears on
  * one input: q/k/v, an expert's gate/up), valid until cllm_gptq_release. */
 cllm_status cllm_gptq_quantize_with(cllm_gptq *g, float *W, const float *H, double damp,
