@@ -120,9 +120,8 @@ typedef struct cllm_kern_ops {
      * bitwise. Differs from the emulation by float rounding only. */
     cllm_matmul_q_fn matmul_q4a8;
     /* W4A8/W4A4 in two steps, so activations shared by several matmuls and column slices are
-     * quantized once (model/forward.c). NULL in tiers without them (callers then use
-     * matmul_q4a8, or matmul_q for act_bits 4). Results equal matmul_q4a8's bitwise for
-     * act_bits 8. */
+     * quantized once (model/forward.c uses these; every tier has them). Results equal
+     * matmul_q4a8's bitwise for act_bits 8. */
     cllm_qact_prep_fn qact_prep;
     cllm_matmul_qact_fn matmul_q4_qact;
     /* fp32 GEMM with B row-major (see cllm_gemm_fn). */

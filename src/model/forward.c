@@ -42,17 +42,14 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
     return CLLM_OK;
 }
 
-/* How a GPTQ job's activations are quantized. W4A8/W4A4 run on integer activations prepared
- * once (int4 weights, act_bits 8 or 4: codes on the 8- or 4-bit grid in int8, one integer
- * kernel) when the tier has the two-step entries; a tier without them runs matmul_q4a8 per
- * slice for W4A8. Every other act_bits < 16 case (int8 weights such as an int8 lm_head in a
- * w4a8/w4a4 model; W4A4 on such a tier) is the float emulation, fake-quantized once per run
- * instead of once per slice inside matmul_q: the same bits (kernels.h). */
-static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
+/* How a GPTQ job's activations are quantized. W4A8/W4A4 (int4 weights, act_bits 8 or 4) run on
+ * integer activations prepared once (codes on the 8- or 4-bit grid in int8, one integer kernel;
+ * every tier has the two-step entries). Int8 weights with act_bits < 16 (the int8 lm_head of a
+ * w4a8/w4a4 model) are the float emulation, fake-quantized once per run instead of once per
+ * slice inside matmul_q: the same bits (kernels.h). */
+static int qact_kind(const fwd_wt *w) {
     if (!w->q.bits || w->q.act_bits >= 16) return FWD_QA_NONE;
-    bool w4 = w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4);
-    if (w4 && c->k->qact_prep && c->k->matmul_q4_qact) return FWD_QA_INT;
-    if (w->q.bits == 4 && w->q.act_bits == 8) return FWD_QA_NONE; /* matmul_q4a8 */
+    if (w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4)) return FWD_QA_INT;
     return FWD_QA_FLOAT;
 }
 
@@ -92,7 +89,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
     size_t need = 0, n_items = 0;
     for (size_t j = 0; j < c->n_jobs; j++) {
         fwd_mm *m = &c->jobs[j];
-        m->qa = qact_kind(c, m->w);
+        m->qa = qact_kind(m->w);
         m->qa_prep = false;
         if (!m->qa) continue;
         const cllm_qweight *q = &m->w->q;
@@ -159,9 +156,7 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
                                j->n_tok, j->Y, j->ldy);
                 continue;
             }
-            cllm_matmul_q_fn qf =
-                w->q.bits == 4 && w->q.act_bits == 8 ? c->k->matmul_q4a8 : c->k->matmul_q;
-            qf(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            c->k->matmul_q(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
             continue;
         }
         cllm_matmul_fn fn = cllm_kern_matmul(c->k, w->dt);
