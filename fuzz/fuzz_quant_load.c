@@ -6,7 +6,7 @@
  * per-process directory under /tmp) for one of two tiny built-in configs; every tensor the
  * config implies is written as deterministic BF16 unless the input supplies the tensors of that
  * Linear. Then cllm_model_load (+ one 2-token cllm_forward when it loads: garbage codes and NaN
- * scales must not crash either) and cllm_verify run on it. tests/test_quant_load_replay.c
+ * scales must not crash either) and cllm_verify run on it. tests/model/test_quant_load_replay.c
  * replays the seeds and every regression input through qload_run without libFuzzer.
  *
  * Input format (little-endian):
@@ -460,7 +460,7 @@ out:
     return rc;
 }
 
-#ifndef QLOAD_NO_FUZZER_MAIN /* tests/test_quant_load_replay.c includes this file */
+#ifndef QLOAD_NO_FUZZER_MAIN /* tests/model/test_quant_load_replay.c includes this file */
 /* Encoder for seeds: CLLM_FUZZ_QL_ENCODE="FLAGS:MODEL_DIR:OUT_FILE[:SUBSTR,SUBSTR...]" writes an
  * input holding MODEL_DIR's quantization_config and the quantized tensors of every Linear whose
  * base name contains one of the SUBSTRs (all quantized Linears without the list), then exits.

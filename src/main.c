@@ -1,11 +1,11 @@
 /* cllm entry point: global flags (--version, --log-level, --log-format) and subcommand dispatch.
- * Each subcommand parses its own flags through tools/cli.h. */
+ * Each subcommand parses its own flags through cli/cli.h. */
 #include <stdio.h>
 #include <string.h>
 
 #include "base/cpu.h"
 #include "base/log.h"
-#include "tools/commands.h"
+#include "cli/commands.h"
 
 typedef struct command {
     const char *name;

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "doctor/prom.h"
-#include "loadgen/http.h"
+#include "base/http.h"
 
 const char *dr_level_name(dr_level l) {
     switch (l) {

@@ -4,7 +4,7 @@
  * step by step with a fake model and check invariants after every step.
  *
  * The model is a function table (eng_model_ops), so the same scheduler runs the real forward pass
- * (engine.c) or a scripted fake (tests/test_engine_fake.h). */
+ * (engine.c) or a scripted fake (tests/lib/test_engine_fake.h). */
 #ifndef CLLM_ENGINE_SCHED_H
 #define CLLM_ENGINE_SCHED_H
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 /* Y[t*ldy + r] = sum_k W[r*ldw + k] * X[t*ldx + k]   for r < n_rows, t < n_tok, k < K.
  * W is F32, F16 or BF16 (the matching entry of cllm_kern_ops.matmul), X and Y fp32, fp32

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "loadgen/http.h"
+#include "base/http.h"
 #include "loadgen/rng.h"
 #include "loadgen/sse.h"
 

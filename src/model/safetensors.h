@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 #define CLLM_ST_MAX_DIMS   8                    /* more dims is rejected as unsupported */
 #define CLLM_ST_MAX_HEADER (100u * 1024 * 1024) /* same cap as the Rust implementation */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "model/tensor_plan.h"
 
 typedef struct cllm_synth_opts {

@@ -3,7 +3,7 @@
  * place in the safetensors mmap. Small vectors (norms, conv taps, A_log, dt_bias, biases) are
  * converted to fp32 copies owned by the model; matrices stay in their stored dtype.
  *
- * Called by cllm_model_load() users (tools/cmd_generate.c, cmd_eval.c, the engine). Experts are
+ * Called by cllm_model_load() users (cli/cmd_generate.c, cmd_eval.c, the engine). Experts are
  * bound one by one through fwd_mlp views (fused [E][2I][H] tensors are sliced per expert), so a
  * later multi-process build can bind a subset of experts by leaving the others NULL. */
 #include <math.h>

@@ -9,7 +9,7 @@
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "model/fwd_int.h"
-#include "tools/fwd_cli.h"
+#include "model/seq_runner.h"
 
 /* ---- The math: float32, blocked, threaded over the repo pool --------------------------------
  *
@@ -24,7 +24,7 @@
  * float32, not float64: the reference implementation factors in float32 with the same 1%
  * damping, which bounds the condition number of H + damp*mean(diag) by about 100 K; fp32 halves
  * the memory traffic and doubles the SIMD width of the GEMM.
- * tests/test_gptq.c checks the factor against a float64 reference (relative error ~1e-5 on
+ * tests/quant/test_gptq.c checks the factor against a float64 reference (relative error ~1e-5 on
  * random SPD matrices with dead inputs). */
 
 #define FB 128 /* panel / column-block width: inner dimension of every GEMM call */
@@ -358,7 +358,7 @@ struct cllm_gptq {
     char summary[320];
     bool oom, counting;
     /* the runner and tokens, kept across passes */
-    fwd_seq_runner r;
+    cllm_seq_runner r;
     bool r_open;
     int32_t *tok;
     int n_calib, L, samples;
@@ -568,7 +568,7 @@ static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
         int off = (int)(((long)s * g->L) % (g->n_calib - g->L + 1));
         g->r.pos = 0;
         if (g->use_cache) g->r.ctx->x_cache = g->xc + (size_t)s * g->L * g->r.m->cfg.hidden_size;
-        st = fwd_runner_step(&g->r, g->tok + off, g->L, CLLM_LOGITS_NONE, NULL, err);
+        st = cllm_seq_runner_step(&g->r, g->tok + off, g->L, CLLM_LOGITS_NONE, NULL, err);
         if (g->out && (s + 1 == g->samples || (s & 7) == 7))
             fprintf(g->out, "\r%s: %d/%d sequences of %d tokens", what, s + 1, g->samples, g->L),
                 fflush(g->out);
@@ -592,7 +592,7 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     int32_t *tok = NULL;
     char arg[4200];
     snprintf(arg, sizeof(arg), "%s%s", o->calib[0] == '@' ? "" : "@", o->calib);
-    int n = fwd_cli_parse_tokens(arg, &tok, err);
+    int n = cllm_parse_token_list(arg, &tok, err);
     if (n < 0) return CLLM_EINVAL;
     if (n < 2) {
         free(tok);
@@ -600,7 +600,7 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     }
     cllm_gptq *g = calloc(1, sizeof(*g));
     int L = o->seq_len < n ? o->seq_len : n;
-    cllm_status st = g ? fwd_runner_open(&g->r, model_dir, o->threads, L, 16, CLLM_KV_F32, err)
+    cllm_status st = g ? cllm_seq_runner_open(&g->r, model_dir, o->threads, L, 16, CLLM_KV_F32, err)
                        : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     if (st) {
         free(g);
@@ -723,7 +723,7 @@ void cllm_gptq_free(cllm_gptq *g) {
     if (!g) return;
     for (size_t i = 0; i < g->n; i++) free(g->h[i].H), free(g->h[i].xb);
     free(g->ctmp);
-    if (g->r_open) fwd_runner_close(&g->r);
+    if (g->r_open) cllm_seq_runner_close(&g->r);
     free(g->fA);
     free(g->fwork);
     free(g->xc);

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "base/mem.h"
-#include "tools/fwd_cli.h"
+#include "model/seq_runner.h"
 
 typedef struct stats {
     double nll, kld;
@@ -69,12 +69,12 @@ static int argmax(const float *x, int V) {
     return b;
 }
 
-static int greedy(fwd_seq_runner *r, const int32_t *prompt, int np, int ng, int V, float *lg,
+static int greedy(cllm_seq_runner *r, const int32_t *prompt, int np, int ng, int V, float *lg,
                   int32_t *out, stats *s) {
     cllm_error err;
     r->pos = 0;
     double t0 = now();
-    if (fwd_runner_step(r, prompt, np, CLLM_LOGITS_LAST, lg, &err)) {
+    if (cllm_seq_runner_step(r, prompt, np, CLLM_LOGITS_LAST, lg, &err)) {
         fprintf(stderr, "cllm eval: %s\n", err.msg);
         return -1;
     }
@@ -84,7 +84,7 @@ static int greedy(fwd_seq_runner *r, const int32_t *prompt, int np, int ng, int 
     for (int i = 0; i < ng; i++) {
         out[i] = argmax(lg, V);
         if (i + 1 == ng) break;
-        if (fwd_runner_step(r, &out[i], 1, CLLM_LOGITS_LAST, lg, &err)) {
+        if (cllm_seq_runner_step(r, &out[i], 1, CLLM_LOGITS_LAST, lg, &err)) {
             fprintf(stderr, "cllm eval: %s\n", err.msg);
             return -1;
         }
@@ -132,10 +132,10 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
                      const int32_t *tok, int n, stats *s) {
     memset(s, 0, sizeof(*s));
     cllm_error err;
-    fwd_seq_runner r, b;
+    cllm_seq_runner r, b;
     int cap = o->ctx > o->prompt_len + o->gen_len ? o->ctx : o->prompt_len + o->gen_len;
     bool hb = bdir != NULL;
-    if (hb && fwd_runner_open(&b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+    if (hb && cllm_seq_runner_open(&b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
         return 1;
     }
@@ -143,24 +143,24 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
     if (hb) { /* the base's buffers reach full size before the RSS baseline is taken */
         int Vb = cllm_model_config(b.m)->vocab_size, L0 = n < o->ctx ? n : o->ctx;
         lb = malloc((size_t)cap * Vb * sizeof(float));
-        if (!lb || fwd_runner_step(&b, tok, L0, CLLM_LOGITS_ALL, lb, &err)) {
+        if (!lb || cllm_seq_runner_step(&b, tok, L0, CLLM_LOGITS_ALL, lb, &err)) {
             fprintf(stderr, "cllm eval: %s: %s\n", bdir, lb ? err.msg : "out of memory");
             free(lb);
-            fwd_runner_close(&b);
+            cllm_seq_runner_close(&b);
             return 1;
         }
     }
     uint64_t rss0 = rss_bytes();
-    if (fwd_runner_open(&r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+    if (cllm_seq_runner_open(&r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
-        if (hb) fwd_runner_close(&b);
+        if (hb) cllm_seq_runner_close(&b);
         free(lb);
         return 1;
     }
     int V = cllm_model_config(r.m)->vocab_size;
     if (hb && cllm_model_config(b.m)->vocab_size != V) {
         fprintf(stderr, "cllm eval: %s and %s have different vocabularies\n", dir, bdir);
-        fwd_runner_close(&r), fwd_runner_close(&b);
+        cllm_seq_runner_close(&r), cllm_seq_runner_close(&b);
         free(lb);
         return 1;
     }
@@ -180,7 +180,7 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
         int L = n - s0 < o->ctx ? n - s0 : o->ctx;
         r.pos = 0;
         double t0 = now();
-        if (fwd_runner_step(&r, tok + s0, L, CLLM_LOGITS_ALL, lg, &err)) {
+        if (cllm_seq_runner_step(&r, tok + s0, L, CLLM_LOGITS_ALL, lg, &err)) {
             fprintf(stderr, "cllm eval: %s\n", err.msg);
             ret = 1;
             goto done;
@@ -189,7 +189,7 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
         s->n_prefill += L;
         if (hb) {
             b.pos = 0;
-            if (fwd_runner_step(&b, tok + s0, L, CLLM_LOGITS_ALL, lb, &err)) {
+            if (cllm_seq_runner_step(&b, tok + s0, L, CLLM_LOGITS_ALL, lb, &err)) {
                 fprintf(stderr, "cllm eval: %s\n", err.msg);
                 ret = 1;
                 goto done;
@@ -235,8 +235,8 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
     s->file_bytes = dir_weight_bytes(dir);
 done:
     free(lg), free(lb), free(pa), free(pb), free(ga), free(gb);
-    fwd_runner_close(&r);
-    if (hb) fwd_runner_close(&b);
+    cllm_seq_runner_close(&r);
+    if (hb) cllm_seq_runner_close(&b);
     return ret;
 }
 
@@ -285,7 +285,7 @@ int cllm_qeval_run(const cllm_qeval_opts *o, FILE *out) {
     }
     cllm_error err;
     int32_t *tok = NULL;
-    int n = fwd_cli_parse_tokens(o->tokens, &tok, &err);
+    int n = cllm_parse_token_list(o->tokens, &tok, &err);
     if (n < 2) {
         fprintf(stderr, "cllm eval: %s\n", n < 0 ? err.msg : "need at least 2 tokens");
         free(tok);

@@ -9,8 +9,8 @@
  * (MHD_suspend_connection) and resumed by the engine's event callback, so idle keep-alive
  * connections and slow clients never block generation.
  *
- * Called by tools/cmd_serve.c (the `cllm serve` command) and by tests/test_server*.c, which pass
- * a scripted fake engine through the same function table. */
+ * Called by cli/cmd_serve.c (the `cllm serve` command) and by tests/server/test_server*.c, which
+ * pass a scripted fake engine through the same function table. */
 #ifndef CLLM_SERVER_SERVER_H
 #define CLLM_SERVER_SERVER_H
 

@@ -3,7 +3,7 @@
  *
  * HF compiles the Split regex with Oniguruma; we compile it with PCRE2 (UTF + UCP + JIT). With
  * UCP both engines read \p{L}, \p{N}, \p{M} and \s by Unicode properties, so the Qwen and Llama
- * patterns behave the same; the exactness corpus (tests/test_tok_exact.c) checks this. */
+ * patterns behave the same; the exactness corpus (tests/tokenizer/test_tok_exact.c) checks this. */
 #include <stdlib.h>
 #include <string.h>
 

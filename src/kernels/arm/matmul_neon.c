@@ -7,8 +7,8 @@
  * the k % 8 tail in index order with separate multiply and add (the build does not contract).
  * So an element is the same on both ISAs, and tiles of 2 rows x 4 tokens (prefill), 4 rows x 1
  * token (decode) or 2 rows x 1..3 tokens (tails) only decide which accumulators live in registers:
- * a token's outputs are bitwise the same alone or in any batch (tests/test_kern.c). Rows are
- * processed in slices of SLICE rows, each applied to all tokens before the next. */
+ * a token's outputs are bitwise the same alone or in any batch (tests/kernels/test_kern.c). Rows
+ * are processed in slices of SLICE rows, each applied to all tokens before the next. */
 #include <arm_neon.h>
 #include <stdint.h>
 

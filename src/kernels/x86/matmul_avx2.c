@@ -4,7 +4,7 @@
  * reduced by hsum8() in a fixed order, then takes the k % 8 tail in index order. Tiles of 2 rows
  * x 4 tokens (prefill) or 4 rows x 1..3 tokens (decode, token tails) only decide which
  * accumulators live in registers together, never the arithmetic of one element: a token's
- * outputs are bitwise the same alone or in any batch (tests/test_kern.c checks it).
+ * outputs are bitwise the same alone or in any batch (tests/kernels/test_kern.c checks it).
  * Rows are processed in slices of SLICE rows; each slice is applied to all tokens before the
  * next, so weights come from DRAM once per call and from L1/L2 for every further token. */
 #include <immintrin.h>

@@ -1,0 +1,47 @@
+/* Table-driven command-line parsing shared by every subcommand.
+ *
+ * A subcommand describes its flags in a cli_opt table; cli_parse fills the targets, prints
+ * `--help` from the table, and turns unknown flags or bad values into a one-line error.
+ * Return convention for subcommands: 0 ok, 1 failure at run time, 2 usage error. */
+#ifndef CLLM_CLI_CLI_H
+#define CLLM_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum cli_type {
+    CLI_FLAG,   /* bool, no value */
+    CLI_INT,    /* long */
+    CLI_FLOAT,  /* double */
+    CLI_STR,    /* const char * (points into argv) */
+    CLI_SIZE,   /* uint64_t bytes; accepts 4GB, 512MiB, 1e9 */
+    CLI_CHOICE, /* const char *, must be one of choices ("a|b|c") */
+} cli_type;
+
+typedef struct cli_opt {
+    const char *name;  /* "--threads" */
+    const char *alias; /* "-t" or NULL */
+    cli_type type;
+    void *target;
+    const char *help;    /* one line */
+    const char *choices; /* CLI_CHOICE only */
+    double min, max;     /* CLI_INT / CLI_FLOAT bounds when min < max */
+} cli_opt;
+
+typedef struct cli_spec {
+    const char *command;  /* "verify" */
+    const char *usage;    /* "MODEL [options]" */
+    const char *summary;  /* one line */
+    const cli_opt *opts;  /* terminated by an entry with name == NULL */
+    int min_pos, max_pos; /* positional argument count bounds */
+} cli_spec;
+
+/* Parses argv[1..argc) (argv[0] is the subcommand name). Positional arguments are returned in
+ * pos[0..*n_pos). Returns 0 to proceed, 2 on a usage error (message already printed), or -1 when
+ * --help was printed (caller returns 0). */
+int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
+
+/* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
+bool cli_parse_size(const char *s, uint64_t *out);
+
+#endif

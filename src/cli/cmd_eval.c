@@ -1,0 +1,119 @@
+/* `cllm eval MODEL --tokens IDS|@FILE [--dump-logits OUT] [--logits-hash] [--prefill-chunk N]`:
+ * runs a token sequence through the forward pass and writes the logits of every position as raw
+ * float32 [n_tokens][vocab] (+ OUT.shape "rows vocab"), the format tools/ref/ref_forward.py
+ * writes, so cllm can be compared with the reference, another build or another engine. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/log.h"
+#include "quant/qeval.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "model/seq_runner.h"
+
+int cmd_eval(int argc, char **argv) {
+    const char *tokens = NULL, *dump = NULL, *kvd = "f32";
+    long threads = 1, chunk = 0, block = 16;
+    bool hash = false;
+    /* quality evaluation (quant/qeval.c) */
+    const char *ppl = NULL, *compare = NULL, *table = NULL;
+    long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
+    const cli_opt opts[] = {
+        {"--tokens", NULL, CLI_STR, &tokens, "token ids: 1,2,3 or @FILE"},
+        {"--dump-logits", NULL, CLI_STR, &dump,
+         "write float32 [n_tokens][vocab] logits here (+ .shape)"},
+        {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of all logits"},
+        {"--prefill-chunk", NULL, CLI_INT, &chunk,
+         "feed the prompt in calls of N tokens (0 = one call)", NULL, 0, 1e9},
+        {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
+        {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
+        {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--ppl", NULL, CLI_STR, &ppl,
+         "perplexity over strided windows of these token ids (@FILE or 1,2,3)"},
+        {"--compare", NULL, CLI_STR, &compare,
+         "with --ppl: KLD, top-1 and greedy BLEU-4 against BASE"},
+        {"--table", NULL, CLI_STR, &table,
+         "with --ppl: comparison table of MODEL (base) vs these dirs (a,b,c)"},
+        {"--ctx", NULL, CLI_INT, &ctx, "--ppl window length", NULL, 2, 1e7},
+        {"--stride", NULL, CLI_INT, &stride, "--ppl window stride", NULL, 1, 1e7},
+        {"--prompts", NULL, CLI_INT, &n_prompts, "greedy prompts for BLEU-4 / decode speed", NULL,
+         0, 1e6},
+        {"--prompt-len", NULL, CLI_INT, &prompt_len, "tokens per prompt", NULL, 1, 1e6},
+        {"--gen-len", NULL, CLI_INT, &gen_len, "greedy tokens per prompt", NULL, 1, 1e6},
+        {0}};
+    const cli_spec spec = {
+        "eval",
+        "MODEL --tokens IDS|@FILE [options]",
+        "Run a token sequence through the model and dump or hash the logits of every position.",
+        opts,
+        1,
+        1};
+    const char *pos[1];
+    int np, rc = cli_parse(&spec, argc, argv, pos, &np);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (ppl || compare || table) {
+        cllm_qeval_opts q = {pos[0],       ppl,         compare,        table,
+                             (int)ctx,     (int)stride, (int)n_prompts, (int)prompt_len,
+                             (int)gen_len, (int)threads};
+        return cllm_qeval_run(&q, stdout);
+    }
+    if (!tokens) {
+        fprintf(stderr, "cllm eval: --tokens is required\n");
+        return 2;
+    }
+    cllm_error err = {0};
+    int32_t *ids = NULL;
+    int n = cllm_parse_token_list(tokens, &ids, &err);
+    if (n < 0) {
+        fprintf(stderr, "cllm eval: %s\n", err.msg);
+        return 2;
+    }
+    cllm_seq_runner r;
+    if (cllm_seq_runner_open(&r, pos[0], (int)threads, n, (int)block,
+                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm eval: %s\n", err.msg);
+        free(ids);
+        return 1;
+    }
+    int V = cllm_model_config(r.m)->vocab_size;
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    int ret = 0;
+    if (!logits) {
+        fprintf(stderr, "cllm eval: out of memory for %d x %d logits\n", n, V);
+        ret = 1;
+        goto done;
+    }
+    int step = chunk > 0 ? (int)chunk : n;
+    for (int i = 0; i < n; i += step) {
+        int m = n - i < step ? n - i : step;
+        if (cllm_seq_runner_step(&r, ids + i, m, CLLM_LOGITS_ALL, logits + (size_t)i * V, &err) !=
+            CLLM_OK) {
+            fprintf(stderr, "cllm eval: %s\n", err.msg);
+            ret = 1;
+            goto done;
+        }
+    }
+    if (dump) {
+        FILE *f = fopen(dump, "wb");
+        char sp[4096];
+        snprintf(sp, sizeof(sp), "%s.shape", dump);
+        FILE *g = f ? fopen(sp, "w") : NULL;
+        if (!f || !g || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V ||
+            fprintf(g, "%d %d\n", n, V) < 0) {
+            fprintf(stderr, "cllm eval: cannot write %s\n", dump);
+            ret = 1;
+        }
+        if (f && fclose(f)) ret = 1;
+        if (g && fclose(g)) ret = 1;
+    }
+    if (hash)
+        printf("logits-hash %016llx (%d x %d)\n",
+               (unsigned long long)XXH64(logits, (size_t)n * V * sizeof(float), 0), n, V);
+done:
+    free(logits);
+    free(ids);
+    cllm_seq_runner_close(&r);
+    return ret;
+}

@@ -1,0 +1,243 @@
+/* `cllm generate MODEL (-p TEXT | --tokens IDS) [-n N --temperature --top-k --top-p --min-p
+ * --seed --threads]`: offline generation on one sequence through the forward pass; streams the
+ * generated text to stdout (token ids when the model has no tokenizer.json, or with --ids) and
+ * ends with prefill and decode tok/s on stderr. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/mem.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "model/config.h"
+#include "model/seq_runner.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct sampler {
+    double temperature, top_p, min_p;
+    long top_k;
+    uint64_t rng;
+    int *idx;
+    float *prob;
+} sampler;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static const float *g_sort_logits;
+static int by_logit_desc(const void *a, const void *b) {
+    float x = g_sort_logits[*(const int *)a], y = g_sort_logits[*(const int *)b];
+    if (x != y) return x < y ? 1 : -1;
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Greedy when temperature <= 0; else temperature -> top-k -> top-p -> min-p -> draw. */
+static int sample(sampler *s, const float *logits, int V) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (s->temperature <= 0.0) return best;
+    int n = V;
+    for (int i = 0; i < V; i++) s->idx[i] = i;
+    g_sort_logits = logits;
+    qsort(s->idx, (size_t)V, sizeof(int), by_logit_desc);
+    if (s->top_k > 0 && s->top_k < n) n = (int)s->top_k;
+    double mx = logits[s->idx[0]], sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        s->prob[i] = (float)exp((logits[s->idx[i]] - mx) / s->temperature);
+        sum += s->prob[i];
+    }
+    if (s->top_p < 1.0) {
+        double c = 0.0;
+        for (int i = 0; i < n; i++) {
+            c += s->prob[i] / sum;
+            if (c >= s->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (s->min_p > 0.0) {
+        int keep = 1;
+        while (keep < n && s->prob[keep] >= s->min_p * s->prob[0]) keep++;
+        n = keep;
+    }
+    sum = 0.0;
+    for (int i = 0; i < n; i++) sum += s->prob[i];
+    double u = (double)(splitmix(&s->rng) >> 11) * 0x1.0p-53 * sum;
+    for (int i = 0; i < n; i++) {
+        u -= s->prob[i];
+        if (u < 0.0) return s->idx[i];
+    }
+    return s->idx[n - 1];
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
+    long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
+    double temperature = 0.0, top_p = 1.0, min_p = 0.0;
+    bool ignore_eos = false, hash = false, print_ids = false;
+    const cli_opt opts[] = {
+        {"--prompt", "-p", CLI_STR, &prompt, "prompt text (needs a tokenizer)"},
+        {"--tokens", NULL, CLI_STR, &tokens, "prompt as token ids: 1,2,3 or @FILE"},
+        {"--max-tokens", "-n", CLI_INT, &n_gen, "tokens to generate", NULL, 0, 1e9},
+        {"--temperature", NULL, CLI_FLOAT, &temperature, "0 = greedy (default)", NULL, 0, 100},
+        {"--top-k", NULL, CLI_INT, &top_k, "keep the k most likely (0 = off)", NULL, 0, 1e9},
+        {"--top-p", NULL, CLI_FLOAT, &top_p, "nucleus mass (1 = off)", NULL, 0, 1},
+        {"--min-p", NULL, CLI_FLOAT, &min_p, "drop tokens below min-p x the top probability", NULL,
+         0, 1},
+        {"--seed", "-s", CLI_INT, &seed, "sampling seed", NULL, 0, 9.2e18},
+        {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
+        {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
+        {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
+         NULL, 0, 1e9},
+        {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
+        {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of every step's logits"},
+        {"--ids", NULL, CLI_FLAG, &print_ids, "print token ids instead of text"},
+        {0}};
+    const cli_spec spec = {
+        "generate",
+        "MODEL (-p TEXT | --tokens IDS) [options]",
+        "Generate tokens from a prompt on one sequence; prints ids, then prefill and decode tok/s.",
+        opts,
+        1,
+        1};
+    const char *pos[1];
+    int np, rc = cli_parse(&spec, argc, argv, pos, &np);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!!prompt == !!tokens) {
+        fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
+        return 2;
+    }
+    cllm_error err = {0};
+    int32_t *ids = NULL;
+    int n;
+    /* The tokenizer is optional for --tokens (synthetic models have none), required for -p. */
+    cllm_tok *tok = NULL;
+    if (cllm_tok_load(pos[0], &tok, &err) != CLLM_OK) {
+        tok = NULL;
+        if (prompt) {
+            fprintf(stderr, "cllm generate: -p needs the model's tokenizer: %s\n", err.msg);
+            return 1;
+        }
+    }
+    cllm_tok_stream ts;
+    if (tok) cllm_tok_stream_init(&ts, tok, true);
+    if (prompt) {
+        cllm_tok_ids v = {0};
+        if (cllm_tok_encode(tok, prompt, strlen(prompt), 0, &v, &err) != CLLM_OK || v.n == 0) {
+            fprintf(stderr, "cllm generate: %s\n", v.n == 0 ? "empty prompt" : err.msg);
+            cllm_tok_ids_free(&v);
+            cllm_tok_stream_free(&ts);
+            cllm_tok_free(tok);
+            return 2;
+        }
+        ids = v.ids;
+        n = (int)v.n;
+    } else {
+        n = cllm_parse_token_list(tokens, &ids, &err);
+        if (n < 0) {
+            fprintf(stderr, "cllm generate: %s\n", err.msg);
+            if (tok) cllm_tok_stream_free(&ts);
+            cllm_tok_free(tok);
+            return 2;
+        }
+    }
+    if (!tok) print_ids = true;
+    /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
+    cllm_gen_config gen;
+    if (cllm_gen_config_load(pos[0], &gen, &err) != CLLM_OK) gen.n_eos = 0;
+    cllm_seq_runner r;
+    if (cllm_seq_runner_open(&r, pos[0], (int)threads, n + (int)n_gen, (int)block,
+                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        free(ids);
+        return 1;
+    }
+    const cllm_config *cf = cllm_model_config(r.m);
+    int V = cf->vocab_size, ret = 0;
+    sampler sm = {temperature,
+                  top_p,
+                  min_p,
+                  top_k,
+                  (uint64_t)seed,
+                  malloc((size_t)V * sizeof(int)),
+                  malloc((size_t)V * sizeof(float))};
+    float *logits = malloc((size_t)V * sizeof(float));
+    if (!logits || !sm.idx || !sm.prob) {
+        fprintf(stderr, "cllm generate: out of memory\n");
+        ret = 1;
+        goto done;
+    }
+    double t0 = cllm_time_s();
+    int step = chunk > 0 ? (int)chunk : n;
+    for (int i = 0; i < n; i += step) {
+        int m = n - i < step ? n - i : step;
+        if (cllm_seq_runner_step(&r, ids + i, m, i + m == n ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE,
+                                 logits, &err)) {
+            fprintf(stderr, "cllm generate: %s\n", err.msg);
+            ret = 1;
+            goto done;
+        }
+    }
+    double t1 = cllm_time_s();
+    int made = 0;
+    for (; made < n_gen; made++) {
+        if (hash)
+            fprintf(stderr, "[logits-hash %016llx]\n",
+                    (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
+        int32_t next = sample(&sm, logits, V);
+        if (print_ids) {
+            printf("%d%s", next, made + 1 < n_gen ? " " : "");
+        } else {
+            size_t len;
+            const char *text = cllm_tok_stream_push(&ts, next, &len, &err);
+            if (text) fwrite(text, 1, len, stdout);
+        }
+        fflush(stdout);
+        bool eos = false;
+        for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == next;
+        for (int e = 0; e < gen.n_eos; e++) eos |= gen.eos_ids[e] == next;
+        if (eos && !ignore_eos) {
+            made++;
+            break;
+        }
+        if (made + 1 == n_gen) {
+            made++;
+            break;
+        }
+        if (cllm_seq_runner_step(&r, &next, 1, CLLM_LOGITS_LAST, logits, &err)) {
+            fprintf(stderr, "\ncllm generate: %s\n", err.msg);
+            ret = 1;
+            goto done;
+        }
+    }
+    double t2 = cllm_time_s();
+    if (!print_ids) {
+        size_t len;
+        const char *text = cllm_tok_stream_flush(&ts, &len);
+        if (text) fwrite(text, 1, len, stdout);
+    }
+    printf("\n");
+    /* decode steps = generated tokens minus the one sampled from the prefill logits */
+    int dsteps = made > 0 ? made - 1 : 0;
+    fprintf(stderr,
+            "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n",
+            n, t1 - t0, n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
+done:
+    free(logits);
+    free(sm.idx);
+    free(sm.prob);
+    free(ids);
+    if (tok) cllm_tok_stream_free(&ts);
+    cllm_tok_free(tok);
+    cllm_seq_runner_close(&r);
+    return ret;
+}

@@ -1,0 +1,62 @@
+/* `cllm synth --config CONFIG OUT`: front end of model/synth.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "model/synth.h"
+#include "cli/cli.h"
+#include "cli/commands.h"
+
+int cmd_synth(int argc, char **argv) {
+    const char *config = NULL, *dtype = "bf16", *experts = "fused", *tokenizer = NULL;
+    long seed = 0;
+    uint64_t shard = 4000000000ull;
+    bool qwen_names = false, no_mtp = false, quiet = false;
+    const cli_opt opts[] = {
+        {"--config", "-c", CLI_STR, &config, "config.json to follow (e.g. configs/tiny.json)"},
+        {"--seed", "-s", CLI_INT, &seed, "random seed (same seed, same weights)", NULL, 0, 9.2e18},
+        {"--dtype", NULL, CLI_CHOICE, &dtype, "storage type of the weights", "bf16|f16|f32"},
+        {"--experts", NULL, CLI_CHOICE, &experts, "expert tensor layout", "fused|per-expert"},
+        {"--shard-size", NULL, CLI_SIZE, &shard, "largest shard file (default 4GB; 0 = one file)"},
+        {"--qwen-shard-names", NULL, CLI_FLAG, &qwen_names,
+         "name shards model.safetensors-000NN-of-000MM.safetensors"},
+        {"--no-mtp", NULL, CLI_FLAG, &no_mtp, "leave out the MTP head even if the config has one"},
+        {"--tokenizer", NULL, CLI_STR, &tokenizer,
+         "copy tokenizer.json (+ tokenizer_config.json) from this dir"},
+        {"--quiet", "-q", CLI_FLAG, &quiet, "no progress output"},
+        {0}};
+    const cli_spec spec = {
+        "synth",
+        "--config CONFIG OUT_DIR [options]",
+        "Write a random-weight model in exact HF layout (config.json, safetensors "
+        "shards + index, generation_config.json), streaming, deterministic per seed.",
+        opts,
+        1,
+        1};
+    const char *pos[1];
+    int np, rc = cli_parse(&spec, argc, argv, pos, &np);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!config) {
+        fprintf(stderr, "cllm synth: --config is required\n");
+        return 2;
+    }
+    cllm_synth_opts o = {
+        .config_path = config,
+        .out_dir = pos[0],
+        .seed = (uint64_t)seed,
+        .dtype = !strcmp(dtype, "bf16")  ? CLLM_DT_BF16
+                 : !strcmp(dtype, "f16") ? CLLM_DT_F16
+                                         : CLLM_DT_F32,
+        .layout = !strcmp(experts, "fused") ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT,
+        .shard_bytes = shard,
+        .qwen_shard_names = qwen_names,
+        .include_mtp = !no_mtp,
+        .tokenizer_dir = tokenizer,
+        .progress = !quiet,
+    };
+    cllm_error err;
+    if (cllm_synth(&o, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm synth: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

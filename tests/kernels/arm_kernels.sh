@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The NEON kernel tier (src/kernels/arm/) on an x86 host: cross-compiles the kernel sources, the
+# few base/quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
+# test_kern.c, test_gdn_chunk.c into static aarch64 binaries, then runs them under qemu-user twice: `-cpu max`
+# (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
+# vmull/vpadal W4A8). The tests compare the NEON tier with the scalar ref bitwise on odd shapes
+# (sym/asym/random zeros, f16/bf16 scales, n_tok 1..7, column sub-ranges, token alone vs in a
+# batch), so this also checks that the ref kernels agree with the dequantized oracle on AArch64.
+# If clang is present, the NEON files also get a clang --target=aarch64 -Werror syntax check.
+# Timing under qemu means nothing; only correctness is checked here.
+#
+# Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user (scripts/install-deps.sh);
+# without them it exits 77, which ctest reports as skipped. On an AArch64 host the normal build
+# and its unit tests already cover the tier; this script then also skips.
+set -u
+SRC=${CLLM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+T=${CLLM_TMP:-/tmp}/arm_kernels
+CC=${CLLM_ARM_CC:-aarch64-linux-gnu-gcc}
+QEMU=""
+for q in qemu-aarch64 qemu-aarch64-static; do
+  command -v "$q" >/dev/null 2>&1 && { QEMU=$q; break; }
+done
+skip() { echo "SKIP: $*"; exit 77; }
+case "$(uname -m)" in aarch64 | arm64) skip "AArch64 host: the native build tests the NEON tier" ;; esac
+command -v "$CC" >/dev/null 2>&1 || skip "no $CC (apt-get install gcc-aarch64-linux-gnu)"
+[ -n "$QEMU" ] || skip "no qemu-aarch64 (apt-get install qemu-user)"
+# src/quant/quant.c includes <jansson.h> for its config readers; the tests never call them and
+# --gc-sections drops them, but the file must compile: borrow the host's (arch-independent)
+# jansson headers, which the x86 build needs anyway.
+[ -f /usr/include/jansson.h ] && [ -f /usr/include/jansson_config.h ] ||
+  skip "no /usr/include/jansson.h (libjansson-dev)"
+
+rm -rf "$T" && mkdir -p "$T/obj" "$T/inc"
+ln -s /usr/include/jansson.h /usr/include/jansson_config.h "$T/inc/"
+. "$SRC/tests/lib/check.sh"
+t0=$(date +%s)
+
+CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'
+        -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+        -ffunction-sections -fdata-sections -I"$SRC/src" -I"$SRC/tests/lib" -idirafter "$T/inc")
+# all of base (minus x86 files, strmap.c and http.c, which need xxhash and curl), the kernels, quant.c and gptq.c
+# (for the tests' RTN/GPTQ helpers; their model-side functions are dropped by --gc-sections)
+LIB=("$SRC"/src/kernels/*.c "$SRC"/src/kernels/arm/*.c "$SRC"/src/base/*.c
+     "$SRC"/src/quant/quant.c "$SRC"/src/quant/gptq.c)
+objs=()
+for f in "${LIB[@]}"; do
+  case "$f" in *_avx2.c | *_avx512.c | */strmap.c | */http.c) continue ;; esac
+  extra=()
+  case "$f" in *_dot_neon.c) extra=(-march=armv8.2-a+dotprod) ;; esac # as CMakeLists.txt
+  o="$T/obj/$(basename "$(dirname "$f")")_$(basename "$f" .c).o"
+  if "$CC" "${CFLAGS[@]}" "${extra[@]}" -c "$f" -o "$o" 2>"$T/cc.err"; then
+    objs+=("$o")
+  else
+    bad "compile $f"; cat "$T/cc.err"
+  fi
+done
+[ "$fail" = 0 ] || { echo "arm_kernels: FAILED (compile)"; exit 1; }
+ok "cross-compiled ${#objs[@]} sources with $("$CC" -dumpfullversion)"
+
+tests=(test_quant_kern test_quant_a8 test_kern test_gdn_chunk)
+for t in "${tests[@]}" kern_xisa; do
+  if "$CC" "${CFLAGS[@]}" -static -Wl,--gc-sections "$SRC/tests/kernels/$t.c" "${objs[@]}" -lm -lpthread \
+    -o "$T/$t" 2>"$T/ld.err"; then
+    ok "link $t"
+  else
+    bad "link $t"; cat "$T/ld.err"
+  fi
+done
+[ "$fail" = 0 ] || { echo "arm_kernels: FAILED (link)"; exit 1; }
+
+# cpu model -> the neon table the tests must report having checked
+for spec in "max:neon-dot" "cortex-a57:neon"; do
+  cpu=${spec%%:*} want=${spec#*:}
+  for t in "${tests[@]}"; do
+    # no CLLM_BIN: test_gdn_chunk's end-to-end part would run the x86 binary, not ARM code
+    if env -u CLLM_BIN "$QEMU" -cpu "$cpu" "$T/$t" >"$T/$t.$cpu.out" 2>&1; then
+      ok "$t on -cpu $cpu: $(tail -n 1 "$T/$t.$cpu.out")"
+    else
+      bad "$t on -cpu $cpu"; tail -n 30 "$T/$t.$cpu.out"
+    fi
+  done
+  # the NEON tier really ran (not only ref): each test names the tiers it checked
+  grep -q "+ $want tiers checked" "$T/test_quant_a8.$cpu.out" &&
+    grep -q "+ $want tiers checked" "$T/test_quant_kern.$cpu.out" &&
+    grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
+    grep -q "^$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
+    ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
+done
+
+# Same bits on both ISAs: tests/kern_xisa.c through the host build's avx2 table and through the
+# neon table (ref lines too). Needs the x86 build's library (next to CLLM_BIN) and an AVX2 CPU.
+LIBA=""
+[ -n "${CLLM_BIN:-}" ] && LIBA="$(dirname "$CLLM_BIN")/libcllm_core.a"
+if [ -n "$LIBA" ] && [ -f "$LIBA" ] && command -v cc >/dev/null 2>&1; then
+  if cc -std=c11 -O2 -D_GNU_SOURCE -I"$SRC/src" "$SRC/tests/kernels/kern_xisa.c" "$LIBA" -lm -lpthread \
+    -o "$T/kern_xisa_host" 2>"$T/host.err"; then
+    "$T/kern_xisa_host" >"$T/xisa.host" 2>&1
+    if grep -q "^no tier" "$T/xisa.host"; then
+      echo "note: no AVX2 on this host, cross-ISA comparison not run"
+    else
+      for cpu in max cortex-a57; do
+        "$QEMU" -cpu "$cpu" "$T/kern_xisa" >"$T/xisa.$cpu" 2>&1
+        if cmp -s "$T/xisa.host" "$T/xisa.$cpu"; then
+          ok "-cpu $cpu: neon == avx2 bitwise (float matmuls, dot, axpy, gdn_step, matmul_q, matmul_q4a8; ref too)"
+        else
+          bad "-cpu $cpu: neon and avx2 outputs differ"; diff "$T/xisa.host" "$T/xisa.$cpu"
+        fi
+      done
+    fi
+  else
+    bad "host build of kern_xisa"; cat "$T/host.err"
+  fi
+else
+  echo "note: no x86 build library (CLLM_BIN unset or libcllm_core.a missing), cross-ISA comparison not run"
+fi
+
+# clang sees different things than gcc; syntax only (no aarch64 clang runtime needed)
+if command -v clang >/dev/null 2>&1; then
+  for f in "$SRC"/src/kernels/arm/*.c "$SRC"/src/kernels/kernels.c "$SRC"/src/base/cpu.c; do
+    extra=()
+    case "$f" in *_dot_neon.c) extra=(-march=armv8.2-a+dotprod) ;; esac
+    clang --target=aarch64-linux-gnu -isystem /usr/aarch64-linux-gnu/include -fsyntax-only \
+      "${CFLAGS[@]}" "${extra[@]}" "$f" 2>"$T/clang.err" || { bad "clang $f"; cat "$T/clang.err"; }
+  done
+  [ "$fail" = 0 ] && ok "clang --target=aarch64-linux-gnu -fsyntax-only on the NEON files"
+fi
+
+echo "arm_kernels: $(($(date +%s) - t0)) s"
+[ "$fail" = 0 ] && echo "arm_kernels: all ok" || echo "arm_kernels: FAILED"
+exit "$fail"

@@ -1,0 +1,116 @@
+/* Cross-ISA determinism probe for tests/kernels/arm_kernels.sh (not a ctest of its own): runs fixed
+ * pseudo-random cases through one tier's kernels and prints one hash of the output bits per
+ * kernel. Built for x86 it uses the avx2 table, built for AArch64 the neon table; the script
+ * runs both (the AArch64 one under qemu) and requires identical lines, i.e. the same bits on
+ * both ISAs for the float matmuls, dot, axpy, gdn_step (same per-element arithmetic by
+ * construction) and
+ * the GPTQ int kernels (both equal to ref). Usage: kern_xisa (prints "no tier" when the CPU
+ * lacks the tier). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+#include "kernels/kernels.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t urand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) {
+    return (float)(urand() >> 8) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+static uint64_t hash(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int main(void) {
+#if defined(__x86_64__)
+    const cllm_kern_ops *k = cllm_kern_avx2();
+#elif defined(__aarch64__)
+    const cllm_kern_ops *k = cllm_kern_neon();
+#else
+    const cllm_kern_ops *k = NULL;
+#endif
+    if (!k) {
+        printf("no tier\n");
+        return 0;
+    }
+    const cllm_kern_ops *tiers[2] = {cllm_kern_ref(), k};
+    const char *tname[2] = {"ref", "simd"}; /* names differ by ISA; the bits must not */
+    cllm_dtype dts[3] = {CLLM_DT_F32, CLLM_DT_F16, CLLM_DT_BF16};
+    int shapes[][3] = {{1, 7, 1}, {5, 64, 3}, {17, 129, 4}, {33, 300, 7}, {3, 8, 9}};
+    for (int ti = 0; ti < 2; ti++) {
+        uint64_t hm[3] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
+        uint64_t hd = hm[0], ha = hm[0], hq = hm[0], h8 = hm[0], hg = hm[0];
+        rng = 0x2545F4914F6CDD1Dull;
+        for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+            int rows = shapes[s][0], K = shapes[s][1], nt = shapes[s][2];
+            float *Wf = malloc((size_t)rows * K * 4), *X = malloc((size_t)nt * K * 4);
+            uint16_t *Wh = malloc((size_t)rows * K * 2), *Wb = malloc((size_t)rows * K * 2);
+            float *Y = calloc((size_t)nt * rows, 4);
+            for (size_t i = 0; i < (size_t)rows * K; i++) {
+                Wf[i] = frand();
+                Wh[i] = cllm_f32_to_f16(Wf[i]);
+                Wb[i] = cllm_f32_to_bf16(Wf[i]);
+            }
+            for (size_t i = 0; i < (size_t)nt * K; i++) X[i] = frand();
+            const void *Ws[3] = {Wf, Wh, Wb};
+            for (int d = 0; d < 3; d++) {
+                cllm_kern_matmul(tiers[ti], dts[d])(Ws[d], (size_t)K, rows, X, (size_t)K, nt, K, Y,
+                                                    (size_t)rows);
+                hm[d] = hash(hm[d], Y, (size_t)nt * rows * 4);
+            }
+            float dv = tiers[ti]->dot(Wf, X, K);
+            hd = hash(hd, &dv, 4);
+            tiers[ti]->scale_axpy(Wf, 0.75f, -1.25f, X, K);
+            ha = hash(ha, Wf, (size_t)K * 4);
+            free(Wf), free(X), free(Wh), free(Wb), free(Y);
+        }
+        /* gdn_step: dk 20, dv 44 (a 32-column block, an 8-column one, a 4-column scalar tail) */
+        {
+            int dk = 20, dv = 44;
+            float *S = malloc((size_t)dk * dv * 4), *q = malloc(dk * 4), *kk = malloc(dk * 4);
+            float *v = malloc(dv * 4), *o = malloc(dv * 4), *tmp = malloc(dv * 4);
+            for (int i = 0; i < dk * dv; i++) S[i] = frand();
+            for (int step = 0; step < 3; step++) {
+                for (int i = 0; i < dk; i++) q[i] = 0.3f * frand(), kk[i] = 0.3f * frand();
+                for (int i = 0; i < dv; i++) v[i] = frand();
+                tiers[ti]->gdn_step(S, q, kk, v, 0.9f, 0.6f, o, tmp, dk, dv);
+                hg = hash(hg, o, (size_t)dv * 4);
+            }
+            hg = hash(hg, S, (size_t)dk * dv * 4);
+            free(S), free(q), free(kk), free(v), free(o), free(tmp);
+        }
+        /* GPTQ int4, random codes / zeros / f16 scales, group 32, K 96, N 24, 5 tokens */
+        int G = 32, K = 96, N = 24, T = 5;
+        int32_t *qw = malloc((size_t)K / 8 * N * 4), *qz = malloc((size_t)K / G * N / 8 * 4);
+        uint16_t *sc = malloc((size_t)K / G * N * 2);
+        float *X = malloc((size_t)T * K * 4), *Y = calloc((size_t)T * N, 4);
+        for (int i = 0; i < K / 8 * N; i++) qw[i] = (int32_t)urand();
+        for (int i = 0; i < K / G * N / 8; i++) qz[i] = (int32_t)urand();
+        for (int i = 0; i < K / G * N; i++) sc[i] = cllm_f32_to_f16(0.01f + 0.02f * frand());
+        for (int i = 0; i < T * K; i++) X[i] = frand() * (i % 13 == 0 ? 30.0f : 1.0f);
+        cllm_qweight w = {qw, qz, sc, 4, G, K, N, 16, 0};
+        tiers[ti]->matmul_q(&w, 0, N, X, (size_t)K, T, Y, (size_t)N);
+        hq = hash(hq, Y, (size_t)T * N * 4);
+        w.act_bits = 8;
+        tiers[ti]->matmul_q4a8(&w, 0, N, X, (size_t)K, T, Y, (size_t)N);
+        h8 = hash(h8, Y, (size_t)T * N * 4);
+        free(qw), free(qz), free(sc), free(X), free(Y);
+        printf("%s gdn_step %016llx\n", tname[ti], (unsigned long long)hg);
+        printf("%s matmul_f32 %016llx\n%s matmul_f16 %016llx\n%s matmul_bf16 %016llx\n", tname[ti],
+               (unsigned long long)hm[0], tname[ti], (unsigned long long)hm[1], tname[ti],
+               (unsigned long long)hm[2]);
+        printf(
+            "%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s matmul_q4a8 %016llx\n",
+            tname[ti], (unsigned long long)hd, tname[ti], (unsigned long long)ha, tname[ti],
+            (unsigned long long)hq, tname[ti], (unsigned long long)h8);
+    }
+    return 0;
+}
