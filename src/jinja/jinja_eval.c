@@ -1,5 +1,6 @@
 /* Jinja evaluator: walks the AST of jinja_parse.c with Python Jinja2 semantics and renders into
- * a capped buffer. Called by cllm_tmpl_render (chat_template.c) once per request. */
+ * a capped buffer. cllm_tmpl_render (jinja.h) is called once per request by the chat-template code.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

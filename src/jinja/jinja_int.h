@@ -12,7 +12,7 @@
 
 #include <jansson.h>
 
-#include "tokenizer/chat_template.h"
+#include "jinja/jinja.h"
 
 /* ---- values ---- */
 
