@@ -615,213 +615,273 @@ static jv to_list(jrender *r, const jv *v, int line) {
     return out;
 }
 
-jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char **kwn,
-             const jv *kwv, int nkw, int line) {
-#define IS(s) (!strcmp(name, s))
-    if (IS("safe") || IS("e") || IS("escape") || IS("forceescape")) return v; /* no autoescape */
-    if (IS("tojson")) {
-        const jv *ind = arg(a, na, kwn, kwv, nkw, 0, "indent");
+/* Each filter gets the filter's name (a filter serving several names branches on it), the
+ * operand, positional and keyword arguments. */
+#define FILTER(NAME)                                                                               \
+    static jv f_##NAME(jrender *r, const char *name, jv v, const jv *a, int na, const char **kwn,  \
+                       const jv *kwv, int nkw, int line)
+
+FILTER(safe) {
+    return v; /* no autoescape */
+}
+FILTER(tojson) {
+    const jv *ind = arg(a, na, kwn, kwv, nkw, 0, "indent");
+    jbuf b = {0};
+    jv_to_json(r, &v, ind && ind->t == JV_INT ? (int)ind->u.i : -1, 0, &b, line);
+    return jv_str(r, b.p ? b.p : "", b.len);
+}
+FILTER(default) {
+    const jv *dflt = arg(a, na, kwn, kwv, nkw, 0, "default_value");
+    const jv *boolean = arg(a, na, kwn, kwv, nkw, 1, "boolean");
+    bool use = v.t == JV_UNDEF || (boolean && jv_truthy(boolean) && !jv_truthy(&v));
+    return use ? (dflt ? *dflt : jv_strz("")) : v;
+}
+FILTER(length) {
+    return jv_int(length(r, &v, line));
+}
+FILTER(string) {
+    return jv_stringify(r, &v);
+}
+FILTER(list) {
+    return to_list(r, &v, line);
+}
+FILTER(items) {
+    if (v.t == JV_UNDEF) return jv_list(r);
+    if (v.t != JV_DICT && v.t != JV_NS) jr_fail(r, CLLM_EINVAL, line, "items expects a mapping");
+    return items_of(r, &v);
+}
+FILTER(first) {
+    jv l = to_list(r, &v, line);
+    return l.u.l->n ? l.u.l->v[0] : undef();
+}
+FILTER(last) {
+    jv l = to_list(r, &v, line);
+    return l.u.l->n ? l.u.l->v[l.u.l->n - 1] : undef();
+}
+FILTER(reverse) {
+    if (v.t == JV_STR) {
+        jv l = to_list(r, &v, line);
         jbuf b = {0};
-        jv_to_json(r, &v, ind && ind->t == JV_INT ? (int)ind->u.i : -1, 0, &b, line);
+        for (size_t i = l.u.l->n; i-- > 0;) jb_put(r, &b, l.u.l->v[i].u.s.p, l.u.l->v[i].u.s.len);
         return jv_str(r, b.p ? b.p : "", b.len);
     }
-    if (IS("default") || IS("d")) {
-        const jv *dflt = arg(a, na, kwn, kwv, nkw, 0, "default_value");
-        const jv *boolean = arg(a, na, kwn, kwv, nkw, 1, "boolean");
-        bool use = v.t == JV_UNDEF || (boolean && jv_truthy(boolean) && !jv_truthy(&v));
-        return use ? (dflt ? *dflt : jv_strz("")) : v;
-    }
-    if (IS("length") || IS("count")) return jv_int(length(r, &v, line));
-    if (IS("string")) return jv_stringify(r, &v);
-    if (IS("list")) return to_list(r, &v, line);
-    if (IS("items")) {
-        if (v.t == JV_UNDEF) return jv_list(r);
-        if (v.t != JV_DICT && v.t != JV_NS)
-            jr_fail(r, CLLM_EINVAL, line, "items expects a mapping");
-        return items_of(r, &v);
-    }
-    if (IS("first") || IS("last")) {
-        jv l = to_list(r, &v, line);
-        if (!l.u.l->n) return undef();
-        return IS("first") ? l.u.l->v[0] : l.u.l->v[l.u.l->n - 1];
-    }
-    if (IS("reverse")) {
-        if (v.t == JV_STR) {
-            jv l = to_list(r, &v, line);
-            jbuf b = {0};
-            for (size_t i = l.u.l->n; i-- > 0;)
-                jb_put(r, &b, l.u.l->v[i].u.s.p, l.u.l->v[i].u.s.len);
-            return jv_str(r, b.p ? b.p : "", b.len);
-        }
-        jv l = to_list(r, &v, line), out = jv_list(r);
-        for (size_t i = l.u.l->n; i-- > 0;) jl_push(r, out.u.l, l.u.l->v[i]);
-        return out;
-    }
-    if (IS("join")) {
-        const jv *sep = arg(a, na, kwn, kwv, nkw, 0, "d");
-        const jv *at = arg(a, na, kwn, kwv, nkw, 1, "attribute");
-        jv l = to_list(r, &v, line);
-        jbuf b = {0};
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            if (i && sep) {
-                jv s = jv_stringify(r, sep);
-                jb_put(r, &b, s.u.s.p, s.u.s.len);
-            }
-            jv x = at ? attr_path(r, &l.u.l->v[i], at) : l.u.l->v[i];
-            jv s = jv_stringify(r, &x);
+    jv l = to_list(r, &v, line), out = jv_list(r);
+    for (size_t i = l.u.l->n; i-- > 0;) jl_push(r, out.u.l, l.u.l->v[i]);
+    return out;
+}
+FILTER(join) {
+    const jv *sep = arg(a, na, kwn, kwv, nkw, 0, "d");
+    const jv *at = arg(a, na, kwn, kwv, nkw, 1, "attribute");
+    jv l = to_list(r, &v, line);
+    jbuf b = {0};
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        if (i && sep) {
+            jv s = jv_stringify(r, sep);
             jb_put(r, &b, s.u.s.p, s.u.s.len);
         }
-        return jv_str(r, b.p ? b.p : "", b.len);
+        jv x = at ? attr_path(r, &l.u.l->v[i], at) : l.u.l->v[i];
+        jv s = jv_stringify(r, &x);
+        jb_put(r, &b, s.u.s.p, s.u.s.len);
     }
-    if (IS("sort")) {
-        const jv *rev = arg(a, na, kwn, kwv, nkw, 0, "reverse");
-        const jv *at = arg(a, na, kwn, kwv, nkw, 2, "attribute");
-        jv l = to_list(r, &v, line);
-        sort_list(r, &l, rev && jv_truthy(rev), at, line);
-        return l;
+    return jv_str(r, b.p ? b.p : "", b.len);
+}
+FILTER(sort) {
+    const jv *rev = arg(a, na, kwn, kwv, nkw, 0, "reverse");
+    const jv *at = arg(a, na, kwn, kwv, nkw, 2, "attribute");
+    jv l = to_list(r, &v, line);
+    sort_list(r, &l, rev && jv_truthy(rev), at, line);
+    return l;
+}
+FILTER(dictsort) {
+    if (v.t != JV_DICT) jr_fail(r, CLLM_EINVAL, line, "dictsort expects a mapping");
+    jv l = items_of(r, &v);
+    jv key = jv_int(0);
+    sort_list(r, &l, false, &key, line);
+    return l;
+}
+FILTER(unique) {
+    jv l = to_list(r, &v, line), out = jv_list(r);
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < out.u.l->n && !seen; j++)
+            seen = jv_equal(&out.u.l->v[j], &l.u.l->v[i]);
+        if (!seen) jl_push(r, out.u.l, l.u.l->v[i]);
     }
-    if (IS("dictsort")) {
-        if (v.t != JV_DICT) jr_fail(r, CLLM_EINVAL, line, "dictsort expects a mapping");
-        jv l = items_of(r, &v);
-        jv key = jv_int(0);
-        sort_list(r, &l, false, &key, line);
-        return l;
-    }
-    if (IS("unique")) {
-        jv l = to_list(r, &v, line), out = jv_list(r);
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            bool seen = false;
-            for (size_t j = 0; j < out.u.l->n && !seen; j++)
-                seen = jv_equal(&out.u.l->v[j], &l.u.l->v[i]);
-            if (!seen) jl_push(r, out.u.l, l.u.l->v[i]);
+    return out;
+}
+FILTER(map) {
+    jv l = to_list(r, &v, line), out = jv_list(r);
+    const jv *at = kwarg(kwn, kwv, nkw, "attribute");
+    const jv *dflt = kwarg(kwn, kwv, nkw, "default");
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        if (at) {
+            jv x = attr_path(r, &l.u.l->v[i], at);
+            jl_push(r, out.u.l, x.t == JV_UNDEF && dflt ? *dflt : x);
+        } else if (na && a[0].t == JV_STR) {
+            char fname[64];
+            snprintf(fname, sizeof(fname), "%.*s", (int)a[0].u.s.len, a[0].u.s.p);
+            jl_push(r, out.u.l,
+                    jb_filter(r, fname, l.u.l->v[i], a + 1, na - 1, kwn, kwv, nkw, line));
+        } else {
+            jr_fail(r, CLLM_EINVAL, line, "map needs a filter name or attribute=");
         }
-        return out;
     }
-    if (IS("map")) {
-        jv l = to_list(r, &v, line), out = jv_list(r);
-        const jv *at = kwarg(kwn, kwv, nkw, "attribute");
-        const jv *dflt = kwarg(kwn, kwv, nkw, "default");
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            if (at) {
-                jv x = attr_path(r, &l.u.l->v[i], at);
-                jl_push(r, out.u.l, x.t == JV_UNDEF && dflt ? *dflt : x);
-            } else if (na && a[0].t == JV_STR) {
-                char fname[64];
-                snprintf(fname, sizeof(fname), "%.*s", (int)a[0].u.s.len, a[0].u.s.p);
-                jl_push(r, out.u.l,
-                        jb_filter(r, fname, l.u.l->v[i], a + 1, na - 1, kwn, kwv, nkw, line));
-            } else {
-                jr_fail(r, CLLM_EINVAL, line, "map needs a filter name or attribute=");
-            }
+    return out;
+}
+/* select, reject, selectattr, rejectattr */
+FILTER(select) {
+    bool sel = name[0] == 's', byattr = strstr(name, "attr") != NULL;
+    int k = byattr ? 1 : 0;
+    if (byattr && (!na || a[0].t != JV_STR))
+        jr_fail(r, CLLM_EINVAL, line, "%s needs an attribute name", name);
+    jv l = to_list(r, &v, line), out = jv_list(r);
+    for (size_t i = 0; i < l.u.l->n; i++) {
+        jv x = byattr ? attr_path(r, &l.u.l->v[i], &a[0]) : l.u.l->v[i];
+        bool ok;
+        if (na > k) {
+            char tname[64];
+            jv tn = jv_stringify(r, &a[k]);
+            snprintf(tname, sizeof(tname), "%.*s", (int)tn.u.s.len, tn.u.s.p);
+            ok = jb_test(r, tname, &x, a + k + 1, na - k - 1, line);
+        } else {
+            ok = jv_truthy(&x);
         }
-        return out;
+        if (ok == sel) jl_push(r, out.u.l, l.u.l->v[i]);
     }
-    if (IS("selectattr") || IS("rejectattr") || IS("select") || IS("reject")) {
-        bool sel = name[0] == 's', byattr = strstr(name, "attr") != NULL;
-        int k = byattr ? 1 : 0;
-        if (byattr && (!na || a[0].t != JV_STR))
-            jr_fail(r, CLLM_EINVAL, line, "%s needs an attribute name", name);
-        jv l = to_list(r, &v, line), out = jv_list(r);
-        for (size_t i = 0; i < l.u.l->n; i++) {
-            jv x = byattr ? attr_path(r, &l.u.l->v[i], &a[0]) : l.u.l->v[i];
-            bool ok;
-            if (na > k) {
-                char tname[64];
-                jv tn = jv_stringify(r, &a[k]);
-                snprintf(tname, sizeof(tname), "%.*s", (int)tn.u.s.len, tn.u.s.p);
-                ok = jb_test(r, tname, &x, a + k + 1, na - k - 1, line);
-            } else {
-                ok = jv_truthy(&x);
-            }
-            if (ok == sel) jl_push(r, out.u.l, l.u.l->v[i]);
-        }
-        return out;
+    return out;
+}
+FILTER(int) {
+    const jv *dflt = arg(a, na, kwn, kwv, nkw, 0, "default");
+    if (v.t == JV_INT) return v;
+    if (v.t == JV_BOOL) return jv_int(v.u.b);
+    if (v.t == JV_FLOAT) return jv_int((int64_t)v.u.f);
+    if (v.t == JV_STR) {
+        char buf[64], *end;
+        snprintf(buf, sizeof(buf), "%.*s", (int)v.u.s.len, v.u.s.p);
+        long long x = strtoll(buf, &end, 10);
+        if (end != buf && !*end) return jv_int(x);
+        double f = strtod(buf, &end);
+        if (end != buf && !*end && isfinite(f)) return jv_int((int64_t)f);
     }
-    if (IS("int")) {
-        const jv *dflt = arg(a, na, kwn, kwv, nkw, 0, "default");
-        if (v.t == JV_INT) return v;
-        if (v.t == JV_BOOL) return jv_int(v.u.b);
-        if (v.t == JV_FLOAT) return jv_int((int64_t)v.u.f);
-        if (v.t == JV_STR) {
-            char buf[64], *end;
-            snprintf(buf, sizeof(buf), "%.*s", (int)v.u.s.len, v.u.s.p);
-            long long x = strtoll(buf, &end, 10);
-            if (end != buf && !*end) return jv_int(x);
-            double f = strtod(buf, &end);
-            if (end != buf && !*end && isfinite(f)) return jv_int((int64_t)f);
-        }
-        return dflt ? *dflt : jv_int(0);
+    return dflt ? *dflt : jv_int(0);
+}
+FILTER(float) {
+    jv out = {.t = JV_FLOAT};
+    if (v.t == JV_FLOAT) return v;
+    if (v.t == JV_INT || v.t == JV_BOOL)
+        out.u.f = v.t == JV_INT ? (double)v.u.i : v.u.b;
+    else if (v.t == JV_STR) {
+        char buf[64], *end;
+        snprintf(buf, sizeof(buf), "%.*s", (int)v.u.s.len, v.u.s.p);
+        out.u.f = strtod(buf, &end);
+        if (end == buf || *end) out.u.f = 0;
     }
-    if (IS("float")) {
-        jv out = {.t = JV_FLOAT};
-        if (v.t == JV_FLOAT) return v;
-        if (v.t == JV_INT || v.t == JV_BOOL)
-            out.u.f = v.t == JV_INT ? (double)v.u.i : v.u.b;
-        else if (v.t == JV_STR) {
-            char buf[64], *end;
-            snprintf(buf, sizeof(buf), "%.*s", (int)v.u.s.len, v.u.s.p);
-            out.u.f = strtod(buf, &end);
-            if (end == buf || *end) out.u.f = 0;
-        }
-        return out;
+    return out;
+}
+FILTER(abs) {
+    if (v.t == JV_INT) return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    if (v.t == JV_FLOAT) return v.u.f = fabs(v.u.f), v;
+    jr_fail(r, CLLM_EINVAL, line, "abs expects a number");
+}
+FILTER(round) {
+    const jv *pr = arg(a, na, kwn, kwv, nkw, 0, "precision");
+    double x = v.t == JV_FLOAT ? v.u.f
+               : v.t == JV_INT ? (double)v.u.i
+                               : 0,
+           m = pow(10, pr && pr->t == JV_INT ? (double)pr->u.i : 0);
+    jv out = {.t = JV_FLOAT};
+    out.u.f = round(x * m) / m;
+    return out;
+}
+/* string filters: the operand is stringified first */
+FILTER(trim) {
+    jv s = jv_stringify(r, &v);
+    return strip(r, &s, na && a[0].t == JV_STR ? &a[0] : NULL, true, true);
+}
+FILTER(upper) {
+    jv s = jv_stringify(r, &v);
+    return map_case(r, &s, 1);
+}
+FILTER(lower) {
+    jv s = jv_stringify(r, &v);
+    return map_case(r, &s, 0);
+}
+FILTER(capitalize) {
+    jv s = jv_stringify(r, &v);
+    return map_case(r, &s, 2);
+}
+FILTER(title) {
+    jv s = jv_stringify(r, &v);
+    return map_case(r, &s, 3);
+}
+FILTER(wordcount) {
+    jv s = jv_stringify(r, &v);
+    return jv_int((int64_t)split(r, &s, NULL, -1, line).u.l->n);
+}
+FILTER(replace) {
+    jv s = jv_stringify(r, &v);
+    if (na < 2) jr_fail(r, CLLM_EINVAL, line, "replace needs two arguments");
+    jv o = jv_stringify(r, &a[0]), n = jv_stringify(r, &a[1]);
+    const jv *c = arg(a, na, kwn, kwv, nkw, 2, "count");
+    return replace(r, &s, &o, &n, c && c->t == JV_INT ? c->u.i : -1);
+}
+/* indent(width=4, first=False, blank=False) */
+FILTER(indent) {
+    jv s = jv_stringify(r, &v);
+    const jv *w = arg(a, na, kwn, kwv, nkw, 0, "width");
+    const jv *first = arg(a, na, kwn, kwv, nkw, 1, "first");
+    const jv *blank = arg(a, na, kwn, kwv, nkw, 2, "blank");
+    jv pad = w && w->t == JV_STR ? *w : jv_strz("    ");
+    if (w && w->t == JV_INT) {
+        char *sp = jr_alloc(r, (size_t)(w->u.i > 0 ? w->u.i : 0) + 1);
+        memset(sp, ' ', (size_t)(w->u.i > 0 ? w->u.i : 0));
+        pad = jv_str(r, sp, (size_t)(w->u.i > 0 ? w->u.i : 0));
     }
-    if (IS("abs")) {
-        if (v.t == JV_INT) return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        if (v.t == JV_FLOAT) return v.u.f = fabs(v.u.f), v;
-        jr_fail(r, CLLM_EINVAL, line, "abs expects a number");
+    jbuf b = {0};
+    size_t i = 0, ln = 0;
+    while (i <= s.u.s.len) {
+        const char *nl = memchr(s.u.s.p + i, '\n', s.u.s.len - i);
+        size_t e = nl ? (size_t)(nl - s.u.s.p) : s.u.s.len;
+        bool empty = e == i;
+        if ((ln > 0 || (first && jv_truthy(first))) && (!empty || (blank && jv_truthy(blank))))
+            jb_put(r, &b, pad.u.s.p, pad.u.s.len);
+        jb_put(r, &b, s.u.s.p + i, e - i);
+        if (!nl) break;
+        jb_put(r, &b, "\n", 1);
+        i = e + 1;
+        ln++;
     }
-    if (IS("round")) {
-        const jv *pr = arg(a, na, kwn, kwv, nkw, 0, "precision");
-        double x = v.t == JV_FLOAT ? v.u.f
-                   : v.t == JV_INT ? (double)v.u.i
-                                   : 0,
-               m = pow(10, pr && pr->t == JV_INT ? (double)pr->u.i : 0);
-        jv out = {.t = JV_FLOAT};
-        out.u.f = round(x * m) / m;
-        return out;
-    }
-    /* string filters */
-    if (IS("trim") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") ||
-        IS("replace") || IS("indent") || IS("wordcount")) {
-        jv s = jv_stringify(r, &v);
-        if (IS("trim")) return strip(r, &s, na && a[0].t == JV_STR ? &a[0] : NULL, true, true);
-        if (IS("upper")) return map_case(r, &s, 1);
-        if (IS("lower")) return map_case(r, &s, 0);
-        if (IS("capitalize")) return map_case(r, &s, 2);
-        if (IS("title")) return map_case(r, &s, 3);
-        if (IS("wordcount")) return jv_int((int64_t)split(r, &s, NULL, -1, line).u.l->n);
-        if (IS("replace")) {
-            if (na < 2) jr_fail(r, CLLM_EINVAL, line, "replace needs two arguments");
-            jv o = jv_stringify(r, &a[0]), n = jv_stringify(r, &a[1]);
-            const jv *c = arg(a, na, kwn, kwv, nkw, 2, "count");
-            return replace(r, &s, &o, &n, c && c->t == JV_INT ? c->u.i : -1);
-        }
-        /* indent(width=4, first=False, blank=False) */
-        const jv *w = arg(a, na, kwn, kwv, nkw, 0, "width");
-        const jv *first = arg(a, na, kwn, kwv, nkw, 1, "first");
-        const jv *blank = arg(a, na, kwn, kwv, nkw, 2, "blank");
-        jv pad = w && w->t == JV_STR ? *w : jv_strz("    ");
-        if (w && w->t == JV_INT) {
-            char *sp = jr_alloc(r, (size_t)(w->u.i > 0 ? w->u.i : 0) + 1);
-            memset(sp, ' ', (size_t)(w->u.i > 0 ? w->u.i : 0));
-            pad = jv_str(r, sp, (size_t)(w->u.i > 0 ? w->u.i : 0));
-        }
-        jbuf b = {0};
-        size_t i = 0, ln = 0;
-        while (i <= s.u.s.len) {
-            const char *nl = memchr(s.u.s.p + i, '\n', s.u.s.len - i);
-            size_t e = nl ? (size_t)(nl - s.u.s.p) : s.u.s.len;
-            bool empty = e == i;
-            if ((ln > 0 || (first && jv_truthy(first))) && (!empty || (blank && jv_truthy(blank))))
-                jb_put(r, &b, pad.u.s.p, pad.u.s.len);
-            jb_put(r, &b, s.u.s.p + i, e - i);
-            if (!nl) break;
-            jb_put(r, &b, "\n", 1);
-            i = e + 1;
-            ln++;
-        }
-        return jv_str(r, b.p ? b.p : "", b.len);
-    }
+    return jv_str(r, b.p ? b.p : "", b.len);
+}
+
+static const struct {
+    const char *name;
+    jv (*fn)(jrender *, const char *, jv, const jv *, int, const char **, const jv *, int, int);
+} FILTERS[] = {
+    {"safe", f_safe},         {"e", f_safe},
+    {"escape", f_safe},       {"forceescape", f_safe},
+    {"tojson", f_tojson},     {"default", f_default},
+    {"d", f_default},         {"length", f_length},
+    {"count", f_length},      {"string", f_string},
+    {"list", f_list},         {"items", f_items},
+    {"first", f_first},       {"last", f_last},
+    {"reverse", f_reverse},   {"join", f_join},
+    {"sort", f_sort},         {"dictsort", f_dictsort},
+    {"unique", f_unique},     {"map", f_map},
+    {"selectattr", f_select}, {"rejectattr", f_select},
+    {"select", f_select},     {"reject", f_select},
+    {"int", f_int},           {"float", f_float},
+    {"abs", f_abs},           {"round", f_round},
+    {"trim", f_trim},         {"upper", f_upper},
+    {"lower", f_lower},       {"capitalize", f_capitalize},
+    {"title", f_title},       {"replace", f_replace},
+    {"indent", f_indent},     {"wordcount", f_wordcount},
+};
+
+jv jb_filter(jrender *r, const char *name, jv v, const jv *a, int na, const char **kwn,
+             const jv *kwv, int nkw, int line) {
+    for (size_t i = 0; i < sizeof(FILTERS) / sizeof(*FILTERS); i++)
+        if (!strcmp(FILTERS[i].name, name))
+            return FILTERS[i].fn(r, name, v, a, na, kwn, kwv, nkw, line);
     jr_fail(r, CLLM_EINVAL, line, "unknown filter '%s'", name);
-#undef IS
 }
