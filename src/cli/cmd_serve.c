@@ -1,18 +1,36 @@
 /* `cllm serve MODEL`: the OpenAI- and vLLM-compatible HTTP server (server/server.h) over the
  * engine (engine/engine.h). Starts listening first (/health answers 503 while the model loads),
  * loads the engine, then serves until SIGTERM/SIGINT, when it drains: stops admitting, lets
- * in-flight requests finish for up to --shutdown-timeout seconds, cancels the rest, exits 0. */
+ * in-flight requests finish for up to --shutdown-timeout seconds, cancels the rest, exits 0.
+ * A second SIGINT during the drain exits 130 at once; SIGHUP is logged and ignored. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "engine/engine.h"
 #include "server/server.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+
+/* Runs during the drain: a second SIGINT ends the process at once (the operator pressed Ctrl-C
+ * twice and does not want to wait for in-flight requests); SIGTERM and SIGHUP repeated during
+ * the drain change nothing (the drain is already under way; a supervisor escalates with SIGKILL). */
+static void *second_signal(void *arg) {
+    sigset_t *sigs = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(sigs, &sig)) return NULL;
+        if (sig == SIGINT) {
+            LOG_WARN("second SIGINT: aborting now without waiting for in-flight requests");
+            _exit(130);
+        }
+        LOG_INFO("%s during the drain: ignored", sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+    }
+}
 
 int cmd_serve(int argc, char **argv) {
     const char *host = "127.0.0.1", *api_key = NULL, *name = NULL, *origins = NULL,
@@ -102,6 +120,7 @@ int cmd_serve(int argc, char **argv) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -154,10 +173,14 @@ int cmd_serve(int argc, char **argv) {
     cllm_server_set_ready(srv, true);
     LOG_INFO("ready: %s (%s)", name, pos[0]);
 
+    /* SIGHUP is ignored: logs go to stderr (nothing to reopen; the supervisor owns the file), and
+     * its default action would kill the server when the controlling terminal goes away. */
     int sig = 0;
-    sigwait(&sigs, &sig);
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) LOG_INFO("SIGHUP received: ignored");
     LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
              shutdown_timeout);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
     int cancelled = cllm_server_drain(srv, shutdown_timeout);
     cllm_server_stop(srv);
     cllm_engine_free(e);

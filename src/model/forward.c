@@ -289,10 +289,20 @@ static cllm_status grow(cllm_fwd_ctx *c, int T) {
         free_bufs(c);
         return CLLM_ENOMEM;
     }
-    if (!c->exp_off) {
+    /* Both or neither: a half-made pair (one calloc failed) is freed, so the next grow retries
+     * both instead of skipping the block and leaving fwd_moe.c a NULL to memset. */
+    if (!c->exp_off || !c->exp_cnt) {
+        free(c->exp_off);
+        free(c->exp_cnt);
         c->exp_off = calloc((size_t)imax(f->n_experts, 1) + 1, sizeof(int));
         c->exp_cnt = calloc((size_t)imax(f->n_experts, 1), sizeof(int));
-        if (!c->exp_off || !c->exp_cnt) return CLLM_ENOMEM;
+        if (!c->exp_off || !c->exp_cnt) {
+            free(c->exp_off);
+            free(c->exp_cnt);
+            c->exp_off = c->exp_cnt = NULL;
+            free_bufs(c);
+            return CLLM_ENOMEM;
+        }
     }
     c->cap = T;
     return CLLM_OK;

@@ -252,6 +252,39 @@ static bool parse_prompt(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
                "'prompt' must be a string, an array of token ids, or a one-element array of those");
 }
 
+/* One message's role and required fields, as vLLM's request model checks them: the role is
+ * one of the five OpenAI roles, system/developer/user/tool carry a content, a tool message names
+ * the call it answers, tool_calls is an array. Fills e with the field as `param`. */
+static bool check_message(json_t *m, size_t i, srv_err *e) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    char param[64];
+    const char *role = json_string_value(json_object_get(m, "role"));
+    bool known = false;
+    for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++) known |= !strcmp(role, roles[r]);
+    if (!known) {
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        return BAD(param,
+                   "messages[%zu].role: '%.40s' is not a valid role (system, developer, user, "
+                   "assistant, tool)",
+                   i, role);
+    }
+    json_t *content = json_object_get(m, "content");
+    if (strcmp(role, "assistant") && (!content || json_is_null(content))) {
+        snprintf(param, sizeof(param), "messages[%zu].content", i);
+        return BAD(param, "messages[%zu].content is required for role '%s'", i, role);
+    }
+    if (!strcmp(role, "tool") && !json_is_string(json_object_get(m, "tool_call_id"))) {
+        snprintf(param, sizeof(param), "messages[%zu].tool_call_id", i);
+        return BAD(param, "messages[%zu].tool_call_id (a string) is required for role 'tool'", i);
+    }
+    json_t *tcs = json_object_get(m, "tool_calls");
+    if (tcs && !json_is_null(tcs) && !json_is_array(tcs)) {
+        snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+        return BAD(param, "messages[%zu].tool_calls must be an array", i);
+    }
+    return true;
+}
+
 /* Copies messages into the shape templates expect: content parts joined into a string,
  * tool-call arguments given as JSON strings turned into objects (as vLLM does). */
 static json_t *norm_messages(json_t *msgs, srv_err *e) {
@@ -269,6 +302,10 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
         if (!json_is_string(role)) {
             json_decref(out);
             return BAD("messages", "messages[%zu].role must be a string", i), NULL;
+        }
+        if (!check_message(m, i, e)) {
+            json_decref(out);
+            return NULL;
         }
         json_t *c = json_deep_copy(m);
         if (!c) break;
