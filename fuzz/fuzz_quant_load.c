@@ -43,7 +43,7 @@
 #include "model/fwd_int.h" /* m->ckpt: the mmaps to poison */
 #include "model/tensor_plan.h"
 #include "model/verify.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)

@@ -10,7 +10,7 @@
 #include "base/strmap.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 
 #define SAMPLE_PER_TENSOR 4096
 
@@ -73,7 +73,7 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
     const cllm_tensor *t = cllm_ckpt_get(v->ck, s->name);
     size_t nl = strlen(s->name);
     if (!t && s->n_dims == 2 && nl > 7 && !strcmp(s->name + nl - 7, ".weight")) {
-        /* GPTQ or compressed-tensors quantized Linear (quant/quant.h): check its tensors
+        /* GPTQ or compressed-tensors quantized Linear (model/qformat.h): check its tensors
          * instead of P.weight */
         char base[160], name[192];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);

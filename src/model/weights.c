@@ -16,7 +16,7 @@
 #include "base/log.h"
 #include "model/fwd_int.h"
 #include "model/tensor_plan.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 
 typedef struct check_ctx {
     const cllm_ckpt *ck;

@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 
 typedef struct cllm_gptq cllm_gptq;
 

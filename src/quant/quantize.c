@@ -1,4 +1,4 @@
-/* `cllm quantize`: see quantize.h and quant.h (format). */
+/* `cllm quantize`: see quantize.h and model/qformat.h (format). */
 #include "quant/quantize.h"
 
 #include <ctype.h>
@@ -20,7 +20,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "quant/gptq.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 
 const char *const cllm_quant_default_keep =
     "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"

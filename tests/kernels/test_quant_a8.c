@@ -14,7 +14,7 @@
 #include "base/half.h"
 #include "kernels/kern_int.h"
 #include "kernels/kernels.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 #include "test.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;

@@ -8,7 +8,7 @@
 #include "kernels/kern_int.h"
 #include "kernels/kernels.h"
 #include "quant/gptq.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 #include "test.h"
 
 static uint64_t rs = 88172645463325252ull;
@@ -242,6 +242,11 @@ int main(void) {
             one_case_f(4, 32, 64, 120, T, 16, f);
             one_case_f(8, 16, 48, 200, T, 16, f);
         }
+    /* prefill GEMM tiles (AVX2 from 4 tokens): several input chunks, a group that does not
+     * divide the chunk, more than one block of tokens, ragged column slices */
+    one_case_f(4, 128, 1024, 88, 70, 16, 0);
+    one_case_f(4, 96, 576, 40, 13, 16, F_ASYM);
+    one_case_f(8, 64, 640, 24, 9, 16, F_BF16 | F_RANDZ);
     for (int f = 1; f < 8; f++) { /* asym / bf16 scales / random zeros, all combinations */
         one_case_f(4, 32, 96, 24, 5, 16, f);
         one_case_f(8, 64, 192, 40, 3, 16, f);

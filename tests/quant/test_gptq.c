@@ -10,7 +10,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "quant/gptq.h"
-#include "quant/quant.h"
+#include "model/qformat.h"
 #include "test.h"
 
 static uint64_t rng = 88172645463325252ull;

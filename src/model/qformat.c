@@ -1,5 +1,6 @@
-/* GPTQ-layout quantization primitives; see quant.h. */
-#include "quant/quant.h"
+/* Quantized checkpoint formats (GPTQ v1/v2, compressed-tensors) and the GPTQ-layout
+ * primitives; see qformat.h. */
+#include "model/qformat.h"
 
 #include <jansson.h>
 #include <math.h>

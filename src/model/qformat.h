@@ -19,8 +19,8 @@
  * This is AutoGPTQ's QuantLinear.pack / GPTQModel's v1 format ("zeros -= 1" before packing,
  * "+ 1" when unpacking) and vLLM's gptq kernels with use_v2_format false. GPTQModel's "gptq_v2"
  * format stores z itself; cllm_quant_bind_any converts it (CLLM_QUANT_GPTQ_V2). */
-#ifndef CLLM_QUANT_QUANT_H
-#define CLLM_QUANT_QUANT_H
+#ifndef CLLM_MODEL_QFORMAT_H
+#define CLLM_MODEL_QFORMAT_H
 
 #include <stdbool.h>
 #include <stdint.h>
