@@ -1,0 +1,303 @@
+/* Grammar engine: mask exactness (cached/walked mask == brute force over every token's bytes) on
+ * random states of JSON Schema, regex, GBNF, choice and tool-call grammars, over the tiny
+ * model's byte-level vocabulary and a synthetic one; regex outputs checked by PCRE2 (an
+ * independent matcher); refusals name the keyword; caps give errors. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+static cllm_gm_vocab *V_tiny, *V_syn;
+static int n_vocab_tiny;
+static const cllm_tok *TOK;
+static int EOS_TINY = -1;
+
+/* Generates one output by sampling uniformly among allowed tokens; checks every step's mask
+ * against brute force. Returns the bytes (malloc'd) and whether the output ended accepted. */
+static char *gen(cllm_gm *g, cllm_gm_vocab *v, int max_steps, bool check, size_t *len,
+                 bool *ended) {
+    cllm_gm_matcher *m = cllm_gm_matcher_new(g, v);
+    int V = cllm_gm_vocab_size(v), W = (V + 31) / 32;
+    uint32_t *a = calloc((size_t)W, 4), *b = calloc((size_t)W, 4);
+    char *out = malloc(1);
+    size_t n = 0;
+    *ended = false;
+    for (int step = 0; step < max_steps; step++) {
+        int cnt = cllm_gm_matcher_mask(m, a);
+        if (check) {
+            int cnt2 = cllm_gm_matcher_mask_slow(m, b);
+            bool same = cnt == cnt2 && !memcmp(a, b, (size_t)W * 4);
+            CHECK_MSG(same, "mask differs at step %d (%d vs %d allowed) after '%.*s'", step, cnt,
+                      cnt2, (int)n, out);
+            if (!same) {
+                for (int t = 0; t < V; t++) {
+                    bool x = a[t >> 5] >> (t & 31) & 1, y = b[t >> 5] >> (t & 31) & 1;
+                    if (x != y) {
+                        fprintf(stderr, "  token %d fast=%d slow=%d\n", t, x, y);
+                        break;
+                    }
+                }
+            }
+        }
+        if (cnt == 0) break;
+        int pick = test_irand(cnt), t = 0;
+        for (t = 0; t < V; t++)
+            if (a[t >> 5] >> (t & 31) & 1 && pick-- == 0) break;
+        /* prefer ending sometimes when allowed: eos is the last bits usually */
+        if (cllm_gm_matcher_is_accepting(m) && test_irand(4) == 0) {
+            *ended = true;
+            break;
+        }
+        size_t tl = 0;
+        const char *tb = NULL;
+        if (TOK && v == V_tiny) tb = cllm_tok_token_bytes(TOK, t, &tl);
+        bool ok = cllm_gm_matcher_accept_token(m, t);
+        CHECK_MSG(ok, "allowed token %d rejected", t);
+        if (!ok) break;
+        if (t == EOS_TINY && v == V_tiny) {
+            *ended = true;
+            break;
+        }
+        if (tb) {
+            out = realloc(out, n + tl + 1);
+            memcpy(out + n, tb, tl);
+            n += tl;
+        } else if (v == V_syn) {
+            /* synthetic tokens: the vocab keeps their bytes */
+        }
+        if (cllm_gm_matcher_is_done(m)) {
+            *ended = true;
+            break;
+        }
+    }
+    out[n] = 0;
+    *len = n;
+    free(a), free(b);
+    cllm_gm_matcher_free(m);
+    return out;
+}
+
+static bool pcre_full(const char *re, const char *s, size_t n) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED,
+                                  PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                                  &ec, &eo, NULL);
+    if (!c) return false;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
+    int rc = pcre2_match(c, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(c);
+    return rc >= 0;
+}
+
+static void t_regex(void) {
+    static const char *res[] = {
+        "[a-z]{2,5}-[0-9]+",
+        "(yes|no|maybe)",
+        "\\d{3}-\\d{4}",
+        "[A-Z][a-z]*( [A-Z][a-z]*){0,3}",
+        "(0|[1-9][0-9]*)(\\.[0-9]{1,3})?",
+        "[^a-c\\s]{1,4}x",
+        "(ab|a)(bc|c)?d*",
+        "[\\u00e0-\\u00ff]{1,3}z",
+        "\\w+@\\w+\\.(com|org)",
+        "a.{0,5}b",
+    };
+    for (size_t i = 0; i < sizeof(res) / sizeof(*res); i++) {
+        cllm_gm *g = NULL;
+        cllm_error e = {0};
+        cllm_status st = cllm_gm_from_regex(res[i], strlen(res[i]), NULL, &g, &e);
+        CHECK_MSG(st == CLLM_OK, "regex %s: %s", res[i], e.msg);
+        if (st) continue;
+        for (int rep = 0; rep < 6; rep++) {
+            size_t n;
+            bool ended;
+            char *o = gen(g, V_tiny, 40, rep < 3, &n, &ended);
+            if (ended)
+                CHECK_MSG(pcre_full(res[i], o, n), "regex %s: output '%s' fails PCRE2", res[i], o);
+            free(o);
+        }
+        cllm_gm_unref(g);
+    }
+}
+
+static void t_schema_masks(void) {
+    static const char *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
+        "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\","
+        "\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"maxItems\":3}},\"required\":[\"name\",\"age\"]"
+        "}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"number\"}}",
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+        "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":[\"v\","
+        "\"next\"]}},\"$ref\":\"#/$defs/n\"}",
+        "{\"type\":\"string\",\"format\":\"date-time\"}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"boolean\"},\"properties\":{"
+        "\"id\":{\"type\":\"string\",\"format\":\"uuid\"}}}",
+        "{}",
+        "{\"type\":[\"string\",\"null\",\"boolean\"]}",
+    };
+    for (size_t i = 0; i < sizeof(schemas) / sizeof(*schemas); i++) {
+        for (int ws = 0; ws < 2; ws++) {
+            cllm_gm *g = NULL;
+            cllm_error e = {0};
+            cllm_gm_opts o = {.any_whitespace = ws};
+            cllm_status st = cllm_gm_from_json_schema(schemas[i], strlen(schemas[i]), &o, &g, &e);
+            CHECK_MSG(st == CLLM_OK, "schema %zu: %s", i, e.msg);
+            if (st) continue;
+            for (int rep = 0; rep < 3; rep++) {
+                size_t n;
+                bool ended;
+                char *out = gen(g, V_tiny, 60, true, &n, &ended);
+                free(out);
+            }
+            for (int rep = 0; rep < 2; rep++) {
+                size_t n;
+                bool ended;
+                char *out = gen(g, V_syn, 40, true, &n, &ended);
+                free(out);
+            }
+            cllm_gm_unref(g);
+        }
+    }
+}
+
+static void t_gbnf_choice_tools(void) {
+    const char *gr = "root ::= greeting \" \" name (\"!\" | \".\")\n"
+                     "greeting ::= \"hello\" | \"hi\"  # comment\n"
+                     "name ::= [A-Z] [a-z]{1,6}\n";
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    CHECK_MSG(cllm_gm_from_gbnf(gr, strlen(gr), NULL, &g, &e) == CLLM_OK, "%s", e.msg);
+    if (g) {
+        for (int rep = 0; rep < 5; rep++) {
+            size_t n;
+            bool ended;
+            char *o = gen(g, V_tiny, 30, true, &n, &ended);
+            if (ended)
+                CHECK_MSG(pcre_full("(hello|hi) [A-Z][a-z]{1,6}[!.]", o, n), "gbnf out '%s'", o);
+            free(o);
+        }
+        cllm_gm_unref(g);
+    }
+    const char *bad[] = {"root ::= \"a\" b\n", "root ::= root \"a\"\n", "root ::= (\"a\"\n",
+                         "x ::= \"a\"\n", "root ::= [b-a]\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        cllm_gm *g2 = NULL;
+        cllm_error e2 = {0};
+        CHECK_MSG(cllm_gm_from_gbnf(bad[i], strlen(bad[i]), NULL, &g2, &e2) != CLLM_OK && e2.msg[0],
+                  "bad grammar %zu accepted", i);
+        cllm_gm_unref(g2);
+    }
+    const char *ch[] = {"positive", "negative", "neutral"};
+    size_t cl[] = {8, 8, 7};
+    CHECK(cllm_gm_from_choice(ch, cl, 3, NULL, &g, &e) == CLLM_OK);
+    for (int rep = 0; rep < 5 && g; rep++) {
+        size_t n;
+        bool ended;
+        char *o = gen(g, V_tiny, 30, true, &n, &ended);
+        CHECK_MSG(!ended || !strcmp(o, "positive") || !strcmp(o, "negative") ||
+                      !strcmp(o, "neutral"),
+                  "choice out '%s'", o);
+        free(o);
+    }
+    cllm_gm_unref(g);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+                        "\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},"
+                        "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":"
+                        "\"noop\"}}]";
+    g = NULL;
+    CHECK_MSG(cllm_gm_from_tools(tools, strlen(tools), NULL, 1, 2, NULL, &g, &e) == CLLM_OK, "%s",
+              e.msg);
+    for (int rep = 0; rep < 4 && g; rep++) {
+        size_t n;
+        bool ended;
+        char *o = gen(g, V_tiny, 80, true, &n, &ended);
+        if (ended) CHECK_MSG(strstr(o, "<tool_call>\n<function=") == o, "tools out '%s'", o);
+        free(o);
+    }
+    cllm_gm_unref(g);
+}
+
+static void t_refusals(void) {
+    static const char *cases[][2] = {
+        {"{\"type\":\"string\",\"not\":{\"const\":\"a\"}}", "'not' at #"},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\",\"multipleOf\":3}}}",
+         "'multipleOf' at #/properties/a"},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\",\"format\":\"ipv6\"}}", "ipv6"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^a\":{}}}", "'patternProperties' at #"},
+        {"{\"$ref\":\"http://example.com/s.json\"}", "'$ref' at #"},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreference"},
+        {"{\"type\":\"object\",\"if\":{},\"then\":{}}", "'if' at #"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems' at #"},
+        {"not json", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        cllm_gm *g = NULL;
+        cllm_error e = {0};
+        cllm_status st = cllm_gm_from_json_schema(cases[i][0], strlen(cases[i][0]), NULL, &g, &e);
+        CHECK_MSG(st != CLLM_OK && strstr(e.msg, cases[i][1]), "schema %zu: st=%d msg='%s'", i, st,
+                  e.msg);
+        cllm_gm_unref(g);
+    }
+    /* depth cap */
+    char deep[4000] = "";
+    for (int i = 0; i < 100; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 100; i++) strcat(deep, "}");
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    CHECK(cllm_gm_from_json_schema(deep, strlen(deep), NULL, &g, &e) == CLLM_ERANGE);
+    /* size cap */
+    const char *big = "{\"type\":\"string\",\"pattern\":\"^(((a{1000}){1000}){1000})$\"}";
+    CHECK(cllm_gm_from_json_schema(big, strlen(big), NULL, &g, &e) == CLLM_ERANGE);
+    CHECK(cllm_gm_from_regex("a{5000}{5000}", 13, NULL, &g, &e) == CLLM_ERANGE);
+}
+
+int main(void) {
+    const char *src = getenv("CLLM_SRC");
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/tiny", src ? src : ".");
+    cllm_tok *tok = NULL;
+    cllm_error e = {0};
+    if (cllm_tok_load(dir, &tok, &e) != CLLM_OK) {
+        fprintf(stderr, "tokenizer: %s\n", e.msg);
+        return 1;
+    }
+    TOK = tok;
+    int eos = cllm_tok_token_id(tok, "<|im_end|>", 10);
+    n_vocab_tiny = cllm_tok_n_vocab(tok);
+    EOS_TINY = eos;
+    CHECK(cllm_gm_vocab_from_tok(tok, &eos, 1, &V_tiny, &e) == CLLM_OK);
+    /* synthetic vocabulary: random short byte strings incl. UTF-8 pieces and JSON punctuation */
+    int NS = 3000;
+    char **b = malloc((size_t)NS * sizeof(char *));
+    size_t *l = malloc((size_t)NS * sizeof(size_t));
+    const char alpha[] = "{}[]\",:0123456789.-+eE abcdefnrtul\\/\xc3\xa9\xe2\x82\xac\n";
+    for (int i = 0; i < NS; i++) {
+        l[i] = 1 + (size_t)test_irand(i < 256 ? 1 : 5);
+        b[i] = malloc(l[i]);
+        for (size_t k = 0; k < l[i]; k++)
+            b[i][k] = i < 256 && k == 0 ? (char)i : alpha[test_irand((int)sizeof(alpha) - 1)];
+    }
+    int seos = NS - 1;
+    CHECK(cllm_gm_vocab_new((const char *const *)b, l, NULL, NS, &seos, 1, &V_syn, &e) == CLLM_OK);
+    t_regex();
+    t_schema_masks();
+    t_gbnf_choice_tools();
+    t_refusals();
+    for (int i = 0; i < NS; i++) free(b[i]);
+    free(b), free(l);
+    cllm_gm_vocab_free(V_tiny);
+    cllm_gm_vocab_free(V_syn);
+    cllm_tok_free(tok);
+    return test_report("test_grammar");
+}
