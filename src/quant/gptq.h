@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
-#include "model/qformat.h"
+#include "quant/quant.h"
 
 typedef struct cllm_gptq cllm_gptq;
 

@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "quant/gptq.h"
 #include "model/qformat.h"
+#include "quant/quant.h"
 
 const char *const cllm_quant_default_keep =
     "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"

@@ -38,10 +38,10 @@ t0=$(date +%s)
 CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'
         -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers -Werror
         -ffunction-sections -fdata-sections -I"$SRC/src" -I"$SRC/tests/lib" -idirafter "$T/inc")
-# all of base (minus x86 files, strmap.c and http.c, which need xxhash and curl), the kernels, model/qformat.c and gptq.c
+# all of base (minus x86 files, strmap.c and http.c, which need xxhash and curl), the kernels, model/qformat.c, quant/quant.c and gptq.c
 # (for the tests' RTN/GPTQ helpers; their model-side functions are dropped by --gc-sections)
 LIB=("$SRC"/src/kernels/*.c "$SRC"/src/kernels/arm/*.c "$SRC"/src/base/*.c
-     "$SRC"/src/model/qformat.c "$SRC"/src/quant/gptq.c)
+     "$SRC"/src/model/qformat.c "$SRC"/src/quant/quant.c "$SRC"/src/quant/gptq.c)
 objs=()
 for f in "${LIB[@]}"; do
   case "$f" in *_avx2.c | *_avx512.c | */strmap.c | */http.c) continue ;; esac

@@ -15,6 +15,7 @@
 #include "kernels/kern_int.h"
 #include "kernels/kernels.h"
 #include "model/qformat.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static uint64_t rs = 0x9E3779B97F4A7C15ull;

@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "quant/gptq.h"
 #include "model/qformat.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static uint64_t rs = 88172645463325252ull;

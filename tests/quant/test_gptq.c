@@ -11,6 +11,7 @@
 #include "base/threadpool.h"
 #include "quant/gptq.h"
 #include "model/qformat.h"
+#include "quant/quant.h"
 #include "test.h"
 
 static uint64_t rng = 88172645463325252ull;
