@@ -68,6 +68,15 @@ float kern_dot_avx2(const float *a, const float *b, int n);
 void kern_scale_axpy_avx2(float *y, float s, float a, const float *x, int n);
 void kern_matmul_q_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);
+/* kernels/x86/matmul_q_gemm_avx2.c: the matmul_q float core for n_tok >= KERN_Q_GEMM_MIN and
+ * group <= KERN_Q_GEMM_MAXG (weights unpacked once per chunk for all tokens); bitwise the same
+ * results as the decode tiles. */
+#define KERN_Q_GEMM_MIN  4
+#define KERN_Q_GEMM_MAXG 256
+void kern_q_gemm4_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy);
+void kern_q_gemm8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
+                       float *Y, size_t ldy);
 void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                            int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
