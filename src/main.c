@@ -5,6 +5,7 @@
 
 #include "base/cpu.h"
 #include "base/log.h"
+#include "cli/cli_tp.h"
 #include "cli/commands.h"
 
 typedef struct command {
@@ -91,7 +92,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
-        if (!strcmp(argv[i], commands[c].name)) return commands[c].run(argc - i, argv + i);
+        if (!strcmp(argv[i], commands[c].name)) {
+            /* --tensor-parallel-size: MPI set-up or a re-launch through mpirun (cli/cli_tp.c) */
+            int sub_argc = argc - i;
+            char **sub_argv = argv + i;
+            int rc = cli_tp_setup(argv[i], &sub_argc, &sub_argv);
+            if (rc) return rc;
+            rc = commands[c].run(sub_argc, sub_argv);
+            return cli_tp_finish(argv[i], sub_argc > 1 ? sub_argv[sub_argc - 1] : NULL, rc);
+        }
     fprintf(stderr, "cllm: unknown command '%s' (see cllm --help)\n", argv[i]);
     return 2;
 }

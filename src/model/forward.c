@@ -248,6 +248,7 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->items);
     free(c->qact);
     cllm_free_aligned(c->thr);
+    fwd_tp_free(c);
     free(c);
 }
 
@@ -473,12 +474,22 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         const fwd_layer *L = &m->layers[l];
         if (c->x_cache && l == c->x_cache_out)
             memcpy(c->x_cache, c->x, (size_t)T * H * sizeof(float));
+        /* tensor parallel: each block adds its partial output into a zeroed accumulator that
+         * is all-reduced into the residual (forward_tp.c); blocks must not read c->x */
+        float *xr = NULL;
+        bool tp = m->tp_size > 1;
         rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
+        if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
+            return cllm_err_set(err, s, "forward: out of memory");
         s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
+        if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
         if (s != CLLM_OK)
             return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
         rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
+        if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
+            return cllm_err_set(err, s, "forward: out of memory");
         s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
+        if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
         if (s != CLLM_OK)
             return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     }
@@ -494,6 +505,10 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     if (R == 0) return CLLM_OK;
     rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
+    if (m->tp_size > 1) {
+        s = fwd_tp_lm_head(c, R, logits);
+        return s == CLLM_OK ? s : cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
+    }
     if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");

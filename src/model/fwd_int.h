@@ -62,6 +62,10 @@ struct cllm_model {
     float *mtp_norm, *mtp_pre_emb, *mtp_pre_hidden;
     void **allocs; /* owned fp32 vectors */
     size_t n_allocs, cap_allocs;
+    /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */
+    int tp_rank, tp_size;
+    int *tp_vsplit; /* [tp_size][2]: first lm_head row and row count of each rank */
+    uint64_t tp_hash;
 };
 
 enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT };
@@ -131,6 +135,9 @@ struct cllm_fwd_ctx {
      * the same bytes: a layer reads only its own KV/state. */
     float *x_cache;
     int x_cache_in, x_cache_out;
+    /* tensor parallel scratch (forward_tp.c) */
+    float *tp_acc, *tp_lg;
+    size_t tp_acc_cap, tp_lg_cap;
 };
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */
@@ -154,5 +161,17 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 size_t fwd_gdn_scratch(const cllm_config *f);
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
+
+/* Tensor parallel (forward_tp.c, weights_tp.c): begin points c->x at a zeroed accumulator the
+ * next block adds its partial output to; end all-reduces it into *x_res and restores c->x. */
+cllm_status fwd_tp_begin(cllm_fwd_ctx *c, int T, float **x_res);
+cllm_status fwd_tp_end(cllm_fwd_ctx *c, int T, float *x_res);
+/* lm_head on this rank's vocabulary rows for R normed rows in c->xn, whole rows gathered. */
+cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits);
+void fwd_tp_free(cllm_fwd_ctx *c);
+/* Replaces the bound full views by rank's slices and cfg by its local dims. */
+cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err);
+/* A zeroed allocation freed with the model. */
+void *fwd_model_own(cllm_model *m, size_t bytes);
 
 #endif

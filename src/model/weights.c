@@ -14,6 +14,7 @@
 
 #include "base/half.h"
 #include "base/log.h"
+#include "dist/dist.h"
 #include "model/fwd_int.h"
 #include "model/tensor_plan.h"
 #include "model/qformat.h"
@@ -78,6 +79,10 @@ static void *own(cllm_model *m, size_t bytes) {
     void *p = calloc(1, bytes ? bytes : 1);
     if (p) m->allocs[m->n_allocs++] = p;
     return p;
+}
+
+void *fwd_model_own(cllm_model *m, size_t bytes) {
+    return own(m, bytes);
 }
 
 static void *own_cb(void *m, size_t bytes) {
@@ -280,6 +285,22 @@ static void count_vision(void *ctx, const cllm_tensor *t) {
 }
 
 cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) {
+    cllm_status st = cllm_model_load_tp(dir, cllm_dist_rank(), cllm_dist_size(), out, err);
+    if (st != CLLM_OK || cllm_dist_size() < 2) return st;
+    /* every rank must run the same config and plan (same binary, same model files) */
+    if ((st = cllm_dist_check_same((*out)->tp_hash, "config + shard plan hash", err)) != CLLM_OK) {
+        cllm_model_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+int cllm_model_tp_size(const cllm_model *m) {
+    return m->tp_size > 1 ? m->tp_size : 1;
+}
+
+cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model **out,
+                               cllm_error *err) {
     *out = NULL;
     cllm_model *m = calloc(1, sizeof(*m));
     if (!m) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -361,6 +382,7 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
         }
     }
     if ((st = B.st) != CLLM_OK) goto fail;
+    if (size > 1 && (st = fwd_tp_shard(m, rank, size, err)) != CLLM_OK) goto fail;
     *out = m;
     return CLLM_OK;
 fail:

@@ -1,0 +1,226 @@
+/* See cli_tp.h. */
+#include "cli/cli_tp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dist/dist.h"
+#include "dist/shard.h"
+#include "model/config.h"
+
+static long g_tp = 1;
+static char g_threads_buf[24];
+static char g_threads_flag[] = "--threads";
+
+static bool takes(const char *cmd) {
+    static const char *const cmds[] = {"generate", "eval", "bench", "bench-forward", "verify"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (!strcmp(cmd, cmds[i])) return true;
+    return false;
+}
+
+/* "--name V", "--name=V" or the alias; removes it and returns its value, NULL if absent. */
+static const char *take_opt(int *argc, char **argv, const char *name, const char *alias,
+                            bool *bad) {
+    const char *val = NULL;
+    size_t nl = strlen(name);
+    for (int i = 1; i < *argc; i++) {
+        int drop = 0;
+        const char *a = argv[i];
+        if ((!strcmp(a, name) || (alias && !strcmp(a, alias)))) {
+            if (i + 1 >= *argc) {
+                *bad = true;
+                return NULL;
+            }
+            val = argv[i + 1];
+            drop = 2;
+        } else if (!strncmp(a, name, nl) && a[nl] == '=') {
+            val = a + nl + 1;
+            drop = 1;
+        }
+        if (drop) {
+            memmove(argv + i, argv + i + drop, (size_t)(*argc - i - drop + 1) * sizeof(char *));
+            *argc -= drop;
+            i--;
+        }
+    }
+    return val;
+}
+
+static long parse_n(const char *flag, const char *v) {
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 1 || n > 4096) {
+        fprintf(stderr, "cllm: %s '%s': expected an integer in [1, 4096]\n", flag, v);
+        return -1;
+    }
+    return n;
+}
+
+/* The original command line from /proc/self/cmdline (global flags included). */
+static char **self_cmdline(int *n) {
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    int cnt = 0;
+    for (size_t i = 0; i < len; i++) cnt += buf[i] == 0;
+    char **v = calloc((size_t)cnt + 1, sizeof(char *));
+    if (!v) return NULL;
+    int k = 0;
+    for (size_t i = 0; i < len && k < cnt; i += strlen(buf + i) + 1) v[k++] = buf + i;
+    *n = k;
+    return v;
+}
+
+static int relaunch(long tp) {
+    int n = 0;
+    char **orig = self_cmdline(&n);
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (!orig || n < 1 || el <= 0) {
+        fprintf(stderr,
+                "cllm: --tensor-parallel-size %ld: cannot read this process's command "
+                "line to re-launch it through mpirun; start it as mpirun -np %ld cllm ...\n",
+                tp, tp);
+        return 1;
+    }
+    exe[el] = 0;
+    char np[16];
+    snprintf(np, sizeof(np), "%ld", tp);
+    const char *extra = getenv("CLLM_MPIRUN_ARGS");
+    char *extra_copy = extra ? strdup(extra) : NULL;
+    char **av = calloc((size_t)n + 64, sizeof(char *));
+    if (!av) return 1;
+    int k = 0;
+    av[k++] = "mpirun";
+    av[k++] = "-np";
+    av[k++] = np;
+    av[k++] = "--oversubscribe";
+    av[k++] = "--bind-to";
+    av[k++] = "none";
+    if (geteuid() == 0) av[k++] = "--allow-run-as-root";
+    for (char *t = extra_copy ? strtok(extra_copy, " \t") : NULL; t && k < 48;
+         t = strtok(NULL, " \t"))
+        av[k++] = t;
+    av[k++] = exe;
+    for (int i = 1; i < n; i++) av[k++] = orig[i];
+    av[k] = NULL;
+    fflush(NULL);
+    execvp("mpirun", av);
+    fprintf(stderr,
+            "cllm: --tensor-parallel-size %ld: cannot run mpirun (%s); install openmpi-bin or "
+            "start cllm under mpirun -np %ld\n",
+            tp, strerror(errno), tp);
+    return 1;
+}
+
+int cli_tp_setup(const char *cmd, int *argc, char ***argvp) {
+    if (!takes(cmd)) return 0;
+    /* a copy with room for the injected --threads */
+    char **argv = calloc((size_t)*argc + 4, sizeof(char *));
+    if (!argv) return 1;
+    memcpy(argv, *argvp, (size_t)*argc * sizeof(char *));
+    *argvp = argv;
+    bool bad = false;
+    const char *tv = take_opt(argc, argv, "--tensor-parallel-size", "-tp", &bad);
+    const char *pv = take_opt(argc, argv, "--pipeline-parallel-size", "-pp", &bad);
+    if (bad) {
+        fprintf(stderr, "cllm %s: --tensor-parallel-size / --pipeline-parallel-size need a value\n",
+                cmd);
+        return 2;
+    }
+    long tp = tv ? parse_n("--tensor-parallel-size", tv) : 1;
+    long pp = pv ? parse_n("--pipeline-parallel-size", pv) : 1;
+    if (tp < 0 || pp < 0) return 2;
+    if (pp != 1) {
+        fprintf(stderr,
+                "cllm %s: --pipeline-parallel-size %ld: pipeline parallelism is not supported "
+                "(use --pipeline-parallel-size 1; --tensor-parallel-size splits the model)\n",
+                cmd, pp);
+        return 2;
+    }
+    g_tp = tp;
+    if (!strcmp(cmd, "verify")) return 0; /* only prints the per-rank bytes (cli_tp_finish) */
+    if (tp == 1) {
+        if (cllm_dist_launched() && cllm_dist_launched_size() > 1) {
+            fprintf(stderr,
+                    "cllm %s: started by mpirun with %d ranks but --tensor-parallel-size is 1 "
+                    "(pass --tensor-parallel-size %d)\n",
+                    cmd, cllm_dist_launched_size(), cllm_dist_launched_size());
+            return 2;
+        }
+        return 0;
+    }
+    if (strcmp(cllm_dist_impl(), "mpi") != 0) {
+        fprintf(stderr,
+                "cllm %s: --tensor-parallel-size %ld: this cllm was built without MPI "
+                "(-DCLLM_MPI=OFF; apt install libopenmpi-dev and rebuild)\n",
+                cmd, tp);
+        return 2;
+    }
+    if (!cllm_dist_launched()) return relaunch(tp);
+    if (cllm_dist_launched_size() != tp) {
+        fprintf(stderr,
+                "cllm %s: --tensor-parallel-size %ld but mpirun started %d ranks (use mpirun -np "
+                "%ld)\n",
+                cmd, tp, cllm_dist_launched_size(), tp);
+        return 2;
+    }
+    cllm_error err = {0};
+    if (cllm_dist_init(&err) != CLLM_OK) {
+        fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    if (cllm_dist_rank() != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    bool has_threads = false;
+    for (int i = 1; i < *argc; i++)
+        has_threads |= !strcmp(argv[i], "--threads") || !strcmp(argv[i], "-t") ||
+                       !strncmp(argv[i], "--threads=", 10);
+    if (!has_threads && strcmp(cmd, "eval") != 0) { /* eval defaults to 1 thread already */
+        long per = sysconf(_SC_NPROCESSORS_ONLN) / tp;
+        snprintf(g_threads_buf, sizeof(g_threads_buf), "%ld", per < 1 ? 1 : per);
+        argv[(*argc)++] = g_threads_flag;
+        argv[(*argc)++] = g_threads_buf;
+        argv[*argc] = NULL;
+    }
+    return 0;
+}
+
+static void print_rank_bytes(const char *dir, long tp) {
+    cllm_config c;
+    cllm_error err = {0};
+    if (cllm_config_load(dir, &c, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm verify: %s\n", err.msg);
+        return;
+    }
+    printf("tensor parallel %ld (bf16 weights, text model without MTP/vision):\n", tp);
+    for (long r = 0; r < tp; r++) {
+        cllm_shard s;
+        if (cllm_shard_plan(&c, (int)r, (int)tp, 1, &s, &err) != CLLM_OK) {
+            printf("  refused: %s\n", err.msg);
+            break;
+        }
+        uint64_t tot, rep;
+        cllm_shard_rank_bytes(&c, &s, 2, &tot, &rep);
+        printf("  rank %ld: %.3f GB (%llu bytes; replicated %.3f GB)\n", r, tot / 1e9,
+               (unsigned long long)tot, rep / 1e9);
+    }
+    cllm_config_free(&c);
+}
+
+int cli_tp_finish(const char *cmd, const char *model_dir, int rc) {
+    if (!strcmp(cmd, "verify") && g_tp > 1 && model_dir && rc == 0)
+        print_rank_bytes(model_dir, g_tp);
+    if (cllm_dist_active() && rc != 0) {
+        fflush(NULL);
+        cllm_dist_abort(rc);
+    }
+    return rc;
+}

@@ -1,0 +1,59 @@
+/* Multi-process collectives for tensor parallel (DESIGN.md dist/): one process per rank, all
+ * running the same program on the same inputs (SPMD). Built over MPI when CLLM_MPI is on
+ * (dist_mpi.c); otherwise a one-process implementation (dist_single.c) where every call is a
+ * no-op on size 1, so a build without MPI runs exactly the code it ran before.
+ *
+ * Determinism: cllm_dist_allreduce_sum adds the ranks' partial vectors in rank order 0..N-1 for
+ * every element (a reduce-scatter + allgather built from alltoall, each rank summing its chunk
+ * itself), so the result is bitwise the same on every rank and from run to run for a given N,
+ * whatever algorithm the MPI library would have picked for MPI_Allreduce.
+ *
+ * Failure: the MPI error handler stays MPI_ERRORS_ARE_FATAL on purpose: a rank that dies makes
+ * mpirun end the others (a collective never completes), which is the "no hang" contract. */
+#ifndef CLLM_DIST_DIST_H
+#define CLLM_DIST_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+/* True when this process was started by an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE,
+ * PMI_SIZE or PMIX_RANK); works without initializing anything. */
+bool cllm_dist_launched(void);
+/* Size the launcher announced (1 when not launched). */
+int cllm_dist_launched_size(void);
+
+/* Initializes MPI (once; later calls return CLLM_OK). In a build without MPI, or when not
+ * launched, the process is rank 0 of 1. Registers finalization at exit. */
+cllm_status cllm_dist_init(cllm_error *err);
+bool cllm_dist_active(void); /* initialized with size > 1 */
+int cllm_dist_rank(void);
+int cllm_dist_size(void);
+const char *cllm_dist_impl(void); /* "mpi" or "single" */
+
+/* buf[n] := sum over ranks of buf[n] (rank order; see above). */
+cllm_status cllm_dist_allreduce_sum(float *buf, size_t n);
+/* recv[size][bytes] := every rank's send[bytes], rank order. */
+cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv);
+cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root);
+cllm_status cllm_dist_barrier(void);
+/* Ends every rank (MPI_Abort) with the exit code; used when one rank fails alone. */
+_Noreturn void cllm_dist_abort(int code);
+
+/* Every rank passes its own value; CLLM_EINVAL with a message when any rank differs (the config
+ * + shard plan hash exchanged at start: mismatched binaries or model files are refused). */
+cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err);
+
+/* Counters of the all-reduce calls of this process (for the per-token communication figure). */
+typedef struct cllm_dist_stats {
+    uint64_t allreduce_calls, allreduce_bytes; /* bytes = floats reduced * 4 */
+    double allreduce_seconds;
+    uint64_t allgather_calls, allgather_bytes;
+    double allgather_seconds;
+} cllm_dist_stats;
+void cllm_dist_stats_get(cllm_dist_stats *out);
+void cllm_dist_stats_reset(void);
+
+#endif

@@ -1,0 +1,149 @@
+/* dist.h over MPI (OpenMPI 4.1): MPI_COMM_WORLD, one rank per process. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "dist/dist.h"
+#include "dist/dist_int.h"
+
+static bool inited;
+static int g_rank, g_size = 1;
+/* all-reduce scratch: [size][chunk] to send and receive */
+static float *ar_send, *ar_recv;
+static size_t ar_cap;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fin(void) {
+    int f = 0;
+    MPI_Finalized(&f);
+    if (!f) MPI_Finalize();
+    free(ar_send);
+    free(ar_recv);
+    ar_send = ar_recv = NULL;
+}
+
+cllm_status cllm_dist_init(cllm_error *err) {
+    if (inited) return CLLM_OK;
+    if (!cllm_dist_launched()) { /* a plain run: no MPI at all (no launcher, no cost) */
+        inited = true;
+        return CLLM_OK;
+    }
+    int prov = 0;
+    /* FUNNELED: only the thread that called init talks to MPI (the forward's caller). */
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &prov) != MPI_SUCCESS)
+        return cllm_err_set(err, CLLM_EIO, "MPI_Init failed");
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    atexit(fin);
+    inited = true;
+    return CLLM_OK;
+}
+
+bool cllm_dist_active(void) {
+    return g_size > 1;
+}
+int cllm_dist_rank(void) {
+    return g_rank;
+}
+int cllm_dist_size(void) {
+    return g_size;
+}
+const char *cllm_dist_impl(void) {
+    return "mpi";
+}
+
+static cllm_status grow(size_t n) {
+    if (n <= ar_cap) return CLLM_OK;
+    float *a = realloc(ar_send, n * sizeof(float)), *b;
+    if (!a) return CLLM_ENOMEM;
+    ar_send = a;
+    if (!(b = realloc(ar_recv, n * sizeof(float)))) return CLLM_ENOMEM;
+    ar_recv = b;
+    ar_cap = n;
+    return CLLM_OK;
+}
+
+cllm_status cllm_dist_allreduce_sum(float *buf, size_t n) {
+    if (g_size < 2 || n == 0) return CLLM_OK;
+    double t0 = now_s();
+    size_t N = (size_t)g_size, chunk = (n + N - 1) / N;
+    if (chunk > (size_t)INT32_MAX || grow(chunk * N) != CLLM_OK) return CLLM_ENOMEM;
+    /* reduce-scatter: rank r receives every rank's part r and sums it in rank order */
+    memcpy(ar_send, buf, n * sizeof(float));
+    memset(ar_send + n, 0, (chunk * N - n) * sizeof(float));
+    if (MPI_Alltoall(ar_send, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
+                     MPI_COMM_WORLD) != MPI_SUCCESS)
+        return CLLM_EIO;
+    float *mine = ar_send; /* reuse the first chunk of the send buffer as the sum */
+    for (size_t i = 0; i < chunk; i++) mine[i] = ar_recv[i];
+    for (size_t r = 1; r < N; r++) {
+        const float *p = ar_recv + r * chunk;
+        for (size_t i = 0; i < chunk; i++) mine[i] += p[i];
+    }
+    if (MPI_Allgather(mine, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
+                      MPI_COMM_WORLD) != MPI_SUCCESS)
+        return CLLM_EIO;
+    memcpy(buf, ar_recv, n * sizeof(float));
+    dist_stats.allreduce_calls++;
+    dist_stats.allreduce_bytes += n * sizeof(float);
+    dist_stats.allreduce_seconds += now_s() - t0;
+    return CLLM_OK;
+}
+
+cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv) {
+    if (g_size < 2) {
+        if (bytes && send != recv) memmove(recv, send, bytes);
+        return CLLM_OK;
+    }
+    if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
+    double t0 = now_s();
+    if (MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD) !=
+        MPI_SUCCESS)
+        return CLLM_EIO;
+    dist_stats.allgather_calls++;
+    dist_stats.allgather_bytes += bytes * (size_t)g_size;
+    dist_stats.allgather_seconds += now_s() - t0;
+    return CLLM_OK;
+}
+
+cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root) {
+    if (g_size < 2) return CLLM_OK;
+    if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
+    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD) == MPI_SUCCESS ? CLLM_OK
+                                                                                     : CLLM_EIO;
+}
+
+cllm_status cllm_dist_barrier(void) {
+    if (g_size < 2) return CLLM_OK;
+    return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? CLLM_OK : CLLM_EIO;
+}
+
+_Noreturn void cllm_dist_abort(int code) {
+    if (g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err) {
+    if (g_size < 2) return CLLM_OK;
+    uint64_t *all = malloc((size_t)g_size * sizeof(*all));
+    if (!all) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    cllm_status s = cllm_dist_allgather(&value, sizeof(value), all);
+    if (s == CLLM_OK)
+        for (int r = 1; r < g_size; r++)
+            if (all[r] != all[0]) {
+                s = cllm_err_set(err, CLLM_EINVAL,
+                                 "%s differs between ranks: rank 0 has %016llx, rank %d has "
+                                 "%016llx (mismatched binaries, models or options across ranks)",
+                                 what, (unsigned long long)all[0], r, (unsigned long long)all[r]);
+                break;
+            }
+    free(all);
+    return s;
+}

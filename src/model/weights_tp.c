@@ -1,0 +1,252 @@
+/* Tensor-parallel slicing of a bound model (dist/shard.h says which part a rank owns).
+ *
+ * cllm_model_load binds every tensor as a full view into the mmap first (which touches no page),
+ * then, for a rank of N > 1, this file replaces each view by the rank's slice and the model's
+ * config by the rank's local dims, so the unchanged forward code runs a "narrower" model:
+ *  - column-parallel matrices (q/k/v, in_proj_*, gate/up, lm_head) keep a range of output rows:
+ *    one contiguous range of a float matrix stays a view in the mmap; several ranges (GDN
+ *    in_proj_qkv: q, k and v parts) are gathered into an owned copy; a GPTQ matrix (packed
+ *    along K, N contiguous) is copied column-wise (ranges multiples of 8);
+ *  - row-parallel matrices (o_proj, out_proj, down_proj) keep a range of input columns: an
+ *    owned copy for float weights; for GPTQ whole groups, so qweight/qzeros/scales stay views
+ *    (rows along K are contiguous);
+ *  - per-head vectors (A_log, dt_bias, conv taps, biases) follow their heads or channels.
+ * Only the slices are ever read, so a rank's resident weights are its slice plus the replicated
+ * parts (embeddings, norms, router). The MTP head (unused by the forward pass) keeps its full
+ * views and is never touched. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dist/shard.h"
+#include "model/fwd_int.h"
+
+typedef struct rng {
+    int off, n;
+} rng;
+
+typedef struct tp_ctx {
+    cllm_model *m;
+    cllm_error *err;
+    int size;
+} tp_ctx;
+
+static cllm_status refuse(tp_ctx *t, const char *name, const char *why, int a, int b) {
+    return cllm_err_set(t->err, CLLM_EINVAL,
+                        "tensor parallel %d: %s: %s (%d, %d); choose a --tensor-parallel-size "
+                        "that divides it",
+                        t->size, name, why, a, b);
+}
+
+static void *take(tp_ctx *t, size_t bytes) {
+    return fwd_model_own(t->m, bytes);
+}
+
+/* After copying a slice out of the checkpoint: drops this process's mapping of the source pages
+ * (read-only file mapping, so a later read would simply fault them in again), so the rank's RSS
+ * holds its copy and not the whole tensor. Sources that are not in the mmap are left alone. */
+static void drop_src(tp_ctx *t, const void *p, size_t n) {
+    const cllm_ckpt *ck = t->m->ckpt;
+    uintptr_t a = (uintptr_t)p, e = a + n, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < ck->n_files; i++) {
+        const cllm_st_file *f = ck->files[i];
+        if (!f || !f->map) continue;
+        uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
+        if (a < m0 || e > m1) continue;
+        uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = e / pg * pg;
+        if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+        return;
+    }
+}
+
+/* Keeps output rows r[0..nr) (in that order). */
+static cllm_status wt_rows(tp_ctx *t, fwd_wt *w, const rng *r, int nr, const char *name) {
+    if (!w->data) return CLLM_OK;
+    int n = 0;
+    for (int i = 0; i < nr; i++) n += r[i].n;
+    if (w->q.bits) {
+        cllm_qweight *q = &w->q;
+        int per = 32 / q->bits, kw = q->K / per, kg = q->K / q->group;
+        for (int i = 0; i < nr; i++)
+            if (r[i].off % 8 || r[i].n % 8)
+                return refuse(t, name, "GPTQ output columns must be cut in multiples of 8, slice",
+                              r[i].off, r[i].n);
+        int32_t *qw = take(t, (size_t)kw * n * 4), *qz = take(t, (size_t)kg * (n / per) * 4);
+        uint16_t *sc = take(t, (size_t)kg * n * 2);
+        if (!qw || !qz || !sc) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", name);
+        for (int k = 0, o = 0; k < kw; k++, o = 0)
+            for (int i = 0; i < nr; o += r[i].n, i++)
+                memcpy(qw + (size_t)k * n + o, q->qweight + (size_t)k * q->N + r[i].off,
+                       (size_t)r[i].n * 4);
+        for (int g = 0, o = 0; g < kg; g++, o = 0)
+            for (int i = 0; i < nr; o += r[i].n, i++) {
+                memcpy(sc + (size_t)g * n + o, q->scales + (size_t)g * q->N + r[i].off,
+                       (size_t)r[i].n * 2);
+                memcpy(qz + (size_t)g * (n / per) + o / per,
+                       q->qzeros + (size_t)g * (q->N / per) + r[i].off / per,
+                       (size_t)(r[i].n / per) * 4);
+            }
+        drop_src(t, q->qweight, (size_t)kw * q->N * 4);
+        drop_src(t, q->scales, (size_t)kg * q->N * 2);
+        q->qweight = qw;
+        q->qzeros = qz;
+        q->scales = sc;
+        q->N = n;
+        w->data = qw;
+        w->rows = n;
+        return CLLM_OK;
+    }
+    size_t es = cllm_dtype_size(w->dt), rb = (size_t)w->cols * es;
+    if (nr == 1) {
+        w->data = (const char *)w->data + (size_t)r[0].off * rb;
+        w->rows = n;
+        return CLLM_OK;
+    }
+    char *d = take(t, (size_t)n * rb);
+    if (!d) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", name);
+    for (int i = 0, o = 0; i < nr; o += r[i].n, i++)
+        memcpy(d + (size_t)o * rb, (const char *)w->data + (size_t)r[i].off * rb,
+               (size_t)r[i].n * rb);
+    drop_src(t, w->data, (size_t)w->rows * rb);
+    w->data = d;
+    w->rows = n;
+    return CLLM_OK;
+}
+
+/* Keeps input columns [c0, c0 + nc). */
+static cllm_status wt_cols(tp_ctx *t, fwd_wt *w, int c0, int nc, const char *name) {
+    if (!w->data) return CLLM_OK;
+    if (w->q.bits) {
+        cllm_qweight *q = &w->q;
+        int per = 32 / q->bits;
+        if (c0 % q->group || nc % q->group || c0 % per || nc % per)
+            return refuse(t, name, "a GPTQ input (K) slice must be whole groups, slice", c0, nc);
+        q->qweight += (size_t)(c0 / per) * q->N;
+        q->scales += (size_t)(c0 / q->group) * q->N;
+        q->qzeros += (size_t)(c0 / q->group) * (q->N / per);
+        q->K = nc;
+        w->data = q->qweight;
+        w->cols = nc;
+        return CLLM_OK;
+    }
+    size_t es = cllm_dtype_size(w->dt);
+    char *d = take(t, (size_t)w->rows * nc * es);
+    if (!d) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", name);
+    for (int r = 0; r < w->rows; r++)
+        memcpy(d + (size_t)r * nc * es, (const char *)w->data + ((size_t)r * w->cols + c0) * es,
+               (size_t)nc * es);
+    drop_src(t, w->data, (size_t)w->rows * w->cols * es);
+    w->data = d;
+    w->cols = nc;
+    return CLLM_OK;
+}
+
+static cllm_status mlp_slice(tp_ctx *t, fwd_mlp *x, int off, int n, const char *name) {
+    rng r = {off, n};
+    cllm_status s;
+    if ((s = wt_rows(t, &x->gate, &r, 1, name)) || (s = wt_rows(t, &x->up, &r, 1, name)) ||
+        (s = wt_cols(t, &x->down, off, n, name)))
+        return s;
+    return CLLM_OK;
+}
+
+static cllm_status layer_slice(tp_ctx *t, fwd_layer *L, int l, const cllm_shard *sh) {
+    const cllm_config *g = &t->m->cfg; /* still the global config here */
+    char nm[96];
+    cllm_status s;
+    if (L->type == CLLM_LAYER_FULL_ATTN) {
+        int hd = g->head_dim, qs = g->attn_output_gate ? 2 * hd : hd;
+        rng q = {sh->h0 * qs, sh->nh * qs}, kv = {sh->kv0 * hd, sh->nkv * hd};
+        snprintf(nm, sizeof(nm), "layers.%d.self_attn", l);
+        if ((s = wt_rows(t, &L->q, &q, 1, nm)) || (s = wt_rows(t, &L->k, &kv, 1, nm)) ||
+            (s = wt_rows(t, &L->v, &kv, 1, nm)) ||
+            (s = wt_cols(t, &L->o, sh->h0 * hd, sh->nh * hd, nm)))
+            return s;
+        if (L->q_bias) {
+            L->q_bias += q.off;
+            L->k_bias += kv.off;
+            L->v_bias += kv.off;
+        }
+    } else {
+        int dk = g->lin_k_dim, dv = g->lin_v_dim, Kd = g->lin_n_k_heads * dk;
+        rng qkv[3] = {{sh->gk0 * dk, sh->ngk * dk},
+                      {Kd + sh->gk0 * dk, sh->ngk * dk},
+                      {2 * Kd + sh->gv0 * dv, sh->ngv * dv}};
+        rng z = {sh->gv0 * dv, sh->ngv * dv}, ab = {sh->gv0, sh->ngv};
+        snprintf(nm, sizeof(nm), "layers.%d.linear_attn", l);
+        if ((s = wt_rows(t, &L->qkv, qkv, 3, nm)) || (s = wt_rows(t, &L->z, &z, 1, nm)) ||
+            (s = wt_rows(t, &L->b, &ab, 1, nm)) || (s = wt_rows(t, &L->a, &ab, 1, nm)) ||
+            (s = wt_cols(t, &L->out, z.off, z.n, nm)))
+            return s;
+        int K = g->lin_conv_kernel, ch = 0;
+        float *cw = take(t, (size_t)(qkv[0].n + qkv[1].n + qkv[2].n) * K * sizeof(float));
+        if (!cw) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", nm);
+        for (int i = 0; i < 3; ch += qkv[i].n, i++)
+            memcpy(cw + (size_t)ch * K, L->conv_w + (size_t)qkv[i].off * K,
+                   (size_t)qkv[i].n * K * sizeof(float));
+        L->conv_w = cw;
+        L->A += sh->gv0;
+        L->dt_bias += sh->gv0;
+    }
+    if (L->moe) {
+        snprintf(nm, sizeof(nm), "layers.%d.mlp.experts", l);
+        for (int e = 0; e < g->n_experts; e++)
+            if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) return s;
+        if (L->has_shared) {
+            snprintf(nm, sizeof(nm), "layers.%d.mlp.shared_expert", l);
+            if ((s = mlp_slice(t, &L->shared, sh->si0, sh->nsi, nm))) return s;
+        }
+    } else {
+        snprintf(nm, sizeof(nm), "layers.%d.mlp", l);
+        if ((s = mlp_slice(t, &L->mlp, sh->i0, sh->ni, nm))) return s;
+    }
+    return CLLM_OK;
+}
+
+cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {
+    if (size <= 1) return CLLM_OK;
+    const cllm_config *g = &m->cfg;
+    /* quantized models cut intermediate dims in whole GPTQ groups (row-parallel down_proj) */
+    int align = 1;
+    for (int l = 0; l < g->n_layers && align == 1; l++) {
+        const fwd_layer *L = &m->layers[l];
+        const fwd_wt *d = L->moe ? (L->experts ? &L->experts[0].down : NULL) : &L->mlp.down;
+        if (d && d->q.bits) align = d->q.group > 8 ? d->q.group : 8;
+        if (L->has_shared && L->shared.down.q.bits)
+            align = L->shared.down.q.group > 8 ? L->shared.down.q.group : 8;
+    }
+    cllm_shard sh;
+    cllm_status s = cllm_shard_plan(g, rank, size, align, &sh, err);
+    if (s != CLLM_OK) return s;
+    tp_ctx t = {m, err, size};
+    for (int l = 0; l < g->n_layers; l++)
+        if ((s = layer_slice(&t, &m->layers[l], l, &sh)) != CLLM_OK) return s;
+    rng v = {sh.v0, sh.nv};
+    if (m->lm_head.data == m->embed.data && !m->lm_head.q.bits) { /* tied: a view of the rows */
+        m->lm_head.data = (const char *)m->embed.data +
+                          (size_t)v.off * m->embed.cols * cllm_dtype_size(m->embed.dt);
+        m->lm_head.rows = v.n;
+    } else if ((s = wt_rows(&t, &m->lm_head, &v, 1, "lm_head")) != CLLM_OK) {
+        return s;
+    }
+    m->tp_vsplit = take(&t, 2 * (size_t)size * sizeof(int));
+    if (!m->tp_vsplit) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    for (int r = 0; r < size; r++) {
+        cllm_shard o;
+        if ((s = cllm_shard_plan(g, r, size, align, &o, err)) != CLLM_OK) return s;
+        m->tp_vsplit[2 * r] = o.v0;
+        m->tp_vsplit[2 * r + 1] = o.nv;
+    }
+    m->tp_rank = rank;
+    m->tp_size = size;
+    m->tp_hash = cllm_shard_plan_hash(g, size, align);
+    cllm_config loc;
+    cllm_shard_local_config(g, &sh, &loc);
+    m->cfg = loc;
+    const cllm_config *c = &m->cfg;
+    m->q_rows = c->n_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
+    m->kv_dim = c->n_kv_heads * c->head_dim;
+    m->conv_ch = 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
+    return CLLM_OK;
+}

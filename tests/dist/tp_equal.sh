@@ -1,0 +1,94 @@
+#!/bin/bash
+# Tensor parallel over MPI (src/dist/, model/weights_tp.c, model/forward_tp.c): `cllm eval` and
+# `cllm generate` under -np 2, 3 and 4 against the one-process run on synthetic hybrid models of
+# several shapes (tiny: KV and GDN key heads replicated at 4; tiny-gqa: 1 KV head; tiny-qwen3-moe:
+# dense + MoE layers, no GDN; tests/dist/tiny-tp3.json: 3-way head split with uneven
+# intermediate and vocab splits, tied embeddings).
+#  - logits of every position within 1e-5 relative (max |d| / max |ref| per row) of N = 1;
+#  - greedy tokens identical (generate --ids);
+#  - the same N twice: bitwise identical logits (fixed-order all-reduce);
+#  - shapes that do not divide are refused naming the tensor and N;
+#  - both launch paths: mpirun -np N cllm ... and cllm ... re-launching itself through mpirun;
+#  - --pipeline-parallel-size 1 accepted, 2 refused; mpirun -np 2 without the flag refused.
+# Skipped (77) without mpirun, numpy, or in a build without MPI.
+set -u
+BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_equal
+rm -rf "$T"; mkdir -p "$T"
+. "$SRC/tests/lib/check.sh"
+PY=/usr/bin/python3
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt install openmpi-bin)"; exit 77; }
+$PY -c 'import numpy' 2>/dev/null || { echo "SKIP: no numpy"; exit 77; }
+MPI=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none # containers without CMA / ptrace rights
+
+cat > "$T/cmp.py" <<'PYEOF'
+import sys, numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32); b = np.fromfile(sys.argv[2], dtype=np.float32)
+V = int(sys.argv[3])
+if a.size != b.size or a.size % V: print("size", a.size, b.size); sys.exit(1)
+a = a.reshape(-1, V); b = b.reshape(-1, V)
+rel = (np.abs(a - b).max(axis=1) / np.maximum(np.abs(a).max(axis=1), 1e-30)).max()
+print("max rel %.3g" % rel)
+sys.exit(0 if rel <= 1e-5 and np.isfinite(b).all() else 1)
+PYEOF
+
+TOK=$(seq -s, 1 7 150)  # 22 tokens
+"$BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 >"$T/out" 2>&1
+grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
+vocab() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d.get('text_config',d)['vocab_size'])" "$1"; }
+
+# config, then "N:ok" or "N:refuse:TEXT" cases
+run_cfg() {
+  local cfg=$1; shift
+  local name; name=$(basename "$cfg" .json); local M=$T/$name V; V=$(vocab "$cfg")
+  "$BIN" synth -q --config "$cfg" "$M" >/dev/null 2>&1 || { bad "$name: synth"; return; }
+  "$BIN" eval "$M" --tokens "$TOK" --dump-logits "$T/$name.1.bin" >/dev/null 2>"$T/err" ||
+    { bad "$name: eval N=1"; cat "$T/err"; return; }
+  "$BIN" generate "$M" --tokens "$TOK" -n 12 --ids --ignore-eos >"$T/$name.gen1" 2>/dev/null
+  for c in "$@"; do
+    local n=${c%%:*} what=${c#*:}
+    if [ "${what%%:*}" = refuse ]; then
+      local want=${what#refuse:}
+      timeout 60 "$BIN" eval "$M" --tokens "$TOK" --tensor-parallel-size "$n" >"$T/out" 2>&1
+      local rc=$?
+      if [ $rc != 0 ] && grep -q -- "$want" "$T/out" && grep -q -- "size $n" "$T/out"; then
+        ok "$name N=$n refused ($want)"
+      else bad "$name N=$n: rc $rc, want a refusal naming '$want' and $n"; head -20 "$T/out"; fi
+      continue
+    fi
+    # mpirun launch for eval; the self re-launch for generate
+    timeout 120 "${MPI[@]}" -np "$n" "$BIN" eval "$M" --tokens "$TOK" --tensor-parallel-size "$n" \
+      --dump-logits "$T/$name.$n.bin" >/dev/null 2>"$T/err" || { bad "$name N=$n eval"; cat "$T/err"; continue; }
+    if r=$($PY "$T/cmp.py" "$T/$name.1.bin" "$T/$name.$n.bin" "$V"); then ok "$name N=$n logits: $r"
+    else bad "$name N=$n logits: $r"; fi
+    timeout 120 "${MPI[@]}" -np "$n" "$BIN" eval "$M" --tokens "$TOK" --tensor-parallel-size "$n" \
+      --dump-logits "$T/$name.$n.again.bin" >/dev/null 2>&1
+    if cmp -s "$T/$name.$n.bin" "$T/$name.$n.again.bin"; then ok "$name N=$n bitwise run to run"
+    else bad "$name N=$n: two runs differ"; fi
+    timeout 120 "$BIN" generate "$M" --tokens "$TOK" -n 12 --ids --ignore-eos \
+      --tensor-parallel-size "$n" >"$T/$name.gen$n" 2>"$T/err"
+    if [ -s "$T/$name.gen1" ] && cmp -s "$T/$name.gen1" "$T/$name.gen$n"; then ok "$name N=$n greedy tokens"
+    else bad "$name N=$n greedy tokens differ"; cat "$T/$name.gen1" "$T/$name.gen$n" "$T/err"; fi
+  done
+}
+
+run_cfg "$SRC/configs/tiny.json" 2:ok 3:refuse:num_attention_heads 4:ok
+run_cfg "$SRC/configs/tiny-gqa.json" 2:ok 4:ok
+run_cfg "$SRC/configs/tiny-qwen3-moe.json" 2:ok
+run_cfg "$SRC/configs/tiny-moe.json" 4:refuse:linear_num_value_heads
+run_cfg "$SRC/tests/dist/tiny-tp3.json" 3:ok 2:refuse:num_key_value_heads
+
+M=$T/tiny
+mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"
+expect_rc 0 "--pipeline-parallel-size 1 accepted" \
+  "$BIN" eval "$M" --tokens 1,2,3 --pipeline-parallel-size 1 --logits-hash
+expect_rc 2 "--pipeline-parallel-size 2 refused" \
+  "$BIN" eval "$M" --tokens 1,2,3 --pipeline-parallel-size 2
+grep -q "pipeline parallelism is not supported" "$T/out" || bad "pp refusal message"
+expect_rc 2 "mpirun -np 2 without --tensor-parallel-size refused" \
+  timeout 60 "${MPI[@]}" -np 2 "$BIN" eval "$M" --tokens 1,2,3
+expect_rc 0 "verify --config-only --tensor-parallel-size 4" \
+  "$BIN" verify --config-only "$T/full" --tensor-parallel-size 4
+grep -q "rank 3:" "$T/out" || { bad "verify prints per-rank bytes"; cat "$T/out"; }
+exit $fail

@@ -1,0 +1,56 @@
+#!/bin/bash
+# A rank killed mid-run under tensor parallel: the other ranks (blocked in a collective) and
+# mpirun exit non-zero within 10 s, for both launch paths (mpirun -np 2 cllm ...; cllm ...
+# re-launching itself through mpirun). Skipped (77) without mpirun or in a build without MPI.
+set -u
+BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_kill
+rm -rf "$T"; mkdir -p "$T"
+. "$SRC/tests/lib/check.sh"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+MPI=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+M=$T/m
+"$BIN" synth -q --config "$SRC/tests/dist/tiny-tp3.json" "$M" >/dev/null 2>&1 || { bad synth; exit 1; }
+"$BIN" eval "$M" --tokens 1,2 --tensor-parallel-size 3 >"$T/out" 2>&1
+grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
+
+# pid of the rank with OMPI_COMM_WORLD_RANK=$2 among the descendants of $1
+rank_pid() {
+  local p
+  for p in $(pgrep -f -- "$BIN generate"); do
+    [ "$p" = "$1" ] && continue
+    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+
+kill_case() { # desc, rank to kill, command...
+  local desc=$1 victim=$2; shift 2
+  "$@" >"$T/run.out" 2>&1 &
+  local job=$! pid="" i
+  for i in $(seq 1 100); do # wait until the ranks are decoding
+    pid=$(rank_pid "$job" "$victim"); [ -n "$pid" ] && break; sleep 0.1
+  done
+  [ -n "$pid" ] || { bad "$desc: rank $victim never started"; kill "$job" 2>/dev/null; wait "$job"; return; }
+  sleep 1
+  kill -0 "$job" 2>/dev/null || { bad "$desc: run ended before the kill"; cat "$T/run.out"; return; }
+  kill -9 "$pid"
+  local t0=$SECONDS
+  for i in $(seq 1 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$job" 2>/dev/null; then
+    bad "$desc: still running 10 s after rank $victim was killed"
+    kill -9 "$job" 2>/dev/null; pkill -9 -P "$job" 2>/dev/null
+    wait "$job"; return
+  fi
+  wait "$job"; local rc=$?
+  if [ "$rc" != 0 ]; then ok "$desc: exited rc $rc $((SECONDS - t0)) s after the kill"
+  else bad "$desc: rc 0 after a rank was killed"; fi
+  sleep 0.5
+  local left; left=$(pgrep -f -- "$BIN generate $M" | wc -l)
+  [ "$left" = 0 ] || bad "$desc: $left ranks left running"
+}
+
+GEN=(generate "$M" --tokens 1,2,3 -n 200000 --ignore-eos --ids --tensor-parallel-size 3)
+kill_case "mpirun -np 3, rank 1 killed" 1 timeout 60 "${MPI[@]}" -np 3 "$BIN" "${GEN[@]}"
+kill_case "self re-launch, rank 2 killed" 2 timeout 60 "$BIN" "${GEN[@]}"
+exit $fail
