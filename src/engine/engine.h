@@ -49,6 +49,11 @@ typedef struct cllm_sampling {
     const float *logit_bias_vals;
     int n_logit_bias;
     int n; /* parallel samples sharing the prompt (>= 1) */
+    /* Structured output (grammar/grammar.h): every sample's tokens are masked to the grammar
+     * before temperature/top-p, and EOS is allowed only where it accepts. The engine takes its
+     * own reference at submit. NULL = unconstrained. */
+    struct cllm_gm *grammar;
+    int grammar_after; /* > 0: the constraint starts after this token (</think>); else at once */
 } cllm_sampling;
 
 /* Defaults: greedy unless generation_config says otherwise; the engine fills these from the

@@ -107,6 +107,33 @@ static void fill_logprobs(smp_scratch *s, const float *logits, int chosen, int t
     }
 }
 
+/* Grammar mask: -inf for every token whose bit is clear; whole words at a time, since most
+ * words of a structured-output mask are all-zero or all-one. */
+static void apply_mask(float *x, int V, const uint32_t *allow) {
+    for (int w = 0; w * 32 < V; w++) {
+        uint32_t m = allow[w];
+        if (m == 0xFFFFFFFFu) continue;
+        int base = w * 32, end = base + 32 < V ? base + 32 : V;
+        if (m == 0) {
+            for (int i = base; i < end; i++) x[i] = -INFINITY;
+            continue;
+        }
+        for (int i = base; i < end; i++)
+            if (!(m >> (i - base) & 1)) x[i] = -INFINITY;
+    }
+}
+
+/* The raw argmax among allowed tokens (all when allow is NULL): the fallback when penalties or
+ * forbidden ids left nothing, which must still respect the grammar. */
+static int raw_argmax(const float *logits, int V, const uint32_t *allow) {
+    int tok = -1;
+    for (int i = 0; i < V; i++) {
+        if (allow && !(allow[i >> 5] >> (i & 31) & 1)) continue;
+        if (tok < 0 || logits[i] > logits[tok]) tok = i;
+    }
+    return tok < 0 ? 0 : tok;
+}
+
 int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
                cllm_token_logprob *lp) {
     int V = s->V;
@@ -118,6 +145,7 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
     }
     for (int i = 0; i < in->n_forbid; i++)
         if (in->forbid[i] >= 0 && in->forbid[i] < V) x[in->forbid[i]] = -INFINITY;
+    if (in->allow) apply_mask(x, V, in->allow);
 
     bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0;
     bool freq = p->frequency_penalty != 0.0 || p->presence_penalty != 0.0;
@@ -155,6 +183,7 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
     if (p->temperature < 1e-5) {
         for (int i = 1; i < V; i++)
             if (x[i] > x[tok]) tok = i;
+        if (x[tok] == -INFINITY) tok = raw_argmax(in->logits, V, in->allow);
     } else {
         float inv_t = (float)(1.0 / p->temperature);
         float mx = -INFINITY;
@@ -173,8 +202,7 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
         for (int i = 0; i < V; i++)
             if (x[i] > -INFINITY && x[i] >= floor_x) c[n++] = (smp_pair){x[i], i};
         if (n == 0) { /* everything forbidden: fall back to the raw argmax */
-            for (int i = 1; i < V; i++)
-                if (in->logits[i] > in->logits[tok]) tok = i;
+            tok = raw_argmax(in->logits, V, in->allow);
             goto done;
         }
         if (sorted && top_k < n) {

@@ -2,6 +2,7 @@
  * each forward call, once per sequence that asked for logits.
  *
  * Order of processing (vLLM's): logit_bias -> forbidden ids (EOS/stop ids before min_tokens) ->
+ * grammar mask (structured outputs) ->
  * repetition penalty (prompt + output tokens) -> frequency / presence penalties (output tokens)
  * -> greedy argmax if temperature < 1e-5 (ties: lowest id) -> temperature -> top_k -> top_p ->
  * min_p -> draw. Logprobs are the log-softmax of the raw model logits (vLLM's default
@@ -44,6 +45,8 @@ typedef struct smp_input {
     int n_forbid;
     uint64_t seed;
     int index, step;
+    const uint32_t *allow; /* [(V + 31) / 32] structured-output mask (bit set = allowed) or NULL;
+                              applied after logit_bias and the forbidden ids */
 } smp_input;
 
 /* Returns the token. When p->logprobs >= 0, lp receives 1 + p->logprobs entries: the chosen

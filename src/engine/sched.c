@@ -40,6 +40,7 @@ void sched_req_free(eng_req *q) {
     free(q->bias_vals);
     free(q->forbid);
     free(q->seqs);
+    cllm_gm_unref(q->sp.grammar);
     free(q);
 }
 
@@ -54,6 +55,8 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
             return cllm_err_set(err, CLLM_EINVAL,
                                 "prompt token %d at position %d is out of vocabulary (size %d)",
                                 r->prompt[i], i, cfg->vocab_size);
+    if (p->grammar && !cfg->tok)
+        return cllm_err_set(err, CLLM_EINVAL, "structured outputs need the model's tokenizer");
     if (p->n < 1 || p->n > 256) /* samples beyond max_num_seqs simply queue */
         return cllm_err_set(err, CLLM_EINVAL, "n must be between 1 and 256, got %d", p->n);
     if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
@@ -100,6 +103,7 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     if (!q) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     q->id = id;
     q->sp = *p;
+    cllm_gm_ref(q->sp.grammar);
     q->on_event = r->on_event;
     q->user = r->user;
     q->t_arrival = t_arrival;
@@ -185,12 +189,30 @@ static eng_seq *seq_new(sched *s, eng_req *q, int index) {
         free(e);
         return NULL;
     }
+    if (q->sp.grammar) {
+        if (!s->gmv) {
+            cllm_error ge = {0};
+            if (cllm_gm_vocab_from_tok(s->cfg.tok, s->cfg.eos_ids, s->cfg.n_eos, &s->gmv, &ge))
+                s->gmv = NULL;
+            s->gmask = s->gmv ? calloc((size_t)(s->cfg.vocab_size + 31) / 32, 4) : NULL;
+        }
+        e->gm = s->gmv && s->gmask ? cllm_gm_matcher_new(q->sp.grammar, s->gmv) : NULL;
+        if (!e->gm || cllm_gm_vocab_size(s->gmv) > s->cfg.vocab_size) {
+            cllm_gm_matcher_free(e->gm);
+            free(e->lp);
+            free(e->tokens);
+            free(e);
+            return NULL;
+        }
+        e->gm_on = q->sp.grammar_after <= 0;
+    }
     if (s->cfg.tok) cllm_tok_stream_init(&e->detok, s->cfg.tok, q->sp.skip_special_tokens);
     return e;
 }
 
 static void seq_destroy(sched *s, eng_seq *e) {
     if (s->cfg.tok) cllm_tok_stream_free(&e->detok);
+    cllm_gm_matcher_free(e->gm);
     free(e->tokens);
     free(e->table);
     free(e->hashes);
@@ -367,6 +389,8 @@ void sched_free(sched *s) {
     blk_free(&s->blocks);
     slot_free(&s->slots);
     smp_free(&s->smp);
+    cllm_gm_vocab_free(s->gmv);
+    free(s->gmask);
     free(s);
 }
 

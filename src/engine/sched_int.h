@@ -5,6 +5,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sched.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -56,6 +57,8 @@ struct eng_seq {
     char *text; /* all output text so far (complete UTF-8 characters) */
     size_t text_len, text_cap, emitted;
     cllm_token_logprob *lp; /* [1 + logprobs] of the latest token */
+    cllm_gm_matcher *gm;    /* structured output state, NULL when unconstrained */
+    bool gm_on;             /* the constraint applies (after sp.grammar_after, if set) */
 };
 
 typedef struct sched_ent {
@@ -80,7 +83,9 @@ struct sched {
     cllm_seq_batch *bseq; /* [batch_cap] the step's batch */
     sched_ent *bent;      /* [batch_cap] */
     int batch_cap, n_batch;
-    float *logits; /* [batch_cap][vocab_size] */
+    float *logits;      /* [batch_cap][vocab_size] */
+    cllm_gm_vocab *gmv; /* token trie for grammar masks, built on the first constrained request */
+    uint32_t *gmask;    /* [(vocab_size + 31) / 32] */
     cllm_engine_stats stats;
     double t_forward;
     uint64_t tokens_computed, steps;

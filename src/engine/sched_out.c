@@ -81,7 +81,27 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
                     .seed = q->seed,
                     .index = e->index,
                     .step = n_out};
+    if (e->gm && e->gm_on) {
+        if (cllm_gm_matcher_mask(e->gm, s->gmask) == 0) {
+            /* the structure is complete and nothing (not even EOS) may follow */
+            sched_emit_final(s, e, CLLM_FINISH_STOP, NULL);
+            sched_seq_finish(s, e);
+            return;
+        }
+        in.allow = s->gmask;
+    }
     int tok = smp_sample(&s->smp, p, &in, p->logprobs >= 0 ? e->lp : NULL);
+    bool gm_done = false;
+    if (e->gm && e->gm_on) {
+        if (!cllm_gm_matcher_accept_token(e->gm, tok)) {
+            sched_emit_final(s, e, CLLM_FINISH_ERROR, "structured output: sampled token rejected");
+            sched_seq_finish(s, e);
+            return;
+        }
+        gm_done = cllm_gm_matcher_is_done(e->gm);
+    } else if (e->gm && tok == p->grammar_after) {
+        e->gm_on = true;
+    }
     if (e->n_tokens + 1 > e->cap_tokens) {
         int nc = e->cap_tokens * 2;
         int32_t *t = realloc(e->tokens, (size_t)nc * sizeof(int32_t));
@@ -135,6 +155,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
             }
         }
     }
+    if (fin == CLLM_FINISH_NONE && gm_done) fin = CLLM_FINISH_STOP; /* nothing more may follow */
     if (fin == CLLM_FINISH_NONE && (n_out >= q->max_out || e->n_tokens >= s->cfg.max_model_len))
         fin = CLLM_FINISH_LENGTH;
     if (fin != CLLM_FINISH_NONE && tk && !truncated) {
