@@ -1,7 +1,9 @@
 /* Table-driven command-line parsing shared by every subcommand.
  *
  * A subcommand describes its flags in a cli_opt table; cli_parse fills the targets, prints
- * `--help` from the table, and turns unknown flags or bad values into a one-line error.
+ * `--help` from the table, and turns bad values into a one-line error. Unknown flags are all
+ * reported in one message, each with the closest known flag ("did you mean --x?"). Long flags
+ * may be spelled with '_' for '-' (`--max_model_len`, as vLLM's argparse accepts).
  * Return convention for subcommands: 0 ok, 1 failure at run time, 2 usage error. */
 #ifndef CLLM_CLI_CLI_H
 #define CLLM_CLI_CLI_H
@@ -16,7 +18,15 @@ typedef enum cli_type {
     CLI_STR,    /* const char * (points into argv) */
     CLI_SIZE,   /* uint64_t bytes; accepts 4GB, 512MiB, 1e9 */
     CLI_CHOICE, /* const char *, must be one of choices ("a|b|c") */
+    CLI_LIST,   /* cli_list: one or more values (following arguments up to the next flag, and
+                   comma-separated parts), like argparse nargs='+' */
 } cli_type;
+
+#define CLI_LIST_MAX 8
+typedef struct cli_list {
+    int n;
+    char v[CLI_LIST_MAX][128];
+} cli_list;
 
 typedef struct cli_opt {
     const char *name;  /* "--threads" */
@@ -40,6 +50,10 @@ typedef struct cli_spec {
  * pos[0..*n_pos). Returns 0 to proceed, 2 on a usage error (message already printed), or -1 when
  * --help was printed (caller returns 0). */
 int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
+
+/* 0 when path is a directory; otherwise prints a hint naming the mistake (a file instead of its
+ * directory, a Hugging Face id to download first, a missing path) and returns 1. */
+int cli_check_model_dir(const char *command, const char *path);
 
 /* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
 bool cli_parse_size(const char *s, uint64_t *out);

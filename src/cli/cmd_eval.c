@@ -53,6 +53,7 @@ int cmd_eval(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (cli_check_model_dir("eval", pos[0])) return 1;
     if (ppl || compare || table) {
         cllm_qeval_opts q = {pos[0],       ppl,         compare,        table,
                              (int)ctx,     (int)stride, (int)n_prompts, (int)prompt_len,

@@ -2,23 +2,54 @@
  * engine (engine/engine.h). Starts listening first (/health answers 503 while the model loads),
  * loads the engine, then serves until SIGTERM/SIGINT, when it drains: stops admitting, lets
  * in-flight requests finish for up to --shutdown-timeout seconds, cancels the rest, exits 0.
- * A second SIGINT during the drain exits 130 at once; SIGHUP is logged and ignored. */
+ * A second SIGINT during the drain exits 130 at once; SIGHUP is logged and ignored.
+ *
+ * vLLM's launch line works as written (`cllm serve --model M --tokenizer T
+ * --tensor-parallel-size 1 --max-model-len 4096 --gpu-memory-utilization 0.9 --enforce-eager ...`):
+ * flags that only mean something on a GPU are accepted and logged as having no effect, flags cllm
+ * cannot honour are refused naming them, and the checks vLLM does at start (max_model_len above
+ * the model's, no tokenizer, quantization not matching the checkpoint, port in use) fail here
+ * before `ready`, exit 1.
+ *
+ * Phases: serve_parse (flag table, env) -> serve_check (the refusals, against config.json) ->
+ * serve_start (listen, load) -> serve_wait (signals, drain). */
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "engine/engine.h"
+#include "model/config.h"
 #include "server/server.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 
+typedef struct serve_args {
+    const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
+    const char *dtype, *kv_dtype, *chat_template_arg, *tool_parser, *reasoning_parser, *quant;
+    cli_list names;
+    long port, max_model_len, max_seqs, max_batched, block, threads, max_queued, http_threads,
+        max_logprobs, tp, pp, seed;
+    uint64_t kv_bytes, max_body, max_queued_tokens;
+    double mem_util, gpu_mem_util, swap_space, shutdown_timeout, stats_interval;
+    bool prefix, no_prefix, no_log_requests, auth_all, enforce_eager, trust_remote_code,
+        auto_tool_choice, skip_tokenizer, seed_set;
+    /* derived by serve_check */
+    char *chat_template; /* file contents (malloc) */
+    const char *alias_ptrs[CLI_LIST_MAX];
+    char base_name[256];
+} serve_args;
+
 /* Runs during the drain: a second SIGINT ends the process at once (the operator pressed Ctrl-C
  * twice and does not want to wait for in-flight requests); SIGTERM and SIGHUP repeated during
- * the drain change nothing (the drain is already under way; a supervisor escalates with SIGKILL). */
+ * the drain change nothing (the drain is already under way; a supervisor escalates with SIGKILL).
+ */
 static void *second_signal(void *arg) {
     sigset_t *sigs = arg;
     for (;;) {
@@ -32,91 +63,376 @@ static void *second_signal(void *arg) {
     }
 }
 
-int cmd_serve(int argc, char **argv) {
-    const char *host = "127.0.0.1", *api_key = NULL, *name = NULL, *origins = NULL,
-               *log_format = NULL;
-    const char *kwargs = NULL;
-    long port = 8000, max_model_len = 0, max_seqs = 256, max_batched = 2048, block = 16,
-         threads = 0;
-    long max_queued = 0, http_threads = 2, max_logprobs = 20;
-    uint64_t kv_bytes = 0, max_body = 16u << 20, max_queued_tokens = 0;
-    double mem_util = 0.5, shutdown_timeout = 30, stats_interval = 5;
-    bool prefix = false, no_prefix = false, no_log_requests = false, auth_all = false;
+/* ---- phase 1: flags and environment ---- */
+
+/* vLLM reads these environment variables for flags cllm has; a flag given wins. */
+static void serve_env(serve_args *a, bool stats_flag) {
+    if (!a->api_key) a->api_key = getenv("CLLM_API_KEY");
+    if (!a->api_key) a->api_key = getenv("VLLM_API_KEY");
+    const char *v = getenv("VLLM_LOG_STATS_INTERVAL");
+    if (v && *v && !stats_flag) {
+        char *end;
+        double x = strtod(v, &end);
+        if (!*end && x >= 0) a->stats_interval = x;
+    }
+    v = getenv("VLLM_LOGGING_LEVEL");
+    if (v && *v && cllm_log_set_level_name(v) != 0) {
+        /* vLLM's names are upper case (INFO, DEBUG); ours lower */
+        char low[16];
+        size_t i = 0;
+        for (; v[i] && i + 1 < sizeof(low); i++) low[i] = (char)(v[i] | 0x20);
+        low[i] = 0;
+        if (cllm_log_set_level_name(low) != 0)
+            LOG_WARN("VLLM_LOGGING_LEVEL=%s: unknown level, ignored", v);
+    }
+}
+
+static int serve_parse(int argc, char **argv, serve_args *a) {
+    *a = (serve_args){.host = "127.0.0.1",
+                      .port = 8000,
+                      .max_seqs = 256,
+                      .max_batched = 2048,
+                      .block = 16,
+                      .http_threads = 2,
+                      .max_logprobs = 20,
+                      .tp = 1,
+                      .pp = 1,
+                      .seed = -1,
+                      .max_body = 16u << 20,
+                      .mem_util = 0.5,
+                      .gpu_mem_util = -1,
+                      .swap_space = -1,
+                      .shutdown_timeout = 30,
+                      .stats_interval = -1};
     const cli_opt opts[] = {
-        {"--host", NULL, CLI_STR, &host, "bind address (default 127.0.0.1; 0.0.0.0 for all)"},
-        {"--port", NULL, CLI_INT, &port, "TCP port (default 8000)", NULL, 0, 65535},
-        {"--api-key", NULL, CLI_STR, &api_key,
+        {"--model", NULL, CLI_STR, &a->model_flag, "model directory (same as the MODEL argument)"},
+        {"--tokenizer", NULL, CLI_STR, &a->tokenizer,
+         "directory with tokenizer.json (default: the model directory)"},
+        {"--skip-tokenizer-init", NULL, CLI_FLAG, &a->skip_tokenizer,
+         "load no tokenizer: prompts as token ids only; text routes answer 400"},
+        {"--host", NULL, CLI_STR, &a->host, "bind address (default 127.0.0.1; 0.0.0.0 for all)"},
+        {"--port", NULL, CLI_INT, &a->port, "TCP port (default 8000)", NULL, 0, 65535},
+        {"--api-key", NULL, CLI_STR, &a->api_key,
          "require 'Authorization: Bearer KEY' (or env CLLM_API_KEY / VLLM_API_KEY)"},
-        {"--served-model-name", NULL, CLI_STR, &name,
-         "model name in the API and metric labels (default: directory name)"},
-        {"--max-model-len", "-c", CLI_INT, &max_model_len,
-         "prompt + output tokens per request (0 = model/memory limit)", NULL, 0, 1e9},
-        {"--max-num-seqs", "-np", CLI_INT, &max_seqs,
+        {"--served-model-name", NULL, CLI_LIST, &a->names,
+         "model name(s) in the API; the first in responses and metric labels (default: directory "
+         "name)"},
+        {"--max-model-len", "-c", CLI_INT, &a->max_model_len,
+         "prompt + output tokens per request (0 = model/memory limit; above the model's "
+         "max_position_embeddings is refused)",
+         NULL, 0, 1e9},
+        {"--max-num-seqs", "-np", CLI_INT, &a->max_seqs,
          "concurrently running sequences (default 256)", NULL, 1, 1e6},
-        {"--max-num-batched-tokens", "-b", CLI_INT, &max_batched,
+        {"--max-num-batched-tokens", "-b", CLI_INT, &a->max_batched,
          "token budget per engine step (default 2048)", NULL, 1, 1e9},
-        {"--block-size", NULL, CLI_INT, &block, "KV block size in tokens (default 16)", NULL, 1,
+        {"--block-size", NULL, CLI_INT, &a->block, "KV block size in tokens (default 16)", NULL, 1,
          65536},
-        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes,
+        {"--kv-cache-memory", NULL, CLI_SIZE, &a->kv_bytes,
          "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
-        {"--memory-utilization", "--gpu-memory-utilization", CLI_FLOAT, &mem_util,
+        {"--kv-cache-dtype", NULL, CLI_CHOICE, &a->kv_dtype, "KV cache element type (auto = fp32)",
+         "auto|fp32|float32|bfloat16|bf16"},
+        {"--memory-utilization", NULL, CLI_FLOAT, &a->mem_util,
          "share of RAM for weights + KV + state (default 0.5)", NULL, 0.01, 1},
-        {"--enable-prefix-caching", NULL, CLI_FLAG, &prefix,
+        {"--gpu-memory-utilization", NULL, CLI_FLOAT, &a->gpu_mem_util,
+         "accepted for vLLM command lines; no effect on a CPU (RAM share: --memory-utilization)",
+         NULL, 0, 1},
+        {"--swap-space", NULL, CLI_FLOAT, &a->swap_space,
+         "accepted for vLLM command lines; no effect (the KV cache is in RAM already)", NULL, 0,
+         1e6},
+        {"--enforce-eager", NULL, CLI_FLAG, &a->enforce_eager,
+         "accepted for vLLM command lines; no effect (no CUDA graphs on a CPU)"},
+        {"--trust-remote-code", NULL, CLI_FLAG, &a->trust_remote_code,
+         "accepted for vLLM command lines; no effect (cllm runs no model code from the "
+         "checkpoint)"},
+        {"--tensor-parallel-size", "-tp", CLI_INT, &a->tp,
+         "processes splitting each layer (only 1 so far)", NULL, 1, 4096},
+        {"--pipeline-parallel-size", "-pp", CLI_INT, &a->pp, "pipeline stages (only 1)", NULL, 1,
+         4096},
+        {"--dtype", NULL, CLI_CHOICE, &a->dtype,
+         "weights as stored: auto, or the checkpoint's own dtype (no conversion at load)",
+         "auto|bfloat16|float16|half|float32|float"},
+        {"--quantization", "-q", CLI_CHOICE, &a->quant,
+         "checked against the checkpoint's quantization_config (detected anyway)",
+         "gptq|compressed-tensors|none"},
+        {"--seed", NULL, CLI_INT, &a->seed,
+         "requests without a seed get SEED + their arrival number (repeatable runs)", NULL, 0,
+         4.6e18},
+        {"--chat-template", "--chat-template-file", CLI_STR, &a->chat_template_arg,
+         "Jinja chat template file (or inline template text) replacing the tokenizer's"},
+        {"--default-chat-template-kwargs", NULL, CLI_STR, &a->kwargs,
+         "JSON object merged under each request's chat_template_kwargs"},
+        {"--enable-auto-tool-choice", NULL, CLI_FLAG, &a->auto_tool_choice,
+         "accepted: tool calls are parsed whenever a request has tools"},
+        {"--tool-call-parser", NULL, CLI_CHOICE, &a->tool_parser,
+         "tool-call format (both are always recognised)", "qwen3_xml|qwen3_coder|hermes"},
+        {"--reasoning-parser", NULL, CLI_CHOICE, &a->reasoning_parser,
+         "reasoning split (on when the template has <think>)", "qwen3"},
+        {"--enable-prefix-caching", NULL, CLI_FLAG, &a->prefix,
          "reuse cached prompt prefixes (default on)"},
-        {"--no-enable-prefix-caching", NULL, CLI_FLAG, &no_prefix, "disable prefix caching"},
-        {"--threads", "-t", CLI_INT, &threads, "compute threads (0 = all cores)", NULL, 0, 4096},
-        {"--max-num-queued-reqs", NULL, CLI_INT, &max_queued,
+        {"--no-enable-prefix-caching", NULL, CLI_FLAG, &a->no_prefix, "disable prefix caching"},
+        {"--threads", "-t", CLI_INT, &a->threads, "compute threads (0 = all cores)", NULL, 0, 4096},
+        {"--max-num-queued-reqs", NULL, CLI_INT, &a->max_queued,
          "waiting requests before 429 (0 = unbounded)", NULL, 0, 1e9},
-        {"--max-queued-tokens", "--max-num-queued-tokens", CLI_SIZE, &max_queued_tokens,
+        {"--max-queued-tokens", "--max-num-queued-tokens", CLI_SIZE, &a->max_queued_tokens,
          "prompt tokens of not-yet-started requests before 429 (0 = off)"},
-        {"--max-body-size", NULL, CLI_SIZE, &max_body,
+        {"--max-body-size", NULL, CLI_SIZE, &a->max_body,
          "largest request body; above it 413 (default 16MiB)"},
-        {"--max-logprobs", NULL, CLI_INT, &max_logprobs,
+        {"--max-logprobs", NULL, CLI_INT, &a->max_logprobs,
          "largest logprobs / top_logprobs (default 20)", NULL, 0, 1000},
-        {"--shutdown-timeout", NULL, CLI_FLOAT, &shutdown_timeout,
+        {"--shutdown-timeout", NULL, CLI_FLOAT, &a->shutdown_timeout,
          "seconds to let in-flight requests finish on SIGTERM (default 30; 0 = abort)", NULL, 0,
          1e9},
-        {"--allowed-origins", NULL, CLI_STR, &origins,
+        {"--allowed-origins", NULL, CLI_STR, &a->origins,
          "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
-        {"--default-chat-template-kwargs", NULL, CLI_STR, &kwargs,
-         "JSON object merged under each request's chat_template_kwargs"},
-        {"--disable-log-requests", NULL, CLI_FLAG, &no_log_requests,
+        {"--disable-log-requests", NULL, CLI_FLAG, &a->no_log_requests,
          "no access log line per request"},
-        {"--stats-interval", NULL, CLI_FLOAT, &stats_interval,
-         "seconds between throughput log lines (default 5; 0 = off)", NULL, 0, 86400},
-        {"--http-threads", NULL, CLI_INT, &http_threads, "HTTP event-loop threads (default 2)",
+        {"--stats-interval", NULL, CLI_FLOAT, &a->stats_interval,
+         "seconds between throughput log lines (default 5, env VLLM_LOG_STATS_INTERVAL; 0 = off)",
+         NULL, 0, 86400},
+        {"--http-threads", NULL, CLI_INT, &a->http_threads, "HTTP event-loop threads (default 2)",
          NULL, 1, 256},
-        {"--auth-health", NULL, CLI_FLAG, &auth_all,
+        {"--auth-health", NULL, CLI_FLAG, &a->auth_all,
          "require the API key on /health, /metrics and /version too"},
-        {"--log-format", NULL, CLI_CHOICE, &log_format, "log lines as text or JSON objects",
+        {"--log-format", NULL, CLI_CHOICE, &a->log_format, "log lines as text or JSON objects",
          "text|json"},
         {0}};
     const cli_spec spec = {"serve",
                            "MODEL [options]",
                            "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
-                           "/v1/chat/completions, /v1/models, "
+                           "/v1/chat/completions, /v1/responses, /v1/models, "
                            "/tokenize, /detokenize, /generate, /health, /metrics, /version.",
                            opts,
-                           1,
+                           0,
                            1};
-    const char *pos[1];
+    const char *pos[1] = {NULL};
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
-    if (rc) return rc < 0 ? 0 : rc;
-    if (log_format) cllm_log_set_format_name(log_format);
-    if (!api_key) api_key = getenv("CLLM_API_KEY");
-    if (!api_key) api_key = getenv("VLLM_API_KEY");
-    if (!name) {
-        const char *p = pos[0] + strlen(pos[0]);
-        while (p > pos[0] && p[-1] == '/') p--;
-        const char *e = p;
-        while (p > pos[0] && p[-1] != '/') p--;
-        static char base[256];
-        snprintf(base, sizeof(base), "%.*s", (int)(e - p), p);
-        name = base[0] ? base : "cllm";
+    if (rc) return rc < 0 ? -1 : rc;
+    if (np && a->model_flag && strcmp(pos[0], a->model_flag)) {
+        fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos[0],
+                a->model_flag);
+        return 2;
     }
+    a->model = np ? pos[0] : a->model_flag;
+    if (!a->model) {
+        fprintf(stderr, "cllm serve: missing MODEL (usage: cllm serve MODEL [options], or "
+                        "--model MODEL)\n");
+        return 2;
+    }
+    if (a->log_format) cllm_log_set_format_name(a->log_format);
+    bool stats_flag = a->stats_interval >= 0;
+    if (!stats_flag) a->stats_interval = 5;
+    a->seed_set = a->seed >= 0;
+    serve_env(a, stats_flag);
+    return 0;
+}
+
+/* ---- phase 2: the refusals vLLM makes at start, before anything listens ---- */
+
+static int refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int refuse(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cllm serve: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 1;
+}
+
+static bool same_dtype(const char *flag, const char *file) {
+    if (!strcmp(flag, "half")) flag = "float16";
+    if (!strcmp(flag, "float")) flag = "float32";
+    return !strcmp(flag, file);
+}
+
+/* quantization_config.quant_method ("none" when absent) and the stored dtype (top level or
+ * under text_config, "" when not written) of config.json. */
+static void file_facts(const char *dir, char *qm, size_t qcap, char *dt, size_t dcap) {
+    snprintf(qm, qcap, "none");
+    dt[0] = 0;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *q = json_object_get(json_object_get(j, "quantization_config"), "quant_method");
+    if (json_is_string(q)) snprintf(qm, qcap, "%s", json_string_value(q));
+    json_t *tc = json_object_get(j, "text_config");
+    const char *keys[2] = {"dtype", "torch_dtype"};
+    json_t *objs[2] = {j, tc};
+    for (int o = 0; o < 2 && !dt[0]; o++)
+        for (int k = 0; k < 2 && !dt[0]; k++) {
+            json_t *v = json_object_get(objs[o], keys[k]);
+            if (json_is_string(v)) snprintf(dt, dcap, "%s", json_string_value(v));
+        }
+    json_decref(j);
+}
+
+static int check_model_config(serve_args *a) {
+    cllm_config cf;
+    cllm_error err = {0};
+    if (cllm_config_load(a->model, &cf, &err) != CLLM_OK) return refuse("%s", err.msg);
+    int mpe = cf.max_position_embeddings;
+    cllm_config_free(&cf);
+    char qm[64], dt[32];
+    file_facts(a->model, qm, sizeof(qm), dt, sizeof(dt));
+    if (a->max_model_len > 0 && mpe > 0 && a->max_model_len > mpe)
+        return refuse("User-specified max_model_len (%ld) is greater than the derived "
+                      "max_model_len (max_position_embeddings=%d in model's config.json). cllm "
+                      "does not run positions past it (VLLM_ALLOW_LONG_MAX_MODEL_LEN is not "
+                      "honoured); use --max-model-len %d or less.",
+                      a->max_model_len, mpe, mpe);
+    if (a->dtype && strcmp(a->dtype, "auto") && !same_dtype(a->dtype, dt[0] ? dt : "unknown"))
+        return refuse("--dtype %s: the checkpoint stores %s and cllm runs weights as stored "
+                      "(activations in float32); use --dtype auto, or convert the checkpoint",
+                      a->dtype, dt[0] ? dt : "an unrecorded dtype");
+    if (a->quant && strcmp(qm, a->quant))
+        return refuse("Quantization method specified in the model config (%s) does not match the "
+                      "quantization method specified in the `quantization` argument (%s).",
+                      qm, a->quant);
+    return 0;
+}
+
+static int check_tokenizer(serve_args *a) {
+    if (a->skip_tokenizer) return 0;
+    const char *dir = a->tokenizer ? a->tokenizer : a->model;
+    if (a->tokenizer && cli_check_model_dir("serve --tokenizer", a->tokenizer)) return 1;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    if (access(path, R_OK) != 0)
+        return refuse("Can't load tokenizer for '%s': no readable tokenizer.json there. Pass "
+                      "--tokenizer DIR (a directory with tokenizer.json and "
+                      "tokenizer_config.json), or --skip-tokenizer-init to serve token-id "
+                      "prompts only.",
+                      dir);
+    return 0;
+}
+
+static int load_chat_template(serve_args *a) {
+    const char *t = a->chat_template_arg;
+    if (!t) return 0;
+    size_t n = 0;
+    cllm_error err = {0};
+    char *text = NULL;
+    if (access(t, F_OK) == 0) {
+        text = cllm_read_file(t, 16u << 20, &n, &err);
+        if (!text) return refuse("--chat-template %s: %s", t, err.msg);
+    } else if (strstr(t, "{{") || strstr(t, "{%")) {
+        text = strdup(t); /* vLLM also takes the template itself */
+    } else {
+        return refuse("--chat-template %s: no such file (and not a Jinja template)", t);
+    }
+    if (!text) return refuse("out of memory");
+    a->chat_template = text;
+    return 0;
+}
+
+/* Logs what a vLLM flag means here, so nobody wonders whether it took effect. */
+static void log_no_ops(const serve_args *a) {
+    if (a->gpu_mem_util >= 0)
+        LOG_INFO("--gpu-memory-utilization %.2f: no GPU, no effect (RAM share for weights + KV is "
+                 "--memory-utilization %.2f)",
+                 a->gpu_mem_util, a->mem_util);
+    if (a->swap_space >= 0)
+        LOG_INFO("--swap-space %.0f: no effect (the KV cache lives in RAM)", a->swap_space);
+    if (a->enforce_eager) LOG_INFO("--enforce-eager: no effect (no CUDA graphs on a CPU)");
+    if (a->trust_remote_code)
+        LOG_INFO("--trust-remote-code: no effect (cllm runs no code from the checkpoint)");
+    if (a->auto_tool_choice || a->tool_parser)
+        LOG_INFO("tool calls: parsed whenever a request has tools (Qwen3 XML and hermes JSON)");
+}
+
+static int serve_check(serve_args *a) {
+    if (cli_check_model_dir("serve", a->model)) return 1;
+    if (a->tp > 1)
+        return refuse("--tensor-parallel-size %ld: cllm serve runs the model in one process "
+                      "(tensor parallelism covers generate, eval, bench and verify so far); use "
+                      "--tensor-parallel-size 1",
+                      a->tp);
+    if (a->pp > 1)
+        return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "
+                      "--pipeline-parallel-size 1)",
+                      a->pp);
+    if (check_model_config(a) || check_tokenizer(a) || load_chat_template(a)) return 1;
+    for (int i = 0; i < a->names.n; i++) a->alias_ptrs[i] = a->names.v[i];
+    if (!a->names.n) {
+        const char *p = a->model + strlen(a->model);
+        while (p > a->model && p[-1] == '/') p--;
+        const char *e = p;
+        while (p > a->model && p[-1] != '/') p--;
+        snprintf(a->base_name, sizeof(a->base_name), "%.*s", (int)(e - p), p);
+        if (!a->base_name[0]) snprintf(a->base_name, sizeof(a->base_name), "cllm");
+    }
+    return 0;
+}
+
+/* ---- phase 3: listen, then load ---- */
+
+static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
+    cllm_server_opts_defaults(so);
+    so->host = a->host;
+    so->port = (int)a->port;
+    so->api_key = a->api_key && *a->api_key ? a->api_key : NULL;
+    so->auth_public_health = !a->auth_all;
+    so->served_model_name = a->names.n ? a->names.v[0] : a->base_name;
+    so->model_aliases = a->names.n > 1 ? a->alias_ptrs + 1 : NULL;
+    so->n_model_aliases = a->names.n > 1 ? a->names.n - 1 : 0;
+    so->model_dir = a->model;
+    so->allowed_origins = a->origins;
+    so->max_body_size = a->max_body;
+    so->max_num_queued_reqs = (int)a->max_queued;
+    so->max_queued_tokens = a->max_queued_tokens;
+    so->max_logprobs = (int)a->max_logprobs;
+    so->stats_interval_s = a->stats_interval;
+    so->access_log = !a->no_log_requests;
+    so->n_threads = (int)a->http_threads;
+    so->default_chat_template_kwargs = a->kwargs;
+    so->chat_template = a->chat_template;
+    so->has_default_seed = a->seed_set;
+    so->default_seed = a->seed_set ? (uint64_t)a->seed : 0;
+}
+
+static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
+    cllm_engine_opts_defaults(eo);
+    eo->model_dir = a->model;
+    eo->tokenizer_dir = a->tokenizer;
+    eo->skip_tokenizer_init = a->skip_tokenizer;
+    eo->n_threads = (int)a->threads;
+    eo->max_model_len = (int)a->max_model_len;
+    eo->max_num_seqs = (int)a->max_seqs;
+    eo->max_num_batched_tokens = (int)a->max_batched;
+    eo->block_size = (int)a->block;
+    eo->kv_cache_bytes = a->kv_bytes;
+    eo->memory_utilization = a->mem_util;
+    eo->enable_prefix_caching = !a->no_prefix;
+    eo->kv_cache_bf16 =
+        a->kv_dtype && (!strcmp(a->kv_dtype, "bfloat16") || !strcmp(a->kv_dtype, "bf16"));
+}
+
+/* ---- phase 4: serve until a signal, then drain ---- */
+
+static int serve_wait(sigset_t *sigs, cllm_server *srv, double shutdown_timeout) {
+    /* SIGHUP is ignored: logs go to stderr (nothing to reopen; the supervisor owns the file), and
+     * its default action would kill the server when the controlling terminal goes away. */
+    int sig = 0;
+    while (sigwait(sigs, &sig) == 0 && sig == SIGHUP) LOG_INFO("SIGHUP received: ignored");
+    LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             shutdown_timeout);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, sigs) == 0) pthread_detach(watcher);
+    return cllm_server_drain(srv, shutdown_timeout);
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_args a;
+    int rc = serve_parse(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (serve_check(&a)) {
+        free(a.chat_template);
+        return 1;
+    }
+    log_no_ops(&a);
 
     /* Every thread created from here on inherits the blocked signals; main waits for them. */
-    sigset_t sigs;
+    static sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
@@ -128,62 +444,31 @@ int cmd_serve(int argc, char **argv) {
     cllm_server_engine ops;
     cllm_server_engine_real(&ops, &engine);
     cllm_server_opts so;
-    cllm_server_opts_defaults(&so);
-    so.host = host;
-    so.port = (int)port;
-    so.api_key = api_key && *api_key ? api_key : NULL;
-    so.auth_public_health = !auth_all;
-    so.served_model_name = name;
-    so.model_dir = pos[0];
-    so.allowed_origins = origins;
-    so.max_body_size = max_body;
-    so.max_num_queued_reqs = (int)max_queued;
-    so.max_queued_tokens = max_queued_tokens;
-    so.max_logprobs = (int)max_logprobs;
-    so.stats_interval_s = stats_interval;
-    so.access_log = !no_log_requests;
-    so.n_threads = (int)http_threads;
-    so.default_chat_template_kwargs = kwargs;
+    fill_server_opts(&a, &so);
     cllm_server *srv;
     cllm_error err = {0};
     if (cllm_server_start(&so, &ops, &srv, &err) != CLLM_OK) {
         fprintf(stderr, "cllm serve: %s\n", err.msg);
+        free(a.chat_template);
         return 1;
     }
-
     cllm_engine_opts eo;
-    cllm_engine_opts_defaults(&eo);
-    eo.model_dir = pos[0];
-    eo.n_threads = (int)threads;
-    eo.max_model_len = (int)max_model_len;
-    eo.max_num_seqs = (int)max_seqs;
-    eo.max_num_batched_tokens = (int)max_batched;
-    eo.block_size = (int)block;
-    eo.kv_cache_bytes = kv_bytes;
-    eo.memory_utilization = mem_util;
-    eo.enable_prefix_caching = !no_prefix;
-    (void)prefix;
+    fill_engine_opts(&a, &eo);
     cllm_engine *e = NULL;
     if (cllm_engine_create(&eo, &e, &err) != CLLM_OK) {
         fprintf(stderr, "cllm serve: %s\n", err.msg);
         cllm_server_stop(srv);
+        free(a.chat_template);
         return 1;
     }
     __atomic_store_n(&engine, e, __ATOMIC_RELEASE);
     cllm_server_set_ready(srv, true);
-    LOG_INFO("ready: %s (%s)", name, pos[0]);
+    LOG_INFO("ready: %s (%s)", so.served_model_name, a.model);
 
-    /* SIGHUP is ignored: logs go to stderr (nothing to reopen; the supervisor owns the file), and
-     * its default action would kill the server when the controlling terminal goes away. */
-    int sig = 0;
-    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) LOG_INFO("SIGHUP received: ignored");
-    LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-             shutdown_timeout);
-    pthread_t watcher;
-    if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
-    int cancelled = cllm_server_drain(srv, shutdown_timeout);
+    int cancelled = serve_wait(&sigs, srv, a.shutdown_timeout);
     cllm_server_stop(srv);
     cllm_engine_free(e);
+    free(a.chat_template);
     LOG_INFO("shut down cleanly (%d request(s) cancelled)", cancelled);
     return 0;
 }

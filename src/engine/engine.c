@@ -207,8 +207,9 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     cllm_status rc;
     if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) goto fail;
     const cllm_config *cf = cllm_model_config(e->m);
-    if (file_exists(o.model_dir, "tokenizer.json") &&
-        (rc = cllm_tok_load(o.model_dir, &e->tok, err)) != CLLM_OK)
+    const char *tok_dir = o.tokenizer_dir ? o.tokenizer_dir : o.model_dir;
+    if (!o.skip_tokenizer_init && file_exists(tok_dir, "tokenizer.json") &&
+        (rc = cllm_tok_load(tok_dir, &e->tok, err)) != CLLM_OK)
         goto fail;
     if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) goto fail;
 

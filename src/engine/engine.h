@@ -108,8 +108,10 @@ typedef struct cllm_engine_opts {
                                     reached at end of prefill/turn) */
     uint64_t state_snapshot_bytes; /* budget for GDN state snapshots (0 = auto) */
     int max_queued_requests;       /* admission control; 0 = unbounded */
-    bool kv_cache_bf16; /* KV cache in bf16 instead of fp32 (half the memory; logits differ
-                           slightly) */
+    bool kv_cache_bf16;        /* KV cache in bf16 instead of fp32 (half the memory; logits differ
+                                  slightly) */
+    const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
+    bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);

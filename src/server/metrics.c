@@ -1,8 +1,10 @@
 /* Metrics registry and Prometheus text exposition with vLLM's metric names (so existing
  * dashboards and autoscalers work), plus cllm's own, and the periodic vLLM-like stats log line.
  *
- * Histograms are observed from the engine's event callback (srv_req.c) under m->mu; gauges
- * and engine counters are read from the engine's stats at scrape time. */
+ * Histograms and the token counters are observed from the engine's event callback (srv_req.c)
+ * under m->mu, so vllm:generation_tokens_total moves with every engine step (not when a request
+ * ends); gauges and engine counters are read from the engine's stats at scrape time. Numbers are
+ * printed in their shortest exact form (le="0.005"). Process and host metrics: metrics_proc.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,8 @@ static const double itl_b[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  
 static const double lat_b[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
                                5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+static const double n_b[] = {1, 2, 5, 10, 20};
 
 static int hist_init(srv_hist *h, const double *b, int n) {
     h->bounds = b;
@@ -55,7 +59,14 @@ int srv_metrics_init(srv_metrics *m, int max_model_len) {
         hist_init(&m->h[SRV_H_E2E], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
         hist_init(&m->h[SRV_H_QUEUE], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
         hist_init(&m->h[SRV_H_PROMPT], m->tok_bounds, n) ||
-        hist_init(&m->h[SRV_H_GEN], m->tok_bounds, n))
+        hist_init(&m->h[SRV_H_GEN], m->tok_bounds, n) ||
+        hist_init(&m->h[SRV_H_PREFILL], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
+        hist_init(&m->h[SRV_H_DECODE], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
+        hist_init(&m->h[SRV_H_INFERENCE], lat_b, (int)(sizeof(lat_b) / sizeof(*lat_b))) ||
+        hist_init(&m->h[SRV_H_TPOT], itl_b, (int)(sizeof(itl_b) / sizeof(*itl_b))) ||
+        hist_init(&m->h[SRV_H_PARAMS_N], n_b, (int)(sizeof(n_b) / sizeof(*n_b))) ||
+        hist_init(&m->h[SRV_H_PARAMS_MAX], m->tok_bounds, n) ||
+        hist_init(&m->h[SRV_H_KV_COMPUTED], m->tok_bounds, n))
         return -1;
     m->last_t = srv_now();
     return 0;
@@ -63,24 +74,31 @@ int srv_metrics_init(srv_metrics *m, int max_model_len) {
 
 /* Re-buckets the token-count histograms once max_model_len is known (model loaded). Other
  * threads may be scraping or counting: done under m->mu. */
+/* The histograms whose buckets follow max_model_len. */
+static const int tok_hists[] = {SRV_H_PROMPT, SRV_H_GEN, SRV_H_PARAMS_MAX, SRV_H_KV_COMPUTED};
+#define N_TOK_HISTS ((int)(sizeof(tok_hists) / sizeof(*tok_hists)))
+
 void srv_metrics_set_max_len(srv_metrics *m, int max_model_len) {
     int n = 0;
     double *b = tok_buckets(max_model_len, &n);
-    uint64_t *c1 = calloc((size_t)n + 1, sizeof(uint64_t)),
-             *c2 = calloc((size_t)n + 1, sizeof(uint64_t));
-    if (!b || !c1 || !c2) {
+    uint64_t *c[N_TOK_HISTS];
+    bool ok = b != NULL;
+    for (int i = 0; i < N_TOK_HISTS; i++) {
+        c[i] = calloc((size_t)n + 1, sizeof(uint64_t));
+        ok = ok && c[i];
+    }
+    if (!ok) {
         free(b);
-        free(c1);
-        free(c2);
+        for (int i = 0; i < N_TOK_HISTS; i++) free(c[i]);
         return;
     }
     pthread_mutex_lock(&m->mu);
     free(m->tok_bounds);
-    free(m->h[SRV_H_PROMPT].counts);
-    free(m->h[SRV_H_GEN].counts);
     m->tok_bounds = b;
-    m->h[SRV_H_PROMPT] = (srv_hist){b, n, c1, 0, 0};
-    m->h[SRV_H_GEN] = (srv_hist){b, n, c2, 0, 0};
+    for (int i = 0; i < N_TOK_HISTS; i++) {
+        free(m->h[tok_hists[i]].counts);
+        m->h[tok_hists[i]] = (srv_hist){b, n, c[i], 0, 0};
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -125,9 +143,27 @@ static void head(srv_buf *b, const char *name, const char *type, const char *hel
     srv_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+void srv_metrics_num(char *out, size_t cap, double v) {
+    if (isnan(v)) {
+        snprintf(out, cap, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(out, cap, v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    /* 0.005, not 0.0050000000000000001: the fewest digits that read back as the same value */
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) return;
+    }
+}
+
 static void sample(srv_buf *b, const char *name, const char *labels, const char *extra, double v) {
-    srv_buf_printf(b, "%s{%s%s%s} %.17g\n", name, labels, extra && *extra ? "," : "",
-                   extra ? extra : "", v);
+    char num[40];
+    srv_metrics_num(num, sizeof(num), v);
+    srv_buf_printf(b, "%s{%s%s%s} %s\n", name, labels, extra && *extra ? "," : "",
+                   extra ? extra : "", num);
 }
 
 static void hist_out(srv_buf *b, const char *name, const char *help, const srv_hist *h,
@@ -139,9 +175,11 @@ static void hist_out(srv_buf *b, const char *name, const char *help, const srv_h
     for (int i = 0; i <= h->n_bounds; i++) {
         cum += h->counts ? h->counts[i] : 0;
         char le[64];
-        if (i < h->n_bounds)
-            snprintf(le, sizeof(le), "le=\"%.17g\"", h->bounds[i]);
-        else
+        if (i < h->n_bounds) {
+            char num[40];
+            srv_metrics_num(num, sizeof(num), h->bounds[i]);
+            snprintf(le, sizeof(le), "le=\"%s\"", num);
+        } else
             snprintf(le, sizeof(le), "le=\"+Inf\"");
         sample(b, nm, labels, le, (double)cum);
     }
@@ -226,10 +264,25 @@ char *srv_metrics_render(cllm_server *s) {
              &m->h[SRV_H_E2E], L);
     hist_out(&b, "vllm:request_queue_time_seconds",
              "Histogram of time spent in WAITING phase for request.", &m->h[SRV_H_QUEUE], L);
+    hist_out(&b, "vllm:request_inference_time_seconds",
+             "Histogram of time spent in RUNNING phase for request.", &m->h[SRV_H_INFERENCE], L);
+    hist_out(&b, "vllm:request_prefill_time_seconds",
+             "Histogram of time spent in PREFILL phase for request.", &m->h[SRV_H_PREFILL], L);
+    hist_out(&b, "vllm:request_decode_time_seconds",
+             "Histogram of time spent in DECODE phase for request.", &m->h[SRV_H_DECODE], L);
+    hist_out(&b, "vllm:request_time_per_output_token_seconds",
+             "Histogram of time_per_output_token_seconds per request.", &m->h[SRV_H_TPOT], L);
     hist_out(&b, "vllm:request_prompt_tokens", "Number of prefill tokens processed.",
              &m->h[SRV_H_PROMPT], L);
     hist_out(&b, "vllm:request_generation_tokens", "Number of generation tokens processed.",
              &m->h[SRV_H_GEN], L);
+    hist_out(&b, "vllm:request_prefill_kv_computed_tokens",
+             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+             &m->h[SRV_H_KV_COMPUTED], L);
+    hist_out(&b, "vllm:request_params_n", "Histogram of the n request parameter.",
+             &m->h[SRV_H_PARAMS_N], L);
+    hist_out(&b, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+             &m->h[SRV_H_PARAMS_MAX], L);
 
     head(&b, "cllm_admission_rejections_total", "counter",
          "Requests rejected with 429/503, by reason.");
@@ -262,6 +315,9 @@ char *srv_metrics_render(cllm_server *s) {
     head(&b, "cllm_prefill_tokens_saved_total", "counter",
          "Prefill tokens skipped thanks to prefix caching.");
     sample(&b, "cllm_prefill_tokens_saved_total", L, NULL, (double)st.prefill_tokens_saved);
+    head(&b, "cllm_prefill_tokens_computed_total", "counter",
+         "Prompt tokens run through the model, advanced per prefill chunk (engine step).");
+    sample(&b, "cllm_prefill_tokens_computed_total", L, NULL, (double)st.prompt_tokens);
     pthread_mutex_lock(&s->mu);
     int inflight = s->in_flight;
     pthread_mutex_unlock(&s->mu);
@@ -269,6 +325,7 @@ char *srv_metrics_render(cllm_server *s) {
     sample(&b, "cllm_requests_in_flight", L, NULL, inflight);
     head(&b, "cllm_server_draining", "gauge", "1 while the server drains for shutdown.");
     sample(&b, "cllm_server_draining", L, NULL, __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE));
+    srv_metrics_process(&b);
     srv_buf_free(&lb);
     if (b.oom) {
         srv_buf_free(&b);

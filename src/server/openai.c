@@ -174,6 +174,10 @@ static bool parse_sampling(cllm_server *s, json_t *body, srv_gen *g, srv_err *e)
     if (field(body, "seed")) {
         sp->has_seed = true;
         sp->seed = (uint64_t)seed;
+    } else if (s->o.has_default_seed) {
+        /* --seed: a run of unseeded requests repeats from one server start to the next */
+        sp->has_seed = true;
+        sp->seed = s->o.default_seed + __atomic_fetch_add(&s->seed_ctr, 1, __ATOMIC_RELAXED);
     }
     sp->n = g->n = (int)n;
     sp->min_tokens = (int)min_tokens;
@@ -418,7 +422,7 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     if (st != CLLM_OK) return BAD("messages", "chat template: %s", ce.msg);
     g->prompt_text = text;
     if (!encode(s, text, len, 0, g, e)) return false;
-    const char *src = cllm_tok_chat_template(s->tok);
+    const char *src = s->o.chat_template ? s->o.chat_template : cllm_tok_chat_template(s->tok);
     g->parse_reasoning = src && strstr(src, "<think>");
     if (g->parse_reasoning) {
         /* the prompt already opened <think> (Qwen3.5's default with thinking on) */
@@ -436,7 +440,7 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
     if (!json_is_object(body)) return BAD(NULL, "the request body must be a JSON object");
     json_t *model = field(body, "model");
     if (model && !json_is_string(model)) return BAD("model", "'model' must be a string");
-    if (model && route != SRV_GENERATE && strcmp(json_string_value(model), s->model_name)) {
+    if (model && route != SRV_GENERATE && !srv_model_known(s, json_string_value(model))) {
         srv_err_set(e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.",
                     json_string_value(model));
         snprintf(e->code, sizeof(e->code), "model_not_found");
@@ -531,7 +535,7 @@ bool srv_parse_tokenize(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     if (!json_is_object(body)) return BAD(NULL, "the request body must be a JSON object");
     json_t *model = field(body, "model");
     if (model && !json_is_string(model)) return BAD("model", "'model' must be a string");
-    if (model && strcmp(json_string_value(model), s->model_name)) {
+    if (model && !srv_model_known(s, json_string_value(model))) {
         srv_err_set(e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.",
                     json_string_value(model));
         snprintf(e->code, sizeof(e->code), "model_not_found");

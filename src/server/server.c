@@ -6,6 +6,7 @@
  * engine thread only runs srv_req.c's event callback; one stats thread logs every
  * o.stats_interval_s. A waiting request is a suspended MHD connection, never a parked thread. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -44,6 +45,11 @@ static void common_headers(cllm_server *s, struct MHD_Response *resp) {
         MHD_add_response_header(resp, "Connection", "close");
 }
 
+static bool is_probe(const char *url) {
+    return !strcmp(url, "/metrics") || !strcmp(url, "/health") || !strcmp(url, "/ping") ||
+           !strcmp(url, "/version");
+}
+
 static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, char *body,
                                 size_t len, int retry_after) {
     cllm_server *s = r->srv;
@@ -65,7 +71,9 @@ static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, 
     MHD_destroy_response(resp);
     r->status = status;
     r->bytes_sent = len;
-    srv_metrics_http(&s->m, status);
+    /* scrapes and probes are not traffic (vLLM's http metrics exclude them too): a monitor, or
+     * `cllm doctor`, polling /metrics must not dilute the error rate it computes */
+    if (!is_probe(r->url)) srv_metrics_http(&s->m, status);
     return ret;
 }
 
@@ -168,13 +176,22 @@ static json_t *parse_body(srv_req *r, srv_err *e) {
 
 /* ---- routes ---- */
 
+static json_t *model_card(cllm_server *s, const char *id) {
+    return json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", id, "object", "model",
+                     "created", (json_int_t)s->started, "owned_by", "cllm", "root",
+                     s->o.model_dir ? s->o.model_dir : s->model_name, "parent", "max_model_len",
+                     s->max_model_len, "permission");
+}
+
+/* One card per served name (vLLM lists every --served-model-name). */
 static enum MHD_Result route_models(srv_req *r) {
     cllm_server *s = r->srv;
-    json_t *m = json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", s->model_name,
-                          "object", "model", "created", (json_int_t)s->started, "owned_by", "cllm",
-                          "root", s->o.model_dir ? s->o.model_dir : s->model_name, "parent",
-                          "max_model_len", s->max_model_len, "permission");
-    return send_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    json_t *data = json_array();
+    json_array_append_new(data, model_card(s, s->model_name));
+    for (int i = 0; i < s->o.n_model_aliases; i++)
+        if (s->o.model_aliases[i] && strcmp(s->o.model_aliases[i], s->model_name))
+            json_array_append_new(data, model_card(s, s->o.model_aliases[i]));
+    return send_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
@@ -535,6 +552,17 @@ static void *house_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
+/* Why MHD could not listen: binds a probe socket to the same address (MHD does not say). */
+static int bind_errno(const struct addrinfo *ai) {
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    if (fd < 0) return errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int e = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    close(fd);
+    return e ? e : EADDRNOTAVAIL;
+}
+
 cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engine *ops,
                               cllm_server **out, cllm_error *err) {
     *out = NULL;
@@ -576,14 +604,21 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
         o->connection_limit ? o->connection_limit : 1024, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-        (unsigned)1, MHD_OPTION_END);
-    freeaddrinfo(ai);
+        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: it sets SO_REUSEPORT, and then a second server on
+     * the same port starts and splits the traffic. MHD's default SO_REUSEADDR still lets a
+     * restart bind while old connections sit in TIME_WAIT. */
     if (!s->d) {
-        rc = cllm_err_set(err, CLLM_EIO, "cannot listen on %s:%d (address in use or not permitted)",
-                          o->host ? o->host : "*", o->port);
+        int e = bind_errno(ai);
+        freeaddrinfo(ai);
+        /* uvicorn's words, which vLLM operators grep for */
+        rc = cllm_err_set(err, CLLM_EIO,
+                          "[Errno %d] error while attempting to bind on address ('%s', %d): %s", e,
+                          o->host && *o->host ? o->host : "0.0.0.0", o->port,
+                          e == EADDRINUSE ? "address already in use" : strerror(e));
         goto fail;
     }
+    freeaddrinfo(ai);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     if (pthread_create(&s->stats_thread, NULL, house_main, s) == 0)
@@ -620,7 +655,9 @@ static void load_model_info(cllm_server *s) {
     }
     cllm_tmpl_free(s->tmpl);
     s->tmpl = NULL;
-    const char *tsrc = s->tok ? cllm_tok_chat_template(s->tok) : NULL;
+    const char *tsrc = s->o.chat_template ? s->o.chat_template
+                       : s->tok           ? cllm_tok_chat_template(s->tok)
+                                          : NULL;
     if (tsrc) {
         cllm_error te = {0};
         if (cllm_tmpl_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)

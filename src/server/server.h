@@ -57,6 +57,17 @@ typedef struct cllm_server_opts {
     int n_threads;              /* MHD worker threads, default 2 */
     unsigned connection_limit;  /* default 1024 */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
+    /* web console (console.h): on by default; its request log keeps counts and times only
+     * unless console_log_prompts */
+    bool console;
+    int console_requests; /* requests kept for the console's log (default 1000) */
+    bool console_log_prompts;
+    const char *const *model_aliases; /* more names accepted as `model` and listed in /v1/models
+                                         (vLLM's --served-model-name A B); borrowed */
+    int n_model_aliases;
+    const char *chat_template; /* Jinja text replacing the tokenizer's template (NULL = its own) */
+    bool has_default_seed;     /* --seed: requests without a seed get default_seed + their number */
+    uint64_t default_seed;
 } cllm_server_opts;
 
 void cllm_server_opts_defaults(cllm_server_opts *o);
@@ -89,5 +100,9 @@ void cllm_server_stop(cllm_server *s);
 
 /* Prometheus text of /metrics into a malloc'd string (tests). */
 char *cllm_server_metrics_text(cllm_server *s);
+
+/* The console's model card (/console/info "card"): a JSON object text, copied. No-op with the
+ * console off. Any thread. */
+void cllm_server_set_card(cllm_server *s, const char *json);
 
 #endif

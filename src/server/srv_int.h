@@ -39,7 +39,22 @@ typedef struct srv_hist {
     uint64_t count;
 } srv_hist;
 
-enum { SRV_H_TTFT, SRV_H_ITL, SRV_H_E2E, SRV_H_QUEUE, SRV_H_PROMPT, SRV_H_GEN, SRV_H_COUNT };
+enum {
+    SRV_H_TTFT,
+    SRV_H_ITL,
+    SRV_H_E2E,
+    SRV_H_QUEUE,
+    SRV_H_PROMPT,
+    SRV_H_GEN,
+    SRV_H_PREFILL,     /* scheduled -> first token */
+    SRV_H_DECODE,      /* first token -> last token */
+    SRV_H_INFERENCE,   /* scheduled -> last token */
+    SRV_H_TPOT,        /* per request: decode time / (generated - 1) */
+    SRV_H_PARAMS_N,    /* the n request parameter */
+    SRV_H_PARAMS_MAX,  /* the max_tokens request parameter */
+    SRV_H_KV_COMPUTED, /* prompt tokens computed in prefill (not from the prefix cache) */
+    SRV_H_COUNT
+};
 enum { SRV_REJ_QUEUE, SRV_REJ_TOKENS, SRV_REJ_ENGINE, SRV_REJ_DRAINING, SRV_REJ_COUNT };
 
 typedef struct srv_metrics {
@@ -63,6 +78,10 @@ void srv_metrics_set_max_len(srv_metrics *m, int max_model_len);
 void srv_metrics_observe(srv_metrics *m, int which, double v);
 void srv_metrics_http(srv_metrics *m, unsigned status);
 char *srv_metrics_render(cllm_server *s);
+/* Standard process_* and host metrics (metrics_proc.c), appended to b. */
+void srv_metrics_process(srv_buf *b);
+/* A number as Prometheus text: the shortest form that reads back to the same double. */
+void srv_metrics_num(char *out, size_t cap, double v);
 void srv_metrics_log_line(cllm_server *s);
 
 /* ---- parsed generation request (openai.c) ---- */
@@ -155,6 +174,7 @@ struct srv_req {
     bool first_token_seen;
     bool ev_oom;          /* an event copy failed: the request reports an error */
     bool watch_cancelled; /* the disconnect watch cancelled it (server.c) */
+    double t_first_token; /* srv_now() of the first token (console's requests log) */
 
     /* connection side (MHD thread) */
     cllm_server *srv;
@@ -207,7 +227,12 @@ struct cllm_server {
     srv_metrics m;
     pthread_t stats_thread;
     bool stats_running, stop_stats;
+    struct srv_console *console; /* web console (console.h); NULL when off */
+    uint64_t seed_ctr;           /* --seed: unseeded requests so far (atomic) */
 };
+
+/* name is one of the served model names, or the model directory as given (vLLM accepts it). */
+bool srv_model_known(const cllm_server *s, const char *name);
 
 srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method, const char *url);
 void srv_req_unref(srv_req *r);

@@ -111,6 +111,28 @@ fail:
     return NULL;
 }
 
+/* The per-request histograms, from the engine's timings on the last event. m->mu held. */
+static void request_done_metrics(srv_metrics *m, const srv_req *r, const cllm_event *ev) {
+    m->cached_tokens += (uint64_t)(ev->cached_prompt_tokens > 0 ? ev->cached_prompt_tokens : 0);
+    srv_metrics_observe(m, SRV_H_PROMPT, ev->prompt_tokens);
+    srv_metrics_observe(m, SRV_H_KV_COMPUTED, ev->prompt_tokens - ev->cached_prompt_tokens);
+    srv_metrics_observe(m, SRV_H_PARAMS_N, r->gen.n);
+    if (r->gen.s.max_tokens > 0) srv_metrics_observe(m, SRV_H_PARAMS_MAX, r->gen.s.max_tokens);
+    if (ev->t_scheduled > 0 && ev->t_arrival > 0)
+        srv_metrics_observe(m, SRV_H_QUEUE, ev->t_scheduled - ev->t_arrival);
+    if (ev->t_scheduled > 0 && ev->t_finished >= ev->t_scheduled)
+        srv_metrics_observe(m, SRV_H_INFERENCE, ev->t_finished - ev->t_scheduled);
+    if (ev->t_first_token > 0 && ev->t_scheduled > 0 && ev->t_first_token >= ev->t_scheduled) {
+        srv_metrics_observe(m, SRV_H_PREFILL, ev->t_first_token - ev->t_scheduled);
+        if (ev->t_finished >= ev->t_first_token) {
+            double dec = ev->t_finished - ev->t_first_token;
+            srv_metrics_observe(m, SRV_H_DECODE, dec);
+            if (ev->completion_tokens > 1)
+                srv_metrics_observe(m, SRV_H_TPOT, dec / (ev->completion_tokens - 1));
+        }
+    }
+}
+
 /* Engine thread. Copies the event, records timings, wakes the connection. Never blocks beyond
  * short mutex sections. */
 static void on_event(void *user, const cllm_event *ev) {
@@ -124,7 +146,10 @@ static void on_event(void *user, const cllm_event *ev) {
 
     pthread_mutex_lock(&r->mu);
     if (ev->n_tokens > 0) {
-        if (!r->first_token_seen) first = true;
+        if (!r->first_token_seen) {
+            first = true;
+            r->t_first_token = now;
+        }
         r->first_token_seen = true;
         if (r->t_last_token && r->t_last_token[idx] > 0)
             gap = (now - r->t_last_token[idx]) / ev->n_tokens;
@@ -153,21 +178,19 @@ static void on_event(void *user, const cllm_event *ev) {
 
     srv_metrics *m = &s->m;
     pthread_mutex_lock(&m->mu);
-    if (first) srv_metrics_observe(m, SRV_H_TTFT, now - r->t_arrival);
+    if (first) {
+        srv_metrics_observe(m, SRV_H_TTFT, now - r->t_arrival);
+        /* counted when prefill is done (as vLLM), not when the request ends */
+        m->prompt_tokens += r->gen.prompt.n;
+    }
     for (int i = 0; gap >= 0 && i < ev->n_tokens; i++) srv_metrics_observe(m, SRV_H_ITL, gap);
+    /* every step's tokens at once, so rate() is right during long generations */
+    m->generation_tokens += (uint64_t)(ev->n_tokens > 0 ? ev->n_tokens : 0);
     if (ev->finish != CLLM_FINISH_NONE) {
         m->success[ev->finish < 5 ? ev->finish : CLLM_FINISH_ERROR]++;
-        m->generation_tokens += (uint64_t)(ev->completion_tokens > 0 ? ev->completion_tokens : 0);
         srv_metrics_observe(m, SRV_H_GEN, ev->completion_tokens);
         srv_metrics_observe(m, SRV_H_E2E, now - r->t_arrival);
-        if (last) {
-            m->prompt_tokens += (uint64_t)(ev->prompt_tokens > 0 ? ev->prompt_tokens : 0);
-            m->cached_tokens +=
-                (uint64_t)(ev->cached_prompt_tokens > 0 ? ev->cached_prompt_tokens : 0);
-            srv_metrics_observe(m, SRV_H_PROMPT, ev->prompt_tokens);
-            if (ev->t_scheduled > 0 && ev->t_arrival > 0)
-                srv_metrics_observe(m, SRV_H_QUEUE, ev->t_scheduled - ev->t_arrival);
-        }
+        if (last) request_done_metrics(m, r, ev);
     }
     pthread_mutex_unlock(&m->mu);
 

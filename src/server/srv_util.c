@@ -90,3 +90,15 @@ char *srv_fmt_error_json(const srv_err *e) {
     json_decref(o);
     return s;
 }
+
+bool srv_model_known(const cllm_server *s, const char *name) {
+    if (!strcmp(name, s->model_name)) return true;
+    for (int i = 0; i < s->o.n_model_aliases; i++)
+        if (s->o.model_aliases[i] && !strcmp(name, s->o.model_aliases[i])) return true;
+    if (!s->o.model_dir) return false;
+    /* the path as given, or with a trailing '/' added or removed */
+    size_t a = strlen(name), b = strlen(s->o.model_dir);
+    while (a > 1 && name[a - 1] == '/') a--;
+    while (b > 1 && s->o.model_dir[b - 1] == '/') b--;
+    return a == b && !strncmp(name, s->o.model_dir, a);
+}

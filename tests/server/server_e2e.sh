@@ -32,7 +32,7 @@ NSTART=0
 start_server() {
     NSTART=$((NSTART + 1))
     "$BIN" --log-format json serve "$TMP/model" --port $PORT --api-key $KEY --served-model-name tiny \
-        --max-model-len 8192 --kv-cache-memory 64MiB --threads 2 --stats-interval 1 "$@" > "$TMP/server$NSTART.log" 2>&1 &
+        --max-model-len 4096 --kv-cache-memory 64MiB --threads 2 --stats-interval 1 "$@" > "$TMP/server$NSTART.log" 2>&1 &
     SPID=$!
     for _ in $(seq 300); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
@@ -57,8 +57,8 @@ tok=$(curl -s -H "$H" $U/tokenize -d '{"prompt":"Hello world, again"}')
 ids=$(echo "$tok" | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/')
 ok 'echo "$tok" | grep -q "\"count\":"' "tokenize: $tok"
 ok 'curl -s -H "$H" $U/detokenize -d "{\"tokens\":$ids}" | grep -q "\"prompt\":\"Hello world, again\""' "detokenize round trip ($ids)"
-out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"hi","max_tokens":9000}')
-ok 'echo "$out" | grep -q "This model.s maximum context length is 8192 tokens. However, you requested 9000 output tokens"' "over-length: $out"
+out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"hi","max_tokens":5000}')
+ok 'echo "$out" | grep -q "This model.s maximum context length is 4096 tokens. However, you requested 5000 output tokens"' "over-length: $out"
 ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"prompt\":")" = 400 ]' "malformed json"
 ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"model\":\"x\",\"prompt\":\"a\"}")" = 404 ]' "unknown model"
 a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
@@ -82,7 +82,7 @@ else
 fi
 
 # --- client disconnect: the request is aborted and its slot freed ---
-curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":8000,"ignore_eos":true,"stream":true}' | head -c 300 > /dev/null
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":4000,"ignore_eos":true,"stream":true}' | head -c 300 > /dev/null
 for _ in $(seq 50); do
     m=$(curl -s $U/metrics)
     echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
@@ -94,7 +94,7 @@ ok 'echo "$m" | grep -q "^vllm:num_requests_running{[^}]*} 0$"' "running back to
 ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed"
 ok 'echo "$m" | grep -q "^cllm_requests_in_flight{[^}]*} 0$"' "nothing in flight"
 # non-streaming: the connection is suspended while it waits; the server's watch notices the hang-up
-curl -s -m 0.5 -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":8000,"ignore_eos":true}' > /dev/null
+curl -s -m 0.5 -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":4000,"ignore_eos":true}' > /dev/null
 for _ in $(seq 50); do
     m=$(curl -s $U/metrics)
     echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
@@ -132,7 +132,7 @@ ok 'grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server1.log"' "cl
 
 # --- --shutdown-timeout 0 aborts in-flight requests and still exits 0 ---
 start_server --shutdown-timeout 0 || exit 1
-curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Abort me","max_tokens":8000,"ignore_eos":true,"stream":true}' > "$TMP/abort.out" &
+curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Abort me","max_tokens":4000,"ignore_eos":true,"stream":true}' > "$TMP/abort.out" &
 CPID=$!
 for _ in $(seq 100); do [ -s "$TMP/abort.out" ] && break; sleep 0.02; done
 kill -INT $SPID
