@@ -7,15 +7,25 @@
 #include "cli/commands.h"
 
 int cmd_synth(int argc, char **argv) {
-    const char *config = NULL, *dtype = "bf16", *experts = "fused", *tokenizer = NULL;
-    long seed = 0;
+    const char *config = NULL, *dtype = "bf16", *experts = NULL, *tokenizer = NULL;
+    const char *scheme = NULL, *lm_head = "int8";
+    long seed = 0, group = 128;
     uint64_t shard = 4000000000ull;
     bool qwen_names = false, no_mtp = false, quiet = false;
     const cli_opt opts[] = {
         {"--config", "-c", CLI_STR, &config, "config.json to follow (e.g. configs/tiny.json)"},
         {"--seed", "-s", CLI_INT, &seed, "random seed (same seed, same weights)", NULL, 0, 9.2e18},
         {"--dtype", NULL, CLI_CHOICE, &dtype, "storage type of the weights", "bf16|f16|f32"},
-        {"--experts", NULL, CLI_CHOICE, &experts, "expert tensor layout", "fused|per-expert"},
+        {"--experts", NULL, CLI_CHOICE, &experts,
+         "expert tensor layout (default fused; per-expert with --scheme)", "fused|per-expert"},
+        {"--scheme", NULL, CLI_CHOICE, &scheme,
+         "write GPTQ-layout quantized weights directly (random codes; the tensors `cllm "
+         "quantize` keeps stay in --dtype)",
+         "w4a16|w8a16|w4a8|w4a4"},
+        {"--group-size", NULL, CLI_INT, &group, "quantization group along in_features (--scheme)",
+         NULL, 8, 1 << 20},
+        {"--lm-head", NULL, CLI_CHOICE, &lm_head, "lm_head precision with --scheme",
+         "int8|int4|bf16"},
         {"--shard-size", NULL, CLI_SIZE, &shard, "largest shard file (default 4GB; 0 = one file)"},
         {"--qwen-shard-names", NULL, CLI_FLAG, &qwen_names,
          "name shards model.safetensors-000NN-of-000MM.safetensors"},
@@ -28,7 +38,8 @@ int cmd_synth(int argc, char **argv) {
         "synth",
         "--config CONFIG OUT_DIR [options]",
         "Write a random-weight model in exact HF layout (config.json, safetensors "
-        "shards + index, generation_config.json), streaming, deterministic per seed.",
+        "shards + index, generation_config.json), streaming, deterministic per seed; with "
+        "--scheme a quantized checkpoint in the GPTQ layout, written directly.",
         opts,
         1,
         1};
@@ -46,12 +57,19 @@ int cmd_synth(int argc, char **argv) {
         .dtype = !strcmp(dtype, "bf16")  ? CLLM_DT_BF16
                  : !strcmp(dtype, "f16") ? CLLM_DT_F16
                                          : CLLM_DT_F32,
-        .layout = !strcmp(experts, "fused") ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT,
+        .layout = experts
+                      ? (!strcmp(experts, "fused") ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT)
+                      : (scheme ? CLLM_EXPERTS_PER_EXPERT : CLLM_EXPERTS_FUSED),
         .shard_bytes = shard,
         .qwen_shard_names = qwen_names,
         .include_mtp = !no_mtp,
         .tokenizer_dir = tokenizer,
         .progress = !quiet,
+        .scheme = scheme,
+        .group = (int)group,
+        .lm_head_bits = !strcmp(lm_head, "int8")   ? 8
+                        : !strcmp(lm_head, "int4") ? 4
+                                                   : 16,
     };
     cllm_error err;
     if (cllm_synth(&o, &err) != CLLM_OK) {

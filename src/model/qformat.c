@@ -2,6 +2,7 @@
  * primitives; see qformat.h. */
 #include "model/qformat.h"
 
+#include <fnmatch.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -487,4 +488,67 @@ int cllm_quant_act_bits(const char *dir) {
     int r = json_is_integer(ab) ? (int)json_integer_value(ab) : 16;
     json_decref(root);
     return r == 4 || r == 8 ? r : 16;
+}
+
+const char *const cllm_quant_default_keep =
+    "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"
+    "*in_proj_a*,*in_proj_b*,model.visual.*";
+
+bool cllm_quant_glob_match(const char *list, const char *name) {
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char g[256];
+        if (n && n < sizeof(g)) {
+            memcpy(g, p, n);
+            g[n] = 0;
+            if (!fnmatch(g, name, 0)) return true;
+        }
+        p += n;
+    }
+    return false;
+}
+
+cllm_status cllm_quant_config_set(json_t *root, const cllm_quant_config_spec *s, cllm_error *err) {
+    json_t *qc = json_object();
+    json_object_set_new(qc, "quant_method", json_string("gptq"));
+    json_object_set_new(qc, "bits", json_integer(s->bits));
+    json_object_set_new(qc, "group_size", json_integer(s->group));
+    json_object_set_new(qc, "sym", json_boolean(!s->asym));
+    json_object_set_new(qc, "desc_act", json_false());
+    json_object_set_new(qc, "checkpoint_format", json_string("gptq"));
+    json_object_set_new(qc, "lm_head", json_boolean(s->lm_head_bits < 16));
+    json_t *dyn = json_object();
+    for (int i = 0; i < s->n_keep; i++) { /* glob -> regex: '.' -> '\.', '*' -> '.*' */
+        char re[512] = "-:";
+        size_t k = 2;
+        for (const char *p = s->keep[i]; *p && k < sizeof(re) - 3; p++) {
+            if (*p == '*')
+                re[k++] = '.', re[k++] = '*';
+            else if (*p == '.')
+                re[k++] = '\\', re[k++] = '.';
+            else
+                re[k++] = *p;
+        }
+        re[k] = 0;
+        json_object_set_new(dyn, re, json_object());
+    }
+    if (s->lm_head_bits >= 16)
+        json_object_set_new(dyn, "-:lm_head", json_object());
+    else if (s->lm_head_bits != s->bits) {
+        json_t *lh = json_object();
+        json_object_set_new(lh, "bits", json_integer(s->lm_head_bits));
+        json_object_set_new(dyn, "+:lm_head", lh);
+    }
+    json_object_set_new(qc, "dynamic", dyn);
+    json_object_set_new(qc, "cllm_scheme", json_string(s->scheme));
+    json_object_set_new(qc, "cllm_method", json_string(s->method));
+    json_object_set_new(qc, "cllm_act_bits", json_integer(s->act_bits));
+    json_object_set_new(qc, "cllm_scale_dtype",
+                        json_string(s->scale_bf16 ? "bfloat16" : "float16"));
+    json_object_set_new(qc, "cllm_lm_head_bits", json_integer(s->lm_head_bits));
+    if (json_object_set_new(root, "quantization_config", qc))
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    return CLLM_OK;
 }

@@ -25,6 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/status.h"
 #include "kernels/kernels.h"
 #include "model/checkpoint.h"
@@ -99,5 +101,29 @@ cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error
 
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
 int cllm_quant_act_bits(const char *dir);
+
+/* The tensors a cllm quantized file keeps 16-bit by default (comma-separated fnmatch globs; the
+ * embeddings are always kept besides): embeddings, norms, router, gates, conv1d, A_log/dt_bias,
+ * in_proj_a/b and the vision tower. `cllm quantize` and `cllm synth --scheme` use it. */
+extern const char *const cllm_quant_default_keep;
+
+/* True when name matches one of the comma-separated globs of list. */
+bool cllm_quant_glob_match(const char *list, const char *name);
+
+/* What a GPTQ-layout file written by cllm declares in config.json's quantization_config. */
+typedef struct cllm_quant_config_spec {
+    int bits, group;
+    bool asym, scale_bf16;
+    int lm_head_bits;        /* 8, 4, or 16 (kept) */
+    const char *const *keep; /* globs kept 16-bit, as "-:regex" entries of "dynamic" */
+    int n_keep;
+    const char *scheme, *method; /* "w4a16"..., "rtn" | "gptq" | "synth" */
+    int act_bits;
+} cllm_quant_config_spec;
+
+/* Sets root["quantization_config"] (root: the parsed config.json) as cllm_quant_check_config
+ * accepts it: quant_method "gptq", bits, group_size, sym, desc_act false, checkpoint_format
+ * "gptq", lm_head, dynamic (kept globs, lm_head bits), and cllm's own keys. */
+cllm_status cllm_quant_config_set(json_t *root, const cllm_quant_config_spec *s, cllm_error *err);
 
 #endif

@@ -14,6 +14,7 @@
 #include "model/synth.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@
 #include "base/log.h"
 #include "base/strmap.h"
 #include "model/config.h"
+#include "model/qformat.h"
+#include "model/st_write.h"
 
 #define CHUNK 65536
 
@@ -61,6 +64,14 @@ static inline float unif(uint64_t *s) {
     return (float)(splitmix(s) >> 40) * (1.0f / 16777216.0f);
 }
 
+/* Standard deviation of a projection's weights (LINEAR / OUT_PROJ), 0.02 for other inits. */
+static float proj_std(const cllm_tensor_spec *s, const cllm_config *cfg) {
+    if (s->init == CLLM_INIT_LINEAR) return 1.0f / sqrtf((float)s->fan_in);
+    if (s->init == CLLM_INIT_OUT_PROJ)
+        return 1.0f / sqrtf((float)s->fan_in) / sqrtf(2.0f * (float)cfg->n_layers);
+    return 0.02f;
+}
+
 static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rng, float *buf,
                  size_t n) {
     const float sq3 = 1.7320508f;
@@ -73,10 +84,8 @@ static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rn
         std = 1.0f;
         break;
     case CLLM_INIT_LINEAR:
-        std = 1.0f / sqrtf((float)s->fan_in);
-        break;
     case CLLM_INIT_OUT_PROJ:
-        std = 1.0f / sqrtf((float)s->fan_in) / sqrtf(2.0f * (float)cfg->n_layers);
+        std = proj_std(s, cfg);
         break;
     case CLLM_INIT_CONV:
         std = 1.0f / sqrtf((float)s->fan_in);
@@ -133,89 +142,98 @@ static uint64_t tensor_rng(uint64_t seed, const cllm_tensor_spec *s) {
            skip * 0x9e3779b97f4a7c15ull;
 }
 
-typedef struct writer {
-    FILE *f;
-    char *path;
-} writer;
-
 static cllm_dtype tensor_dtype(const cllm_tensor_spec *s, cllm_dtype bulk) {
     return s->force_f32 ? CLLM_DT_F32 : bulk;
 }
 
-/* Builds the JSON header for specs [a, b), padded with spaces to a multiple of 8. */
-static char *build_header(const cllm_tensor_spec *v, size_t a, size_t b, cllm_dtype bulk,
-                          size_t *len) {
-    size_t cap = 256 + (b - a) * 256, o = 0;
-    char *h = malloc(cap);
-    if (!h) return NULL;
-    o += (size_t)snprintf(h + o, cap - o, "{\"__metadata__\":{\"format\":\"pt\"}");
-    uint64_t off = 0;
-    for (size_t i = a; i < b; i++) {
-        cllm_dtype dt = tensor_dtype(&v[i], bulk);
-        uint64_t bytes = cllm_tensor_spec_elems(&v[i]) * cllm_dtype_size(dt);
-        o += (size_t)snprintf(h + o, cap - o, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", v[i].name,
-                              cllm_dtype_name(dt));
-        for (int d = 0; d < v[i].n_dims; d++)
-            o += (size_t)snprintf(h + o, cap - o, "%s%lld", d ? "," : "", (long long)v[i].shape[d]);
-        o += (size_t)snprintf(h + o, cap - o, "],\"data_offsets\":[%llu,%llu]}",
-                              (unsigned long long)off, (unsigned long long)(off + bytes));
-        off += bytes;
+/* One output tensor: a float tensor of the plan, or one of the four GPTQ parts of a quantized
+ * Linear (--scheme). */
+enum { PART_FLOAT, PART_QW, PART_QZ, PART_SC, PART_GI };
+static const char *const part_suffix[] = {"weight", "qweight", "qzeros", "scales", "g_idx"};
+
+typedef struct out_tensor {
+    const cllm_tensor_spec *spec;
+    int part, bits;
+    char name[176];
+} out_tensor;
+
+/* Random GPTQ codes stand for the weights: every code uniform in [0, 2^b), the symmetric zero,
+ * one scale per tensor giving the float init's standard deviation (a uniform code minus the
+ * zero has variance (4^b - 1) / 12), g_idx = k / group. */
+static void fill_part(const out_tensor *t, const cllm_config *cfg, int group, uint64_t *rng,
+                      uint64_t first, size_t m, uint32_t *words, uint16_t *halves) {
+    const cllm_tensor_spec *s = t->spec;
+    int b = t->bits;
+    switch (t->part) {
+    case PART_QW:
+        for (size_t i = 0; i < m; i++) words[i] = (uint32_t)splitmix(rng);
+        break;
+    case PART_QZ:
+        for (size_t i = 0; i < m; i++) words[i] = b == 4 ? 0x77777777u : 0x7f7f7f7fu;
+        break;
+    case PART_SC: {
+        float var = ((float)(1u << (2 * b)) - 1.0f) / 12.0f;
+        uint16_t h = cllm_f32_to_f16(proj_std(s, cfg) / sqrtf(var));
+        for (size_t i = 0; i < m; i++) halves[i] = h;
+        break;
     }
-    o += (size_t)snprintf(h + o, cap - o, "}");
-    while (o % 8) h[o++] = ' ';
-    *len = o;
-    return h;
+    default:
+        for (size_t i = 0; i < m; i++) words[i] = (uint32_t)((first + i) / (uint64_t)group);
+    }
 }
 
 static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
-                               const cllm_tensor_spec *v, size_t a, size_t b, const char *path,
-                               uint64_t *done_bytes, uint64_t total_bytes, cllm_error *err) {
-    size_t hlen;
-    char *hdr = build_header(v, a, b, o->dtype, &hlen);
-    if (!hdr) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+                               const out_tensor *ot, const cllm_st_entry *ents, size_t n, int shard,
+                               const char *path, uint64_t *done_bytes, uint64_t total_bytes,
+                               cllm_error *err) {
     char tmp[4400];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(hdr);
-        return cllm_err_set(err, CLLM_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
-    free(hdr);
+    if (!f) return cllm_err_set(err, CLLM_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    cllm_status st = cllm_st_write_header(f, ents, n, shard, NULL, tmp, err);
+    int ok = st == CLLM_OK;
     float *fb = malloc(CHUNK * sizeof(float));
     uint16_t *hb = malloc(CHUNK * sizeof(uint16_t));
-    if (!fb || !hb) ok = 0;
-    for (size_t i = a; ok && i < b; i++) {
-        const cllm_tensor_spec *s = &v[i];
+    uint32_t *wb = malloc(CHUNK * sizeof(uint32_t));
+    if (!fb || !hb || !wb) ok = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (ents[i].shard != shard) continue;
+        const out_tensor *t = &ot[i];
+        const cllm_tensor_spec *s = t->spec;
         uint64_t rng = tensor_rng(o->seed, s);
-        cllm_dtype dt = tensor_dtype(s, o->dtype);
-        uint64_t n = cllm_tensor_spec_elems(s);
-        for (uint64_t k = 0; ok && k < n; k += CHUNK) {
-            size_t m = (size_t)(n - k < CHUNK ? n - k : CHUNK);
-            fill(s, cfg, &rng, fb, m);
-            if (dt == CLLM_DT_F32) {
-                ok = fwrite(fb, 4, m, f) == m;
+        cllm_dtype dt = ents[i].dtype;
+        size_t es = cllm_dtype_size(dt);
+        uint64_t ne = ents[i].nbytes / es;
+        for (uint64_t k = 0; ok && k < ne; k += CHUNK) {
+            size_t m = (size_t)(ne - k < CHUNK ? ne - k : CHUNK);
+            if (t->part != PART_FLOAT) {
+                fill_part(t, cfg, o->group, &rng, k, m, wb, hb);
+                ok = fwrite(t->part == PART_SC ? (void *)hb : (void *)wb, es, m, f) == m;
             } else {
-                if (dt == CLLM_DT_BF16)
-                    cllm_f32_to_bf16_row(fb, hb, m);
-                else
-                    cllm_f32_to_f16_row(fb, hb, m);
-                ok = fwrite(hb, 2, m, f) == m;
+                fill(s, cfg, &rng, fb, m);
+                if (dt == CLLM_DT_F32) {
+                    ok = fwrite(fb, 4, m, f) == m;
+                } else {
+                    if (dt == CLLM_DT_BF16)
+                        cllm_f32_to_bf16_row(fb, hb, m);
+                    else
+                        cllm_f32_to_f16_row(fb, hb, m);
+                    ok = fwrite(hb, 2, m, f) == m;
+                }
             }
-            *done_bytes += m * cllm_dtype_size(dt);
+            *done_bytes += m * es;
         }
         if (o->progress)
             fprintf(stderr, "\rsynth: %5.1f%% %-70.70s",
-                    100.0 * (double)*done_bytes / (double)total_bytes, s->name);
+                    100.0 * (double)*done_bytes / (double)total_bytes, t->name);
     }
     free(fb);
     free(hb);
+    free(wb);
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
         remove(tmp);
-        return cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", tmp);
+        return st ? st : cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", tmp);
     }
     if (rename(tmp, path) != 0)
         return cllm_err_set(err, CLLM_EIO, "%s: rename failed: %s", path, strerror(errno));
@@ -253,9 +271,141 @@ static cllm_status write_gen_config(const char *dir, const cllm_config *cfg, cll
     return fclose(f) == 0 ? CLLM_OK : cllm_err_set(err, CLLM_EIO, "%s: write failed", path);
 }
 
+/* Weight and activation bits of a --scheme (0 for none / "bf16": float weights). */
+static int scheme_bits(const char *scheme, int *abits) {
+    static const struct {
+        const char *name;
+        int w, a;
+    } S[] = {{"w4a16", 4, 16}, {"w8a16", 8, 16}, {"w4a8", 4, 8}, {"w4a4", 4, 4}};
+    *abits = 16;
+    if (!scheme) return 0;
+    for (size_t i = 0; i < sizeof(S) / sizeof(*S); i++)
+        if (!strcmp(scheme, S[i].name)) return *abits = S[i].a, S[i].w;
+    return -1;
+}
+
+/* The globs a quantized synth keeps 16-bit: the embeddings and the default keep list, as
+ * `cllm quantize` without --keep does. */
+#define MAX_KEEP 32
+static int keep_globs(char g[MAX_KEEP][64], const char *list) {
+    int n = 0;
+    for (const char *p = list; *p && n < MAX_KEEP;) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k && k < 64) memcpy(g[n], p, k), g[n++][k] = 0;
+        p += k + (e != NULL);
+    }
+    return n;
+}
+
+/* Output tensors: the plan's, with each quantized Linear ("P.weight" [N][K], not kept) as
+ * P.qweight, P.qzeros, P.scales, P.g_idx in the GPTQ v1 layout (model/qformat.h). */
+static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, out_tensor **oto,
+                                cllm_st_entry **eo, size_t *no, cllm_error *err) {
+    int abits, wbits = scheme_bits(o->scheme, &abits), G = o->group ? o->group : 128;
+    out_tensor *ot = calloc(4 * l->n + 1, sizeof(*ot));
+    cllm_st_entry *e = calloc(4 * l->n + 1, sizeof(*e));
+    *oto = ot, *eo = e, *no = 0;
+    if (!ot || !e) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const cllm_tensor_spec *s = &l->v[i];
+        size_t len = strlen(s->name);
+        bool lm = !strcmp(s->name, "lm_head.weight");
+        int bits = lm ? o->lm_head_bits : wbits;
+        bool quant = wbits > 0 && bits < 16 && s->n_dims == 2 && len > 7 &&
+                     !strcmp(s->name + len - 7, ".weight") &&
+                     !cllm_quant_glob_match("*embed_tokens*", s->name) &&
+                     !cllm_quant_glob_match(cllm_quant_default_keep, s->name);
+        if (!quant) {
+            ot[n] = (out_tensor){.spec = s, .part = PART_FLOAT};
+            snprintf(ot[n].name, sizeof(ot[n].name), "%s", s->name);
+            e[n] = (cllm_st_entry){
+                .name = ot[n].name, .dtype = tensor_dtype(s, o->dtype), .n_dims = s->n_dims};
+            for (int d = 0; d < s->n_dims; d++) e[n].shape[d] = s->shape[d];
+            e[n].nbytes = cllm_st_entry_bytes(&e[n]);
+            n++;
+            continue;
+        }
+        int N = (int)s->shape[0], K = (int)s->shape[1], per = 32 / bits;
+        if (K % G)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "%s: group size %d does not divide in_features %d "
+                                "(--group-size)",
+                                s->name, G, K);
+        if (N % 8)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "%s: out_features %d is not a multiple of 8 (GPTQ packs zeros "
+                                "along N)",
+                                s->name, N);
+        for (int p = PART_QW; p <= PART_GI; p++) {
+            ot[n] = (out_tensor){.spec = s, .part = p, .bits = bits};
+            snprintf(ot[n].name, sizeof(ot[n].name), "%.*s.%s", (int)(len - 7), s->name,
+                     part_suffix[p]);
+            e[n] = (cllm_st_entry){
+                .name = ot[n].name, .dtype = CLLM_DT_I32, .n_dims = 2, .with_next = p != PART_GI};
+            int64_t d0 = p == PART_QW ? K / per : p == PART_GI ? K : K / G;
+            int64_t d1 = p == PART_QZ ? N / per : N;
+            if (p == PART_SC) e[n].dtype = CLLM_DT_F16;
+            e[n].shape[0] = d0;
+            e[n].shape[1] = d1;
+            if (p == PART_GI) e[n].n_dims = 1;
+            e[n].nbytes = cllm_st_entry_bytes(&e[n]);
+            n++;
+        }
+    }
+    *no = n;
+    return CLLM_OK;
+}
+
+/* config.json: the input's text as is, or with quantization_config added for a --scheme. */
+static cllm_status write_config(const cllm_synth_opts *o, const char *text, size_t len,
+                                cllm_error *err) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/config.json", o->out_dir);
+    int abits, wbits = scheme_bits(o->scheme, &abits);
+    if (wbits <= 0) {
+        FILE *f = fopen(path, "wb");
+        int ok = f && fwrite(text, 1, len, f) == len;
+        if (f && fclose(f)) ok = 0;
+        return ok ? CLLM_OK : cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
+    }
+    json_error_t je;
+    json_t *root = json_loadb(text, len, 0, &je);
+    if (!root) return cllm_err_set(err, CLLM_EFORMAT, "%s: %s", o->config_path, je.text);
+    char g[MAX_KEEP][64];
+    const char *gp[MAX_KEEP];
+    int ng = keep_globs(g, "*embed_tokens*");
+    ng += keep_globs(g + ng, cllm_quant_default_keep);
+    for (int i = 0; i < ng; i++) gp[i] = g[i];
+    cllm_quant_config_spec qs = {
+        wbits, o->group ? o->group : 128, false, false, o->lm_head_bits, gp, ng, o->scheme, "synth",
+        abits};
+    cllm_status st = cllm_quant_config_set(root, &qs, err);
+    if (!st && json_dump_file(root, path, JSON_INDENT(2)))
+        st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
+    json_decref(root);
+    return st;
+}
+
 cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     if (o->dtype != CLLM_DT_BF16 && o->dtype != CLLM_DT_F16 && o->dtype != CLLM_DT_F32)
         return cllm_err_set(err, CLLM_EINVAL, "synth: dtype must be bf16, f16 or f32");
+    int abits, wbits = scheme_bits(o->scheme, &abits);
+    if (wbits < 0)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "synth: unsupported scheme '%s' (w4a16|w8a16|w4a8|w4a4)", o->scheme);
+    if (wbits > 0 && o->layout == CLLM_EXPERTS_FUSED)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "synth --scheme %s: quantized experts are stored per expert "
+                            "(--experts per-expert; no tool writes fused quantized experts)",
+                            o->scheme);
+    if (wbits > 0 && (o->group < 0 || o->group % 8))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "synth: group size %d is not a positive multiple of 8", o->group);
+    if (wbits > 0 && o->lm_head_bits != 4 && o->lm_head_bits != 8 && o->lm_head_bits != 16)
+        return cllm_err_set(err, CLLM_EINVAL, "synth: lm_head bits %d (4, 8 or 16)",
+                            o->lm_head_bits);
     size_t len = 0;
     char *text = cllm_read_file(o->config_path, 16u << 20, &len, err);
     if (!text) return err ? err->code : CLLM_EIO;
@@ -266,91 +416,49 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
         return st;
     }
     spec_list l = {0};
+    out_tensor *ot = NULL;
+    cllm_st_entry *ents = NULL;
+    size_t n_out = 0;
     cllm_tensor_plan(&cfg, o->layout, o->include_mtp, false, collect, &l);
     if (l.oom) {
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto done;
     }
+    /* shapes a scheme cannot pack are refused before anything is written */
+    if ((st = plan_outputs(o, &l, &ot, &ents, &n_out, err))) goto done;
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
         st = cllm_err_set(err, CLLM_EIO, "%s: cannot create directory: %s", o->out_dir,
                           strerror(errno));
         goto done;
     }
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/config.json", o->out_dir);
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(text, 1, len, f) != len) {
-        if (f) fclose(f);
-        st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
-        goto done;
-    }
-    fclose(f);
+    if ((st = write_config(o, text, len, err))) goto done;
     if ((st = write_gen_config(o->out_dir, &cfg, err))) goto done;
     if (o->tokenizer_dir) {
         const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
         for (int i = 0; i < 2 && !st; i++) {
-            char src[4200];
+            char src[4200], path[4200];
             snprintf(src, sizeof(src), "%s/%s", o->tokenizer_dir, files[i]);
             snprintf(path, sizeof(path), "%s/%s", o->out_dir, files[i]);
             st = copy_file(src, path, i == 1, err);
         }
         if (st) goto done;
     }
-    /* Shard plan: greedy in plan order, a new shard when the next tensor would overflow. */
-    size_t *starts = calloc(l.n + 1, sizeof(size_t));
-    if (!starts) {
-        st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        goto done;
-    }
-    size_t n_shards = 0;
-    uint64_t cur = 0, total = 0;
-    for (size_t i = 0; i < l.n; i++) {
-        uint64_t bytes =
-            cllm_tensor_spec_elems(&l.v[i]) * cllm_dtype_size(tensor_dtype(&l.v[i], o->dtype));
-        if (i == 0 || (o->shard_bytes && cur + bytes > o->shard_bytes && cur > 0)) {
-            starts[n_shards++] = i;
-            cur = 0;
-        }
-        cur += bytes;
-        total += bytes;
-    }
-    starts[n_shards] = l.n;
-    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %zu shard(s)", o->out_dir, l.n,
+    int n_shards = cllm_st_layout(ents, n_out, o->shard_bytes);
+    uint64_t total = 0, done_bytes = 0;
+    for (size_t i = 0; i < n_out; i++) total += ents[i].nbytes;
+    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %d shard(s)", o->out_dir, n_out,
              (double)total / 1e9, n_shards);
-    uint64_t done_bytes = 0;
-    FILE *idx = NULL;
-    if (n_shards > 1) {
-        snprintf(path, sizeof(path), "%s/model.safetensors.index.json", o->out_dir);
-        idx = fopen(path, "wb");
-        if (!idx) {
-            free(starts);
-            st = cllm_err_set(err, CLLM_EIO, "%s: cannot create", path);
-            goto done;
-        }
-        fprintf(idx, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {",
-                (unsigned long long)total);
-    }
-    for (size_t s = 0; s < n_shards && !st; s++) {
-        char name[128];
-        if (n_shards == 1)
-            snprintf(name, sizeof(name), "model.safetensors");
-        else if (o->qwen_shard_names)
-            snprintf(name, sizeof(name), "model.safetensors-%05zu-of-%05zu.safetensors", s + 1,
-                     n_shards);
-        else
-            snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
+    for (int sh = 0; sh < n_shards && !st; sh++) {
+        char name[96], path[4200];
+        cllm_st_shard_name(sh, n_shards, o->qwen_shard_names, name, sizeof(name));
         snprintf(path, sizeof(path), "%s/%s", o->out_dir, name);
-        st = write_shard(o, &cfg, l.v, starts[s], starts[s + 1], path, &done_bytes, total, err);
-        for (size_t i = starts[s]; idx && i < starts[s + 1]; i++)
-            fprintf(idx, "%s\n    \"%s\": \"%s\"", i ? "," : "", l.v[i].name, name);
+        st = write_shard(o, &cfg, ot, ents, n_out, sh, path, &done_bytes, total, err);
     }
     if (o->progress) fprintf(stderr, "\n");
-    if (idx) {
-        fprintf(idx, "\n  }\n}\n");
-        if (fclose(idx) != 0 && !st) st = cllm_err_set(err, CLLM_EIO, "index write failed");
-    }
-    free(starts);
+    if (!st) st = cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
 done:
+    free(ot);
+    free(ents);
     free(l.v);
     free(text);
     cllm_config_free(&cfg);

@@ -1,6 +1,7 @@
-/* `cllm synth`: random-weight checkpoints in exact HF layout for any config, written tensor by
- * tensor in chunks (memory use is a few MB whatever the model size), deterministic for a seed
- * and independent of sharding (each tensor's values depend only on seed and tensor name). */
+/* `cllm synth`: random-weight checkpoints in exact HF layout for any config (16/32-bit, or
+ * GPTQ-layout quantized with a scheme), written tensor by tensor in chunks (memory use is a few MB
+ * whatever the model size), deterministic for a seed and independent of sharding (each tensor's
+ * values depend only on seed and tensor name). */
 #ifndef CLLM_MODEL_SYNTH_H
 #define CLLM_MODEL_SYNTH_H
 
@@ -22,6 +23,12 @@ typedef struct cllm_synth_opts {
     bool include_mtp;          /* write mtp.* when the config has MTP layers */
     const char *tokenizer_dir; /* copy tokenizer.json / tokenizer_config.json from here, or NULL */
     bool progress;             /* progress lines on stderr */
+    /* Quantized output (NULL: float weights of `dtype`): "w4a16", "w8a16", "w4a8" or "w4a4"
+     * writes the GPTQ v1 layout directly (random codes, no float intermediate) with the tensors
+     * `cllm quantize` keeps 16-bit by default left in `dtype`; needs CLLM_EXPERTS_PER_EXPERT. */
+    const char *scheme;
+    int group;        /* quantization group along K (0 = 128) */
+    int lm_head_bits; /* 8, 4 or 16 (kept) with a scheme */
 } cllm_synth_opts;
 
 cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err);

@@ -21,11 +21,8 @@
 #include "model/config.h"
 #include "quant/gptq.h"
 #include "model/qformat.h"
+#include "model/st_write.h"
 #include "quant/quant.h"
-
-const char *const cllm_quant_default_keep =
-    "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"
-    "*in_proj_a*,*in_proj_b*,model.visual.*";
 
 enum { P_COPY, P_QW, P_QZ, P_SC, P_GI };
 
@@ -203,14 +200,6 @@ static void qsizes(const unit *u, int G, bool bf16, int part, int64_t *d0, int64
 
 static const char *part_suffix[] = {"", "qweight", "qzeros", "scales", "g_idx"};
 
-static char *shard_name(int s, int n, char *buf, size_t cap) {
-    if (n == 1)
-        snprintf(buf, cap, "model.safetensors");
-    else
-        snprintf(buf, cap, "model-%05d-of-%05d.safetensors", s + 1, n);
-    return buf;
-}
-
 static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
     DIR *d = opendir(in);
     if (!d) return cllm_err_set(err, CLLM_EIO, "%s: %s", in, strerror(errno));
@@ -248,44 +237,14 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) return cllm_err_set(err, CLLM_EFORMAT, "%s: %s", path, je.text);
-    json_t *qc = json_object();
-    json_object_set_new(qc, "quant_method", json_string("gptq"));
-    json_object_set_new(qc, "bits", json_integer(wbits));
-    json_object_set_new(qc, "group_size", json_integer(o->group));
-    json_object_set_new(qc, "sym", json_boolean(!o->asym));
-    json_object_set_new(qc, "desc_act", json_false());
-    json_object_set_new(qc, "checkpoint_format", json_string("gptq"));
-    json_object_set_new(qc, "lm_head", json_boolean(o->lm_head_bits < 16));
-    json_t *dyn = json_object();
-    for (int i = 0; i < gl->n; i++) { /* glob -> regex: '.' -> '\.', '*' -> '.*' */
-        char re[512] = "-:";
-        size_t k = 2;
-        for (const char *p = gl->g[i]; *p && k < sizeof(re) - 3; p++) {
-            if (*p == '*')
-                re[k++] = '.', re[k++] = '*';
-            else if (*p == '.')
-                re[k++] = '\\', re[k++] = '.';
-            else
-                re[k++] = *p;
-        }
-        re[k] = 0;
-        json_object_set_new(dyn, re, json_object());
+    cllm_quant_config_spec qs = {
+        wbits, o->group,  o->asym,   o->scale_bf16, o->lm_head_bits, (const char *const *)gl->g,
+        gl->n, o->scheme, o->method, abits};
+    cllm_status st = cllm_quant_config_set(root, &qs, err);
+    if (st) {
+        json_decref(root);
+        return st;
     }
-    if (o->lm_head_bits >= 16)
-        json_object_set_new(dyn, "-:lm_head", json_object());
-    else if (o->lm_head_bits != wbits) {
-        json_t *lh = json_object();
-        json_object_set_new(lh, "bits", json_integer(o->lm_head_bits));
-        json_object_set_new(dyn, "+:lm_head", lh);
-    }
-    json_object_set_new(qc, "dynamic", dyn);
-    json_object_set_new(qc, "cllm_scheme", json_string(o->scheme));
-    json_object_set_new(qc, "cllm_method", json_string(o->method));
-    json_object_set_new(qc, "cllm_act_bits", json_integer(abits));
-    json_object_set_new(qc, "cllm_scale_dtype",
-                        json_string(o->scale_bf16 ? "bfloat16" : "float16"));
-    json_object_set_new(qc, "cllm_lm_head_bits", json_integer(o->lm_head_bits));
-    json_object_set_new(root, "quantization_config", qc);
     snprintf(path, sizeof(path), "%s/config.json", tmp);
     int rc = json_dump_file(root, path, JSON_INDENT(2));
     json_decref(root);
@@ -436,7 +395,8 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         outs = {.es = sizeof(outt)};
     globs gl = {0};
     cllm_gptq *gq = NULL;
-    int *ugrp = NULL; /* GPTQ: calibration group of each unit, -1 = none */
+    int *ugrp = NULL;           /* GPTQ: calibration group of each unit, -1 = none */
+    cllm_st_entry *ents = NULL; /* outs as the safetensors writer sees them */
     char tmp[4096] = "";
     {
         char cp[4096];
@@ -559,22 +519,23 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         }
     /* 2. shards, plan */
     outt *ov = outs.v;
-    uint64_t cur = 0, total_out = 0, total_in = 0;
-    int n_shards = 1;
-    for (size_t i = 0; i < outs.n; i++) {
-        uint64_t need = ov[i].nbytes;
-        if (ov[i].part == P_QW)
-            for (int p = 1; p < 4; p++) need += ov[i + p].nbytes;
-        if (ov[i].part == P_COPY || ov[i].part == P_QW) {
-            if (o->shard_bytes && cur > 0 && cur + need > o->shard_bytes) {
-                n_shards++;
-                cur = 0;
-            }
-            cur += need;
-        }
-        ov[i].shard = n_shards - 1;
+    uint64_t total_out = 0, total_in = 0;
+    ents = calloc(outs.n ? outs.n : 1, sizeof(*ents));
+    if (!ents) {
+        st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < outs.n; i++) { /* a Linear's four parts stay in one shard */
+        ents[i] = (cllm_st_entry){.name = ov[i].name,
+                                  .dtype = ov[i].dt,
+                                  .n_dims = ov[i].n_dims,
+                                  .nbytes = ov[i].nbytes,
+                                  .with_next = ov[i].part >= P_QW && ov[i].part < P_GI};
+        for (int d = 0; d < ov[i].n_dims; d++) ents[i].shape[d] = ov[i].shape[d];
         total_out += ov[i].nbytes;
     }
+    int n_shards = cllm_st_layout(ents, outs.n, o->shard_bytes);
+    for (size_t i = 0; i < outs.n; i++) ov[i].shard = ents[i].shard;
     for (size_t i = 0; i < tens.n; i++) total_in += tv[i]->nbytes;
     {
         const char *gn[16];
@@ -675,44 +636,16 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         time_t t0 = time(NULL);
         cllm_qbuf q = {0};
         for (int s = 0; s < n_shards && st == CLLM_OK; s++) {
-            json_t *hdr = json_object();
-            json_t *meta = json_object();
-            json_object_set_new(meta, "format", json_string("pt"));
-            json_object_set_new(meta, "quantized_by", json_string("cllm"));
-            json_object_set_new(hdr, "__metadata__", meta);
-            uint64_t off = 0;
-            for (size_t i = 0; i < outs.n; i++) {
-                if (ov[i].shard != s) continue;
-                json_t *e = json_object(), *sh = json_array();
-                json_object_set_new(e, "dtype", json_string(cllm_dtype_name(ov[i].dt)));
-                for (int d = 0; d < ov[i].n_dims; d++)
-                    json_array_append_new(sh, json_integer(ov[i].shape[d]));
-                json_object_set_new(e, "shape", sh);
-                json_t *of = json_array();
-                json_array_append_new(of, json_integer((json_int_t)off));
-                json_array_append_new(of, json_integer((json_int_t)(off + ov[i].nbytes)));
-                json_object_set_new(e, "data_offsets", of);
-                json_object_set_new(hdr, ov[i].name, e);
-                off += ov[i].nbytes;
-            }
-            char *js = json_dumps(hdr, JSON_COMPACT);
-            json_decref(hdr);
             char name[64], path[4200];
-            shard_name(s, n_shards, name, sizeof(name));
+            cllm_st_shard_name(s, n_shards, false, name, sizeof(name));
             snprintf(path, sizeof(path), "%s/%s", tmp, name);
-            FILE *f = js ? fopen(path, "wb") : NULL;
+            FILE *f = fopen(path, "wb");
             if (!f) {
-                free(js);
                 st = cllm_err_set(err, CLLM_EIO, "cannot write %s", path);
                 break;
             }
-            size_t jl = strlen(js), pad = (8 - (8 + jl) % 8) % 8;
-            uint64_t hl = jl + pad;
-            unsigned char l8[8];
-            for (int b = 0; b < 8; b++) l8[b] = (unsigned char)(hl >> (8 * b));
-            bool ok = fwrite(l8, 1, 8, f) == 8 && fwrite(js, 1, jl, f) == jl &&
-                      fwrite("        ", 1, pad, f) == pad;
-            free(js);
+            static const char *const meta[] = {"quantized_by", "cllm", NULL};
+            bool ok = (st = cllm_st_write_header(f, ents, outs.n, s, meta, path, err)) == CLLM_OK;
             for (size_t i = 0; ok && i < outs.n; i++) {
                 if (ov[i].shard != s) continue;
                 if (ov[i].part == P_COPY) {
@@ -787,26 +720,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         cllm_qbuf_free(&q);
         if (o->progress) fprintf(stderr, "\n");
         if (st) goto done;
-        if (n_shards > 1) {
-            json_t *idx = json_object(), *wm = json_object(), *md = json_object();
-            json_object_set_new(md, "total_size", json_integer((json_int_t)total_out));
-            json_object_set_new(idx, "metadata", md);
-            for (size_t i = 0; i < outs.n; i++) {
-                char name[64];
-                json_object_set_new(
-                    wm, ov[i].name,
-                    json_string(shard_name(ov[i].shard, n_shards, name, sizeof(name))));
-            }
-            json_object_set_new(idx, "weight_map", wm);
-            char path[4200];
-            snprintf(path, sizeof(path), "%s/model.safetensors.index.json", tmp);
-            int rc = json_dump_file(idx, path, JSON_INDENT(2));
-            json_decref(idx);
-            if (rc) {
-                st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
-                goto done;
-            }
-        }
+        if ((st = cllm_st_write_index(tmp, ents, outs.n, n_shards, false, err))) goto done;
         if ((st = write_config(o, tmp, wbits, abits, &gl, err))) goto done;
         if ((st = copy_aux(o->in_dir, tmp, err))) goto done;
         if (rename(tmp, o->out_dir)) {
@@ -826,6 +740,7 @@ done:
     if (tmp[0]) rm_tree(tmp);
     cllm_gptq_free(gq);
     free(ugrp);
+    free(ents);
     for (int i = 0; i < gl.n; i++) free(gl.g[i]);
     free(gl.g), free(gl.hits), free(gl.user);
     free(tens.v), free(units.v), free(outs.v);

@@ -34,9 +34,6 @@ typedef struct cllm_quant_opts {
     FILE *out; /* plan and summary */
 } cllm_quant_opts;
 
-/* The default keep list (comma-separated globs). */
-extern const char *const cllm_quant_default_keep;
-
 cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err);
 
 #endif
