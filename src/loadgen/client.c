@@ -214,13 +214,18 @@ static bool on_event(void *ctx, const char *data, size_t len) {
         }
         json_t *c0 = json_array_get(ch, 0);
         json_t *t = json_object_get(c0, "text");
+        bool tool = false;
         if (!t) {
             json_t *d = json_object_get(c0, "delta");
             t = json_object_get(d, "content");
+            if (!json_is_string(t) || !json_string_length(t)) t = json_object_get(d, "reasoning");
             if (!json_is_string(t) || !json_string_length(t))
                 t = json_object_get(d, "reasoning_content");
+            tool = json_array_size(json_object_get(d, "tool_calls")) > 0;
         }
-        if (json_is_string(t) && json_string_length(t)) {
+        bool has_text = json_is_string(t) && json_string_length(t);
+        if ((has_text || tool) && q->first_text_chunk < 0) q->first_text_chunk = q->n_chunks - 1;
+        if (has_text) {
             q->n_text_chunks++;
             if (!text_append(f, json_string_value(t), json_string_length(t))) {
                 json_decref(j);
@@ -278,6 +283,7 @@ static lg_req *new_rec(run *r) {
     lg_req *q = &r->recs[r->n_recs++];
     memset(q, 0, sizeof(*q));
     q->usage_prompt = q->usage_completion = -1;
+    q->first_text_chunk = -1;
     return q;
 }
 

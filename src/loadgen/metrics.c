@@ -14,8 +14,13 @@ const char *lg_err_name(lg_err e) {
     return (unsigned)e < LG_ERR_COUNT ? err_names[e] : "?";
 }
 
+/* Where generation starts in t_chunks: the first chunk with text, else the first chunk. */
+static int first_chunk(const lg_req *r) {
+    return r->first_text_chunk > 0 && r->first_text_chunk < r->n_chunks ? r->first_text_chunk : 0;
+}
+
 double lg_req_ttft(const lg_req *r) {
-    return r->n_chunks ? r->t_chunks[0] - r->t_sent : 0.0;
+    return r->n_chunks ? r->t_chunks[first_chunk(r)] - r->t_sent : 0.0;
 }
 
 double lg_req_e2el(const lg_req *r) {
@@ -91,7 +96,8 @@ bool lg_metrics_compute(const lg_req *reqs, long n, double duration_s, const lg_
     s->duration_s = duration_s;
     long n_itl = 0;
     for (long i = 0; i < n; i++)
-        if (reqs[i].err == LG_ERR_NONE && reqs[i].n_chunks > 1) n_itl += reqs[i].n_chunks - 1;
+        if (reqs[i].err == LG_ERR_NONE && reqs[i].n_chunks > 1)
+            n_itl += reqs[i].n_chunks - 1 - first_chunk(&reqs[i]);
     double *ttft = malloc(sizeof(double) * (size_t)(n + 1));
     double *tpot = malloc(sizeof(double) * (size_t)(n + 1));
     double *e2el = malloc(sizeof(double) * (size_t)(n + 1));
@@ -120,7 +126,8 @@ bool lg_metrics_compute(const lg_req *reqs, long n, double duration_s, const lg_
         }
         ttft[nt++] = t1;
         e2el[nt - 1] = el;
-        for (int k = 1; k < r->n_chunks; k++) itl[ni++] = r->t_chunks[k] - r->t_chunks[k - 1];
+        for (int k = first_chunk(r) + 1; k < r->n_chunks; k++)
+            itl[ni++] = r->t_chunks[k] - r->t_chunks[k - 1];
         if (slo && (slo->ttft_ms > 0 || slo->tpot_ms > 0 || slo->e2el_ms > 0)) {
             bool good = (slo->ttft_ms <= 0 || t1 <= slo->ttft_ms / 1000.0) &&
                         (slo->tpot_ms <= 0 || tp <= slo->tpot_ms / 1000.0) &&

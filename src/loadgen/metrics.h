@@ -6,11 +6,13 @@
  * timestamps and check the numbers exactly.
  *
  * Definitions (vllm/benchmarks/serve.py calculate_metrics):
- *   TTFT = first chunk carrying `choices` - send time
+ *   TTFT = first chunk carrying generated text (content, reasoning or a tool call; any `choices`
+ *          chunk when none does) - send time
  *   E2EL = last chunk carrying `choices` - send time
  *   TPOT = (E2EL - TTFT) / (output_tokens - 1), only for requests with output_tokens > 1
  *          (0 for goodput when output_tokens <= 1)
- *   ITL  = every gap between consecutive `choices` chunks, pooled over requests (per chunk)
+ *   ITL  = every gap between consecutive `choices` chunks from that first text chunk on, pooled
+ *          over requests (per chunk)
  *   throughputs = completed / duration, sum(out) / duration, (sum(in) + sum(out)) / duration
  *   goodput = requests with TTFT, TPOT, E2EL all <= their SLOs, / duration
  *   percentiles: numpy's default (linear interpolation); median = P50; std = population. */
@@ -41,6 +43,9 @@ typedef struct lg_req {
     double *t_chunks; /* [n_chunks] arrival time of each SSE event with a non-empty `choices` */
     int n_chunks, cap_chunks;
     int n_text_chunks;    /* chunks whose text/content was non-empty (fallback token count) */
+    int first_text_chunk; /* index in t_chunks of the first chunk carrying content, reasoning or
+                             a tool call (-1: none yet); TTFT and ITL start there, so a role
+                             chunk sent before prefill does not read as the first token */
     int usage_prompt;     /* server usage.prompt_tokens, -1 when not sent */
     int usage_completion; /* server usage.completion_tokens, -1 when not sent */
     int est_prompt;       /* dataset's own estimate of the prompt length in tokens */

@@ -149,19 +149,17 @@ static void add_usage_if(srv_req *r, json_t *o) {
                                   prompt + comp, "completion_tokens", comp));
 }
 
-/* The first bytes of a stream: chat's role chunk per choice (OpenAI and vLLM send it first). */
-void srv_fmt_stream_start(srv_req *r) {
-    if (r->route != SRV_CHAT) return;
-    for (int i = 0; i < r->gen.n; i++) {
-        json_t *o = chunk_head(r);
-        json_array_append_new(json_object_get(o, "choices"),
-                              json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta",
-                                        "role", "assistant", "content", "", "logprobs",
-                                        "finish_reason"));
-        add_usage_if(r, o);
-        emit(r, o);
-        r->choices[i].started = true;
-    }
+/* Chat's role chunk of choice i. It goes out with the choice's first event (the first generated
+ * token), right before that token's chunk, as vLLM sends it: a role chunk written before the
+ * prompt is processed makes every client that stamps TTFT at the first chunk report ~0. */
+static void role_chunk(srv_req *r, int i) {
+    json_t *o = chunk_head(r);
+    json_array_append_new(json_object_get(o, "choices"),
+                          json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role",
+                                    "assistant", "content", "", "logprobs", "finish_reason"));
+    add_usage_if(r, o);
+    emit(r, o);
+    r->choices[i].started = true;
 }
 
 static void stream_error(srv_req *r, const char *msg) {
@@ -295,6 +293,7 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
             }
         }
         if (r->route == SRV_CHAT) {
+            if (r->gen.stream && !c->started) role_chunk(r, idx);
             chat_text(r, idx, c, ev, lp);
         } else {
             bool echo_now =

@@ -278,7 +278,7 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
         json_t *o = srv_fmt_final(r, &fe);
         return o ? send_json(r, 200, o) : send_err(r, &fe);
     }
-    if (r->route == SRV_CHAT) srv_fmt_stream_start(r);
+    /* no bytes before the first token (the role chunk goes with it: oai_fmt.c) */
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the response's reference */
     pthread_mutex_unlock(&r->mu);

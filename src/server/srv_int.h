@@ -250,9 +250,8 @@ void srv_req_conn_done(srv_req *r);
 
 /* openai.c formatting */
 void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */
+/* stream end: usage chunk, [DONE]. Chat's role chunk goes out with the first token (oai_fmt.c) */
 void srv_fmt_trailer(srv_req *r);
-void srv_fmt_stream_start(srv_req *r);
-/* chat: the role chunk of each choice */ /* stream end: usage chunk, [DONE] */
 char *srv_fmt_error_json(const srv_err *e);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);
 

@@ -25,6 +25,8 @@
 
 typedef struct stub_cfg {
     double ttft_ms, itl_ms;
+    bool early_role;   /* chat: a role chunk (content "") as soon as the request is in, before the
+                          first token, as servers that send it before prefill do */
     int fail_every;    /* every Nth generation request gets HTTP 500 (0: never) */
     int health_status; /* 0 -> 200 */
     const char *model; /* NULL -> "stub-model" */
@@ -151,6 +153,10 @@ static void stub_handle(stub *s, stub_conn *c, const char *method, const char *p
         json_decref(j);
         stub_outf(
             c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+        if (c->chat && s->cfg.early_role)
+            stub_outf(c, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{"
+                         "\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+                         "\"finish_reason\":null}]}\n\n");
         c->state = 1;
         c->t0 = stub_now();
         c->sent = 0;

@@ -418,12 +418,41 @@ static void test_cli(void) {
     stub_stop(&sv);
 }
 
+/* A server that sends the chat role chunk before prefill (ttft_ms later comes the first token):
+ * TTFT is stamped at the first chunk with text, so it is not ~0; ITL starts there too. */
+static void test_ttft_first_text(void) {
+    stub sv;
+    CHECK(stub_start(&sv, &(stub_cfg){.ttft_ms = 150, .itl_ms = 10, .early_role = true}) == 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", sv.port);
+    cllm_error err;
+    lg_dataset ds;
+    lg_random_opts ro = {.n = 2, .input_len = 8, .output_len = 5, .turns = 1, .seed = 1};
+    CHECK(lg_dataset_random(&ro, &ds, &err) == CLLM_OK);
+    lg_config c = base_cfg(url, &ds);
+    c.chat = true, c.num_prompts = 2;
+    lg_result res;
+    CHECK_MSG(lg_bench_run(&c, &res, &err) == CLLM_OK, "%s", err.msg);
+    lg_summary s;
+    CHECK(lg_metrics_compute(res.reqs, res.n, res.duration_s, NULL, &s));
+    CHECK_MSG(s.completed == 2, "completed %ld", s.completed);
+    /* the role chunk came at ~0 ms; the first token no sooner than 150 ms */
+    CHECK_MSG(s.ttft.min >= 150, "ttft %f ms: stamped at the role chunk", s.ttft.min);
+    CHECK_MSG(res.reqs[0].first_text_chunk == 1 && res.reqs[0].n_chunks == 6,
+              "first text chunk %d of %d", res.reqs[0].first_text_chunk, res.reqs[0].n_chunks);
+    CHECK_MSG(s.itl.n == 2 * 4, "itl samples %ld (the role->token gap is not an ITL)", s.itl.n);
+    lg_result_free(&res);
+    lg_dataset_free(&ds);
+    stub_stop(&sv);
+}
+
 int main(void) {
     test_metrics_exact();
     test_sse();
     test_datasets();
     test_gamma();
     test_e2e_stub();
+    test_ttft_first_text();
     test_users_and_turns();
     test_500_streams();
     test_cli();
