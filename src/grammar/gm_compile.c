@@ -16,6 +16,8 @@ typedef struct tedge {
 
 typedef struct tnfa {
     int *head; /* [n] first edge */
+    int *rule; /* [n] rule the node belongs to */
+    int cur_rule;
     bool *final;
     int n, cap;
     tedge *e;
@@ -35,7 +37,9 @@ static int tnode(tnfa *t) {
         if (h) t->head = h;
         bool *f = realloc(t->final, (size_t)nc * sizeof(bool));
         if (f) t->final = f;
-        if (!h || !f) {
+        int *r = realloc(t->rule, (size_t)nc * sizeof(int));
+        if (r) t->rule = r;
+        if (!h || !f || !r) {
             t->oom = true;
             return 0;
         }
@@ -43,6 +47,7 @@ static int tnode(tnfa *t) {
     }
     t->head[t->n] = -1;
     t->final[t->n] = false;
+    t->rule[t->n] = t->cur_rule;
     return t->n++;
 }
 
@@ -138,6 +143,7 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     int *tstart = malloc((size_t)(unsigned)b->n_rules * sizeof(int));
     if (!tstart) return fail(b, CLLM_ENOMEM, "out of memory", NULL);
     for (int r = 0; r < b->n_rules; r++) {
+        t.cur_rule = r;
         int s = tnode(&t), f = tnode(&t);
         if (t.oom) break;
         t.final[f] = true;
@@ -184,6 +190,15 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     }
     g->n_nodes = M;
     g->n_rules = b->n_rules;
+    g->in_root = calloc((size_t)M, 1);
+    if (!g->in_root) {
+        st = fail(b, CLLM_ENOMEM, "out of memory", NULL);
+        goto done;
+    }
+    bool root_called = false;
+    for (int i = 0; i < t.n_e; i++) root_called |= t.e[i].kind == 2 && t.e[i].rule == 0;
+    for (int i = 0; i < N; i++)
+        if (map[i] >= 0 && !root_called && t.rule[i] == 0) g->in_root[map[i]] = 1;
     for (int r = 0; r < b->n_rules; r++) g->rule_start[r] = map[tstart[r]];
     g->root_start = g->rule_start[0];
     int stamp = 0;
@@ -338,6 +353,7 @@ done:
         free(g->edges);
         free(g->calls);
         free(g->rule_start);
+        free(g->in_root);
         free(g);
     }
     free(map);
@@ -346,6 +362,7 @@ done:
     free(tstart);
     free(t.head);
     free(t.final);
+    free(t.rule);
     free(t.e);
     return st;
 }
@@ -369,6 +386,7 @@ void cllm_gm_unref(cllm_gm *g) {
     free(g->edges);
     free(g->calls);
     free(g->rule_start);
+    free(g->in_root);
     free(g);
 }
 

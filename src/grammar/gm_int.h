@@ -128,6 +128,8 @@ struct cllm_gm {
     int *rule_start; /* [n_rules] */
     int n_rules;
     int root_start;
+    uint8_t *in_root; /* [n_nodes] node of the root rule, which nothing calls: its context is
+                         known (the output's end), so the mask cache needs no BOTTOM there */
     /* mask caches, filled on first use for one vocabulary */
     pthread_mutex_t mu;
     const cllm_gm_vocab *cache_vocab;

@@ -87,10 +87,12 @@ static bool build_cache(cllm_gm_matcher *m, int node, gm_cache *c) {
     bool ok = false;
     uint8_t *hb = malloc((size_t)v->max_depth + 2); /* the rule could end at a depth <= d */
     gm_set s0 = {0};
-    if (!hb || !gm_start(m, node, GM_BOTTOM, &s0)) goto out;
+    /* in the root rule the context is the output's end: reaching it leaves nothing uncertain */
+    bool bottom = !m->g->in_root[node];
+    if (!hb || !gm_start(m, node, bottom ? GM_BOTTOM : 0, &s0)) goto out;
     m->woff[0] = 0;
     if (!level_put(m, 0, &s0)) goto out;
-    hb[0] = s0.accept;
+    hb[0] = bottom && s0.accept;
     gm_set *nx = &m->tmp;
     for (int i = 1; i < v->n_nodes;) {
         int d = v->depth[i];
@@ -99,7 +101,7 @@ static bool build_cache(cllm_gm_matcher *m, int node, gm_cache *c) {
         bool live = nx->n || nx->accept;
         ivec *dst = live ? &acc : hb[d - 1] ? &unc : &rej;
         if (!iv_range(dst, v->tok, v->tok0[i], v->tok0[i + 1])) goto out;
-        hb[d] = hb[d - 1] || nx->accept;
+        hb[d] = hb[d - 1] || (bottom && nx->accept);
         if (!nx->n) {
             if (!iv_range(hb[d] ? &unc : &rej, v->tok, v->tok0[i + 1], v->tsub[i])) goto out;
             i = v->end[i];

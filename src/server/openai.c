@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "server/srv_int.h"
 
 void srv_gen_free(srv_gen *g) {
@@ -19,8 +20,15 @@ void srv_gen_free(srv_gen *g) {
     free(g->bias_vals);
     cllm_tok_ids_free(&g->prompt);
     free(g->prompt_text);
+    for (int i = 0; i < g->n_batch; i++) {
+        if (g->batch) cllm_tok_ids_free(&g->batch[i]);
+        if (g->batch_text) free(g->batch_text[i]);
+    }
+    free(g->batch);
+    free(g->batch_text);
     json_decref(g->tools);
     free(g->cache_salt);
+    cllm_gm_unref(g->grammar);
     memset(g, 0, sizeof(*g));
 }
 
@@ -457,16 +465,6 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
             return false;
     }
     if (!parse_sampling(s, body, g, e)) return false;
-    json_t *rf = field(body, "response_format");
-    if (rf) {
-        json_t *ty = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(ty))
-            return BAD("response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(ty), "text"))
-            return BAD("response_format",
-                       "response_format type '%.40s' is not supported (no guided decoding yet)",
-                       json_string_value(ty));
-    }
     if (route == SRV_CHAT) {
         bool lp = false;
         long long top = 0;
@@ -501,8 +499,21 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
     } else if (!parse_prompt(s, body, g, e)) {
         return false;
     }
-    int plen = (int)g->prompt.n;
-    if (plen == 0) return BAD("prompt", "The prompt cannot be empty.");
+    /* response_format, structured_outputs, guided_*, forced tool_choice (srv_struct.c) */
+    if (!srv_parse_structured(s, body, g, e)) return false;
+    int nb = g->n_batch ? g->n_batch : 1, plen = 0;
+    g->prompt_total = 0;
+    for (int b = 0; b < nb; b++) {
+        int l = (int)(g->n_batch ? g->batch[b].n : g->prompt.n);
+        if (l == 0) return BAD("prompt", "The prompt cannot be empty.");
+        if (l > plen) plen = l; /* the longest decides the limits */
+        g->prompt_total += (size_t)l;
+    }
+    if (g->n_batch) {
+        if ((long long)g->n * g->n_batch > s->o.max_n)
+            return BAD("n", "%d prompts x n %d is over %d choices", g->n_batch, g->n, s->o.max_n);
+        g->n *= g->n_batch; /* choices; g->s.n stays the samples per prompt */
+    }
     int mml = s->max_model_len;
     if (mml > 0 && plen >= mml)
         return BAD(route == SRV_CHAT ? "messages" : "prompt",

@@ -105,11 +105,18 @@ typedef struct srv_gen {
     int n_bias;
     cllm_tok_ids prompt;
     char *prompt_text; /* for echo and /generate (NULL when the prompt was token ids) */
-    int logprobs;      /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
+    /* /v1/completions with several prompts: each is its own engine request with s.n samples;
+     * choice i belongs to prompt i / s.n, and n = n_batch * s.n. prompt is then empty. */
+    int n_batch;
+    cllm_tok_ids *batch;
+    char **batch_text;
+    size_t prompt_total; /* tokens over all prompts */
+    int logprobs;        /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
     bool chat_logprobs;
     json_t *tools; /* owned ref or NULL */
     bool parse_tools, parse_reasoning, starts_in_reasoning;
     char *cache_salt;
+    struct cllm_gm *grammar; /* structured-output constraint (owned ref) or NULL; s.grammar */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -130,6 +137,9 @@ void srv_err_set(srv_err *e, unsigned status, const char *type, const char *para
 bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);
 /* /tokenize body: {"prompt"} or {"messages"} (chat template applied); fills g->prompt. */
 bool srv_parse_tokenize(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+/* Structured outputs and forced tool calls (srv_struct.c): compiles the request's constraint
+ * into g->grammar / g->s. Call after the prompt (and tools) are parsed. */
+bool srv_parse_structured(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
 
 /* ---- per-request state (srv_req.c) ---- */
 typedef struct srv_ev {
