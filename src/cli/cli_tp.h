@@ -17,7 +17,8 @@ int cli_tp_setup(const char *cmd, int *argc, char ***argv);
 
 /* The command's exit code under tensor parallel: a failing rank aborts all of them (so none
  * waits forever in a collective); 0 finalizes normally. Also prints the per-rank bytes after
- * `verify --config-only`. */
+ * `verify --config-only`. With CLLM_TP_STATS set, each rank prints its all-reduce / all-gather
+ * counts, bytes and time on stderr. */
 int cli_tp_finish(const char *cmd, const char *model_dir, int rc);
 
 #endif

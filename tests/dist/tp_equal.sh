@@ -3,7 +3,8 @@
 # `cllm generate` under -np 2, 3 and 4 against the one-process run on synthetic hybrid models of
 # several shapes (tiny: KV and GDN key heads replicated at 4; tiny-gqa: 1 KV head; tiny-qwen3-moe:
 # dense + MoE layers, no GDN; tests/dist/tiny-tp3.json: 3-way head split with uneven
-# intermediate and vocab splits, tied embeddings).
+# intermediate and vocab splits, tied embeddings; tests/dist/tiny-tp-gptq.json quantized to
+# GPTQ w4a16).
 #  - logits of every position within 1e-5 relative (max |d| / max |ref| per row) of N = 1;
 #  - greedy tokens identical (generate --ids);
 #  - the same N twice: bitwise identical logits (fixed-order all-reduce);
@@ -41,8 +42,15 @@ vocab() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d.get('te
 # config, then "N:ok" or "N:refuse:TEXT" cases
 run_cfg() {
   local cfg=$1; shift
-  local name; name=$(basename "$cfg" .json); local M=$T/$name V; V=$(vocab "$cfg")
-  "$BIN" synth -q --config "$cfg" "$M" >/dev/null 2>&1 || { bad "$name: synth"; return; }
+  local name; name=$(basename "$cfg" .json)
+  "$BIN" synth -q --config "$cfg" "$T/$name" >/dev/null 2>&1 || { bad "$name: synth"; return; }
+  run_model "$name" "$(vocab "$cfg")" "$@"
+}
+
+# model name under $T, vocab size, cases
+run_model() {
+  local name=$1 V=$2; shift 2
+  local M=$T/$name
   "$BIN" eval "$M" --tokens "$TOK" --dump-logits "$T/$name.1.bin" >/dev/null 2>"$T/err" ||
     { bad "$name: eval N=1"; cat "$T/err"; return; }
   "$BIN" generate "$M" --tokens "$TOK" -n 12 --ids --ignore-eos >"$T/$name.gen1" 2>/dev/null
@@ -78,6 +86,12 @@ run_cfg "$SRC/configs/tiny-gqa.json" 2:ok 4:ok
 run_cfg "$SRC/configs/tiny-qwen3-moe.json" 2:ok
 run_cfg "$SRC/configs/tiny-moe.json" 4:refuse:linear_num_value_heads
 run_cfg "$SRC/tests/dist/tiny-tp3.json" 3:ok 2:refuse:num_key_value_heads
+# GPTQ int4 (group 32, int8 lm_head): column-parallel slices copied along N, row-parallel ones cut
+# along K in whole groups; 4 ranks would cut moe_intermediate_size 64 below one group
+"$BIN" synth -q --config "$SRC/tests/dist/tiny-tp-gptq.json" "$T/gptq.src" >/dev/null 2>&1 &&
+  "$BIN" quantize "$T/gptq.src" "$T/gptq" --scheme w4a16 -g 32 -q >/dev/null 2>&1 &&
+  run_model gptq "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok "4:refuse:units of 32 rows" ||
+  bad "gptq: synth + quantize"
 
 M=$T/tiny
 mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"
