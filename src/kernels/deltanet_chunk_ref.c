@@ -1,5 +1,5 @@
-/* Scalar reference of the chunked (WY) Gated DeltaNet form (spec §2.4), the oracle for the SIMD
- * tier of gdn_chunk. Plain loops in the order the spec writes them; see kernels/kernels.h. */
+/* Scalar reference of the chunked (WY) Gated DeltaNet form (docs/model.md §2.4), the oracle for the
+ * SIMD tier of gdn_chunk. Plain loops in the order the spec writes them; see kernels/kernels.h. */
 #include <math.h>
 
 #include "kernels/kern_int.h"

@@ -1,4 +1,5 @@
-/* Scalar reference Gated DeltaNet recurrence step (spec §2.4), the oracle for the SIMD tiers. */
+/* Scalar reference Gated DeltaNet recurrence step (docs/model.md §2.4), the oracle for the SIMD
+ * tiers. */
 #include "kernels/kern_int.h"
 
 void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,

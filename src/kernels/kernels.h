@@ -50,21 +50,20 @@ typedef struct cllm_qweight {
 typedef void (*cllm_matmul_q_fn)(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                  int n_tok, float *Y, size_t ldy);
 
-/* One Gated DeltaNet recurrence step for one value head (spec §2.4), state S [dk][dv] fp32 in
- * place: S *= decay; u = S^T k; d = (v - u) * beta; S += k d^T; o = S^T q.
- * q, k [dk] (already l2-normalised, q scaled), v, o [dv]; tmp [dv] scratch. */
+/* One Gated DeltaNet recurrence step for one value head (docs/model.md §2.4), state S [dk][dv] fp32
+ * in place: S *= decay; u = S^T k; d = (v - u) * beta; S += k d^T; o = S^T q. q, k [dk] (already
+ * l2-normalised, q scaled), v, o [dv]; tmp [dv] scratch. */
 typedef void (*cllm_gdn_step_fn)(float *S, const float *q, const float *k, const float *v,
                                  float decay, float beta, float *o, float *tmp, int dk, int dv);
 
-/* Gated DeltaNet chunked WY form (spec §2.4) for one value head over T tokens, in chunks of
- * CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g,
- * L/A from k k^T, q k^T and exp(gamma_i - gamma_j), U = (I+L)^-1 v*beta, W = (I+L)^-1
- * (k*beta*e^gamma) by forward substitution, then Vn = U - W S, O = (q*e^gamma) S + A Vn, S =
- * e^gamma_last S + (k*e^(gamma_last-gamma))^T Vn. Mathematically equal to T gdn_step calls with
- * decay = exp(g); differs from them by rounding only. Token t: q + t*ldqk, k + t*ldqk [dk]
- * (l2-normalised, q scaled), v + t*ldv [dv], g[t] (log-decay, finite, <= 0), beta[t]; output o +
- * t*ldo [dv]. S [dk][dv] fp32 in place. work: cllm_gdn_chunk_work(dk, dv) floats scratch (any
- * alignment). */
+/* Gated DeltaNet chunked WY form (docs/model.md §2.4) for one value head over T tokens, in chunks
+ * of CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g, L/A
+ * from k k^T, q k^T and exp(gamma_i - gamma_j), U = (I+L)^-1 v*beta, W = (I+L)^-1 (k*beta*e^gamma)
+ * by forward substitution, then Vn = U - W S, O = (q*e^gamma) S + A Vn, S = e^gamma_last S +
+ * (k*e^(gamma_last-gamma))^T Vn. Mathematically equal to T gdn_step calls with decay = exp(g);
+ * differs from them by rounding only. Token t: q + t*ldqk, k + t*ldqk [dk] (l2-normalised, q
+ * scaled), v + t*ldv [dv], g[t] (log-decay, finite, <= 0), beta[t]; output o + t*ldo [dv]. S
+ * [dk][dv] fp32 in place. work: cllm_gdn_chunk_work(dk, dv) floats scratch (any alignment). */
 #define CLLM_GDN_CHUNK 64
 typedef void (*cllm_gdn_chunk_fn)(float *S, const float *q, const float *k, size_t ldqk,
                                   const float *v, size_t ldv, const float *g, const float *beta,

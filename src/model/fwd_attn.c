@@ -1,4 +1,4 @@
-/* Full (gated) attention layer over the paged KV pool (spec §2.3; Qwen3 without the gate).
+/* Full (gated) attention layer over the paged KV pool (docs/model.md §2.3; Qwen3 without the gate).
  *
  * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
  * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;

@@ -1,11 +1,11 @@
-/* Gated DeltaNet layer (spec §2.4) over per-sequence state slots.
+/* Gated DeltaNet layer (docs/model.md §2.4) over per-sequence state slots.
  *
  * Projections for all T tokens in one matmul pass; then per sequence, in position order: the
  * causal depthwise conv (state = last kernel-1 raw inputs, updated in place in the slot) + SiLU,
  * l2norm of q/k, beta/decay, and the delta-rule recurrence token by token, for prefill and
  * decode alike (kernels gdn_step). Choosing the recurrence over the chunked WY form keeps the
- * result bitwise independent of how a prompt is split into calls (spec §7.10) and is also the
- * cheaper form on AVX2 without matrix units (reference/cpu-kernels.md §4).
+ * result bitwise independent of how a prompt is split into calls (docs/model.md §7.10) and is also
+ * the cheaper form on AVX2 without matrix units.
  *
  * Option CLLM_GDN_PREFILL=chunked (read once per process; default "recurrent"): runs of 64 tokens
  * covering absolute positions [64j, 64j+64) entirely inside one call go through the chunked WY

@@ -1,4 +1,4 @@
-/* MoE block (spec §2.5; Qwen3-MoE without the shared expert) and the dense SwiGLU MLP.
+/* MoE block (docs/model.md §2.5; Qwen3-MoE without the shared expert) and the dense SwiGLU MLP.
  *
  * Routing per token: router logits -> fp32 softmax -> top-k (ties to the lower expert id) ->
  * renormalise when norm_topk_prob. The T*k (token, slot) assignments are counting-sorted by
@@ -126,7 +126,10 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         int cnt = c->exp_cnt[e];
         if (!cnt) continue;
         const fwd_mlp *x = &L->experts[e];
-        if (!x->gate.data) return CLLM_EUNSUPPORTED; /* expert not bound in this process */
+        if (!x->gate.data) { /* expert not bound in this process */
+            if (c->m->tp_size > 1) continue; /* expert parallel: another rank owns it */
+            return CLLM_EUNSUPPORTED;
+        }
         float *X = c->xg + (size_t)c->exp_off[e] * H, *Y = c->gu + (size_t)c->exp_off[e] * 2 * I;
         if (fwd_mm_add(c, &x->gate, X, H, cnt, Y, 2 * (size_t)I) ||
             fwd_mm_add(c, &x->up, X, H, cnt, Y + I, 2 * (size_t)I))
@@ -147,6 +150,10 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         int cnt = c->exp_cnt[e];
         if (!cnt) continue;
         const fwd_mlp *x = &L->experts[e];
+        if (!x->down.data) { /* expert parallel: the owner adds it in the all-reduce */
+            memset(c->dn + (size_t)c->exp_off[e] * H, 0, (size_t)cnt * H * sizeof(float));
+            continue;
+        }
         if (fwd_mm_add(c, &x->down, c->gu + (size_t)c->exp_off[e] * 2 * I, 2 * (size_t)I, cnt,
                        c->dn + (size_t)c->exp_off[e] * H, H))
             return CLLM_ENOMEM;

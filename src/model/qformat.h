@@ -1,5 +1,5 @@
 /* Weight quantization in the GPTQ v1 layout (what the official Qwen/Qwen3.5-35B-A3B-GPTQ-Int4
- * release uses, spec §6), shared by `cllm quantize`, the weight binder and `cllm verify`.
+ * release uses, docs/model.md §6), shared by `cllm quantize`, the weight binder and `cllm verify`.
  *
  * A Linear `P.weight` [N out][K in] becomes, for bits b in {4, 8} and group size G:
  *   P.qweight  I32 [K*b/32][N]   32/b values of consecutive k per word, low bits first

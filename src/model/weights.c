@@ -363,9 +363,9 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
                    fused, true);
     }
     if (m->has_mtp && B.st == CLLM_OK) {
-        /* MTP head (spec §2.7): bound for a later speculative decoder, unused by cllm_forward.
-         * Its experts are per-expert tensors in official checkpoints even when the main layers
-         * are fused (the plan pass above already checked which layout is present). */
+        /* MTP head (docs/model.md §2.7): bound for a later speculative decoder, unused by
+         * cllm_forward. Its experts are per-expert tensors in official checkpoints even when the
+         * main layers are fused (the plan pass above already checked which layout is present). */
         m->n_mtp = c->mtp_num_hidden_layers;
         m->mtp_layers = own(m, (size_t)m->n_mtp * sizeof(fwd_layer));
         if (!m->mtp_layers) B.st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");

@@ -40,7 +40,7 @@ PRESETS = {
 
 
 def qwen35_config_json(t):
-    """Wrap a flat text config the way the real checkpoint does (spec §1): nested text_config,
+    """Wrap a flat text config the way the real checkpoint does (docs/model.md §1): nested text_config,
     rope_parameters, explicit layer_types."""
     t = dict(t)
     n = t.pop("full_attention_interval", 4)
@@ -169,7 +169,7 @@ def write_model(out_dir, cfg, weights, dtype="F32", shards=1, shard_fmt=None):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config_json(cfg), f, indent=1)
-    dtypes = {n: "F32" for n in weights if n.endswith("A_log")}  # spec §3: A_log stored F32
+    dtypes = {n: "F32" for n in weights if n.endswith("A_log")}  # docs/model.md §3: A_log stored F32
     if shards <= 1:
         write_safetensors(os.path.join(out_dir, "model.safetensors"), weights, dtype, dtypes)
         return

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent float64 numpy reference forward pass for qwen3_5_moe, qwen3 and qwen3_moe.
 
-Written from ../../../shared/spec/qwen3.5-moe.md (section numbers below are that spec's) and,
+Written from docs/model.md (section numbers below are that spec's) and,
 for qwen3 / qwen3_moe, from the HF transformers model definitions as remembered; never from
 the C code. Slow and obvious on purpose: every formula is spelled out once, all math in
 float64 (weights are converted to float64 on load), a loop over tokens where the model is
@@ -48,7 +48,7 @@ def _need(d, key, where):
 
 
 def parse_config(raw):
-    """config.json dict -> Config. qwen3_5_moe reads the nested text_config (spec §1)."""
+    """config.json dict -> Config. qwen3_5_moe reads the nested text_config (docs/model.md §1)."""
     mt = raw.get("model_type")
     if mt not in SUPPORTED:
         raise ValueError(f"config.json: unsupported model_type {mt!r} (supported: "
@@ -143,7 +143,7 @@ def parse_config(raw):
         c.top_k = int(_need(t, "num_experts_per_tok", where))
         c.moe_intermediate = int(_need(t, "moe_intermediate_size", where))
         # qwen3_moe: renormalise only if norm_topk_prob (HF Qwen3MoeConfig default False).
-        # qwen3_5_moe: the HF router always renormalises (spec §1, §2.5); the key is ignored.
+        # qwen3_5_moe: the HF router always renormalises (docs/model.md §1, §2.5); the key is ignored.
         if is35:
             if t.get("norm_topk_prob") is False:
                 c.warnings.append("norm_topk_prob=false ignored for qwen3_5_moe (HF router "
@@ -364,7 +364,7 @@ class Model:
             else:
                 E, I = c.num_experts, c.moe_intermediate
                 e[m + "gate.weight"] = (E, H)
-                if (m + "experts.gate_up_proj") in self.st:       # fused 3-D (spec §3)
+                if (m + "experts.gate_up_proj") in self.st:       # fused 3-D (docs/model.md §3)
                     self.fused_experts[L] = True
                     e[m + "experts.gate_up_proj"] = (E, 2 * I, H)
                     e[m + "experts.down_proj"] = (E, H, I)

@@ -1,4 +1,4 @@
-"""Minimal safetensors reader/writer with numpy only (spec §3: read dtype from each header).
+"""Minimal safetensors reader/writer with numpy only (docs/model.md §3: read dtype from each header).
 
 File layout: u64 little-endian header length N, N bytes of JSON header, then the data
 block. Header maps tensor name -> {"dtype", "shape", "data_offsets": [begin, end]}

@@ -210,7 +210,7 @@ def test_primitives_by_hand():
 
 def scalar_model(w, cfg, tokens):
     """A second, scalar (pure Python lists + math) implementation for the tiny models of
-    test_tiny_scalar_models, written loop by loop from spec §2 (qwen3_5_moe) and the Qwen3 /
+    test_tiny_scalar_models, written loop by loop from docs/model.md §2 (qwen3_5_moe) and the Qwen3 /
     Qwen3-MoE rules, so that reshapes, interleaves and flags in ref_forward are checked."""
     is35 = cfg["model_type"] == "qwen3_5_moe"
     P = "model.language_model." if is35 else "model."
@@ -414,7 +414,7 @@ def test_tiny_scalar_models():
 
 def test_head_mapping_equivalence():
     """A model with grouped heads must equal the same model with the groups expanded
-    (kv head j copied to query heads j*rep..j*rep+rep-1, i.e. h uses h // rep — spec §7.4)."""
+    (kv head j copied to query heads j*rep..j*rep+rep-1, i.e. h uses h // rep — docs/model.md §7.4)."""
     cfg = preset("qwen3_5_moe", layer_types=["linear_attention", "full_attention"],
                  num_hidden_layers=2)
     w = RM.random_weights(cfg, 9, "fused")

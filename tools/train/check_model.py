@@ -7,7 +7,7 @@
    gradients), for T not a multiple of 64 and with a carried initial state;
 2. whole model: chunked == recurrent logits;
 3. safetensors writer/reader round trip, BF16 rounding, A_log stored F32;
-4. exported tensor names/shapes are exactly the HF Qwen3.5-MoE layout (spec §3);
+4. exported tensor names/shapes are exactly the HF Qwen3.5-MoE layout (docs/model.md §3);
 5. with MODEL_DIR: logits equal tools/ref/ref_forward.py (independent float64 numpy forward).
 """
 import json, os, subprocess, sys, tempfile

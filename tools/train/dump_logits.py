@@ -7,7 +7,7 @@ For each fixed prompt below writes OUT_DIR/<name>.f32 = raw little-endian float3
 [n_tokens][vocab_size] (logits of every position, vocab_size from config.json, i.e. padded rows
 included) and OUT_DIR/<name>.json = {"token_ids", "shape", "text", ...}.
 Weights are read from model.safetensors (BF16 -> float32 exactly) and all math is float32.
-The GDN layers use the token-by-token recurrence (spec §2.4); the chunked form (chunk 64) is run
+The GDN layers use the token-by-token recurrence (docs/model.md §2.4); the chunked form (chunk 64) is run
 too and the max |difference| is recorded in the sidecar.
 """
 import json, os, sys

@@ -1,4 +1,4 @@
-"""Qwen3.5-MoE text model in plain PyTorch, written from ../../shared/spec/qwen3.5-moe.md (§2).
+"""Qwen3.5-MoE text model in plain PyTorch, written from docs/model.md (§2).
 
 Parameter names match the HF checkpoint layout (prefix `model.language_model.` added on export).
 """
@@ -48,7 +48,7 @@ def gdn_recurrent(q, k, v, g, beta, S0=None):
 
 
 def gdn_chunked(q, k, v, g, beta, C=64, S0=None):
-    """Chunked form (spec §2.4, HF torch_chunk_gated_delta_rule); same inputs as gdn_recurrent."""
+    """Chunked form (docs/model.md §2.4, HF torch_chunk_gated_delta_rule); same inputs as gdn_recurrent."""
     B, H, T, dk = k.shape
     dv = v.shape[-1]
     pad = (C - T % C) % C

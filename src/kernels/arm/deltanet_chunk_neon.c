@@ -1,4 +1,4 @@
-/* NEON chunked (WY) Gated DeltaNet form (spec §2.4): the gdn_chunk entry of the neon tier
+/* NEON chunked (WY) Gated DeltaNet form (docs/model.md §2.4): the gdn_chunk entry of the neon tier
  * (kernels.c), the CLLM_GDN_PREFILL=chunked prefill option. A line-for-line port of
  * kernels/x86/deltanet_chunk_avx2.c (same algorithm as kernels/deltanet_chunk_ref.c): each
  * 8-lane AVX2 register is a pair of 4-lane NEON ones doing the same lane operations (fused

@@ -1,4 +1,4 @@
-/* AVX2/FMA chunked (WY) Gated DeltaNet form (spec §2.4), same algorithm as
+/* AVX2/FMA chunked (WY) Gated DeltaNet form (docs/model.md §2.4), same algorithm as
  * kernels/deltanet_chunk_ref.c. The three dk x dv products per chunk (W S, (q e^gamma) S and the
  * state update) run through one register-blocked GEMM tile (6 rows x 16 columns, 12 accumulators)
  * with column strips of the right-hand matrix kept in L1; the kk^T / qk^T dots, the forward

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The module layering of docs/architecture.md holds (scripts/check-layering.py), and the check
+# itself fails on a forbidden include, a private header, an unknown module and a stale exception.
+set -u
+. "$CLLM_SRC/tests/lib/check.sh"
+SRC=$CLLM_SRC
+T=${CLLM_TMP:-/tmp}/layering
+rm -rf "$T" && mkdir -p "$T"
+expect_rc 0 "tree follows the table" /usr/bin/python3 "$SRC/scripts/check-layering.py" "$SRC"
+# a scratch tree: two modules, then one bad edit at a time
+mk() { # mk [EXCEPTION_ROW]
+  rm -rf "$T/r" && mkdir -p "$T/r/docs" "$T/r/src/base" "$T/r/src/kernels"
+  printf '%s\n' '<!-- layering:begin -->' '| module | owns | may include | must not know |' \
+    '|---|---|---|---|' '| `base` | x | — | all |' '| `kernels` | y | base | z |' \
+    '<!-- layering:end -->' '<!-- layering-exceptions:begin -->' '| file | includes | why |' \
+    '|---|---|---|' ${1:+"$1"} '<!-- layering-exceptions:end -->' >"$T/r/docs/architecture.md"
+  echo '#include "base/a.h"' >"$T/r/src/kernels/k.c"
+  : >"$T/r/src/base/a.h"
+}
+chk() { /usr/bin/python3 "$SRC/scripts/check-layering.py" "$T/r"; }
+mk
+expect_rc 0 "scratch tree clean" chk
+mk && echo '#include "kernels/k.h"' >"$T/r/src/base/b.c"
+expect_rc 1 "upward include refused" chk
+grep -q "src/base/b.c:1: includes kernels/k.h: module base may not include kernels" "$T/out" &&
+  ok "names file, line and rule" || bad "message: $(cat "$T/out")"
+mk '| `src/base/b.c` | `kernels/k.h` | known |' && echo '#include "kernels/k.h"' >"$T/r/src/base/b.c"
+expect_rc 0 "listed exception accepted" chk
+mk && echo '#include "base/a_int.h"' >>"$T/r/src/kernels/k.c"
+expect_rc 1 "private header refused" chk
+mk && mkdir "$T/r/src/extra"
+expect_rc 1 "unknown module refused" chk
+mk '| `src/kernels/k.c` | `base/gone.h` | old |'
+expect_rc 1 "stale exception refused" chk
+grep -q "no longer occurs" "$T/out" && ok "stale exception named" || bad "stale: $(cat "$T/out")"
+exit $fail
