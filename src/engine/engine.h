@@ -76,6 +76,11 @@ typedef struct cllm_event {
     int n_top_logprobs;
     cllm_finish finish; /* != NONE on the last event of this sample */
     const char *error;  /* CLLM_FINISH_ERROR only */
+    /* why a CLLM_FINISH_STOP stopped (vLLM's stop_reason): the stop string matched, or the
+     * stop_token_ids entry sampled; neither for EOS */
+    const char *stop_str;
+    bool has_stop_token;
+    int stop_token;
     /* usage, valid on the last event */
     int prompt_tokens, completion_tokens, cached_prompt_tokens;
     /* timing (monotonic seconds), valid on the last event */

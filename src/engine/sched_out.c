@@ -124,6 +124,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
     bool is_eos = !p->ignore_eos && has_id(s->cfg.eos_ids, s->cfg.n_eos, tok);
     bool is_stop_id = has_id(q->stop_ids, p->n_stop_token_ids, tok);
     if (min_ok && (is_eos || is_stop_id)) fin = CLLM_FINISH_STOP;
+    const char *stop_str = NULL; /* the stop string that ended it */
     bool truncated = false;
     const cllm_tok *tk = s->cfg.tok;
     if (tk && (fin == CLLM_FINISH_NONE || p->include_stop_str_in_output)) {
@@ -145,6 +146,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
                 if (m && (size_t)(m - e->text) < best) {
                     best = (size_t)(m - e->text);
                     best_len = l;
+                    stop_str = q->stop[i];
                 }
             }
             if (best != (size_t)-1) {
@@ -186,6 +188,12 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
         ev.n_top_logprobs = p->logprobs;
     }
     ev.finish = fin;
+    if (fin == CLLM_FINISH_STOP) {
+        ev.stop_str = stop_str;
+        /* EOS is no stop_reason (vLLM: null); a stop_token_ids entry is */
+        ev.has_stop_token = !stop_str && is_stop_id && !is_eos;
+        ev.stop_token = ev.has_stop_token ? tok : 0;
+    }
     if (fin != CLLM_FINISH_NONE) fill_usage(s, e, &ev);
     q->on_event(q->user, &ev);
     if (fin != CLLM_FINISH_NONE) sched_seq_finish(s, e);

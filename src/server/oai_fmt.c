@@ -8,6 +8,13 @@
 
 #include "server/srv_int.h"
 
+/* vLLM's stop_reason: the stop string or stop token id that ended the choice, else null. */
+static json_t *stop_reason(const srv_choice *c) {
+    if (c->stop_str) return json_string(c->stop_str);
+    if (c->has_stop_token) return json_integer(c->stop_token);
+    return json_null();
+}
+
 static const char *finish_str(const srv_req *r, const srv_choice *c) {
     switch (c->finish) {
     case CLLM_FINISH_STOP:
@@ -142,7 +149,7 @@ static void add_usage_if(srv_req *r, json_t *o) {
         json_object_set_new(o, "usage", json_null());
         return;
     }
-    int comp = 0, prompt = r->prompt_tokens ? r->prompt_tokens : (int)r->gen.prompt.n;
+    int comp = 0, prompt = r->prompt_tokens ? r->prompt_tokens : (int)r->gen.prompt_total;
     for (int i = 0; i < r->gen.n; i++) comp += r->choices[i].completion_tokens;
     json_object_set_new(o, "usage",
                         json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt, "total_tokens",
@@ -260,9 +267,9 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     if (fin) {
         json_t *o = chunk_head(r);
         json_array_append_new(json_object_get(o, "choices"),
-                              json_pack("{s:i, s:{}, s:n, s:s, s:n}", "index", idx, "delta",
+                              json_pack("{s:i, s:{}, s:n, s:s, s:o}", "index", idx, "delta",
                                         "logprobs", "finish_reason", finish_str(r, c),
-                                        "stop_reason"));
+                                        "stop_reason", stop_reason(c)));
         add_usage_if(r, o);
         emit(r, o);
     }
@@ -276,9 +283,18 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         if (ev->finish != CLLM_FINISH_NONE) {
             c->finish = ev->finish;
             c->completion_tokens = ev->completion_tokens;
-            if (ev->prompt_tokens) r->prompt_tokens = ev->prompt_tokens;
-            if (ev->cached_prompt_tokens) r->cached_tokens = ev->cached_prompt_tokens;
+            if (!r->gen.n_batch) {
+                if (ev->prompt_tokens) r->prompt_tokens = ev->prompt_tokens;
+                if (ev->cached_prompt_tokens) r->cached_tokens = ev->cached_prompt_tokens;
+            } else if (idx % r->gen.s.n == 0) { /* a batch: each prompt counted once */
+                r->prompt_tokens += ev->prompt_tokens;
+                r->cached_tokens += ev->cached_prompt_tokens;
+            }
             if (ev->error) c->error = strdup(ev->error);
+            c->stop_str = ev->stop_str;
+            ev->stop_str = NULL;
+            c->has_stop_token = ev->has_stop_token;
+            c->stop_token = ev->stop_token;
         } else {
             c->completion_tokens += ev->n_tokens;
         }
@@ -296,11 +312,11 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
             if (r->gen.stream && !c->started) role_chunk(r, idx);
             chat_text(r, idx, c, ev, lp);
         } else {
-            bool echo_now =
-                r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && r->gen.prompt_text;
+            const char *ptext = srv_gen_prompt_text(&r->gen, idx);
+            bool echo_now = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && ptext;
             if (!c->started && r->route == SRV_GENERATE && r->gen.prompt_text)
                 srv_buf_adds(&c->text, r->gen.prompt_text);
-            if (echo_now) srv_buf_adds(&c->text, r->gen.prompt_text);
+            if (echo_now) srv_buf_adds(&c->text, ptext);
             size_t before = c->text.len;
             srv_buf_add(&c->text, ev->text, ev->text_len);
             c->started = true;
@@ -310,10 +326,11 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
                     json_t *o = chunk_head(r);
                     const char *t = echo_now ? c->text.p : c->text.p ? c->text.p + before : "";
                     size_t tl = echo_now ? c->text.len : c->text.len - before;
-                    json_t *ch = json_pack(
-                        "{s:i, s:o, s:o, s:o, s:n}", "index", idx, "text", jstr(t ? t : "", tl),
-                        "logprobs", lp ? lp : json_null(), "finish_reason",
-                        fin ? json_string(finish_str(r, c)) : json_null(), "stop_reason");
+                    json_t *ch = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", idx, "text",
+                                           jstr(t ? t : "", tl), "logprobs", lp ? lp : json_null(),
+                                           "finish_reason",
+                                           fin ? json_string(finish_str(r, c)) : json_null(),
+                                           "stop_reason", fin ? stop_reason(c) : json_null());
                     lp = NULL;
                     json_array_append_new(json_object_get(o, "choices"), ch);
                     add_usage_if(r, o);
@@ -388,16 +405,17 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             json_object_set_new(msg, "tool_calls",
                                 c->tool_calls ? json_incref(c->tool_calls) : json_array());
             json_array_append_new(choices,
-                                  json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "message", msg,
+                                  json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "message", msg,
                                             "logprobs", lp, "finish_reason", finish_str(r, c),
-                                            "stop_reason"));
+                                            "stop_reason", stop_reason(c)));
         } else {
-            if (!c->started && r->gen.echo && r->gen.prompt_text)
-                srv_buf_adds(&c->text, r->gen.prompt_text);
-            json_array_append_new(
-                choices, json_pack("{s:i, s:o, s:o, s:s, s:n}", "index", i, "text",
-                                   jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs", lp,
-                                   "finish_reason", finish_str(r, c), "stop_reason"));
+            if (!c->started && r->gen.echo && srv_gen_prompt_text(&r->gen, i))
+                srv_buf_adds(&c->text, srv_gen_prompt_text(&r->gen, i));
+            json_array_append_new(choices,
+                                  json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "text",
+                                            jstr(c->text.p ? c->text.p : "", c->text.len),
+                                            "logprobs", lp, "finish_reason", finish_str(r, c),
+                                            "stop_reason", stop_reason(c)));
         }
     }
     json_object_set_new(o, "usage", usage_json(r));

@@ -239,29 +239,64 @@ static bool take_ids(cllm_server *s, json_t *arr, srv_gen *g, srv_err *e) {
     return true;
 }
 
-/* prompt: "text" | ["text"] | [ids] | [[ids]]. Batches of several prompts are refused. */
+#define SRV_MAX_BATCH 64
+
+const char *srv_gen_prompt_text(const srv_gen *g, int idx) {
+    if (!g->n_batch) return g->prompt_text;
+    int b = g->s.n > 0 ? idx / g->s.n : 0;
+    return b < g->n_batch ? g->batch_text[b] : NULL;
+}
+
+/* One prompt (a string or an array of token ids) into g->prompt / g->prompt_text. */
+static bool parse_one_prompt(cllm_server *s, json_t *p, int flags, srv_gen *g, srv_err *e) {
+    if (json_is_string(p)) {
+        g->prompt_text = strdup(json_string_value(p));
+        if (!g->prompt_text) return BAD("prompt", "out of memory");
+        return encode(s, json_string_value(p), json_string_length(p), flags, g, e);
+    }
+    if (json_is_array(p)) return take_ids(s, p, g, e);
+    return BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of those");
+}
+
+/* Several prompts: each parsed as one, then moved into g->batch. */
+static bool parse_batch(cllm_server *s, json_t *p, int flags, srv_gen *g, srv_err *e) {
+    size_t n = json_array_size(p);
+    if (n > SRV_MAX_BATCH)
+        return BAD("prompt", "more than %d prompts in one request", SRV_MAX_BATCH);
+    g->batch = calloc(n, sizeof(cllm_tok_ids));
+    g->batch_text = calloc(n, sizeof(char *));
+    if (!g->batch || !g->batch_text) return BAD("prompt", "out of memory");
+    bool strings = json_is_string(json_array_get(p, 0));
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(p, i);
+        if (strings ? !json_is_string(x) : !json_is_array(x))
+            return BAD("prompt", "prompt[%zu]: a batch is all strings or all token-id arrays", i);
+        if (!parse_one_prompt(s, x, flags, g, e)) return false;
+        g->batch[i] = g->prompt;
+        g->batch_text[i] = g->prompt_text;
+        memset(&g->prompt, 0, sizeof(g->prompt));
+        g->prompt_text = NULL;
+        g->n_batch = (int)i + 1;
+    }
+    return true;
+}
+
+/* prompt: "text" | [ids] | ["text", ...] | [[ids], ...]; several prompts make a batch (choices
+ * with index prompt * n + sample, as vLLM). */
 static bool parse_prompt(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     json_t *p = field(body, "prompt");
     if (!p) return BAD("prompt", "'prompt' is required");
     bool add_special = true;
     if (!get_bool(body, "add_special_tokens", &add_special, e)) return false;
     int flags = add_special ? CLLM_TOK_ADD_SPECIAL : 0;
-    if (json_is_array(p) && json_array_size(p) == 1 &&
-        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-        p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        g->prompt_text = strdup(json_string_value(p));
-        if (!g->prompt_text) return BAD("prompt", "out of memory");
-        return encode(s, json_string_value(p), json_string_length(p), flags, g, e);
+    if (json_is_array(p) && json_array_size(p) >= 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))) {
+        if (json_array_size(p) == 1) return parse_one_prompt(s, json_array_get(p, 0), flags, g, e);
+        if (g->route != SRV_COMPLETIONS)
+            return BAD("prompt", "several prompts in one request: use /v1/completions");
+        return parse_batch(s, p, flags, g, e);
     }
-    if (json_is_array(p)) {
-        if (json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
-            return BAD("prompt",
-                       "batched prompts (several prompts in one request) are not supported");
-        return take_ids(s, p, g, e);
-    }
-    return BAD("prompt",
-               "'prompt' must be a string, an array of token ids, or a one-element array of those");
+    return parse_one_prompt(s, p, flags, g, e);
 }
 
 /* One message's role and required fields, as vLLM's request model checks them: the role is

@@ -350,6 +350,9 @@ static enum MHD_Result dispatch(srv_req *r) {
     if (!gen && strcmp(url, "/tokenize") && strcmp(url, "/detokenize"))
         return fail(r, 404, "NotFoundError", NULL, "no route %s %.200s", m, url);
     if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
+    if (r->body.oom) /* an allocation failed (the size cap is body_too_large alone) */
+        return fail(r, 503, "service_unavailable", NULL,
+                    "out of memory while reading the request body; retry later");
     if (r->body_too_large)
         return fail(r, 413, "invalid_request_error", NULL,
                     "request body over --max-body-size (%llu bytes)",
@@ -373,14 +376,38 @@ static enum MHD_Result dispatch(srv_req *r) {
     return ret;
 }
 
+/* No memory for the request state: answer 503 from static memory (so the client gets an error
+ * object and a Retry-After instead of a dropped connection) and mark the connection with no_req
+ * so the rest of the body is skipped and on_completed has nothing to free. */
+static char no_req;
+static enum MHD_Result answer_no_memory(cllm_server *s, struct MHD_Connection *c, void **con_cls) {
+    static const char body[] = "{\"error\":{\"message\":\"out of memory; retry later\",\"type\":"
+                               "\"service_unavailable\",\"param\":null,\"code\":503}}";
+    *con_cls = &no_req;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Retry-After", "1");
+    MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, 503, resp);
+    MHD_destroy_response(resp);
+    srv_metrics_http(&s->m, 503);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
     cllm_server *s = cls;
     srv_req *r = *con_cls;
+    if (*con_cls == &no_req) { /* the 503 below is queued: drop the body */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!r) {
         r = srv_req_new(s, c, method, url);
-        if (!r) return MHD_NO;
+        if (!r) return answer_no_memory(s, c, con_cls);
         *con_cls = r;
         srv_route rt = SRV_COMPLETIONS;
         if (route_of(url, &rt)) {
@@ -444,8 +471,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     cllm_server *s = cls;
     srv_req *r = *con_cls;
-    if (!r) return;
     *con_cls = NULL;
+    if (!r || (void *)r == &no_req) return;
     if (s->o.access_log) {
         char ip[64] = "-";
         const union MHD_ConnectionInfo *ci =
@@ -507,7 +534,8 @@ static void watch_disconnects(cllm_server *s) {
                      ((pfd.revents & POLLIN) &&
                       recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0))) {
                     r->watch_cancelled = true;
-                    ids[n++] = r->engine_id;
+                    for (int k = 0; k < r->n_subs && n < 64; k++)
+                        if (r->subs[k].submitted) ids[n++] = r->subs[k].id;
                 }
             }
         }
@@ -696,11 +724,12 @@ static bool wait_idle(cllm_server *s, double timeout_s) {
 static int cancel_all(cllm_server *s) {
     pthread_mutex_lock(&s->mu);
     int n = 0;
-    for (srv_req *r = s->reg_head; r; r = r->reg_next) n++;
+    for (srv_req *r = s->reg_head; r; r = r->reg_next) n += r->n_subs;
     uint64_t *ids = calloc((size_t)(n ? n : 1), sizeof(uint64_t));
     int k = 0;
     for (srv_req *r = s->reg_head; r && ids; r = r->reg_next)
-        if (r->submitted) ids[k++] = r->engine_id;
+        for (int j = 0; j < r->n_subs; j++)
+            if (r->subs[j].submitted) ids[k++] = r->subs[j].id;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < k; i++) s->ops.cancel(s->ops.ctx, ids[i]);
     free(ids);

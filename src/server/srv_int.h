@@ -153,6 +153,9 @@ typedef struct srv_ev {
     int n_top;
     cllm_finish finish;
     char *error;
+    char *stop_str; /* stop_reason: the matched stop string, or */
+    bool has_stop_token;
+    int stop_token; /* the stop token id */
     int prompt_tokens, completion_tokens, cached_prompt_tokens;
 } srv_ev;
 
@@ -167,10 +170,21 @@ typedef struct srv_choice {
     int text_offset; /* completions logprobs text_offset */
     cllm_finish finish;
     char *error;
+    char *stop_str; /* stop_reason (see srv_ev) */
+    bool has_stop_token;
+    int stop_token;
     bool started;
 } srv_choice;
 
 typedef struct srv_req srv_req;
+
+/* One engine request of a srv_req (several for batched prompts): the event callback's user. */
+typedef struct srv_sub {
+    srv_req *r;
+    int base; /* choice index of its sample 0 */
+    uint64_t id;
+    bool submitted;
+} srv_sub;
 
 struct srv_req {
     /* shared with the engine thread, under mu */
@@ -198,7 +212,9 @@ struct srv_req {
     bool counted_in_flight;
     bool all_done; /* connection side has seen every final */
     bool trailer_sent;
-    uint64_t engine_id;
+    uint64_t engine_id; /* subs[0].id */
+    srv_sub *subs;      /* [n_subs] */
+    int n_subs;
     srv_gen gen;
     srv_choice *choices; /* [gen.n] */
     int n_finished_conn;
@@ -246,6 +262,10 @@ bool srv_model_known(const cllm_server *s, const char *name);
 
 srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method, const char *url);
 void srv_req_unref(srv_req *r);
+/* Cancels every engine request of r (ids copied under s->mu by the caller's choice). */
+void srv_req_cancel_engine(srv_req *r);
+/* The prompt text of choice idx (echo), NULL when the prompt was token ids. */
+const char *srv_gen_prompt_text(const srv_gen *g, int idx);
 /* Submits r->gen to the engine. Returns false with e filled (429/503/400). */
 bool srv_req_submit(srv_req *r, srv_err *e);
 /* Takes queued events and formats them into r->out (stream) or the choices (non-stream).

@@ -40,6 +40,7 @@ static void ev_free(srv_ev *e) {
         free(e->tokens);
         free(e->lp);
         free(e->error);
+        free(e->stop_str);
         free(e);
         e = n;
     }
@@ -56,6 +57,7 @@ static void choices_free(srv_req *r) {
         json_decref(c->tool_calls);
         json_decref(c->lp);
         free(c->error);
+        free(c->stop_str);
     }
     free(r->choices);
     r->choices = NULL;
@@ -73,6 +75,7 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->body);
     srv_buf_free(&r->out);
     free(r->t_last_token);
+    free(r->subs);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -105,6 +108,9 @@ static srv_ev *ev_copy(const cllm_event *ev) {
         }
     }
     if (ev->error) c->error = strdup(ev->error);
+    if (ev->stop_str && !(c->stop_str = strdup(ev->stop_str))) goto fail;
+    c->has_stop_token = ev->has_stop_token;
+    c->stop_token = ev->stop_token;
     return c;
 fail:
     ev_free(c);
@@ -136,11 +142,13 @@ static void request_done_metrics(srv_metrics *m, const srv_req *r, const cllm_ev
 /* Engine thread. Copies the event, records timings, wakes the connection. Never blocks beyond
  * short mutex sections. */
 static void on_event(void *user, const cllm_event *ev) {
-    srv_req *r = user;
+    srv_sub *sub = user;
+    srv_req *r = sub->r;
     cllm_server *s = r->srv;
     double now = srv_now();
     srv_ev *c = ev_copy(ev);
-    int n = r->gen.n, idx = ev->index >= 0 && ev->index < n ? ev->index : 0;
+    int n = r->gen.n, idx = sub->base + ev->index;
+    if (ev->index < 0 || idx >= n) idx = sub->base;
     bool first = false, last = false, dequeue = false;
     double gap = -1;
 
@@ -181,7 +189,7 @@ static void on_event(void *user, const cllm_event *ev) {
     if (first) {
         srv_metrics_observe(m, SRV_H_TTFT, now - r->t_arrival);
         /* counted when prefill is done (as vLLM), not when the request ends */
-        m->prompt_tokens += r->gen.prompt.n;
+        m->prompt_tokens += r->gen.prompt_total;
     }
     for (int i = 0; gap >= 0 && i < ev->n_tokens; i++) srv_metrics_observe(m, SRV_H_ITL, gap);
     /* every step's tokens at once, so rate() is right during long generations */
@@ -196,7 +204,7 @@ static void on_event(void *user, const cllm_event *ev) {
 
     if (dequeue || last) {
         pthread_mutex_lock(&s->mu);
-        if (dequeue) s->queued_tokens -= r->gen.prompt.n;
+        if (dequeue) s->queued_tokens -= r->gen.prompt_total;
         if (last) {
             if (r->reg_prev)
                 r->reg_prev->reg_next = r->reg_next;
@@ -212,12 +220,64 @@ static void on_event(void *user, const cllm_event *ev) {
     if (last) srv_req_unref(r); /* the engine's reference */
 }
 
+void srv_req_cancel_engine(srv_req *r) {
+    cllm_server *s = r->srv;
+    uint64_t ids[64];
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < r->n_subs && n < 64; i++)
+        if (r->subs[i].submitted) ids[n++] = r->subs[i].id;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++) s->ops.cancel(s->ops.ctx, ids[i]);
+}
+
+/* One engine request per prompt. When a later one is refused, the earlier ones are cancelled
+ * and the never-submitted samples are counted as finished, so the last abort of the earlier
+ * ones completes the request's accounting; the caller answers with the error. */
+static cllm_status submit_subs(srv_req *r, cllm_error *ce) {
+    cllm_server *s = r->srv;
+    srv_gen *g = &r->gen;
+    int nb = g->n_batch ? g->n_batch : 1, per = g->n_batch ? g->s.n : g->n;
+    for (int b = 0; b < nb; b++) {
+        const cllm_tok_ids *p = g->n_batch ? &g->batch[b] : &g->prompt;
+        srv_sub *sub = &r->subs[b];
+        sub->r = r;
+        sub->base = b * per;
+        cllm_request req = {.prompt = p->ids,
+                            .n_prompt = (int)p->n,
+                            .sampling = g->s,
+                            .on_event = on_event,
+                            .user = sub,
+                            .cache_salt = g->cache_salt};
+        uint64_t id = 0;
+        cllm_status st = s->ops.submit(s->ops.ctx, &req, &id, ce);
+        if (st != CLLM_OK) {
+            if (b == 0) return st;
+            pthread_mutex_lock(&r->mu);
+            r->n_finished_engine += per * (nb - b);
+            pthread_mutex_unlock(&r->mu);
+            srv_req_cancel_engine(r);
+            return st;
+        }
+        /* published under s->mu: the drain and the disconnect watch read them from other threads */
+        pthread_mutex_lock(&s->mu);
+        sub->id = id;
+        sub->submitted = true;
+        if (b == 0) r->engine_id = id;
+        r->submitted = true;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return CLLM_OK;
+}
+
 bool srv_req_submit(srv_req *r, srv_err *e) {
     cllm_server *s = r->srv;
     srv_gen *g = &r->gen;
+    r->n_subs = g->n_batch ? g->n_batch : 1;
     r->choices = calloc((size_t)g->n, sizeof(srv_choice));
     r->t_last_token = calloc((size_t)g->n, sizeof(double));
-    if (!r->choices || !r->t_last_token) {
+    r->subs = calloc((size_t)r->n_subs, sizeof(srv_sub));
+    if (!r->choices || !r->t_last_token || !r->subs) {
         srv_err_set(e, 500, "InternalServerError", NULL, "out of memory");
         return false;
     }
@@ -244,10 +304,10 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     else if (s->o.max_num_queued_reqs > 0 && st.waiting >= s->o.max_num_queued_reqs)
         rej = SRV_REJ_QUEUE;
     else if (s->o.max_queued_tokens > 0 && s->queued_tokens > 0 &&
-             s->queued_tokens + g->prompt.n > s->o.max_queued_tokens)
+             s->queued_tokens + g->prompt_total > s->o.max_queued_tokens)
         rej = SRV_REJ_TOKENS;
     if (rej < 0) {
-        s->queued_tokens += g->prompt.n;
+        s->queued_tokens += g->prompt_total;
         r->queued_tokens_counted = true;
         s->in_flight++;
         r->reg_next = s->reg_head;
@@ -258,26 +318,12 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     pthread_mutex_unlock(&s->mu);
     if (rej >= 0) goto reject;
 
-    cllm_request req = {.prompt = g->prompt.ids,
-                        .n_prompt = (int)g->prompt.n,
-                        .sampling = g->s,
-                        .on_event = on_event,
-                        .user = r,
-                        .cache_salt = g->cache_salt};
     cllm_error ce = {0};
-    uint64_t id = 0;
-    cllm_status st2 = s->ops.submit(s->ops.ctx, &req, &id, &ce);
-    if (st2 == CLLM_OK) {
-        /* published under s->mu: the drain and the disconnect watch read them from other threads */
-        pthread_mutex_lock(&s->mu);
-        r->engine_id = id;
-        r->submitted = true;
-        pthread_mutex_unlock(&s->mu);
-        return true;
-    }
+    cllm_status st2 = submit_subs(r, &ce);
+    if (st2 == CLLM_OK) return true;
     /* no events will come: undo the registration */
     pthread_mutex_lock(&s->mu);
-    if (r->queued_tokens_counted) s->queued_tokens -= g->prompt.n;
+    if (r->queued_tokens_counted) s->queued_tokens -= g->prompt_total;
     r->queued_tokens_counted = false;
     if (r->reg_prev)
         r->reg_prev->reg_next = r->reg_next;
@@ -340,7 +386,7 @@ bool srv_req_pump(srv_req *r, bool *suspended) {
     ev_free(list);
     if (oom) {
         /* an event could not be copied: end the request as failed rather than hang or lie */
-        if (r->submitted) r->srv->ops.cancel(r->srv->ops.ctx, r->engine_id);
+        if (r->submitted) srv_req_cancel_engine(r);
         for (int i = 0; i < r->gen.n; i++)
             if (r->choices[i].finish == CLLM_FINISH_NONE) {
                 r->choices[i].finish = CLLM_FINISH_ERROR;
@@ -390,7 +436,7 @@ void srv_req_conn_done(srv_req *r) {
     pthread_mutex_unlock(&r->mu);
     if (engine_busy) {
         /* the client went away (or the response failed): free its blocks and slot */
-        s->ops.cancel(s->ops.ctx, r->engine_id);
+        srv_req_cancel_engine(r);
         pthread_mutex_lock(&s->m.mu);
         s->m.requests_cancelled_disconnect++;
         pthread_mutex_unlock(&s->m.mu);

@@ -77,6 +77,7 @@ ok '[ "$(echo "$out" | tail -1)" = "data: [DONE]" ]' "chat stream [DONE]"
 # --- the OpenAI Node SDK ---
 if command -v node > /dev/null && [ -d "$SRC/node_modules/openai" ]; then
     ok 'NODE_PATH="$SRC/node_modules" timeout 120 node "$SRC/tests/data/http/e2e/openai_sdk.cjs" $PORT $KEY tiny' "openai SDK suite"
+    ok 'NODE_PATH="$SRC/node_modules" timeout 120 node "$SRC/tests/data/http/e2e/openai_sdk_vllm.cjs" $PORT $KEY tiny' "openai SDK: batches, stop_reason, responses"
 else
     echo "SKIP: node or node_modules/openai missing (npm install at the repo root)" >&2
 fi
