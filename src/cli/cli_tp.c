@@ -136,6 +136,15 @@ int cli_tp_setup(const char *cmd, int *argc, char ***argvp) {
                 cmd);
         return 2;
     }
+    bool ep = false;
+    for (int i = 1; i < *argc; i++)
+        if (!strcmp(argv[i], "--enable-expert-parallel") || !strcmp(argv[i], "-ep")) {
+            ep = true;
+            memmove(argv + i, argv + i + 1, (size_t)(*argc - i) * sizeof(char *));
+            (*argc)--;
+            i--;
+        }
+    cllm_dist_set_expert_parallel(ep);
     long tp = tv ? parse_n("--tensor-parallel-size", tv) : 1;
     long pp = pv ? parse_n("--pipeline-parallel-size", pv) : 1;
     if (tp < 0 || pp < 0) return 2;
@@ -200,10 +209,12 @@ static void print_rank_bytes(const char *dir, long tp) {
         fprintf(stderr, "cllm verify: %s\n", err.msg);
         return;
     }
-    printf("tensor parallel %ld (bf16 weights, text model without MTP/vision):\n", tp);
+    printf("tensor parallel %ld%s (bf16 weights, text model without MTP/vision):\n", tp,
+           cllm_dist_expert_parallel() ? ", expert parallel" : "");
     for (long r = 0; r < tp; r++) {
         cllm_shard s;
-        if (cllm_shard_plan(&c, (int)r, (int)tp, 1, &s, &err) != CLLM_OK) {
+        if (cllm_shard_plan(&c, (int)r, (int)tp, 1, cllm_dist_expert_parallel(), &s, &err) !=
+            CLLM_OK) {
             printf("  refused: %s\n", err.msg);
             break;
         }

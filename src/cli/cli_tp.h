@@ -1,5 +1,6 @@
-/* Tensor parallel from the command line: `--tensor-parallel-size N` (alias -tp) and
- * `--pipeline-parallel-size 1` for generate, eval, bench, bench-forward and verify, handled
+/* Tensor parallel from the command line: `--tensor-parallel-size N` (alias -tp),
+ * `--enable-expert-parallel` (-ep: routed experts spread whole over the ranks instead of cut)
+ * and `--pipeline-parallel-size 1` for generate, eval, bench, bench-forward and verify, handled
  * before the subcommand parses its own flags (main.c). */
 #ifndef CLLM_CLI_CLI_TP_H
 #define CLLM_CLI_CLI_TP_H

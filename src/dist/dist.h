@@ -46,6 +46,11 @@ _Noreturn void cllm_dist_abort(int code);
  * + shard plan hash exchanged at start: mismatched binaries or model files are refused). */
 cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err);
 
+/* Expert parallel (--enable-expert-parallel): set before the model loads; read by the shard
+ * plan of model/weights_tp.c (routed experts spread whole instead of cut). */
+void cllm_dist_set_expert_parallel(bool on);
+bool cllm_dist_expert_parallel(void);
+
 /* Counters of the all-reduce calls of this process (for the per-token communication figure). */
 typedef struct cllm_dist_stats {
     uint64_t allreduce_calls, allreduce_bytes; /* bytes = floats reduced * 4 */

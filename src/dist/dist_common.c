@@ -30,3 +30,13 @@ void cllm_dist_stats_get(cllm_dist_stats *out) {
 void cllm_dist_stats_reset(void) {
     dist_stats = (cllm_dist_stats){0};
 }
+
+static bool g_ep;
+
+void cllm_dist_set_expert_parallel(bool on) {
+    g_ep = on;
+}
+
+bool cllm_dist_expert_parallel(void) {
+    return g_ep;
+}

@@ -56,14 +56,16 @@ static cllm_status split_rows(int total, int rank, int size, int align, int *off
     return CLLM_OK;
 }
 
-cllm_status cllm_shard_plan(const cllm_config *c, int rank, int size, int align, cllm_shard *o,
-                            cllm_error *err) {
+cllm_status cllm_shard_plan(const cllm_config *c, int rank, int size, int align, int ep,
+                            cllm_shard *o, cllm_error *err) {
     memset(o, 0, sizeof(*o));
     if (size < 1 || rank < 0 || rank >= size || align < 1)
         return cllm_err_set(err, CLLM_EINVAL, "tensor parallel: bad rank %d of %d", rank, size);
     o->rank = rank;
     o->size = size;
     o->align = align;
+    o->ep = ep;
+    o->ne = c->n_experts;
     int n_attn = cllm_config_count_layers(c, CLLM_LAYER_FULL_ATTN);
     int n_gdn = cllm_config_count_layers(c, CLLM_LAYER_LINEAR_ATTN);
     cllm_status s;
@@ -106,9 +108,19 @@ cllm_status cllm_shard_plan(const cllm_config *c, int rank, int size, int align,
     if (any_dense && (s = split_rows(c->intermediate_size, rank, size, align, &o->i0, &o->ni,
                                      "mlp.{gate,up,down}_proj: intermediate_size", err)))
         return s;
-    if (any_moe && c->n_experts > 0 &&
-        (s = split_rows(c->moe_intermediate_size, rank, size, align, &o->mi0, &o->nmi,
-                        "mlp.experts: moe_intermediate_size", err)))
+    if (any_moe && c->n_experts > 0 && ep) {
+        if (c->n_experts % size)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "expert parallel: mlp.experts: num_experts = %d is not divisible "
+                                "by --tensor-parallel-size %d",
+                                c->n_experts, size);
+        o->ne = c->n_experts / size;
+        o->e0 = rank * o->ne;
+        o->mi0 = 0;
+        o->nmi = c->moe_intermediate_size;
+    } else if (any_moe && c->n_experts > 0 &&
+               (s = split_rows(c->moe_intermediate_size, rank, size, align, &o->mi0, &o->nmi,
+                               "mlp.experts: moe_intermediate_size", err)))
         return s;
     if (any_moe && c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0 &&
         (s = split_rows(c->shared_expert_intermediate_size, rank, size, align, &o->si0, &o->nsi,
@@ -138,7 +150,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-uint64_t cllm_shard_plan_hash(const cllm_config *c, int size, int align) {
+uint64_t cllm_shard_plan_hash(const cllm_config *c, int size, int align, int ep) {
     uint64_t h = 0xcbf29ce484222325ull;
     const int dims[] = {c->arch,
                         c->hidden_size,
@@ -165,7 +177,7 @@ uint64_t cllm_shard_plan_hash(const cllm_config *c, int size, int align) {
     h = fnv(h, CLLM_VERSION, sizeof(CLLM_VERSION));
     for (int r = 0; r < size; r++) {
         cllm_shard s;
-        if (cllm_shard_plan(c, r, size, align, &s, NULL) == CLLM_OK) h = fnv(h, &s, sizeof(s));
+        if (cllm_shard_plan(c, r, size, align, ep, &s, NULL) == CLLM_OK) h = fnv(h, &s, sizeof(s));
     }
     return h;
 }
@@ -183,6 +195,8 @@ static void count_one(void *vc, const cllm_tensor_spec *t) {
     bool repl = t->group == CLLM_TG_EMBED || t->group == CLLM_TG_NORM ||
                 t->group == CLLM_TG_ROUTER || strstr(t->name, "shared_expert_gate");
     if (t->group == CLLM_TG_LM_HEAD) n = n / (uint64_t)b->g->vocab_size * (uint64_t)b->s->nv;
+    if (t->group == CLLM_TG_EXPERTS && b->s->ep)
+        n = n / (uint64_t)b->g->n_experts * (uint64_t)b->s->ne;
     /* KV heads / GDN key heads replicated when N exceeds them: count the copies as replicated */
     if (b->s->size > b->g->n_kv_heads && (strstr(t->name, "k_proj") || strstr(t->name, "v_proj")))
         repl = true;

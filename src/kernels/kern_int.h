@@ -20,16 +20,9 @@ void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, c
 /* A tier's float int4/int8 core (act_bits ignored): the matmul_q contract for float activations. */
 typedef void (*kern_q_core_fn)(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                int n_tok, float *Y, size_t ldy);
-/* matmul_q from a tier's cores (kernels/matmul_q4_ref.c): act_bits >= 16 runs the core for the
- * weight's bits directly; below, the W4A8/W4A4 emulation: each token's activations
- * fake-quantized (kern_fake_quant_act) into a malloc'd row first. */
+/* matmul_q from a tier's cores (kernels/matmul_q4_ref.c): the core for the weight's bits. */
 void kern_matmul_q_with(kern_q_core_fn core4, kern_q_core_fn core8, const cllm_qweight *w, int n0,
                         int n1, const float *X, size_t ldx, int n_tok, float *Y, size_t ldy);
-/* matmul_q4a8 from a tier's prep and prepared-activation kernel (kernels/matmul_q4a8_ref.c):
- * this call's tokens prepared into a malloc'd buffer on the 8-bit grid, then the kernel. */
-void kern_matmul_q4a8_with(cllm_qact_prep_fn prep, cllm_matmul_qact_fn mm, const cllm_qweight *w,
-                           int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
-                           size_t ldy);
 void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy);
 /* Activation fake-quantization for W4A8/W4A4 (kernels/matmul_q4_ref.c): dst[k] = the value
@@ -45,8 +38,6 @@ void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group,
                         void *A);
 void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                              float *Y, size_t ldy);
-void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy);
 /* kernels/gemm_ref.c (also the NEON tables' gemm_f32) */
 void kern_gemm_f32_ref(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb,
                        float *C, size_t ldc, int op);
@@ -77,8 +68,6 @@ void kern_q_gemm4_avx2(const cllm_qweight *w, int n0, int n1, const float *X, si
                        float *Y, size_t ldy);
 void kern_q_gemm8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy);
-void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                           int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,
@@ -93,12 +82,8 @@ void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void 
 /* kernels/x86/matmul_q4*_avx512.c (AVX-512 F/BW/VL/DQ; _vnni ones also need AVX512-VNNI) */
 void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                           int n_tok, float *Y, size_t ldy);
-void kern_matmul_q4a8_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                             int n_tok, float *Y, size_t ldy);
 void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                 float *Y, size_t ldy);
-void kern_matmul_q4a8_avx512_vnni(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                                  int n_tok, float *Y, size_t ldy);
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy);
 #endif
@@ -126,12 +111,8 @@ void kern_qact_prep_neon(const float *X, size_t ldx, int n_tok, int K, int group
                          void *A);
 void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
-void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                           int n_tok, float *Y, size_t ldy);
 void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                   float *Y, size_t ldy);
-void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                               int n_tok, float *Y, size_t ldy);
 #endif
 
 #endif

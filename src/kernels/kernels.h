@@ -34,8 +34,9 @@ typedef void (*cllm_matmul_fn)(const void *W, size_t ldw, int n_rows, const floa
  * [K/group][N*bits/32] packed along N the same way (stored zero z, effective z + 1, any value per
  * group and output: symmetric files store 2^(bits-1) - 1), scales fp16 (bf16 when scale_bf16)
  * [K/group][N]. w[n][k] = scale[k/G][n] * (q - (z + 1)). bits 4 or 8; N % 8 == 0, K % group == 0,
- * group % 8 == 0. act_bits 16 = float activations; 8 or 4 = activations fake-quantized per token
- * and per group of `group` inputs (symmetric, absmax) before the product (W4A8/W4A4 emulation). */
+ * group % 8 == 0. act_bits: the activation precision the model was quantized for (16: float;
+ * 8 or 4: W4A8/W4A4, whose activations the caller quantizes first, see qact_prep and
+ * cllm_kern_fake_quant_act). matmul_q itself ignores it: it always reads float activations. */
 typedef struct cllm_qweight {
     const int32_t *qweight, *qzeros;
     const uint16_t *scales;
@@ -85,7 +86,7 @@ static inline size_t cllm_qact_bytes(int K, int group, int n_tok) {
 typedef void (*cllm_qact_prep_fn)(const float *X, size_t ldx, int n_tok, int K, int group,
                                   int act_bits, void *A);
 /* Y[t*ldy + n] for n in [n0, n1) (multiples of 8), t < n_tok: int4 weights w (bits 4, K and
- * group as in A) x activations prepared by the same tier; per element the matmul_q4a8 sequence
+ * group as in A) x activations prepared by the same tier; per element the sequence below
  * (exact int32 group sums, acc = fma(w_scale * a_scale, (float)(isum - z * asum), acc)). */
 typedef void (*cllm_matmul_qact_fn)(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                     float *Y, size_t ldy);
@@ -111,16 +112,14 @@ typedef struct cllm_kern_ops {
     void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
     /* GPTQ int4/int8 weights x fp32 activations (unpacking fused into the dot product). */
     cllm_matmul_q_fn matmul_q;
-    /* W4A8 (bits 4, act_bits 8): real int8 activations instead of matmul_q's emulation. Per
-     * token, each group is quantized to int8 on kern_fake_quant_act's grid (symmetric, absmax /
-     * 127, round to nearest even) with fp32 scale a_s; the group's dot product with the codes is
-     * exact in int32, then acc = fma(w_scale * a_s, (float)(sum q*a - z*sum a), acc) per group in
-     * order (z the effective zero). Same signature and contract as matmul_q; ref and AVX2 agree
-     * bitwise. Differs from the emulation by float rounding only. */
-    cllm_matmul_q_fn matmul_q4a8;
-    /* W4A8/W4A4 in two steps, so activations shared by several matmuls and column slices are
-     * quantized once (model/forward.c uses these; every tier has them). Results equal
-     * matmul_q4a8's bitwise for act_bits 8. */
+    /* W4A8/W4A4 (bits 4, act_bits 8 or 4) with real integer activations, in two steps so that
+     * activations shared by several matmuls and column slices are quantized once (model/forward.c
+     * uses these; every tier has them). Per token, each group is quantized on
+     * kern_fake_quant_act's grid (symmetric, absmax / qmax, round to nearest even) with fp32
+     * scale a_s; the group's dot product with the codes is exact in int32, then acc =
+     * fma(w_scale * a_s, (float)(sum q*a - z*sum a), acc) per group in order (z the effective
+     * zero). All tiers agree bitwise; the result differs from matmul_q on fake-quantized
+     * activations by float rounding only. */
     cllm_qact_prep_fn qact_prep;
     cllm_matmul_qact_fn matmul_q4_qact;
     /* fp32 GEMM with B row-major (see cllm_gemm_fn). */
@@ -139,11 +138,10 @@ const cllm_kern_ops *cllm_kern_avx512(void);
  * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot, axpy and GDN kernels do the
  * AVX2 tier's arithmetic per element (gdn_chunk: but for libm's expf). */
 const cllm_kern_ops *cllm_kern_neon(void);
-/* Activation fake-quantization, what matmul_q does to each token when act_bits < 16 (the
- * W4A8/W4A4/W8A8 emulation): dst[k] = x[k] after symmetric per-group (`group` inputs, absmax /
- * (2^(bits-1) - 1), round to nearest even) quantization to `bits`. matmul_q with act_bits 16 on
- * dst gives matmul_q's emulated result bitwise (batch invariance), so callers can do it once per
- * token instead of once per call. */
+/* Activation fake-quantization, the float emulation of act_bits < 16 (W4A8/W4A4/W8A8 without
+ * the integer kernels, e.g. the int8 lm_head of a w4a8 model): dst[k] = x[k] after symmetric
+ * per-group (`group` inputs, absmax / (2^(bits-1) - 1), round to nearest even) quantization to
+ * `bits`; then matmul_q on dst. Per token, so callers do it once per run (model/forward.c). */
 void cllm_kern_fake_quant_act(const float *x, float *dst, int K, int group, int bits);
 /* The matmul entry for a weight dtype; NULL for dtypes without a kernel. */
 cllm_matmul_fn cllm_kern_matmul(const cllm_kern_ops *k, cllm_dtype dt);

@@ -1,8 +1,7 @@
 /* Scalar reference for GPTQ int4/int8 weights x fp32 activations (cllm_qweight, kernels.h), and
- * the activation fake-quantization used by W4A8/W4A4. The test oracle for the AVX2 tier: same
+ * the activation fake-quantization of the W4A8/W4A4 float emulation. The test oracle for the AVX2 tier: same
  * op sequence per output element (explicit fmaf, so both tiers round identically). */
 #include <math.h>
-#include <stdlib.h>
 
 #include "base/half.h"
 #include "kernels/kern_int.h"
@@ -62,20 +61,11 @@ static void core_ref(const cllm_qweight *w, int n0, int n1, const float *X, size
     }
 }
 
+/* act_bits is not looked at (kernels.h): the caller quantized the activations already, so there
+ * is no per-call buffer to allocate and no failure path inside a kernel. */
 void kern_matmul_q_with(kern_q_core_fn core4, kern_q_core_fn core8, const cllm_qweight *w, int n0,
                         int n1, const float *X, size_t ldx, int n_tok, float *Y, size_t ldy) {
-    kern_q_core_fn fn = w->bits == 8 ? core8 : core4;
-    if (w->act_bits >= 16) {
-        fn(w, n0, n1, X, ldx, n_tok, Y, ldy);
-        return;
-    }
-    float *buf = malloc((size_t)w->K * sizeof(float));
-    if (!buf) abort();
-    for (int t = 0; t < n_tok; t++) {
-        kern_fake_quant_act(X + (size_t)t * ldx, buf, w->K, w->group, w->act_bits);
-        fn(w, n0, n1, buf, (size_t)w->K, 1, Y + (size_t)t * ldy, ldy);
-    }
-    free(buf);
+    (w->bits == 8 ? core8 : core4)(w, n0, n1, X, ldx, n_tok, Y, ldy);
 }
 
 void kern_matmul_q_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,

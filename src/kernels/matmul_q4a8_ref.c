@@ -1,5 +1,5 @@
 /* Scalar reference for W4A8/W4A4: GPTQ int4 weights x int8 activation codes
- * (cllm_kern_ops.matmul_q4a8 / qact_prep + matmul_q4_qact, kernels.h). Activations are quantized
+ * (cllm_kern_ops qact_prep + matmul_q4_qact, kernels.h). Activations are quantized
  * per token and per group with the grid of kern_fake_quant_act (symmetric absmax / qmax, qmax 127
  * for act_bits 8 and 7 for act_bits 4, round to nearest even), then each group's dot product is
  * exact in int32 and converted once: acc = fma(w_scale * a_scale, (float)(sum q*a - z*sum a),
@@ -75,20 +75,4 @@ void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *
             Y[(size_t)t * ldy + n] = acc;
         }
     }
-}
-
-void kern_matmul_q4a8_with(cllm_qact_prep_fn prep, cllm_matmul_qact_fn mm, const cllm_qweight *w,
-                           int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
-                           size_t ldy) {
-    void *A = malloc(cllm_qact_bytes(w->K, w->group, n_tok));
-    if (!A) abort();
-    prep(X, ldx, n_tok, w->K, w->group, 8, A);
-    mm(w, n0, n1, A, n_tok, Y, ldy);
-    free(A);
-}
-
-void kern_matmul_q4a8_ref(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                          int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_ref, kern_matmul_q4_qact_ref, w, n0, n1, X, ldx, n_tok, Y,
-                          ldy);
 }

@@ -10,7 +10,8 @@
  *  - row-parallel matrices (o_proj, out_proj, down_proj) keep a range of input columns: an
  *    owned copy for float weights; for GPTQ whole groups, so qweight/qzeros/scales stay views
  *    (rows along K are contiguous);
- *  - per-head vectors (A_log, dt_bias, conv taps, biases) follow their heads or channels.
+ *  - per-head vectors (A_log, dt_bias, conv taps, biases) follow their heads or channels;
+ *  - expert parallel: a rank keeps its experts whole and leaves the others unbound.
  * Only the slices are ever read, so a rank's resident weights are its slice plus the replicated
  * parts (embeddings, norms, router). The MTP head (unused by the forward pass) keeps its full
  * views and is never touched. */
@@ -19,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "dist/dist.h"
 #include "dist/shard.h"
 #include "model/fwd_int.h"
 
@@ -192,7 +194,11 @@ static cllm_status layer_slice(tp_ctx *t, fwd_layer *L, int l, const cllm_shard 
     if (L->moe) {
         snprintf(nm, sizeof(nm), "layers.%d.mlp.experts", l);
         for (int e = 0; e < g->n_experts; e++)
-            if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) return s;
+            if (sh->ep) { /* whole experts; the others stay unbound (fwd_moe skips them) */
+                if (e < sh->e0 || e >= sh->e0 + sh->ne) L->experts[e] = (fwd_mlp){0};
+            } else if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) {
+                return s;
+            }
         if (L->has_shared) {
             snprintf(nm, sizeof(nm), "layers.%d.mlp.shared_expert", l);
             if ((s = mlp_slice(t, &L->shared, sh->si0, sh->nsi, nm))) return s;
@@ -216,8 +222,9 @@ cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {
         if (L->has_shared && L->shared.down.q.bits)
             align = L->shared.down.q.group > 8 ? L->shared.down.q.group : 8;
     }
+    int ep = cllm_dist_expert_parallel();
     cllm_shard sh;
-    cllm_status s = cllm_shard_plan(g, rank, size, align, &sh, err);
+    cllm_status s = cllm_shard_plan(g, rank, size, align, ep, &sh, err);
     if (s != CLLM_OK) return s;
     tp_ctx t = {m, err, size};
     for (int l = 0; l < g->n_layers; l++)
@@ -234,13 +241,13 @@ cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {
     if (!m->tp_vsplit) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     for (int r = 0; r < size; r++) {
         cllm_shard o;
-        if ((s = cllm_shard_plan(g, r, size, align, &o, err)) != CLLM_OK) return s;
+        if ((s = cllm_shard_plan(g, r, size, align, ep, &o, err)) != CLLM_OK) return s;
         m->tp_vsplit[2 * r] = o.v0;
         m->tp_vsplit[2 * r + 1] = o.nv;
     }
     m->tp_rank = rank;
     m->tp_size = size;
-    m->tp_hash = cllm_shard_plan_hash(g, size, align);
+    m->tp_hash = cllm_shard_plan_hash(g, size, align, ep);
     cllm_config loc;
     cllm_shard_local_config(g, &sh, &loc);
     m->cfg = loc;

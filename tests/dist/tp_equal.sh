@@ -9,6 +9,7 @@
 #  - greedy tokens identical (generate --ids);
 #  - the same N twice: bitwise identical logits (fixed-order all-reduce);
 #  - shapes that do not divide are refused naming the tensor and N;
+#  - expert parallel (--enable-expert-parallel) on three of them;
 #  - both launch paths: mpirun -np N cllm ... and cllm ... re-launching itself through mpirun;
 #  - --pipeline-parallel-size 1 accepted, 2 refused; mpirun -np 2 without the flag refused.
 # Skipped (77) without mpirun, numpy, or in a build without MPI.
@@ -92,6 +93,16 @@ run_cfg "$SRC/tests/dist/tiny-tp3.json" 3:ok 2:refuse:num_key_value_heads
   "$BIN" quantize "$T/gptq.src" "$T/gptq" --scheme w4a16 -g 32 -q >/dev/null 2>&1 &&
   run_model gptq "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok "4:refuse:units of 32 rows" ||
   bad "gptq: synth + quantize"
+
+# expert parallel: whole experts per rank (8 / 2, 8 / 4, 6 / 3), same equality and refusal checks
+for c in tiny:2 tiny:4 tiny-tp3:3; do
+  name=${c%%:*} n=${c#*:} V=$(vocab "$T/$name/config.json")
+  timeout 120 "${MPI[@]}" -np "$n" "$BIN" eval "$T/$name" --tokens "$TOK" --tensor-parallel-size "$n" \
+    --enable-expert-parallel --dump-logits "$T/$name.ep$n.bin" >/dev/null 2>"$T/err" ||
+    { bad "$name EP N=$n eval"; cat "$T/err"; continue; }
+  if r=$($PY "$T/cmp.py" "$T/$name.1.bin" "$T/$name.ep$n.bin" "$V"); then ok "$name EP N=$n logits: $r"
+  else bad "$name EP N=$n logits: $r"; fi
+done
 
 M=$T/tiny
 mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"

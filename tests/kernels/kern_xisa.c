@@ -100,7 +100,10 @@ int main(void) {
         tiers[ti]->matmul_q(&w, 0, N, X, (size_t)K, T, Y, (size_t)N);
         hq = hash(hq, Y, (size_t)T * N * 4);
         w.act_bits = 8;
-        tiers[ti]->matmul_q4a8(&w, 0, N, X, (size_t)K, T, Y, (size_t)N);
+        char *A = malloc(cllm_qact_bytes(K, G, T));
+        tiers[ti]->qact_prep(X, (size_t)K, T, K, G, 8, A);
+        tiers[ti]->matmul_q4_qact(&w, 0, N, A, T, Y, (size_t)N);
+        free(A);
         h8 = hash(h8, Y, (size_t)T * N * 4);
         free(qw), free(qz), free(sc), free(X), free(Y);
         printf("%s gdn_step %016llx\n", tname[ti], (unsigned long long)hg);
@@ -108,7 +111,7 @@ int main(void) {
                (unsigned long long)hm[0], tname[ti], (unsigned long long)hm[1], tname[ti],
                (unsigned long long)hm[2]);
         printf(
-            "%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s matmul_q4a8 %016llx\n",
+            "%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s qact8 %016llx\n",
             tname[ti], (unsigned long long)hd, tname[ti], (unsigned long long)ha, tname[ti],
             (unsigned long long)hq, tname[ti], (unsigned long long)h8);
     }

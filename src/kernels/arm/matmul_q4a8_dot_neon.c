@@ -1,4 +1,4 @@
-/* NEON W4A8 with the Armv8.2 dot-product extension (vdotq_s32 / SDOT): the matmul_q4a8 entry
+/* NEON W4A8 with the Armv8.2 dot-product extension (vdotq_s32 / SDOT): the matmul_q4_qact entry
  * kernels.c picks for the neon tier when HWCAP_ASIMDDP is set. Built with
  * -march=armv8.2-a+dotprod (CMakeLists.txt, files named *_dot_neon.c), so nothing here may run
  * on a CPU without it; activation preparation (kern_qact_prep_neon) and the token/column walk
@@ -83,10 +83,4 @@ static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, si
 void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                   float *Y, size_t ldy) {
     kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles);
-}
-
-void kern_matmul_q4a8_neon_dot(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                               int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_neon, kern_matmul_q4_qact_neon_dot, w, n0, n1, X, ldx,
-                          n_tok, Y, ldy);
 }

@@ -1,4 +1,4 @@
-/* NEON W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4a8 and
+/* NEON W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops
  * qact_prep + matmul_q4_qact, kernels.h) on baseline ARMv8-A, plus the parts the dot-product
  * variant (matmul_q4a8_dot_neon.c) shares: activation preparation and the token/column walk.
  * kernels.c puts these in the neon table when the CPU lacks the dot-product extension; mirrors
@@ -164,10 +164,4 @@ void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const void *Ap,
 void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy) {
     kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles);
-}
-
-void kern_matmul_q4a8_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                           int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_neon, kern_matmul_q4_qact_neon, w, n0, n1, X, ldx, n_tok,
-                          Y, ldy);
 }

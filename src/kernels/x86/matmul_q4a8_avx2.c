@@ -1,4 +1,4 @@
-/* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4a8, kernels.h).
+/* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4_qact, kernels.h).
  *
  * Activations are quantized per token and group on kern_quant_act's grid (vectorized, bitwise
  * the same; qmax 127 for act_bits 8, 7 for act_bits 4) by kern_qact_prep_avx2, which the AVX-512
@@ -171,10 +171,4 @@ void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void 
                 tile(w, n, A, Yt, ldy, 1, 1);
         }
     }
-}
-
-void kern_matmul_q4a8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                           int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_avx2, kern_matmul_q4_qact_avx2, w, n0, n1, X, ldx, n_tok,
-                          Y, ldy);
 }

@@ -1,5 +1,5 @@
-/* AVX-512 W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4a8 and
- * matmul_q4_qact of the avx512 tier, kernels.c), called by the forward pass per slice of output
+/* AVX-512 W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4_qact
+ * of the avx512 tier, kernels.c), called by the forward pass per slice of output
  * columns (model/forward.c mm_worker) on activations it prepared once per matmul.
  *
  * Activations are prepared by kern_qact_prep_avx2 (kernels/x86/matmul_q4a8_avx2.c: same layout,
@@ -134,17 +134,4 @@ void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const voi
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy) {
     core(w, n0, n1, A, n_tok, Y, ldy, 1);
-}
-
-/* matmul_q4a8 entries (one call = prepare this call's tokens, malloc'd, then the kernel). */
-void kern_matmul_q4a8_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                             int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_avx2, kern_matmul_q4_qact_avx512, w, n0, n1, X, ldx, n_tok,
-                          Y, ldy);
-}
-
-void kern_matmul_q4a8_avx512_vnni(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
-                                  int n_tok, float *Y, size_t ldy) {
-    kern_matmul_q4a8_with(kern_qact_prep_avx2, kern_matmul_q4_qact_avx512_vnni, w, n0, n1, X, ldx,
-                          n_tok, Y, ldy);
 }
