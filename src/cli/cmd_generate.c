@@ -1,8 +1,9 @@
 /* `cllm generate MODEL (-p TEXT | --tokens IDS) [-n N --temperature --top-k --top-p --min-p
- * --seed --threads]`: offline generation on one sequence through the forward pass; streams the
- * generated text to stdout (token ids when the model has no tokenizer.json, or with --ids) and
- * ends with prefill and decode tok/s on stderr. */
-#include <math.h>
+ * --*-penalty --seed --threads]`: offline generation on one sequence through the forward pass;
+ * streams the generated text to stdout (token ids when the model has no tokenizer.json, or with
+ * --ids) and ends with prefill and decode tok/s on stderr. Tokens are drawn by the engine's
+ * sampler (engine/sampler.h) with the same inputs the server gives it, so a request with the
+ * same prompt, sampling parameters and seed gives the same tokens here and from `cllm serve`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,77 +12,16 @@
 #include "base/mem.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "model/seq_runner.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct sampler {
-    double temperature, top_p, min_p;
-    long top_k;
-    uint64_t rng;
-    int *idx;
-    float *prob;
-} sampler;
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static const float *g_sort_logits;
-static int by_logit_desc(const void *a, const void *b) {
-    float x = g_sort_logits[*(const int *)a], y = g_sort_logits[*(const int *)b];
-    if (x != y) return x < y ? 1 : -1;
-    return *(const int *)a - *(const int *)b;
-}
-
-/* Greedy when temperature <= 0; else temperature -> top-k -> top-p -> min-p -> draw. */
-static int sample(sampler *s, const float *logits, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (s->temperature <= 0.0) return best;
-    int n = V;
-    for (int i = 0; i < V; i++) s->idx[i] = i;
-    g_sort_logits = logits;
-    qsort(s->idx, (size_t)V, sizeof(int), by_logit_desc);
-    if (s->top_k > 0 && s->top_k < n) n = (int)s->top_k;
-    double mx = logits[s->idx[0]], sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        s->prob[i] = (float)exp((logits[s->idx[i]] - mx) / s->temperature);
-        sum += s->prob[i];
-    }
-    if (s->top_p < 1.0) {
-        double c = 0.0;
-        for (int i = 0; i < n; i++) {
-            c += s->prob[i] / sum;
-            if (c >= s->top_p) {
-                n = i + 1;
-                break;
-            }
-        }
-    }
-    if (s->min_p > 0.0) {
-        int keep = 1;
-        while (keep < n && s->prob[keep] >= s->min_p * s->prob[0]) keep++;
-        n = keep;
-    }
-    sum = 0.0;
-    for (int i = 0; i < n; i++) sum += s->prob[i];
-    double u = (double)(splitmix(&s->rng) >> 11) * 0x1.0p-53 * sum;
-    for (int i = 0; i < n; i++) {
-        u -= s->prob[i];
-        if (u < 0.0) return s->idx[i];
-    }
-    return s->idx[n - 1];
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
-    double temperature = 0.0, top_p = 1.0, min_p = 0.0;
+    double temperature = 0.0, top_p = 1.0, min_p = 0.0, rep_pen = 1.0, pres_pen = 0.0,
+           freq_pen = 0.0;
     bool ignore_eos = false, hash = false, print_ids = false;
     const cli_opt opts[] = {
         {"--prompt", "-p", CLI_STR, &prompt, "prompt text (needs a tokenizer)"},
@@ -92,7 +32,14 @@ int cmd_generate(int argc, char **argv) {
         {"--top-p", NULL, CLI_FLOAT, &top_p, "nucleus mass (1 = off)", NULL, 0, 1},
         {"--min-p", NULL, CLI_FLOAT, &min_p, "drop tokens below min-p x the top probability", NULL,
          0, 1},
-        {"--seed", "-s", CLI_INT, &seed, "sampling seed", NULL, 0, 9.2e18},
+        {"--repetition-penalty", NULL, CLI_FLOAT, &rep_pen,
+         "divide positive (multiply negative) logits of seen tokens (1 = off)", NULL, 0.01, 100},
+        {"--presence-penalty", NULL, CLI_FLOAT, &pres_pen, "subtract from generated tokens' logits",
+         NULL, -2, 2},
+        {"--frequency-penalty", NULL, CLI_FLOAT, &freq_pen,
+         "subtract count x this from generated tokens' logits", NULL, -2, 2},
+        {"--seed", "-s", CLI_INT, &seed,
+         "sampling seed (same seed as a server request's: same tokens)", NULL, 0, 9.2e18},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
@@ -163,15 +110,24 @@ int cmd_generate(int argc, char **argv) {
     }
     const cllm_config *cf = cllm_model_config(r.m);
     int V = cf->vocab_size, ret = 0;
-    sampler sm = {temperature,
-                  top_p,
-                  min_p,
-                  top_k,
-                  (uint64_t)seed,
-                  malloc((size_t)V * sizeof(int)),
-                  malloc((size_t)V * sizeof(float))};
+    /* the fields the server fills from a request; the rest off */
+    cllm_sampling sp = {.temperature = temperature,
+                        .top_p = top_p,
+                        .top_k = (int)top_k,
+                        .min_p = min_p,
+                        .repetition_penalty = rep_pen,
+                        .presence_penalty = pres_pen,
+                        .frequency_penalty = freq_pen,
+                        .seed = (uint64_t)seed,
+                        .has_seed = true,
+                        .max_tokens = (int)n_gen,
+                        .ignore_eos = ignore_eos,
+                        .logprobs = -1,
+                        .n = 1};
+    smp_scratch sm = {0};
     float *logits = malloc((size_t)V * sizeof(float));
-    if (!logits || !sm.idx || !sm.prob) {
+    int32_t *out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
+    if (!logits || !out || smp_init(&sm, V)) {
         fprintf(stderr, "cllm generate: out of memory\n");
         ret = 1;
         goto done;
@@ -193,7 +149,16 @@ int cmd_generate(int argc, char **argv) {
         if (hash)
             fprintf(stderr, "[logits-hash %016llx]\n",
                     (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
-        int32_t next = sample(&sm, logits, V);
+        smp_input in = {.logits = logits,
+                        .prompt = ids,
+                        .n_prompt = n,
+                        .out = out,
+                        .n_out = made,
+                        .seed = sp.seed,
+                        .index = 0,
+                        .step = made};
+        int32_t next = smp_sample(&sm, &sp, &in, NULL);
+        out[made] = next;
         if (print_ids) {
             printf("%d%s", next, made + 1 < n_gen ? " " : "");
         } else {
@@ -233,8 +198,8 @@ int cmd_generate(int argc, char **argv) {
             n, t1 - t0, n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
 done:
     free(logits);
-    free(sm.idx);
-    free(sm.prob);
+    free(out);
+    smp_free(&sm);
     free(ids);
     if (tok) cllm_tok_stream_free(&ts);
     cllm_tok_free(tok);
