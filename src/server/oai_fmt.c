@@ -308,7 +308,10 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
                 lp_add(r, c, c->lp, ev);
             }
         }
-        if (r->route == SRV_CHAT) {
+        if (r->route == SRV_RESPONSES) {
+            json_decref(lp);
+            srv_resp_events(r, c, ev);
+        } else if (r->route == SRV_CHAT) {
             if (r->gen.stream && !c->started) role_chunk(r, idx);
             chat_text(r, idx, c, ev, lp);
         } else {
@@ -357,7 +360,7 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
 }
 
 void srv_fmt_trailer(srv_req *r) {
-    if (r->route == SRV_GENERATE) return;
+    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES) return; /* no [DONE] there */
     if (r->gen.include_usage) {
         json_t *o = chunk_head(r);
         json_object_set_new(o, "usage", usage_json(r));
@@ -374,6 +377,7 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
                         r->choices[i].error ? r->choices[i].error : "generation failed");
             return NULL;
         }
+    if (r->route == SRV_RESPONSES) return srv_resp_final(r, e);
     if (r->route == SRV_GENERATE) {
         json_t *arr = json_array();
         for (int i = 0; i < r->gen.n; i++) {

@@ -260,15 +260,20 @@ static void make_id(srv_req *r) {
     pthread_mutex_unlock(&s->mu);
     uint64_t x =
         (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
-    snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)x);
+    if (r->route == SRV_RESPONSES)
+        snprintf(r->id, sizeof(r->id), "resp_%016llx", (unsigned long long)x);
+    else
+        snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
+                 (unsigned long long)x);
     r->created = (long)time(NULL);
 }
 
 static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_err e;
-    if (!srv_parse_gen(s, r->route, body, &r->gen, &e)) return send_err(r, &e);
+    bool parsed = r->route == SRV_RESPONSES ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
+                                            : srv_parse_gen(s, r->route, body, &r->gen, &e);
+    if (!parsed) return send_err(r, &e);
     make_id(r);
     if (!srv_req_submit(r, &e)) return send_err(r, &e);
     if (!r->gen.stream) {
@@ -308,6 +313,8 @@ static bool route_of(const char *url, srv_route *rt) {
         *rt = SRV_CHAT;
     else if (!strcmp(url, "/generate"))
         *rt = SRV_GENERATE;
+    else if (!strcmp(url, "/v1/responses"))
+        *rt = SRV_RESPONSES;
     else
         return false;
     return true;

@@ -88,7 +88,8 @@ void srv_metrics_log_line(cllm_server *s);
 typedef enum srv_route {
     SRV_COMPLETIONS,
     SRV_CHAT,
-    SRV_GENERATE, /* vLLM demo /generate */
+    SRV_GENERATE,  /* vLLM demo /generate */
+    SRV_RESPONSES, /* OpenAI Responses API (responses.c; parsed as chat) */
 } srv_route;
 
 typedef struct srv_gen {
@@ -215,6 +216,7 @@ struct srv_req {
     uint64_t engine_id; /* subs[0].id */
     srv_sub *subs;      /* [n_subs] */
     int n_subs;
+    struct srv_resp_state *resp; /* /v1/responses output state (responses.c) or NULL */
     srv_gen gen;
     srv_choice *choices; /* [gen.n] */
     int n_finished_conn;
@@ -253,8 +255,9 @@ struct cllm_server {
     srv_metrics m;
     pthread_t stats_thread;
     bool stats_running, stop_stats;
-    struct srv_console *console; /* web console (console.h); NULL when off */
-    uint64_t seed_ctr;           /* --seed: unseeded requests so far (atomic) */
+    struct srv_console *console;       /* web console (console.h); NULL when off */
+    uint64_t seed_ctr;                 /* --seed: unseeded requests so far (atomic) */
+    struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
 };
 
 /* name is one of the served model names, or the model directory as given (vLLM accepts it). */
@@ -283,6 +286,17 @@ void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r
 /* stream end: usage chunk, [DONE]. Chat's role chunk goes out with the first token (oai_fmt.c) */
 void srv_fmt_trailer(srv_req *r);
 char *srv_fmt_error_json(const srv_err *e);
+
+/* responses.c: the Responses API on top of the chat pipeline */
+struct srv_resp_state;
+struct srv_resp_store;
+bool srv_resp_parse(cllm_server *s, json_t *body, srv_gen *g, struct srv_resp_state **out,
+                    srv_err *e);
+void srv_resp_events(srv_req *r, srv_choice *c, srv_ev *ev);
+json_t *srv_resp_final(srv_req *r, srv_err *e);
+json_t *srv_resp_lookup(cllm_server *s, const char *id); /* new ref or NULL */
+void srv_resp_state_free(struct srv_resp_state *st);
+void srv_resp_store_free(struct srv_resp_store *st);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);
 
 #endif

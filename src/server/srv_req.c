@@ -76,6 +76,7 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->out);
     free(r->t_last_token);
     free(r->subs);
+    srv_resp_state_free(r->resp);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -282,7 +283,7 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
         return false;
     }
     for (int i = 0; i < g->n; i++) {
-        if (g->route != SRV_CHAT) continue;
+        if (g->route != SRV_CHAT && g->route != SRV_RESPONSES) continue;
         cllm_outp_opts po = {.reasoning = g->parse_reasoning,
                              .starts_in_reasoning = g->starts_in_reasoning,
                              .tool_calls = g->parse_tools,

@@ -61,7 +61,9 @@ async function stopReasons() {
 }
 
 async function responses() {
-  const r = await client.responses.create({ model, input: 'Tell me a story', max_output_tokens: 8, temperature: 0 });
+  // the tiny template opens <think> by default: thinking off for the plain-text checks
+  const plain = { chat_template_kwargs: { enable_thinking: false } };
+  const r = await client.responses.create({ model, input: 'Tell me a story', max_output_tokens: 8, temperature: 0, ...plain });
   check(r.object === 'response' && r.status === 'completed' || r.status === 'incomplete', 'response status ' + r.status);
   check(typeof r.output_text === 'string' && r.output_text.length > 0, 'output_text: ' + JSON.stringify(r.output_text));
   check(r.usage && r.usage.output_tokens > 0 && r.usage.input_tokens > 0, 'usage ' + JSON.stringify(r.usage));
@@ -77,7 +79,7 @@ async function responses() {
   if (c.choices[0].message.reasoning_content)
     check(reasoning.length === 1 && reasoning[0].content[0].text === c.choices[0].message.reasoning_content, 'reasoning item ' + JSON.stringify(reasoning));
   // streaming: typed events, deltas add up to the final text
-  const s = await client.responses.create({ model, input: 'Tell me a story', max_output_tokens: 8, temperature: 0, stream: true });
+  const s = await client.responses.create({ model, input: 'Tell me a story', max_output_tokens: 8, temperature: 0, stream: true, ...plain });
   let deltas = '', types = [], done = null;
   for await (const ev of s) {
     types.push(ev.type);
@@ -86,10 +88,10 @@ async function responses() {
   }
   check(types[0] === 'response.created' && types.includes('response.output_item.added') && types.includes('response.output_text.done'),
         'stream event types ' + types.join(','));
-  check(done && deltas === r.output_text && done.output_text === undefined || (done && deltas.length > 0), 'stream deltas ' + JSON.stringify(deltas));
+  check(done && done.id && done.output.length > 0, 'stream final response ' + JSON.stringify(done));
   check(deltas === r.output_text, `stream text ${JSON.stringify(deltas)} vs ${JSON.stringify(r.output_text)}`);
   // previous_response_id: the earlier turn is part of the prompt
-  const r2 = await client.responses.create({ model, input: 'And then?', previous_response_id: r.id, max_output_tokens: 4, temperature: 0 });
+  const r2 = await client.responses.create({ model, input: 'And then?', previous_response_id: r.id, max_output_tokens: 4, temperature: 0, ...plain });
   check(r2.previous_response_id === r.id && r2.usage.input_tokens > r.usage.input_tokens, 'previous_response_id usage ' + JSON.stringify(r2.usage));
   try { await client.responses.create({ model, input: 'x', previous_response_id: 'resp_nope' }); check(false, 'unknown previous_response_id accepted'); }
   catch (e) { check(e.status === 404 || e.status === 400, 'unknown previous id status ' + e.status); }
@@ -104,7 +106,7 @@ async function responses() {
 (async () => {
   await batches();
   await stopReasons();
-  if (process.env.TEST_RESPONSES === '1') await responses(); // enabled with /v1/responses
+  await responses();
   console.log(`openai_sdk_vllm: ${checks} checks, ${failures} failures`);
   process.exit(failures || !checks ? 1 : 0);
 })().catch((e) => { console.error('FAIL: exception', e); process.exit(1); });
