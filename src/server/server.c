@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "server/srv_int.h"
@@ -351,6 +352,14 @@ static enum MHD_Result dispatch(srv_req *r) {
     if (!strcmp(url, "/v1/models")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         return route_models(r);
+    }
+    if (!strncmp(url, "/v1/responses/", 14)) {
+        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
+        json_t *o = srv_resp_lookup(s, url + 14);
+        if (!o)
+            return fail(r, 404, "invalid_request_error", NULL,
+                        "Response with id '%.60s' not found.", url + 14);
+        return send_json(r, 200, o);
     }
     srv_route rt = SRV_COMPLETIONS;
     bool gen = route_of(url, &rt);
@@ -784,6 +793,7 @@ void cllm_server_stop(cllm_server *s) {
     MHD_stop_daemon(s->d);
     json_decref(s->default_kwargs);
     cllm_tmpl_free(s->tmpl);
+    srv_resp_store_free(s->resp_store);
     srv_metrics_free(&s->m);
     free(s->model_name);
     pthread_cond_destroy(&s->cv);
