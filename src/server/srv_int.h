@@ -213,6 +213,7 @@ struct srv_req {
     bool counted_in_flight;
     bool all_done; /* connection side has seen every final */
     bool trailer_sent;
+    bool oom_tail; /* r->out lost bytes: the stream ends with a fixed error event (out_off in it) */
     uint64_t engine_id; /* subs[0].id */
     srv_sub *subs;      /* [n_subs] */
     int n_subs;

@@ -400,10 +400,38 @@ bool srv_req_pump(srv_req *r, bool *suspended) {
     return r->all_done;
 }
 
+/* The end of a stream whose formatted bytes were lost to a failed allocation: from static
+ * memory, so it always goes out. */
+static const char OOM_SSE[] = "data: {\"error\":{\"message\":\"out of memory while streaming\","
+                              "\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n"
+                              "data: [DONE]\n\n";
+static const char OOM_NDJSON[] = "{\"error\":{\"message\":\"out of memory while streaming\","
+                                 "\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n";
+
 ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_req *r = cls;
     for (;;) {
-        if (r->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->out.oom && !r->oom_tail) {
+            /* a chunk could not be formatted: stop the request and end the stream with an error
+             * event instead of cutting it (a cut stream looks like a network fault) */
+            pthread_mutex_lock(&r->mu);
+            bool busy = r->submitted && r->n_finished_engine < r->gen.n && !r->watch_cancelled;
+            r->watch_cancelled = true; /* not a client disconnect */
+            pthread_mutex_unlock(&r->mu);
+            if (busy) r->srv->ops.cancel(r->srv->ops.ctx, r->engine_id);
+            r->oom_tail = true;
+            r->out_off = 0;
+        }
+        if (r->oom_tail) {
+            const char *t = r->route == SRV_GENERATE ? OOM_NDJSON : OOM_SSE;
+            size_t n = strlen(t) - r->out_off;
+            if (!n) return MHD_CONTENT_READER_END_OF_STREAM;
+            if (n > max) n = max;
+            memcpy(buf, t + r->out_off, n);
+            r->out_off += n;
+            r->bytes_sent += n;
+            return (ssize_t)n;
+        }
         if (r->out_off < r->out.len) {
             size_t n = r->out.len - r->out_off;
             if (n > max) n = max;
