@@ -100,8 +100,9 @@ int sc_number_generic(gm_sc *c) {
         int digits = gb_rep(b, gb_range(b, '0', '9'), 1, -1);
         int frac = gb_opt(b, gb_seq2(b, gb_lits(b, "."), digits));
         int sign = gb_opt(b, gb_alt2(b, gb_lits(b, "+"), gb_lits(b, "-")));
+        /* exponents of up to two digits keep every number a finite double */
         int exp = gb_opt(b, gb_seq3(b, gb_alt2(b, gb_lits(b, "e"), gb_lits(b, "E")), sign,
-                                    gb_rep(b, gb_range(b, '0', '9'), 1, -1)));
+                                    gb_rep(b, gb_range(b, '0', '9'), 1, 2)));
         gb_rule_set(b, c->num_rule, gb_seq3(b, sc_integer_generic(c), frac, exp));
     }
     return gb_ref(b, c->num_rule);

@@ -54,8 +54,10 @@ static int uint_range(gm_builder *b, unsigned long long a, unsigned long long z,
         snprintf(sy, sizeof(sy), "%0*llu", L, y);
         alts[n++] = same_len(b, sx, sy, L);
     }
-    if (inf) /* more digits than a has */
-        alts[n++] = gb_seq2(b, digit_range(b, 1, 9), gb_rep(b, digit_range(b, 0, 9), da, -1));
+    /* more digits than a has, up to 18 in all: an unbounded integer stays an int64 and a finite
+     * double (validators such as ajv reject Infinity) */
+    if (inf && da < 18)
+        alts[n++] = gb_seq2(b, digit_range(b, 1, 9), gb_rep(b, digit_range(b, 0, 9), da, 17));
     return gb_alt(b, alts, n);
 }
 
