@@ -1,16 +1,24 @@
-/* `cllm doctor --url URL [--log FILE] [--json]`: front end of doctor/. Exit code is the report's
- * level (0 ok, 1 warn, 2 critical) for cron and monitoring; a usage error is also 2. */
+/* `cllm doctor --url URL [--log FILE] [--json] [--watch N]`: front end of doctor/. Exit code is the
+ * report's level (0 ok, 1 warn, 2 critical) for cron and monitoring; a usage error is also 2. */
 #include <stdio.h>
 
 #include "doctor/doctor.h"
 #include "cli/cli.h"
+#include "cli/doctor_watch.h"
 #include "cli/commands.h"
 
 int cmd_doctor(int argc, char **argv) {
     dr_opts o;
     dr_opts_default(&o);
     bool json = false;
+    double watch = 0;
+    long rounds = 0;
     const cli_opt opts[] = {
+        {"--watch", NULL, CLI_FLOAT, &watch,
+         "re-check every N seconds; ALERT when a check stays critical for --sustain seconds", NULL,
+         0.1, 86400},
+        {"--rounds", NULL, CLI_INT, &rounds, "with --watch: stop after N rounds (0 = never)", NULL,
+         0, 1e9},
         {"--url", "--base-url", CLI_STR, &o.url,
          "server base URL, e.g. http://127.0.0.1:8000 (required)"},
         {"--log", NULL, CLI_STR, &o.log_path, "server log file to scan for recent errors"},
@@ -57,6 +65,13 @@ int cmd_doctor(int argc, char **argv) {
     if (o.warn_pct > o.crit_pct) {
         fprintf(stderr, "cllm doctor: --warn-pct is above --crit-pct\n");
         return 2;
+    }
+    if (watch > 0) {
+        if (json) {
+            fprintf(stderr, "cllm doctor: --watch prints lines, not --json\n");
+            return 2;
+        }
+        return cli_doctor_watch(&o, watch, rounds, stdout);
     }
     dr_report r;
     dr_run(&o, &r);

@@ -7,18 +7,56 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/file.h"
 #include "base/log.h"
+#include "tokenizer/tokenizer.h"
 #include "quant/qeval.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "model/seq_runner.h"
+
+/* --ppl FILE that is text (not "@ids" nor "1,2,3"): tokenized with the model's tokenizer into
+ * "id,id,..." (*ids, malloc'd). Leaves *ids NULL for token-id forms. 0 ok, 1 error (printed). */
+static int ppl_text_ids(const char *model, const char *arg, char **ids) {
+    *ids = NULL;
+    if (arg[0] == '@' || strspn(arg, "0123456789, \n") == strlen(arg)) return 0;
+    cllm_error err = {0};
+    size_t n = 0;
+    char *text = cllm_read_file(arg, 0, &n, &err);
+    if (!text) {
+        fprintf(stderr, "cllm eval: --ppl %s: %s (token ids are --ppl @FILE or 1,2,3)\n", arg,
+                err.msg);
+        return 1;
+    }
+    cllm_tok *tok = NULL;
+    cllm_tok_ids t = {0};
+    int rc = 0;
+    if (cllm_tok_load(model, &tok, &err) != CLLM_OK ||
+        cllm_tok_encode(tok, text, n, 0, &t, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm eval: tokenizing %s: %s\n", arg, err.msg);
+        rc = 1;
+    } else {
+        char *b = malloc(t.n * 12 + 1);
+        size_t off = 0;
+        for (size_t i = 0; b && i < t.n; i++)
+            off += (size_t)sprintf(b + off, i ? ",%d" : "%d", t.ids[i]);
+        if (b) b[off] = 0;
+        *ids = b;
+        if (!b) rc = 1;
+        fprintf(stderr, "eval: %s: %zu bytes of text -> %zu tokens\n", arg, n, t.n);
+    }
+    cllm_tok_ids_free(&t);
+    cllm_tok_free(tok);
+    free(text);
+    return rc;
+}
 
 int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
     long threads = 1, chunk = 0, block = 16;
     bool hash = false;
     /* quality evaluation (quant/qeval.c) */
-    const char *ppl = NULL, *compare = NULL, *table = NULL;
+    const char *ppl = NULL, *compare = NULL, *table = NULL, *ppl_file = NULL;
     long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
     const cli_opt opts[] = {
         {"--tokens", NULL, CLI_STR, &tokens, "token ids: 1,2,3 or @FILE"},
@@ -31,7 +69,8 @@ int cmd_eval(int argc, char **argv) {
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
         {"--ppl", NULL, CLI_STR, &ppl,
-         "perplexity over strided windows of these token ids (@FILE or 1,2,3)"},
+         "perplexity over strided windows: a text FILE (tokenized), or token ids (@FILE or 1,2,3)"},
+        {"--file", "-f", CLI_STR, &ppl_file, "text FILE for --ppl (as llama-perplexity -f)"},
         {"--compare", NULL, CLI_STR, &compare,
          "with --ppl: KLD, top-1 and greedy BLEU-4 against BASE"},
         {"--table", NULL, CLI_STR, &table,
@@ -45,7 +84,7 @@ int cmd_eval(int argc, char **argv) {
         {0}};
     const cli_spec spec = {
         "eval",
-        "MODEL --tokens IDS|@FILE [options]",
+        "MODEL --tokens IDS|@FILE | --ppl TEXT_FILE|@IDS [options]",
         "Run a token sequence through the model and dump or hash the logits of every position.",
         opts,
         1,
@@ -54,11 +93,20 @@ int cmd_eval(int argc, char **argv) {
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
     if (cli_check_model_dir("eval", pos[0])) return 1;
+    if (ppl_file && ppl && strcmp(ppl, ppl_file)) {
+        fprintf(stderr, "cllm eval: give --ppl or -f, not both\n");
+        return 2;
+    }
+    if (ppl_file) ppl = ppl_file;
     if (ppl || compare || table) {
-        cllm_qeval_opts q = {pos[0],       ppl,         compare,        table,
-                             (int)ctx,     (int)stride, (int)n_prompts, (int)prompt_len,
+        char *ids = NULL;
+        if (ppl && ppl_text_ids(pos[0], ppl, &ids)) return 1;
+        cllm_qeval_opts q = {pos[0],       ids ? ids : ppl, compare,        table,
+                             (int)ctx,     (int)stride,     (int)n_prompts, (int)prompt_len,
                              (int)gen_len, (int)threads};
-        return cllm_qeval_run(&q, stdout);
+        rc = cllm_qeval_run(&q, stdout);
+        free(ids);
+        return rc;
     }
     if (!tokens) {
         fprintf(stderr, "cllm eval: --tokens is required\n");

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "base/file.h"
@@ -45,6 +46,29 @@ static int bench(const cllm_tok *tok, const char *path) {
     return 0;
 }
 
+/* All of a stream into a malloc'd, NUL-terminated buffer; NULL on error. */
+static char *read_stream(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        size_t got = fread(b + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap * 2);
+            if (!nb) break;
+            b = nb, cap *= 2;
+        }
+    }
+    if (!b || ferror(f)) {
+        free(b);
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
 static cllm_tok *load(const char *dir) {
     cllm_tok *tok;
     cllm_error err = {0};
@@ -57,8 +81,10 @@ static cllm_tok *load(const char *dir) {
 
 int cmd_tokenize(int argc, char **argv) {
     bool ids_only = false, add_special = false, no_special = false;
-    const char *bench_file = NULL;
+    const char *bench_file = NULL, *in_file = NULL;
     const cli_opt opts[] = {
+        {"--file", "-f", CLI_STR, &in_file,
+         "encode the text of FILE ('-' = stdin) instead of TEXT"},
         {"--ids", NULL, CLI_FLAG, &ids_only, "print only the ids, space-separated", NULL, 0, 0},
         {"--add-special", NULL, CLI_FLAG, &add_special,
          "apply the post-processor (BOS for Llama-3)", NULL, 0, 0},
@@ -69,20 +95,38 @@ int cmd_tokenize(int argc, char **argv) {
         {0}};
     const cli_spec spec = {
         "tokenize",
-        "MODEL_DIR TEXT [options]",
-        "Encode TEXT with the model's tokenizer.json; prints id and token per line.",
+        "MODEL_DIR [TEXT | -f FILE | -] [options]",
+        "Encode TEXT (or a file, or stdin with '-' or when TEXT is absent and stdin is not a "
+        "terminal) with the model's tokenizer.json; prints id and token per line.",
         opts,
         1,
         2};
     const char *pos[2];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
-    if (np < 2 && !bench_file) {
-        fprintf(stderr, "cllm tokenize: TEXT missing (see --help)\n");
+    /* a big text does not fit an argument list (E2BIG): read it from a file or stdin */
+    if (np == 2 && !strcmp(pos[1], "-")) in_file = "-";
+    if (np < 2 && !bench_file && !in_file && !isatty(0)) in_file = "-";
+    if (np < 2 && !bench_file && !in_file) {
+        fprintf(stderr, "cllm tokenize: TEXT missing (or -f FILE, or pipe it on stdin)\n");
         return 2;
     }
+    char *text = NULL;
+    size_t text_len = 0;
+    if (in_file && !bench_file) {
+        cllm_error ferr = {0};
+        text = !strcmp(in_file, "-") ? read_stream(stdin, &text_len)
+                                     : cllm_read_file(in_file, 0, &text_len, &ferr);
+        if (!text) {
+            fprintf(stderr, "cllm tokenize: %s\n", ferr.msg[0] ? ferr.msg : "cannot read stdin");
+            return 1;
+        }
+    }
     cllm_tok *tok = load(pos[0]);
-    if (!tok) return 1;
+    if (!tok) {
+        free(text);
+        return 1;
+    }
     if (bench_file) {
         rc = bench(tok, bench_file);
         cllm_tok_free(tok);
@@ -92,11 +136,14 @@ int cmd_tokenize(int argc, char **argv) {
     cllm_error err = {0};
     int flags =
         (add_special ? CLLM_TOK_ADD_SPECIAL : 0) | (no_special ? CLLM_TOK_SPLIT_SPECIAL : 0);
-    if (cllm_tok_encode(tok, pos[1], strlen(pos[1]), flags, &ids, &err)) {
+    const char *t = text ? text : pos[1];
+    if (cllm_tok_encode(tok, t, text ? text_len : strlen(t), flags, &ids, &err)) {
         fprintf(stderr, "cllm tokenize: %s\n", err.msg);
         cllm_tok_free(tok);
+        free(text);
         return 1;
     }
+    free(text);
     for (size_t i = 0; i < ids.n; i++) {
         if (ids_only) {
             printf(i ? " %d" : "%d", ids.ids[i]);

@@ -1,0 +1,43 @@
+#!/bin/bash
+# CLI habits from vLLM / llama.cpp (models/tiny): `cllm tokenize` reads a file, '-' or piped stdin
+# (a big text does not fit an argument list) and gives the ids of the argument form; `cllm eval
+# --ppl FILE.txt` / `-f FILE.txt` tokenizes text (@ids stays ids); a missing --ppl file is an error;
+# `cllm bench` takes lists (-p 8,16 -n 4 -t 1) and prints size / params columns;
+# `cllm doctor --watch` raises one ALERT after --sustain seconds of a critical check, exit 2.
+set -u
+T=${CLLM_TMP:-/tmp}/cli_vllm
+rm -rf "$T"
+mkdir -p "$T"
+source "$CLLM_SRC/tests/lib/check.sh"
+M="$CLLM_SRC/models/tiny"
+head -c 4000 "$CLLM_SRC/README.md" > "$T/text.txt"
+printf 'Hello world, again' > "$T/small.txt"
+
+a=$("$CLLM_BIN" tokenize "$M" --ids "Hello world, again")
+b=$("$CLLM_BIN" tokenize "$M" --ids -f "$T/small.txt")
+c=$("$CLLM_BIN" tokenize "$M" --ids < "$T/small.txt")
+d=$("$CLLM_BIN" tokenize "$M" --ids - < "$T/small.txt")
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && [ "$a" = "$d" ] && ok "tokenize: argument == -f == stdin == -" ||
+    bad "tokenize forms differ: '$a' '$b' '$c' '$d'"
+n=$("$CLLM_BIN" tokenize "$M" --ids < "$T/text.txt" | wc -w)
+[ "$n" -gt 500 ] && ok "tokenize a 4 KB file from stdin ($n ids)" || bad "stdin ids: $n"
+
+expect_rc 0 "eval --ppl text file" "$CLLM_BIN" eval "$M" --ppl "$T/text.txt" --ctx 64 --stride 32 --prompts 0
+grep -q "tokens" "$T/out" && grep -qE "^tiny .* [0-9]+\.[0-9]+ " "$T/out" && ok "text tokenized, ppl printed" ||
+    { bad "eval --ppl text output"; cat "$T/out"; }
+cp "$T/out" "$T/ppl_text"
+expect_rc 0 "eval -f text file" "$CLLM_BIN" eval "$M" -f "$T/text.txt" --ctx 64 --stride 32 --prompts 0
+ppl1=$(grep -E "^tiny " "$T/ppl_text" | awk '{print $(NF-3)}')
+ppl2=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-3)}')
+[ -n "$ppl1" ] && [ "$ppl1" = "$ppl2" ] && ok "--ppl FILE == -f FILE ($ppl1)" || bad "ppl differ: $ppl1 $ppl2"
+"$CLLM_BIN" tokenize "$M" --ids < "$T/text.txt" | tr ' ' ',' > "$T/ids.txt"
+expect_rc 0 "eval --ppl @ids" "$CLLM_BIN" eval "$M" --ppl "@$T/ids.txt" --ctx 64 --stride 32 --prompts 0
+ppl3=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-3)}')
+[ "$ppl1" = "$ppl3" ] && ok "@ids of the same text: same ppl" || bad "ppl @ids $ppl3 vs text $ppl1"
+expect_rc 1 "eval --ppl missing file" "$CLLM_BIN" eval "$M" --ppl "$T/nope.txt"
+
+expect_rc 2 "doctor --watch on a dead port" "$CLLM_BIN" doctor --url http://127.0.0.1:1 --watch 0.2 \
+    --sustain 0.5 --rounds 5 --timeout 0.2
+[ "$(grep -c '^ALERT server critical' "$T/out")" = 1 ] && [ "$(grep -c 'round [0-9]' "$T/out")" = 5 ] &&
+    ok "one ALERT after the sustain time, a line per round" || { bad "watch output"; cat "$T/out"; }
+exit $fail
