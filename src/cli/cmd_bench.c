@@ -1,8 +1,9 @@
-/* `cllm bench MODEL [-p 512 -n 128 -r 3 -b 1,2,4,8 --json --multi-turn]`: offline benchmarks
- * through the engine (engine.h), the same path the server takes:
- *  - a llama-bench style table: ppP (prefill of P random tokens, one request) and tgN (decode of
- *    N tokens after a 1-token prompt), mean ± stddev over -r runs, with the decode GB/s achieved
- *    (weight bytes per decoded token x tok/s);
+/* `cllm bench MODEL [-p 64,512 -n 32,128 -t 1,2 -r 3 -b 1,2,4,8 --json --multi-turn]`: offline
+ * benchmarks through the engine (engine.h), the same path the server takes:
+ *  - a llama-bench style table (lists as llama-bench takes them: one row per value of -p / -n,
+ *    one engine per -t value): ppP (prefill of P random tokens, one request) and tgN (decode of
+ *    N tokens after a 1-token prompt), mean ± stddev over -r runs, with llama-bench's size and
+ *    params columns and the decode GB/s achieved (weight bytes per decoded token x tok/s);
  *  - a llama-batched-bench style sweep over B parallel sequences of PP prompt + TG generated
  * tokens: PP TG B N_KV T_PP S_PP T_TG S_TG T S (T_PP = until every sequence has its first token);
  *  - with --multi-turn: C conversations x T turns (turn k+1 = turn k prompt + answer + M new
@@ -13,11 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/mem.h"
 #include "engine/engine.h"
 #include "model/forward.h"
+#include "model/verify.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 
@@ -113,12 +117,12 @@ static void rand_tokens(int32_t *t, int n, int V, uint64_t *s) {
     for (int i = 0; i < n; i++) t[i] = (int32_t)(rng_next(s) % (uint64_t)V);
 }
 
-static int parse_list(const char *s, int *out, int max) {
+static int parse_list(const char *s, int *out, int max, long hi) {
     int n = 0;
     while (s && *s && n < max) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096) return -1;
+        if (end == s || v < 1 || v > hi) return -1;
         out[n++] = (int)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',') return -1;
@@ -205,41 +209,68 @@ static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int ms
     return rc;
 }
 
-int cmd_bench(int argc, char **argv) {
-    long n_prompt = 512, n_gen = 128, reps = 3, threads = 0, block = 16, seed = 1, budget = 0;
-    long mt_conv = 4, mt_turns = 4, mt_first = 256, mt_msg = 32, mt_answer = 64;
-    const char *blist = "1,2,4,8";
-    bool json = false, mt = false, no_table = false, no_sweep = false, kv_bf16 = false;
-    uint64_t kv_bytes = 0;
+typedef struct bench_args {
+    const char *model, *plist, *nlist, *tlist, *blist;
+    long reps, block, seed, budget;
+    long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
+    bool json, mt, no_table, no_sweep, kv_bf16;
+    uint64_t kv_bytes;
+    int p[16], n[16], t[16], b[64];
+    int np, nn, nt, nb;
+    int maxP, maxN, maxB;
+} bench_args;
+
+/* What the rows print about the model. */
+typedef struct bench_model {
+    int V, n_layers, max_pos;
+    char mtype[32];
+    uint64_t decode_bytes, file_bytes, params;
+    size_t block_bytes_f32; /* KV bytes per block in fp32 */
+} bench_model;
+
+/* ---- phase 1: flags ---- */
+
+static int bench_parse(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){.plist = "512",
+                      .nlist = "128",
+                      .tlist = "0",
+                      .blist = "1,2,4,8",
+                      .reps = 3,
+                      .block = 16,
+                      .seed = 1,
+                      .mt_conv = 4,
+                      .mt_turns = 4,
+                      .mt_first = 256,
+                      .mt_msg = 32,
+                      .mt_answer = 64};
     const cli_opt opts[] = {
-        {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (pp test; PP of the sweep)", NULL,
-         1, 1e6},
-        {"--n-gen", "-n", CLI_INT, &n_gen, "generated tokens (tg test; TG of the sweep)", NULL, 1,
-         1e6},
-        {"--repetitions", "-r", CLI_INT, &reps, "runs per llama-bench test", NULL, 1, 1000},
-        {"--batch", "-b", CLI_STR, &blist, "parallel sequences for the sweep, e.g. 1,2,4,8", NULL,
-         0, 0},
-        {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
-        {"--block-size", NULL, CLI_INT, &block, "KV block size", NULL, 1, 4096},
-        {"--kv-cache-memory", NULL, CLI_SIZE, &kv_bytes,
-         "KV cache bytes (default: what the runs need)", NULL, 0, 0},
-        {"--max-num-batched-tokens", NULL, CLI_INT, &budget,
+        {"--n-prompt", "-p", CLI_STR, &a->plist,
+         "prompt tokens, a list like 64,512 (pp tests; PP of the sweep)"},
+        {"--n-gen", "-n", CLI_STR, &a->nlist,
+         "generated tokens, a list like 32,128 (tg tests; TG of the sweep)"},
+        {"--repetitions", "-r", CLI_INT, &a->reps, "runs per llama-bench test", NULL, 1, 1000},
+        {"--batch", "-b", CLI_STR, &a->blist, "parallel sequences for the sweep, e.g. 1,2,4,8"},
+        {"--threads", "-t", CLI_STR, &a->tlist, "threads, a list like 1,2 (0 = all CPUs)"},
+        {"--block-size", NULL, CLI_INT, &a->block, "KV block size", NULL, 1, 4096},
+        {"--kv-cache-memory", NULL, CLI_SIZE, &a->kv_bytes,
+         "KV cache bytes (default: what the runs need)"},
+        {"--max-num-batched-tokens", NULL, CLI_INT, &a->budget,
          "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
-        {"--seed", "-s", CLI_INT, &seed, "seed for the random prompts", NULL, 0, 9e18},
-        {"--kv-bf16", NULL, CLI_FLAG, &kv_bf16, "KV cache in bf16", NULL, 0, 0},
-        {"--json", NULL, CLI_FLAG, &json, "JSON output", NULL, 0, 0},
-        {"--no-table", NULL, CLI_FLAG, &no_table, "skip the llama-bench table", NULL, 0, 0},
-        {"--no-sweep", NULL, CLI_FLAG, &no_sweep, "skip the batched sweep", NULL, 0, 0},
-        {"--multi-turn", NULL, CLI_FLAG, &mt, "run the multi-turn prefix-cache workload", NULL, 0,
-         0},
-        {"--mt-conversations", NULL, CLI_INT, &mt_conv, "multi-turn: conversations run together",
+        {"--seed", "-s", CLI_INT, &a->seed, "seed for the random prompts", NULL, 0, 9e18},
+        {"--kv-bf16", NULL, CLI_FLAG, &a->kv_bf16, "KV cache in bf16"},
+        {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
+        {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
+        {"--no-sweep", NULL, CLI_FLAG, &a->no_sweep, "skip the batched sweep"},
+        {"--multi-turn", NULL, CLI_FLAG, &a->mt, "run the multi-turn prefix-cache workload"},
+        {"--mt-conversations", NULL, CLI_INT, &a->mt_conv, "multi-turn: conversations run together",
          NULL, 1, 256},
-        {"--mt-turns", NULL, CLI_INT, &mt_turns, "multi-turn: turns per conversation", NULL, 2,
+        {"--mt-turns", NULL, CLI_INT, &a->mt_turns, "multi-turn: turns per conversation", NULL, 2,
          1000},
-        {"--mt-first", NULL, CLI_INT, &mt_first, "multi-turn: first prompt tokens", NULL, 1, 1e6},
-        {"--mt-message", NULL, CLI_INT, &mt_msg, "multi-turn: new message tokens per turn", NULL, 1,
+        {"--mt-first", NULL, CLI_INT, &a->mt_first, "multi-turn: first prompt tokens", NULL, 1,
          1e6},
-        {"--mt-answer", NULL, CLI_INT, &mt_answer, "multi-turn: answer tokens per turn", NULL, 1,
+        {"--mt-message", NULL, CLI_INT, &a->mt_msg, "multi-turn: new message tokens per turn", NULL,
+         1, 1e6},
+        {"--mt-answer", NULL, CLI_INT, &a->mt_answer, "multi-turn: answer tokens per turn", NULL, 1,
          1e6},
         {0}};
     const cli_spec spec = {
@@ -252,230 +283,343 @@ int cmd_bench(int argc, char **argv) {
         1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
-    if (rc) return rc < 0 ? 0 : rc;
-    int bs_list[64];
-    int nb = parse_list(blist, bs_list, 64);
-    if (nb < 1) {
-        fprintf(stderr, "cllm bench: bad --batch list '%s'\n", blist);
-        return 2;
+    if (rc) return rc < 0 ? -1 : rc;
+    a->model = pos[0];
+    struct {
+        const char *flag, *s;
+        int *out, *n, max;
+        long hi;
+    } lists[] = {{"-p", a->plist, a->p, &a->np, 16, 1000000},
+                 {"-n", a->nlist, a->n, &a->nn, 16, 1000000},
+                 {"-t", a->tlist, a->t, &a->nt, 16, 4096},
+                 {"-b", a->blist, a->b, &a->nb, 64, 4096}};
+    for (int i = 0; i < 4; i++) {
+        bool zero_ok = i == 2 && !strcmp(lists[i].s, "0"); /* -t 0: all CPUs */
+        *lists[i].n = zero_ok ? 1 : parse_list(lists[i].s, lists[i].out, lists[i].max, lists[i].hi);
+        if (zero_ok) lists[i].out[0] = 0;
+        if (*lists[i].n < 1) {
+            fprintf(stderr,
+                    "cllm bench: %s expects a list of positive integers like 1,2,4, got '%s'\n",
+                    lists[i].flag, lists[i].s);
+            return 2;
+        }
     }
-    int maxB = 1;
-    for (int i = 0; i < nb; i++)
-        if (bs_list[i] > maxB) maxB = bs_list[i];
+    a->maxP = a->maxN = a->maxB = 1;
+    for (int i = 0; i < a->np; i++) a->maxP = a->p[i] > a->maxP ? a->p[i] : a->maxP;
+    for (int i = 0; i < a->nn; i++) a->maxN = a->n[i] > a->maxN ? a->n[i] : a->maxN;
+    for (int i = 0; i < a->nb; i++) a->maxB = a->b[i] > a->maxB ? a->b[i] : a->maxB;
+    return 0;
+}
+
+/* ---- phase 2: the model's facts (size, params) and the engine options ---- */
+
+static uint64_t files_bytes(const char *dir) {
+    uint64_t sum = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t n = strlen(de->d_name);
+        if (n < 12 || strcmp(de->d_name + n - 12, ".safetensors")) continue;
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0) sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+static int bench_model_info(const bench_args *a, bench_model *bm) {
     cllm_error err = {0};
     cllm_model *m = NULL;
-    if (cllm_model_load(pos[0], &m, &err) != CLLM_OK) {
+    if (cllm_model_load(a->model, &m, &err) != CLLM_OK) {
         fprintf(stderr, "cllm bench: %s\n", err.msg);
         return 1;
     }
     const cllm_config *cf = cllm_model_config(m);
-    int V = cf->vocab_size;
-    uint64_t decode_bytes = cllm_model_decode_bytes(m);
-    char mtype[32];
-    snprintf(mtype, sizeof(mtype), "%s", cf->model_type);
-    int n_layers = cf->n_layers;
-
-    long seq_len = n_prompt + n_gen;
-    long mt_len = mt_first + mt_turns * (mt_msg + mt_answer);
-    long max_len = seq_len > mt_len && !mt ? seq_len : (seq_len > mt_len ? seq_len : mt_len);
-    max_len += block;
-    cllm_engine_opts o;
-    cllm_engine_opts_defaults(&o);
-    o.model_dir = pos[0];
-    o.n_threads = (int)threads;
-    o.block_size = (int)block;
-    o.max_num_seqs = maxB > mt_conv ? maxB : (int)mt_conv;
-    o.max_model_len = (int)max_len;
-    if (o.max_model_len > cf->max_position_embeddings)
-        o.max_model_len = cf->max_position_embeddings;
-    long need_budget = n_prompt * maxB;
-    o.max_num_batched_tokens =
-        budget > 0 ? (int)budget : (int)(need_budget > 2048 ? need_budget : 2048);
-    size_t block_bytes = (size_t)cllm_model_n_attn_layers(m) * 2 * (size_t)block *
-                         (size_t)cf->n_kv_heads * (size_t)cf->head_dim * (kv_bf16 ? 2 : 4);
-    o.kv_cache_bf16 = kv_bf16;
-    if (!kv_bytes) {
-        uint64_t blocks =
-            (uint64_t)o.max_num_seqs * (uint64_t)((max_len + block - 1) / block) * 2 + 16;
-        kv_bytes = blocks * (block_bytes ? block_bytes : 1);
-    }
-    o.kv_cache_bytes = kv_bytes;
-    o.enable_prefix_caching = false;
+    bm->V = cf->vocab_size;
+    bm->n_layers = cf->n_layers;
+    bm->max_pos = cf->max_position_embeddings;
+    snprintf(bm->mtype, sizeof(bm->mtype), "%s", cf->model_type);
+    bm->decode_bytes = cllm_model_decode_bytes(m);
+    bm->block_bytes_f32 = (size_t)cllm_model_n_attn_layers(m) * 2 * (size_t)a->block *
+                          (size_t)cf->n_kv_heads * (size_t)cf->head_dim * 4;
     cllm_model_free(m);
+    bm->file_bytes = files_bytes(a->model);
+    /* parameters as `cllm verify --config-only` counts them (text model + MTP + vision) */
+    FILE *nul = fopen("/dev/null", "w");
+    cllm_verify_opts vo = {.config_only = true};
+    cllm_verify_result vr;
+    memset(&vr, 0, sizeof(vr));
+    if (nul && cllm_verify(a->model, &vo, nul, &vr, &err) == CLLM_OK) bm->params = vr.params_total;
+    if (nul) fclose(nul);
+    return 0;
+}
 
+static void bench_engine_opts(const bench_args *a, const bench_model *bm, int threads, bool prefix,
+                              cllm_engine_opts *o) {
+    long seq_len = a->maxP + a->maxN;
+    long mt_len = a->mt_first + a->mt_turns * (a->mt_msg + a->mt_answer);
+    long max_len = (a->mt && mt_len > seq_len ? mt_len : seq_len) + a->block;
+    cllm_engine_opts_defaults(o);
+    o->model_dir = a->model;
+    o->n_threads = threads;
+    o->block_size = (int)a->block;
+    o->max_num_seqs = a->maxB > a->mt_conv ? a->maxB : (int)a->mt_conv;
+    o->max_model_len = (int)(max_len > bm->max_pos ? bm->max_pos : max_len);
+    long need_budget = (long)a->maxP * a->maxB;
+    o->max_num_batched_tokens =
+        a->budget > 0 ? (int)a->budget : (int)(need_budget > 2048 ? need_budget : 2048);
+    o->kv_cache_bf16 = a->kv_bf16;
+    uint64_t kv = a->kv_bytes;
+    if (!kv) {
+        size_t bb = a->kv_bf16 ? bm->block_bytes_f32 / 2 : bm->block_bytes_f32;
+        uint64_t blocks =
+            (uint64_t)o->max_num_seqs * (uint64_t)((max_len + a->block - 1) / a->block) * 2 + 16;
+        kv = blocks * (bb ? bb : 1);
+    }
+    o->kv_cache_bytes = kv;
+    o->enable_prefix_caching = prefix;
+}
+
+/* ---- phase 3: the runs ---- */
+
+typedef struct bench_bufs {
+    int32_t **prompts;
+    int *lens;
+    bres *res;
+    uint64_t rng;
+} bench_bufs;
+
+/* ppP and tgN for every P and N of the lists, -r runs each; rows printed as measured. */
+static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
+                       bench_bufs *w, bool *first_json) {
+    double pp[1000], tg[1000];
+    int reps = (int)(a->reps < 1000 ? a->reps : 1000);
+    char size[32], params[32];
+    snprintf(size, sizeof(size), "%.2f MiB", bm->file_bytes / 1048576.0);
+    if (bm->params >= 1000000000ull)
+        snprintf(params, sizeof(params), "%.2f B", bm->params / 1e9);
+    else
+        snprintf(params, sizeof(params), "%.2f M", bm->params / 1e6);
+    for (int k = 0; k < a->np + a->nn; k++) {
+        bool is_pp = k < a->np;
+        int L = is_pp ? a->p[k] : a->n[k - a->np];
+        double *x = is_pp ? pp : tg;
+        for (int r = 0; r < reps; r++) {
+            w->lens[0] = is_pp ? L : 1;
+            rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
+            double t0 = run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : L + 1, w->res);
+            if (t0 < 0) return 1;
+            x[r] =
+                is_pp ? L / (w->res[0].t_first - t0) : L / (w->res[0].t_done - w->res[0].t_first);
+        }
+        double mean, sd;
+        mean_sd(x, reps, &mean, &sd);
+        double gbps = is_pp ? 0 : mean * bm->decode_bytes / 1e9;
+        if (a->json) {
+            printf("%s\n  {\"test\": \"%s%d\", \"%s\": %d, \"threads\": %d, \"avg_ts\": %.3f, "
+                   "\"stddev_ts\": %.3f, \"model_size\": %llu, \"model_n_params\": %llu",
+                   *first_json ? "" : ",", is_pp ? "pp" : "tg", L, is_pp ? "n_prompt" : "n_gen", L,
+                   nthreads, mean, sd, (unsigned long long)bm->file_bytes,
+                   (unsigned long long)bm->params);
+            if (!is_pp) printf(", \"decode_gbps\": %.3f", gbps);
+            printf("}");
+            *first_json = false;
+        } else if (is_pp) {
+            printf("| %s | %s | %s | %d | pp%d | %.2f ± %.2f | |\n", bm->mtype, size, params,
+                   nthreads, L, mean, sd);
+        } else {
+            printf("| %s | %s | %s | %d | tg%d | %.2f ± %.2f | %.2f |\n", bm->mtype, size, params,
+                   nthreads, L, mean, sd, gbps);
+        }
+    }
+    return 0;
+}
+
+/* llama-batched-bench rows for every PP x TG x B. */
+static int bench_sweep(cllm_engine *e, const bench_args *a, const bench_model *bm, bench_bufs *w,
+                       bool *first_json) {
+    for (int pi = 0; pi < a->np; pi++)
+        for (int ni = 0; ni < a->nn; ni++)
+            for (int bi = 0; bi < a->nb; bi++) {
+                long P = a->p[pi], N = a->n[ni];
+                int B = a->b[bi];
+                for (int i = 0; i < B; i++) {
+                    w->lens[i] = (int)P;
+                    rand_tokens(w->prompts[i], w->lens[i], bm->V, &w->rng);
+                }
+                double t0 = run_batch(e, B, w->prompts, w->lens, (int)N, w->res);
+                if (t0 < 0) return 1;
+                double tpp = 0, tend = 0;
+                for (int i = 0; i < B; i++) {
+                    if (w->res[i].t_first - t0 > tpp) tpp = w->res[i].t_first - t0;
+                    if (w->res[i].t_done - t0 > tend) tend = w->res[i].t_done - t0;
+                }
+                double ttg = tend - tpp;
+                long nkv = (long)B * (P + N);
+                /* the first token comes with the prefill; TG counts the remaining N - 1 steps */
+                double spp = B * P / tpp, stg = ttg > 0 ? B * (N - 1) / ttg : 0, st = nkv / tend;
+                if (a->json)
+                    printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": "
+                           "%.4f, \"speed_pp\": %.3f, \"t_tg\": %.4f, \"speed_tg\": %.3f, \"t\": "
+                           "%.4f, \"speed\": %.3f}",
+                           *first_json ? "" : ",", P, N, B, nkv, tpp, spp, ttg, stg, tend, st);
+                else
+                    printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | "
+                           "%8.2f |\n",
+                           P, N, B, nkv, tpp, spp, ttg, stg, tend, st);
+                *first_json = false;
+            }
+    return 0;
+}
+
+/* Multi-turn with prefix caching on, then off: reuse share and prefill time saved. */
+static int bench_multi_turn(const bench_args *a, const bench_model *bm, int threads) {
+    mt_res on, off;
+    cllm_engine_opts o;
+    cllm_error err = {0};
+    cllm_engine *e = NULL;
+    cllm_engine_stats st;
+    for (int pass = 0; pass < 2; pass++) {
+        bench_engine_opts(a, bm, threads, pass == 0, &o);
+        if (cllm_engine_create(&o, &e, &err) != CLLM_OK) {
+            fprintf(stderr, "cllm bench: %s\n", err.msg);
+            return 1;
+        }
+        int rc = multi_turn(e, bm->V, (int)a->mt_conv, (int)a->mt_turns, (int)a->mt_first,
+                            (int)a->mt_msg, (int)a->mt_answer, (uint64_t)a->seed,
+                            pass == 0 ? &on : &off);
+        if (pass == 0) cllm_engine_stats_get(e, &st);
+        cllm_engine_free(e);
+        if (rc) return 1;
+    }
+    double share = on.shared ? (double)on.reused / (double)on.shared : 0;
+    double saved = off.t_prefill > 0 ? 1 - on.t_prefill / off.t_prefill : 0;
+    if (a->json)
+        printf(",\n \"multi_turn\": {\"conversations\": %ld, \"turns\": %ld, \"first\": %ld, "
+               "\"message\": %ld, \"answer\": %ld, \"block_size\": %ld, "
+               "\"shared_prefix_tokens\": %llu, \"reused_tokens\": %llu, \"reuse_share\": %.4f, "
+               "\"ttft_sum_cached_s\": %.4f, \"ttft_sum_cold_s\": %.4f, "
+               "\"prefill_time_saved\": %.4f, \"forward_s_cached\": %.4f, "
+               "\"forward_s_cold\": %.4f, \"prefix_hits_tokens\": %llu, "
+               "\"prefix_queries_tokens\": %llu}",
+               a->mt_conv, a->mt_turns, a->mt_first, a->mt_msg, a->mt_answer, a->block,
+               (unsigned long long)on.shared, (unsigned long long)on.reused, share, on.t_prefill,
+               off.t_prefill, saved, on.t_forward, off.t_forward,
+               (unsigned long long)st.prefix_hits_tokens,
+               (unsigned long long)st.prefix_queries_tokens);
+    else
+        printf("\nmulti-turn: %ld conversations x %ld turns (first %ld tokens, +%ld answer "
+               "+%ld message per turn), block %ld\n"
+               "  shared-prefix tokens reused: %llu of %llu = %.1f%%\n"
+               "  time to first token, summed: %.3f s cached vs %.3f s cold = %.1f%% prefill "
+               "time saved\n"
+               "  forward time of the whole run: %.3f s cached vs %.3f s cold; engine prefix "
+               "hits %llu of %llu queried tokens\n",
+               a->mt_conv, a->mt_turns, a->mt_first, a->mt_answer, a->mt_msg, a->block,
+               (unsigned long long)on.reused, (unsigned long long)on.shared, 100 * share,
+               on.t_prefill, off.t_prefill, 100 * saved, on.t_forward, off.t_forward,
+               (unsigned long long)st.prefix_hits_tokens,
+               (unsigned long long)st.prefix_queries_tokens);
+    return 0;
+}
+
+/* An engine with `threads`, warmed up (the weights touched once). NULL on error (printed). */
+static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int threads,
+                                 bench_bufs *w) {
+    cllm_engine_opts o;
+    bench_engine_opts(a, bm, threads, false, &o);
+    cllm_error err = {0};
     cllm_engine *e = NULL;
     if (cllm_engine_create(&o, &e, &err) != CLLM_OK) {
         fprintf(stderr, "cllm bench: %s\n", err.msg);
-        return 1;
+        return NULL;
     }
-    int nthreads = threads > 0 ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they are measured */
-    uint64_t s = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
-    int ret = 0;
-    int32_t **prompts = calloc((size_t)maxB, sizeof(int32_t *));
-    int *lens = calloc((size_t)maxB, sizeof(int));
-    bres *res = calloc((size_t)maxB, sizeof(bres));
-    for (int i = 0; i < maxB; i++) prompts[i] = malloc((size_t)n_prompt * sizeof(int32_t));
-    if (json)
-        printf("{\"model\": \"%s\", \"model_type\": \"%s\", \"layers\": %d, \"threads\": %d",
-               pos[0], mtype, n_layers, nthreads);
+    w->lens[0] = a->p[0] < 16 ? a->p[0] : 16;
+    rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
+    if (run_batch(e, 1, w->prompts, w->lens, 2, w->res) < 0) {
+        cllm_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* The table: one engine per thread count, rows for every -p and -n value. */
+static int bench_tables(const bench_args *a, const bench_model *bm, bench_bufs *w) {
+    if (a->json)
+        printf(",\n \"tests\": [");
     else
-        printf("model %s (%s, %d layers), decode reads %.3f GB of weights per token\n", pos[0],
-               mtype, n_layers, decode_bytes / 1e9);
-
-    /* warm-up: touch the weights once */
-    lens[0] = n_prompt < 16 ? (int)n_prompt : 16;
-    rand_tokens(prompts[0], lens[0], V, &s);
-    if (run_batch(e, 1, prompts, lens, 2, res) < 0) {
-        ret = 1;
-        goto done;
-    }
-
-    if (!no_table) {
-        double *pp = calloc((size_t)reps, sizeof(double)),
-               *tg = calloc((size_t)reps, sizeof(double));
-        for (int r = 0; r < reps && !ret; r++) {
-            lens[0] = (int)n_prompt;
-            rand_tokens(prompts[0], lens[0], V, &s);
-            double t0 = run_batch(e, 1, prompts, lens, 1, res);
-            if (t0 < 0)
-                ret = 1;
-            else
-                pp[r] = n_prompt / (res[0].t_first - t0);
-            lens[0] = 1;
-            rand_tokens(prompts[0], 1, V, &s);
-            t0 = run_batch(e, 1, prompts, lens, (int)n_gen + 1, res);
-            if (t0 < 0)
-                ret = 1;
-            else
-                tg[r] = n_gen / (res[0].t_done - res[0].t_first);
-        }
-        double pm, psd, tm, tsd;
-        mean_sd(pp, (int)reps, &pm, &psd);
-        mean_sd(tg, (int)reps, &tm, &tsd);
-        if (json) {
-            printf(",\n \"tests\": [{\"test\": \"pp%ld\", \"n_prompt\": %ld, \"avg_ts\": %.3f, "
-                   "\"stddev_ts\": %.3f},"
-                   " {\"test\": \"tg%ld\", \"n_gen\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, "
-                   "\"decode_gbps\": %.3f}]",
-                   n_prompt, n_prompt, pm, psd, n_gen, n_gen, tm, tsd, tm * decode_bytes / 1e9);
-        } else {
-            printf("\n| model | threads | test | t/s | decode GB/s |\n| --- | ---: | ---: | ---: | "
-                   "---: |\n");
-            printf("| %s | %d | pp%ld | %.2f ± %.2f | |\n", mtype, nthreads, n_prompt, pm, psd);
-            printf("| %s | %d | tg%ld | %.2f ± %.2f | %.2f |\n", mtype, nthreads, n_gen, tm, tsd,
-                   tm * decode_bytes / 1e9);
-        }
-        free(pp);
-        free(tg);
-    }
-
-    if (!no_sweep && !ret) {
-        if (json)
-            printf(",\n \"batched\": [");
-        else
-            printf("\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s "
-                   "|      T s |    S t/s |\n"
-                   "|-------|--------|------|--------|----------|----------|----------|----------|-"
-                   "---------|----------|\n");
-        for (int bi = 0; bi < nb && !ret; bi++) {
-            int B = bs_list[bi];
-            for (int i = 0; i < B; i++) {
-                lens[i] = (int)n_prompt;
-                rand_tokens(prompts[i], lens[i], V, &s);
-            }
-            double t0 = run_batch(e, B, prompts, lens, (int)n_gen, res);
-            if (t0 < 0) {
-                ret = 1;
-                break;
-            }
-            double tpp = 0, tend = 0;
-            for (int i = 0; i < B; i++) {
-                if (res[i].t_first - t0 > tpp) tpp = res[i].t_first - t0;
-                if (res[i].t_done - t0 > tend) tend = res[i].t_done - t0;
-            }
-            double ttg = tend - tpp;
-            long nkv = (long)B * (n_prompt + n_gen);
-            /* the first token comes with the prefill; TG counts the remaining n_gen - 1 steps */
-            double spp = B * n_prompt / tpp, stg = ttg > 0 ? B * (n_gen - 1) / ttg : 0,
-                   st = nkv / tend;
-            if (json)
-                printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": "
-                       "%.4f, \"speed_pp\": %.3f, "
-                       "\"t_tg\": %.4f, \"speed_tg\": %.3f, \"t\": %.4f, \"speed\": %.3f}",
-                       bi ? "," : "", n_prompt, n_gen, B, nkv, tpp, spp, ttg, stg, tend, st);
-            else
-                printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f "
-                       "|\n",
-                       n_prompt, n_gen, B, nkv, tpp, spp, ttg, stg, tend, st);
-        }
-        if (json) printf("]");
-    }
-
-    if (mt && !ret) {
-        mt_res on, off;
+        printf("\n| model | size | params | threads | test | t/s | decode GB/s |\n"
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    bool first = true;
+    for (int ti = 0; ti < a->nt; ti++) {
+        int nthreads = a->t[ti] > 0 ? a->t[ti] : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        cllm_engine *e = bench_engine(a, bm, a->t[ti], w);
+        if (!e) return 1;
+        int rc = bench_table(e, a, bm, nthreads, w, &first);
         cllm_engine_free(e);
-        e = NULL;
-        o.enable_prefix_caching = true;
-        if (cllm_engine_create(&o, &e, &err) != CLLM_OK) {
-            fprintf(stderr, "cllm bench: %s\n", err.msg);
-            ret = 1;
-            goto done;
-        }
-        if (multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg,
-                       (int)mt_answer, (uint64_t)seed, &on) != 0) {
-            ret = 1;
-            goto done;
-        }
-        cllm_engine_stats st;
-        cllm_engine_stats_get(e, &st);
-        cllm_engine_free(e);
-        o.enable_prefix_caching = false;
-        e = NULL;
-        if (cllm_engine_create(&o, &e, &err) != CLLM_OK ||
-            multi_turn(e, V, (int)mt_conv, (int)mt_turns, (int)mt_first, (int)mt_msg,
-                       (int)mt_answer, (uint64_t)seed, &off) != 0) {
-            ret = 1;
-            goto done;
-        }
-        double share = on.shared ? (double)on.reused / (double)on.shared : 0;
-        double saved = off.t_prefill > 0 ? 1 - on.t_prefill / off.t_prefill : 0;
-        if (json)
-            printf(",\n \"multi_turn\": {\"conversations\": %ld, \"turns\": %ld, \"first\": %ld, "
-                   "\"message\": %ld, "
-                   "\"answer\": %ld, \"block_size\": %ld, \"shared_prefix_tokens\": %llu, "
-                   "\"reused_tokens\": %llu, "
-                   "\"reuse_share\": %.4f, \"ttft_sum_cached_s\": %.4f, \"ttft_sum_cold_s\": %.4f, "
-                   "\"prefill_time_saved\": %.4f, \"forward_s_cached\": %.4f, \"forward_s_cold\": "
-                   "%.4f, "
-                   "\"prefix_hits_tokens\": %llu, \"prefix_queries_tokens\": %llu}",
-                   mt_conv, mt_turns, mt_first, mt_msg, mt_answer, block,
-                   (unsigned long long)on.shared, (unsigned long long)on.reused, share,
-                   on.t_prefill, off.t_prefill, saved, on.t_forward, off.t_forward,
-                   (unsigned long long)st.prefix_hits_tokens,
-                   (unsigned long long)st.prefix_queries_tokens);
-        else
-            printf("\nmulti-turn: %ld conversations x %ld turns (first %ld tokens, +%ld answer "
-                   "+%ld message per turn), "
-                   "block %ld\n"
-                   "  shared-prefix tokens reused: %llu of %llu = %.1f%%\n"
-                   "  time to first token, summed: %.3f s cached vs %.3f s cold = %.1f%% prefill "
-                   "time saved\n"
-                   "  forward time of the whole run: %.3f s cached vs %.3f s cold; engine prefix "
-                   "hits %llu of %llu "
-                   "queried tokens\n",
-                   mt_conv, mt_turns, mt_first, mt_answer, mt_msg, block,
-                   (unsigned long long)on.reused, (unsigned long long)on.shared, 100 * share,
-                   on.t_prefill, off.t_prefill, 100 * saved, on.t_forward, off.t_forward,
-                   (unsigned long long)st.prefix_hits_tokens,
-                   (unsigned long long)st.prefix_queries_tokens);
+        if (rc) return 1;
     }
-    if (json) printf("\n}\n");
-done:
+    if (a->json) printf("]");
+    return 0;
+}
+
+/* The batched sweep with the first thread count. */
+static int bench_sweeps(const bench_args *a, const bench_model *bm, bench_bufs *w) {
+    if (a->json)
+        printf(",\n \"batched\": [");
+    else
+        printf("\n|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |"
+               "      T s |    S t/s |\n"
+               "|-------|--------|------|--------|----------|----------|----------|----------|--"
+               "--------|----------|\n");
+    cllm_engine *e = bench_engine(a, bm, a->t[0], w);
+    if (!e) return 1;
+    bool first = true;
+    int rc = bench_sweep(e, a, bm, w, &first);
     cllm_engine_free(e);
-    for (int i = 0; i < maxB; i++) free(prompts[i]);
-    free(prompts);
-    free(lens);
-    free(res);
+    if (a->json) printf("]");
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args a;
+    int rc = bench_parse(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (cli_check_model_dir("bench", a.model)) return 1;
+    bench_model bm;
+    memset(&bm, 0, sizeof(bm));
+    if (bench_model_info(&a, &bm)) return 1;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they are measured */
+    int maxL = a.maxP > 16 ? a.maxP : 16;
+    bench_bufs w = {calloc((size_t)a.maxB, sizeof(int32_t *)), calloc((size_t)a.maxB, sizeof(int)),
+                    calloc((size_t)a.maxB, sizeof(bres)),
+                    (uint64_t)a.seed * 0x9e3779b97f4a7c15ull + 1};
+    int ret = !w.prompts || !w.lens || !w.res;
+    for (int i = 0; !ret && i < a.maxB; i++)
+        if (!(w.prompts[i] = malloc((size_t)maxL * sizeof(int32_t)))) ret = 1;
+    if (ret) fprintf(stderr, "cllm bench: out of memory\n");
+    if (!ret) {
+        if (a.json)
+            printf("{\"model\": \"%s\", \"model_type\": \"%s\", \"layers\": %d, \"threads\": %d, "
+                   "\"model_size\": %llu, \"model_n_params\": %llu",
+                   a.model, bm.mtype, bm.n_layers,
+                   a.t[0] > 0 ? a.t[0] : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                   (unsigned long long)bm.file_bytes, (unsigned long long)bm.params);
+        else
+            printf("model %s (%s, %d layers, %.2f MiB, %.2f M params), decode reads %.3f GB of "
+                   "weights per token\n",
+                   a.model, bm.mtype, bm.n_layers, bm.file_bytes / 1048576.0, bm.params / 1e6,
+                   bm.decode_bytes / 1e9);
+        if (!a.no_table) ret = bench_tables(&a, &bm, &w);
+        if (!ret && !a.no_sweep) ret = bench_sweeps(&a, &bm, &w);
+        if (!ret && a.mt) ret = bench_multi_turn(&a, &bm, a.t[0]);
+        if (a.json) printf("\n}\n");
+    }
+    for (int i = 0; w.prompts && i < a.maxB; i++) free(w.prompts[i]);
+    free(w.prompts);
+    free(w.lens);
+    free(w.res);
     return ret;
 }

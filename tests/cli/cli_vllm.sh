@@ -2,7 +2,7 @@
 # CLI habits from vLLM / llama.cpp (models/tiny): `cllm tokenize` reads a file, '-' or piped stdin
 # (a big text does not fit an argument list) and gives the ids of the argument form; `cllm eval
 # --ppl FILE.txt` / `-f FILE.txt` tokenizes text (@ids stays ids); a missing --ppl file is an error;
-# `cllm bench` takes lists (-p 8,16 -n 4 -t 1) and prints size / params columns;
+# `cllm bench` takes lists (-p 8,16 -n 4,6 -t 1 -b 1,2) and prints size / params columns;
 # `cllm doctor --watch` raises one ALERT after --sustain seconds of a critical check, exit 2.
 set -u
 T=${CLLM_TMP:-/tmp}/cli_vllm
@@ -35,6 +35,15 @@ expect_rc 0 "eval --ppl @ids" "$CLLM_BIN" eval "$M" --ppl "@$T/ids.txt" --ctx 64
 ppl3=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-3)}')
 [ "$ppl1" = "$ppl3" ] && ok "@ids of the same text: same ppl" || bad "ppl @ids $ppl3 vs text $ppl1"
 expect_rc 1 "eval --ppl missing file" "$CLLM_BIN" eval "$M" --ppl "$T/nope.txt"
+
+expect_rc 0 "bench with lists" "$CLLM_BIN" bench "$M" -p 8,16 -n 4,6 -t 1 -r 1 -b 1,2
+for row in pp8 pp16 tg4 tg6; do
+    grep -qE "^\| qwen3_5_moe \| [0-9.]+ MiB \| [0-9.]+ M \| 1 \| $row \| " "$T/out" && ok "bench row $row with size and params" ||
+        { bad "bench row $row"; cat "$T/out"; }
+done
+[ "$(grep -cE '^\| +(8|16) \| +(4|6) \| +(1|2) \|' "$T/out")" = 8 ] && ok "sweep: every PP x TG x B" || bad "sweep rows"
+expect_rc 2 "bench -p with a bad list" "$CLLM_BIN" bench "$M" -p 64,abc
+grep -q "expects a list of positive integers" "$T/out" && ok "bad list message" || bad "bad list message"
 
 expect_rc 2 "doctor --watch on a dead port" "$CLLM_BIN" doctor --url http://127.0.0.1:1 --watch 0.2 \
     --sustain 0.5 --rounds 5 --timeout 0.2
