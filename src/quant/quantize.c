@@ -148,6 +148,7 @@ static int cmp_tensor(const void *a, const void *b) {
     int c = cmp_natural(na, nb);
     return c ? c : strcmp(na, nb); /* "01" vs "1": still a total order */
 }
+
 static void collect_t(void *ctx, const cllm_tensor *t) {
     const cllm_tensor **p = vpush(ctx);
     if (p) *p = t;
@@ -232,7 +233,7 @@ static cllm_status copy_aux(const char *in, const char *out, cllm_error *err) {
 
 static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int wbits, int abits,
                                 globs *gl, cllm_error *err) {
-    char path[4096];
+    char path[4200];
     snprintf(path, sizeof(path), "%s/config.json", o->in_dir);
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -358,8 +359,28 @@ static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const un
     return CLLM_OK;
 }
 
-cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
-    FILE *out = o->out ? o->out : stdout;
+/* One run of `cllm quantize`: what the phases below share. */
+typedef struct qrun {
+    const cllm_quant_opts *o;
+    FILE *out;
+    int wbits, abits;
+    bool gptq;
+    cllm_config cfg;
+    cllm_ckpt *ck;
+    vec tens, units, outs; /* input tensors (natural name order), Linears to quantize, outputs */
+    globs gl;
+    cllm_gptq *gq;
+    int *ugrp;           /* GPTQ: calibration group of each unit, -1 = none */
+    cllm_st_entry *ents; /* outs as the safetensors writer sees them */
+    int n_shards;
+    uint64_t total_in, total_out, done_b;
+    int last_pct, n_gptq, n_rtn, loaded; /* progress, counts, calibration group held */
+    char tmp[4096];                      /* OUT.tmp-PID while writing, "" otherwise */
+} qrun;
+
+/* Options: scheme, group, lm_head, method, OUT must not exist. */
+static cllm_status check_opts(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
     int wbits, abits;
     if (!strcmp(o->scheme, "w4a16"))
         wbits = 4, abits = 16;
@@ -379,6 +400,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     if (o->lm_head_bits != 4 && o->lm_head_bits != 8 && o->lm_head_bits != 16)
         return cllm_err_set(err, CLLM_EINVAL, "--lm-head: int8, int4 or bf16");
     bool gptq = !strcmp(o->method, "gptq");
+    r->wbits = wbits, r->abits = abits, r->gptq = gptq;
     if (!gptq && strcmp(o->method, "rtn"))
         return cllm_err_set(err, CLLM_EINVAL, "unsupported method '%s' (rtn|gptq)", o->method);
     if (gptq && !o->calib)
@@ -386,50 +408,96 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     struct stat sb;
     if (!stat(o->out_dir, &sb))
         return cllm_err_set(err, CLLM_EINVAL, "%s already exists", o->out_dir);
+    return CLLM_OK;
+}
 
-    cllm_config cfg;
-    cllm_status st = cllm_config_load(o->in_dir, &cfg, err);
-    if (st) return st;
-    cllm_ckpt *ck = NULL;
-    vec tens = {.es = sizeof(const cllm_tensor *)}, units = {.es = sizeof(unit)},
-        outs = {.es = sizeof(outt)};
-    globs gl = {0};
-    cllm_gptq *gq = NULL;
-    int *ugrp = NULL;           /* GPTQ: calibration group of each unit, -1 = none */
-    cllm_st_entry *ents = NULL; /* outs as the safetensors writer sees them */
-    char tmp[4096] = "";
+/* 1. Decides every tensor: copied as is, or a Linear (a slice of a fused expert tensor) to
+ * quantize into four GPTQ outputs; shapes the layout cannot pack are refused before any write. */
+/* Shapes the GPTQ layout cannot pack are an error before any write. */
+static cllm_status check_units(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    cllm_status st;
+    unit *uv = r->units.v;
+    for (size_t i = 0; i < r->units.n; i++) {
+        cllm_qbuf q;
+        char what[224];
+        snprintf(what, sizeof(what), "%s.weight", uv[i].base);
+        if ((st = cllm_qbuf_alloc(&q, uv[i].bits, o->group, 8 * o->group, 8, what, err))) return st;
+        cllm_qbuf_free(&q);
+        if (uv[i].K % o->group) {
+            st = cllm_err_set(err, CLLM_EINVAL,
+                              "%s: group size %d does not divide in_features %d "
+                              "(choose a --group-size dividing it, or --keep it)",
+                              what, o->group, uv[i].K);
+            return st;
+        }
+        if (uv[i].N % 8) {
+            st = cllm_err_set(err, CLLM_EINVAL,
+                              "%s: out_features %d is not a multiple of 8 (--keep it)", what,
+                              uv[i].N);
+            return st;
+        }
+    }
+    return CLLM_OK;
+}
+
+/* The four outputs of each Linear, after the copies, in unit order. */
+static cllm_status add_unit_outputs(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    unit *uv;
+    for (size_t i = 0; i < r->units.n; i++)
+        for (int p = P_QW; p <= P_GI; p++) {
+            outt *x = vpush(&r->outs);
+            if (!x) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+            uv = r->units.v;
+            snprintf(x->name, sizeof(x->name), "%s.%s", uv[i].base, part_suffix[p]);
+            int64_t d0, d1;
+            qsizes(&uv[i], o->group, o->scale_bf16, p, &d0, &d1, &x->dt);
+            x->n_dims = d1 < 0 ? 1 : 2;
+            x->shape[0] = d0;
+            x->shape[1] = d1;
+            x->nbytes = (uint64_t)d0 * (d1 < 0 ? 1 : (uint64_t)d1) * cllm_dtype_size(x->dt);
+            x->part = p;
+            x->unit = (int)i;
+        }
+    return CLLM_OK;
+}
+
+static cllm_status plan_tensors(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    cllm_status st = CLLM_OK;
     {
         char cp[4096];
         snprintf(cp, sizeof(cp), "%s/config.json", o->in_dir);
-        json_t *r = json_load_file(cp, 0, NULL);
-        bool already = r && json_object_get(r, "quantization_config");
-        json_decref(r);
+        json_t *cj = json_load_file(cp, 0, NULL);
+        bool already = cj && json_object_get(cj, "quantization_config");
+        json_decref(cj);
         if (already) {
             st = cllm_err_set(err, CLLM_EINVAL,
                               "%s is already quantized (config.json has quantization_config)",
                               o->in_dir);
-            goto done;
+            return st;
         }
     }
-    if ((st = cllm_ckpt_open(o->in_dir, false, &ck, err))) goto done;
-    if (add_globs(&gl, "*embed_tokens*", false) ||
-        (!o->no_default_keep && add_globs(&gl, cllm_quant_default_keep, false)) ||
-        add_globs(&gl, o->preset_keep, false) || add_globs(&gl, o->keep, true)) {
+    if ((st = cllm_ckpt_open(o->in_dir, false, &r->ck, err))) return st;
+    if (add_globs(&r->gl, "*embed_tokens*", false) ||
+        (!o->no_default_keep && add_globs(&r->gl, cllm_quant_default_keep, false)) ||
+        add_globs(&r->gl, o->preset_keep, false) || add_globs(&r->gl, o->keep, true)) {
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        goto done;
+        return st;
     }
-    cllm_ckpt_foreach(ck, collect_t, &tens);
-    qsort(tens.v, tens.n, sizeof(const cllm_tensor *), cmp_tensor);
-    const cllm_tensor **tv = tens.v;
+    cllm_ckpt_foreach(r->ck, collect_t, &r->tens);
+    qsort(r->tens.v, r->tens.n, sizeof(const cllm_tensor *), cmp_tensor);
+    const cllm_tensor **tv = r->tens.v;
     /* 1. decide every tensor */
-    for (size_t i = 0; i < tens.n && st == CLLM_OK; i++) {
+    for (size_t i = 0; i < r->tens.n && st == CLLM_OK; i++) {
         const cllm_tensor *t = tv[i];
         size_t l = strlen(t->name);
         bool is_float =
             t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
-        bool keep = kept(&gl, t->name) || !is_float;
+        bool keep = kept(&r->gl, t->name) || !is_float;
         bool lm = !strcmp(t->name, "lm_head.weight");
-        int bits = lm ? o->lm_head_bits : wbits;
+        int bits = lm ? o->lm_head_bits : r->wbits;
         char base[200];
         if (!keep && bits < 16 && t->n_dims == 3 && l > 24 &&
             !strcmp(t->name + l - 24, "mlp.experts.gate_up_proj")) {
@@ -438,8 +506,9 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
                 for (int h = 0; h < 2; h++) {
                     snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e,
                              h ? "up_proj" : "gate_proj");
-                    if (!add_unit(&units, &outs, t, ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H,
-                                  I2 / 2, H, bits, base))
+                    if (!add_unit(&r->units, &r->outs, t,
+                                  ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H, I2 / 2, H, bits,
+                                  base))
                         st = CLLM_ENOMEM;
                 }
         } else if (!keep && bits < 16 && t->n_dims == 3 && l > 21 &&
@@ -447,16 +516,17 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
             int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
             for (int e = 0; e < E; e++) {
                 snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 9), t->name, e);
-                if (!add_unit(&units, &outs, t, (uint64_t)e * H * I, H, I, bits, base))
+                if (!add_unit(&r->units, &r->outs, t, (uint64_t)e * H * I, H, I, bits, base))
                     st = CLLM_ENOMEM;
             }
         } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 &&
                    !strcmp(t->name + l - 7, ".weight")) {
             snprintf(base, sizeof(base), "%.*s", (int)(l - 7), t->name);
-            if (!add_unit(&units, &outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits, base))
+            if (!add_unit(&r->units, &r->outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits,
+                          base))
                 st = CLLM_ENOMEM;
         } else {
-            outt *x = vpush(&outs);
+            outt *x = vpush(&r->outs);
             if (!x) {
                 st = CLLM_ENOMEM;
                 break;
@@ -472,279 +542,297 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
         }
     }
     if (st == CLLM_ENOMEM) st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    if (st) goto done;
-    for (int i = 0; i < gl.n; i++)
-        if (gl.user[i] && !gl.hits[i])
-            fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", gl.g[i]);
-    /* shape checks up front: a group size that does not divide K is an error before any write */
-    unit *uv = units.v;
-    for (size_t i = 0; i < units.n; i++) {
-        cllm_qbuf q;
-        char what[224];
-        snprintf(what, sizeof(what), "%s.weight", uv[i].base);
-        if ((st = cllm_qbuf_alloc(&q, uv[i].bits, o->group, 8 * o->group, 8, what, err))) goto done;
-        cllm_qbuf_free(&q);
-        if (uv[i].K % o->group) {
-            st = cllm_err_set(err, CLLM_EINVAL,
-                              "%s: group size %d does not divide in_features %d "
-                              "(choose a --group-size dividing it, or --keep it)",
-                              what, o->group, uv[i].K);
-            goto done;
-        }
-        if (uv[i].N % 8) {
-            st = cllm_err_set(err, CLLM_EINVAL,
-                              "%s: out_features %d is not a multiple of 8 (--keep it)", what,
-                              uv[i].N);
-            goto done;
-        }
-    }
-    /* add the unit outputs after the copies, in unit order (4 parts each, consecutive) */
-    for (size_t i = 0; i < units.n; i++)
-        for (int p = P_QW; p <= P_GI; p++) {
-            outt *x = vpush(&outs);
-            if (!x) {
-                st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-                goto done;
-            }
-            uv = units.v;
-            snprintf(x->name, sizeof(x->name), "%s.%s", uv[i].base, part_suffix[p]);
-            int64_t d0, d1;
-            qsizes(&uv[i], o->group, o->scale_bf16, p, &d0, &d1, &x->dt);
-            x->n_dims = d1 < 0 ? 1 : 2;
-            x->shape[0] = d0;
-            x->shape[1] = d1;
-            x->nbytes = (uint64_t)d0 * (d1 < 0 ? 1 : (uint64_t)d1) * cllm_dtype_size(x->dt);
-            x->part = p;
-            x->unit = (int)i;
-        }
-    /* 2. shards, plan */
-    outt *ov = outs.v;
-    uint64_t total_out = 0, total_in = 0;
-    ents = calloc(outs.n ? outs.n : 1, sizeof(*ents));
-    if (!ents) {
+    if (st) return st;
+    for (int i = 0; i < r->gl.n; i++)
+        if (r->gl.user[i] && !r->gl.hits[i])
+            fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", r->gl.g[i]);
+    if ((st = check_units(r, err))) return st;
+    return add_unit_outputs(r, err);
+}
+
+/* 2. Shard layout (a Linear's four parts stay in one shard) and the byte totals. */
+static cllm_status layout_shards(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    cllm_status st = CLLM_OK;
+    outt *ov = r->outs.v;
+    const cllm_tensor **tv = r->tens.v;
+    r->ents = calloc(r->outs.n ? r->outs.n : 1, sizeof(*r->ents));
+    if (!r->ents) {
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        goto done;
+        return st;
     }
-    for (size_t i = 0; i < outs.n; i++) { /* a Linear's four parts stay in one shard */
-        ents[i] = (cllm_st_entry){.name = ov[i].name,
-                                  .dtype = ov[i].dt,
-                                  .n_dims = ov[i].n_dims,
-                                  .nbytes = ov[i].nbytes,
-                                  .with_next = ov[i].part >= P_QW && ov[i].part < P_GI};
-        for (int d = 0; d < ov[i].n_dims; d++) ents[i].shape[d] = ov[i].shape[d];
-        total_out += ov[i].nbytes;
+    for (size_t i = 0; i < r->outs.n; i++) { /* a Linear's four parts stay in one shard */
+        r->ents[i] = (cllm_st_entry){.name = ov[i].name,
+                                     .dtype = ov[i].dt,
+                                     .n_dims = ov[i].n_dims,
+                                     .nbytes = ov[i].nbytes,
+                                     .with_next = ov[i].part >= P_QW && ov[i].part < P_GI};
+        for (int d = 0; d < ov[i].n_dims; d++) r->ents[i].shape[d] = ov[i].shape[d];
+        r->total_out += ov[i].nbytes;
     }
-    int n_shards = cllm_st_layout(ents, outs.n, o->shard_bytes);
-    for (size_t i = 0; i < outs.n; i++) ov[i].shard = ents[i].shard;
-    for (size_t i = 0; i < tens.n; i++) total_in += tv[i]->nbytes;
-    {
-        const char *gn[16];
-        uint64_t gb[16] = {0}, ga[16] = {0};
-        int gq4[16] = {0}, gq8[16] = {0}, gk[16] = {0}, ng = 0;
-        for (size_t i = 0; i < tens.n; i++) { /* bytes before */
-            const char *g = group_of(tv[i]->name);
-            int k = 0;
-            while (k < ng && strcmp(gn[k], g)) k++;
-            if (k == ng && ng < 16) gn[ng++] = g;
-            if (k < 16) gb[k] += tv[i]->nbytes;
-        }
-        for (size_t i = 0; i < outs.n; i++) {
-            const char *g = group_of(ov[i].name);
-            int k = 0;
-            while (k < ng && strcmp(gn[k], g)) k++;
-            if (k == ng) continue;
-            ga[k] += ov[i].nbytes;
-            if (ov[i].part == P_QW) {
-                if (uv[ov[i].unit].bits == 4)
-                    gq4[k]++;
-                else
-                    gq8[k]++;
-            }
-            if (ov[i].part == P_COPY) gk[k]++;
-        }
-        fprintf(out,
-                "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
-                "%s, %s scales, method %s, lm_head %s\n",
-                o->in_dir, o->out_dir, o->scheme, wbits,
-                abits == 16  ? "float"
-                : abits == 8 ? "int8 (emulated)"
-                             : "int4 (emulated)",
-                o->group, o->asym ? "asymmetric" : "symmetric", o->scale_bf16 ? "bf16" : "fp16",
-                o->method,
-                o->lm_head_bits == 16  ? "kept 16-bit"
-                : o->lm_head_bits == 8 ? "int8"
-                                       : "int4");
-        fprintf(out, "%-14s %-26s %12s %12s\n", "group", "precision", "before", "after");
-        for (int k = 0; k < ng; k++) {
-            char p[64], a[32], b[32];
-            int n = 0;
-            p[0] = 0;
-            if (gq4[k]) n += snprintf(p + n, sizeof(p) - n, "%d int4 ", gq4[k]);
-            if (gq8[k]) n += snprintf(p + n, sizeof(p) - n, "%d int8 ", gq8[k]);
-            if (gk[k]) snprintf(p + n, sizeof(p) - n, "%d kept", gk[k]);
-            cllm_fmt_bytes(b, sizeof(b), gb[k]);
-            cllm_fmt_bytes(a, sizeof(a), ga[k]);
-            fprintf(out, "%-14s %-26s %12s %12s\n", gn[k], p, b, a);
-        }
-        char a[32], b[32];
-        cllm_fmt_bytes(b, sizeof(b), total_in);
-        cllm_fmt_bytes(a, sizeof(a), total_out);
-        fprintf(out, "%-14s %-26s %12s %12s  (%.2fx smaller), %d shard%s\n", "total", "", b, a,
-                (double)total_in / (double)(total_out ? total_out : 1), n_shards,
-                n_shards > 1 ? "s" : "");
-        fflush(out);
+    r->n_shards = cllm_st_layout(r->ents, r->outs.n, o->shard_bytes);
+    for (size_t i = 0; i < r->outs.n; i++) ov[i].shard = r->ents[i].shard;
+    for (size_t i = 0; i < r->tens.n; i++) r->total_in += tv[i]->nbytes;
+    return st;
+}
+
+/* The plan: bytes before and after by tensor group, precisions, shards. */
+static void print_plan(qrun *r) {
+    const cllm_quant_opts *o = r->o;
+    const cllm_tensor **tv = r->tens.v;
+    outt *ov = r->outs.v;
+    unit *uv = r->units.v;
+    const char *gn[16];
+    uint64_t gb[16] = {0}, ga[16] = {0};
+    int gq4[16] = {0}, gq8[16] = {0}, gk[16] = {0}, ng = 0;
+    for (size_t i = 0; i < r->tens.n; i++) { /* bytes before */
+        const char *g = group_of(tv[i]->name);
+        int k = 0;
+        while (k < ng && strcmp(gn[k], g)) k++;
+        if (k == ng && ng < 16) gn[ng++] = g;
+        if (k < 16) gb[k] += tv[i]->nbytes;
     }
-    if (o->dry_run) goto done;
-    /* 3. disk space */
-    {
-        char pd[4096];
-        snprintf(pd, sizeof(pd), "%s", o->out_dir);
-        const char *parent = dirname(pd);
-        struct statvfs vf;
-        if (!statvfs(parent, &vf)) {
-            uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
-            uint64_t need = total_out + total_out / 100 + (16u << 20);
-            if (getenv("CLLM_QUANT_FAKE_AVAIL"))
-                avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
-            if (avail < need) {
-                char a[32], b[32];
-                cllm_fmt_bytes(a, sizeof(a), avail);
-                cllm_fmt_bytes(b, sizeof(b), need);
-                st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed",
-                                  parent, a, b);
-                goto done;
-            }
+    for (size_t i = 0; i < r->outs.n; i++) {
+        const char *g = group_of(ov[i].name);
+        int k = 0;
+        while (k < ng && strcmp(gn[k], g)) k++;
+        if (k == ng) continue;
+        ga[k] += ov[i].nbytes;
+        if (ov[i].part == P_QW) {
+            if (uv[ov[i].unit].bits == 4)
+                gq4[k]++;
+            else
+                gq8[k]++;
+        }
+        if (ov[i].part == P_COPY) gk[k]++;
+    }
+    fprintf(r->out,
+            "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
+            "%s, %s scales, method %s, lm_head %s\n",
+            o->in_dir, o->out_dir, o->scheme, r->wbits,
+            r->abits == 16  ? "float"
+            : r->abits == 8 ? "int8 (emulated)"
+                            : "int4 (emulated)",
+            o->group, o->asym ? "asymmetric" : "symmetric", o->scale_bf16 ? "bf16" : "fp16",
+            o->method,
+            o->lm_head_bits == 16  ? "kept 16-bit"
+            : o->lm_head_bits == 8 ? "int8"
+                                   : "int4");
+    fprintf(r->out, "%-14s %-26s %12s %12s\n", "group", "precision", "before", "after");
+    for (int k = 0; k < ng; k++) {
+        char p[64], a[32], b[32];
+        int n = 0;
+        p[0] = 0;
+        if (gq4[k]) n += snprintf(p + n, sizeof(p) - n, "%d int4 ", gq4[k]);
+        if (gq8[k]) n += snprintf(p + n, sizeof(p) - n, "%d int8 ", gq8[k]);
+        if (gk[k]) snprintf(p + n, sizeof(p) - n, "%d kept", gk[k]);
+        cllm_fmt_bytes(b, sizeof(b), gb[k]);
+        cllm_fmt_bytes(a, sizeof(a), ga[k]);
+        fprintf(r->out, "%-14s %-26s %12s %12s\n", gn[k], p, b, a);
+    }
+    char a[32], b[32];
+    cllm_fmt_bytes(b, sizeof(b), r->total_in);
+    cllm_fmt_bytes(a, sizeof(a), r->total_out);
+    fprintf(r->out, "%-14s %-26s %12s %12s  (%.2fx smaller), %d shard%s\n", "total", "", b, a,
+            (double)r->total_in / (double)(r->total_out ? r->total_out : 1), r->n_shards,
+            r->n_shards > 1 ? "s" : "");
+    fflush(r->out);
+}
+
+/* 3. Refuses to start when the file system lacks the output's size (+1% and 16 MiB). */
+static cllm_status check_disk(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    cllm_status st = CLLM_OK;
+    char pd[4096];
+    snprintf(pd, sizeof(pd), "%s", o->out_dir);
+    const char *parent = dirname(pd);
+    struct statvfs vf;
+    if (!statvfs(parent, &vf)) {
+        uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
+        uint64_t need = r->total_out + r->total_out / 100 + (16u << 20);
+        if (getenv("CLLM_QUANT_FAKE_AVAIL"))
+            avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
+        if (avail < need) {
+            char a[32], b[32];
+            cllm_fmt_bytes(a, sizeof(a), avail);
+            cllm_fmt_bytes(b, sizeof(b), need);
+            st = cllm_err_set(err, CLLM_EIO, "not enough disk space in %s: %s free, %s needed",
+                              parent, a, b);
+            return st;
         }
     }
-    if (gptq) {
+    return st;
+}
+
+/* GPTQ: one calibration run counting the tokens each Linear sees, then the calibration groups
+ * that fit the Hessian budget. */
+static cllm_status calibrate(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    unit *uv = r->units.v;
+    cllm_status st = CLLM_OK;
+    if (r->gptq) {
         cllm_gptq_opts go = {
             o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens, o->damp, o->threads,
-            out};
-        if ((st = cllm_gptq_calibrate(o->in_dir, &go, &gq, err))) goto done;
-        if ((st = plan_groups(o, gq, uv, units.n, &ugrp, out, err))) goto done;
+            r->out};
+        if ((st = cllm_gptq_calibrate(o->in_dir, &go, &r->gq, err))) return st;
+        if ((st = plan_groups(o, r->gq, uv, r->units.n, &r->ugrp, r->out, err))) return st;
     }
-    snprintf(tmp, sizeof(tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
-    if (mkdir(tmp, 0755)) {
-        st = cllm_err_set(err, CLLM_EIO, "cannot create %s: %s", tmp, strerror(errno));
-        tmp[0] = 0;
-        goto done;
-    }
-    /* 4. shards */
-    {
-        uint64_t done_b = 0;
-        int last_pct = -1, n_gptq = 0, n_rtn = 0, loaded = -1;
-        time_t t0 = time(NULL);
-        cllm_qbuf q = {0};
-        for (int s = 0; s < n_shards && st == CLLM_OK; s++) {
-            char name[64], path[4200];
-            cllm_st_shard_name(s, n_shards, false, name, sizeof(name));
-            snprintf(path, sizeof(path), "%s/%s", tmp, name);
-            FILE *f = fopen(path, "wb");
-            if (!f) {
-                st = cllm_err_set(err, CLLM_EIO, "cannot write %s", path);
-                break;
-            }
-            static const char *const meta[] = {"quantized_by", "cllm", NULL};
-            bool ok = (st = cllm_st_write_header(f, ents, outs.n, s, meta, path, err)) == CLLM_OK;
-            for (size_t i = 0; ok && i < outs.n; i++) {
-                if (ov[i].shard != s) continue;
-                if (ov[i].part == P_COPY) {
-                    ok = fwrite(ov[i].src->data, 1, ov[i].nbytes, f) == ov[i].nbytes;
-                    done_b += ov[i].nbytes;
-                } else {
-                    unit *u = &uv[ov[i].unit];
-                    if (ov[i].part == P_QW) {
-                        if ((st = cllm_qbuf_alloc(&q, u->bits, o->group, u->K, u->N, u->base, err)))
-                            break;
-                        q.asym = o->asym;
-                        q.scale_bf16 = o->scale_bf16;
-                        const float *H = NULL;
-                        int ntok = 0, ug = ugrp ? ugrp[ov[i].unit] : -1;
-                        if (ug >= 0 && ug != loaded) { /* next group: one calibration pass */
-                            cllm_gptq_release(gq);
-                            for (size_t j = 0; j < units.n; j++)
-                                if (ugrp[j] == ug)
-                                    cllm_gptq_mark(gq, uv[j].src->name, uv[j].off, uv[j].K);
-                            if (o->progress) fprintf(stderr, "\n");
-                            if ((st = cllm_gptq_pass(gq, err))) break;
-                            loaded = ug;
-                        }
-                        if (gq) H = cllm_gptq_hessian(gq, u->src->name, u->off, u->K, &ntok);
-                        if (H) {
-                            float *W = malloc((size_t)u->N * u->K * sizeof(float));
-                            if (!W) {
-                                st =
-                                    cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
-                                break;
-                            }
-                            src_rows(u, 0, u->N, W);
-                            st = cllm_gptq_quantize_with(gq, W, H, o->damp, &q, err);
-                            free(W);
-                            if (st) break;
-                            n_gptq++;
-                        } else {
-                            float *W = malloc((size_t)64 * u->K * sizeof(float));
-                            if (!W) {
-                                st =
-                                    cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
-                                break;
-                            }
-                            for (int n0 = 0; n0 < u->N; n0 += 64) {
-                                int n1 = n0 + 64 < u->N ? n0 + 64 : u->N;
-                                src_rows(u, n0, n1, W);
-                                cllm_quant_rtn_rows(W, (size_t)u->K, n0, n1, &q);
-                            }
-                            free(W);
-                            n_rtn++;
-                        }
-                        done_b += (uint64_t)u->N * u->K * cllm_dtype_size(u->src->dtype);
-                    }
-                    const void *p = ov[i].part == P_QW   ? (const void *)q.qweight
-                                    : ov[i].part == P_QZ ? (const void *)q.qzeros
-                                    : ov[i].part == P_SC ? (const void *)q.scales
-                                                         : (const void *)q.g_idx;
-                    ok = fwrite(p, 1, ov[i].nbytes, f) == ov[i].nbytes;
-                    if (ov[i].part == P_GI) cllm_qbuf_free(&q);
-                }
-                int pct = (int)(100.0 * (double)done_b / (double)(total_in ? total_in : 1));
-                if (o->progress && pct != last_pct) {
-                    last_pct = pct;
-                    fprintf(stderr, "\r[%-40.*s] %3d%%", pct * 40 / 100,
-                            "########################################", pct);
-                }
-            }
-            if (fclose(f)) ok = false;
-            if (st == CLLM_OK && !ok)
-                st = cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", path);
-        }
-        cllm_qbuf_free(&q);
+    return st;
+}
+
+/* GPTQ or RTN codes of unit ui into q; with GPTQ, the first Linear of a calibration group runs
+ * that group's pass (Hessians of all its Linears at once). */
+static cllm_status quantize_unit(qrun *r, int ui, cllm_qbuf *q, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    unit *uv = r->units.v, *u = &uv[ui];
+    cllm_status st;
+    if ((st = cllm_qbuf_alloc(q, u->bits, o->group, u->K, u->N, u->base, err))) return st;
+    q->asym = o->asym;
+    q->scale_bf16 = o->scale_bf16;
+    const float *H = NULL;
+    int ntok = 0, ug = r->ugrp ? r->ugrp[ui] : -1;
+    if (ug >= 0 && ug != r->loaded) { /* next group: one calibration pass */
+        cllm_gptq_release(r->gq);
+        for (size_t j = 0; j < r->units.n; j++)
+            if (r->ugrp[j] == ug) cllm_gptq_mark(r->gq, uv[j].src->name, uv[j].off, uv[j].K);
         if (o->progress) fprintf(stderr, "\n");
-        if (st) goto done;
-        if ((st = cllm_st_write_index(tmp, ents, outs.n, n_shards, false, err))) goto done;
-        if ((st = write_config(o, tmp, wbits, abits, &gl, err))) goto done;
-        if ((st = copy_aux(o->in_dir, tmp, err))) goto done;
-        if (rename(tmp, o->out_dir)) {
-            st = cllm_err_set(err, CLLM_EIO, "rename %s -> %s: %s", tmp, o->out_dir,
-                              strerror(errno));
-            goto done;
-        }
-        tmp[0] = 0;
-        char a[32], b[32];
-        cllm_fmt_bytes(b, sizeof(b), total_in);
-        cllm_fmt_bytes(a, sizeof(a), total_out);
-        fprintf(out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n",
-                units.n, n_gptq, n_rtn, gq ? cllm_gptq_summary(gq) : "", b, a,
-                (long)(time(NULL) - t0), o->out_dir);
+        if ((st = cllm_gptq_pass(r->gq, err))) return st;
+        r->loaded = ug;
     }
-done:
-    if (tmp[0]) rm_tree(tmp);
-    cllm_gptq_free(gq);
-    free(ugrp);
-    free(ents);
-    for (int i = 0; i < gl.n; i++) free(gl.g[i]);
-    free(gl.g), free(gl.hits), free(gl.user);
-    free(tens.v), free(units.v), free(outs.v);
-    cllm_ckpt_close(ck);
-    cllm_config_free(&cfg);
+    if (r->gq) H = cllm_gptq_hessian(r->gq, u->src->name, u->off, u->K, &ntok);
+    if (H) {
+        float *W = malloc((size_t)u->N * u->K * sizeof(float));
+        if (!W) {
+            st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+            return st;
+        }
+        src_rows(u, 0, u->N, W);
+        st = cllm_gptq_quantize_with(r->gq, W, H, o->damp, q, err);
+        free(W);
+        if (st) return st;
+        r->n_gptq++;
+    } else {
+        float *W = malloc((size_t)64 * u->K * sizeof(float));
+        if (!W) {
+            st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
+            return st;
+        }
+        for (int n0 = 0; n0 < u->N; n0 += 64) {
+            int n1 = n0 + 64 < u->N ? n0 + 64 : u->N;
+            src_rows(u, n0, n1, W);
+            cllm_quant_rtn_rows(W, (size_t)u->K, n0, n1, q);
+        }
+        free(W);
+        r->n_rtn++;
+    }
+    r->done_b += (uint64_t)u->N * u->K * cllm_dtype_size(u->src->dtype);
+    return CLLM_OK;
+}
+
+/* Shard s: header, then each output in order (copies from the input's mmap, quantized parts
+ * from q, which holds one Linear at a time), with the progress bar. */
+static cllm_status write_shard(qrun *r, int s, cllm_qbuf *q, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    outt *ov = r->outs.v;
+    cllm_status st;
+    char name[64], path[4200];
+    cllm_st_shard_name(s, r->n_shards, false, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", r->tmp, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return cllm_err_set(err, CLLM_EIO, "cannot write %s", path);
+    static const char *const meta[] = {"quantized_by", "cllm", NULL};
+    bool ok = (st = cllm_st_write_header(f, r->ents, r->outs.n, s, meta, path, err)) == CLLM_OK;
+    for (size_t i = 0; ok && i < r->outs.n; i++) {
+        if (ov[i].shard != s) continue;
+        if (ov[i].part == P_COPY) {
+            ok = fwrite(ov[i].src->data, 1, ov[i].nbytes, f) == ov[i].nbytes;
+            r->done_b += ov[i].nbytes;
+        } else {
+            if (ov[i].part == P_QW && (st = quantize_unit(r, ov[i].unit, q, err))) break;
+            const void *p = ov[i].part == P_QW   ? (const void *)q->qweight
+                            : ov[i].part == P_QZ ? (const void *)q->qzeros
+                            : ov[i].part == P_SC ? (const void *)q->scales
+                                                 : (const void *)q->g_idx;
+            ok = fwrite(p, 1, ov[i].nbytes, f) == ov[i].nbytes;
+            if (ov[i].part == P_GI) cllm_qbuf_free(q);
+        }
+        int pct = (int)(100.0 * (double)r->done_b / (double)(r->total_in ? r->total_in : 1));
+        if (o->progress && pct != r->last_pct) {
+            r->last_pct = pct;
+            fprintf(stderr, "\r[%-40.*s] %3d%%", pct * 40 / 100,
+                    "########################################", pct);
+        }
+    }
+    if (fclose(f)) ok = false;
+    if (st == CLLM_OK && !ok)
+        st = cllm_err_set(err, CLLM_EIO, "%s: write failed (disk full?)", path);
+    return st;
+}
+
+/* 4. Writes the shards into r->tmp, then the index, config.json and the other files, and renames
+ * r->tmp to OUT. */
+static cllm_status write_output(qrun *r, cllm_error *err) {
+    const cllm_quant_opts *o = r->o;
+    cllm_status st = CLLM_OK;
+    r->last_pct = -1;
+    r->loaded = -1;
+    snprintf(r->tmp, sizeof(r->tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
+    if (mkdir(r->tmp, 0755)) {
+        st = cllm_err_set(err, CLLM_EIO, "cannot create %s: %s", r->tmp, strerror(errno));
+        r->tmp[0] = 0;
+        return st;
+    }
+    time_t t0 = time(NULL);
+    cllm_qbuf q = {0};
+    for (int s = 0; s < r->n_shards && st == CLLM_OK; s++) st = write_shard(r, s, &q, err);
+    cllm_qbuf_free(&q);
+    if (o->progress) fprintf(stderr, "\n");
+    if (st) return st;
+    if ((st = cllm_st_write_index(r->tmp, r->ents, r->outs.n, r->n_shards, false, err))) return st;
+    if ((st = write_config(o, r->tmp, r->wbits, r->abits, &r->gl, err))) return st;
+    if ((st = copy_aux(o->in_dir, r->tmp, err))) return st;
+    if (rename(r->tmp, o->out_dir)) {
+        st =
+            cllm_err_set(err, CLLM_EIO, "rename %s -> %s: %s", r->tmp, o->out_dir, strerror(errno));
+        return st;
+    }
+    r->tmp[0] = 0;
+    char a[32], b[32];
+    cllm_fmt_bytes(b, sizeof(b), r->total_in);
+    cllm_fmt_bytes(a, sizeof(a), r->total_out);
+    fprintf(r->out, "done: %zu linears quantized (%d gptq, %d rtn%s), %s -> %s in %lds: %s\n",
+            r->units.n, r->n_gptq, r->n_rtn, r->gq ? cllm_gptq_summary(r->gq) : "", b, a,
+            (long)(time(NULL) - t0), o->out_dir);
+    return CLLM_OK;
+}
+
+static void qrun_free(qrun *r) {
+    if (r->tmp[0]) rm_tree(r->tmp);
+    cllm_gptq_free(r->gq);
+    free(r->ugrp);
+    free(r->ents);
+    for (int i = 0; i < r->gl.n; i++) free(r->gl.g[i]);
+    free(r->gl.g), free(r->gl.hits), free(r->gl.user);
+    free(r->tens.v), free(r->units.v), free(r->outs.v);
+    cllm_ckpt_close(r->ck);
+    cllm_config_free(&r->cfg);
+}
+
+/* The driver: options, plan, layout, the printed plan, disk space, GPTQ calibration, write. */
+cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
+    qrun r = {.o = o,
+              .out = o->out ? o->out : stdout,
+              .tens = {.es = sizeof(const cllm_tensor *)},
+              .units = {.es = sizeof(unit)},
+              .outs = {.es = sizeof(outt)}};
+    cllm_status st = check_opts(&r, err);
+    if (st) return st;
+    if ((st = cllm_config_load(o->in_dir, &r.cfg, err))) return st;
+    if (!(st = plan_tensors(&r, err)) && !(st = layout_shards(&r, err))) {
+        print_plan(&r);
+        if (!o->dry_run && !(st = check_disk(&r, err)) && !(st = calibrate(&r, err)))
+            st = write_output(&r, err);
+    }
+    qrun_free(&r);
     return st;
 }
