@@ -125,7 +125,10 @@ int cli_tp_setup(const char *cmd, int *argc, char ***argvp) {
     if (!takes(cmd)) return 0;
     /* a copy with room for the injected --threads */
     char **argv = calloc((size_t)*argc + 4, sizeof(char *));
-    if (!argv) return 1;
+    if (!argv) {
+        fprintf(stderr, "cllm %s: out of memory\n", cmd);
+        return 1;
+    }
     memcpy(argv, *argvp, (size_t)*argc * sizeof(char *));
     *argvp = argv;
     bool bad = false;

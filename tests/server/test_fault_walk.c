@@ -195,10 +195,10 @@ int main(void) {
     const char *fp = getenv("CLLM_FAULT_WALK_FULL");
     bool full = fp && *fp == '1';
     if (budget < 1) budget = 1;
-    cllm_fault_exempt_thread(true); /* this thread is the client: only server/engine count */
-    curl_global_init(CURL_GLOBAL_ALL);
+    walk_engine_create(dir, budget, full); /* on this thread: it counts */
 
-    walk_engine_create(dir, budget, full);
+    cllm_fault_exempt_thread(true); /* now this thread is the client: only server/engine count */
+    curl_global_init(CURL_GLOBAL_ALL);
 
     cllm_engine_opts o;
     engine_opts(&o, dir);
