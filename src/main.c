@@ -34,6 +34,8 @@ static const command commands[] = {
      "offline engine benchmark: llama-bench table, batched sweep, multi-turn prefix reuse"},
     {"bench-forward", cmd_bench_forward,
      "prefill and decode tok/s beside the memory-bandwidth roofline"},
+    {"bench-grammar", cmd_bench_grammar,
+     "structured-output mask and compile times beside xgrammar (JSON schemas)"},
     {"bench-serve", cmd_bench_serve,
      "load-test an OpenAI-compatible server (vLLM bench serve metrics, think-time users)"},
     {"doctor", cmd_doctor, "health inspection of a running server (exit 0 ok, 1 warn, 2 critical)"},
