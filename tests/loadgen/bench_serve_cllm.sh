@@ -3,6 +3,8 @@
 # (digits-only prompts: the tiny model's vocabulary is 512 ids). Skips (exit 77, ctest shows it skipped) when
 # this build has no `serve` command yet.
 set -u
+. "$CLLM_SRC/tests/lib/check.sh"
+T=$CLLM_TMP
 mkdir -p "$CLLM_TMP"
 if ! "$CLLM_BIN" serve --help >/dev/null 2>&1; then echo "SKIP: no cllm serve in this build"; exit 77; fi
 M="$CLLM_TMP/bs_tiny"
@@ -15,16 +17,14 @@ for i in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
   sleep 0.2
 done
-fail=0
-check() { if [ "$2" != "$3" ]; then echo "FAIL $1: want [$3] got [$2]" >&2; fail=1; else echo "ok $1"; fi; }
 out=$("$CLLM_BIN" bench-serve --url "http://127.0.0.1:$PORT" --dataset-path "$CLLM_SRC/tests/data/bench/digits.jsonl" \
       --num-prompts 16 --max-concurrency 4 --num-warmups 1 --ignore-eos -q --save-result "$CLLM_TMP/bs_cllm.json")
-check bench-rc "$?" 0
+expect_eq bench-rc "$?" 0
 echo "$out"
-check successful "$(echo "$out" | grep '^Successful requests:' | awk '{print $3}')" 16
-check generated "$(echo "$out" | grep '^Total generated tokens:' | awk '{print $4}')" 256
+expect_eq successful "$(echo "$out" | grep '^Successful requests:' | awk '{print $3}')" 16
+expect_eq generated "$(echo "$out" | grep '^Total generated tokens:' | awk '{print $4}')" 256
 "$CLLM_BIN" doctor --url "http://127.0.0.1:$PORT" --log "$CLLM_TMP/bs_serve.log" --window 0.3 > "$CLLM_TMP/bs_doctor.out"
-check doctor-rc "$?" 0
+expect_eq doctor-rc "$?" 0
 cat "$CLLM_TMP/bs_doctor.out"
-check doctor-slots "$(grep -c 'OK    state_slots' "$CLLM_TMP/bs_doctor.out")" 1
+expect_eq doctor-slots "$(grep -c 'OK    state_slots' "$CLLM_TMP/bs_doctor.out")" 1
 exit $fail

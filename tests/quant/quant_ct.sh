@@ -33,8 +33,8 @@ d = float(np.abs(c - r).max()); m = float(np.abs(r).max()); tol = 2e-5 * max(1.0
 print("  %s: max abs err %.3g (max |ref| %.3g, tol %.3g)" % (sys.argv[3], d, m, tol))
 sys.exit(0 if d <= tol else 1)
 PYEOF
-# check NAME DIR DQ: verify OK, cllm(DIR) vs ref(DQ) and vs cllm(DQ)
-check() {
+# check_model NAME DIR DQ: verify OK, cllm(DIR) vs ref(DQ) and vs cllm(DQ)
+check_model() {
   local n=$1 d=$2 dq=$3
   "$BIN" verify --full "$d" >"$T/out" 2>&1 && grep -q "^OK" "$T/out" && ok "$n: verify OK" ||
     { bad "$n: verify"; cat "$T/out"; }
@@ -55,7 +55,7 @@ for v in "gsym --strategy group" \
   set -- $v; n=$1; shift
   $PY "$W" ct "$T/fp" "$T/$n" "$T/$n-dq" "$@" >"$T/out" 2>&1 || { bad "writer $n"; cat "$T/out"; continue; }
   sed 's/^/  /' "$T/out"
-  check "$n" "$T/$n" "$T/$n-dq"
+  check_model "$n" "$T/$n" "$T/$n-dq"
 done
 # the zero-0 path really ran: some stored zero points are 0 in the asymmetric files
 for n in gasym casym casym8; do
@@ -78,7 +78,7 @@ $PY "$W" gptq-v2 "$T/q4" "$T/v2" "$T/v2-dq" >/dev/null || bad "writer v2"
 h1=$("$BIN" eval "$T/q4" --tokens "$TOK" --logits-hash 2>&1); h2=$("$BIN" eval "$T/v2" --tokens "$TOK" --logits-hash 2>&1)
 [ -n "$h1" ] && [ "$h1" = "$h2" ] && ok "gptq_v2 file == its v1 original bitwise" || bad "gptq_v2 hash '$h1' vs '$h2'"
 $PY "$W" gptq-v2 "$T/q4a" "$T/v2a" "$T/v2a-dq" --zero0 "$Z0" >/dev/null || bad "writer v2a"
-check v2asym0 "$T/v2a" "$T/v2a-dq"
+check_model v2asym0 "$T/v2a" "$T/v2a-dq"
 h3=$("$BIN" eval "$T/v2a" --tokens "$TOK" --logits-hash 2>&1); h4=$("$BIN" eval "$T/q4a" --tokens "$TOK" --logits-hash 2>&1)
 [ "$h3" != "$h4" ] && ok "zero 0 changed the model (the edit is not a no-op)" || bad "v2a zero0 edit had no effect"
 
