@@ -173,7 +173,9 @@ cllm_status cllm_ckpt_open(const char *dir, bool lenient, cllm_ckpt **out, cllm_
     } else {
         char *single = path_join(dir, "model.safetensors");
         if (single && file_exists(single))
-            st = add_file_name(c, "model.safetensors") ? CLLM_ENOMEM : CLLM_OK;
+            st = add_file_name(c, "model.safetensors")
+                     ? cllm_err_set(err, CLLM_ENOMEM, "%s: out of memory", dir)
+                     : CLLM_OK;
         else
             st = list_safetensors(c, err);
         free(single);
