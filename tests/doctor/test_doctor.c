@@ -235,7 +235,7 @@ static void test_cli(const char *tmp) {
 }
 
 int main(void) {
-    const char *tmp = getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp";
+    const char *tmp = test_tmp();
     mkdir(tmp, 0755);
     test_prom();
     test_runs(tmp);

@@ -297,8 +297,8 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
 }
 
 int main(void) {
-    const char *tmp = getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp";
-    const char *src = getenv("CLLM_SRC") ? getenv("CLLM_SRC") : ".";
+    const char *tmp = test_tmp();
+    const char *src = test_src();
     mkdir(tmp, 0755);
     char dir[1024], cfgp[1024], tokdir[1024];
     snprintf(tokdir, sizeof(tokdir), "%s/models/tiny", src);

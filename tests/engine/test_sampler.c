@@ -147,7 +147,7 @@ static void run_one(const cllm_tok *tok, int V, const int32_t *prompt, int n, cl
 }
 
 static void test_stops(void) {
-    const char *src = getenv("CLLM_SRC") ? getenv("CLLM_SRC") : ".";
+    const char *src = test_src();
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/models/tiny", src);
     cllm_tok *tok = NULL;

@@ -128,7 +128,7 @@ static int run(const char *cmd) {
 
 static void test_e2e(void) {
     const char *bin = getenv("CLLM_BIN"), *src = getenv("CLLM_SRC");
-    const char *tmp = getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp";
+    const char *tmp = test_tmp();
     if (!bin || !src) {
         fprintf(stderr, "SKIP e2e: CLLM_BIN / CLLM_SRC unset\n");
         return;

@@ -10,6 +10,17 @@
 static int test_failures;
 static int test_checks;
 
+/* The environment ctest gives every test (CMakeLists.txt), with the defaults for a run by hand
+ * from the repository root: CLLM_SRC (the source tree), CLLM_TMP (scratch files). */
+static inline const char *test_src(void) {
+    const char *s = getenv("CLLM_SRC");
+    return s ? s : ".";
+}
+static inline const char *test_tmp(void) {
+    const char *s = getenv("CLLM_TMP");
+    return s ? s : "/tmp";
+}
+
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         test_checks++;                                                                             \

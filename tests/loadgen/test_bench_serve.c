@@ -156,8 +156,7 @@ static void test_datasets(void) {
     CHECK(lg_dataset_random(&o, &a, &err) == CLLM_EINVAL);
 
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tests/data/bench/prompts.jsonl",
-             getenv("CLLM_SRC") ? getenv("CLLM_SRC") : ".");
+    snprintf(path, sizeof(path), "%s/tests/data/bench/prompts.jsonl", test_src());
     CHECK_MSG(lg_dataset_jsonl(path, 9, &a, &err) == CLLM_OK, "%s", err.msg);
     CHECK(a.n == 4);
     if (a.n == 4) {
@@ -168,7 +167,7 @@ static void test_datasets(void) {
               a.convs[3].turns[0].max_tokens == 9);
     }
     lg_dataset_free(&a);
-    const char *tmp = getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp";
+    const char *tmp = test_tmp();
     mkdir(tmp, 0755);
     snprintf(path, sizeof(path), "%s/bs_bad.jsonl", tmp);
     FILE *f = fopen(path, "w");
@@ -360,7 +359,7 @@ static void test_500_streams(void) {
 }
 
 static void test_cli(void) {
-    const char *bin = getenv("CLLM_BIN"), *tmp = getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp";
+    const char *bin = getenv("CLLM_BIN"), *tmp = test_tmp();
     if (!bin) {
         fprintf(stderr, "CLLM_BIN not set: CLI checks skipped\n");
         return;

@@ -37,7 +37,7 @@ int main(void) {
     /* The real shape: 40 layers, full attention at i%4==3, 35.95B parameters with MTP + vision. */
     snprintf(path, sizeof(path), "%s/configs", src ? src : ".");
     char d[700];
-    snprintf(d, sizeof(d), "%s/tmp-cfg", getenv("CLLM_TMP") ? getenv("CLLM_TMP") : "/tmp");
+    snprintf(d, sizeof(d), "%s/tmp-cfg", test_tmp());
     FILE *in;
     snprintf(path, sizeof(path), "%s/configs/qwen3.5-35b-a3b.json", src ? src : ".");
     in = fopen(path, "rb");
