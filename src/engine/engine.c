@@ -186,33 +186,43 @@ static void *step_main(void *arg) {
 
 /* ---- create / free ---- */
 
-cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, cllm_error *err) {
-    *out = NULL;
-    cllm_engine_opts o = *opts;
-    if (!o.model_dir) return cllm_err_set(err, CLLM_EINVAL, "engine: no model directory");
+/* Defaults for the options left 0. */
+static void engine_defaults(cllm_engine_opts *op) {
+    cllm_engine_opts o = *op;
     if (o.max_num_seqs <= 0) o.max_num_seqs = 256;
     if (o.max_num_batched_tokens <= 0) o.max_num_batched_tokens = 2048;
     if (o.block_size <= 0) o.block_size = 16;
     if (o.memory_utilization <= 0 || o.memory_utilization > 1) o.memory_utilization = 0.5;
     if (o.state_snapshot_interval <= 0) o.state_snapshot_interval = 1;
-    cllm_engine *e = calloc(1, sizeof(*e));
-    if (!e) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    e->o = o;
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
-    atomic_init(&e->next_id, 1);
-    const char *base = strrchr(o.model_dir, '/');
-    base = base && base[1] ? base + 1 : o.model_dir;
-    snprintf(e->name, sizeof(e->name), "%s", base);
+    *op = o;
+}
+
+/* The model, its tokenizer (unless skipped or absent) and generation_config.json. */
+static cllm_status load_model(cllm_engine *e, cllm_error *err) {
+    const cllm_engine_opts o = e->o;
     cllm_status rc;
-    if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) goto fail;
-    const cllm_config *cf = cllm_model_config(e->m);
+    if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) return rc;
     const char *tok_dir = o.tokenizer_dir ? o.tokenizer_dir : o.model_dir;
     if (!o.skip_tokenizer_init && file_exists(tok_dir, "tokenizer.json") &&
         (rc = cllm_tok_load(tok_dir, &e->tok, err)) != CLLM_OK)
-        goto fail;
-    if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) goto fail;
+        return rc;
+    if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) return rc;
+    return CLLM_OK;
+}
 
+/* How the KV blocks and state slots are sized: from the budget (--kv-cache-memory, or a share of
+ * RAM minus the weights and the live state slots), capped at what max_num_seqs sequences of full
+ * length could use twice over; snapshots for prefix caching on hybrid models. */
+typedef struct pool_plan {
+    uint64_t n_blocks, kv_budget;
+    size_t block_bytes, slot_bytes;
+    int max_len, n_live, n_snap;
+} pool_plan;
+
+static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
+    const cllm_engine_opts o = e->o;
+    const cllm_config *cf = cllm_model_config(e->m);
+    cllm_status rc;
     int bs = o.block_size;
     int n_attn = cllm_model_n_attn_layers(e->m), n_gdn = cllm_model_n_gdn_layers(e->m);
     size_t kv_elem = o.kv_cache_bf16 ? 2 : 4;
@@ -244,7 +254,7 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
         rc = cllm_err_set(err, CLLM_ENOMEM,
                           "engine: the KV budget (%llu bytes) holds no %zu-byte block",
                           (unsigned long long)kv_budget, block_bytes);
-        goto fail;
+        return rc;
     }
     int max_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
     if ((uint64_t)max_len > n_blocks * (uint64_t)bs) {
@@ -254,7 +264,7 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
                 "engine: --max-model-len %d needs %d KV blocks but the budget holds %llu; lower it "
                 "or raise --kv-cache-memory",
                 o.max_model_len, (o.max_model_len + bs - 1) / bs, (unsigned long long)n_blocks);
-            goto fail;
+            return rc;
         }
         max_len = (int)(n_blocks * (uint64_t)bs);
     }
@@ -271,52 +281,89 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
         if (k > 4096) k = 4096;
         n_snap = (int)k;
     }
-    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)n_blocks, bs,
+    *pp = (pool_plan){n_blocks, kv_budget, block_bytes, slot_bytes, max_len, n_live, n_snap};
+    return CLLM_OK;
+}
+
+/* KV pool, state slots (live + snapshots), the thread pool and the forward context. */
+static cllm_status create_pools(cllm_engine *e, const pool_plan *pp, cllm_error *err) {
+    const cllm_engine_opts o = e->o;
+    cllm_status rc;
+    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)pp->n_blocks, o.block_size,
                                 o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK)
-        goto fail;
-    if ((rc = cllm_state_pool_init(&e->st, e->m, n_live + n_snap, err)) != CLLM_OK) goto fail;
+        return rc;
+    if ((rc = cllm_state_pool_init(&e->st, e->m, pp->n_live + pp->n_snap, err)) != CLLM_OK)
+        return rc;
     e->block_bytes = cllm_kv_pool_block_bytes(&e->kv);
     e->pool = cllm_pool_create(o.n_threads);
     if (!e->pool) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot create the thread pool");
-        goto fail;
+        return rc;
     }
-    if ((rc = cllm_fwd_ctx_create(e->m, e->pool, &e->fctx, err)) != CLLM_OK) goto fail;
+    if ((rc = cllm_fwd_ctx_create(e->m, e->pool, &e->fctx, err)) != CLLM_OK) return rc;
+    return CLLM_OK;
+}
 
+static void add_eos(sched_cfg *c, int id) {
+    for (int k = 0; k < c->n_eos; k++)
+        if (c->eos_ids[k] == id) return;
+    if (c->n_eos < CLLM_MAX_EOS) c->eos_ids[c->n_eos++] = id;
+}
+
+/* The scheduler's configuration; end tokens from config.json, generation_config.json and the
+ * tokenizer, without duplicates. */
+static void fill_sched_cfg(cllm_engine *e, const pool_plan *pp) {
+    const cllm_engine_opts o = e->o;
+    const cllm_config *cf = cllm_model_config(e->m);
     sched_cfg *c = &e->scfg;
     c->vocab_size = cf->vocab_size;
-    c->has_state = n_gdn > 0;
-    c->n_blocks = (int)n_blocks;
-    c->block_size = bs;
-    c->n_live_slots = n_live;
-    c->n_snap_slots = n_snap;
+    c->has_state = cllm_model_n_gdn_layers(e->m) > 0;
+    c->n_blocks = (int)pp->n_blocks;
+    c->block_size = o.block_size;
+    c->n_live_slots = pp->n_live;
+    c->n_snap_slots = pp->n_snap;
     c->max_num_seqs = o.max_num_seqs;
     c->max_num_batched_tokens = o.max_num_batched_tokens;
-    c->max_model_len = max_len;
+    c->max_model_len = pp->max_len;
     c->prefix_caching = o.enable_prefix_caching;
     c->snapshot_interval = o.state_snapshot_interval;
     c->tok = e->tok;
     for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++)
         c->eos_ids[c->n_eos++] = cf->eos_ids[i];
-    for (int i = 0; i < e->gen.n_eos && c->n_eos < CLLM_MAX_EOS; i++) {
-        bool dup = false;
-        for (int k = 0; k < c->n_eos; k++) dup |= c->eos_ids[k] == e->gen.eos_ids[i];
-        if (!dup) c->eos_ids[c->n_eos++] = e->gen.eos_ids[i];
-    }
-    if (e->tok && cllm_tok_eos_id(e->tok) >= 0 && c->n_eos < CLLM_MAX_EOS) {
-        bool dup = false;
-        for (int k = 0; k < c->n_eos; k++) dup |= c->eos_ids[k] == cllm_tok_eos_id(e->tok);
-        if (!dup) c->eos_ids[c->n_eos++] = cllm_tok_eos_id(e->tok);
-    }
-    if ((rc = sched_create(c, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
+    for (int i = 0; i < e->gen.n_eos; i++) add_eos(c, e->gen.eos_ids[i]);
+    if (e->tok && cllm_tok_eos_id(e->tok) >= 0) add_eos(c, cllm_tok_eos_id(e->tok));
+}
+
+cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, cllm_error *err) {
+    *out = NULL;
+    cllm_engine_opts o = *opts;
+    if (!o.model_dir) return cllm_err_set(err, CLLM_EINVAL, "engine: no model directory");
+    engine_defaults(&o);
+    cllm_engine *e = calloc(1, sizeof(*e));
+    if (!e) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    e->o = o;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    atomic_init(&e->next_id, 1);
+    const char *base = strrchr(o.model_dir, '/');
+    base = base && base[1] ? base + 1 : o.model_dir;
+    snprintf(e->name, sizeof(e->name), "%s", base);
+    pool_plan pp = {0};
+    cllm_status rc;
+    if ((rc = load_model(e, err)) || (rc = plan_pools(e, &pp, err)) ||
+        (rc = create_pools(e, &pp, err)))
+        goto fail;
+    fill_sched_cfg(e, &pp);
+    if ((rc = sched_create(&e->scfg, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
     sched_stats(e->s, &e->stats);
     LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots "
              "(%.1f MiB each); "
              "max_model_len %d, prefix caching %s",
-             (unsigned long long)n_blocks, (unsigned long long)n_blocks * (uint64_t)bs,
-             (double)n_blocks * (double)e->block_bytes / 1048576.0,
-             o.kv_cache_bf16 ? "bf16" : "fp32", n_live, n_snap, (double)slot_bytes / 1048576.0,
-             max_len, o.enable_prefix_caching ? "on" : "off");
+             (unsigned long long)pp.n_blocks,
+             (unsigned long long)pp.n_blocks * (uint64_t)o.block_size,
+             (double)pp.n_blocks * (double)e->block_bytes / 1048576.0,
+             o.kv_cache_bf16 ? "bf16" : "fp32", pp.n_live, pp.n_snap,
+             (double)pp.slot_bytes / 1048576.0, pp.max_len, o.enable_prefix_caching ? "on" : "off");
     if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot start the step thread");
         goto fail;
