@@ -2,6 +2,8 @@
  * small parallel regions of a decode step), then sleep on a condition variable. */
 #include "base/threadpool.h"
 
+#include "base/mem.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -23,6 +25,11 @@ struct cllm_pool {
     cllm_pool_fn fn;
     void *ctx;
     size_t n_items, grain;
+    /* cllm_pool_profile: regions run through the workers and the caller's time waiting for them
+     * after its own chunk (imbalance + wake-up latency), touched only by the calling thread */
+    int prof;
+    unsigned long long prof_calls;
+    double prof_wait;
 };
 
 void cllm_pool_range(size_t n, size_t grain, int nt, int t, size_t *begin, size_t *end) {
@@ -131,9 +138,25 @@ void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, 
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     run_chunk(p, 0);
+    double t0 = p->prof ? cllm_time_s() : 0.0;
     /* Spin briefly, then yield: on an oversubscribed machine the workers may need this core. */
     for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++)
         if (spins > POOL_SPIN) sched_yield();
+    if (p->prof) {
+        p->prof_calls++;
+        p->prof_wait += cllm_time_s() - t0;
+    }
+}
+
+void cllm_pool_profile(cllm_pool *p, int on, unsigned long long *calls, double *wait_s) {
+    if (!p) {
+        if (calls) *calls = 0;
+        if (wait_s) *wait_s = 0.0;
+        return;
+    }
+    p->prof = on;
+    if (calls) *calls = p->prof_calls;
+    if (wait_s) *wait_s = p->prof_wait;
 }
 
 void cllm_pool_for(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx) {

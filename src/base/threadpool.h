@@ -27,6 +27,11 @@ void cllm_pool_for(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx);
  * line's worth of rows), still a pure function of (n, grain, n_threads). */
 void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, void *ctx);
 
+/* Profiling (off by default): on != 0 counts the parallel regions that go through the workers
+ * and the caller's wait for them after finishing its own chunk; returns the totals so far in
+ * *calls / *wait_s (either may be NULL). Call from the thread that runs the regions. */
+void cllm_pool_profile(cllm_pool *p, int on, unsigned long long *calls, double *wait_s);
+
 /* Range of thread t out of nt for n items with the given grain (exposed for tests). */
 void cllm_pool_range(size_t n, size_t grain, int nt, int t, size_t *begin, size_t *end);
 

@@ -68,6 +68,9 @@ void kern_q_gemm4_avx2(const cllm_qweight *w, int n0, int n1, const float *X, si
                        float *Y, size_t ldy);
 void kern_q_gemm8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy);
+/* kernels/x86/matmul_q_dec_avx2.c: matmul_q's float core for one token (y[n], n in [n0, n1)),
+ * bits 4 or 8, act_bits ignored; bitwise the multi-token tiles' result. */
+void kern_matmul_q_dec_avx2(const cllm_qweight *w, int n0, int n1, const float *x, float *y);
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,

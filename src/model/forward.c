@@ -13,12 +13,16 @@
 #include "base/half.h"
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/threadpool.h"
 #include "model/fwd_int.h"
 
 /* Rows per matmul work item: 16 rows of a 2048-wide bf16 matrix = 64 KiB, an L2-resident slice
  * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
 #define MM_ROWS  16
 #define MM_QROWS 64 /* quantized (GPTQ) weights */
+/* One token (decode): each item reads 1 KiB runs of every qweight row (256 int32 columns), so
+ * the one-token kernel streams rows instead of hopping between them (matmul_q_dec_avx2.c). */
+#define MM_QROWS_DEC 256
 
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
@@ -213,7 +217,18 @@ static void mm_split_run(cllm_fwd_ctx *c, size_t n) {
     cllm_pool_for(c->pool, (size_t)nt, split_worker, &s);
 }
 
+static cllm_status mm_run(cllm_fwd_ctx *c);
+
 cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
+    if (!c->prof_on) return mm_run(c);
+    double t0 = cllm_time_s();
+    cllm_status s = mm_run(c);
+    c->prof[c->prof_tag] += cllm_time_s() - t0;
+    if (c->prof_tag == FWD_P_MOE_RS || c->prof_tag == FWD_P_MOE_GU) c->prof_tag++;
+    return s;
+}
+
+static cllm_status mm_run(cllm_fwd_ctx *c) {
     if (prep_qact(c)) return CLLM_ENOMEM;
     size_t n = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
@@ -228,8 +243,10 @@ cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     }
     size_t k = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
-        for (int r = 0, step = c->jobs[j].w->q.bits ? MM_QROWS : MM_ROWS; r < c->jobs[j].w->rows;
-             r += step) {
+        for (int r = 0, step = !c->jobs[j].w->q.bits   ? MM_ROWS
+                               : c->jobs[j].n_tok == 1 ? MM_QROWS_DEC
+                                                       : MM_QROWS;
+             r < c->jobs[j].w->rows; r += step) {
             int r1 = r + step < c->jobs[j].w->rows ? r + step : c->jobs[j].w->rows;
             c->items[k++] = (struct fwd_item){(int)j, r, r1};
         }
@@ -254,6 +271,8 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->thr_stride = (size_t)(64 + 4 * cf->head_dim + 2 * cf->lin_v_dim + 64);
     c->thr_stride += fwd_gdn_scratch(cf);
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
+    const char *pe = getenv("CLLM_PROFILE");
+    c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
     if (!c->thr) {
         free(c);
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -285,8 +304,42 @@ static void free_bufs(cllm_fwd_ctx *c) {
     c->cap = 0;
 }
 
+static const char *const prof_names[FWD_P_N] = {"embed",
+                                                "norms",
+                                                "attn proj (q/k/v/o)",
+                                                "attn core (rope, scores, kv)",
+                                                "gdn proj (qkv/z/a/b/out)",
+                                                "gdn conv + prep",
+                                                "gdn recurrence + gated norm",
+                                                "moe router + shared gate/up",
+                                                "moe experts gate/up",
+                                                "moe experts + shared down",
+                                                "moe routing/sort/gather/act/combine",
+                                                "lm_head"};
+
+static void prof_report(cllm_fwd_ctx *c) {
+    if (!c->prof_env || c->prof_steps == 0) return;
+    unsigned long long calls = 0;
+    double wait = 0.0, sum = 0.0;
+    cllm_pool_profile(c->pool, 0, &calls, &wait);
+    double n = (double)c->prof_steps;
+    LOG_INFO("profile: %ld decode steps, %.3f ms per step (%d threads); per step:", c->prof_steps,
+             1e3 * c->prof_total / n, c->n_threads);
+    for (int i = 0; i < FWD_P_N; i++) {
+        sum += c->prof[i];
+        LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
+                 100.0 * c->prof[i] / c->prof_total);
+    }
+    LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", "unaccounted (residual adds, loop)",
+             1e3 * (c->prof_total - sum) / n, 100.0 * (c->prof_total - sum) / c->prof_total);
+    LOG_INFO("profile: parallel regions %.1f per step; caller waiting for workers %.3f ms per step "
+             "(all steps, prefill included)",
+             calls / n, 1e3 * wait / n);
+}
+
 void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     if (!c) return;
+    prof_report(c);
     free_bufs(c);
     free(c->exp_off);
     free(c->exp_cnt);
@@ -495,6 +548,9 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     c->batch = b;
     c->n_jobs = 0; /* nothing left over from a call that failed half-way */
+    c->prof_on = c->prof_env && T == 1;
+    if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
+    double tp0 = c->prof_on ? cllm_time_s() : 0.0, tpr = 0.0;
     c->kv = kv;
     c->st = st;
     int H = f->hidden_size;
@@ -510,6 +566,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         }
     }
     if (m->n_attn > 0) rope_tables(c, T);
+    if (c->prof_on) c->prof[FWD_P_EMBED] += cllm_time_s() - tp0;
     int n_run =
         c->n_layers_run > 0 && c->n_layers_run < f->n_layers ? c->n_layers_run : f->n_layers;
     int l0 = 0;
@@ -525,22 +582,40 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
          * is all-reduced into the residual (forward_tp.c); blocks must not read c->x */
         float *xr = NULL;
         bool tp = m->tp_size > 1;
+        if (c->prof_on) tpr = cllm_time_s();
         rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
+        if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
         if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
             return cllm_err_set(err, s, "forward: out of memory");
+        c->prof_tag = L->type == CLLM_LAYER_FULL_ATTN ? FWD_P_ATTN_PROJ : FWD_P_GDN_PROJ;
+        double before = c->prof[c->prof_tag];
+        if (c->prof_on) tpr = cllm_time_s();
         s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
+        if (c->prof_on && L->type == CLLM_LAYER_FULL_ATTN)
+            c->prof[FWD_P_ATTN_CORE] += cllm_time_s() - tpr - (c->prof[FWD_P_ATTN_PROJ] - before);
         if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
         if (s != CLLM_OK)
             return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+        if (c->prof_on) tpr = cllm_time_s();
         rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
+        if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
         if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
             return cllm_err_set(err, s, "forward: out of memory");
+        c->prof_tag = FWD_P_MOE_RS;
+        before = c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN];
+        if (c->prof_on) tpr = cllm_time_s();
         s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
+        if (c->prof_on)
+            c->prof[FWD_P_MOE_REST] +=
+                cllm_time_s() - tpr -
+                (c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN] - before);
         if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
         if (s != CLLM_OK)
             return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     }
     if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
+    if (c->prof_on) tpr = cllm_time_s();
+    c->prof_tag = FWD_P_LM_HEAD;
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
     for (int q = 0; q < b->n_seqs; q++) {
@@ -552,6 +627,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     if (R == 0) return CLLM_OK;
     rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
+    if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
     if (m->tp_size > 1) {
         s = fwd_tp_lm_head(c, R, logits);
         return s == CLLM_OK ? s : cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
@@ -559,5 +635,9 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
+    if (c->prof_on) {
+        c->prof_steps++;
+        c->prof_total += cllm_time_s() - tp0;
+    }
     return CLLM_OK;
 }

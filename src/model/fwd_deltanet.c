@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "model/fwd_int.h"
 
 static int gdn_chunked;
@@ -179,9 +180,15 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->b, c->xn, H, T, P + m->conv_ch + j.vd, j.ldp) ||
         fwd_mm_add(c, &L->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
+    double t0 = c->prof_on ? cllm_time_s() : 0.0;
     cllm_pool_for(c->pool, (size_t)m->conv_ch, conv_worker, &j);
     cllm_pool_for(c->pool, (size_t)T, tokprep_worker, &j);
+    double t1 = c->prof_on ? cllm_time_s() : 0.0;
     cllm_pool_for(c->pool, (size_t)c->batch->n_seqs * Hv, rec_worker, &j);
+    if (c->prof_on) {
+        c->prof[FWD_P_GDN_CONV] += t1 - t0;
+        c->prof[FWD_P_GDN_REC] += cllm_time_s() - t1;
+    }
     if (fwd_mm_add(c, &L->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;

@@ -70,6 +70,26 @@ struct cllm_model {
 
 enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT };
 
+/* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token), summed
+ * over the context's life and logged when it is freed. fwd_mm_run adds its time to
+ * prof[prof_tag]; the MoE block's three matmul passes advance the tag MOE_RS -> MOE_GU ->
+ * MOE_DOWN themselves (fwd_moe.c needs no timers). */
+enum {
+    FWD_P_EMBED,
+    FWD_P_NORM,
+    FWD_P_ATTN_PROJ,
+    FWD_P_ATTN_CORE,
+    FWD_P_GDN_PROJ,
+    FWD_P_GDN_CONV,
+    FWD_P_GDN_REC,
+    FWD_P_MOE_RS,   /* router + shared expert gate/up + shared gate */
+    FWD_P_MOE_GU,   /* routed experts gate/up */
+    FWD_P_MOE_DOWN, /* routed experts down + shared expert down */
+    FWD_P_MOE_REST, /* softmax/top-k, sort, gather, SiLU, combine */
+    FWD_P_LM_HEAD,
+    FWD_P_N
+};
+
 /* One matmul over a token block: Y[t][r] = W[r] . X[t] (r < w->rows). */
 typedef struct fwd_mm {
     const fwd_wt *w;
@@ -138,6 +158,12 @@ struct cllm_fwd_ctx {
     /* tensor parallel scratch (forward_tp.c) */
     float *tp_acc, *tp_lg;
     size_t tp_acc_cap, tp_lg_cap;
+    /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
+    bool prof_env, prof_on;
+    int prof_tag;
+    double prof[FWD_P_N];
+    long prof_steps;
+    double prof_total;
 };
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */

@@ -243,6 +243,9 @@ int main(void) {
     one_case_f(4, 128, 1024, 88, 70, 16, 0);
     one_case_f(4, 96, 576, 40, 13, 16, F_ASYM);
     one_case_f(8, 64, 640, 24, 9, 16, F_BF16 | F_RANDZ);
+    /* one token (AVX2 decode sweep): several 512-column blocks and a ragged last block */
+    one_case_f(4, 128, 256, 1096, 1, 16, F_RANDZ);
+    one_case_f(8, 32, 128, 1064, 1, 16, F_ASYM | F_BF16);
     for (int f = 1; f < 8; f++) { /* asym / bf16 scales / random zeros, all combinations */
         one_case_f(4, 32, 96, 24, 5, 16, f);
         one_case_f(8, 64, 192, 40, 3, 16, f);

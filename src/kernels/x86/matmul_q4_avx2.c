@@ -83,6 +83,10 @@ AI void tile(const cllm_qweight *w, int n0, const float *X, size_t ldx, float *Y
 
 AI void core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok, float *Y,
              size_t ldy, const int BITS) {
+    if (n_tok == 1) { /* decode: group-major sweep, same op sequence (matmul_q_dec_avx2.c) */
+        kern_matmul_q_dec_avx2(w, n0, n1, X, Y);
+        return;
+    }
     if (n_tok >= KERN_Q_GEMM_MIN && w->group <= KERN_Q_GEMM_MAXG) { /* prefill: same bits */
         (BITS == 4 ? kern_q_gemm4_avx2 : kern_q_gemm8_avx2)(w, n0, n1, X, ldx, n_tok, Y, ldy);
         return;
