@@ -465,7 +465,7 @@ static json_t *response_json(srv_req *r, const char *status) {
         json_object_set_new(o, "tool_choice", json_string("auto"));
     if (!json_object_get(q, "metadata")) json_object_set_new(o, "metadata", json_object());
     json_t *tools = json_object_get(q, "tools");
-    json_object_set(o, "tools", tools ? tools : json_array());
+    json_object_set_new(o, "tools", tools ? json_incref(tools) : json_array());
     json_object_set_new(o, "parallel_tool_calls", json_true());
     json_object_set_new(o, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(o, "store", json_boolean(st->store));
