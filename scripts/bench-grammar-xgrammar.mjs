@@ -3,6 +3,7 @@
 //   node bench-grammar-xgrammar.mjs TOKENIZER_JSON SCHEMA_FILE TOKENS_FILE [any_whitespace]
 // Prints one JSON line: tokenizer_ms (TokenizerInfo + GrammarCompiler), compile_ms, mask times
 // per step (getNextTokenBitmask, ms), and how many of cllm's tokens xgrammar's matcher accepted.
+// indent -1 = one line with the given separators (undefined would pretty-print with 2 spaces).
 import fs from 'fs';
 import { createRequire } from 'module';
 const require = createRequire(import.meta.url);
@@ -27,7 +28,7 @@ const info = await xg.TokenizerInfo.createTokenizerInfo(enc, 'byte_level', false
 const compiler = await xg.GrammarCompiler.createGrammarCompiler(info, false);
 const t1 = performance.now();
 const schema = fs.readFileSync(schemaPath, 'utf8');
-const cg = await compiler.compileJSONSchema(schema, anyWs === '1', undefined, [',', ':'], true);
+const cg = await compiler.compileJSONSchema(schema, anyWs === '1', -1, [',', ':'], true);
 const t2 = performance.now();
 const m = await xg.GrammarMatcher.createGrammarMatcher(cg);
 const toks = fs.readFileSync(tokensPath, 'utf8').trim().split(/\s+/).filter((x) => x).map(Number);

@@ -152,25 +152,16 @@ static gm_cache *get_cache(cllm_gm_matcher *m, int node) {
 /* Does the token survive from the one-head state {head}? */
 static bool check_token(cllm_gm_matcher *m, int head, int t) {
     const cllm_gm_vocab *v = m->v;
-    gm_set a = {0}, b = {0};
-    bool ok = false;
     int x = head;
     gm_set cur = {.h = &x, .n = 1};
     const gm_set *in = &cur;
     for (uint32_t i = 0; i < v->len[t]; i++) {
-        gm_set *out = (i & 1) ? &b : &a;
-        if (!gm_step(m, in, (unsigned char)v->bytes[t][i], out)) goto done;
-        if (!out->n) {
-            ok = out->accept && i + 1 == v->len[t];
-            goto done;
-        }
+        gm_set *out = (i & 1) ? &m->tmp2 : &m->tmp; /* reused: no allocation per token */
+        if (!gm_step(m, in, (unsigned char)v->bytes[t][i], out)) return false;
+        if (!out->n) return out->accept && i + 1 == v->len[t];
         in = out;
     }
-    ok = true;
-done:
-    gm_set_free(&a);
-    gm_set_free(&b);
-    return ok;
+    return true;
 }
 
 int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask) {
