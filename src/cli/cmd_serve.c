@@ -29,6 +29,7 @@
 #include "server/server.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/serve_card.h"
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
@@ -38,6 +39,8 @@ typedef struct serve_args {
         max_logprobs, tp, pp, seed;
     uint64_t kv_bytes, max_body, max_queued_tokens;
     double mem_util, gpu_mem_util, swap_space, shutdown_timeout, stats_interval;
+    bool no_console, console_prompts; /* web console (serve_card.c, server/console.c) */
+    long console_requests;            /* 0 = the server's default (1000) */
     bool prefix, no_prefix, no_log_requests, auth_all, enforce_eager, trust_remote_code,
         auto_tool_choice, skip_tokenizer, seed_set;
     /* derived by serve_check */
@@ -195,6 +198,12 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "require the API key on /health, /metrics and /version too"},
         {"--log-format", NULL, CLI_CHOICE, &a->log_format, "log lines as text or JSON objects",
          "text|json"},
+        {"--no-console", NULL, CLI_FLAG, &a->no_console,
+         "no web console at / and /console/ (chat, dashboard, request log)"},
+        {"--console-requests", NULL, CLI_INT, &a->console_requests,
+         "requests kept for the console's request log (default 1000)", NULL, 1, 1000000},
+        {"--console-log-prompts", NULL, CLI_FLAG, &a->console_prompts,
+         "keep prompt text in the console's request log (default: counts and times only)"},
         {0}};
     const cli_spec spec = {"serve",
                            "MODEL [options]",
@@ -385,6 +394,9 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->access_log = !a->no_log_requests;
     so->n_threads = (int)a->http_threads;
     so->default_chat_template_kwargs = a->kwargs;
+    so->console = !a->no_console;
+    if (a->console_requests > 0) so->console_requests = (int)a->console_requests;
+    so->console_log_prompts = a->console_prompts;
     so->chat_template = a->chat_template;
     so->has_default_seed = a->seed_set;
     so->default_seed = a->seed_set ? (uint64_t)a->seed : 0;
@@ -462,6 +474,7 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     __atomic_store_n(&engine, e, __ATOMIC_RELEASE);
+    cli_serve_card_set(srv, a.model, so.served_model_name, &eo);
     cllm_server_set_ready(srv, true);
     LOG_INFO("ready: %s (%s)", so.served_model_name, a.model);
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "server/console.h"
 #include "server/srv_int.h"
 
 void cllm_server_opts_defaults(cllm_server_opts *o) {
@@ -33,6 +34,8 @@ void cllm_server_opts_defaults(cllm_server_opts *o) {
     o->access_log = true;
     o->n_threads = 2;
     o->connection_limit = 1024;
+    o->console = true;
+    o->console_requests = 1000;
 }
 
 /* ---- responses ---- */
@@ -347,6 +350,7 @@ static enum MHD_Result dispatch(srv_req *r) {
         if (!t) return MHD_NO;
         return send_buf(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
     }
+    if (srv_console_owns(s, url)) return srv_console_dispatch(r); /* also while loading */
     if (!ready && strcmp(url, "/metrics"))
         return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
     if (!strcmp(url, "/v1/models")) {
@@ -447,7 +451,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             srv_metrics_http(&s->m, 204);
             return ret;
         }
-        if (!(s->o.auth_public_health && is_public(url)) && !authorized(s, c)) {
+        if (!(s->o.auth_public_health && is_public(url)) && !srv_console_public(s, url) &&
+            !authorized(s, c)) {
             srv_err e;
             srv_err_set(&e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");
             snprintf(e.code, sizeof(e.code), "invalid_api_key");
@@ -505,6 +510,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                  r->id[0] ? " id=" : "", r->id,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     }
+    srv_console_record(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     srv_req_conn_done(r);
     if (r->is_gen) {
         pthread_mutex_lock(&s->mu);
@@ -631,6 +637,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
             goto fail;
         }
     }
+    s->console = srv_console_new(s);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -677,6 +684,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
 fail:
     json_decref(s->default_kwargs);
     cllm_tmpl_free(s->tmpl);
+    srv_console_free(s->console);
     if (s->m.tok_bounds) srv_metrics_free(&s->m);
     free(s->model_name);
     free(s);
@@ -795,6 +803,7 @@ void cllm_server_stop(cllm_server *s) {
     cllm_tmpl_free(s->tmpl);
     srv_resp_store_free(s->resp_store);
     srv_metrics_free(&s->m);
+    srv_console_free(s->console);
     free(s->model_name);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);

@@ -54,9 +54,9 @@ static int http_do(int port, const char *method, const char *path, const char *c
     }
     void *bud[2] = {&out->body, &out->len}, *hud[2] = {&out->headers, &out->hlen};
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, bud);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *)bud); /* gcc 12 -O3: curl's type check */
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, http_sink);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, hud);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, (void *)hud);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     CURLcode rc = curl_easy_perform(c);

@@ -1,0 +1,457 @@
+// Web console in a real browser (issue 17): headless Chromium driven by playwright-core against
+// real `cllm serve` processes on the tiny model. Run by console_browser.sh, which checks that
+// node, chromium and playwright-core exist (exit 77 otherwise) and passes:
+//   CLLM_BIN, CLLM_SRC, MODEL, T (scratch dir), CHROMIUM, SHOTS (dir for screenshots or "")
+// Prints "ok: ..." / "FAIL: ..." lines and exits 1 on any failure.
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import path from 'node:path';
+
+const require = createRequire(path.join(process.env.CLLM_SRC, 'package.json'));
+const { chromium } = require('playwright-core');
+
+const BIN = process.env.CLLM_BIN, MODEL = process.env.MODEL, T = process.env.T;
+const SHOTS = process.env.SHOTS || '';
+let failed = 0;
+const ok = (m) => console.log('ok: ' + m);
+const bad = (m) => {
+  console.log('FAIL: ' + m);
+  failed = 1;
+};
+const check = (cond, m) => (cond ? ok(m) : bad(m));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const procs = [];
+function serve(name, args) {
+  const log = fs.openSync(path.join(T, name + '.log'), 'w');
+  const p = spawn(BIN, ['serve', MODEL, '--port', '0', '--stats-interval', '0', ...args], {
+    stdio: ['ignore', log, log],
+  });
+  procs.push(p);
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    const tick = async () => {
+      const txt = fs.readFileSync(path.join(T, name + '.log'), 'utf8');
+      const m = txt.match(/listening on http:\/\/[^:]+:(\d+)/);
+      if (m) {
+        const url = 'http://127.0.0.1:' + m[1];
+        try {
+          const r = await fetch(url + '/health');
+          if (r.status === 200) return resolve({ url, proc: p });
+        } catch (e) {}
+      }
+      if (p.exitCode !== null) return reject(new Error(name + ' exited: ' + txt));
+      if (Date.now() - t0 > 60000) return reject(new Error(name + ' not ready in 60 s'));
+      setTimeout(tick, 100);
+    };
+    tick();
+  });
+}
+function stopAll() {
+  for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM');
+}
+process.on('exit', stopAll);
+
+async function metric(url, name, headers) {
+  const t = await (await fetch(url + '/metrics', { headers })).text();
+  const m = t.match(new RegExp('^' + name.replace(/[:]/g, '\\:') + '\\{[^}]*\\} (\\S+)$', 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+async function waitFor(page, fn, arg, ms, what) {
+  try {
+    await page.waitForFunction(fn, arg, { timeout: ms, polling: 100 });
+    return true;
+  } catch (e) {
+    bad('timed out waiting for ' + what);
+    return false;
+  }
+}
+
+async function newPage(browser, url, opts) {
+  const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, opts || {}));
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('dialog', (d) => {
+    errors.push('dialog opened: ' + d.message());
+    d.dismiss();
+  });
+  return { ctx, page, errors };
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  });
+  try {
+    await plain(browser);
+    await withKey(browser);
+    await noConsole();
+  } finally {
+    await browser.close();
+    stopAll();
+  }
+}
+
+// ---- the server without a key: page, chat, stop, thinking, escaping, dashboard, requests ----
+async function plain(browser) {
+  const { url } = await serve('plain', ['--console-requests', '50']);
+  const { page, errors } = await newPage(browser, url);
+
+  const t0 = Date.now();
+  const resp = await page.goto(url + '/?poll=500', { waitUntil: 'load' });
+  const loadMs = Date.now() - t0;
+  check(resp.status() === 200, 'GET / is 200');
+  check((resp.headers()['content-security-policy'] || '').includes("script-src 'self'"), 'page has a CSP');
+  const paint = await page.evaluate(() => {
+    const p = performance.getEntriesByName('first-contentful-paint')[0];
+    return p ? p.startTime : null;
+  });
+  const bytes = await page.evaluate(() =>
+    performance.getEntriesByType('resource').reduce((a, r) => a + (r.encodedBodySize || 0), 0) +
+    (performance.getEntriesByType('navigation')[0].encodedBodySize || 0));
+  console.log(`info: page load ${loadMs} ms, first contentful paint ${paint === null ? '?' : paint.toFixed(0)} ms, ${bytes} bytes`);
+  await waitFor(page, () => document.getElementById('model-name').textContent.length > 0, null, 10000, 'model name');
+  check(/ready/.test(await page.textContent('#conn')), 'status shows ready');
+  check(await page.isHidden('#key-form'), 'no API key prompt when the server has no key');
+
+  // chat round trip, streamed: watch the answer grow while it streams
+  await page.fill('#set-max', '48');
+  await page.fill('#set-temp', '0');
+  await page.fill('#chat-input', 'Hello! Tell me about the sea.');
+  await page.focus('#chat-input');
+  await page.keyboard.press('Enter');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'first answer');
+  const a1 = await page.evaluate(() => window.cllmConsole.chat.conv()[1]);
+  check(a1 && ((a1.content || '').length + (a1.reasoning || '').length) > 0, 'chat answer arrived');
+  check(a1.chunks >= 3, `answer came as a stream of SSE deltas (${a1.chunks})`);
+  check(a1.usage && a1.usage.completion_tokens > 0, 'usage in the stream: ' + JSON.stringify(a1.usage));
+  check(/tok\/s/.test(await page.textContent('.msg.assistant .meta')), 'tokens/s shown');
+
+  // second turn reuses the prefix cache
+  await page.fill('#chat-input', 'And the mountains?');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'second answer');
+  const a2 = await page.evaluate(() => window.cllmConsole.chat.conv()[3]);
+  const cached = a2.usage && a2.usage.prompt_tokens_details ? a2.usage.prompt_tokens_details.cached_tokens : 0;
+  check(cached > 0, `second turn shows cached_tokens (${cached})`);
+  check(/\(\d+ cached\)/.test(await page.textContent('.msg.assistant:last-child .meta')), 'cached tokens shown in the page');
+
+  // conversation survives a reload (localStorage)
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('.msg').length >= 4, null, 10000, 'conversation after reload');
+  ok('conversation restored from localStorage after reload');
+
+  // thinking on / off: the request carries chat_template_kwargs.enable_thinking
+  const bodies = [];
+  page.on('request', (r) => {
+    if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
+  });
+  await page.click('#clear');
+  await page.uncheck('#set-thinking');
+  await page.fill('#chat-input', 'Hi');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'no-thinking answer');
+  await page.check('#set-thinking');
+  await page.fill('#chat-input', 'Hi again');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'thinking answer');
+  check(bodies.length >= 2 && bodies[0].chat_template_kwargs.enable_thinking === false &&
+    bodies[1].chat_template_kwargs.enable_thinking === true, 'thinking toggle sends enable_thinking false then true');
+  const think = await page.evaluate(() => {
+    const m = window.cllmConsole.chat.conv()[3];
+    const d = document.querySelectorAll('.msg.assistant')[1].querySelector('details.think');
+    return { reasoning: (m.reasoning || '').length, hidden: d.hidden };
+  });
+  console.log('info: thinking answer reasoning chars: ' + think.reasoning);
+  check(think.reasoning === 0 ? think.hidden : !think.hidden, 'thinking block shown exactly when there is reasoning');
+  if (think.reasoning > 0) {
+    const before = await page.evaluate(() => document.querySelectorAll('details.think')[1].open);
+    await page.click('.msg.assistant:last-child details.think summary');
+    const after = await page.evaluate(() => document.querySelectorAll('details.think')[1].open);
+    check(before !== after, 'thinking block collapses / expands');
+  }
+
+  // stop: abort mid-stream, the server cancels (cllm_requests_cancelled_on_disconnect_total)
+  const c0 = await metric(url, 'cllm_requests_cancelled_on_disconnect_total');
+  await page.click('#clear');
+  await page.fill('#set-max', '3000');
+  await page.fill('#set-temp', '1');
+  // the page never sends ignore_eos; the test adds it so the tiny model cannot stop by itself
+  await page.route('**/v1/chat/completions', (route) => {
+    const b = JSON.parse(route.request().postData());
+    b.ignore_eos = true;
+    route.continue({ postData: JSON.stringify(b) });
+  });
+  await page.evaluate(() => {
+    document.getElementById('chat-input').value = 'Write a very long story about a lighthouse.';
+  });
+  await page.click('#send');
+  await waitFor(page, () => {
+    const c = window.cllmConsole.chat.conv();
+    return c.length >= 2 && (c[1].chunks || 0) >= 3;
+  }, null, 30000, 'tokens before stop');
+  const len = () => page.evaluate(() => document.querySelector('.msg.assistant').textContent.length);
+  const l1 = await len();
+  let l2 = l1;
+  for (let i = 0; i < 60 && l2 <= l1; i++) {
+    await sleep(50);
+    l2 = await len();
+  }
+  check(l2 > l1, `tokens stream into the page while the answer runs (${l1} -> ${l2} characters)`);
+  await page.click('#stop');
+  await waitFor(page, () => !window.cllmConsole.chat.busy(), null, 10000, 'stop to end the fetch');
+  await page.unroute('**/v1/chat/completions');
+  const fin = await page.evaluate(() => window.cllmConsole.chat.conv()[1].finish);
+  check(fin === 'stopped', 'answer marked stopped');
+  let c1 = c0;
+  for (let i = 0; i < 50 && c1 <= c0; i++) {
+    await sleep(100);
+    c1 = await metric(url, 'cllm_requests_cancelled_on_disconnect_total');
+  }
+  check(c1 === c0 + 1, `server cancelled the stopped request (cancelled_on_disconnect ${c0} -> ${c1})`);
+  // the engine's abort event ends the request a moment after the cancel
+  let inflight = await metric(url, 'cllm_requests_in_flight');
+  for (let i = 0; i < 100 && inflight !== 0; i++) {
+    await sleep(50);
+    inflight = await metric(url, 'cllm_requests_in_flight');
+  }
+  check(inflight === 0, 'nothing left in flight after stop');
+
+  // a faked SSE answer (the tiny model does not think): the thinking block collapses, and model
+  // HTML in the streamed answer renders as text
+  await page.click('#clear');
+  const sse = (o) => 'data: ' + JSON.stringify(o) + '\n\n';
+  const chunk = (d, fin) => sse({ id: 'x', object: 'chat.completion.chunk', choices: [{ index: 0, delta: d, finish_reason: fin || null }] });
+  await page.route('**/v1/chat/completions', (route) => route.fulfill({
+    status: 200, headers: { 'content-type': 'text/event-stream' },
+    body: chunk({ role: 'assistant', content: '' }) + chunk({ reasoning_content: 'Let me think <b>hard</b>. ' }) +
+      chunk({ reasoning_content: 'Done thinking.' }) + chunk({ content: 'Answer: <script>window.__pwned=6</script>' }) +
+      chunk({ content: ' <img src=x onerror="window.__pwned=7"> and `code`' }, 'stop') +
+      sse({ id: 'x', choices: [], usage: { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14, prompt_tokens_details: { cached_tokens: 2 } } }) +
+      'data: [DONE]\n\n' }));
+  await page.fill('#chat-input', 'fake');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 10000, 'faked answer');
+  await page.unroute('**/v1/chat/completions');
+  const fk = await page.evaluate(() => {
+    const m = document.querySelector('.msg.assistant');
+    const d = m.querySelector('details.think');
+    return { hidden: d.hidden, open: d.open, think: d.textContent, body: m.querySelector('.md').textContent,
+      els: m.querySelectorAll('script,img,b').length, code: m.querySelectorAll('code').length, meta: m.querySelector('.meta').textContent };
+  });
+  check(!fk.hidden && fk.think.includes('Done thinking.') && fk.think.includes('<b>hard</b>'), 'thinking block shows the reasoning as text');
+  check(!fk.open, 'thinking block collapsed once the answer started');
+  await page.click('.msg.assistant details.think summary');
+  check(await page.evaluate(() => document.querySelector('.msg.assistant details.think').open), 'thinking block expands on click');
+  check(fk.els === 0 && fk.body.includes('<script>window.__pwned=6</script>') && fk.body.includes('onerror'),
+    'streamed <script> and onerror image render as text');
+  check(fk.code === 1, 'markdown still renders in the answer (code span)');
+  check(/5 prompt tokens \(2 cached\) · 9 output tokens/.test(fk.meta), 'token counts from usage shown: ' + fk.meta);
+
+  // escaping: a model answer holding <script> and an onerror image renders as text
+  const evil = 'Hi <script>window.__pwned=1</script> <img src=x onerror="window.__pwned=2"> ' +
+    '[x](javascript:window.__pwned=3) **bold**';
+  const r = await page.evaluate((s) => {
+    const div = document.createElement('div');
+    div.innerHTML = window.cllmConsole.renderMarkdown(s);
+    return { scripts: div.querySelectorAll('script,img,iframe').length, text: div.textContent,
+      js: [...div.querySelectorAll('a')].filter((a) => /^javascript:/i.test(a.getAttribute('href') || '')).length,
+      bold: div.querySelectorAll('strong').length };
+  }, evil);
+  check(r.scripts === 0 && r.js === 0, 'markdown output has no script/img elements or javascript: links');
+  check(r.text.includes('<script>') && r.text.includes('onerror'), 'the HTML shows as text');
+  check(r.bold === 1, 'markdown still renders (bold)');
+  // and through the real chat path: a stored answer with that content, rendered after reload
+  await page.evaluate((s) => {
+    localStorage.setItem('cllm.console.chat.v1', JSON.stringify([
+      { role: 'user', content: '<img src=x onerror="window.__pwned=4">' },
+      { role: 'assistant', content: s, reasoning: '<script>window.__pwned=5</script>' }]));
+  }, evil);
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('.msg').length === 2, null, 10000, 'stored evil conversation');
+  await sleep(300);
+  const pw = await page.evaluate(() => ({ p: window.__pwned, imgs: document.querySelectorAll('#chat-log img, #chat-log script').length,
+    text: document.getElementById('chat-log').textContent }));
+  check(pw.p === undefined && pw.imgs === 0, 'no script ran and no image element from model or user text');
+  check(pw.text.includes('<script>window.__pwned=1</script>'), 'chat shows the answer\'s <script> as text');
+  if (SHOTS) {
+    await page.evaluate(() => localStorage.removeItem('cllm.console.chat.v1'));
+  }
+
+  // dashboard: numbers rise during bench-serve and fall back after
+  await page.click('#tab-dash');
+  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 6, null, 10000, 'dashboard charts');
+  const reqsBefore = await page.evaluate(() => window.cllmConsole.reqs.rows().length);
+  const bench = spawn(BIN, ['bench-serve', '--url', url, '--backend', 'openai-chat', '-n', '24',
+    '--max-concurrency', '8', '--random-input-len', '64', '--random-output-len', '48', '--ignore-eos', '-q'],
+  { stdio: ['ignore', 'pipe', 'pipe'] });
+  let benchOut = '';
+  bench.stdout.on('data', (d) => (benchOut += d));
+  bench.stderr.on('data', (d) => (benchOut += d));
+  const benchDone = new Promise((res) => bench.on('exit', (code) => res(code)));
+  let peak = { running: 0, gtps: 0 };
+  let benchCode = null;
+  benchDone.then((c) => (benchCode = c));
+  while (benchCode === null) {
+    const v = await page.evaluate(() => window.cllmConsole.dash.last().values);
+    peak.running = Math.max(peak.running, v.running || 0);
+    peak.gtps = Math.max(peak.gtps, v.gtps || 0);
+    if (SHOTS && peak.running >= 4 && !peak.shot) {
+      await sleep(1200);
+      await page.screenshot({ path: path.join(SHOTS, 'console-dashboard.png'), fullPage: true });
+      peak.shot = true;
+    }
+    await sleep(150);
+  }
+  check(benchCode === 0, 'bench-serve finished (rc ' + benchCode + ')' + (benchCode ? '\n' + benchOut : ''));
+  check(peak.running >= 2, `running requests rose during the run (peak ${peak.running})`);
+  check(peak.gtps > 0, `generation tokens/s rose during the run (peak ${peak.gtps.toFixed(1)})`);
+  await waitFor(page, () => {
+    const v = window.cllmConsole.dash.last().values;
+    return v.running === 0 && v.waiting === 0 && v.gtps === 0;
+  }, null, 15000, 'dashboard back to idle');
+  ok('dashboard fell back to idle after the run');
+  const st = await page.evaluate(() => window.cllmConsole.dash.last().stats);
+  check(st.ttft_ms && st.ttft_ms.n >= 24 && st.ttft_ms.p50 > 0, 'TTFT percentiles over the window: ' + JSON.stringify(st.ttft_ms));
+  check(st.e2e_ms && st.e2e_ms.p99 >= st.e2e_ms.p50, 'e2e percentiles ordered');
+  const cardText = await page.textContent('#card');
+  check(/ISA tier/.test(cardText) && /Parameters/.test(cardText) && /KV capacity/.test(cardText), 'model card shows tier, parameters, KV capacity');
+
+  // requests table shows the run
+  await page.click('#tab-reqs');
+  await waitFor(page, (n) => window.cllmConsole.reqs.rows().length >= n + 24, reqsBefore, 10000, 'requests rows');
+  const rows = await page.evaluate(() => window.cllmConsole.reqs.rows());
+  const benchRows = rows.filter((x) => x.route === '/v1/chat/completions' && x.output_tokens === 48);
+  check(benchRows.length >= 24, `requests table has the run's requests (${benchRows.length})`);
+  check(benchRows.every((x) => x.ttft_ms > 0 && x.total_ms >= x.ttft_ms && x.prompt_tokens > 0 && x.finish === 'length'),
+    'each row has TTFT, total, prompt tokens, finish');
+  check(rows.some((x) => x.finish === 'cancelled'), 'the stopped chat shows as cancelled');
+  check(rows.every((x) => x.prompt === undefined), 'no prompt text without --console-log-prompts');
+  const domRows = await page.$$eval('#reqs tbody tr', (t) => t.length);
+  check(domRows === Math.min(rows.length, 50) && rows.length <= 50, `ring keeps --console-requests 50 (${rows.length} rows, ${domRows} in the table)`);
+
+  // keyboard: tabs move with the arrow keys
+  await page.focus('#tab-reqs');
+  await page.keyboard.press('ArrowLeft');
+  check(await page.evaluate(() => document.activeElement.id === 'tab-dash' && !document.getElementById('panel-dash').hidden),
+    'arrow keys move between tabs');
+
+  // phone width: no horizontal scroll of the page
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const t of ['chat', 'dash', 'reqs']) {
+    await page.click('#tab-' + t);
+    await sleep(200);
+    const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    check(over <= 1, `${t} tab fits a 390 px phone width (overflow ${over} px)`);
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+
+  if (SHOTS) {
+    // requests + chat screenshots (dashboard taken during the run)
+    await page.click('#tab-reqs');
+    await sleep(300);
+    await page.screenshot({ path: path.join(SHOTS, 'console-requests.png') });
+    await page.click('#tab-chat');
+    await page.click('#clear');
+    await page.fill('#set-max', '120');
+    await page.fill('#set-temp', '0');
+    await page.fill('#chat-input', 'What is the capital of France?');
+    await page.click('#send');
+    await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'screenshot answer');
+    await page.fill('#chat-input', 'Tell me more.');
+    await page.click('#send');
+    await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'screenshot answer 2');
+    await page.screenshot({ path: path.join(SHOTS, 'console-chat.png') });
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.click('#tab-dash');
+    await sleep(600);
+    await page.screenshot({ path: path.join(SHOTS, 'console-dashboard-dark.png') });
+    await page.emulateMedia({ colorScheme: 'light' });
+  }
+
+  // cost of /console/stats while 64 streams run
+  const load = spawn(BIN, ['bench-serve', '--url', url, '--backend', 'openai-chat', '-n', '64',
+    '--random-input-len', '32', '--random-output-len', '200', '--ignore-eos', '-q'], { stdio: 'ignore' });
+  const loadDone = new Promise((res) => load.on('exit', res));
+  let running = 0;
+  for (let i = 0; i < 100 && running < 32; i++) {
+    await sleep(100);
+    running = (await (await fetch(url + '/console/stats')).json()).running;
+  }
+  const times = [];
+  for (let i = 0; i < 200; i++) {
+    const t = process.hrtime.bigint();
+    const j = await (await fetch(url + '/console/stats')).json();
+    times.push(Number(process.hrtime.bigint() - t) / 1e6);
+    if (i === 0) running = j.running;
+  }
+  times.sort((a, b) => a - b);
+  // the server's own time for those calls (access log: arrival to response done)
+  const srv = fs.readFileSync(path.join(T, 'plain.log'), 'utf8').split('\n')
+    .filter((l) => l.includes('"GET /console/stats"')).slice(-200)
+    .map((l) => Number((l.match(/ ([0-9.]+) ms/) || [])[1])).filter(isFinite).sort((a, b) => a - b);
+  if (srv.length >= 100)
+    console.log(`info: /console/stats server-side (access log) at ${running} running: p50 ${srv[srv.length >> 1]} ms, ` +
+      `p90 ${srv[Math.floor(srv.length * 0.9)]} ms, max ${srv[srv.length - 1]} ms`);
+  console.log(`info: /console/stats round trip with ${running} running streams: p50 ${times[100].toFixed(3)} ms, ` +
+    `p90 ${times[180].toFixed(3)} ms, max ${times[199].toFixed(3)} ms (200 calls, client-side incl. HTTP)`);
+  await loadDone;
+
+  check(errors.length === 0, 'no console errors on the page' + (errors.length ? ': ' + errors.join(' | ') : ''));
+}
+
+// ---- --api-key: the page loads, data endpoints are 401 until the key is entered ----
+async function withKey(browser) {
+  const key = 'sekret-' + Math.random().toString(36).slice(2);
+  const { url } = await serve('key', ['--api-key', key, '--console-log-prompts']);
+  for (const p of ['/console/stats', '/console/info', '/console/requests'])
+    check((await fetch(url + p)).status === 401, `${p} is 401 without the key`);
+  check((await fetch(url + '/console/stats', { headers: { Authorization: 'Bearer ' + key } })).status === 200, 'stats 200 with the key');
+  check((await fetch(url + '/')).status === 200 && (await fetch(url + '/console/app.js')).status === 200, 'page and assets load without the key');
+  const { page, errors } = await newPage(browser, url);
+  const statuses = [];
+  page.on('response', (r) => {
+    if (r.url().includes('/console/info') || r.url().includes('/console/stats')) statuses.push(r.status());
+  });
+  await page.goto(url + '/?poll=500', { waitUntil: 'load' });
+  await waitFor(page, () => !document.getElementById('key-form').hidden, null, 10000, 'key prompt');
+  check(statuses.includes(401), 'the page got 401 before the key');
+  await page.fill('#key-input', 'wrong');
+  await page.press('#key-input', 'Enter');
+  await waitFor(page, () => !document.getElementById('key-form').hidden && /refused/.test(document.getElementById('key-msg').textContent), null, 5000, 'wrong key refused');
+  await page.fill('#key-input', key);
+  await page.press('#key-input', 'Enter');
+  await waitFor(page, () => document.getElementById('key-form').hidden && /ready/.test(document.getElementById('conn').textContent), null, 10000, 'key accepted');
+  ok('page works after entering the key');
+  await page.fill('#set-max', '8');
+  await page.fill('#chat-input', 'secret prompt words');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'chat with key');
+  const a = await page.evaluate(() => window.cllmConsole.chat.conv()[1]);
+  check(a.usage && !a.error, 'chat works with the key');
+  await page.click('#tab-reqs');
+  await waitFor(page, () => window.cllmConsole.reqs.rows().some((r) => r.prompt === 'secret prompt words'), null, 10000, 'logged prompt');
+  ok('--console-log-prompts shows the prompt text');
+  // errors expected here: the 401s the page was built to get; anything else is a failure
+  const other = errors.filter((e) => !/401|Unauthorized/.test(e));
+  check(other.length === 0, 'no console errors besides the expected 401s' + (other.length ? ': ' + other.join(' | ') : ''));
+}
+
+// ---- --no-console ----
+async function noConsole() {
+  const { url } = await serve('off', ['--no-console']);
+  check((await fetch(url + '/')).status === 404, '--no-console: / is 404');
+  check((await fetch(url + '/console/stats')).status === 404, '--no-console: /console/stats is 404');
+  check((await fetch(url + '/health')).status === 200, '--no-console: the API still serves');
+}
+
+main().then(() => process.exit(failed), (e) => {
+  console.log('FAIL: ' + (e && e.stack ? e.stack : e));
+  process.exit(1);
+});

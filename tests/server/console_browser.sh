@@ -1,0 +1,24 @@
+#!/bin/bash
+# Web console (issue 17) in a real browser: headless Chromium (Debian `chromium`) driven by
+# playwright-core (package.json) against real `cllm serve` processes on models/tiny — page load
+# without console errors, streamed chat, stop cancels server-side, thinking toggle, escaping of
+# model HTML, dashboard rising under `cllm bench-serve` and back to idle, the requests table,
+# --api-key 401 then the key prompt, --console-log-prompts, --no-console, phone width.
+# Skips (77) when node, chromium or playwright-core is missing.
+# CLLM_CONSOLE_SHOTS=DIR also writes the screenshots (docs/console-*.png come from this).
+T=${CLLM_TMP:-/tmp}/console_browser.$$
+mkdir -p "$T"
+trap 'rm -rf "$T"' EXIT
+MODEL="$CLLM_SRC/models/tiny"
+command -v node >/dev/null || { echo "skip: no node"; exit 77; }
+CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+[ -n "$CHROMIUM" ] || { echo "skip: no chromium (apt install chromium)"; exit 77; }
+[ -d "$CLLM_SRC/node_modules/playwright-core" ] || { echo "skip: no playwright-core (npm ci)"; exit 77; }
+[ -f "$MODEL/model.safetensors" ] || { echo "skip: no $MODEL"; exit 77; }
+export CLLM_BIN CLLM_SRC MODEL T CHROMIUM SHOTS=${CLLM_CONSOLE_SHOTS:-}
+# the browser and its fetches stay local; a proxy setting must not capture 127.0.0.1
+export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
+timeout 600 node "$CLLM_SRC/tests/server/console_browser.mjs"
+rc=$?
+[ $rc = 0 ] || for f in "$T"/*.log; do echo "== $f"; tail -20 "$f"; done
+exit $rc

@@ -1,0 +1,334 @@
+/* The web console's server side (issue 17) against the scripted fake engine: the page and its
+ * files are served (CSP, content types) without the API key, the data endpoints need it; the
+ * request ring (size, wrap, fields, cancelled streams, no prompt text unless asked);
+ * /console/stats fields and window percentiles; --no-console (opts.console false) 404s.
+ * Also times /console/stats while 64 streams run (printed, not asserted). */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "test_server_client.h"
+#include "test_server_fake.h"
+
+#define KEY "console-test-key"
+
+static const char *const AUTH[] = {"Authorization: Bearer " KEY, NULL};
+
+static json_t *get_json(int port, const char *path, long *status) {
+    http_res r;
+    http_do(port, "GET", path, AUTH, NULL, 0, &r);
+    *status = r.status;
+    json_t *j = json_loads(r.body, 0, NULL);
+    http_free(&r);
+    return j;
+}
+
+/* A request is logged when MHD reports its connection done, just after the client has the
+ * response: wait for the ring to reach seq n. */
+static void wait_seq(int port, long long n) {
+    for (int i = 0; i < 200; i++) {
+        long st;
+        json_t *j = get_json(port, "/console/requests?limit=1", &st);
+        long long last = json_integer_value(json_object_get(j, "last_seq"));
+        json_decref(j);
+        if (last >= n) return;
+        usleep(5000);
+    }
+}
+
+static cllm_server *start(fake_engine *f, bool console, int ring, bool prompts) {
+    cllm_server_engine ops = fake_ops(f);
+    cllm_server_opts o;
+    cllm_server_opts_defaults(&o);
+    o.port = 0;
+    o.api_key = KEY;
+    o.served_model_name = "tiny";
+    o.stats_interval_s = 0;
+    o.access_log = false;
+    o.console = console;
+    o.console_requests = ring;
+    o.console_log_prompts = prompts;
+    cllm_server *s = NULL;
+    cllm_error err = {0};
+    CHECK_MSG(cllm_server_start(&o, &ops, &s, &err) == CLLM_OK, "%s", err.msg);
+    if (s) cllm_server_set_ready(s, true);
+    return s;
+}
+
+static void test_page_and_auth(int port) {
+    http_res r;
+    http_do(port, "GET", "/", NULL, NULL, 0, &r);
+    CHECK_MSG(r.status == 200, "GET / without key: %ld", r.status);
+    CHECK(strstr(r.headers, "text/html") != NULL);
+    CHECK(strstr(r.headers, "Content-Security-Policy: default-src 'none'; script-src 'self'") !=
+          NULL);
+    CHECK(strstr(r.body, "role=\"tablist\"") != NULL);
+    http_free(&r);
+    const char *assets[] = {"/console/", "/console/app.js", "/console/vendor/purify.min.js",
+                            "/console/vendor/LICENSE.uplot", "/console/console.css"};
+    for (size_t i = 0; i < sizeof(assets) / sizeof(*assets); i++) {
+        http_do(port, "GET", assets[i], NULL, NULL, 0, &r);
+        CHECK_MSG(r.status == 200 && r.len > 100, "%s: %ld (%zu bytes)", assets[i], r.status,
+                  r.len);
+        http_free(&r);
+    }
+    http_do(port, "GET", "/console/app.js", NULL, NULL, 0, &r);
+    CHECK(strstr(r.headers, "text/javascript") != NULL);
+    http_free(&r);
+    const char *missing[] = {"/console/%2e%2e/server.c", "/console/nope.js", "/console/vendor/",
+                             "/console/index.html/x"};
+    for (size_t i = 0; i < sizeof(missing) / sizeof(*missing); i++) {
+        http_do(port, "GET", missing[i], NULL, NULL, 0, &r);
+        CHECK_MSG(r.status == 404, "%s: %ld", missing[i], r.status);
+        http_free(&r);
+    }
+    const char *data[] = {"/console/stats", "/console/info", "/console/requests"};
+    for (size_t i = 0; i < 3; i++) {
+        http_do(port, "GET", data[i], NULL, NULL, 0, &r);
+        CHECK_MSG(r.status == 401, "%s without key: %ld", data[i], r.status);
+        http_free(&r);
+        http_do(port, "GET", data[i], AUTH, NULL, 0, &r);
+        CHECK_MSG(r.status == 200, "%s with key: %ld", data[i], r.status);
+        CHECK(strstr(r.headers, "Cache-Control: no-store") != NULL);
+        http_free(&r);
+    }
+    http_post(port, "/console/stats", KEY, "{}", &r);
+    CHECK_MSG(r.status == 405, "POST /console/stats: %ld", r.status);
+    http_free(&r);
+}
+
+static void test_ring(int port) {
+    http_res r;
+    /* 5 requests into a ring of 3: the newest three stay, newest first */
+    for (int i = 0; i < 5; i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"prompt\":\"secret %d\",\"max_tokens\":3}", i);
+        http_post(port, "/v1/completions", KEY, body, &r);
+        CHECK_MSG(r.status == 200, "completion %d: %ld", i, r.status);
+        http_free(&r);
+    }
+    http_post(port, "/v1/completions", KEY, "{\"prompt\":\"x\",\"temperature\":-5}", &r);
+    CHECK(r.status == 400);
+    http_free(&r);
+    wait_seq(port, 6);
+    long st;
+    json_t *j = get_json(port, "/console/requests", &st);
+    CHECK(st == 200 && j);
+    json_t *a = json_object_get(j, "requests");
+    CHECK_MSG(json_array_size(a) == 3, "ring of 3 holds %zu", json_array_size(a));
+    CHECK(json_integer_value(json_object_get(j, "last_seq")) == 6);
+    CHECK(json_integer_value(json_object_get(j, "capacity")) == 3);
+    json_t *e0 = json_array_get(a, 0), *e1 = json_array_get(a, 1);
+    CHECK(json_integer_value(json_object_get(e0, "status")) == 400);
+    CHECK(json_integer_value(json_object_get(e1, "status")) == 200);
+    CHECK(!strcmp(json_string_value(json_object_get(e1, "route")), "/v1/completions"));
+    CHECK(json_integer_value(json_object_get(e1, "output_tokens")) == 3);
+    CHECK(json_integer_value(json_object_get(e1, "prompt_tokens")) > 0);
+    CHECK(json_number_value(json_object_get(e1, "ttft_ms")) > 0);
+    CHECK(json_number_value(json_object_get(e1, "total_ms")) >=
+          json_number_value(json_object_get(e1, "ttft_ms")));
+    CHECK(!strcmp(json_string_value(json_object_get(e1, "finish")), "length"));
+    char *txt = json_dumps(j, 0);
+    CHECK_MSG(txt && !strstr(txt, "secret"), "prompt text leaked: %s", txt);
+    free(txt);
+    json_decref(j);
+    /* after= returns only newer entries */
+    j = get_json(port, "/console/requests?after=5", &st);
+    CHECK(json_array_size(json_object_get(j, "requests")) == 1);
+    json_decref(j);
+    j = get_json(port, "/console/requests?limit=2", &st);
+    CHECK(json_array_size(json_object_get(j, "requests")) == 2);
+    json_decref(j);
+    /* console urls and probes are not logged */
+    http_do(port, "GET", "/health", NULL, NULL, 0, &r);
+    http_free(&r);
+    j = get_json(port, "/console/requests", &st);
+    CHECK(json_integer_value(json_object_get(j, "last_seq")) == 6);
+    json_decref(j);
+}
+
+static void test_stats(int port) {
+    long st;
+    json_t *j = get_json(port, "/console/stats", &st);
+    CHECK(st == 200 && j);
+    const char *fields[] = {"running",
+                            "waiting",
+                            "kv_blocks_used",
+                            "kv_blocks_total",
+                            "state_slots_used",
+                            "state_slots_total",
+                            "prefix_queries_tokens",
+                            "prefix_hits_tokens",
+                            "engine_generation_tokens",
+                            "preemptions",
+                            "http_429",
+                            "cancelled_disconnect",
+                            "proc_cpu_s",
+                            "proc_rss_bytes",
+                            "host_cpu_total",
+                            "mem_total_bytes",
+                            "mem_available_bytes"};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(*fields); i++)
+        CHECK_MSG(json_is_number(json_object_get(j, fields[i])), "stats.%s missing", fields[i]);
+    CHECK(json_number_value(json_object_get(j, "proc_rss_bytes")) > 0);
+    CHECK(json_number_value(json_object_get(j, "mem_total_bytes")) > 0);
+    CHECK(json_integer_value(json_object_get(j, "generation_tokens")) >= 15);
+    json_t *tt = json_object_get(j, "ttft_ms");
+    /* the window covers the ring: 3 entries, the 400 has no TTFT */
+    CHECK_MSG(json_integer_value(json_object_get(tt, "n")) == 2, "window ttft n %lld",
+              (long long)json_integer_value(json_object_get(tt, "n")));
+    CHECK(json_number_value(json_object_get(tt, "p99")) >=
+          json_number_value(json_object_get(tt, "p50")));
+    CHECK(json_is_object(json_object_get(j, "e2e_ms")) &&
+          json_is_object(json_object_get(j, "itl_ms")));
+    json_decref(j);
+    j = get_json(port, "/console/info", &st);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "model")), "tiny"));
+    CHECK(json_is_object(json_object_get(j, "card")));
+    CHECK(json_integer_value(json_object_get(j, "requests_log_size")) == 3);
+    json_decref(j);
+}
+
+/* A stream whose client leaves early shows as "cancelled". */
+static void test_cancelled(int port) {
+    http_res r;
+    const char *h[] = {"Content-Type: application/json", AUTH[0], NULL};
+    const char *body = "{\"prompt\":\"SCRIPT=long\",\"stream\":true,\"max_tokens\":200}";
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/completions", port);
+    struct curl_slist *sl = NULL;
+    for (int i = 0; h[i]; i++) sl = curl_slist_append(sl, h[i]);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L); /* 200 tokens x 20 ms: cut off mid-stream */
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    memset(&r, 0, sizeof(r));
+    void *bud[2] = {&r.body, &r.len};
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *)bud);
+    curl_easy_perform(c);
+    curl_slist_free_all(sl);
+    curl_easy_cleanup(c);
+    free(r.body);
+    json_t *e = NULL;
+    long st;
+    for (int i = 0; i < 100 && !e; i++) {
+        usleep(20000);
+        json_t *j = get_json(port, "/console/requests?limit=1", &st);
+        json_t *x = json_array_get(json_object_get(j, "requests"), 0);
+        const char *fin = json_string_value(json_object_get(x, "finish"));
+        if (fin && !strcmp(fin, "cancelled")) e = json_incref(x);
+        json_decref(j);
+    }
+    CHECK_MSG(e != NULL, "cut-off stream not logged as cancelled");
+    if (e) CHECK(json_integer_value(json_object_get(e, "output_tokens")) < 200);
+    json_decref(e);
+}
+
+typedef struct stream_arg {
+    int port;
+} stream_arg;
+
+static void *one_stream(void *p) {
+    stream_arg *a = p;
+    http_res r;
+    http_post(a->port, "/v1/completions", KEY,
+              "{\"prompt\":\"SCRIPT=long\",\"stream\":true,\"max_tokens\":60}", &r);
+    http_free(&r);
+    return NULL;
+}
+
+/* /console/stats round trips while 64 streams run (client-side, includes HTTP). */
+static void time_stats(int port, cllm_server *s) {
+    enum { N = 64 };
+    pthread_t th[N];
+    stream_arg a = {port};
+    for (int i = 0; i < N; i++) pthread_create(&th[i], NULL, one_stream, &a);
+    double t0 = fake_now();
+    while (cllm_server_in_flight(s) < N && fake_now() - t0 < 5) usleep(2000);
+    int inflight = cllm_server_in_flight(s);
+    double best = 1e9, sum = 0;
+    int calls = 0;
+    for (; calls < 200 && cllm_server_in_flight(s) >= N / 2; calls++) {
+        http_res r;
+        double t = fake_now();
+        http_do(port, "GET", "/console/stats", AUTH, NULL, 0, &r);
+        double dt = fake_now() - t;
+        CHECK(r.status == 200);
+        http_free(&r);
+        sum += dt;
+        if (dt < best) best = dt;
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    if (calls)
+        printf("console stats with %d streams in flight: %d calls, mean %.3f ms, best %.3f ms "
+               "(round trip over loopback)\n",
+               inflight, calls, sum / calls * 1e3, best * 1e3);
+}
+
+int main(void) {
+    const char *src = getenv("CLLM_SRC");
+    if (!src) src = ".";
+    curl_global_init(CURL_GLOBAL_ALL);
+    char tokdir[512];
+    snprintf(tokdir, sizeof(tokdir), "%s/models/tiny", src);
+    fake_engine f;
+    if (fake_start(&f, tokdir)) return 1;
+
+    cllm_server *s = start(&f, true, 3, false);
+    if (s) {
+        int port = cllm_server_port(s);
+        test_page_and_auth(port);
+        test_ring(port);
+        test_stats(port);
+        test_cancelled(port);
+        time_stats(port, s);
+        cllm_server_stop(s);
+    }
+    /* console off: its urls are unknown routes again */
+    s = start(&f, false, 0, false);
+    if (s) {
+        int port = cllm_server_port(s);
+        http_res r;
+        http_do(port, "GET", "/", AUTH, NULL, 0, &r);
+        CHECK_MSG(r.status == 404, "console off: GET / %ld", r.status);
+        http_free(&r);
+        http_do(port, "GET", "/console/stats", AUTH, NULL, 0, &r);
+        CHECK(r.status == 404);
+        http_free(&r);
+        http_do(port, "GET", "/console/app.js", NULL, NULL, 0, &r);
+        CHECK_MSG(r.status == 401, "console off: assets are not public: %ld", r.status);
+        http_free(&r);
+        cllm_server_stop(s);
+    }
+    /* with prompt logging */
+    s = start(&f, true, 10, true);
+    if (s) {
+        int port = cllm_server_port(s);
+        http_res r;
+        http_post(port, "/v1/chat/completions", KEY,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"my words\"}],\"max_tokens\":2}",
+                  &r);
+        CHECK(r.status == 200);
+        http_free(&r);
+        wait_seq(port, 1);
+        long st;
+        json_t *j = get_json(port, "/console/requests", &st);
+        json_t *e = json_array_get(json_object_get(j, "requests"), 0);
+        const char *p = json_string_value(json_object_get(e, "prompt"));
+        char *dump = json_dumps(e, 0);
+        CHECK_MSG(p && !strcmp(p, "my words"), "logged prompt: %s", dump);
+        free(dump);
+        json_decref(j);
+        cllm_server_stop(s);
+    }
+    fake_stop(&f);
+    curl_global_cleanup();
+    return test_report("test_console");
+}
