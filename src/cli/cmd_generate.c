@@ -13,12 +13,14 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "model/config.h"
 #include "model/seq_runner.h"
 #include "tokenizer/tokenizer.h"
 
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
+    const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0, rep_pen = 1.0, pres_pen = 0.0,
            freq_pen = 0.0;
@@ -48,6 +50,11 @@ int cmd_generate(int argc, char **argv) {
         {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
         {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of every step's logits"},
         {"--ids", NULL, CLI_FLAG, &print_ids, "print token ids instead of text"},
+        {"--json-schema", NULL, CLI_STR, &schema_file,
+         "constrain the output to a JSON Schema (file)"},
+        {"--regex", NULL, CLI_STR, &regex, "constrain the output to match a regex"},
+        {"--grammar", NULL, CLI_STR, &grammar_file,
+         "constrain the output to a GBNF grammar (file)"},
         {0}};
     const cli_spec spec = {
         "generate",
@@ -124,6 +131,10 @@ int cmd_generate(int argc, char **argv) {
                         .ignore_eos = ignore_eos,
                         .logprobs = -1,
                         .n = 1};
+    cllm_gm *gm = NULL;
+    cllm_gm_vocab *gv = NULL;
+    cllm_gm_matcher *gmm = NULL;
+    uint32_t *allow = NULL;
     smp_scratch sm = {0};
     float *logits = malloc((size_t)V * sizeof(float));
     int32_t *out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
@@ -131,6 +142,55 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cllm generate: out of memory\n");
         ret = 1;
         goto done;
+    }
+    /* structured output: the same grammar masks the server's sampler path applies */
+    if (schema_file || regex || grammar_file) {
+        if ((!!schema_file + !!regex + !!grammar_file) > 1 || !tok) {
+            fprintf(stderr, "cllm generate: %s\n",
+                    tok ? "give one of --json-schema, --regex, --grammar"
+                        : "a constraint needs the model's tokenizer");
+            ret = 2;
+            goto done;
+        }
+        char *src = NULL;
+        size_t sl = 0;
+        if (!regex) {
+            FILE *f = fopen(schema_file ? schema_file : grammar_file, "rb");
+            if (f) {
+                fseek(f, 0, SEEK_END);
+                long fl = ftell(f);
+                fseek(f, 0, SEEK_SET);
+                src = fl >= 0 ? malloc((size_t)fl + 1) : NULL;
+                if (src && fread(src, 1, (size_t)fl, f) == (size_t)fl) sl = (size_t)fl;
+                fclose(f);
+            }
+            if (!src) {
+                fprintf(stderr, "cllm generate: cannot read %s\n",
+                        schema_file ? schema_file : grammar_file);
+                ret = 1;
+                goto done;
+            }
+        }
+        cllm_status gst = schema_file ? cllm_gm_from_json_schema(src, sl, NULL, &gm, &err)
+                          : regex     ? cllm_gm_from_regex(regex, strlen(regex), NULL, &gm, &err)
+                                      : cllm_gm_from_gbnf(src, sl, NULL, &gm, &err);
+        free(src);
+        int eos_all[2 * CLLM_MAX_EOS], n_all = 0;
+        for (int e = 0; e < cf->n_eos; e++) eos_all[n_all++] = cf->eos_ids[e];
+        for (int e = 0; e < gen.n_eos && n_all < 2 * CLLM_MAX_EOS; e++)
+            eos_all[n_all++] = gen.eos_ids[e];
+        if (gst == CLLM_OK) gst = cllm_gm_vocab_from_tok(tok, eos_all, n_all, &gv, &err);
+        if (gst == CLLM_OK && cllm_gm_vocab_size(gv) > V)
+            gst = cllm_err_set(&err, CLLM_EINVAL, "the tokenizer has more ids than the model");
+        if (gst == CLLM_OK) {
+            gmm = cllm_gm_matcher_new(gm, gv);
+            allow = calloc((size_t)(V + 31) / 32, sizeof(uint32_t));
+        }
+        if (gst != CLLM_OK || !gmm || !allow) {
+            fprintf(stderr, "cllm generate: %s\n", gst != CLLM_OK ? err.msg : "out of memory");
+            ret = gst == CLLM_OK ? 1 : 2;
+            goto done;
+        }
     }
     double t0 = cllm_time_s();
     int step = chunk > 0 ? (int)chunk : n;
@@ -157,8 +217,21 @@ int cmd_generate(int argc, char **argv) {
                         .seed = sp.seed,
                         .index = 0,
                         .step = made};
+        if (gmm) {
+            if (cllm_gm_matcher_mask(gmm, allow) == 0) break; /* complete: nothing may follow */
+            in.allow = allow;
+        }
         int32_t next = smp_sample(&sm, &sp, &in, NULL);
         out[made] = next;
+        bool gm_done = false;
+        if (gmm) {
+            if (!cllm_gm_matcher_accept_token(gmm, next)) {
+                fprintf(stderr, "\ncllm generate: structured output: sampled token rejected\n");
+                ret = 1;
+                goto done;
+            }
+            gm_done = cllm_gm_matcher_is_done(gmm);
+        }
         if (print_ids) {
             printf("%d%s", next, made + 1 < n_gen ? " " : "");
         } else {
@@ -170,7 +243,7 @@ int cmd_generate(int argc, char **argv) {
         bool eos = false;
         for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == next;
         for (int e = 0; e < gen.n_eos; e++) eos |= gen.eos_ids[e] == next;
-        if (eos && !ignore_eos) {
+        if ((eos && !ignore_eos) || gm_done) {
             made++;
             break;
         }
@@ -197,6 +270,10 @@ int cmd_generate(int argc, char **argv) {
             "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n",
             n, t1 - t0, n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
 done:
+    cllm_gm_matcher_free(gmm);
+    cllm_gm_vocab_free(gv);
+    cllm_gm_unref(gm);
+    free(allow);
     free(logits);
     free(out);
     smp_free(&sm);
