@@ -9,12 +9,11 @@ SRC=${CLLM_SRC:-.}
 TMP=${CLLM_TMP:-/tmp}/server_e2e
 rm -rf "$TMP"
 mkdir -p "$TMP"
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); if ! eval "$1"; then fails=$((fails + 1)); echo "FAIL: $2" >&2; fi; }
+T=$TMP
+. "$SRC/tests/lib/check.sh"
 
-ok '"$BIN" serve --help | grep -q -- "--max-num-queued-reqs"' "serve --help"
-ok '! "$BIN" serve 2> /dev/null' "serve without MODEL is a usage error"
+if "$BIN" serve --help | grep -q -- "--max-num-queued-reqs"; then ok "serve --help"; else bad "serve --help"; fi
+if ! "$BIN" serve 2> /dev/null; then ok "serve without MODEL is a usage error"; else bad "serve without MODEL is a usage error"; fi
 
 # the tiny config with a vocabulary large enough for models/tiny's tokenizer (4007 ids)
 sed 's/"vocab_size": 512/"vocab_size": 4096/' "$SRC/configs/tiny.json" > "$TMP/tiny.json"
@@ -45,33 +44,33 @@ start_server() {
 start_server || exit 1
 
 # --- curl: basics ---
-ok '[ "$(curl -s -o /dev/null -w "%{http_code}" $U/v1/models)" = 401 ]' "models without key"
-ok 'curl -s -H "$H" $U/v1/models | grep -q "\"id\":\"tiny\""' "models"
-ok 'curl -s $U/version | grep -q "\"version\""' "version"
+if [ "$(curl -s -o /dev/null -w "%{http_code}" $U/v1/models)" = 401 ]; then ok "models without key"; else bad "models without key"; fi
+if curl -s -H "$H" $U/v1/models | grep -q "\"id\":\"tiny\""; then ok "models"; else bad "models"; fi
+if curl -s $U/version | grep -q "\"version\""; then ok "version"; else bad "version"; fi
 out=$(curl -s -H "$H" $U/generate -d '{"prompt":"Hello there","max_tokens":8,"temperature":0}')
-ok 'echo "$out" | grep -q "^{\"text\":\[\"Hello there"' "generate: $out"
+if echo "$out" | grep -q "^{\"text\":\[\"Hello there"; then ok "generate: $out"; else bad "generate: $out"; fi
 out=$(curl -sN -H "$H" $U/generate -d '{"prompt":"Hello there","max_tokens":4,"stream":true,"temperature":0}')
-ok '[ "$(echo "$out" | grep -c "^{\"text\":\[\"Hello there")" -ge 3 ]' "generate stream: $out"
+if [ "$(echo "$out" | grep -c "^{\"text\":\[\"Hello there")" -ge 3 ]; then ok "generate stream: $out"; else bad "generate stream: $out"; fi
 tok=$(curl -s -H "$H" $U/tokenize -d '{"prompt":"Hello world, again"}')
 ids=$(echo "$tok" | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/')
-ok 'echo "$tok" | grep -q "\"count\":"' "tokenize: $tok"
-ok 'curl -s -H "$H" $U/detokenize -d "{\"tokens\":$ids}" | grep -q "\"prompt\":\"Hello world, again\""' "detokenize round trip ($ids)"
+if echo "$tok" | grep -q "\"count\":"; then ok "tokenize: $tok"; else bad "tokenize: $tok"; fi
+if curl -s -H "$H" $U/detokenize -d "{\"tokens\":$ids}" | grep -q "\"prompt\":\"Hello world, again\""; then ok "detokenize round trip ($ids)"; else bad "detokenize round trip ($ids)"; fi
 out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"hi","max_tokens":5000}')
-ok 'echo "$out" | grep -q "This model.s maximum context length is 4096 tokens. However, you requested 5000 output tokens"' "over-length: $out"
-ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"prompt\":")" = 400 ]' "malformed json"
-ok '[ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"model\":\"x\",\"prompt\":\"a\"}")" = 404 ]' "unknown model"
+if echo "$out" | grep -q "This model.s maximum context length is 4096 tokens. However, you requested 5000 output tokens"; then ok "over-length: $out"; else bad "over-length: $out"; fi
+if [ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"prompt\":")" = 400 ]; then ok "malformed json"; else bad "malformed json"; fi
+if [ "$(curl -s -o /dev/null -w "%{http_code}" -H "$H" $U/v1/completions -d "{\"model\":\"x\",\"prompt\":\"a\"}")" = 404 ]; then ok "unknown model"; else bad "unknown model"; fi
 a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
 b=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Once upon","max_tokens":20,"temperature":0}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
-ok '[ "$a" = "$b" ]' "greedy completions differ: $a / $b"
+if [ "$a" = "$b" ]; then ok "greedy completions differ: $a / $b"; else bad "greedy completions differ: $a / $b"; fi
 out=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":3,"temperature":0,"logprobs":2,"n":2}')
-ok 'echo "$out" | grep -q "\"index\":1,\"text\":" && echo "$out" | grep -q "\"token_logprobs\":\[-"' "n=2 with logprobs: $out"
+if echo "$out" | grep -q "\"index\":1,\"text\":" && echo "$out" | grep -q "\"token_logprobs\":\[-"; then ok "n=2 with logprobs: $out"; else bad "n=2 with logprobs: $out"; fi
 a=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":6,"temperature":0.8,"seed":3}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
 b=$(curl -s -H "$H" $U/v1/completions -d '{"prompt":"Hello","max_tokens":6,"temperature":0.8,"seed":3}' | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//')
-ok '[ "$a" = "$b" ]' "seeded sampling differs: $a / $b"
+if [ "$a" = "$b" ]; then ok "seeded sampling differs: $a / $b"; else bad "seeded sampling differs: $a / $b"; fi
 out=$(curl -sN -H "$H" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}')
-ok 'echo "$out" | head -1 | grep -q "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"' "chat stream role chunk"
-ok 'echo "$out" | grep -q "\"choices\":\[\],\"usage\":{\"prompt_tokens\":"' "chat stream usage chunk"
-ok '[ "$(echo "$out" | tail -1)" = "data: [DONE]" ]' "chat stream [DONE]"
+if echo "$out" | head -1 | grep -q "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}"; then ok "chat stream role chunk"; else bad "chat stream role chunk"; fi
+if echo "$out" | grep -q "\"choices\":\[\],\"usage\":{\"prompt_tokens\":"; then ok "chat stream usage chunk"; else bad "chat stream usage chunk"; fi
+if [ "$(echo "$out" | tail -1)" = "data: [DONE]" ]; then ok "chat stream [DONE]"; else bad "chat stream [DONE]"; fi
 
 # (the OpenAI Node SDK suites: tests/server/server_sdk.sh, which exits 77 without node)
 
@@ -82,11 +81,11 @@ for _ in $(seq 50); do
     echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
     sleep 0.1
 done
-ok 'echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 1$"' "disconnect counted"
-ok 'echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 1$"' "disconnect aborted in the engine"
-ok 'echo "$m" | grep -q "^vllm:num_requests_running{[^}]*} 0$"' "running back to 0"
-ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed"
-ok 'echo "$m" | grep -q "^cllm_requests_in_flight{[^}]*} 0$"' "nothing in flight"
+if echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 1$"; then ok "disconnect counted"; else bad "disconnect counted"; fi
+if echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 1$"; then ok "disconnect aborted in the engine"; else bad "disconnect aborted in the engine"; fi
+if echo "$m" | grep -q "^vllm:num_requests_running{[^}]*} 0$"; then ok "running back to 0"; else bad "running back to 0"; fi
+if echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"; then ok "state slot freed"; else bad "state slot freed"; fi
+if echo "$m" | grep -q "^cllm_requests_in_flight{[^}]*} 0$"; then ok "nothing in flight"; else bad "nothing in flight"; fi
 # non-streaming: the connection is suspended while it waits; the server's watch notices the hang-up
 curl -s -m 0.5 -H "$H" $U/v1/completions -d '{"prompt":"Long story","max_tokens":4000,"ignore_eos":true}' > /dev/null
 for _ in $(seq 50); do
@@ -94,17 +93,17 @@ for _ in $(seq 50); do
     echo "$m" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && break
     sleep 0.1
 done
-ok 'echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 2$"' "non-stream disconnect counted"
-ok 'echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 2$"' "non-stream disconnect aborted"
-ok 'echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"' "state slot freed (non-stream)"
+if echo "$m" | grep -q "^cllm_requests_cancelled_on_disconnect_total{[^}]*} 2$"; then ok "non-stream disconnect counted"; else bad "non-stream disconnect counted"; fi
+if echo "$m" | grep -q "^vllm:request_success_total{[^}]*finished_reason=\"abort\"} 2$"; then ok "non-stream disconnect aborted"; else bad "non-stream disconnect aborted"; fi
+if echo "$m" | grep -q "^cllm_state_slots_used{[^}]*} 0$"; then ok "state slot freed (non-stream)"; else bad "state slot freed (non-stream)"; fi
 echo "$m" > "$TMP/metrics.txt"
 # (promtool on /metrics: tests/server/metrics_lint.sh, which exits 77 without promtool)
-ok 'grep -q "^vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} [1-9]" "$TMP/metrics.txt"' "generation tokens counted"
+if grep -q "^vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} [1-9]" "$TMP/metrics.txt"; then ok "generation tokens counted"; else bad "generation tokens counted"; fi
 
 # --- logs: JSON lines, access log, periodic stats line ---
-ok 'grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server1.log"' "json access log"
-ok 'grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server1.log"' "stats line"
-ok '! grep -v "^{\"ts\":" "$TMP/server1.log" | grep .' "every log line is JSON"
+if grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server1.log"; then ok "json access log"; else bad "json access log"; fi
+if grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server1.log"; then ok "stats line"; else bad "stats line"; fi
+if ! grep -v "^{\"ts\":" "$TMP/server1.log" | grep .; then ok "every log line is JSON"; else bad "every log line is JSON"; fi
 
 # --- SIGTERM: in-flight stream finishes, new requests get 503, exit 0 ---
 curl -sN -H "$H" $U/v1/completions -d '{"prompt":"Drain me","max_tokens":400,"ignore_eos":true,"stream":true}' > "$TMP/drain.out" &
@@ -113,13 +112,13 @@ for _ in $(seq 100); do [ -s "$TMP/drain.out" ] && break; sleep 0.02; done
 kill -TERM $SPID
 sleep 0.05
 code=$(curl -s -o /dev/null -w '%{http_code}' $U/health)
-ok '[ "$code" = 503 ] || [ "$code" = 000 ]' "health while draining: $code"
+if [ "$code" = 503 ] || [ "$code" = 000 ]; then ok "health while draining: $code"; else bad "health while draining: $code"; fi
 wait $CPID
 wait $SPID
 rc=$?
-ok '[ $rc = 0 ]' "server exit status after SIGTERM: $rc"
-ok 'grep -q "\"finish_reason\":\"length\"" "$TMP/drain.out" && tail -2 "$TMP/drain.out" | grep -q "^data: \[DONE\]$"' "in-flight stream finished during drain"
-ok 'grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server1.log"' "clean shutdown line"
+if [ $rc = 0 ]; then ok "server exit status after SIGTERM: $rc"; else bad "server exit status after SIGTERM: $rc"; fi
+if grep -q "\"finish_reason\":\"length\"" "$TMP/drain.out" && tail -2 "$TMP/drain.out" | grep -q "^data: \[DONE\]$"; then ok "in-flight stream finished during drain"; else bad "in-flight stream finished during drain"; fi
+if grep -q "shut down cleanly (0 request(s) cancelled)" "$TMP/server1.log"; then ok "clean shutdown line"; else bad "clean shutdown line"; fi
 
 # --- --shutdown-timeout 0 aborts in-flight requests and still exits 0 ---
 start_server --shutdown-timeout 0 || exit 1
@@ -130,8 +129,7 @@ kill -INT $SPID
 wait $CPID
 wait $SPID
 rc=$?
-ok '[ $rc = 0 ]' "exit status after SIGINT with --shutdown-timeout 0: $rc"
-ok 'grep -q "\"finish_reason\":\"abort\"" "$TMP/abort.out" && grep -q "^data: \[DONE\]$" "$TMP/abort.out"' "aborted stream ends with abort + [DONE]"
+if [ $rc = 0 ]; then ok "exit status after SIGINT with --shutdown-timeout 0: $rc"; else bad "exit status after SIGINT with --shutdown-timeout 0: $rc"; fi
+if grep -q "\"finish_reason\":\"abort\"" "$TMP/abort.out" && grep -q "^data: \[DONE\]$" "$TMP/abort.out"; then ok "aborted stream ends with abort + [DONE]"; else bad "aborted stream ends with abort + [DONE]"; fi
 
-echo "server_e2e: $checks checks, $fails failures"
-[ $fails = 0 ] && [ $checks -gt 0 ]
+exit $fail
