@@ -5,24 +5,31 @@
 
 #include "server/server.h"
 
+/* The holder is set by cmd_serve.c's atomic release store after cllm_engine_create returns; the
+ * acquire load makes the engine's initialisation visible to the server threads that see it
+ * (TSan reported the stats thread reading the engine mutex before it, with a plain load). */
+static cllm_engine *engine_of(void *ctx) {
+    return __atomic_load_n((cllm_engine **)ctx, __ATOMIC_ACQUIRE);
+}
+
 static cllm_status op_submit(void *ctx, const cllm_request *r, uint64_t *id, cllm_error *err) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     if (!e) return cllm_err_set(err, CLLM_EBUSY, "the model is still loading");
     return cllm_engine_submit(e, r, id, err);
 }
 
 static void op_cancel(void *ctx, uint64_t id) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     if (e) cllm_engine_cancel(e, id);
 }
 
 static void op_drain(void *ctx) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     if (e) cllm_engine_drain(e);
 }
 
 static void op_stats(void *ctx, cllm_engine_stats *s) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     if (e)
         cllm_engine_stats_get(e, s);
     else
@@ -30,12 +37,12 @@ static void op_stats(void *ctx, cllm_engine_stats *s) {
 }
 
 static void op_defaults(void *ctx, cllm_sampling *s) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     if (e) cllm_sampling_defaults(e, s);
 }
 
 static const struct cllm_tok *op_tokenizer(void *ctx) {
-    cllm_engine *e = *(cllm_engine **)ctx;
+    cllm_engine *e = engine_of(ctx);
     return e ? cllm_engine_tokenizer(e) : NULL;
 }
 
