@@ -229,6 +229,18 @@ static void print_rank_bytes(const char *dir, long tp) {
     cllm_config_free(&c);
 }
 
+/* Peak resident set of this process in kB (VmHWM), -1 if unknown. */
+static long peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
 /* One stderr line per rank: what tensor parallel cost in communication this run. */
 static void print_stats(void) {
     cllm_dist_stats st;
@@ -243,6 +255,8 @@ static void print_stats(void) {
     /* the same collective alone: 1 token and a 64-token chunk of a 2048-wide hidden state */
     double t1 = cllm_dist_bench_allreduce(2048, 200),
            t64 = cllm_dist_bench_allreduce(2048 * 64, 20);
+    fprintf(stderr, "tp rank %d/%d: peak RSS %.3f GB\n", cllm_dist_rank(), cllm_dist_size(),
+            peak_rss_kb() / 1e6);
     fprintf(stderr,
             "tp rank %d/%d: all-reduce alone: 8 KB (1 token x 2048) %.1f us, 512 KB (64 tokens) "
             "%.1f us\n",

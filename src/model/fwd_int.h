@@ -199,5 +199,7 @@ void fwd_tp_free(cllm_fwd_ctx *c);
 cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err);
 /* A zeroed allocation freed with the model. */
 void *fwd_model_own(cllm_model *m, size_t bytes);
+/* cllm_model_prefault of a sharded model: touches the rank's slices only; returns bytes. */
+uint64_t fwd_tp_prefault(const cllm_model *m);
 
 #endif

@@ -454,6 +454,7 @@ static void prefault_one(void *vc, const cllm_tensor *t) {
 }
 
 uint64_t cllm_model_prefault(const cllm_model *m) {
+    if (m->tp_size > 1) return fwd_tp_prefault(m); /* this rank's slices only */
     prefault_ctx c = {0, 0};
     cllm_ckpt_foreach(m->ckpt, prefault_one, &c);
     return c.bytes;

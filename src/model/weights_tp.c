@@ -257,3 +257,57 @@ cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {
     m->conv_ch = 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
     return CLLM_OK;
 }
+
+/* cllm_model_prefault under tensor parallel: touches the pages of this rank's slices only (the
+ * whole-checkpoint walk would map every other rank's weights into this process too). */
+typedef struct touch {
+    volatile uint8_t sink;
+    uint64_t bytes;
+} touch;
+
+static void touch_range(touch *t, const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint8_t s = 0;
+    for (size_t i = 0; i < n; i += 4096) s ^= b[i];
+    if (n) s ^= b[n - 1];
+    t->sink ^= s;
+    t->bytes += n;
+}
+
+static void touch_wt(touch *t, const fwd_wt *w) {
+    if (!w->data) return;
+    if (w->q.bits) {
+        const cllm_qweight *q = &w->q;
+        int per = 32 / q->bits;
+        touch_range(t, q->qweight, (size_t)(q->K / per) * q->N * 4);
+        touch_range(t, q->scales, (size_t)(q->K / q->group) * q->N * 2);
+        touch_range(t, q->qzeros, (size_t)(q->K / q->group) * (q->N / per) * 4);
+        return;
+    }
+    touch_range(t, w->data, (size_t)w->rows * w->cols * cllm_dtype_size(w->dt));
+}
+
+static void touch_mlp(touch *t, const fwd_mlp *x) {
+    touch_wt(t, &x->gate);
+    touch_wt(t, &x->up);
+    touch_wt(t, &x->down);
+}
+
+uint64_t fwd_tp_prefault(const cllm_model *m) {
+    touch t = {0, 0};
+    touch_wt(&t, &m->embed);
+    touch_wt(&t, &m->lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const fwd_layer *L = &m->layers[l];
+        const fwd_wt *ws[] = {&L->q, &L->k, &L->v,   &L->o,      &L->qkv,        &L->z,
+                              &L->b, &L->a, &L->out, &L->router, &L->shared_gate};
+        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) touch_wt(&t, ws[i]);
+        if (L->moe) {
+            for (int e = 0; L->experts && e < m->cfg.n_experts; e++) touch_mlp(&t, &L->experts[e]);
+            if (L->has_shared) touch_mlp(&t, &L->shared);
+        } else {
+            touch_mlp(&t, &L->mlp);
+        }
+    }
+    return t.bytes;
+}
