@@ -1,0 +1,91 @@
+/* Private: an 8-lane fp32 vector shim, so one kernel body compiles to the AVX2 tier and to the
+ * NEON tier with the same lane operations (tiers then agree by construction, not by keeping two
+ * copies in step). Include only from files built with the ISA's flags (*_avx2.c, *_neon.c).
+ *
+ * f32x8 is one AVX2 register, or a pair of NEON registers (lo = lanes 0..3, hi = 4..7). Every op
+ * is lane-wise with one rounding (fmadd8 = a*b + c and fnmadd8 = c - a*b fused), except hsum8,
+ * whose fixed order is the AVX2 one: (l0+l4 + l2+l6) + (l1+l5 + l3+l7). */
+#ifndef CLLM_KERNELS_SIMD8_H
+#define CLLM_KERNELS_SIMD8_H
+
+#define S8 __attribute__((always_inline)) static inline
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+typedef __m256 f32x8;
+
+S8 f32x8 zero8(void) {
+    return _mm256_setzero_ps();
+}
+S8 f32x8 set8(float x) {
+    return _mm256_set1_ps(x);
+}
+S8 f32x8 bcast8(const float *p) {
+    return _mm256_broadcast_ss(p);
+}
+S8 f32x8 ld8(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+S8 void st8(float *p, f32x8 v) {
+    _mm256_storeu_ps(p, v);
+}
+S8 f32x8 mul8(f32x8 a, f32x8 b) {
+    return _mm256_mul_ps(a, b);
+}
+S8 f32x8 fmadd8(f32x8 a, f32x8 b, f32x8 c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
+S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
+    return _mm256_fnmadd_ps(a, b, c);
+}
+S8 float hsum8(f32x8 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#elif defined(__ARM_NEON) || defined(__aarch64__)
+#include <arm_neon.h>
+
+typedef struct {
+    float32x4_t lo, hi;
+} f32x8;
+
+S8 f32x8 zero8(void) {
+    return (f32x8){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+}
+S8 f32x8 set8(float x) {
+    return (f32x8){vdupq_n_f32(x), vdupq_n_f32(x)};
+}
+S8 f32x8 bcast8(const float *p) {
+    return set8(*p);
+}
+S8 f32x8 ld8(const float *p) {
+    return (f32x8){vld1q_f32(p), vld1q_f32(p + 4)};
+}
+S8 void st8(float *p, f32x8 v) {
+    vst1q_f32(p, v.lo);
+    vst1q_f32(p + 4, v.hi);
+}
+S8 f32x8 mul8(f32x8 a, f32x8 b) {
+    return (f32x8){vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)};
+}
+S8 f32x8 fmadd8(f32x8 a, f32x8 b, f32x8 c) {
+    return (f32x8){vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)};
+}
+S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
+    return (f32x8){vfmsq_f32(c.lo, a.lo, b.lo), vfmsq_f32(c.hi, a.hi, b.hi)};
+}
+S8 float hsum8(f32x8 v) {
+    float32x4_t s = vaddq_f32(v.lo, v.hi); /* l0+l4, l1+l5, l2+l6, l3+l7 */
+    float32x2_t h = vadd_f32(vget_low_f32(s), vget_high_f32(s));
+    return vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
+}
+
+#else
+#error "kernels/simd8.h: build this file with AVX2+FMA or NEON"
+#endif
+
+#endif
