@@ -418,7 +418,7 @@ ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             bool busy = r->submitted && r->n_finished_engine < r->gen.n && !r->watch_cancelled;
             r->watch_cancelled = true; /* not a client disconnect */
             pthread_mutex_unlock(&r->mu);
-            if (busy) r->srv->ops.cancel(r->srv->ops.ctx, r->engine_id);
+            if (busy) srv_req_cancel_engine(r);
             r->oom_tail = true;
             r->out_off = 0;
         }
