@@ -1,6 +1,7 @@
 /* `cllm quantize IN OUT [--scheme w4a16] [--method rtn|gptq] ...`: front end of quant/quantize.c.
  */
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "quant/quantize.h"
@@ -86,7 +87,7 @@ int cmd_quantize(int argc, char **argv) {
         .gptq_mem = gmem,
         .shard_bytes = shard,
         .threads = (int)threads,
-        .progress = !quiet,
+        .progress = !quiet && isatty(STDERR_FILENO), /* a \r bar only on a terminal */
         .dry_run = dry,
         .out = stdout,
     };

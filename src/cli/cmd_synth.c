@@ -1,5 +1,6 @@
 /* `cllm synth --config CONFIG OUT`: front end of model/synth.c. */
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "model/synth.h"
@@ -64,7 +65,7 @@ int cmd_synth(int argc, char **argv) {
         .qwen_shard_names = qwen_names,
         .include_mtp = !no_mtp,
         .tokenizer_dir = tokenizer,
-        .progress = !quiet,
+        .progress = !quiet && isatty(STDERR_FILENO), /* a \r bar only on a terminal */
         .scheme = scheme,
         .group = (int)group,
         .lm_head_bits = !strcmp(lm_head, "int8")   ? 8

@@ -3,7 +3,7 @@
 # (a big text does not fit an argument list) and gives the ids of the argument form; `cllm eval
 # --ppl FILE.txt` / `-f FILE.txt` tokenizes text (@ids stays ids); a missing --ppl file is an error;
 # `cllm bench` takes lists (-p 8,16 -n 4,6 -t 1 -b 1,2) and prints size / params columns;
-# `cllm doctor --watch` raises one ALERT after --sustain seconds of a critical check, exit 2.
+# progress bars only on a terminal; `cllm doctor --watch` raises one ALERT after --sustain seconds of a critical check, exit 2.
 set -u
 T=${CLLM_TMP:-/tmp}/cli_vllm
 rm -rf "$T"
@@ -44,6 +44,10 @@ done
 [ "$(grep -cE '^\| +(8|16) \| +(4|6) \| +(1|2) \|' "$T/out")" = 8 ] && ok "sweep: every PP x TG x B" || bad "sweep rows"
 expect_rc 2 "bench -p with a bad list" "$CLLM_BIN" bench "$M" -p 64,abc
 grep -q "expects a list of positive integers" "$T/out" && ok "bad list message" || bad "bad list message"
+
+# a progress bar is for a terminal: redirected stderr gets no \r bar
+"$CLLM_BIN" synth --config "$CLLM_SRC/configs/tiny.json" "$T/synth" --dtype f32 2> "$T/synth.err" > /dev/null
+! grep -q $'\r' "$T/synth.err" && ok "synth: no \\r bar in a log" || bad "synth drew a bar into a file"
 
 expect_rc 2 "doctor --watch on a dead port" "$CLLM_BIN" doctor --url http://127.0.0.1:1 --watch 0.2 \
     --sustain 0.5 --rounds 5 --timeout 0.2
