@@ -41,9 +41,13 @@ cllm_status cllm_dist_init(cllm_error *err) {
      * A user setting wins. */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     int prov = 0;
-    /* FUNNELED: only the thread that called init talks to MPI (the forward's caller). */
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &prov) != MPI_SUCCESS)
+    /* SERIALIZED: one thread at a time, not necessarily the one that called init (the engine
+     * runs forward calls on its own thread) */
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov) != MPI_SUCCESS)
         return cllm_err_set(err, CLLM_EIO, "MPI_Init failed");
+    if (prov < MPI_THREAD_SERIALIZED)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "this MPI library does not provide MPI_THREAD_SERIALIZED");
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     atexit(fin);

@@ -538,6 +538,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     const cllm_config *f = &m->cfg;
     int T = 0;
     cllm_status s = validate(m, b, kv, st, &T, err);
+    if (s == CLLM_OK && m->tp_size > 1) s = fwd_tp_check_batch(b, err);
     if (s != CLLM_OK) return s;
     if (grow(c, T) != CLLM_OK || b->n_seqs > c->cap_seqs) {
         free(c->seq_tok0);

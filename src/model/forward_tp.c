@@ -67,3 +67,20 @@ void fwd_tp_free(cllm_fwd_ctx *c) {
     c->tp_acc = c->tp_lg = NULL;
     c->tp_acc_cap = c->tp_lg_cap = 0;
 }
+
+/* Every rank must run the same batch (the all-reduces add up the same tokens): a hash of the
+ * batch is compared once per call, so ranks whose drivers diverged (a time-based scheduling
+ * decision, a request seen by one rank only) stop with an error instead of mixing tokens. */
+cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const cllm_seq_batch *q = &b->seqs[s];
+        int32_t hdr[3] = {q->n_tokens, q->start_pos, (int32_t)q->logits};
+        const unsigned char *p = (const unsigned char *)hdr;
+        for (size_t i = 0; i < sizeof(hdr); i++) h = (h ^ p[i]) * 0x100000001b3ull;
+        p = (const unsigned char *)q->tokens;
+        for (size_t i = 0; i < (size_t)q->n_tokens * sizeof(int32_t); i++)
+            h = (h ^ p[i]) * 0x100000001b3ull;
+    }
+    return cllm_dist_check_same(h, "forward batch (token ids, positions)", err);
+}

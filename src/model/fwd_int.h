@@ -195,6 +195,8 @@ cllm_status fwd_tp_end(cllm_fwd_ctx *c, int T, float *x_res);
 /* lm_head on this rank's vocabulary rows for R normed rows in c->xn, whole rows gathered. */
 cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits);
 void fwd_tp_free(cllm_fwd_ctx *c);
+/* Refuses a call whose batch differs between ranks (one small all-gather). */
+cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err);
 /* Replaces the bound full views by rank's slices and cfg by its local dims. */
 cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err);
 /* A zeroed allocation freed with the model. */

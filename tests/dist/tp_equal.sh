@@ -106,6 +106,10 @@ done
 
 M=$T/tiny
 mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"
+# the engine under TP (forward calls from the engine's thread; every rank schedules the same
+# batches, checked per call by a batch hash)
+expect_rc 0 "cllm bench (engine, batched sweep) under TP=2" \
+  timeout 120 "${MPI[@]}" -np 2 "$BIN" bench "$M" --tensor-parallel-size 2 -p 16 -n 4 -b 1,4 -r 1
 expect_rc 0 "--pipeline-parallel-size 1 accepted" \
   "$BIN" eval "$M" --tokens 1,2,3 --pipeline-parallel-size 1 --logits-hash
 expect_rc 2 "--pipeline-parallel-size 2 refused" \
