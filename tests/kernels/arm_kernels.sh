@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The NEON kernel tier (src/kernels/arm/) on an x86 host: cross-compiles the kernel sources, the
-# few base/quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
-# test_kern.c, test_gdn_chunk.c into static aarch64 binaries, then runs them under qemu-user twice: `-cpu max`
+# The NEON kernel tier (src/kernels/arm/) on an x86 host: a CMake cross build
+# (cmake/aarch64-linux-gnu.cmake, -DCLLM_KERNELS_ONLY=ON: the kernel sources, the few base/model/
+# quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
+# test_kern.c, test_gdn_chunk.c as static aarch64 binaries), whose ctest runs them under qemu-user
+# (CMAKE_CROSSCOMPILING_EMULATOR) twice: `-cpu max`
 # (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
 # vmull/vpadal W4A8). The tests compare the NEON tier with the scalar ref bitwise on odd shapes
 # (sym/asym/random zeros, f16/bf16 scales, n_tok 1..7, column sub-ranges, token alone vs in a
@@ -24,57 +26,42 @@ skip() { echo "SKIP: $*"; exit 77; }
 case "$(uname -m)" in aarch64 | arm64) skip "AArch64 host: the native build tests the NEON tier" ;; esac
 command -v "$CC" >/dev/null 2>&1 || skip "no $CC (apt-get install gcc-aarch64-linux-gnu)"
 [ -n "$QEMU" ] || skip "no qemu-aarch64 (apt-get install qemu-user)"
-# src/model/qformat.c includes <jansson.h> for its config readers; the tests never call them and
-# --gc-sections drops them, but the file must compile: borrow the host's (arch-independent)
-# jansson headers, which the x86 build needs anyway.
 [ -f /usr/include/jansson.h ] && [ -f /usr/include/jansson_config.h ] ||
   skip "no /usr/include/jansson.h (libjansson-dev)"
+command -v cmake >/dev/null 2>&1 || skip "no cmake"
 
-rm -rf "$T" && mkdir -p "$T/obj" "$T/inc"
-ln -s /usr/include/jansson.h /usr/include/jansson_config.h "$T/inc/"
+rm -rf "$T" && mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
 t0=$(date +%s)
 
-CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -DCLLM_VERSION='"arm-test"' -DCLLM_BUILD_TYPE='"Release"'
-        -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers -Werror
-        -ffunction-sections -fdata-sections -I"$SRC/src" -I"$SRC/tests/lib" -idirafter "$T/inc")
-# all of base (minus x86 files, strmap.c and http.c, which need xxhash and curl), the kernels, model/qformat.c, quant/quant.c and gptq.c
-# (for the tests' RTN/GPTQ helpers; their model-side functions are dropped by --gc-sections)
-LIB=("$SRC"/src/kernels/*.c "$SRC"/src/kernels/arm/*.c "$SRC"/src/base/*.c
-     "$SRC"/src/model/qformat.c "$SRC"/src/quant/quant.c "$SRC"/src/quant/gptq.c)
-objs=()
-for f in "${LIB[@]}"; do
-  case "$f" in *_avx2.c | *_avx512.c | */strmap.c | */http.c) continue ;; esac
-  extra=()
-  case "$f" in *_dot_neon.c) extra=(-march=armv8.2-a+dotprod) ;; esac # as CMakeLists.txt
-  o="$T/obj/$(basename "$(dirname "$f")")_$(basename "$f" .c).o"
-  if "$CC" "${CFLAGS[@]}" "${extra[@]}" -c "$f" -o "$o" 2>"$T/cc.err"; then
-    objs+=("$o")
-  else
-    bad "compile $f"; cat "$T/cc.err"
-  fi
-done
-[ "$fail" = 0 ] || { echo "arm_kernels: FAILED (compile)"; exit 1; }
-ok "cross-compiled ${#objs[@]} sources with $("$CC" -dumpfullversion)"
+# The cross build is CMake's: the toolchain file names the compiler and qemu as
+# CMAKE_CROSSCOMPILING_EMULATOR, CLLM_KERNELS_ONLY builds the kernels and their tests only
+# (cmake/kernels_only.cmake: the other modules need libraries with no aarch64 copy here).
+B="$T/build"
+if cmake -S "$SRC" -B "$B" -DCMAKE_TOOLCHAIN_FILE="$SRC/cmake/aarch64-linux-gnu.cmake" \
+  -DCMAKE_C_COMPILER="$CC" -DCLLM_KERNELS_ONLY=ON -DCMAKE_BUILD_TYPE=Release >"$T/cmake.log" 2>&1; then
+  ok "configured ($CC $("$CC" -dumpfullversion), emulator $QEMU)"
+else
+  bad "cmake configure"; cat "$T/cmake.log"; exit 1
+fi
+if cmake --build "$B" -j2 >"$T/build.log" 2>&1; then
+  ok "cross-compiled the kernels and their tests"
+else
+  bad "cross build"; tail -n 60 "$T/build.log"; exit 1
+fi
+# for the clang syntax check below
+CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
+        -Wno-missing-field-initializers -Werror -I"$SRC/src")
 
 tests=(test_quant_kern test_quant_a8 test_kern test_gdn_chunk)
-for t in "${tests[@]}" kern_xisa; do
-  if "$CC" "${CFLAGS[@]}" -static -Wl,--gc-sections "$SRC/tests/kernels/$t.c" "${objs[@]}" -lm -lpthread \
-    -o "$T/$t" 2>"$T/ld.err"; then
-    ok "link $t"
-  else
-    bad "link $t"; cat "$T/ld.err"
-  fi
-done
-[ "$fail" = 0 ] || { echo "arm_kernels: FAILED (link)"; exit 1; }
-
 # cpu model -> the neon table the tests must report having checked
 for spec in "max:neon-dot" "cortex-a57:neon"; do
   cpu=${spec%%:*} want=${spec#*:}
   for t in "${tests[@]}"; do
-    # no CLLM_BIN: test_gdn_chunk's end-to-end part would run the x86 binary, not ARM code
-    if env -u CLLM_BIN "$QEMU" -cpu "$cpu" "$T/$t" >"$T/$t.$cpu.out" 2>&1; then
-      ok "$t on -cpu $cpu: $(tail -n 1 "$T/$t.$cpu.out")"
+    # through ctest and the emulator; no CLLM_BIN: test_gdn_chunk's end-to-end part would run
+    # the x86 binary, not ARM code
+    if env -u CLLM_BIN QEMU_CPU="$cpu" ctest --test-dir "$B" -R "^$t\$" -V >"$T/$t.$cpu.out" 2>&1; then
+      ok "$t on -cpu $cpu: $(grep -E '^[0-9]+: ' "$T/$t.$cpu.out" | tail -n 1 | sed -E 's/^[0-9]+: //')"
     else
       bad "$t on -cpu $cpu"; tail -n 30 "$T/$t.$cpu.out"
     fi
@@ -83,7 +70,7 @@ for spec in "max:neon-dot" "cortex-a57:neon"; do
   grep -q "+ $want tiers checked" "$T/test_quant_a8.$cpu.out" &&
     grep -q "+ $want tiers checked" "$T/test_quant_kern.$cpu.out" &&
     grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
-    grep -q "^$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
+    grep -qE "^([0-9]+: )?$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
     ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
 done
 
@@ -99,7 +86,7 @@ if [ -n "$LIBA" ] && [ -f "$LIBA" ] && command -v cc >/dev/null 2>&1; then
       echo "note: no AVX2 on this host, cross-ISA comparison not run"
     else
       for cpu in max cortex-a57; do
-        "$QEMU" -cpu "$cpu" "$T/kern_xisa" >"$T/xisa.$cpu" 2>&1
+        "$QEMU" -cpu "$cpu" "$B/kern_xisa" >"$T/xisa.$cpu" 2>&1
         if cmp -s "$T/xisa.host" "$T/xisa.$cpu"; then
           ok "-cpu $cpu: neon == avx2 bitwise (float matmuls, dot, axpy, gdn_step, matmul_q, qact8; ref too)"
         else

@@ -1,0 +1,58 @@
+# -DCLLM_KERNELS_ONLY=ON (included by CMakeLists.txt, which returns after it): the kernel tiers and
+# what their unit tests use, with no third-party library, so the tree cross-compiles with a bare
+# toolchain (cmake/aarch64-linux-gnu.cmake). Sources: base (minus strmap.c and http.c: xxhash and
+# curl), the kernels, model/qformat.c, quant/quant.c, quant/gptq.c (the tests' RTN/GPTQ helpers;
+# their checkpoint and model-side functions are never called and --gc-sections drops them).
+# Tests: test_quant_kern, test_quant_a8, test_kern, test_gdn_chunk (ctest, run through the
+# emulator when cross-compiling) and the cross-ISA probe kern_xisa (run by arm_kernels.sh).
+file(GLOB KO_SOURCES ${CMAKE_SOURCE_DIR}/src/base/*.c ${CMAKE_SOURCE_DIR}/src/kernels/*.c)
+list(FILTER KO_SOURCES EXCLUDE REGEX ".*/(strmap|http)\\.c$")
+list(APPEND KO_SOURCES ${CMAKE_SOURCE_DIR}/src/model/qformat.c ${CMAKE_SOURCE_DIR}/src/quant/quant.c
+     ${CMAKE_SOURCE_DIR}/src/quant/gptq.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+  file(GLOB KO_ARCH ${CMAKE_SOURCE_DIR}/src/kernels/arm/*.c)
+  list(FILTER KO_SOURCES EXCLUDE REGEX ".*_avx(2|512)\\.c$")
+  foreach(f ${KO_ARCH})
+    if(f MATCHES "_dot_neon\\.c$") # as the main build: SDOT kernels, called only with ASIMDDP
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod")
+    endif()
+  endforeach()
+else()
+  file(GLOB KO_ARCH ${CMAKE_SOURCE_DIR}/src/kernels/x86/*.c)
+  foreach(f ${KO_ARCH} ${CMAKE_SOURCE_DIR}/src/base/half_avx2.c)
+    if(f MATCHES "_avx512\\.c$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c")
+    elseif(f MATCHES "_avx2\\.c$")
+      set_source_files_properties(${f} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+    endif()
+  endforeach()
+endif()
+list(APPEND KO_SOURCES ${KO_ARCH})
+# qformat.c includes <jansson.h> for its config readers: the host's headers are arch-independent
+set(KO_INC ${CMAKE_BINARY_DIR}/host-include)
+file(MAKE_DIRECTORY ${KO_INC})
+foreach(h jansson.h jansson_config.h)
+  if(NOT EXISTS /usr/include/${h})
+    message(FATAL_ERROR "CLLM_KERNELS_ONLY: /usr/include/${h} missing (libjansson-dev)")
+  endif()
+  file(CREATE_LINK /usr/include/${h} ${KO_INC}/${h} SYMBOLIC)
+endforeach()
+add_compile_options(-ffunction-sections -fdata-sections)
+add_library(cllm_kern STATIC ${KO_SOURCES})
+target_include_directories(cllm_kern PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(cllm_kern SYSTEM AFTER PUBLIC ${KO_INC})
+target_link_libraries(cllm_kern PUBLIC m Threads::Threads)
+enable_testing()
+foreach(name test_quant_kern test_quant_a8 test_kern test_gdn_chunk kern_xisa)
+  add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/kernels/${name}.c)
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
+  target_link_libraries(${name} PRIVATE cllm_kern)
+  if(CMAKE_CROSSCOMPILING)
+    target_link_options(${name} PRIVATE -static -Wl,--gc-sections)
+  else()
+    target_link_options(${name} PRIVATE -Wl,--gc-sections)
+  endif()
+  if(name MATCHES "^test_")
+    add_test(NAME ${name} COMMAND ${name}) # no CLLM_BIN: test_gdn_chunk's end-to-end part skips
+  endif()
+endforeach()
