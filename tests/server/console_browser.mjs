@@ -115,7 +115,15 @@ async function plain(browser) {
   const bytes = await page.evaluate(() =>
     performance.getEntriesByType('resource').reduce((a, r) => a + (r.encodedBodySize || 0), 0) +
     (performance.getEntriesByType('navigation')[0].encodedBodySize || 0));
-  console.log(`info: page load ${loadMs} ms, first contentful paint ${paint === null ? '?' : paint.toFixed(0)} ms, ${bytes} bytes`);
+  console.log(`info: cold page load ${loadMs} ms, first contentful paint ${paint === null ? '?' : paint.toFixed(0)} ms, ${bytes} bytes`);
+  // warm: the browser already has a connection and compiled code (what an operator sees on F5)
+  await page.reload({ waitUntil: 'load' });
+  const warm = await page.evaluate(() => {
+    const p = performance.getEntriesByName('first-contentful-paint')[0];
+    const n = performance.getEntriesByType('navigation')[0];
+    return { fcp: p ? p.startTime : null, load: n ? n.loadEventEnd : null };
+  });
+  console.log(`info: warm reload first contentful paint ${warm.fcp === null ? '?' : warm.fcp.toFixed(0)} ms, load ${warm.load === null ? '?' : warm.load.toFixed(0)} ms`);
   await waitFor(page, () => document.getElementById('model-name').textContent.length > 0, null, 10000, 'model name');
   check(/ready/.test(await page.textContent('#conn')), 'status shows ready');
   check(await page.isHidden('#key-form'), 'no API key prompt when the server has no key');
