@@ -149,7 +149,16 @@ typedef struct cllm_engine_stats {
     uint64_t admission_rejections;
     int block_size, max_model_len;
     bool prefix_caching;
+    /* tokens run per engine step (vLLM's vllm:iteration_tokens_total): counts per bucket of
+     * CLLM_ITER_BOUNDS (non-cumulative, the last is +Inf), their sum, the number of steps */
+#define CLLM_ITER_N_BOUNDS 13
+    uint64_t iter_tokens_counts[CLLM_ITER_N_BOUNDS + 1];
+    uint64_t iter_tokens_sum, iter_steps;
 } cllm_engine_stats;
+
+/* vLLM's bucket bounds for tokens per engine step. */
+#define CLLM_ITER_BOUNDS                                                                           \
+    { 1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 }
 
 void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s);
 

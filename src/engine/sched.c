@@ -770,6 +770,16 @@ int sched_step(sched *s) {
         return n;
     }
     int row = 0;
+    {
+        static const double bounds[CLLM_ITER_N_BOUNDS] = CLLM_ITER_BOUNDS;
+        uint64_t step_tokens = 0;
+        for (int i = 0; i < n; i++) step_tokens += (uint64_t)s->bent[i].n_new;
+        int bk = 0;
+        while (bk < CLLM_ITER_N_BOUNDS && (double)step_tokens > bounds[bk]) bk++;
+        s->stats.iter_tokens_counts[bk]++;
+        s->stats.iter_tokens_sum += step_tokens;
+        s->stats.iter_steps++;
+    }
     for (int i = 0; i < n; i++) {
         eng_seq *e = s->bent[i].seq;
         s->tokens_computed += (uint64_t)s->bent[i].n_new;

@@ -256,6 +256,12 @@ char *srv_metrics_render(cllm_server *s) {
     head(&b, "vllm:admission_rejections_total", "counter",
          "Requests rejected by admission control.");
     sample(&b, "vllm:admission_rejections_total", L, NULL, (double)rej_total);
+    /* tokens per engine step, from the engine's own counts (the server sees events, not steps) */
+    static const double iter_b[CLLM_ITER_N_BOUNDS] = CLLM_ITER_BOUNDS;
+    srv_hist ih = {iter_b, CLLM_ITER_N_BOUNDS, st.iter_tokens_counts, (double)st.iter_tokens_sum,
+                   st.iter_steps};
+    hist_out(&b, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+             &ih, L);
     hist_out(&b, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
              &m->h[SRV_H_TTFT], L);
     hist_out(&b, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

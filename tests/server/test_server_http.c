@@ -399,8 +399,11 @@ static void test_metrics_promtool(int port, const char *tmp) {
         int lines = 0, bad = 0;
         while (pp && fgets(line, sizeof(line), pp)) {
             lines++;
-            if (strncmp(line, "vllm:", 5) ||
-                !strstr(line, " metric names should not contain ':'")) {
+            /* vllm:iteration_tokens_total is a histogram under vLLM's own name: its "_total"
+             * lint is vLLM's too */
+            bool vllm_total = !strncmp(line, "vllm:iteration_tokens_total non-counter", 39);
+            if (!vllm_total && (strncmp(line, "vllm:", 5) ||
+                                !strstr(line, " metric names should not contain ':'"))) {
                 bad++;
                 fprintf(stderr, "promtool: %s", line);
             }
