@@ -9,7 +9,10 @@
  * whatever algorithm the MPI library would have picked for MPI_Allreduce.
  *
  * Failure: the MPI error handler stays MPI_ERRORS_ARE_FATAL on purpose: a rank that dies makes
- * mpirun end the others (a collective never completes), which is the "no hang" contract. */
+ * mpirun end the others (a collective never completes), which is the "no hang" contract. A rank
+ * that hangs instead (stopped, livelocked) is caught by a watchdog: a collective waiting longer
+ * than CLLM_TP_TIMEOUT_S seconds (default 60, 0 = off) exits its rank with 124, and mpirun ends
+ * the rest. */
 #ifndef CLLM_DIST_DIST_H
 #define CLLM_DIST_DIST_H
 

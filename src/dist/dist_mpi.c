@@ -1,6 +1,10 @@
 /* dist.h over MPI (OpenMPI 4.1): MPI_COMM_WORLD, one rank per process. */
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -18,6 +22,36 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Hang watchdog: a rank that stops (hangs, SIGSTOP, a livelock) would leave the others in a
+ * collective forever, and mpirun only notices ranks that exit. Each collective records when it
+ * started; a thread checks once a second and, past CLLM_TP_TIMEOUT_S (default 60; 0 = off),
+ * exits this rank with 124 so mpirun ends the job. Ranks compute the same work between
+ * collectives, so a legitimate wait is short (load imbalance), never minutes. */
+static _Atomic long long coll_since_ms; /* 0 = not in a collective */
+static int wd_timeout_s = 60;
+
+static void coll_begin(void) {
+    coll_since_ms = (long long)(now_s() * 1e3);
+}
+static void coll_end(void) {
+    coll_since_ms = 0;
+}
+
+static void *watchdog(void *arg) {
+    for (;;) {
+        sleep(1);
+        long long t0 = coll_since_ms;
+        if (t0 && now_s() * 1e3 - (double)t0 > wd_timeout_s * 1e3) {
+            fprintf(stderr,
+                    "cllm: rank %d: a collective has waited over %d s for the other ranks (one "
+                    "hung or died); exiting (CLLM_TP_TIMEOUT_S)\n",
+                    g_rank, wd_timeout_s);
+            _exit(124);
+        }
+    }
+    return NULL;
 }
 
 static void fin(void) {
@@ -50,6 +84,11 @@ cllm_status cllm_dist_init(cllm_error *err) {
                             "this MPI library does not provide MPI_THREAD_SERIALIZED");
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    const char *to = getenv("CLLM_TP_TIMEOUT_S");
+    if (to) wd_timeout_s = atoi(to);
+    pthread_t wd;
+    if (g_size > 1 && wd_timeout_s > 0 && pthread_create(&wd, NULL, watchdog, NULL) == 0)
+        pthread_detach(wd);
     atexit(fin);
     inited = true;
     return CLLM_OK;
@@ -87,18 +126,22 @@ cllm_status cllm_dist_allreduce_sum(float *buf, size_t n) {
     /* reduce-scatter: rank r receives every rank's part r and sums it in rank order */
     memcpy(ar_send, buf, n * sizeof(float));
     memset(ar_send + n, 0, (chunk * N - n) * sizeof(float));
+    coll_begin();
     if (MPI_Alltoall(ar_send, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
-                     MPI_COMM_WORLD) != MPI_SUCCESS)
+                     MPI_COMM_WORLD) != MPI_SUCCESS) {
+        coll_end();
         return CLLM_EIO;
+    }
     float *mine = ar_send; /* reuse the first chunk of the send buffer as the sum */
     for (size_t i = 0; i < chunk; i++) mine[i] = ar_recv[i];
     for (size_t r = 1; r < N; r++) {
         const float *p = ar_recv + r * chunk;
         for (size_t i = 0; i < chunk; i++) mine[i] += p[i];
     }
-    if (MPI_Allgather(mine, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
-                      MPI_COMM_WORLD) != MPI_SUCCESS)
-        return CLLM_EIO;
+    int rc =
+        MPI_Allgather(mine, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT, MPI_COMM_WORLD);
+    coll_end();
+    if (rc != MPI_SUCCESS) return CLLM_EIO;
     memcpy(buf, ar_recv, n * sizeof(float));
     dist_stats.allreduce_calls++;
     dist_stats.allreduce_bytes += n * sizeof(float);
@@ -113,9 +156,10 @@ cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv) {
     }
     if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
     double t0 = now_s();
-    if (MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD) !=
-        MPI_SUCCESS)
-        return CLLM_EIO;
+    coll_begin();
+    int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+    coll_end();
+    if (rc != MPI_SUCCESS) return CLLM_EIO;
     dist_stats.allgather_calls++;
     dist_stats.allgather_bytes += bytes * (size_t)g_size;
     dist_stats.allgather_seconds += now_s() - t0;
@@ -125,13 +169,18 @@ cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv) {
 cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root) {
     if (g_size < 2) return CLLM_OK;
     if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
-    return MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD) == MPI_SUCCESS ? CLLM_OK
-                                                                                     : CLLM_EIO;
+    coll_begin();
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    coll_end();
+    return rc == MPI_SUCCESS ? CLLM_OK : CLLM_EIO;
 }
 
 cllm_status cllm_dist_barrier(void) {
     if (g_size < 2) return CLLM_OK;
-    return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? CLLM_OK : CLLM_EIO;
+    coll_begin();
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    coll_end();
+    return rc == MPI_SUCCESS ? CLLM_OK : CLLM_EIO;
 }
 
 _Noreturn void cllm_dist_abort(int code) {
@@ -143,7 +192,12 @@ cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *e
     if (g_size < 2) return CLLM_OK;
     uint64_t *all = malloc((size_t)g_size * sizeof(*all));
     if (!all) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    cllm_status s = cllm_dist_allgather(&value, sizeof(value), all);
+    /* not under the watchdog: ranks reach this after loading their slices, which can take
+     * minutes apart on a big model */
+    cllm_status s = MPI_Allgather(&value, sizeof(value), MPI_BYTE, all, sizeof(value), MPI_BYTE,
+                                  MPI_COMM_WORLD) == MPI_SUCCESS
+                        ? CLLM_OK
+                        : CLLM_EIO;
     if (s == CLLM_OK)
         for (int r = 1; r < g_size; r++)
             if (all[r] != all[0]) {

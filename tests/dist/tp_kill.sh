@@ -1,7 +1,8 @@
 #!/bin/bash
 # A rank killed mid-run under tensor parallel: the other ranks (blocked in a collective) and
-# mpirun exit non-zero within 10 s, for both launch paths (mpirun -np 2 cllm ...; cllm ...
-# re-launching itself through mpirun). Skipped (77) without mpirun or in a build without MPI.
+# mpirun exit non-zero within 10 s, for both launch paths (mpirun -np 3 cllm ...; cllm ...
+# re-launching itself through mpirun); a rank stopped with SIGSTOP (a hang) likewise, through the
+# collective watchdog (CLLM_TP_TIMEOUT_S=3 here). Skipped (77) without mpirun or in a build without MPI.
 set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_kill
 rm -rf "$T"; mkdir -p "$T"
@@ -24,8 +25,8 @@ rank_pid() {
   done
 }
 
-kill_case() { # desc, rank to kill, command...
-  local desc=$1 victim=$2; shift 2
+kill_case() { # desc, rank to kill, signal, command...
+  local desc=$1 victim=$2 sig=$3; shift 3
   "$@" >"$T/run.out" 2>&1 &
   local job=$! pid="" i
   for i in $(seq 1 100); do # wait until the ranks are decoding
@@ -34,7 +35,7 @@ kill_case() { # desc, rank to kill, command...
   [ -n "$pid" ] || { bad "$desc: rank $victim never started"; kill "$job" 2>/dev/null; wait "$job"; return; }
   sleep 1
   kill -0 "$job" 2>/dev/null || { bad "$desc: run ended before the kill"; cat "$T/run.out"; return; }
-  kill -9 "$pid"
+  kill -"$sig" "$pid"
   local t0=$SECONDS
   for i in $(seq 1 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then
@@ -51,6 +52,9 @@ kill_case() { # desc, rank to kill, command...
 }
 
 GEN=(generate "$M" --tokens 1,2,3 -n 200000 --ignore-eos --ids --tensor-parallel-size 3)
-kill_case "mpirun -np 3, rank 1 killed" 1 timeout 60 "${MPI[@]}" -np 3 "$BIN" "${GEN[@]}"
-kill_case "self re-launch, rank 2 killed" 2 timeout 60 "$BIN" "${GEN[@]}"
+kill_case "mpirun -np 3, rank 1 killed" 1 KILL timeout 60 "${MPI[@]}" -np 3 "$BIN" "${GEN[@]}"
+kill_case "self re-launch, rank 2 killed" 2 KILL timeout 60 "$BIN" "${GEN[@]}"
+# a rank that hangs (stopped): the others' watchdog (CLLM_TP_TIMEOUT_S=3) ends the run
+CLLM_TP_TIMEOUT_S=3 kill_case "mpirun -np 3, rank 1 stopped (hang)" 1 STOP \
+  timeout 60 "${MPI[@]}" -x CLLM_TP_TIMEOUT_S -np 3 "$BIN" "${GEN[@]}"
 exit $fail
