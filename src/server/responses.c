@@ -188,8 +188,9 @@ static bool refuse_unsupported(json_t *body, srv_err *e) {
         return bad(e, "n", "the Responses API returns one output (n = 1)");
     json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
     const char *ft = json_string_value(json_object_get(fmt, "type"));
-    if (fmt && (!ft || strcmp(ft, "text")))
-        return bad(e, "text", "text.format other than 'text' is not supported on /v1/responses");
+    if (fmt &&
+        (!ft || (strcmp(ft, "text") && strcmp(ft, "json_object") && strcmp(ft, "json_schema"))))
+        return bad(e, "text", "text.format must be text, json_object or json_schema");
     return true;
 }
 
@@ -247,6 +248,20 @@ static json_t *chat_body(cllm_server *s, json_t *body, json_t **history, srv_err
         json_object_set_new(chat, "tool_choice",
                             json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
                                       json_object_get(tc, "name")));
+    /* text.format -> the chat route's response_format (structured outputs, srv_struct.c) */
+    json_t *fmt = json_object_get(json_object_get(body, "text"), "format");
+    const char *ft = json_string_value(json_object_get(fmt, "type"));
+    if (ft && !strcmp(ft, "json_object"))
+        json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+    if (ft && !strcmp(ft, "json_schema")) {
+        json_t *js = json_object();
+        static const char *const keys[] = {"name", "schema", "strict", "description"};
+        for (size_t k = 0; k < 4; k++)
+            if (json_object_get(fmt, keys[k]))
+                json_object_set(js, keys[k], json_object_get(fmt, keys[k]));
+        json_object_set_new(chat, "response_format",
+                            json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+    }
     json_t *mot = json_object_get(body, "max_output_tokens");
     if (mot && !json_is_null(mot)) json_object_set(chat, "max_tokens", mot);
     json_t *tools = json_object_get(body, "tools");
