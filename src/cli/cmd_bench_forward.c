@@ -47,6 +47,7 @@ static double measure_bandwidth(cllm_pool *pool) {
 int cmd_bench_forward(int argc, char **argv) {
     long n_prompt = 512, n_gen = 32, threads = 0, seed = 1, block = 16, chunk = 0;
     bool no_prefault = false;
+    const char *gdn_mode = "recurrent";
     const cli_opt opts[] = {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (prefill)", NULL, 1, 1e7},
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
@@ -57,6 +58,10 @@ int cmd_bench_forward(int argc, char **argv) {
         {"--seed", "-s", CLI_INT, &seed, "seed for the random prompt", NULL, 0, 9.2e18},
         {"--no-prefault", NULL, CLI_FLAG, &no_prefault,
          "do not touch every weight page before timing"},
+        {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
+         "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
+         "2.4)",
+         "recurrent|chunked"},
         {0}};
     const cli_spec spec = {
         "bench-forward",
@@ -76,6 +81,7 @@ int cmd_bench_forward(int argc, char **argv) {
         fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
         return 1;
     }
+    cllm_fwd_ctx_set_gdn_prefill(r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
     const cllm_config *cf = cllm_model_config(r.m);
     int V = cf->vocab_size, ret = 0;
     int32_t *ids = malloc((size_t)n_prompt * sizeof(int32_t));

@@ -53,6 +53,7 @@ static int ppl_text_ids(const char *model, const char *arg, char **ids) {
 
 int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
+    const char *gdn_mode = "recurrent";
     long threads = 1, chunk = 0, block = 16;
     bool hash = false;
     /* quality evaluation (quant/qeval.c) */
@@ -68,6 +69,10 @@ int cmd_eval(int argc, char **argv) {
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
+         "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
+         "2.4)",
+         "recurrent|chunked"},
         {"--ppl", NULL, CLI_STR, &ppl,
          "perplexity over strided windows: a text FILE (tokenized), or token ids (@FILE or 1,2,3)"},
         {"--file", "-f", CLI_STR, &ppl_file, "text FILE for --ppl (as llama-perplexity -f)"},
@@ -126,6 +131,7 @@ int cmd_eval(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    cllm_fwd_ctx_set_gdn_prefill(r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
     int V = cllm_model_config(r.m)->vocab_size;
     float *logits = malloc((size_t)n * V * sizeof(float));
     int ret = 0;

@@ -20,6 +20,7 @@
 
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
+    const char *gdn_mode = "recurrent";
     const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0, rep_pen = 1.0, pres_pen = 0.0,
@@ -45,6 +46,10 @@ int cmd_generate(int argc, char **argv) {
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
+         "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
+         "2.4)",
+         "recurrent|chunked"},
         {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
          NULL, 0, 1e9},
         {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
@@ -115,6 +120,7 @@ int cmd_generate(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    cllm_fwd_ctx_set_gdn_prefill(r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
     const cllm_config *cf = cllm_model_config(r.m);
     int V = cf->vocab_size, ret = 0;
     /* the fields the server fills from a request; the rest off */

@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "engine/engine.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "server/server.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -33,7 +34,8 @@
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
-    const char *dtype, *kv_dtype, *chat_template_arg, *tool_parser, *reasoning_parser, *quant;
+    const char *dtype, *kv_dtype, *gdn_prefill, *chat_template_arg, *tool_parser, *reasoning_parser,
+        *quant;
     cli_list names;
     long port, max_model_len, max_seqs, max_batched, block, threads, max_queued, http_threads,
         max_logprobs, tp, pp, seed;
@@ -134,6 +136,9 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
         {"--kv-cache-dtype", NULL, CLI_CHOICE, &a->kv_dtype, "KV cache element type (auto = fp32)",
          "auto|fp32|float32|bfloat16|bf16"},
+        {"--gdn-prefill", NULL, CLI_CHOICE, &a->gdn_prefill,
+         "Gated DeltaNet prefill: token-by-token recurrence (default) or the chunked form",
+         "recurrent|chunked"},
         {"--memory-utilization", NULL, CLI_FLOAT, &a->mem_util,
          "share of RAM for weights + KV + state (default 0.5)", NULL, 0.01, 1},
         {"--gpu-memory-utilization", NULL, CLI_FLOAT, &a->gpu_mem_util,
@@ -417,6 +422,7 @@ static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     eo->enable_prefix_caching = !a->no_prefix;
     eo->kv_cache_bf16 =
         a->kv_dtype && (!strcmp(a->kv_dtype, "bfloat16") || !strcmp(a->kv_dtype, "bf16"));
+    if (a->gdn_prefill) eo->gdn_prefill = cllm_gdn_prefill_parse(a->gdn_prefill);
 }
 
 /* ---- phase 4: serve until a signal, then drain ---- */

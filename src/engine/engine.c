@@ -301,6 +301,7 @@ static cllm_status create_pools(cllm_engine *e, const pool_plan *pp, cllm_error 
         return rc;
     }
     if ((rc = cllm_fwd_ctx_create(e->m, e->pool, &e->fctx, err)) != CLLM_OK) return rc;
+    cllm_fwd_ctx_set_gdn_prefill(e->fctx, (cllm_gdn_prefill)o.gdn_prefill);
     return CLLM_OK;
 }
 

@@ -117,6 +117,7 @@ typedef struct cllm_engine_opts {
                                   slightly) */
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
     bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
+    int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);

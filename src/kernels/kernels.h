@@ -105,7 +105,7 @@ typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
     cllm_gdn_step_fn gdn_step;
-    cllm_gdn_chunk_fn gdn_chunk; /* prefill option (CLLM_GDN_PREFILL=chunked) */
+    cllm_gdn_chunk_fn gdn_chunk; /* prefill option (--gdn-prefill chunked) */
     /* sum_i a[i]*b[i], fixed order for a given n. */
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] = y[i]*s + a*x[i] (s = 1 skips nothing: always the same ops for a given n). */

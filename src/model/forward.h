@@ -123,6 +123,15 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
                                 cllm_error *err);
 void cllm_fwd_ctx_free(cllm_fwd_ctx *c);
 
+/* How Gated DeltaNet layers run prefill (docs/model.md §2.4): the token-by-token recurrence
+ * (default; logits do not depend on how a prompt is split into calls) or the chunked WY form for
+ * the 64-aligned runs of 64 positions inside one call (splits at multiples of 64 stay bitwise
+ * identical, others differ by rounding). Per forward context; may change between calls. */
+typedef enum cllm_gdn_prefill { CLLM_GDN_RECURRENT, CLLM_GDN_CHUNKED } cllm_gdn_prefill;
+void cllm_fwd_ctx_set_gdn_prefill(cllm_fwd_ctx *c, cllm_gdn_prefill mode);
+/* "recurrent" or "chunked"; -1 for anything else. */
+int cllm_gdn_prefill_parse(const char *s);
+
 /* Rows of logits the batch asks for (sum over sequences: 1, n_tokens or 0). */
 size_t cllm_batch_logit_rows(const cllm_batch *b);
 

@@ -7,7 +7,8 @@
  * result bitwise independent of how a prompt is split into calls (docs/model.md §7.10) and is also
  * the cheaper form on AVX2 without matrix units.
  *
- * Option CLLM_GDN_PREFILL=chunked (read once per process; default "recurrent"): runs of 64 tokens
+ * Option cllm_fwd_ctx_set_gdn_prefill(CLLM_GDN_CHUNKED) (CLI --gdn-prefill chunked; default
+ * recurrent): runs of 64 tokens
  * covering absolute positions [64j, 64j+64) entirely inside one call go through the chunked WY
  * kernel (kernels gdn_chunk); the unaligned head/tail of a call and decode keep the step. So
  * splitting a prompt at multiples of 64 stays bitwise identical, other splits differ by rounding.
@@ -20,16 +21,19 @@
 #include "base/mem.h"
 #include "model/fwd_int.h"
 
-static int gdn_chunked;
-static pthread_once_t gdn_once = PTHREAD_ONCE_INIT;
-static void gdn_mode_read(void) {
-    const char *e = getenv("CLLM_GDN_PREFILL");
-    gdn_chunked = e && strcmp(e, "chunked") == 0;
+size_t fwd_gdn_scratch(const cllm_config *f) {
+    return 2 * CLLM_GDN_CHUNK + cllm_gdn_chunk_work(f->lin_k_dim, f->lin_v_dim);
 }
 
-size_t fwd_gdn_scratch(const cllm_config *f) {
-    pthread_once(&gdn_once, gdn_mode_read);
-    return gdn_chunked ? 2 * CLLM_GDN_CHUNK + cllm_gdn_chunk_work(f->lin_k_dim, f->lin_v_dim) : 0;
+void cllm_fwd_ctx_set_gdn_prefill(cllm_fwd_ctx *c, cllm_gdn_prefill mode) {
+    c->gdn_prefill = mode;
+}
+
+int cllm_gdn_prefill_parse(const char *s) {
+    return !s                        ? -1
+           : !strcmp(s, "recurrent") ? CLLM_GDN_RECURRENT
+           : !strcmp(s, "chunked")   ? CLLM_GDN_CHUNKED
+                                     : -1;
 }
 
 typedef struct gdn_job {
@@ -143,7 +147,7 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
             st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) *
                           (size_t)dk * dv;
         int ca = 0, cb = 0; /* tokens [ca, cb) run chunked: whole 64-aligned position chunks */
-        if (gdn_chunked) {
+        if (c->gdn_prefill == CLLM_GDN_CHUNKED) {
             const int C = CLLM_GDN_CHUNK;
             ca = (C - sq->start_pos % C) % C;
             cb = ca < sq->n_tokens ? ca + (sq->n_tokens - ca) / C * C : ca;

@@ -108,6 +108,7 @@ typedef struct fwd_mm {
 
 struct cllm_fwd_ctx {
     const cllm_model *m;
+    cllm_gdn_prefill gdn_prefill;
     cllm_pool *pool;
     int n_threads;
     const cllm_kern_ops *k;
@@ -183,7 +184,8 @@ static inline float fwd_sigmoid(float x) {
 /* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
 cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
-/* Extra per-thread scratch floats the GDN layer needs (0 unless CLLM_GDN_PREFILL=chunked). */
+/* Extra per-thread scratch floats the GDN layer needs for the chunked prefill (allocated whatever
+ * the mode, so the mode can change between calls). */
 size_t fwd_gdn_scratch(const cllm_config *f);
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);

@@ -1,5 +1,5 @@
 /* Chunked (WY) Gated DeltaNet kernel (kernels gdn_chunk, chunk 64) vs the token-by-token
- * recurrence (ref gdn_step), and the CLLM_GDN_PREFILL=chunked forward option end to end.
+ * recurrence (ref gdn_step), and the --gdn-prefill chunked forward option end to end.
  *
  * Kernel: random l2-normalised q (scaled dk^-0.5) / k, v in [-1,1], g in [-1.5, 0], beta in
  * (0,1), zero and random initial state, T in {1,63,64,65,128,200}, (dk,dv) in {16x16 (tiny),
@@ -8,7 +8,7 @@
  * Also: T=128 in one call == two calls of 64 (bitwise), avx2 and neon tiers vs ref tier within
  * the same threshold.
  * End to end (needs CLLM_BIN): synth tiny f32, a 200-token prompt: `eval --dump-logits` with
- * CLLM_GDN_PREFILL=chunked vs default, max |diff| <= 1e-4 * max(1, max |logit|); chunked with
+ * --gdn-prefill chunked vs default, max |diff| <= 1e-4 * max(1, max |logit|); chunked with
  * --prefill-chunk 64 and 128 == chunked in one call (bitwise); --prefill-chunk 100 (chunks [0,64)
  * and [128,192) chunked, the rest by step) within the threshold. */
 #include <stdint.h>
@@ -145,14 +145,14 @@ static void test_e2e(void) {
         len += snprintf(toks + len, sizeof toks - (size_t)len, "%s%d", i ? "," : "",
                         (i * 53 + 11) % 500);
     const char *runs[5][3] = {{"", "", "rec"},
-                              {"CLLM_GDN_PREFILL=chunked", "", "ch"},
-                              {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 64", "ch64"},
-                              {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 128", "ch128"},
-                              {"CLLM_GDN_PREFILL=chunked", "--prefill-chunk 100", "ch100"}};
+                              {"--gdn-prefill chunked", "", "ch"},
+                              {"--gdn-prefill chunked", "--prefill-chunk 64", "ch64"},
+                              {"--gdn-prefill chunked", "--prefill-chunk 128", "ch128"},
+                              {"--gdn-prefill chunked", "--prefill-chunk 100", "ch100"}};
     for (int r = 0; r < 5; r++) {
         snprintf(cmd, sizeof cmd,
-                 "%s '%s' eval '%s/m' --tokens %s %s --dump-logits '%s/%s.f32' 2>/dev/null",
-                 runs[r][0], bin, d, toks, runs[r][1], d, runs[r][2]);
+                 "'%s' eval '%s/m' --tokens %s %s %s --dump-logits '%s/%s.f32' 2>/dev/null", bin, d,
+                 toks, runs[r][0], runs[r][1], d, runs[r][2]);
         if (run(cmd)) return;
     }
     size_t n[5];
