@@ -126,7 +126,7 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         int cnt = c->exp_cnt[e];
         if (!cnt) continue;
         const fwd_mlp *x = &L->experts[e];
-        if (!x->gate.data) { /* expert not bound in this process */
+        if (!x->gate.data) {                 /* expert not bound in this process */
             if (c->m->tp_size > 1) continue; /* expert parallel: another rank owns it */
             return CLLM_EUNSUPPORTED;
         }
