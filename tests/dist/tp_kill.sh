@@ -19,7 +19,7 @@ grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; e
 # pid of the rank with OMPI_COMM_WORLD_RANK=$2 among the descendants of $1
 rank_pid() {
   local p
-  for p in $(pgrep -f -- "$BIN generate"); do
+  for p in $(pgrep -f -- "$BIN generate $M "); do # this test's model only (tests run in parallel)
     [ "$p" = "$1" ] && continue
     tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
   done
