@@ -40,7 +40,8 @@ kill_case() { # desc, rank to kill, signal, command...
   for i in $(seq 1 100); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$job" 2>/dev/null; then
     bad "$desc: still running 10 s after rank $victim was killed"
-    kill -9 "$job" 2>/dev/null; pkill -9 -P "$job" 2>/dev/null
+    # mpirun and its ranks carry this test's model path: end them all, not just the wrapper
+    kill -9 $(pgrep -f -- "$M") "$job" 2>/dev/null
     wait "$job"; return
   fi
   wait "$job"; local rc=$?
