@@ -58,7 +58,7 @@ function corpus() {
   return out;
 }
 
-const REFUSAL = /unsupported JSON Schema keyword '[^']+' at #|unsupported keyword value: format '[^']*' at #|invalid schema: '[^']+' at #|matches nothing|not valid JSON|too large|deeper than|over 10000|regex: /;
+const REFUSAL = /unsupported JSON Schema keyword '[^']+' at #|unsupported keyword value: format '[^']*' at #|invalid schema: '[^']+' at #|matches nothing|not valid JSON|too large|deeper than|over 10000|over 1000 at|regex: /;
 
 async function runSchemas() {
   const list = corpus();
