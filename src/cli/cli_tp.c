@@ -92,7 +92,7 @@ static int relaunch(long tp) {
         return 1;
     }
     exe[el] = 0;
-    char np[16];
+    char np[24];
     snprintf(np, sizeof(np), "%ld", tp);
     const char *extra = getenv("CLLM_MPIRUN_ARGS");
     char *extra_copy = extra ? strdup(extra) : NULL;

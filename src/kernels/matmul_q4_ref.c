@@ -1,6 +1,6 @@
 /* Scalar reference for GPTQ int4/int8 weights x fp32 activations (cllm_qweight, kernels.h), and
- * the activation fake-quantization of the W4A8/W4A4 float emulation. The test oracle for the AVX2 tier: same
- * op sequence per output element (explicit fmaf, so both tiers round identically). */
+ * the activation fake-quantization of the W4A8/W4A4 float emulation. The test oracle for the AVX2
+ * tier: same op sequence per output element (explicit fmaf, so both tiers round identically). */
 #include <math.h>
 
 #include "base/half.h"

@@ -110,10 +110,9 @@ int main(void) {
         printf("%s matmul_f32 %016llx\n%s matmul_f16 %016llx\n%s matmul_bf16 %016llx\n", tname[ti],
                (unsigned long long)hm[0], tname[ti], (unsigned long long)hm[1], tname[ti],
                (unsigned long long)hm[2]);
-        printf(
-            "%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s qact8 %016llx\n",
-            tname[ti], (unsigned long long)hd, tname[ti], (unsigned long long)ha, tname[ti],
-            (unsigned long long)hq, tname[ti], (unsigned long long)h8);
+        printf("%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s qact8 %016llx\n",
+               tname[ti], (unsigned long long)hd, tname[ti], (unsigned long long)ha, tname[ti],
+               (unsigned long long)hq, tname[ti], (unsigned long long)h8);
     }
     return 0;
 }

@@ -77,8 +77,9 @@ static void walk_engine_create(const char *dir, int budget, bool full) {
             cllm_engine_free(e);
         } else {
             failed_ok++;
-            CHECK_MSG(err.msg[0] != 0, "engine create, allocation %ld failed: status %s, no message",
-                      n, cllm_status_name(st));
+            CHECK_MSG(err.msg[0] != 0,
+                      "engine create, allocation %ld failed: status %s, no message", n,
+                      cllm_status_name(st));
             CHECK_MSG(e == NULL, "engine create, allocation %ld: error but an engine", n);
         }
     }
@@ -140,9 +141,11 @@ static void check_answer(const req_kind *k, long n, const http_res *r) {
     CHECK_MSG(r->status == 400 || r->status == 500 || r->status == 503 || r->status == 429,
               "%s, allocation %ld failed: HTTP %ld (0 = no response): %.300s", k->name, n,
               r->status, r->body);
-    if (r->status) CHECK_MSG(strstr(r->body, "\"error\"") != NULL, "%s, allocation %ld failed: "
-                             "HTTP %ld without an error object: %.300s",
-                             k->name, n, r->status, r->body);
+    if (r->status)
+        CHECK_MSG(strstr(r->body, "\"error\"") != NULL,
+                  "%s, allocation %ld failed: "
+                  "HTTP %ld without an error object: %.300s",
+                  k->name, n, r->status, r->body);
 }
 
 static void walk_requests(int port, int budget, bool full) {
