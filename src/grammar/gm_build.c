@@ -95,6 +95,22 @@ int gb_range(gm_builder *b, int lo, int hi) {
     return add(b, (gx){.kind = GX_RANGE, .lo = (uint8_t)lo, .hi = (uint8_t)hi}, 1);
 }
 
+bool gb_push(gm_builder *b, int **xs, int *n, int *cap, int x) {
+    if (*n == *cap) {
+        int *t = realloc(*xs, (size_t)*cap * 2 * sizeof(int));
+        if (!t) {
+            free(*xs);
+            *xs = NULL;
+            gb_error(b, CLLM_ENOMEM, "out of memory");
+            return false;
+        }
+        *xs = t;
+        *cap *= 2;
+    }
+    (*xs)[(*n)++] = x;
+    return true;
+}
+
 int gb_seq(gm_builder *b, const int *xs, int n) {
     if (n == 0) return gb_empty(b);
     if (n == 1) return xs[0];

@@ -141,16 +141,7 @@ static int gp_atom(gp *p) {
                 return -1;
             }
             uint32_t r2[2] = {(uint32_t)v, (uint32_t)v};
-            if (n == cap) {
-                cap *= 2;
-                int *t = realloc(xs, (size_t)cap * sizeof(int));
-                if (!t) {
-                    free(xs);
-                    return gb_error(p->b, CLLM_ENOMEM, "out of memory"), -1;
-                }
-                xs = t;
-            }
-            xs[n++] = gb_cps(p->b, r2, 1);
+            if (!gb_push(p->b, &xs, &n, &cap, gb_cps(p->b, r2, 1))) return -1;
         }
         if (p->i >= p->n || p->s[p->i] != q) {
             free(xs);
@@ -298,16 +289,7 @@ static int gp_seq(gp *p) {
                 return -1;
             }
         }
-        if (n == cap) {
-            cap *= 2;
-            int *t = realloc(xs, (size_t)cap * sizeof(int));
-            if (!t) {
-                free(xs);
-                return gb_error(p->b, CLLM_ENOMEM, "out of memory"), -1;
-            }
-            xs = t;
-        }
-        xs[n++] = x;
+        if (!gb_push(p->b, &xs, &n, &cap, x)) return -1;
     }
     int x = gb_seq(p->b, xs, n);
     free(xs);
@@ -324,16 +306,7 @@ static int gp_alt(gp *p) {
             free(xs);
             return -1;
         }
-        if (n == cap) {
-            cap *= 2;
-            int *t = realloc(xs, (size_t)cap * sizeof(int));
-            if (!t) {
-                free(xs);
-                return gb_error(p->b, CLLM_ENOMEM, "out of memory"), -1;
-            }
-            xs = t;
-        }
-        xs[n++] = x;
+        if (!gb_push(p->b, &xs, &n, &cap, x)) return -1;
         ws(p, p->depth > 0);
         if (p->i < p->n && p->s[p->i] == '|') {
             p->i++;

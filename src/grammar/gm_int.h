@@ -54,6 +54,9 @@ int gb_alt(gm_builder *b, const int *xs, int n);
 int gb_alt2(gm_builder *b, int x, int y);
 int gb_rep(gm_builder *b, int x, int min, int max);
 int gb_opt(gm_builder *b, int x);
+/* Appends x to the growable id list *xs (n used of cap, doubled when full). On out of memory
+ * frees *xs, records the error and returns false; the caller just returns -1. */
+bool gb_push(gm_builder *b, int **xs, int *n, int *cap, int x);
 int gb_ref(gm_builder *b, int rule);
 int gb_lit(gm_builder *b, const char *s, size_t n);
 int gb_lits(gm_builder *b, const char *s);

@@ -370,16 +370,7 @@ static int parse_seq(rx *r) {
                 return -1;
             }
         }
-        if (n == cap) {
-            cap *= 2;
-            int *t = realloc(xs, (size_t)cap * sizeof(int));
-            if (!t) {
-                free(xs);
-                return gb_error(r->b, CLLM_ENOMEM, "out of memory"), -1;
-            }
-            xs = t;
-        }
-        xs[n++] = x;
+        if (!gb_push(r->b, &xs, &n, &cap, x)) return -1;
     }
     int x = gb_seq(r->b, xs, n);
     free(xs);
@@ -396,16 +387,7 @@ static int parse_alt(rx *r) {
             free(xs);
             return -1;
         }
-        if (n == cap) {
-            cap *= 2;
-            int *t = realloc(xs, (size_t)cap * sizeof(int));
-            if (!t) {
-                free(xs);
-                return gb_error(r->b, CLLM_ENOMEM, "out of memory"), -1;
-            }
-            xs = t;
-        }
-        xs[n++] = x;
+        if (!gb_push(r->b, &xs, &n, &cap, x)) return -1;
         if (r->i < r->n && r->s[r->i] == '|') {
             r->i++;
             continue;
