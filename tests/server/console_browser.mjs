@@ -296,8 +296,10 @@ async function plain(browser) {
   await page.click('#tab-dash');
   await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 6, null, 10000, 'dashboard charts');
   const reqsBefore = await page.evaluate(() => window.cllmConsole.reqs.rows().length);
+  // 256 tokens each, so the run outlasts several 2 s dashboard polls: with 48 tokens a quiet box
+  // finished all 24 requests inside one poll and the dashboard never saw them running.
   const bench = spawn(BIN, ['bench-serve', '--url', url, '--backend', 'openai-chat', '-n', '24',
-    '--max-concurrency', '8', '--random-input-len', '64', '--random-output-len', '48', '--ignore-eos', '-q'],
+    '--max-concurrency', '8', '--random-input-len', '64', '--random-output-len', '256', '--ignore-eos', '-q'],
   { stdio: ['ignore', 'pipe', 'pipe'] });
   let benchOut = '';
   bench.stdout.on('data', (d) => (benchOut += d));
@@ -335,7 +337,7 @@ async function plain(browser) {
   await page.click('#tab-reqs');
   await waitFor(page, (n) => window.cllmConsole.reqs.rows().length >= n + 24, reqsBefore, 10000, 'requests rows');
   const rows = await page.evaluate(() => window.cllmConsole.reqs.rows());
-  const benchRows = rows.filter((x) => x.route === '/v1/chat/completions' && x.output_tokens === 48);
+  const benchRows = rows.filter((x) => x.route === '/v1/chat/completions' && x.output_tokens === 256);
   check(benchRows.length >= 24, `requests table has the run's requests (${benchRows.length})`);
   check(benchRows.every((x) => x.ttft_ms > 0 && x.total_ms >= x.ttft_ms && x.prompt_tokens > 0 && x.finish === 'length'),
     'each row has TTFT, total, prompt tokens, finish');
