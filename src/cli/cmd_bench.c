@@ -213,7 +213,7 @@ typedef struct bench_args {
     const char *model, *plist, *nlist, *tlist, *blist;
     long reps, block, seed, budget;
     long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
-    bool json, mt, no_table, no_sweep, kv_bf16;
+    bool json, mt, no_table, no_sweep, kv_bf16, no_prefault;
     uint64_t kv_bytes;
     int p[16], n[16], t[16], b[64];
     int np, nn, nt, nb;
@@ -258,6 +258,8 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
          "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
         {"--seed", "-s", CLI_INT, &a->seed, "seed for the random prompts", NULL, 0, 9e18},
         {"--kv-bf16", NULL, CLI_FLAG, &a->kv_bf16, "KV cache in bf16"},
+        {"--no-prefault", NULL, CLI_FLAG, &a->no_prefault,
+         "do not page in every weight before the runs (cold pages are then timed)"},
         {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
         {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
         {"--no-sweep", NULL, CLI_FLAG, &a->no_sweep, "skip the batched sweep"},
@@ -371,6 +373,7 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
     o->max_num_batched_tokens =
         a->budget > 0 ? (int)a->budget : (int)(need_budget > 2048 ? need_budget : 2048);
     o->kv_cache_bf16 = a->kv_bf16;
+    o->no_prefault = a->no_prefault;
     uint64_t kv = a->kv_bytes;
     if (!kv) {
         size_t bb = a->kv_bf16 ? bm->block_bytes_f32 / 2 : bm->block_bytes_f32;

@@ -202,6 +202,11 @@ static cllm_status load_model(cllm_engine *e, cllm_error *err) {
     const cllm_engine_opts o = e->o;
     cllm_status rc;
     if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) return rc;
+    if (!o.no_prefault) {
+        double t0 = cllm_time_s();
+        uint64_t nb = cllm_model_prefault(e->m);
+        LOG_INFO("weights: %.2f GB paged in %.2f s", (double)nb / 1e9, cllm_time_s() - t0);
+    }
     const char *tok_dir = o.tokenizer_dir ? o.tokenizer_dir : o.model_dir;
     if (!o.skip_tokenizer_init && file_exists(tok_dir, "tokenizer.json") &&
         (rc = cllm_tok_load(tok_dir, &e->tok, err)) != CLLM_OK)

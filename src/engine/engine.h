@@ -118,6 +118,9 @@ typedef struct cllm_engine_opts {
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
     bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
+    bool no_prefault; /* skip touching every weight page at start-up (cllm_model_prefault): the
+                         first requests then pay the page faults and disk reads, e.g. of cold
+                         embedding rows (5 ms per decoded token on the quarter shape) */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);
