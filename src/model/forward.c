@@ -34,7 +34,7 @@ void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
 cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy) {
     if (n_tok <= 0 || !w->data) return CLLM_OK;
-    if (c->capture) c->capture(c->capture_ctx, w, X, ldx, n_tok);
+    if (c->hooks.on_matmul) fwd_hook_matmul(c, w, X, ldx, n_tok);
     if (c->n_jobs == c->cap_jobs) {
         size_t nc = c->cap_jobs ? 2 * c->cap_jobs : 64;
         fwd_mm *nj = realloc(c->jobs, nc * sizeof(*nj));
@@ -568,17 +568,17 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     if (m->n_attn > 0) rope_tables(c, T);
     if (c->prof_on) c->prof[FWD_P_EMBED] += cllm_time_s() - tp0;
-    int n_run =
-        c->n_layers_run > 0 && c->n_layers_run < f->n_layers ? c->n_layers_run : f->n_layers;
+    const cllm_fwd_hooks *hk = &c->hooks; /* calibration (model/forward.h); off when serving */
+    int n_run = hk->stop_layer > 0 && hk->stop_layer < f->n_layers ? hk->stop_layer : f->n_layers;
     int l0 = 0;
-    if (c->x_cache && c->x_cache_in > 0 && c->x_cache_in < n_run) {
-        l0 = c->x_cache_in;
-        memcpy(c->x, c->x_cache, (size_t)T * H * sizeof(float));
+    if (hk->resid && hk->resid_in > 0 && hk->resid_in < n_run) {
+        l0 = hk->resid_in;
+        memcpy(c->x, hk->resid, (size_t)T * H * sizeof(float));
     }
     for (int l = l0; l < n_run; l++) {
         const fwd_layer *L = &m->layers[l];
-        if (c->x_cache && l == c->x_cache_out)
-            memcpy(c->x_cache, c->x, (size_t)T * H * sizeof(float));
+        c->layer = l;
+        if (hk->resid && l == hk->resid_out) memcpy(hk->resid, c->x, (size_t)T * H * sizeof(float));
         /* tensor parallel: each block adds its partial output into a zeroed accumulator that
          * is all-reduced into the residual (forward_tp.c); blocks must not read c->x */
         float *xr = NULL;
@@ -617,6 +617,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
     if (c->prof_on) tpr = cllm_time_s();
     c->prof_tag = FWD_P_LM_HEAD;
+    c->layer = -1;
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
     for (int q = 0; q < b->n_seqs; q++) {

@@ -132,6 +132,37 @@ void cllm_fwd_ctx_set_gdn_prefill(cllm_fwd_ctx *c, cllm_gdn_prefill mode);
 /* "recurrent" or "chunked"; -1 for anything else. */
 int cllm_gdn_prefill_parse(const char *s);
 
+/* Calibration hooks (the GPTQ quantizer, src/quant/gptq.c): observe the input of every matmul
+ * and run a slice of the layer stack. Off by default; a serving forward never sets them. */
+typedef struct cllm_fwd_matmul {
+    int layer;          /* decoder layer running the matmul; -1 = the lm_head */
+    const char *tensor; /* checkpoint tensor the matrix is read from; NULL = none (GPTQ weights) */
+    uint64_t offset;    /* element offset of the matrix in it (an expert of a fused tensor) */
+    int rows, cols;     /* Y[t][r] = W[r] . X[t]: cols = K, the input width */
+    bool quantized;     /* the matrix is GPTQ-quantized */
+    const float *X;     /* n_tok input rows of cols floats, ldx apart (valid during the call) */
+    size_t ldx;
+    int n_tok;
+    /* the same X (pointer, stride, tokens, width) as the previous matmul, queued in the same
+     * parallel run: Linears that share one input (q/k/v, GDN qkv/z/b/a, an expert's gate/up) */
+    bool shares_input;
+} cllm_fwd_matmul;
+
+typedef struct cllm_fwd_hooks {
+    void (*on_matmul)(void *user, const cllm_fwd_matmul *mm); /* NULL = none */
+    void *user;
+    /* > 0: run only the layers before this one and return without logits; 0 = all layers */
+    int stop_layer;
+    /* the residual stream [T][hidden] of the call's tokens, NULL = none: with resid_in > 0 the
+     * layer loop starts at layer resid_in reading the stream from resid (saved by an earlier
+     * call on the same tokens; a layer reads only its own KV and state, so the bytes equal a
+     * run from layer 0), and the stream at the start of layer resid_out is written to it */
+    float *resid;
+    int resid_in, resid_out;
+} cllm_fwd_hooks;
+/* Copies *h into the context (NULL = all off); applies to the following calls. */
+void cllm_fwd_ctx_set_hooks(cllm_fwd_ctx *c, const cllm_fwd_hooks *h);
+
 /* Rows of logits the batch asks for (sum over sequences: 1, n_tokens or 0). */
 size_t cllm_batch_logit_rows(const cllm_batch *b);
 

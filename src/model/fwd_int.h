@@ -15,6 +15,11 @@ typedef struct fwd_wt {
     cllm_dtype dt;
     int rows, cols;
     cllm_qweight q;
+    /* where it was bound from (the calibration hook names it): checkpoint tensor name and the
+     * element offset inside it; NULL for GPTQ weights. A tensor-parallel slice (weights_tp.c)
+     * keeps the whole matrix's values (calibration runs one process) */
+    const char *src;
+    uint64_t src_off;
 } fwd_wt;
 
 typedef struct fwd_mlp {
@@ -142,20 +147,9 @@ struct cllm_fwd_ctx {
     int cap_seqs;
     cllm_kv_pool *kv;
     cllm_state_pool *st;
-    /* Optional: called by fwd_mm_add with every matmul's input (quant/gptq.c calibration
-     * collects Hessians with it). NULL = off. */
-    void (*capture)(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok);
-    void *capture_ctx;
-    /* Optional: > 0 runs only the first n layers and returns without logits (a GPTQ
-     * calibration pass stops after the last layer it collects Hessians for). 0 = all. */
-    int n_layers_run;
-    /* Optional (GPTQ calibration): when x_cache ([T][H] fp32) is set, the layer loop starts at
-     * layer x_cache_in with the residual stream read from x_cache (0: from the embeddings, x_cache
-     * not read), and the residual stream at the start of layer x_cache_out (x_cache_in <=
-     * x_cache_out < layers run) is written to x_cache. The same sequence run from layer 0 computes
-     * the same bytes: a layer reads only its own KV/state. */
-    float *x_cache;
-    int x_cache_in, x_cache_out;
+    /* calibration hooks (cllm_fwd_ctx_set_hooks; all off when serving) and the layer running */
+    cllm_fwd_hooks hooks;
+    int layer;
     /* tensor parallel scratch (forward_tp.c) */
     float *tp_acc, *tp_lg;
     size_t tp_acc_cap, tp_lg_cap;
@@ -171,6 +165,8 @@ struct cllm_fwd_ctx {
 cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,
                        float *Y, size_t ldy);
 cllm_status fwd_mm_run(cllm_fwd_ctx *c);
+/* Calls hooks.on_matmul for a job about to be queued (fwd_hooks.c). */
+void fwd_hook_matmul(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok);
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, over n (sum of squares in double, index order). */
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);

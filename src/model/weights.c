@@ -127,6 +127,7 @@ static fwd_wt wt_of(const cllm_tensor *t, int rows, int cols) {
         w.dt = t->dtype;
         w.rows = rows;
         w.cols = cols;
+        w.src = t->name;
     }
     return w;
 }
@@ -259,6 +260,10 @@ static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type
                     x->gate = (fwd_wt){g, gu.dt, I, H};
                     x->up = (fwd_wt){g + (size_t)I * H * es, gu.dt, I, H};
                     x->down = (fwd_wt){(const char *)dn.data + (size_t)e * H * I * ds, dn.dt, H, I};
+                    x->gate.src = x->up.src = gu.src, x->down.src = dn.src;
+                    x->gate.src_off = (uint64_t)e * 2 * I * H;
+                    x->up.src_off = x->gate.src_off + (uint64_t)I * H;
+                    x->down.src_off = (uint64_t)e * H * I;
                 }
             }
         } else if (B.st == CLLM_OK) {

@@ -8,7 +8,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
-#include "model/fwd_int.h"
+#include "model/forward.h"
 #include "model/seq_runner.h"
 
 /* ---- The math: float32, blocked, threaded over the repo pool --------------------------------
@@ -311,10 +311,10 @@ cllm_status cllm_gptq_apply(float *W, const float *H, const float *U, cllm_qbuf 
 }
 
 /* Calibration: the 16-bit model runs over the calibration tokens; every matmul input is added
- * into H = sum_t x_t x_t^T of the Linear it feeds, found by locating the weight pointer inside
- * the checkpoint's tensors (key "<tensor name>@<element offset>"). Linears queued back to back
- * on the same input (q/k/v, GDN qkv/z/b/a, an expert's gate/up) share one Hessian: the later
- * ones are aliases of the first ("root").
+ * into H = sum_t x_t x_t^T of the Linear it feeds, named by the forward's calibration hook
+ * (model/forward.h: cllm_fwd_hooks; key "<tensor name>@<element offset>"). Linears queued back
+ * to back on the same input (q/k/v, GDN qkv/z/b/a, an expert's gate/up) share one Hessian: the
+ * later ones are aliases of the first ("root").
  *
  * Memory: a first pass only counts tokens per Linear (no Hessian). Then the caller runs one
  * pass per group of layers: it marks the Linears of the group (cllm_gptq_mark), and
@@ -342,17 +342,9 @@ static int buf_rows(int K) {
     return c < 16 ? 16 : c > 128 ? 128 : c;
 }
 
-typedef struct span {
-    const char *base;
-    uint64_t nbytes;
-    const cllm_tensor *t;
-} span;
-
 struct cllm_gptq {
     hent *h;
     size_t n, cap;
-    span *spans;
-    size_t n_spans, cap_spans;
     int min_tokens;
     long fallback_experts, fallback_other, used;
     char summary[320];
@@ -373,42 +365,18 @@ struct cllm_gptq {
     float *xc;
     int cache_layer;
     bool use_cache;
+    cllm_fwd_hooks hooks; /* stop layer and residual layers of the pass being run */
     uint64_t held, peak;
     double t_count, t_pass, t_hess, t_factor, t_apply; /* seconds per phase (summary) */
     float *ctmp; /* [nt][RB * RB] + [ctmp_K][buf_rows(ctmp_K)] scratch of the Hessian updates */
     int ctmp_K;
-    /* the previous capture, to detect shared inputs */
-    const fwd_wt *last_w;
-    const float *last_X;
-    size_t last_ldx, last_njobs;
-    int last_ntok, last_K;
-    long last_e;
+    long last_e; /* entry of the previous matmul (-1 = none), to alias shared inputs */
     /* factor of the last Hessian quantized with (Linears sharing an input share it) */
     const float *fH;
     int fK;
     double fdamp;
     float *fA, *fwork; /* [K][K] U of gptq_factor, factor_work(K) floats */
 };
-
-static void add_span(void *ctx, const cllm_tensor *t) {
-    cllm_gptq *g = ctx;
-    if (g->n_spans == g->cap_spans) {
-        size_t nc = g->cap_spans ? 2 * g->cap_spans : 256;
-        span *ns = realloc(g->spans, nc * sizeof(*ns));
-        if (!ns) {
-            g->oom = true;
-            return;
-        }
-        g->spans = ns;
-        g->cap_spans = nc;
-    }
-    g->spans[g->n_spans++] = (span){t->data, t->nbytes, t};
-}
-
-static int cmp_span(const void *a, const void *b) {
-    const char *x = ((const span *)a)->base, *y = ((const span *)b)->base;
-    return x < y ? -1 : x > y;
-}
 
 static long find(cllm_gptq *g, const char *key, int K, bool create) {
     for (size_t i = 0; i < g->n; i++)
@@ -495,34 +463,17 @@ static void flush(cllm_gptq *g, hent *e) {
     g->t_hess += cllm_time_s() - t0;
 }
 
-static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int n_tok) {
+static void capture(void *ctx, const cllm_fwd_matmul *mm) {
     cllm_gptq *g = ctx;
-    const cllm_fwd_ctx *c = g->r.ctx;
-    /* same input as the previous matmul of the same queue (no run in between)? */
-    bool same = g->last_e >= 0 && c->n_jobs == g->last_njobs + 1 &&
-                c->jobs[g->last_njobs].w == g->last_w && X == g->last_X && ldx == g->last_ldx &&
-                n_tok == g->last_ntok && w->cols == g->last_K;
+    bool same = g->last_e >= 0 && mm->shares_input;
     long prev = g->last_e;
-    g->last_w = w, g->last_X = X, g->last_ldx = ldx, g->last_ntok = n_tok, g->last_K = w->cols;
-    g->last_njobs = c->n_jobs;
     g->last_e = -1;
-    if (g->oom || w->q.bits) return;
-    const char *p = w->data;
-    size_t lo = 0, hi = g->n_spans; /* last span with base <= p */
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (g->spans[mid].base <= p)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    if (!g->n_spans || p < g->spans[lo].base || p >= g->spans[lo].base + g->spans[lo].nbytes)
-        return;
-    const cllm_tensor *t = g->spans[lo].t;
+    if (g->oom || mm->quantized || !mm->tensor) return;
     char key[224];
-    snprintf(key, sizeof(key), "%s@%llu", t->name,
-             (unsigned long long)((uint64_t)(p - g->spans[lo].base) / cllm_dtype_size(t->dtype)));
-    int K = w->cols;
+    snprintf(key, sizeof(key), "%s@%llu", mm->tensor, (unsigned long long)mm->offset);
+    int K = mm->cols, n_tok = mm->n_tok;
+    const float *X = mm->X;
+    size_t ldx = mm->ldx;
     long i = find(g, key, K, g->counting);
     if (i < 0) {
         if (g->counting) g->oom = true;
@@ -561,20 +512,23 @@ static void capture(void *ctx, const fwd_wt *w, const float *X, size_t ldx, int 
 static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
     cllm_status st = CLLM_OK;
     double t0 = cllm_time_s();
-    g->r.ctx->capture = capture;
-    g->r.ctx->capture_ctx = g;
+    cllm_fwd_hooks hk = g->hooks;
+    hk.on_matmul = capture;
+    hk.user = g;
     g->last_e = -1;
     for (int s = 0; s < g->samples && st == CLLM_OK; s++) {
         int off = (int)(((long)s * g->L) % (g->n_calib - g->L + 1));
         g->r.pos = 0;
-        if (g->use_cache) g->r.ctx->x_cache = g->xc + (size_t)s * g->L * g->r.m->cfg.hidden_size;
+        hk.resid =
+            g->use_cache ? g->xc + (size_t)s * g->L * cllm_model_config(g->r.m)->hidden_size : NULL;
+        cllm_fwd_ctx_set_hooks(g->r.ctx, &hk);
         st = cllm_seq_runner_step(&g->r, g->tok + off, g->L, CLLM_LOGITS_NONE, NULL, err);
         if (g->out && (s + 1 == g->samples || (s & 7) == 7))
             fprintf(g->out, "\r%s: %d/%d sequences of %d tokens", what, s + 1, g->samples, g->L),
                 fflush(g->out);
     }
     if (g->out) fprintf(g->out, "\n"), fflush(g->out);
-    g->r.ctx->capture = NULL;
+    cllm_fwd_ctx_set_hooks(g->r.ctx, NULL);
     for (size_t i = 0; i < g->n; i++) {
         flush(g, &g->h[i]);
         free(g->h[i].xb);
@@ -614,8 +568,6 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     g->samples = o->samples;
     g->out = o->out;
     g->min_tokens = o->min_tokens;
-    cllm_ckpt_foreach(g->r.m->ckpt, add_span, g);
-    qsort(g->spans, g->n_spans, sizeof(span), cmp_span);
     g->counting = true;
     st = run_calib(g, "calibration (counting tokens)", err);
     g->counting = false;
@@ -660,20 +612,22 @@ cllm_status cllm_gptq_pass(cllm_gptq *g, cllm_error *err) {
     /* layers after the last one collected cannot change its inputs: stop there; start at the
      * saved residual stream when it is not past the group's first layer, and save the stream at
      * the start of the group's last layer (the next group starts there or later) */
-    cllm_fwd_ctx *c = g->r.ctx;
     bool part = g->any_marked && g->last_layer >= 0 && g->first_layer >= 0;
-    c->n_layers_run = part ? g->last_layer + 1 : 0;
     if (part && !g->xc) {
-        g->xc = malloc((size_t)g->samples * g->L * g->r.m->cfg.hidden_size * sizeof(float));
+        g->xc = malloc((size_t)g->samples * g->L * cllm_model_config(g->r.m)->hidden_size *
+                       sizeof(float));
         g->cache_layer = 0;
     }
-    c->x_cache_in = part && g->xc && g->cache_layer <= g->first_layer ? g->cache_layer : 0;
-    c->x_cache_out = g->last_layer;
+    g->hooks = (cllm_fwd_hooks){
+        .stop_layer = part ? g->last_layer + 1 : 0,
+        .resid_in = part && g->xc && g->cache_layer <= g->first_layer ? g->cache_layer : 0,
+        .resid_out = g->last_layer,
+    };
     g->use_cache = part && g->xc;
     cllm_status st = run_calib(g, what, err);
     g->use_cache = false;
     g->cache_layer = part && g->xc && st == CLLM_OK ? g->last_layer : 0;
-    c->n_layers_run = 0, c->x_cache = NULL;
+    g->hooks = (cllm_fwd_hooks){0};
     return st;
 }
 
@@ -729,7 +683,6 @@ void cllm_gptq_free(cllm_gptq *g) {
     free(g->xc);
     free(g->tok);
     free(g->h);
-    free(g->spans);
     free(g);
 }
 

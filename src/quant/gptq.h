@@ -1,8 +1,9 @@
 /* GPTQ (Frantar et al. 2022): per-Linear Hessians H = X^T X from calibration activations,
  * then column-by-column quantization with error feedback through the Cholesky factor of H^-1
  * (lazy batch updates: blocks of 128 columns, the rest of W updated by one GEMM per block).
- * Calibration runs the 16-bit model on calibration tokens with a capture hook on every matmul
- * (model/fwd_int.h), so routed experts see exactly the tokens routed to them. Hessians are held
+ * Calibration runs the 16-bit model on calibration tokens with the forward's calibration hook on
+ * every matmul (model/forward.h: cllm_fwd_hooks), so routed experts see exactly the tokens routed
+ * to them. Hessians are held
  * for one group of layers at a time (see gptq.c), so memory stays within a budget. */
 #ifndef CLLM_QUANT_GPTQ_H
 #define CLLM_QUANT_GPTQ_H
