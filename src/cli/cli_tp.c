@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
-#include "dist/shard.h"
+#include "model/tp_shard.h"
 #include "model/config.h"
 
 static long g_tp = 1;

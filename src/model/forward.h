@@ -42,7 +42,7 @@ typedef struct cllm_model cllm_model; /* bound weights + config; read-only after
  * Errors name the tensor and the expected and actual shape. */
 cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err);
 void cllm_model_free(cllm_model *m);
-/* Tensor parallel: binds rank `rank` of `size` (dist/shard.h: its heads, intermediate rows and
+/* Tensor parallel: binds rank `rank` of `size` (model/tp_shard.h: its heads, intermediate rows and
  * lm_head rows only) and its forward calls all-reduce over dist/. cllm_model_load uses the
  * process's own rank and size (dist/dist.h: 0 of 1 unless started under MPI) and refuses a run
  * whose ranks disagree on the config and shard plan. A shape that does not divide is refused

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
-#include "dist/shard.h"
 #include "model/fwd_int.h"
+#include "model/tp_shard.h"
 
 typedef struct rng {
     int off, n;

@@ -1,5 +1,5 @@
-/* See shard.h. */
-#include "dist/shard.h"
+/* See tp_shard.h. */
+#include "model/tp_shard.h"
 
 #include <string.h>
 

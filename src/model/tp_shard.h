@@ -14,9 +14,11 @@
  *    spread whole, n_experts / N per rank (n_experts % N == 0); every rank still holds every
  *    token (the activations are replicated under TP), so "dispatch" is each rank running the
  *    tokens routed to its own experts and the combine is the same fixed-order all-reduce.
- * A shape that cannot be split is refused naming the tensor and N. */
-#ifndef CLLM_DIST_SHARD_H
-#define CLLM_DIST_SHARD_H
+ * A shape that cannot be split is refused naming the tensor and N.
+ * The plan is model knowledge (config dims, the tensor plan), so it lives in model/; dist/ holds
+ * only the collectives the forward pass calls, and model -> dist is one-way. */
+#ifndef CLLM_MODEL_TP_SHARD_H
+#define CLLM_MODEL_TP_SHARD_H
 
 #include <stdint.h>
 
