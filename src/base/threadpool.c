@@ -6,25 +6,36 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 /* Spin iterations before sleeping; ~20-50 us on a 2.5 GHz core, long enough to bridge the gap
  * between consecutive kernels of one forward pass, short enough not to steal an idle core. */
-#define POOL_SPIN 20000
+#define POOL_SPIN  20000
+#define JOB_CLOSED (1ull << 31)
+#define JOB_COUNT  (JOB_CLOSED - 1)
 
 struct cllm_pool {
     int n;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;    /* bumped for each job */
-    atomic_int pending; /* workers still running the current job */
+    /* The current job: generation << 32 | JOB_CLOSED | workers inside it (low bits). A worker
+     * joins a job by incrementing the count, only while the generation matches and the job is
+     * open; the caller of a dynamic job closes it once every item is taken and waits for the
+     * count to drop, so a worker that wakes late never holds the caller up, and one that
+     * arrives after the close never touches the job. */
+    _Atomic uint64_t job;
+    atomic_int pending; /* static jobs: workers still to run their chunk */
     atomic_int stop;
     cllm_pool_fn fn;
     void *ctx;
     size_t n_items, grain;
+    int dyn;            /* cllm_pool_for_dyn: items handed out one at a time from next */
+    atomic_size_t next; /* first item not yet taken (dyn) */
     /* cllm_pool_profile: regions run through the workers and the caller's time waiting for them
      * after its own chunk (imbalance + wake-up latency), touched only by the calling thread */
     int prof;
@@ -44,6 +55,12 @@ void cllm_pool_range(size_t n, size_t grain, int nt, int t, size_t *begin, size_
 }
 
 static void run_chunk(cllm_pool *p, int t) {
+    if (p->dyn) {
+        size_t n = p->n_items, i;
+        while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < n)
+            p->fn(p->ctx, i, i + 1, t);
+        return;
+    }
     size_t b, e;
     cllm_pool_range(p->n_items, p->grain, p->n, t, &b, &e);
     if (b < e) p->fn(p->ctx, b, e, t);
@@ -58,24 +75,34 @@ static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     free(arg);
     cllm_pool *p = wa.p;
-    /* gen is 0 at creation: a job posted before this thread got here must still run here. */
-    unsigned seen = 0;
+    /* generation 0 at creation: a job posted before this thread got here must still run here. */
+    uint64_t seen = 0, st;
     for (;;) {
-        unsigned g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+        while ((st = atomic_load_explicit(&p->job, memory_order_acquire)) >> 32 == seen &&
                !atomic_load(&p->stop) && spins < POOL_SPIN)
             spins++;
-        if (g == seen && !atomic_load(&p->stop)) {
+        if (st >> 32 == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
+            while ((st = atomic_load(&p->job)) >> 32 == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->stop)) return NULL;
+        uint64_t g = st >> 32;
         seen = g;
+        bool in = false;
+        while (st >> 32 == g && !(st & JOB_CLOSED) &&
+               !(in = atomic_compare_exchange_weak_explicit(
+                     &p->job, &st, st + 1, memory_order_acquire, memory_order_acquire)))
+            ;
+        if (!in) continue; /* a dynamic job that ended before this thread woke */
+        int dyn = p->dyn;  /* job g's: its caller waits for this thread before posting another */
         run_chunk(p, wa.t);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        if (dyn)
+            atomic_fetch_sub_explicit(&p->job, 1, memory_order_release);
+        else
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
 }
 
@@ -122,30 +149,51 @@ int cllm_pool_size(const cllm_pool *p) {
     return p ? p->n : 1;
 }
 
+static void pool_run(cllm_pool *p, size_t n, size_t grain, int dyn, cllm_pool_fn fn, void *ctx) {
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_items = n;
+    p->grain = grain;
+    p->dyn = dyn;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store(&p->pending, p->n - 1);
+    uint64_t g = (atomic_load_explicit(&p->job, memory_order_relaxed) >> 32) + 1;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->job, g << 32, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    run_chunk(p, 0);
+    double t0 = p->prof ? cllm_time_s() : 0.0;
+    /* Spin briefly, then yield: on an oversubscribed machine the workers may need this core.
+     * A static job waits for every worker's chunk; a dynamic one only for the workers that
+     * joined it before it was closed (all its items are taken by now). */
+    if (dyn) atomic_fetch_or_explicit(&p->job, JOB_CLOSED, memory_order_acq_rel);
+    for (int spins = 0; dyn ? (atomic_load_explicit(&p->job, memory_order_acquire) & JOB_COUNT)
+                            : atomic_load_explicit(&p->pending, memory_order_acquire) > 0;
+         spins++)
+        if (spins > POOL_SPIN) sched_yield();
+    if (p->prof) {
+        p->prof_calls++;
+        p->prof_wait += cllm_time_s() - t0;
+    }
+}
+
 void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, void *ctx) {
     if (n == 0) return;
     if (!p || p->n == 1 || n <= (grain ? grain : 1)) {
         fn(ctx, 0, n, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_items = n;
-    p->grain = grain;
-    atomic_store(&p->pending, p->n - 1);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    run_chunk(p, 0);
-    double t0 = p->prof ? cllm_time_s() : 0.0;
-    /* Spin briefly, then yield: on an oversubscribed machine the workers may need this core. */
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++)
-        if (spins > POOL_SPIN) sched_yield();
-    if (p->prof) {
-        p->prof_calls++;
-        p->prof_wait += cllm_time_s() - t0;
+    pool_run(p, n, grain, 0, fn, ctx);
+}
+
+void cllm_pool_for_dyn(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx) {
+    if (n == 0) return;
+    if (!p || p->n == 1 || n == 1) {
+        fn(ctx, 0, n, 0);
+        return;
     }
+    pool_run(p, n, 1, 1, fn, ctx);
 }
 
 void cllm_pool_profile(cllm_pool *p, int on, unsigned long long *calls, double *wait_s) {

@@ -27,6 +27,13 @@ void cllm_pool_for(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx);
  * line's worth of rows), still a pure function of (n, grain, n_threads). */
 void cllm_pool_for_grain(cllm_pool *p, size_t n, size_t grain, cllm_pool_fn fn, void *ctx);
 
+/* As cllm_pool_for, but the items are handed out one at a time, in order, to whichever thread is
+ * free (fn sees ranges [i, i + 1)): a thread that starts late, runs slower or is preempted does
+ * not hold up the region. Which thread runs an item then depends on timing, so only for fn whose
+ * every output is computed inside one item (results stay bitwise the same for any schedule);
+ * items should be several microseconds of work each. */
+void cllm_pool_for_dyn(cllm_pool *p, size_t n, cllm_pool_fn fn, void *ctx);
+
 /* Profiling (off by default): on != 0 counts the parallel regions that go through the workers
  * and the caller's wait for them after finishing its own chunk; returns the totals so far in
  * *calls / *wait_s (either may be NULL). Call from the thread that runs the regions. */

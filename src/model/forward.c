@@ -170,51 +170,14 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
     }
 }
 
-/* One contiguous range of items per thread, of about equal work rather than equal count: all
- * experts of a layer share one region, and their token counts differ a lot. Work of an item: its
- * weight bytes (read once; a byte counted as 2 multiply-adds, about one core's DRAM bytes/s
- * against its fp32 FMA rate) plus rows x K x n_tok multiply-adds. Every output element is
- * computed inside one item, so the split never changes results (batch and thread invariance
- * stay). Bounded stack: more threads than MM_MAX_SPLIT fall back to the count split. */
-#define MM_MAX_SPLIT 256
-typedef struct mm_split {
-    cllm_fwd_ctx *c;
-    size_t b[MM_MAX_SPLIT + 1];
-} mm_split;
-
-static void split_worker(void *vs, size_t b, size_t e, int tid) {
-    mm_split *s = vs;
-    for (size_t i = b; i < e; i++) mm_worker(s->c, s->b[i], s->b[i + 1], tid);
-}
-
-static double item_work(const cllm_fwd_ctx *c, size_t i) {
-    const struct fwd_item *it = &c->items[i];
-    const fwd_mm *j = &c->jobs[it->job];
-    const fwd_wt *w = j->w;
-    double bytes = w->q.bits ? w->q.bits / 8.0 : (double)cllm_dtype_size(w->dt);
-    double K = w->q.bits ? w->q.K : w->cols;
-    return (double)(it->r1 - it->r0) * K * (2.0 * bytes + j->n_tok);
-}
-
+/* Items are handed out one at a time to whichever thread is free (cllm_pool_for_dyn): a
+ * layer's experts share one region and their token counts differ a lot, and a worker that wakes
+ * late or is preempted by another process no longer holds the step up (decode on the quarter
+ * shape: the caller's wait for workers 7-10 ms -> 0.5-1.2 ms per step). Every output element is
+ * computed inside one item, so the schedule never changes results (batch and thread invariance
+ * stay). */
 static void mm_split_run(cllm_fwd_ctx *c, size_t n) {
-    int nt = c->n_threads;
-    if (nt <= 1 || nt > MM_MAX_SPLIT || n <= (size_t)nt) {
-        cllm_pool_for(c->pool, n, mm_worker, c);
-        return;
-    }
-    mm_split s;
-    s.c = c;
-    double tot = 0.0, acc = 0.0;
-    for (size_t i = 0; i < n; i++) tot += item_work(c, i);
-    size_t i = 0;
-    s.b[0] = 0;
-    for (int t = 1; t < nt; t++) { /* an item goes where its midpoint falls */
-        double goal = tot * t / nt;
-        while (i < n && acc + 0.5 * item_work(c, i) <= goal) acc += item_work(c, i++);
-        s.b[t] = i;
-    }
-    s.b[nt] = n;
-    cllm_pool_for(c->pool, (size_t)nt, split_worker, &s);
+    cllm_pool_for_dyn(c->pool, n, mm_worker, c);
 }
 
 static cllm_status mm_run(cllm_fwd_ctx *c);
