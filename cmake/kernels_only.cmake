@@ -3,8 +3,8 @@
 # toolchain (cmake/aarch64-linux-gnu.cmake). Sources: base (minus strmap.c and http.c: xxhash and
 # curl), the kernels, model/qformat.c, quant/quant.c, quant/gptq.c (the tests' RTN/GPTQ helpers;
 # their checkpoint and model-side functions are never called and --gc-sections drops them).
-# Tests: test_quant_kern, test_quant_a8, test_kern, test_gdn_chunk (ctest, run through the
-# emulator when cross-compiling) and the cross-ISA probe kern_xisa (run by arm_kernels.sh).
+# Tests: test_quant_kern, test_quant_a8, test_q16_kern, test_kern, test_gdn_chunk (ctest, run
+# through the emulator when cross-compiling) and the cross-ISA probe kern_xisa (run by arm_kernels.sh).
 file(GLOB KO_SOURCES ${CMAKE_SOURCE_DIR}/src/base/*.c ${CMAKE_SOURCE_DIR}/src/kernels/*.c)
 list(FILTER KO_SOURCES EXCLUDE REGEX ".*/(strmap|http)\\.c$")
 list(APPEND KO_SOURCES ${CMAKE_SOURCE_DIR}/src/model/qformat.c ${CMAKE_SOURCE_DIR}/src/quant/quant.c
@@ -43,7 +43,7 @@ target_include_directories(cllm_kern PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_include_directories(cllm_kern SYSTEM AFTER PUBLIC ${KO_INC})
 target_link_libraries(cllm_kern PUBLIC m Threads::Threads)
 enable_testing()
-foreach(name test_quant_kern test_quant_a8 test_kern test_gdn_chunk kern_xisa)
+foreach(name test_quant_kern test_quant_a8 test_q16_kern test_kern test_gdn_chunk kern_xisa)
   add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/kernels/${name}.c)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
   target_link_libraries(${name} PRIVATE cllm_kern)

@@ -38,6 +38,12 @@ void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group,
                         void *A);
 void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                              float *Y, size_t ldy);
+/* act_bits 16 integer path (kernels/matmul_q16_ref.c; also the NEON tables' entries): per group
+ * of ag inputs s[h] = absmax / 32767, q[k] = round(x[k] / s[h]) (0 when s[h] == 0), sum[h]. */
+void kern_quant_act16(const float *x, int K, int ag, int16_t *q, float *s, int32_t *sum);
+void kern_qact16_prep_ref(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
+void kern_matmul_q_qact16_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy);
 /* kernels/gemm_ref.c (also the NEON tables' gemm_f32) */
 void kern_gemm_f32_ref(int M, int N, int K, const float *A, size_t lda, const float *B, size_t ldb,
                        float *C, size_t ldc, int op);
@@ -82,6 +88,10 @@ void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group
                          void *A);
 void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
+/* kernels/x86/matmul_q16_avx2.c: the act_bits 16 integer path (also the avx512 tables') */
+void kern_qact16_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
+void kern_matmul_q_qact16_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                               float *Y, size_t ldy);
 /* kernels/x86/matmul_q4*_avx512.c (AVX-512 F/BW/VL/DQ; _vnni ones also need AVX512-VNNI) */
 void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                           int n_tok, float *Y, size_t ldy);

@@ -18,6 +18,8 @@ static const cllm_kern_ops ref_ops = {
     .matmul_q = kern_matmul_q_ref,
     .qact_prep = kern_qact_prep_ref,
     .matmul_q4_qact = kern_matmul_q4_qact_ref,
+    .qact16_prep = kern_qact16_prep_ref,
+    .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
 };
 
@@ -34,6 +36,8 @@ static const cllm_kern_ops avx2_ops = {
     .matmul_q = kern_matmul_q_avx2,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx2,
+    .qact16_prep = kern_qact16_prep_avx2,
+    .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx2,
 };
 /* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
@@ -51,6 +55,8 @@ static const cllm_kern_ops avx512_ops = {
     .matmul_q = kern_matmul_q_avx512,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512,
+    .qact16_prep = kern_qact16_prep_avx2,
+    .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
 };
 static const cllm_kern_ops avx512_vnni_ops = {
@@ -65,6 +71,8 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .matmul_q = kern_matmul_q_avx512,
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni,
+    .qact16_prep = kern_qact16_prep_avx2,
+    .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
 };
 #endif
@@ -83,6 +91,8 @@ static const cllm_kern_ops neon_ops = {
     .matmul_q = kern_matmul_q_neon,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon,
+    .qact16_prep = kern_qact16_prep_ref,
+    .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
 };
 static const cllm_kern_ops neon_dot_ops = {
@@ -97,6 +107,8 @@ static const cllm_kern_ops neon_dot_ops = {
     .matmul_q = kern_matmul_q_neon,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon_dot,
+    .qact16_prep = kern_qact16_prep_ref,
+    .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
 };
 #endif

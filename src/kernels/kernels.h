@@ -11,6 +11,9 @@
  * a matmul is computed by the same sequence of floating-point operations whatever n_tok, n_rows,
  * the position of t inside the batch and the tile the element falls in. So a token's result never
  * depends on which other tokens share the call. The tiers differ from each other by rounding only.
+ * The integer-activation kernels (matmul_q4_qact, matmul_q_qact16) meet it a second way: each
+ * group's dot product is an exact int32 (so any tile, loop order or token count gives the same
+ * integer) and the few float ops per group are fixed; those agree bitwise across tiers too.
  *
  * All functions are thread-safe (no shared state); callers split work across threads. */
 #ifndef CLLM_KERNELS_KERNELS_H
@@ -91,6 +94,39 @@ typedef void (*cllm_qact_prep_fn)(const float *X, size_t ldx, int n_tok, int K, 
 typedef void (*cllm_matmul_qact_fn)(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                     float *Y, size_t ldy);
 
+/* Integer activations for 16-bit-activation models (act_bits 16: W4A16, W8A16, GPTQ checkpoints),
+ * the default path of model/forward.c (CLLM_ACT16=float selects matmul_q instead). Per token and
+ * activation group h of cllm_qact16_group(bits, group) inputs (the weight group, split when its
+ * int32 sums could overflow): s[h] = absmax / 32767, a[k] = round-half-even(x[k] / s[h]) clamped
+ * to +-32767 (0 when s[h] == 0), sum[h] = sum of the group's a. The quantization error
+ * (<= absmax / 65534 per input) is far below the bf16 precision of the model's activations.
+ * Then, for output n and each activation group h in order, with g = h * AG / group the weight
+ * group, z its effective zero and ws its scale: d = sum_k q[k] a[k] - z * sum[h], exact in int32
+ * (|d| <= 16 * 32767 * AG for int4, 256 * 32767 * AG for int8: the AG bound keeps it below
+ * 2^31), and acc = fma(ws * s[h], (float)d, acc), acc starting at +0. Every tier, tile shape
+ * and token count gives the same bits (the test oracle is kernels/matmul_q16_ref.c). It differs
+ * from matmul_q on the float activations by the activation rounding only. */
+static inline int cllm_qact16_group(int bits, int group) {
+    int lim = bits == 8 ? 256 : 4096;
+    if (group <= lim) return group;
+    for (int ag = lim; ag > 8; ag -= 8)
+        if (group % ag == 0) return ag;
+    return 8;
+}
+/* Bytes of n_tok prepared tokens (int16 codes, fp32 scales, int32 sums); token t starts at
+ * t * cllm_qact16_bytes(K, ag, 1). The code order inside a token is the tier's own and depends
+ * on the weight bits it was prepared for: only matmuls of that tier and bits may read it. */
+static inline size_t cllm_qact16_bytes(int K, int ag, int n_tok) {
+    return (size_t)n_tok * (2 * (size_t)K + 8 * (size_t)(K / ag));
+}
+/* ag = cllm_qact16_group(bits, group) of the weights that will read A; K % ag == 0. */
+typedef void (*cllm_qact16_prep_fn)(const float *X, size_t ldx, int n_tok, int K, int ag, int bits,
+                                    void *A);
+/* Y[t*ldy + n] for n in [n0, n1) (multiples of 8), t < n_tok: int4 or int8 weights w (act_bits
+ * not read) x activations prepared by the same tier for w's bits and K. */
+typedef void (*cllm_matmul_qact16_fn)(const cllm_qweight *w, int n0, int n1, const void *A,
+                                      int n_tok, float *Y, size_t ldy);
+
 /* C[m*ldc + n] = / += / -= (op: CLLM_GEMM_SET / _ADD / _SUB) sum_k A[m*lda + k] * B[k*ldb + n]
  * for m < M, n < N, k < K; fp32, any alignment, A/B not overlapping C. B is row-major (N
  * contiguous): the kernels broadcast A[m][k] and FMA rows of B into register tiles. Per element
@@ -122,6 +158,9 @@ typedef struct cllm_kern_ops {
      * activations by float rounding only. */
     cllm_qact_prep_fn qact_prep;
     cllm_matmul_qact_fn matmul_q4_qact;
+    /* act_bits 16 on int16 activation codes (see cllm_qact16_group), int4 and int8 weights. */
+    cllm_qact16_prep_fn qact16_prep;
+    cllm_matmul_qact16_fn matmul_q_qact16;
     /* fp32 GEMM with B row-major (see cllm_gemm_fn). */
     cllm_gemm_fn gemm_f32;
 } cllm_kern_ops;

@@ -53,7 +53,7 @@ fi
 CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
         -Wno-missing-field-initializers -Werror -I"$SRC/src")
 
-tests=(test_quant_kern test_quant_a8 test_kern test_gdn_chunk)
+tests=(test_quant_kern test_quant_a8 test_q16_kern test_kern test_gdn_chunk)
 # cpu model -> the neon table the tests must report having checked
 for spec in "max:neon-dot" "cortex-a57:neon"; do
   cpu=${spec%%:*} want=${spec#*:}
@@ -69,6 +69,7 @@ for spec in "max:neon-dot" "cortex-a57:neon"; do
   # the NEON tier really ran (not only ref): each test names the tiers it checked
   grep -q "+ $want tiers checked" "$T/test_quant_a8.$cpu.out" &&
     grep -q "+ $want tiers checked" "$T/test_quant_kern.$cpu.out" &&
+    grep -q "+ $want tiers checked" "$T/test_q16_kern.$cpu.out" &&
     grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
     grep -qE "^([0-9]+: )?$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
     ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
