@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "base/file.h"
@@ -17,7 +18,7 @@
 
 /* --ppl FILE that is text (not "@ids" nor "1,2,3"): tokenized with the model's tokenizer into
  * "id,id,..." (*ids, malloc'd). Leaves *ids NULL for token-id forms. 0 ok, 1 error (printed). */
-static int ppl_text_ids(const char *model, const char *arg, char **ids) {
+static int ppl_text_ids(const char *model, const char *arg, bool quiet, char **ids) {
     *ids = NULL;
     if (arg[0] == '@' || strspn(arg, "0123456789, \n") == strlen(arg)) return 0;
     cllm_error err = {0};
@@ -43,7 +44,7 @@ static int ppl_text_ids(const char *model, const char *arg, char **ids) {
         if (b) b[off] = 0;
         *ids = b;
         if (!b) rc = 1;
-        fprintf(stderr, "eval: %s: %zu bytes of text -> %zu tokens\n", arg, n, t.n);
+        if (!quiet) fprintf(stderr, "eval: %s: %zu bytes of text -> %zu tokens\n", arg, n, t.n);
     }
     cllm_tok_ids_free(&t);
     cllm_tok_free(tok);
@@ -55,7 +56,7 @@ int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
     const char *gdn_mode = "recurrent";
     long threads = 1, chunk = 0, block = 16;
-    bool hash = false;
+    bool hash = false, quiet = false;
     /* quality evaluation (quant/qeval.c) */
     const char *ppl = NULL, *compare = NULL, *table = NULL, *ppl_file = NULL;
     long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
@@ -86,6 +87,7 @@ int cmd_eval(int argc, char **argv) {
          0, 1e6},
         {"--prompt-len", NULL, CLI_INT, &prompt_len, "tokens per prompt", NULL, 1, 1e6},
         {"--gen-len", NULL, CLI_INT, &gen_len, "greedy tokens per prompt", NULL, 1, 1e6},
+        {"--quiet", "-q", CLI_FLAG, &quiet, "--ppl: no progress lines on stderr, only the table"},
         {0}};
     const cli_spec spec = {
         "eval",
@@ -105,10 +107,19 @@ int cmd_eval(int argc, char **argv) {
     if (ppl_file) ppl = ppl_file;
     if (ppl || compare || table) {
         char *ids = NULL;
-        if (ppl && ppl_text_ids(pos[0], ppl, &ids)) return 1;
-        cllm_qeval_opts q = {pos[0],       ids ? ids : ppl, compare,        table,
-                             (int)ctx,     (int)stride,     (int)n_prompts, (int)prompt_len,
-                             (int)gen_len, (int)threads};
+        if (ppl && ppl_text_ids(pos[0], ppl, quiet, &ids)) return 1;
+        cllm_qeval_opts q = {.model = pos[0],
+                             .tokens = ids ? ids : ppl,
+                             .compare = compare,
+                             .table = table,
+                             .ctx = (int)ctx,
+                             .stride = (int)stride,
+                             .n_prompts = (int)n_prompts,
+                             .prompt_len = (int)prompt_len,
+                             .gen_len = (int)gen_len,
+                             .threads = (int)threads,
+                             .progress = quiet ? NULL : stderr,
+                             .tty = isatty(STDERR_FILENO)};
         rc = cllm_qeval_run(&q, stdout);
         free(ids);
         return rc;

@@ -43,7 +43,8 @@ int cmd_quantize(int argc, char **argv) {
          "the official Qwen GPTQ-Int4 selection: only routed experts int4 (attention, GDN, shared "
          "expert, MTP, lm_head kept)"},
         {"--dry-run", NULL, CLI_FLAG, &dry, "print the plan only"},
-        {"--quiet", "-q", CLI_FLAG, &quiet, "no progress bar"},
+        {"--quiet", "-q", CLI_FLAG, &quiet,
+         "no progress (bar, lines or calibration), only the plan and the result"},
         {0}};
     const cli_spec spec = {
         "quantize",
@@ -87,7 +88,8 @@ int cmd_quantize(int argc, char **argv) {
         .gptq_mem = gmem,
         .shard_bytes = shard,
         .threads = (int)threads,
-        .progress = !quiet && isatty(STDERR_FILENO), /* a \r bar only on a terminal */
+        .progress = !quiet,
+        .tty = isatty(STDERR_FILENO), /* a \r bar only on a terminal, lines in a log */
         .dry_run = dry,
         .out = stdout,
     };

@@ -65,7 +65,8 @@ int cmd_synth(int argc, char **argv) {
         .qwen_shard_names = qwen_names,
         .include_mtp = !no_mtp,
         .tokenizer_dir = tokenizer,
-        .progress = !quiet && isatty(STDERR_FILENO), /* a \r bar only on a terminal */
+        .progress = !quiet,
+        .tty = isatty(STDERR_FILENO), /* a \r bar only on a terminal, lines in a log */
         .scheme = scheme,
         .group = (int)group,
         .lm_head_bits = !strcmp(lm_head, "int8")   ? 8

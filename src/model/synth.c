@@ -24,6 +24,7 @@
 #include "base/file.h"
 #include "base/half.h"
 #include "base/log.h"
+#include "base/progress.h"
 #include "base/strmap.h"
 #include "model/config.h"
 #include "model/qformat.h"
@@ -185,7 +186,7 @@ static void fill_part(const out_tensor *t, const cllm_config *cfg, int group, ui
 static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
                                const out_tensor *ot, const cllm_st_entry *ents, size_t n, int shard,
                                const char *path, uint64_t *done_bytes, uint64_t total_bytes,
-                               cllm_error *err) {
+                               cllm_progress *prog, cllm_error *err) {
     char tmp[4400];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
@@ -223,9 +224,7 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
             }
             *done_bytes += m * es;
         }
-        if (o->progress)
-            fprintf(stderr, "\rsynth: %5.1f%% %-70.70s",
-                    100.0 * (double)*done_bytes / (double)total_bytes, t->name);
+        cllm_progress_update(prog, (double)*done_bytes, (double)total_bytes, t->name);
     }
     free(fb);
     free(hb);
@@ -448,13 +447,15 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     for (size_t i = 0; i < n_out; i++) total += ents[i].nbytes;
     LOG_INFO("synth: %s: %zu tensors, %.3f GB in %d shard(s)", o->out_dir, n_out,
              (double)total / 1e9, n_shards);
+    cllm_progress prog;
+    cllm_progress_init(&prog, o->progress ? stderr : NULL, o->tty, 10, 30, "synth");
     for (int sh = 0; sh < n_shards && !st; sh++) {
         char name[96], path[4200];
         cllm_st_shard_name(sh, n_shards, o->qwen_shard_names, name, sizeof(name));
         snprintf(path, sizeof(path), "%s/%s", o->out_dir, name);
-        st = write_shard(o, &cfg, ot, ents, n_out, sh, path, &done_bytes, total, err);
+        st = write_shard(o, &cfg, ot, ents, n_out, sh, path, &done_bytes, total, &prog, err);
     }
-    if (o->progress) fprintf(stderr, "\n");
+    cllm_progress_break(&prog);
     if (!st) st = cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
 done:
     free(ot);

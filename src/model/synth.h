@@ -22,7 +22,8 @@ typedef struct cllm_synth_opts {
     bool qwen_shard_names;     /* model.safetensors-000NN-of-000MM.safetensors like Qwen ships */
     bool include_mtp;          /* write mtp.* when the config has MTP layers */
     const char *tokenizer_dir; /* copy tokenizer.json / tokenizer_config.json from here, or NULL */
-    bool progress;             /* progress lines on stderr */
+    bool progress;             /* progress on stderr (false = silent) */
+    bool tty;                  /* stderr is a terminal: a \r bar; else a line per 10% */
     /* Quantized output (NULL: float weights of `dtype`): "w4a16", "w8a16", "w4a8" or "w4a4"
      * writes the GPTQ v1 layout directly (random codes, no float intermediate) with the tensors
      * `cllm quantize` keeps 16-bit by default left in `dtype`; needs CLLM_EXPERTS_PER_EXPERT. */

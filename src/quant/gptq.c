@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/mem.h"
+#include "base/progress.h"
 #include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
@@ -354,7 +355,8 @@ struct cllm_gptq {
     bool r_open;
     int32_t *tok;
     int n_calib, L, samples;
-    FILE *out;
+    FILE *out; /* progress, NULL = silent */
+    bool tty;
     int passes;
     int last_layer;  /* highest layer of the marked Linears, -1 = some need the whole model */
     int first_layer; /* lowest layer of the marked Linears */
@@ -512,6 +514,10 @@ static void capture(void *ctx, const cllm_fwd_matmul *mm) {
 static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
     cllm_status st = CLLM_OK;
     double t0 = cllm_time_s();
+    /* a log gets one line per pass (and one per 10 s of a long pass); a terminal a bar */
+    cllm_progress prog;
+    cllm_progress_init(&prog, g->out, g->tty, 0, 10, what);
+    char line[64];
     cllm_fwd_hooks hk = g->hooks;
     hk.on_matmul = capture;
     hk.user = g;
@@ -523,11 +529,10 @@ static cllm_status run_calib(cllm_gptq *g, const char *what, cllm_error *err) {
             g->use_cache ? g->xc + (size_t)s * g->L * cllm_model_config(g->r.m)->hidden_size : NULL;
         cllm_fwd_ctx_set_hooks(g->r.ctx, &hk);
         st = cllm_seq_runner_step(&g->r, g->tok + off, g->L, CLLM_LOGITS_NONE, NULL, err);
-        if (g->out && (s + 1 == g->samples || (s & 7) == 7))
-            fprintf(g->out, "\r%s: %d/%d sequences of %d tokens", what, s + 1, g->samples, g->L),
-                fflush(g->out);
+        snprintf(line, sizeof(line), "%d/%d sequences of %d tokens", s + 1, g->samples, g->L);
+        cllm_progress_update(&prog, s + 1, g->samples, line);
     }
-    if (g->out) fprintf(g->out, "\n"), fflush(g->out);
+    cllm_progress_break(&prog);
     cllm_fwd_ctx_set_hooks(g->r.ctx, NULL);
     for (size_t i = 0; i < g->n; i++) {
         flush(g, &g->h[i]);
@@ -566,7 +571,8 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     g->n_calib = n;
     g->L = L;
     g->samples = o->samples;
-    g->out = o->out;
+    g->out = o->progress;
+    g->tty = o->tty;
     g->min_tokens = o->min_tokens;
     g->counting = true;
     st = run_calib(g, "calibration (counting tokens)", err);
@@ -575,7 +581,7 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
         cllm_gptq_free(g);
         return st;
     }
-    if (o->out) fprintf(o->out, "calibration: %d tokens, %zu linears\n", L * o->samples, g->n);
+    if (g->out) fprintf(g->out, "calibration: %d tokens, %zu linears\n", L * o->samples, g->n);
     *out = g;
     return CLLM_OK;
 }

@@ -8,6 +8,7 @@
 #ifndef CLLM_QUANT_GPTQ_H
 #define CLLM_QUANT_GPTQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -23,7 +24,8 @@ typedef struct cllm_gptq_opts {
     int min_tokens; /* Linears that saw fewer calibration tokens fall back to RTN */
     double damp;
     int threads;
-    FILE *out;
+    FILE *progress; /* calibration progress (stderr; NULL = silent) */
+    bool tty;       /* progress is a terminal: redrawn with \r; else whole lines */
 } cllm_gptq_opts;
 
 /* Opens the 16-bit model and runs the calibration tokens once, counting the tokens each Linear

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/mem.h"
+#include "base/progress.h"
 #include "model/seq_runner.h"
 
 typedef struct stats {
@@ -128,9 +129,25 @@ static double bleu_score(const bleu_acc *b) {
 }
 
 /* Runs `dir` (and base `bdir` in lockstep when given) over the windows and prompts. */
+/* Windows the perplexity loop of eval_pair runs over n tokens. */
+static int n_windows(const cllm_qeval_opts *o, int n) {
+    int w = 0;
+    for (int s0 = 0; s0 + 1 < n; s0 += o->stride) {
+        w++;
+        if (s0 + (n - s0 < o->ctx ? n - s0 : o->ctx) >= n) break;
+    }
+    return w;
+}
+
 static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir,
                      const int32_t *tok, int n, stats *s) {
     memset(s, 0, sizeof(*s));
+    /* progress: the windows, then the greedy prompts, as one count */
+    int nw = n_windows(o, n), np = n > o->prompt_len ? o->n_prompts : 0, done = 0;
+    char what[160], line[64];
+    snprintf(what, sizeof(what), "eval %s", dir);
+    cllm_progress prog;
+    cllm_progress_init(&prog, o->progress, o->tty, 10, 30, what);
     cllm_error err;
     cllm_seq_runner r, b;
     int cap = o->ctx > o->prompt_len + o->gen_len ? o->ctx : o->prompt_len + o->gen_len;
@@ -210,6 +227,8 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
                 s->top1 += argmax(lg + (size_t)p * V, V) == argmax(lb + (size_t)p * V, V);
             }
         }
+        snprintf(line, sizeof(line), "%d/%d windows of %d tokens", ++done, nw, o->ctx);
+        cllm_progress_update(&prog, done, nw + np, line);
         if (s0 + L >= n) break;
     }
     /* greedy generations from prompts spread over the text */
@@ -228,12 +247,15 @@ static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir
             }
             bleu_add(&ba, ga, gb, o->gen_len);
         }
+        snprintf(line, sizeof(line), "%d/%d greedy prompts", i + 1, np);
+        cllm_progress_update(&prog, ++done, nw + np, line);
     }
     s->bleu = !hb ? 100 : ba.cand_len ? bleu_score(&ba) : NAN;
     uint64_t rss1 = rss_bytes();
     s->rss = rss1 > rss0 ? rss1 - rss0 : 0;
     s->file_bytes = dir_weight_bytes(dir);
 done:
+    cllm_progress_break(&prog);
     free(lg), free(lb), free(pa), free(pb), free(ga), free(gb);
     cllm_seq_runner_close(&r);
     if (hb) cllm_seq_runner_close(&b);

@@ -5,6 +5,7 @@
 #ifndef CLLM_QUANT_QEVAL_H
 #define CLLM_QUANT_QEVAL_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct cllm_qeval_opts {
@@ -15,6 +16,8 @@ typedef struct cllm_qeval_opts {
     int ctx, stride;     /* window length and stride (stride <= ctx) */
     int n_prompts, prompt_len, gen_len;
     int threads;
+    FILE *progress; /* a line per 10% of each model's run (and per 30 s), stderr; NULL = silent */
+    bool tty;       /* progress is a terminal: one bar redrawn with \r instead */
 } cllm_qeval_opts;
 
 /* Returns 0 ok, 1 failure, 2 usage (messages on stderr). */

@@ -17,6 +17,7 @@
 
 #include "base/mem.h"
 #include "base/half.h"
+#include "base/progress.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "quant/gptq.h"
@@ -374,8 +375,9 @@ typedef struct qrun {
     cllm_st_entry *ents; /* outs as the safetensors writer sees them */
     int n_shards;
     uint64_t total_in, total_out, done_b;
-    int last_pct, n_gptq, n_rtn, loaded; /* progress, counts, calibration group held */
-    char tmp[4096];                      /* OUT.tmp-PID while writing, "" otherwise */
+    int n_gptq, n_rtn, loaded; /* counts, calibration group held */
+    cllm_progress prog;        /* writing the shards */
+    char tmp[4096];            /* OUT.tmp-PID while writing, "" otherwise */
 } qrun;
 
 /* Options: scheme, group, lm_head, method, OUT must not exist. */
@@ -671,9 +673,14 @@ static cllm_status calibrate(qrun *r, cllm_error *err) {
     unit *uv = r->units.v;
     cllm_status st = CLLM_OK;
     if (r->gptq) {
-        cllm_gptq_opts go = {
-            o->calib, o->calib_samples, o->calib_seq_len, o->min_expert_tokens, o->damp, o->threads,
-            r->out};
+        cllm_gptq_opts go = {.calib = o->calib,
+                             .samples = o->calib_samples,
+                             .seq_len = o->calib_seq_len,
+                             .min_tokens = o->min_expert_tokens,
+                             .damp = o->damp,
+                             .threads = o->threads,
+                             .progress = o->progress ? stderr : NULL, /* -q: no calibration lines */
+                             .tty = o->tty};
         if ((st = cllm_gptq_calibrate(o->in_dir, &go, &r->gq, err))) return st;
         if ((st = plan_groups(o, r->gq, uv, r->units.n, &r->ugrp, r->out, err))) return st;
     }
@@ -695,7 +702,7 @@ static cllm_status quantize_unit(qrun *r, int ui, cllm_qbuf *q, cllm_error *err)
         cllm_gptq_release(r->gq);
         for (size_t j = 0; j < r->units.n; j++)
             if (r->ugrp[j] == ug) cllm_gptq_mark(r->gq, uv[j].src->name, uv[j].off, uv[j].K);
-        if (o->progress) fprintf(stderr, "\n");
+        cllm_progress_break(&r->prog); /* the pass draws its own progress */
         if ((st = cllm_gptq_pass(r->gq, err))) return st;
         r->loaded = ug;
     }
@@ -732,7 +739,6 @@ static cllm_status quantize_unit(qrun *r, int ui, cllm_qbuf *q, cllm_error *err)
 /* Shard s: header, then each output in order (copies from the input's mmap, quantized parts
  * from q, which holds one Linear at a time), with the progress bar. */
 static cllm_status write_shard(qrun *r, int s, cllm_qbuf *q, cllm_error *err) {
-    const cllm_quant_opts *o = r->o;
     outt *ov = r->outs.v;
     cllm_status st;
     char name[64], path[4200];
@@ -756,12 +762,11 @@ static cllm_status write_shard(qrun *r, int s, cllm_qbuf *q, cllm_error *err) {
             ok = fwrite(p, 1, ov[i].nbytes, f) == ov[i].nbytes;
             if (ov[i].part == P_GI) cllm_qbuf_free(q);
         }
-        int pct = (int)(100.0 * (double)r->done_b / (double)(r->total_in ? r->total_in : 1));
-        if (o->progress && pct != r->last_pct) {
-            r->last_pct = pct;
-            fprintf(stderr, "\r[%-40.*s] %3d%%", pct * 40 / 100,
-                    "########################################", pct);
-        }
+        char d[32], t[32], line[80];
+        cllm_fmt_bytes(d, sizeof(d), r->done_b);
+        cllm_fmt_bytes(t, sizeof(t), r->total_in);
+        snprintf(line, sizeof(line), "%s of %s", d, t);
+        cllm_progress_update(&r->prog, (double)r->done_b, (double)r->total_in, line);
     }
     if (fclose(f)) ok = false;
     if (st == CLLM_OK && !ok)
@@ -774,7 +779,7 @@ static cllm_status write_shard(qrun *r, int s, cllm_qbuf *q, cllm_error *err) {
 static cllm_status write_output(qrun *r, cllm_error *err) {
     const cllm_quant_opts *o = r->o;
     cllm_status st = CLLM_OK;
-    r->last_pct = -1;
+    cllm_progress_init(&r->prog, o->progress ? stderr : NULL, o->tty, 10, 30, "quantize");
     r->loaded = -1;
     snprintf(r->tmp, sizeof(r->tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
     if (mkdir(r->tmp, 0755)) {
@@ -786,7 +791,7 @@ static cllm_status write_output(qrun *r, cllm_error *err) {
     cllm_qbuf q = {0};
     for (int s = 0; s < r->n_shards && st == CLLM_OK; s++) st = write_shard(r, s, &q, err);
     cllm_qbuf_free(&q);
-    if (o->progress) fprintf(stderr, "\n");
+    cllm_progress_break(&r->prog);
     if (st) return st;
     if ((st = cllm_st_write_index(r->tmp, r->ents, r->outs.n, r->n_shards, false, err))) return st;
     if ((st = write_config(o, r->tmp, r->wbits, r->abits, &r->gl, err))) return st;

@@ -30,7 +30,9 @@ typedef struct cllm_quant_opts {
                               many layers share one calibration pass */
     uint64_t shard_bytes;
     int threads;
-    bool progress, dry_run;
+    bool progress; /* progress (writing, GPTQ calibration) on stderr; false = silent (-q) */
+    bool tty;      /* stderr is a terminal: a \r bar; otherwise a line per 10% (base/progress.h) */
+    bool dry_run;
     FILE *out; /* plan and summary */
 } cllm_quant_opts;
 

@@ -218,7 +218,7 @@ grep -q '"cllm_act_bits": 8' "$T/w4a8-int8/config.json" && ok "w4a8 config" || b
 $PY -c "import random; random.seed(1); print(' '.join(str(random.randrange(512)) for _ in range(300)))" > "$T/text.ids"
 expect_rc 0 "eval --ppl --compare" "$BIN" eval "$T/q4" --ppl @"$T/text.ids" --compare "$T/fp" --ctx 64 --stride 32 --prompts 3
 grep -Eq "^q4 .* [0-9.]+ +[0-9.]+% +[0-9.]+$" "$T/out" && ok "compare row" || { bad "compare row"; cat "$T/out"; }
-expect_rc 0 "eval --table" "$BIN" eval "$T/fp" --ppl @"$T/text.ids" --table "$T/q4,$T/w8a16-int8,$T/w4a8-int8,$T/w4a4-int8" --ctx 64 --stride 32 --prompts 2
+expect_rc 0 "eval --table" "$BIN" eval -q "$T/fp" --ppl @"$T/text.ids" --table "$T/q4,$T/w8a16-int8,$T/w4a8-int8,$T/w4a4-int8" --ctx 64 --stride 32 --prompts 2
 [ "$(grep -c '%' "$T/out")" = 4 ] && ok "table has 4 compared rows" || { bad "table"; cat "$T/out"; }
 expect_rc 0 "self-compare" "$BIN" eval "$T/q4" --ppl @"$T/text.ids" --compare "$T/q4" --ctx 64 --stride 32 --prompts 2
 grep -Eq " 0.00000 +100.00% +100.00$" "$T/out" && ok "self: KLD 0, top-1 100%, BLEU 100" || { bad "self compare"; cat "$T/out"; }
