@@ -34,7 +34,7 @@ typedef struct attn_job {
     int ldp; /* floats per token in c->proj */
 } attn_job;
 
-static void prep_worker(void *vj, size_t b, size_t e, int tid) {
+static void qk_rope_kv_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
     const cllm_model *m = c->m;
@@ -142,7 +142,7 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
         fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
-    cllm_pool_for(c->pool, (size_t)T, prep_worker, &j);
+    cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
     cllm_pool_for(c->pool, (size_t)T * f->n_heads, attn_worker, &j);
     if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
