@@ -2,9 +2,12 @@
 #include "cli/cli_tp.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dist/dist.h"
@@ -16,7 +19,8 @@ static char g_threads_buf[24];
 static char g_threads_flag[] = "--threads";
 
 static bool takes(const char *cmd) {
-    static const char *const cmds[] = {"generate", "eval", "bench", "bench-forward", "verify"};
+    static const char *const cmds[] = {"generate",      "eval",   "bench",
+                                       "bench-forward", "verify", "serve"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (!strcmp(cmd, cmds[i])) return true;
     return false;
@@ -79,7 +83,53 @@ static char **self_cmdline(int *n) {
     return v;
 }
 
-static int relaunch(long tp) {
+/* `cllm serve` re-launched: mpirun turns a SIGTERM or SIGINT into killing the job at once, so
+ * this process stays as mpirun's parent and turns them into SIGUSR1, which mpirun forwards to
+ * every rank: rank 0 drains (as on SIGTERM) and ends the followers. mpirun runs in its own
+ * process group so a terminal's Ctrl-C reaches only this process; a second SIGINT sends
+ * SIGTERM (the job is ended now). Exits with mpirun's exit status (returns 1 if it cannot
+ * start it). */
+static int supervise(char **av) {
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &sigs, &old);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "cllm serve: fork: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        execvp("mpirun", av);
+        fprintf(stderr, "cllm serve: cannot run mpirun (%s); install openmpi-bin\n",
+                strerror(errno));
+        _exit(127);
+    }
+    int n_int = 0;
+    for (;;) {
+        int sig = 0, st = 0;
+        if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig == SIGCHLD) {
+            pid_t w = waitpid(pid, &st, WNOHANG);
+            /* the command ran as the job: this process ends with it, like the exec path */
+            if (w == pid) exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            continue;
+        }
+        if (sig == SIGHUP) continue;
+        if (sig == SIGINT && ++n_int > 1) {
+            kill(pid, SIGTERM);
+            continue;
+        }
+        kill(pid, SIGUSR1);
+    }
+}
+
+static int relaunch(const char *cmd, long tp) {
     int n = 0;
     char **orig = self_cmdline(&n);
     char exe[4096];
@@ -113,6 +163,7 @@ static int relaunch(long tp) {
     for (int i = 1; i < n; i++) av[k++] = orig[i];
     av[k] = NULL;
     fflush(NULL);
+    if (!strcmp(cmd, "serve")) return supervise(av);
     execvp("mpirun", av);
     fprintf(stderr,
             "cllm: --tensor-parallel-size %ld: cannot run mpirun (%s); install openmpi-bin or "
@@ -177,13 +228,25 @@ int cli_tp_setup(const char *cmd, int *argc, char ***argvp) {
                 cmd, tp);
         return 2;
     }
-    if (!cllm_dist_launched()) return relaunch(tp);
+    if (!cllm_dist_launched()) return relaunch(cmd, tp);
     if (cllm_dist_launched_size() != tp) {
         fprintf(stderr,
                 "cllm %s: --tensor-parallel-size %ld but mpirun started %d ranks (use mpirun -np "
                 "%ld)\n",
                 cmd, tp, cllm_dist_launched_size(), tp);
         return 2;
+    }
+    if (!strcmp(cmd, "serve")) {
+        /* MPI starts threads of its own in init: they must inherit these blocked, else a
+         * signal cmd_serve waits for (rank 0) or ignores (the others) is delivered to one of
+         * them and its default action ends the rank */
+        sigset_t sigs;
+        sigemptyset(&sigs);
+        sigaddset(&sigs, SIGINT);
+        sigaddset(&sigs, SIGTERM);
+        sigaddset(&sigs, SIGHUP);
+        sigaddset(&sigs, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     }
     cllm_error err = {0};
     if (cllm_dist_init(&err) != CLLM_OK) {

@@ -31,6 +31,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/serve_card.h"
+#include "cli/serve_tp.h"
+#include "dist/dist.h"
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
@@ -153,7 +155,9 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "accepted for vLLM command lines; no effect (cllm runs no model code from the "
          "checkpoint)"},
         {"--tensor-parallel-size", "-tp", CLI_INT, &a->tp,
-         "processes splitting each layer (only 1 so far)", NULL, 1, 4096},
+         "processes splitting each layer: rank 0 serves HTTP, the others follow its engine "
+         "(under mpirun -np N, or re-launched through mpirun)",
+         NULL, 1, 4096},
         {"--pipeline-parallel-size", "-pp", CLI_INT, &a->pp, "pipeline stages (only 1)", NULL, 1,
          4096},
         {"--dtype", NULL, CLI_CHOICE, &a->dtype,
@@ -356,11 +360,6 @@ static void log_no_ops(const serve_args *a) {
 
 static int serve_check(serve_args *a) {
     if (cli_check_model_dir("serve", a->model)) return 1;
-    if (a->tp > 1)
-        return refuse("--tensor-parallel-size %ld: cllm serve runs the model in one process "
-                      "(tensor parallelism covers generate, eval, bench and verify so far); use "
-                      "--tensor-parallel-size 1",
-                      a->tp);
     if (a->pp > 1)
         return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "
                       "--pipeline-parallel-size 1)",
@@ -425,6 +424,43 @@ static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     if (a->gdn_prefill) eo->gdn_prefill = cllm_gdn_prefill_parse(a->gdn_prefill);
 }
 
+/* ---- tensor parallel (cli/serve_tp.h) ---- */
+
+static cllm_server *tp_srv; /* for the failure hook */
+
+/* A rank died or hung (dist/dist.h): every request answers 503 from now on and the process
+ * drains (the in-flight requests fail at once: every collective does) and exits non-zero. */
+static void tp_failed(const char *msg) {
+    char m[320];
+    snprintf(m, sizeof(m), "%s; this server cannot run the model any more", msg);
+    cllm_server *srv = __atomic_load_n(&tp_srv, __ATOMIC_ACQUIRE);
+    if (srv) cllm_server_set_failed(srv, m);
+    kill(getpid(), SIGTERM);
+}
+
+/* Ranks > 0: no HTTP; the engine runs what rank 0's engine runs until rank 0 closes it. Signals
+ * are left to rank 0 (a drain there ends this loop with it). */
+static int serve_follower(const serve_args *a, cllm_engine_opts *eo) {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    eo->skip_tokenizer_init = true; /* text stays on rank 0 */
+    cllm_engine *e = NULL;
+    cllm_error err = {0};
+    if (cllm_engine_create(eo, &e, &err) != CLLM_OK) {
+        fprintf(stderr, "cllm serve: rank %d: %s\n", cllm_dist_rank(), err.msg);
+        return 1;
+    }
+    cllm_status rc = serve_tp_follow(e, &err);
+    cllm_engine_free(e);
+    if (rc != CLLM_OK) fprintf(stderr, "cllm serve: rank %d: %s\n", cllm_dist_rank(), err.msg);
+    return rc == CLLM_OK ? 0 : 1;
+}
+
 /* ---- phase 4: serve until a signal, then drain ---- */
 
 static int serve_wait(sigset_t *sigs, cllm_server *srv, double shutdown_timeout) {
@@ -432,7 +468,10 @@ static int serve_wait(sigset_t *sigs, cllm_server *srv, double shutdown_timeout)
      * its default action would kill the server when the controlling terminal goes away. */
     int sig = 0;
     while (sigwait(sigs, &sig) == 0 && sig == SIGHUP) LOG_INFO("SIGHUP received: ignored");
-    LOG_INFO("%s received: draining (up to %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+    LOG_INFO("%s received: draining (up to %.0f s)",
+             sig == SIGINT    ? "SIGINT"
+             : sig == SIGUSR1 ? "SIGUSR1"
+                              : "SIGTERM",
              shutdown_timeout);
     pthread_t watcher;
     if (pthread_create(&watcher, NULL, second_signal, sigs) == 0) pthread_detach(watcher);
@@ -448,6 +487,13 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     log_no_ops(&a);
+    if (cllm_dist_active() && cllm_dist_rank() > 0) {
+        cllm_engine_opts eo;
+        fill_engine_opts(&a, &eo);
+        eo.mirror = serve_tp_mirror();
+        free(a.chat_template);
+        return serve_follower(&a, &eo);
+    }
 
     /* Every thread created from here on inherits the blocked signals; main waits for them. */
     static sigset_t sigs;
@@ -455,6 +501,9 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGHUP);
+    /* under tensor parallel, mpirun forwards SIGUSR1 to every rank (not SIGTERM, which it turns
+     * into killing the job): it drains like SIGTERM; the followers ignore it */
+    if (cllm_dist_active()) sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -472,6 +521,11 @@ int cmd_serve(int argc, char **argv) {
     }
     cllm_engine_opts eo;
     fill_engine_opts(&a, &eo);
+    if (cllm_dist_active()) {
+        eo.mirror = serve_tp_mirror();
+        tp_srv = srv;
+        cllm_dist_on_failure(tp_failed);
+    }
     cllm_engine *e = NULL;
     if (cllm_engine_create(&eo, &e, &err) != CLLM_OK) {
         fprintf(stderr, "cllm serve: %s\n", err.msg);
@@ -484,10 +538,22 @@ int cmd_serve(int argc, char **argv) {
     cllm_server_set_ready(srv, true);
     LOG_INFO("ready: %s (%s)", so.served_model_name, a.model);
 
+    if (cllm_dist_active())
+        LOG_INFO("tensor parallel: %d ranks; rank 0 (this process) serves HTTP", cllm_dist_size());
+
     int cancelled = serve_wait(&sigs, srv, a.shutdown_timeout);
+    /* after a tensor-parallel failure, new requests keep getting the 503 that says why for a
+     * second before the port closes */
+    if (cllm_dist_failure()) sleep(1);
+    __atomic_store_n(&tp_srv, NULL, __ATOMIC_RELEASE);
     cllm_server_stop(srv);
     cllm_engine_free(e);
     free(a.chat_template);
+    const char *tpf = cllm_dist_failure();
+    if (tpf) {
+        LOG_ERROR("shut down after a tensor-parallel failure: %s", tpf);
+        return 1;
+    }
     LOG_INFO("shut down cleanly (%d request(s) cancelled)", cancelled);
     return 0;
 }

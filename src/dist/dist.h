@@ -8,11 +8,13 @@
  * itself), so the result is bitwise the same on every rank and from run to run for a given N,
  * whatever algorithm the MPI library would have picked for MPI_Allreduce.
  *
- * Failure: the MPI error handler stays MPI_ERRORS_ARE_FATAL on purpose: a rank that dies makes
- * mpirun end the others (a collective never completes), which is the "no hang" contract. A rank
- * that hangs instead (stopped, livelocked) is caught by a watchdog: a collective waiting longer
- * than CLLM_TP_TIMEOUT_S seconds (default 60, 0 = off) exits its rank with 124, and mpirun ends
- * the rest. */
+ * Failure: every collective waits in a polling loop of ours (dist_mpi.c), so a rank is never
+ * stuck in MPI for good. A failure is declared, once per process, when a collective waited
+ * longer than CLLM_TP_TIMEOUT_S seconds (default 60, 0 = off: a peer stopped or hung), when MPI
+ * reports an error (a peer on another host died), or within ~0.2 s when a peer on this host
+ * exits. From then on every collective returns CLLM_EIO at once, the failure hook runs (the
+ * server answers 503) and the process has FAIL_EXIT_S (10 s) to end before it is exited with
+ * 124; cli_tp_finish then aborts the job so mpirun ends the other ranks. */
 #ifndef CLLM_DIST_DIST_H
 #define CLLM_DIST_DIST_H
 
@@ -41,9 +43,18 @@ cllm_status cllm_dist_allreduce_sum(float *buf, size_t n);
 /* recv[size][bytes] := every rank's send[bytes], rank order. */
 cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv);
 cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root);
+/* The same without the timeout: a server follower waiting for the next engine step, which may
+ * be an idle hour away (a failure declared meanwhile still ends the wait). */
+cllm_status cllm_dist_bcast_idle(void *buf, size_t bytes, int root);
 cllm_status cllm_dist_barrier(void);
 /* Ends every rank (MPI_Abort) with the exit code; used when one rank fails alone. */
 _Noreturn void cllm_dist_abort(int code);
+
+/* The declared failure (see above), NULL while there is none. */
+const char *cllm_dist_failure(void);
+/* Called once, from the thread that declares the failure (a waiting collective or the monitor
+ * thread), with its message; must return quickly. */
+void cllm_dist_on_failure(void (*fn)(const char *msg));
 
 /* Every rank passes its own value; CLLM_EINVAL with a message when any rank differs (the config
  * + shard plan hash exchanged at start: mismatched binaries or model files are refused). */

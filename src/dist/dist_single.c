@@ -34,6 +34,15 @@ cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv) {
 cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root) {
     return CLLM_OK;
 }
+cllm_status cllm_dist_bcast_idle(void *buf, size_t bytes, int root) {
+    return CLLM_OK;
+}
+const char *cllm_dist_failure(void) {
+    return NULL;
+}
+void cllm_dist_on_failure(void (*fn)(const char *msg)) {
+    (void)fn;
+}
 cllm_status cllm_dist_barrier(void) {
     return CLLM_OK;
 }

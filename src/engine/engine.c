@@ -52,6 +52,8 @@ struct cllm_engine {
     double t_forward; /* copies of the scheduler's counters, for cllm_engine_forward_time */
     uint64_t tokens_forward;
     atomic_uint_fast64_t next_id;
+    float *follow_logits; /* tensor-parallel follower: logits scratch */
+    size_t follow_cap;
 };
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o) {
@@ -101,6 +103,49 @@ static void real_copy_state(void *ctx, int dst, int src) {
 }
 
 static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state};
+
+/* Tensor parallel rank 0: each operation is told to the other ranks first (o.mirror). */
+static cllm_status mirror_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
+    cllm_engine *e = ctx;
+    cllm_status rc = e->o.mirror->forward(e->o.mirror->user, b, err);
+    if (rc == CLLM_OK) rc = real_forward(ctx, b, logits, err);
+    if (rc != CLLM_OK && e->o.mirror->explain) e->o.mirror->explain(e->o.mirror->user, err);
+    return rc;
+}
+
+static void mirror_copy_block(void *ctx, int dst, int src) {
+    cllm_engine *e = ctx;
+    e->o.mirror->copy_block(e->o.mirror->user, dst, src);
+    real_copy_block(ctx, dst, src);
+}
+
+static void mirror_copy_state(void *ctx, int dst, int src) {
+    cllm_engine *e = ctx;
+    e->o.mirror->copy_state(e->o.mirror->user, dst, src);
+    real_copy_state(ctx, dst, src);
+}
+
+static const eng_model_ops mirror_ops = {mirror_forward, mirror_copy_block, mirror_copy_state};
+
+cllm_status cllm_engine_follow_forward(cllm_engine *e, const cllm_batch *b, cllm_error *err) {
+    size_t need = cllm_batch_logit_rows(b) * (size_t)cllm_model_config(e->m)->vocab_size;
+    if (need > e->follow_cap) {
+        cllm_free_aligned(e->follow_logits);
+        e->follow_logits = cllm_alloc_aligned((need ? need : 1) * sizeof(float));
+        e->follow_cap = e->follow_logits ? need : 0;
+        if (!e->follow_logits)
+            return cllm_err_set(err, CLLM_ENOMEM, "engine: out of memory for %zu logits", need);
+    }
+    return real_forward(e, b, e->follow_logits, err);
+}
+
+void cllm_engine_follow_copy_block(cllm_engine *e, int dst, int src) {
+    real_copy_block(e, dst, src);
+}
+
+void cllm_engine_follow_copy_state(cllm_engine *e, int dst, int src) {
+    real_copy_state(e, dst, src);
+}
 
 /* ---- sizing ---- */
 
@@ -357,10 +402,15 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     pool_plan pp = {0};
     cllm_status rc;
     if ((rc = load_model(e, err)) || (rc = plan_pools(e, &pp, err)) ||
+        (o.mirror && o.mirror->sizes &&
+         (rc = o.mirror->sizes(o.mirror->user, &pp.n_blocks, &pp.max_len, &pp.n_live, &pp.n_snap,
+                               err))) ||
         (rc = create_pools(e, &pp, err)))
         goto fail;
     fill_sched_cfg(e, &pp);
-    if ((rc = sched_create(&e->scfg, &real_ops, e, &e->s, err)) != CLLM_OK) goto fail;
+    if ((rc = sched_create(&e->scfg, o.mirror && o.mirror->forward ? &mirror_ops : &real_ops, e,
+                           &e->s, err)) != CLLM_OK)
+        goto fail;
     sched_stats(e->s, &e->stats);
     LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots "
              "(%.1f MiB each); "
@@ -397,6 +447,8 @@ void cllm_engine_free(cllm_engine *e) {
         sched_free(e->s); /* running and queued requests end with ABORT */
     }
     for (int i = 0; i < e->n_in; i++) sched_req_free(e->in[i]);
+    if (e->o.mirror && e->o.mirror->close) e->o.mirror->close(e->o.mirror->user);
+    cllm_free_aligned(e->follow_logits);
     free(e->in);
     free(e->cancels);
     cllm_fwd_ctx_free(e->fctx);

@@ -99,6 +99,25 @@ typedef struct cllm_request {
     const char *cache_salt; /* optional: isolates prefix-cache sharing (NULL = shared) */
 } cllm_request;
 
+struct cllm_batch; /* model/forward.h */
+
+/* Tensor parallel (cli/serve_tp.c): the engine on rank 0 tells the other ranks every operation
+ * its scheduler makes on the model and its pools, just before making it, so they run the same
+ * one (cllm_engine_follow_* below). Called on the engine thread, except sizes (in create, on
+ * every rank: may replace this rank's planned pool sizes by rank 0's) and close (in free,
+ * after the engine thread has stopped). A non-OK status from forward fails that forward. */
+typedef struct cllm_engine_mirror {
+    void *user;
+    cllm_status (*sizes)(void *user, uint64_t *n_blocks, int *max_len, int *n_live, int *n_snap,
+                         cllm_error *err);
+    cllm_status (*forward)(void *user, const struct cllm_batch *b, cllm_error *err);
+    void (*copy_block)(void *user, int dst, int src);
+    void (*copy_state)(void *user, int dst, int src);
+    void (*close)(void *user);
+    /* after a forward failed: may replace err's message by its cause (a rank died) */
+    void (*explain)(void *user, cllm_error *err);
+} cllm_engine_mirror;
+
 typedef struct cllm_engine_opts {
     const char *model_dir;
     int n_threads;               /* 0 = all cores */
@@ -118,6 +137,7 @@ typedef struct cllm_engine_opts {
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
     bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
+    const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
     bool no_prefault; /* skip touching every weight page at start-up (cllm_model_prefault): the
                          first requests then pay the page faults and disk reads, e.g. of cold
                          embedding rows (5 ms per decoded token on the quarter shape) */
@@ -178,3 +198,10 @@ void cllm_engine_reset_prefix_cache(cllm_engine *e);
 void cllm_engine_forward_time(cllm_engine *e, double *seconds, uint64_t *tokens);
 
 #endif
+/* Tensor parallel ranks > 0 (an engine whose requests come from rank 0's mirror, never from
+ * submit): the operations rank 0's scheduler made, run on this engine's model and pools. Call
+ * from one thread; logits are computed (and dropped: rank 0 samples). */
+cllm_status cllm_engine_follow_forward(cllm_engine *e, const struct cllm_batch *b, cllm_error *err);
+void cllm_engine_follow_copy_block(cllm_engine *e, int dst, int src);
+void cllm_engine_follow_copy_state(cllm_engine *e, int dst, int src);
+

@@ -171,7 +171,9 @@ static void role_chunk(srv_req *r, int i) {
 
 static void stream_error(srv_req *r, const char *msg) {
     srv_err e;
-    srv_err_set(&e, 500, "InternalServerError", NULL, "%s", msg ? msg : "generation failed");
+    bool down = __atomic_load_n(&r->srv->failed, __ATOMIC_ACQUIRE) == 1; /* set_failed */
+    srv_err_set(&e, down ? 503 : 500, down ? "service_unavailable" : "InternalServerError", NULL,
+                "%s", msg ? msg : "generation failed");
     char *s = srv_fmt_error_json(&e);
     if (!s) return;
     srv_buf_adds(&r->out, "data: ");
@@ -373,7 +375,9 @@ void srv_fmt_trailer(srv_req *r) {
 json_t *srv_fmt_final(srv_req *r, srv_err *e) {
     for (int i = 0; i < r->gen.n; i++)
         if (r->choices[i].finish == CLLM_FINISH_ERROR) {
-            srv_err_set(e, 500, "InternalServerError", NULL, "%s",
+            bool down = __atomic_load_n(&r->srv->failed, __ATOMIC_ACQUIRE) == 1; /* set_failed */
+            srv_err_set(e, down ? 503 : 500, down ? "service_unavailable" : "InternalServerError",
+                        NULL, "%s",
                         r->choices[i].error ? r->choices[i].error : "generation failed");
             return NULL;
         }

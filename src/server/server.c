@@ -336,6 +336,10 @@ static enum MHD_Result dispatch(srv_req *r) {
     bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
     bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE),
          draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
+    srv_route frt;
+    if (__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE) == 1 &&
+        (!strcmp(url, "/health") || route_of(url, &frt)))
+        return fail(r, 503, "service_unavailable", NULL, "%s", s->failed_msg);
     if (!strcmp(url, "/health")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         if (ready && !draining) return send_buf(r, 200, NULL, NULL, 0, 0);
@@ -720,6 +724,15 @@ static void load_model_info(cllm_server *s) {
 void cllm_server_set_ready(cllm_server *s, bool ready) {
     if (ready && !__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE)) load_model_info(s);
     __atomic_store_n(&s->ready, ready ? 1 : 0, __ATOMIC_RELEASE);
+}
+
+void cllm_server_set_failed(cllm_server *s, const char *msg) {
+    int none = 0; /* 0 none, 2 being written, 1 set */
+    if (!__atomic_compare_exchange_n(&s->failed, &none, 2, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    snprintf(s->failed_msg, sizeof(s->failed_msg), "%s", msg);
+    __atomic_store_n(&s->failed, 1, __ATOMIC_RELEASE);
 }
 
 int cllm_server_in_flight(cllm_server *s) {

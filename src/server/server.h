@@ -86,6 +86,11 @@ int cllm_server_port(const cllm_server *s);
 
 void cllm_server_set_ready(cllm_server *s, bool ready);
 
+/* The engine cannot run any more (a tensor-parallel rank died or hung): from now on /health and
+ * every generation request answer 503 with msg, and requests that fail in flight report 503
+ * instead of 500. Any thread, once (later calls are ignored). */
+void cllm_server_set_failed(cllm_server *s, const char *msg);
+
 /* Graceful drain: /health answers 503, new generation requests get 503, the engine stops
  * admitting; waits up to timeout_s for in-flight requests to finish and their responses to be
  * written, then cancels what is left (they end with finish_reason "abort") and waits for that.

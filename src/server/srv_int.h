@@ -246,7 +246,9 @@ struct cllm_server {
     long started;
     volatile int ready; /* atomic via __atomic */
     volatile int draining;
-    pthread_mutex_t mu; /* registry, counters below */
+    volatile int failed;  /* cllm_server_set_failed: 1 once failed_msg is written (atomic) */
+    char failed_msg[256]; /* why every generation request gets 503 */
+    pthread_mutex_t mu;   /* registry, counters below */
     pthread_cond_t cv;
     srv_req *reg_head;
     int in_flight;      /* submitted, not all finals seen by the engine callback */

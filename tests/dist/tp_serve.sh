@@ -1,0 +1,133 @@
+#!/bin/bash
+# `cllm serve --tensor-parallel-size 2` (models/tiny, real engine): rank 0 serves HTTP and runs
+# the scheduler, rank 1 follows its engine step by step (cli/serve_tp.c).
+#  - greedy completions equal the one-process server's, for several prompts sent one by one,
+#    for the same prompts sent at once (continuous batching) and for a 1-token prompt; a stream
+#    gives the same text; /health and /metrics answer; SIGTERM to the re-launching cllm drains
+#    and every process exits 0.
+#  - rank 1 killed (SIGKILL) under mpirun -np 2 with requests in flight: they get 503 naming
+#    the dead rank, and the job exits non-zero within 10 s; rank 1 stopped (SIGSTOP, a hang):
+#    likewise through CLLM_TP_TIMEOUT_S=3. No process of this test is left behind.
+# Skipped (77) without mpirun, curl or python3, or in a build without MPI.
+set -u
+BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_serve
+rm -rf "$T"; mkdir -p "$T"
+. "$SRC/tests/lib/check.sh"
+command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
+PY=/usr/bin/python3
+[ -x $PY ] || { echo "SKIP: no python3"; exit 77; }
+M=$SRC/models/tiny
+"$BIN" eval "$M" --tokens 1,2 --tensor-parallel-size 2 >"$T/out" 2>&1
+grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
+MPI=(mpirun --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+PORT=$((20000 + RANDOM % 20000))
+U=http://127.0.0.1:$PORT
+SERVE=(serve "$M" --port $PORT --max-model-len 2048 --kv-cache-memory 16MiB --max-num-seqs 8
+  --threads 1 --stats-interval 0 --disable-log-requests)
+
+mine() { pgrep -f -- "--port $PORT " ; } # every process of this test's server (mpirun, ranks)
+cleanup() { local p; p=$(mine); [ -n "$p" ] && kill -9 $p 2>/dev/null; }
+trap cleanup EXIT
+
+up() { # waits for /health 200 (60 s) while $1 runs
+  for _ in $(seq 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  bad "server did not become ready"; cat "$T/serve.log"; return 1
+}
+
+# prompt JSON values: text prompts and a 1-token prompt (ids)
+PROMPTS=('"Once upon a time"' '"The quick brown fox jumps over"' '"Hello"' '[42]')
+complete() { # complete NAME PROMPT [extra JSON]: the choice text into $T/NAME.txt
+  curl -s $U/v1/completions -d "{\"prompt\":$2,\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true${3:-}}" \
+    >"$T/$1.json"
+  $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$T/$1.json" \
+    >"$T/$1.txt" 2>/dev/null || echo "BAD: $(head -c 300 "$T/$1.json")" >"$T/$1.txt"
+}
+run_all() { # run_all TAG: one by one, then all at once, then one streamed
+  local i pids=()
+  for i in "${!PROMPTS[@]}"; do complete "$1.seq$i" "${PROMPTS[$i]}"; done
+  for i in "${!PROMPTS[@]}"; do complete "$1.par$i" "${PROMPTS[$i]}" & pids+=($!); done
+  wait "${pids[@]}"
+  curl -sN $U/v1/completions -d "{\"prompt\":${PROMPTS[0]},\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
+    >"$T/$1.stream"
+  $PY -c '
+import json,sys
+t=""
+for l in open(sys.argv[1]):
+    if l.startswith("data: {"): t+=json.loads(l[6:])["choices"][0]["text"]
+print(t)' "$T/$1.stream" >"$T/$1.stream.txt"
+}
+
+# --- one process: the reference
+"$BIN" "${SERVE[@]}" >"$T/serve.log" 2>&1 &
+SP=$!
+up $SP || exit 1
+run_all n1
+kill -TERM $SP; wait $SP
+
+# --- tensor parallel 2 through the self re-launch (cllm stays mpirun's parent)
+"$BIN" "${SERVE[@]}" --tensor-parallel-size 2 >"$T/serve.log" 2>&1 &
+SP=$!
+up $SP || exit 1
+run_all tp
+for i in "${!PROMPTS[@]}"; do
+  expect_eq "prompt ${PROMPTS[$i]}: TP=2 text = N=1" "$(cat "$T/tp.seq$i.txt")" "$(cat "$T/n1.seq$i.txt")"
+  expect_eq "prompt ${PROMPTS[$i]} (4 at once): TP=2 text = N=1" "$(cat "$T/tp.par$i.txt")" "$(cat "$T/n1.seq$i.txt")"
+done
+expect_eq "stream: TP=2 text = N=1 non-stream" "$(cat "$T/tp.stream.txt")" "$(cat "$T/n1.seq0.txt")"
+grep -q '^BAD' "$T/tp.seq0.txt" || [ -n "$(cat "$T/tp.seq0.txt")" ] || bad "empty completion"
+expect_eq "/health under TP=2" "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" 200
+curl -s $U/metrics >"$T/metrics"
+grep -q '^vllm:generation_tokens_total' "$T/metrics" && ok "/metrics under TP=2" || bad "/metrics: no generation tokens"
+kill -TERM $SP
+t0=$SECONDS
+for _ in $(seq 150); do kill -0 $SP 2>/dev/null || break; sleep 0.1; done
+wait $SP; rc=$?
+expect_eq "SIGTERM to the re-launching cllm: drained, exit code" "$rc" 0
+grep -q "SIGUSR1 received: draining" "$T/serve.log" && ok "rank 0 drained on the forwarded signal" \
+  || { bad "no drain in the log"; tail -5 "$T/serve.log"; }
+sleep 0.3
+[ -z "$(mine)" ] && ok "no process left after the drain" || bad "left: $(mine)"
+
+# --- faults under mpirun -np 2: in-flight requests get 503, the job ends non-zero in 10 s
+rank1() { local p; for p in $(mine); do
+  tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && { echo "$p"; return; }
+done; }
+fault_case() { # DESC SIGNAL [env...]
+  local desc=$1 sig=$2; shift 2
+  env "$@" "${MPI[@]}" -x CLLM_TP_TIMEOUT_S -np 2 "$BIN" "${SERVE[@]}" --tensor-parallel-size 2 \
+    >"$T/serve.log" 2>&1 &
+  local job=$! v i
+  up $job || return
+  for i in 1 2; do
+    curl -s -o "$T/f$i.json" -w '%{http_code}' $U/v1/completions \
+      -d "{\"prompt\":\"Once upon a time $i\",\"max_tokens\":1500,\"ignore_eos\":true}" >"$T/f$i.code" &
+  done
+  sleep 0.5
+  v=$(rank1)
+  [ -n "$v" ] || { bad "$desc: rank 1 not found"; return; }
+  kill -"$sig" "$v"
+  t0=$SECONDS
+  for i in $(seq 150); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $job 2>/dev/null; then bad "$desc: still running 15 s after"; cleanup; wait $job; return; fi
+  wait $job; local rc=$?
+  [ "$rc" != 0 ] && ok "$desc: job exited rc $rc within $((SECONDS - t0)) s" || bad "$desc: rc 0"
+  wait
+  for i in 1 2; do
+    if [ "$(cat "$T/f$i.code")" = 503 ] && grep -q "tensor parallel" "$T/f$i.json"; then
+      ok "$desc: in-flight request $i answered 503 ($(head -c 120 "$T/f$i.json"))"
+    else bad "$desc: in-flight request $i: $(cat "$T/f$i.code") $(head -c 200 "$T/f$i.json")"; fi
+  done
+  sleep 0.3
+  [ -z "$(mine)" ] && ok "$desc: no process left" || { bad "$desc: left: $(mine)"; cleanup; }
+}
+CLLM_TP_TIMEOUT_S=60 fault_case "rank 1 killed" KILL
+CLLM_TP_TIMEOUT_S=3 fault_case "rank 1 stopped (hang)" STOP
+exit $fail
