@@ -46,6 +46,7 @@ static void (*g_fail_hook)(const char *msg);
 static _Atomic long long g_finalizing_ms; /* MPI_Finalize under way since (0 = not) */
 /* peers on this host, by pid (-1 elsewhere) */
 static int *peer_pid;
+static pid_t g_ppid; /* the launcher (mpirun or its daemon) that started this rank */
 
 static void declare_failure(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void declare_failure(const char *fmt, ...) {
@@ -98,6 +99,13 @@ static void *monitor(void *arg) {
             fprintf(stderr, "cllm: rank %d: MPI_Finalize waited over %d s; exiting\n", g_rank,
                     wd_timeout_s);
             _exit(124);
+        }
+        /* a launcher killed with SIGKILL cannot end its ranks: a healthy rank would otherwise
+         * run its command to the end unattended (an orphaned 200000-token decode ran 17 min) */
+        if (getppid() != g_ppid) {
+            declare_failure("tensor parallel: the launcher (pid %d) that started this rank is gone",
+                            (int)g_ppid);
+            continue;
         }
         for (int r = 0; peer_pid && r < g_size; r++)
             if (r != g_rank && peer_pid[r] > 0 && pid_gone(peer_pid[r])) {
@@ -195,6 +203,7 @@ cllm_status cllm_dist_init(cllm_error *err) {
     }
     for (int r = 0; r < g_size; r++) peer_pid[r] = all[2 * r] == h ? (int)all[2 * r + 1] : -1;
     free(all);
+    g_ppid = getppid();
     pthread_t th;
     if (pthread_create(&th, NULL, monitor, NULL) == 0) pthread_detach(th);
     return CLLM_OK;

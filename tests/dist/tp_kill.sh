@@ -2,7 +2,8 @@
 # A rank killed mid-run under tensor parallel: the other ranks (blocked in a collective) and
 # mpirun exit non-zero within 10 s, for both launch paths (mpirun -np 3 cllm ...; cllm ...
 # re-launching itself through mpirun); a rank stopped with SIGSTOP (a hang) likewise, through the
-# collective watchdog (CLLM_TP_TIMEOUT_S=3 here). Skipped (77) without mpirun or in a build without MPI.
+# collective watchdog (CLLM_TP_TIMEOUT_S=3 here); mpirun itself SIGKILLed: the orphaned ranks
+# exit by themselves. Skipped (77) without mpirun or in a build without MPI.
 set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_kill
 rm -rf "$T"; mkdir -p "$T"
@@ -52,10 +53,23 @@ kill_case() { # desc, rank to kill, signal, command...
   [ "$left" = 0 ] || bad "$desc: $left ranks left running"
 }
 
-GEN=(generate "$M" --tokens 1,2,3 -n 200000 --ignore-eos --ids --tensor-parallel-size 3)
+# long enough to outlast the kills below (~500 tok/s here on a quiet box), short enough that a
+# run this script loses track of ends by itself
+GEN=(generate "$M" --tokens 1,2,3 -n 30000 --ignore-eos --ids --tensor-parallel-size 3)
 kill_case "mpirun -np 3, rank 1 killed" 1 KILL timeout 60 "${MPI[@]}" -np 3 "$BIN" "${GEN[@]}"
 kill_case "self re-launch, rank 2 killed" 2 KILL timeout 60 "$BIN" "${GEN[@]}"
 # a rank that hangs (stopped): the others' watchdog (CLLM_TP_TIMEOUT_S=3) ends the run
 CLLM_TP_TIMEOUT_S=3 kill_case "mpirun -np 3, rank 1 stopped (hang)" 1 STOP \
   timeout 60 "${MPI[@]}" -x CLLM_TP_TIMEOUT_S -np 3 "$BIN" "${GEN[@]}"
+# mpirun itself killed with SIGKILL (it cannot end its ranks): each rank sees its launcher gone
+# and exits within the failure bound (10 s), instead of decoding on unattended
+"${MPI[@]}" -np 3 "$BIN" "${GEN[@]}" >"$T/run.out" 2>&1 &
+MP=$!
+for i in $(seq 100); do [ -n "$(rank_pid "$MP" 2)" ] && break; sleep 0.1; done
+sleep 1
+kill -9 "$MP"; wait "$MP" 2>/dev/null
+for i in $(seq 150); do [ -z "$(pgrep -f -- "$BIN generate $M ")" ] && break; sleep 0.1; done
+left=$(pgrep -f -- "$BIN generate $M ")
+if [ -z "$left" ]; then ok "mpirun killed: every rank exited by itself ($i polls of 0.1 s)"
+else bad "mpirun killed: ranks still running after 15 s: $left"; kill -9 $left 2>/dev/null; fi
 exit $fail
