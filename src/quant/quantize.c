@@ -279,84 +279,107 @@ static int layer_of(const char *name) {
  * Hessians alone exceed the budget (256 experts of a wide model) is split across groups at unit
  * boundaries (an expert's gate/up stay together: the up's Hessian is the gate's). Each group is
  * one calibration pass, in output order, so a group's units are consecutive. */
-static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const unit *uv, size_t n,
-                               int **ugrp_out, FILE *out, cllm_error *err) {
-    int *ug = malloc((n ? n : 1) * sizeof(int));
-    if (!ug) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t budget = o->gptq_mem ? o->gptq_mem : ram / 4, gbytes = 0, total = 0, maxg = 0;
-    int n_groups = 0, run = 0, layers_in = 0, max_layers = 0, n_split = 0;
-    for (size_t a = 0; a < n;) {
-        int lay = layer_of(uv[a].src->name);
-        size_t b = a;
-        uint64_t lb = 0;
-        run++;
-        while (b < n && layer_of(uv[b].src->name) == lay) {
-            lb += cllm_gptq_need(gq, uv[b].src->name, uv[b].off, uv[b].K, run);
-            b++;
+typedef struct gplan {
+    cllm_gptq *gq;
+    const unit *uv;
+    int *ug;                                           /* [n] group of each unit, -1 = none */
+    uint64_t budget, gbytes, total, maxg;              /* gbytes: Hessians of the open group */
+    int n_groups, run, layers_in, max_layers, n_split; /* run: cllm_gptq_need's counting tag */
+} gplan;
+
+static void gplan_add(gplan *p, uint64_t bytes) {
+    p->gbytes += bytes;
+    p->total += bytes;
+    if (p->gbytes > p->maxg) p->maxg = p->gbytes;
+}
+
+/* Units [a, b) of one layer whose Hessians exceed the budget: groups of their own, filled unit by
+ * unit. */
+static cllm_status split_layer(gplan *p, size_t a, size_t b, cllm_error *err) {
+    const unit *uv = p->uv;
+    p->n_split++;
+    p->run++;                  /* the layer's scan tagged every root with the previous tag */
+    p->gbytes = p->budget + 1; /* forces a new group at the first unit with a Hessian */
+    for (size_t i = a; i < b; i++) {
+        uint64_t ub = cllm_gptq_need(p->gq, uv[i].src->name, uv[i].off, uv[i].K, p->run);
+        if (ub && p->gbytes + ub > p->budget) { /* new group: count the root under a new tag */
+            p->n_groups++;
+            p->gbytes = 0;
+            ub = cllm_gptq_need(p->gq, uv[i].src->name, uv[i].off, uv[i].K, ++p->run);
         }
-        if (lb > budget) { /* split the layer: its own groups, filled unit by unit */
-            n_split++;
-            run++;               /* the scan above tagged every root with `run` */
-            gbytes = budget + 1; /* forces a new group at the first unit with a Hessian */
-            for (size_t i = a; i < b; i++) {
-                uint64_t ub = cllm_gptq_need(gq, uv[i].src->name, uv[i].off, uv[i].K, run);
-                if (ub && gbytes + ub > budget) { /* new group: count the root under a new tag */
-                    n_groups++;
-                    gbytes = 0;
-                    ub = cllm_gptq_need(gq, uv[i].src->name, uv[i].off, uv[i].K, ++run);
-                }
-                if (ub > budget) {
-                    char x[32], y[32];
-                    cllm_fmt_bytes(x, sizeof(x), ub);
-                    cllm_fmt_bytes(y, sizeof(y), budget);
-                    free(ug);
-                    return cllm_err_set(err, CLLM_ENOMEM,
-                                        "--gptq-mem %s: %s alone needs %s of Hessians (raise "
-                                        "--gptq-mem or --min-expert-tokens, or use --method rtn)",
-                                        y, uv[i].base, x);
-                }
-                if (ub) {
-                    gbytes += ub;
-                    total += ub;
-                    if (gbytes > maxg) maxg = gbytes;
-                }
-                ug[i] = n_groups - 1;
-            }
-            if (max_layers < 1) max_layers = 1;
-            gbytes = budget + 1; /* the next layer starts a new group */
-            a = b;
-            continue;
+        if (ub > p->budget) {
+            char x[32], y[32];
+            cllm_fmt_bytes(x, sizeof(x), ub);
+            cllm_fmt_bytes(y, sizeof(y), p->budget);
+            return cllm_err_set(err, CLLM_ENOMEM,
+                                "--gptq-mem %s: %s alone needs %s of Hessians (raise "
+                                "--gptq-mem or --min-expert-tokens, or use --method rtn)",
+                                y, uv[i].base, x);
         }
-        if (lb && (n_groups == 0 || gbytes + lb > budget)) {
-            n_groups++;
-            gbytes = 0;
-            layers_in = 0;
-        }
-        if (lb) {
-            gbytes += lb;
-            layers_in++;
-            total += lb;
-            if (gbytes > maxg) maxg = gbytes;
-            if (layers_in > max_layers) max_layers = layers_in;
-        }
-        for (size_t i = a; i < b; i++) ug[i] = lb ? n_groups - 1 : -1;
-        a = b;
+        if (ub) gplan_add(p, ub);
+        p->ug[i] = p->n_groups - 1;
     }
+    if (p->max_layers < 1) p->max_layers = 1;
+    p->gbytes = p->budget + 1; /* the next layer starts a new group */
+    return CLLM_OK;
+}
+
+/* Units [a, b) of one layer needing lb bytes of Hessians (<= budget): into the open group, or a
+ * new one when they do not fit. */
+static void add_layer(gplan *p, size_t a, size_t b, uint64_t lb) {
+    if (lb && (p->n_groups == 0 || p->gbytes + lb > p->budget)) {
+        p->n_groups++;
+        p->gbytes = 0;
+        p->layers_in = 0;
+    }
+    if (lb) {
+        gplan_add(p, lb);
+        p->layers_in++;
+        if (p->layers_in > p->max_layers) p->max_layers = p->layers_in;
+    }
+    for (size_t i = a; i < b; i++) p->ug[i] = lb ? p->n_groups - 1 : -1;
+}
+
+static void print_groups(const gplan *p, FILE *out) {
     char t[32], m[32], bb[32], sp[64] = "";
-    cllm_fmt_bytes(t, sizeof(t), total);
-    cllm_fmt_bytes(m, sizeof(m), maxg);
-    cllm_fmt_bytes(bb, sizeof(bb), budget);
-    if (n_split)
-        snprintf(sp, sizeof(sp), ", %d layer%s split across passes", n_split,
-                 n_split == 1 ? "" : "s");
+    cllm_fmt_bytes(t, sizeof(t), p->total);
+    cllm_fmt_bytes(m, sizeof(m), p->maxg);
+    cllm_fmt_bytes(bb, sizeof(bb), p->budget);
+    if (p->n_split)
+        snprintf(sp, sizeof(sp), ", %d layer%s split across passes", p->n_split,
+                 p->n_split == 1 ? "" : "s");
     fprintf(out,
             "gptq: Hessians %s in all, budget %s (--gptq-mem): %d calibration pass%s (up to %d "
             "layer%s, %s at once%s), each group calibrated on the 16-bit model's activations\n",
-            t, bb, n_groups, n_groups == 1 ? "" : "es", max_layers, max_layers == 1 ? "" : "s", m,
-            sp);
+            t, bb, p->n_groups, p->n_groups == 1 ? "" : "es", p->max_layers,
+            p->max_layers == 1 ? "" : "s", m, sp);
     fflush(out);
-    *ugrp_out = ug;
+}
+
+static cllm_status plan_groups(const cllm_quant_opts *o, cllm_gptq *gq, const unit *uv, size_t n,
+                               int **ugrp_out, FILE *out, cllm_error *err) {
+    uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    gplan p = {.gq = gq, .uv = uv, .budget = o->gptq_mem ? o->gptq_mem : ram / 4};
+    p.ug = malloc((n ? n : 1) * sizeof(int));
+    if (!p.ug) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    for (size_t a = 0, b; a < n; a = b) {
+        int lay = layer_of(uv[a].src->name);
+        uint64_t lb = 0;
+        p.run++;
+        for (b = a; b < n && layer_of(uv[b].src->name) == lay; b++)
+            lb += cllm_gptq_need(gq, uv[b].src->name, uv[b].off, uv[b].K, p.run);
+        cllm_status st = CLLM_OK;
+        if (lb <= p.budget)
+            add_layer(&p, a, b, lb);
+        else
+            st = split_layer(&p, a, b, err);
+        if (st) {
+            free(p.ug);
+            return st;
+        }
+    }
+    print_groups(&p, out);
+    *ugrp_out = p.ug;
     return CLLM_OK;
 }
 
@@ -413,8 +436,6 @@ static cllm_status check_opts(qrun *r, cllm_error *err) {
     return CLLM_OK;
 }
 
-/* 1. Decides every tensor: copied as is, or a Linear (a slice of a fused expert tensor) to
- * quantize into four GPTQ outputs; shapes the layout cannot pack are refused before any write. */
 /* Shapes the GPTQ layout cannot pack are an error before any write. */
 static cllm_status check_units(qrun *r, cllm_error *err) {
     const cllm_quant_opts *o = r->o;
@@ -465,86 +486,99 @@ static cllm_status add_unit_outputs(qrun *r, cllm_error *err) {
     return CLLM_OK;
 }
 
+/* Refuses an input whose config.json already has a quantization_config. */
+static cllm_status check_not_quantized(const char *in_dir, cllm_error *err) {
+    char cp[4096];
+    snprintf(cp, sizeof(cp), "%s/config.json", in_dir);
+    json_t *cj = json_load_file(cp, 0, NULL);
+    bool already = cj && json_object_get(cj, "quantization_config");
+    json_decref(cj);
+    if (already)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "%s is already quantized (config.json has quantization_config)",
+                            in_dir);
+    return CLLM_OK;
+}
+
+static bool ends_with(const char *s, size_t l, const char *suffix) {
+    size_t n = strlen(suffix);
+    return l > n && !strcmp(s + l - n, suffix);
+}
+
+/* The Linears of a tensor to quantize: a fused experts tensor gives one unit per expert (gate and
+ * up halves of gate_up_proj separately), a 2-D *.weight one unit. 1 = done, 0 = not a Linear (the
+ * tensor is copied), -1 = out of memory. */
+static int add_units_of(qrun *r, const cllm_tensor *t, int bits) {
+    size_t l = strlen(t->name);
+    char base[200];
+    if (t->n_dims == 3 && ends_with(t->name, l, "mlp.experts.gate_up_proj")) {
+        int E = (int)t->shape[0], I2 = (int)t->shape[1], H = (int)t->shape[2];
+        for (int e = 0; e < E; e++)
+            for (int h = 0; h < 2; h++) {
+                snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e,
+                         h ? "up_proj" : "gate_proj");
+                uint64_t off = ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H;
+                if (!add_unit(&r->units, &r->outs, t, off, I2 / 2, H, bits, base)) return -1;
+            }
+        return 1;
+    }
+    if (t->n_dims == 3 && ends_with(t->name, l, "mlp.experts.down_proj")) {
+        int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
+        for (int e = 0; e < E; e++) {
+            snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 9), t->name, e);
+            if (!add_unit(&r->units, &r->outs, t, (uint64_t)e * H * I, H, I, bits, base)) return -1;
+        }
+        return 1;
+    }
+    if (t->n_dims == 2 && ends_with(t->name, l, ".weight")) {
+        snprintf(base, sizeof(base), "%.*s", (int)(l - 7), t->name);
+        return add_unit(&r->units, &r->outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits, base)
+                   ? 1
+                   : -1;
+    }
+    return 0;
+}
+
+/* An output copied from the input as it is. */
+static bool add_copy(qrun *r, const cllm_tensor *t) {
+    outt *x = vpush(&r->outs);
+    if (!x) return false;
+    snprintf(x->name, sizeof(x->name), "%s", t->name);
+    x->dt = t->dtype;
+    x->n_dims = t->n_dims;
+    for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->shape[d];
+    x->nbytes = t->nbytes;
+    x->part = P_COPY;
+    x->src = t;
+    x->unit = -1;
+    return true;
+}
+
+/* 1. Decides every tensor, in natural name order: copied as is (the keep globs, non-float
+ * tensors, bits 16), or Linears (a fused expert tensor gives one per expert) to quantize into four
+ * GPTQ outputs each; shapes the layout cannot pack are refused before any write. */
 static cllm_status plan_tensors(qrun *r, cllm_error *err) {
     const cllm_quant_opts *o = r->o;
-    cllm_status st = CLLM_OK;
-    {
-        char cp[4096];
-        snprintf(cp, sizeof(cp), "%s/config.json", o->in_dir);
-        json_t *cj = json_load_file(cp, 0, NULL);
-        bool already = cj && json_object_get(cj, "quantization_config");
-        json_decref(cj);
-        if (already) {
-            st = cllm_err_set(err, CLLM_EINVAL,
-                              "%s is already quantized (config.json has quantization_config)",
-                              o->in_dir);
-            return st;
-        }
-    }
+    cllm_status st;
+    if ((st = check_not_quantized(o->in_dir, err))) return st;
     if ((st = cllm_ckpt_open(o->in_dir, false, &r->ck, err))) return st;
     if (add_globs(&r->gl, "*embed_tokens*", false) ||
         (!o->no_default_keep && add_globs(&r->gl, cllm_quant_default_keep, false)) ||
-        add_globs(&r->gl, o->preset_keep, false) || add_globs(&r->gl, o->keep, true)) {
-        st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        return st;
-    }
+        add_globs(&r->gl, o->preset_keep, false) || add_globs(&r->gl, o->keep, true))
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     cllm_ckpt_foreach(r->ck, collect_t, &r->tens);
     qsort(r->tens.v, r->tens.n, sizeof(const cllm_tensor *), cmp_tensor);
     const cllm_tensor **tv = r->tens.v;
-    /* 1. decide every tensor */
-    for (size_t i = 0; i < r->tens.n && st == CLLM_OK; i++) {
+    for (size_t i = 0; i < r->tens.n; i++) {
         const cllm_tensor *t = tv[i];
-        size_t l = strlen(t->name);
         bool is_float =
             t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
         bool keep = kept(&r->gl, t->name) || !is_float;
-        bool lm = !strcmp(t->name, "lm_head.weight");
-        int bits = lm ? o->lm_head_bits : r->wbits;
-        char base[200];
-        if (!keep && bits < 16 && t->n_dims == 3 && l > 24 &&
-            !strcmp(t->name + l - 24, "mlp.experts.gate_up_proj")) {
-            int E = (int)t->shape[0], I2 = (int)t->shape[1], H = (int)t->shape[2];
-            for (int e = 0; e < E; e++)
-                for (int h = 0; h < 2; h++) {
-                    snprintf(base, sizeof(base), "%.*s%d.%s", (int)(l - 12), t->name, e,
-                             h ? "up_proj" : "gate_proj");
-                    if (!add_unit(&r->units, &r->outs, t,
-                                  ((uint64_t)e * I2 + (uint64_t)h * I2 / 2) * H, I2 / 2, H, bits,
-                                  base))
-                        st = CLLM_ENOMEM;
-                }
-        } else if (!keep && bits < 16 && t->n_dims == 3 && l > 21 &&
-                   !strcmp(t->name + l - 21, "mlp.experts.down_proj")) {
-            int E = (int)t->shape[0], H = (int)t->shape[1], I = (int)t->shape[2];
-            for (int e = 0; e < E; e++) {
-                snprintf(base, sizeof(base), "%.*s%d.down_proj", (int)(l - 9), t->name, e);
-                if (!add_unit(&r->units, &r->outs, t, (uint64_t)e * H * I, H, I, bits, base))
-                    st = CLLM_ENOMEM;
-            }
-        } else if (!keep && bits < 16 && t->n_dims == 2 && l > 7 &&
-                   !strcmp(t->name + l - 7, ".weight")) {
-            snprintf(base, sizeof(base), "%.*s", (int)(l - 7), t->name);
-            if (!add_unit(&r->units, &r->outs, t, 0, (int)t->shape[0], (int)t->shape[1], bits,
-                          base))
-                st = CLLM_ENOMEM;
-        } else {
-            outt *x = vpush(&r->outs);
-            if (!x) {
-                st = CLLM_ENOMEM;
-                break;
-            }
-            snprintf(x->name, sizeof(x->name), "%s", t->name);
-            x->dt = t->dtype;
-            x->n_dims = t->n_dims;
-            for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->shape[d];
-            x->nbytes = t->nbytes;
-            x->part = P_COPY;
-            x->src = t;
-            x->unit = -1;
-        }
+        int bits = !strcmp(t->name, "lm_head.weight") ? o->lm_head_bits : r->wbits;
+        int u = keep || bits >= 16 ? 0 : add_units_of(r, t, bits);
+        if (u < 0 || (u == 0 && !add_copy(r, t)))
+            return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     }
-    if (st == CLLM_ENOMEM) st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    if (st) return st;
     for (int i = 0; i < r->gl.n; i++)
         if (r->gl.user[i] && !r->gl.hits[i])
             fprintf(stderr, "warning: --keep glob '%s' matches no tensor\n", r->gl.g[i]);
