@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/file.h"
 #include "base/mem.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -17,6 +18,179 @@
 #include "model/config.h"
 #include "model/seq_runner.h"
 #include "tokenizer/tokenizer.h"
+
+/* One generation: the prompt, the runner, the sampler and an optional grammar constraint. */
+typedef struct gen {
+    cllm_tok *tok; /* NULL: the model has no tokenizer.json (ids only) */
+    cllm_tok_stream ts;
+    int32_t *ids; /* the prompt */
+    int n;
+    cllm_gen_config gen_cfg; /* generation_config.json's end tokens */
+    cllm_seq_runner r;
+    bool r_open;
+    const cllm_config *cf;
+    int V;
+    cllm_sampling sp;
+    smp_scratch sm;
+    float *logits;
+    int32_t *out; /* generated ids */
+    cllm_gm *gm;
+    cllm_gm_vocab *gv;
+    cllm_gm_matcher *gmm;
+    uint32_t *allow;
+    cllm_error err;
+} gen;
+
+static void gen_free(gen *g) {
+    cllm_gm_matcher_free(g->gmm);
+    cllm_gm_vocab_free(g->gv);
+    cllm_gm_unref(g->gm);
+    free(g->allow);
+    free(g->logits);
+    free(g->out);
+    smp_free(&g->sm);
+    free(g->ids);
+    if (g->tok) cllm_tok_stream_free(&g->ts);
+    cllm_tok_free(g->tok);
+    if (g->r_open) cllm_seq_runner_close(&g->r);
+}
+
+/* The tokenizer (optional for --tokens: synthetic models have none, required for -p) and the
+ * prompt ids. Returns 0 or the exit code. */
+static int load_prompt(gen *g, const char *dir, const char *prompt, const char *tokens) {
+    if (cllm_tok_load(dir, &g->tok, &g->err) != CLLM_OK) {
+        g->tok = NULL;
+        if (prompt) {
+            fprintf(stderr, "cllm generate: -p needs the model's tokenizer: %s\n", g->err.msg);
+            return 1;
+        }
+    }
+    if (g->tok) cllm_tok_stream_init(&g->ts, g->tok, true);
+    if (!prompt) {
+        g->n = cllm_parse_token_list(tokens, &g->ids, &g->err);
+        if (g->n >= 0) return 0;
+        fprintf(stderr, "cllm generate: %s\n", g->err.msg);
+        return 2;
+    }
+    cllm_tok_ids v = {0};
+    if (cllm_tok_encode(g->tok, prompt, strlen(prompt), 0, &v, &g->err) != CLLM_OK || v.n == 0) {
+        fprintf(stderr, "cllm generate: %s\n", v.n == 0 ? "empty prompt" : g->err.msg);
+        cllm_tok_ids_free(&v);
+        return 2;
+    }
+    g->ids = v.ids;
+    g->n = (int)v.n;
+    return 0;
+}
+
+/* Structured output: the same grammar masks the server's sampler path applies. At most one of
+ * the three; returns 0 or the exit code. */
+static int setup_constraint(gen *g, const char *schema_file, const char *regex,
+                            const char *grammar_file) {
+    if ((!!schema_file + !!regex + !!grammar_file) > 1 || !g->tok) {
+        fprintf(stderr, "cllm generate: %s\n",
+                g->tok ? "give one of --json-schema, --regex, --grammar"
+                       : "a constraint needs the model's tokenizer");
+        return 2;
+    }
+    char *src = NULL;
+    size_t sl = 0;
+    if (!regex && !(src = cllm_read_file(schema_file ? schema_file : grammar_file, 0, &sl, NULL))) {
+        fprintf(stderr, "cllm generate: cannot read %s\n",
+                schema_file ? schema_file : grammar_file);
+        return 1;
+    }
+    cllm_error *err = &g->err;
+    cllm_status gst = schema_file ? cllm_gm_from_json_schema(src, sl, NULL, &g->gm, err)
+                      : regex     ? cllm_gm_from_regex(regex, strlen(regex), NULL, &g->gm, err)
+                                  : cllm_gm_from_gbnf(src, sl, NULL, &g->gm, err);
+    free(src);
+    int eos_all[2 * CLLM_MAX_EOS], n_all = 0;
+    for (int e = 0; e < g->cf->n_eos; e++) eos_all[n_all++] = g->cf->eos_ids[e];
+    for (int e = 0; e < g->gen_cfg.n_eos && n_all < 2 * CLLM_MAX_EOS; e++)
+        eos_all[n_all++] = g->gen_cfg.eos_ids[e];
+    if (gst == CLLM_OK) gst = cllm_gm_vocab_from_tok(g->tok, eos_all, n_all, &g->gv, err);
+    if (gst == CLLM_OK && cllm_gm_vocab_size(g->gv) > g->V)
+        gst = cllm_err_set(err, CLLM_EINVAL, "the tokenizer has more ids than the model");
+    if (gst == CLLM_OK) {
+        g->gmm = cllm_gm_matcher_new(g->gm, g->gv);
+        g->allow = calloc((size_t)(g->V + 31) / 32, sizeof(uint32_t));
+    }
+    if (gst != CLLM_OK || !g->gmm || !g->allow) {
+        fprintf(stderr, "cllm generate: %s\n", gst != CLLM_OK ? err->msg : "out of memory");
+        return gst == CLLM_OK ? 1 : 2;
+    }
+    return 0;
+}
+
+/* The prompt in calls of `chunk` tokens (0 = one call); logits of its last token. */
+static int prefill(gen *g, int chunk) {
+    int step = chunk > 0 ? chunk : g->n;
+    for (int i = 0; i < g->n; i += step) {
+        int m = g->n - i < step ? g->n - i : step;
+        if (cllm_seq_runner_step(&g->r, g->ids + i, m,
+                                 i + m == g->n ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE, g->logits,
+                                 &g->err)) {
+            fprintf(stderr, "cllm generate: %s\n", g->err.msg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Samples up to n_gen tokens, streaming them to stdout, until an end token (unless ignore_eos)
+ * or a complete constrained output; *made = tokens generated. Returns 0 or the exit code. */
+static int decode(gen *g, int n_gen, bool print_ids, bool hash, int *made) {
+    const cllm_config *cf = g->cf;
+    for (*made = 0; *made < n_gen; ++*made) {
+        int k = *made;
+        if (hash)
+            fprintf(stderr, "[logits-hash %016llx]\n",
+                    (unsigned long long)XXH64(g->logits, (size_t)g->V * sizeof(float), 0));
+        smp_input in = {.logits = g->logits,
+                        .prompt = g->ids,
+                        .n_prompt = g->n,
+                        .out = g->out,
+                        .n_out = k,
+                        .seed = g->sp.seed,
+                        .index = 0,
+                        .step = k};
+        if (g->gmm) {
+            if (cllm_gm_matcher_mask(g->gmm, g->allow) == 0) break; /* complete: nothing follows */
+            in.allow = g->allow;
+        }
+        int32_t next = smp_sample(&g->sm, &g->sp, &in, NULL);
+        g->out[k] = next;
+        bool gm_done = false;
+        if (g->gmm) {
+            if (!cllm_gm_matcher_accept_token(g->gmm, next)) {
+                fprintf(stderr, "\ncllm generate: structured output: sampled token rejected\n");
+                return 1;
+            }
+            gm_done = cllm_gm_matcher_is_done(g->gmm);
+        }
+        if (print_ids) {
+            printf("%d%s", next, k + 1 < n_gen ? " " : "");
+        } else {
+            size_t len;
+            const char *text = cllm_tok_stream_push(&g->ts, next, &len, &g->err);
+            if (text) fwrite(text, 1, len, stdout);
+        }
+        fflush(stdout);
+        bool eos = false;
+        for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == next;
+        for (int e = 0; e < g->gen_cfg.n_eos; e++) eos |= g->gen_cfg.eos_ids[e] == next;
+        if ((eos && !g->sp.ignore_eos) || gm_done || k + 1 == n_gen) {
+            ++*made;
+            break;
+        }
+        if (cllm_seq_runner_step(&g->r, &next, 1, CLLM_LOGITS_LAST, g->logits, &g->err)) {
+            fprintf(stderr, "\ncllm generate: %s\n", g->err.msg);
+            return 1;
+        }
+    }
+    return 0;
+}
 
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
@@ -75,198 +249,56 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
         return 2;
     }
-    cllm_error err = {0};
-    int32_t *ids = NULL;
-    int n;
-    /* The tokenizer is optional for --tokens (synthetic models have none), required for -p. */
-    cllm_tok *tok = NULL;
-    if (cllm_tok_load(pos[0], &tok, &err) != CLLM_OK) {
-        tok = NULL;
-        if (prompt) {
-            fprintf(stderr, "cllm generate: -p needs the model's tokenizer: %s\n", err.msg);
-            return 1;
-        }
-    }
-    cllm_tok_stream ts;
-    if (tok) cllm_tok_stream_init(&ts, tok, true);
-    if (prompt) {
-        cllm_tok_ids v = {0};
-        if (cllm_tok_encode(tok, prompt, strlen(prompt), 0, &v, &err) != CLLM_OK || v.n == 0) {
-            fprintf(stderr, "cllm generate: %s\n", v.n == 0 ? "empty prompt" : err.msg);
-            cllm_tok_ids_free(&v);
-            cllm_tok_stream_free(&ts);
-            cllm_tok_free(tok);
-            return 2;
-        }
-        ids = v.ids;
-        n = (int)v.n;
-    } else {
-        n = cllm_parse_token_list(tokens, &ids, &err);
-        if (n < 0) {
-            fprintf(stderr, "cllm generate: %s\n", err.msg);
-            if (tok) cllm_tok_stream_free(&ts);
-            cllm_tok_free(tok);
-            return 2;
-        }
-    }
-    if (!tok) print_ids = true;
+    gen g = {0};
+    int ret = load_prompt(&g, pos[0], prompt, tokens);
+    if (ret) goto done;
+    if (!g.tok) print_ids = true;
     /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
-    cllm_gen_config gen;
-    if (cllm_gen_config_load(pos[0], &gen, &err) != CLLM_OK) gen.n_eos = 0;
-    cllm_seq_runner r;
-    if (cllm_seq_runner_open(&r, pos[0], (int)threads, n + (int)n_gen, (int)block,
-                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
-        fprintf(stderr, "cllm generate: %s\n", err.msg);
-        free(ids);
-        return 1;
+    if (cllm_gen_config_load(pos[0], &g.gen_cfg, &g.err) != CLLM_OK) g.gen_cfg.n_eos = 0;
+    if (cllm_seq_runner_open(&g.r, pos[0], (int)threads, g.n + (int)n_gen, (int)block,
+                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
+                             &g.err) != CLLM_OK) {
+        fprintf(stderr, "cllm generate: %s\n", g.err.msg);
+        ret = 1;
+        goto done;
     }
-    cllm_fwd_ctx_set_gdn_prefill(r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
-    const cllm_config *cf = cllm_model_config(r.m);
-    int V = cf->vocab_size, ret = 0;
+    g.r_open = true;
+    cllm_fwd_ctx_set_gdn_prefill(g.r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
+    g.cf = cllm_model_config(g.r.m);
+    g.V = g.cf->vocab_size;
     /* the fields the server fills from a request; the rest off */
-    cllm_sampling sp = {.temperature = temperature,
-                        .top_p = top_p,
-                        .top_k = (int)top_k,
-                        .min_p = min_p,
-                        .repetition_penalty = rep_pen,
-                        .presence_penalty = pres_pen,
-                        .frequency_penalty = freq_pen,
-                        .seed = (uint64_t)seed,
-                        .has_seed = true,
-                        .max_tokens = (int)n_gen,
-                        .ignore_eos = ignore_eos,
-                        .logprobs = -1,
-                        .n = 1};
-    cllm_gm *gm = NULL;
-    cllm_gm_vocab *gv = NULL;
-    cllm_gm_matcher *gmm = NULL;
-    uint32_t *allow = NULL;
-    smp_scratch sm = {0};
-    float *logits = malloc((size_t)V * sizeof(float));
-    int32_t *out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
-    if (!logits || !out || smp_init(&sm, V)) {
+    g.sp = (cllm_sampling){.temperature = temperature,
+                           .top_p = top_p,
+                           .top_k = (int)top_k,
+                           .min_p = min_p,
+                           .repetition_penalty = rep_pen,
+                           .presence_penalty = pres_pen,
+                           .frequency_penalty = freq_pen,
+                           .seed = (uint64_t)seed,
+                           .has_seed = true,
+                           .max_tokens = (int)n_gen,
+                           .ignore_eos = ignore_eos,
+                           .logprobs = -1,
+                           .n = 1};
+    g.logits = malloc((size_t)g.V * sizeof(float));
+    g.out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
+    if (!g.logits || !g.out || smp_init(&g.sm, g.V)) {
         fprintf(stderr, "cllm generate: out of memory\n");
         ret = 1;
         goto done;
     }
-    /* structured output: the same grammar masks the server's sampler path applies */
-    if (schema_file || regex || grammar_file) {
-        if ((!!schema_file + !!regex + !!grammar_file) > 1 || !tok) {
-            fprintf(stderr, "cllm generate: %s\n",
-                    tok ? "give one of --json-schema, --regex, --grammar"
-                        : "a constraint needs the model's tokenizer");
-            ret = 2;
-            goto done;
-        }
-        char *src = NULL;
-        size_t sl = 0;
-        if (!regex) {
-            FILE *f = fopen(schema_file ? schema_file : grammar_file, "rb");
-            if (f) {
-                fseek(f, 0, SEEK_END);
-                long fl = ftell(f);
-                fseek(f, 0, SEEK_SET);
-                src = fl >= 0 ? malloc((size_t)fl + 1) : NULL;
-                if (src && fread(src, 1, (size_t)fl, f) == (size_t)fl) sl = (size_t)fl;
-                fclose(f);
-            }
-            if (!src) {
-                fprintf(stderr, "cllm generate: cannot read %s\n",
-                        schema_file ? schema_file : grammar_file);
-                ret = 1;
-                goto done;
-            }
-        }
-        cllm_status gst = schema_file ? cllm_gm_from_json_schema(src, sl, NULL, &gm, &err)
-                          : regex     ? cllm_gm_from_regex(regex, strlen(regex), NULL, &gm, &err)
-                                      : cllm_gm_from_gbnf(src, sl, NULL, &gm, &err);
-        free(src);
-        int eos_all[2 * CLLM_MAX_EOS], n_all = 0;
-        for (int e = 0; e < cf->n_eos; e++) eos_all[n_all++] = cf->eos_ids[e];
-        for (int e = 0; e < gen.n_eos && n_all < 2 * CLLM_MAX_EOS; e++)
-            eos_all[n_all++] = gen.eos_ids[e];
-        if (gst == CLLM_OK) gst = cllm_gm_vocab_from_tok(tok, eos_all, n_all, &gv, &err);
-        if (gst == CLLM_OK && cllm_gm_vocab_size(gv) > V)
-            gst = cllm_err_set(&err, CLLM_EINVAL, "the tokenizer has more ids than the model");
-        if (gst == CLLM_OK) {
-            gmm = cllm_gm_matcher_new(gm, gv);
-            allow = calloc((size_t)(V + 31) / 32, sizeof(uint32_t));
-        }
-        if (gst != CLLM_OK || !gmm || !allow) {
-            fprintf(stderr, "cllm generate: %s\n", gst != CLLM_OK ? err.msg : "out of memory");
-            ret = gst == CLLM_OK ? 1 : 2;
-            goto done;
-        }
-    }
+    if ((schema_file || regex || grammar_file) &&
+        (ret = setup_constraint(&g, schema_file, regex, grammar_file)))
+        goto done;
     double t0 = cllm_time_s();
-    int step = chunk > 0 ? (int)chunk : n;
-    for (int i = 0; i < n; i += step) {
-        int m = n - i < step ? n - i : step;
-        if (cllm_seq_runner_step(&r, ids + i, m, i + m == n ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE,
-                                 logits, &err)) {
-            fprintf(stderr, "cllm generate: %s\n", err.msg);
-            ret = 1;
-            goto done;
-        }
-    }
+    if ((ret = prefill(&g, (int)chunk))) goto done;
     double t1 = cllm_time_s();
     int made = 0;
-    for (; made < n_gen; made++) {
-        if (hash)
-            fprintf(stderr, "[logits-hash %016llx]\n",
-                    (unsigned long long)XXH64(logits, (size_t)V * sizeof(float), 0));
-        smp_input in = {.logits = logits,
-                        .prompt = ids,
-                        .n_prompt = n,
-                        .out = out,
-                        .n_out = made,
-                        .seed = sp.seed,
-                        .index = 0,
-                        .step = made};
-        if (gmm) {
-            if (cllm_gm_matcher_mask(gmm, allow) == 0) break; /* complete: nothing may follow */
-            in.allow = allow;
-        }
-        int32_t next = smp_sample(&sm, &sp, &in, NULL);
-        out[made] = next;
-        bool gm_done = false;
-        if (gmm) {
-            if (!cllm_gm_matcher_accept_token(gmm, next)) {
-                fprintf(stderr, "\ncllm generate: structured output: sampled token rejected\n");
-                ret = 1;
-                goto done;
-            }
-            gm_done = cllm_gm_matcher_is_done(gmm);
-        }
-        if (print_ids) {
-            printf("%d%s", next, made + 1 < n_gen ? " " : "");
-        } else {
-            size_t len;
-            const char *text = cllm_tok_stream_push(&ts, next, &len, &err);
-            if (text) fwrite(text, 1, len, stdout);
-        }
-        fflush(stdout);
-        bool eos = false;
-        for (int e = 0; e < cf->n_eos; e++) eos |= cf->eos_ids[e] == next;
-        for (int e = 0; e < gen.n_eos; e++) eos |= gen.eos_ids[e] == next;
-        if ((eos && !ignore_eos) || gm_done) {
-            made++;
-            break;
-        }
-        if (made + 1 == n_gen) {
-            made++;
-            break;
-        }
-        if (cllm_seq_runner_step(&r, &next, 1, CLLM_LOGITS_LAST, logits, &err)) {
-            fprintf(stderr, "\ncllm generate: %s\n", err.msg);
-            ret = 1;
-            goto done;
-        }
-    }
+    if ((ret = decode(&g, (int)n_gen, print_ids, hash, &made))) goto done;
     double t2 = cllm_time_s();
     if (!print_ids) {
         size_t len;
-        const char *text = cllm_tok_stream_flush(&ts, &len);
+        const char *text = cllm_tok_stream_flush(&g.ts, &len);
         if (text) fwrite(text, 1, len, stdout);
     }
     printf("\n");
@@ -274,18 +306,8 @@ int cmd_generate(int argc, char **argv) {
     int dsteps = made > 0 ? made - 1 : 0;
     fprintf(stderr,
             "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s)\n",
-            n, t1 - t0, n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
+            g.n, t1 - t0, g.n / (t1 - t0), dsteps, t2 - t1, dsteps > 0 ? dsteps / (t2 - t1) : 0.0);
 done:
-    cllm_gm_matcher_free(gmm);
-    cllm_gm_vocab_free(gv);
-    cllm_gm_unref(gm);
-    free(allow);
-    free(logits);
-    free(out);
-    smp_free(&sm);
-    free(ids);
-    if (tok) cllm_tok_stream_free(&ts);
-    cllm_tok_free(tok);
-    cllm_seq_runner_close(&r);
+    gen_free(&g);
     return ret;
 }
