@@ -51,8 +51,11 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
  * every tier has the two-step entries). Int8 weights with act_bits < 16 (the int8 lm_head of a
  * w4a8/w4a4 model) are the float emulation, fake-quantized once per run instead of once per
  * slice inside matmul_q: the same bits (kernels.h). */
-static int qact_kind(const fwd_wt *w) {
-    if (!w->q.bits || w->q.act_bits >= 16) return FWD_QA_NONE;
+static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
+    if (!w->q.bits) return FWD_QA_NONE;
+    /* 16-bit activations: int16 codes per group (kernels.h, cllm_qact16_group), quantized once
+     * per distinct input like W4A8's, unless CLLM_ACT16=float asks for the float kernels */
+    if (w->q.act_bits >= 16) return c->act16_float ? FWD_QA_NONE : FWD_QA_INT16;
     if (w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4)) return FWD_QA_INT;
     return FWD_QA_FLOAT;
 }
@@ -60,6 +63,8 @@ static int qact_kind(const fwd_wt *w) {
 static size_t qact_size(const fwd_mm *m) {
     const cllm_qweight *q = &m->w->q;
     if (m->qa == FWD_QA_INT) return cllm_qact_bytes(q->K, q->group, m->n_tok);
+    if (m->qa == FWD_QA_INT16)
+        return cllm_qact16_bytes(q->K, cllm_qact16_group(q->bits, q->group), m->n_tok);
     return (size_t)m->n_tok * (size_t)q->K * sizeof(float); /* a multiple of 8: K % 8 == 0 */
 }
 
@@ -78,6 +83,12 @@ static void prep_worker(void *vc, size_t b, size_t e, int tid) {
                             c->qact + j->qa_off + cllm_qact_bytes(q->K, q->group, it->r0));
             continue;
         }
+        if (j->qa == FWD_QA_INT16) {
+            int ag = cllm_qact16_group(q->bits, q->group);
+            c->k->qact16_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, ag,
+                              q->bits, c->qact + j->qa_off + cllm_qact16_bytes(q->K, ag, it->r0));
+            continue;
+        }
         float *dst = (float *)(void *)(c->qact + j->qa_off);
         for (int t = it->r0; t < it->r1; t++)
             cllm_kern_fake_quant_act(j->X + (size_t)t * j->ldx, dst + (size_t)t * q->K, q->K,
@@ -93,7 +104,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
     size_t need = 0, n_items = 0;
     for (size_t j = 0; j < c->n_jobs; j++) {
         fwd_mm *m = &c->jobs[j];
-        m->qa = qact_kind(m->w);
+        m->qa = qact_kind(c, m->w);
         m->qa_prep = false;
         if (!m->qa) continue;
         const cllm_qweight *q = &m->w->q;
@@ -102,7 +113,8 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
             const fwd_mm *o = &c->jobs[i];
             if (o->qa_prep && o->qa == m->qa && o->X == m->X && o->ldx == m->ldx &&
                 o->n_tok == m->n_tok && o->w->q.K == q->K && o->w->q.group == q->group &&
-                o->w->q.act_bits == q->act_bits)
+                o->w->q.act_bits == q->act_bits &&
+                (m->qa != FWD_QA_INT16 || o->w->q.bits == q->bits)) /* int16 layout per bits */
                 break;
         }
         if (i < j) {
@@ -150,6 +162,11 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
             if (j->qa == FWD_QA_INT) {
                 c->k->matmul_q4_qact(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
                                      j->ldy);
+                continue;
+            }
+            if (j->qa == FWD_QA_INT16) {
+                c->k->matmul_q_qact16(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
+                                      j->ldy);
                 continue;
             }
             if (j->qa == FWD_QA_FLOAT) { /* already fake-quantized: the float kernel as is */
@@ -236,6 +253,13 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
     const char *pe = getenv("CLLM_PROFILE");
     c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
+    const char *a16 = getenv("CLLM_ACT16");
+    if (a16 && *a16 && strcmp(a16, "int") != 0 && strcmp(a16, "float") != 0) {
+        cllm_free_aligned(c->thr);
+        free(c);
+        return cllm_err_set(err, CLLM_EINVAL, "CLLM_ACT16=%s: expected int or float", a16);
+    }
+    c->act16_float = a16 && strcmp(a16, "float") == 0;
     if (!c->thr) {
         free(c);
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");

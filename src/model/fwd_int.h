@@ -73,7 +73,9 @@ struct cllm_model {
     uint64_t tp_hash;
 };
 
-enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT };
+/* FWD_QA_INT16: act_bits 16 on int16 codes (qact16_prep + matmul_q_qact16), the default for
+ * 16-bit-activation GPTQ weights unless CLLM_ACT16=float (cllm_fwd_ctx.act16_float). */
+enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16 };
 
 /* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token), summed
  * over the context's life and logged when it is freed. fwd_mm_run adds its time to
@@ -153,6 +155,9 @@ struct cllm_fwd_ctx {
     /* tensor parallel scratch (forward_tp.c) */
     float *tp_acc, *tp_lg;
     size_t tp_acc_cap, tp_lg_cap;
+    /* CLLM_ACT16=float: act_bits 16 GPTQ matmuls on float activations (matmul_q) instead of
+     * int16 codes (FWD_QA_INT16); for A/B checks */
+    bool act16_float;
     /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
     bool prof_env, prof_on;
     int prof_tag;

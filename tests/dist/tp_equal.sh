@@ -27,12 +27,12 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none # containers without CMA / 
 cat > "$T/cmp.py" <<'PYEOF'
 import sys, numpy as np
 a = np.fromfile(sys.argv[1], dtype=np.float32); b = np.fromfile(sys.argv[2], dtype=np.float32)
-V = int(sys.argv[3])
+V = int(sys.argv[3]); tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5
 if a.size != b.size or a.size % V: print("size", a.size, b.size); sys.exit(1)
 a = a.reshape(-1, V); b = b.reshape(-1, V)
 rel = (np.abs(a - b).max(axis=1) / np.maximum(np.abs(a).max(axis=1), 1e-30)).max()
 print("max rel %.3g" % rel)
-sys.exit(0 if rel <= 1e-5 and np.isfinite(b).all() else 1)
+sys.exit(0 if rel <= tol and np.isfinite(b).all() else 1)
 PYEOF
 
 TOK=$(seq -s, 1 7 150)  # 22 tokens
@@ -69,7 +69,7 @@ run_model() {
     # mpirun launch for eval; the self re-launch for generate
     timeout 120 "${MPI[@]}" -np "$n" "$BIN" eval "$M" --tokens "$TOK" --tensor-parallel-size "$n" \
       --dump-logits "$T/$name.$n.bin" >/dev/null 2>"$T/err" || { bad "$name N=$n eval"; cat "$T/err"; continue; }
-    if r=$($PY "$T/cmp.py" "$T/$name.1.bin" "$T/$name.$n.bin" "$V"); then ok "$name N=$n logits: $r"
+    if r=$($PY "$T/cmp.py" "$T/$name.1.bin" "$T/$name.$n.bin" "$V" "${TOL:-1e-5}"); then ok "$name N=$n logits: $r"
     else bad "$name N=$n logits: $r"; fi
     timeout 120 "${MPI[@]}" -np "$n" "$BIN" eval "$M" --tokens "$TOK" --tensor-parallel-size "$n" \
       --dump-logits "$T/$name.$n.again.bin" >/dev/null 2>&1
@@ -88,11 +88,16 @@ run_cfg "$SRC/configs/tiny-qwen3-moe.json" 2:ok
 run_cfg "$SRC/configs/tiny-moe.json" 4:refuse:linear_num_value_heads
 run_cfg "$SRC/tests/dist/tiny-tp3.json" 3:ok 2:refuse:num_key_value_heads
 # GPTQ int4 (group 32, int8 lm_head): column-parallel slices copied along N, row-parallel ones cut
-# along K in whole groups; 4 ranks would cut moe_intermediate_size 64 below one group
+# along K in whole groups; 4 ranks would cut moe_intermediate_size 64 below one group. Its
+# activations are int16 codes per group (kernels.h, CLLM_ACT16): the all-reduce's rounding (~4e-7)
+# can move a code by one step (1/32767 of its group's absmax), so N=2 is within 2e-4 of N=1 there
+# (observed 3.7e-5, as int vs float at N=1: 4.5e-5); the float path keeps the 1e-5 bound.
 "$BIN" synth -q --config "$SRC/tests/dist/tiny-tp-gptq.json" "$T/gptq.src" >/dev/null 2>&1 &&
   "$BIN" quantize "$T/gptq.src" "$T/gptq" --scheme w4a16 -g 32 -q >/dev/null 2>&1 &&
-  run_model gptq "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok "4:refuse:units of 32 rows" ||
+  TOL=2e-4 run_model gptq "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok "4:refuse:units of 32 rows" ||
   bad "gptq: synth + quantize"
+cp -r "$T/gptq" "$T/gptq-f32act" &&
+  CLLM_ACT16=float run_model gptq-f32act "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok
 
 # expert parallel: whole experts per rank (8 / 2, 8 / 4, 6 / 3), same equality and refusal checks
 for c in tiny:2 tiny:4 tiny-tp3:3; do
