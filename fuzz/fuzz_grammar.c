@@ -2,7 +2,9 @@
  * front end (JSON Schema, regex, GBNF, tools, choice) and the whitespace option; the rest is the
  * source. A compiled grammar is then driven over a small synthetic vocabulary: masks (cached
  * path) must equal the brute-force masks, and a few allowed tokens are accepted. Must never
- * crash, leak or hang; errors are fine. Caps are kept small so one input stays fast. */
+ * crash, leak or hang; errors are fine. Caps are kept small so one input stays fast.
+ * CLLM_FUZZ_FRONT=0..4 pins the front end (so each compiler gets a whole run of its own); the
+ * first byte then still picks the options. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .max_source = 4096};
     cllm_gm *g = NULL;
     cllm_error e = {0};
-    switch (data[0] % 5) {
+    static int front = -2;
+    if (front == -2) {
+        const char *f = getenv("CLLM_FUZZ_FRONT");
+        front = f && *f >= '0' && *f <= '4' ? *f - '0' : -1;
+    }
+    switch (front >= 0 ? front : data[0] % 5) {
     case 0:
         cllm_gm_from_json_schema(s, n, &o, &g, &e);
         break;

@@ -61,14 +61,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_err(&e);
         }
     } else if (srv_parse_gen(&S, (srv_route)route, body, &g, &e)) {
-        if (g.n < 1 || g.n > S.o.max_n) abort();
-        if (g.prompt.n < 1 || (int)g.prompt.n >= S.max_model_len) abort();
-        if (g.s.max_tokens < 1 || (long)g.s.max_tokens + (long)g.prompt.n > S.max_model_len)
-            abort();
+        /* batched /v1/completions prompts: n = n_batch * s.n and each prompt is in batch[] */
+        int np = g.n_batch > 0 ? g.n_batch : 1;
+        if (g.n < 1 || g.n > S.o.max_n || g.n % np) abort();
+        for (int k = 0; k < np; k++) {
+            const cllm_tok_ids *pr = g.n_batch > 0 ? &g.batch[k] : &g.prompt;
+            if (pr->n < 1 || (int)pr->n >= S.max_model_len) abort();
+            if (g.s.max_tokens < 1 || (long)g.s.max_tokens + (long)pr->n > S.max_model_len) abort();
+            for (size_t i = 0; i < pr->n; i++)
+                if (pr->ids[i] < 0 || pr->ids[i] >= cllm_tok_n_vocab(tok)) abort();
+        }
         for (int i = 0; i < g.n_stop; i++)
             if (!g.stop[i] || !g.stop[i][0]) abort();
-        for (size_t i = 0; i < g.prompt.n; i++)
-            if (g.prompt.ids[i] < 0 || g.prompt.ids[i] >= cllm_tok_n_vocab(tok)) abort();
     } else {
         check_err(&e);
     }

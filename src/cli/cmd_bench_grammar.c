@@ -5,7 +5,8 @@
  * the grammar (seeded), timing the mask of every step (median, p99). The same vocabulary, schema
  * and token sequence then go to xgrammar's WebAssembly build (scripts/bench-grammar-xgrammar.mjs,
  * npm @mlc-ai/web-xgrammar, compact separators and strict mode like cllm's defaults), which also
- * reports whether its matcher accepted cllm's tokens one by one. Both in one run, one table. */
+ * reports whether its matcher accepted cllm's tokens one by one. Both in one run, one table.
+ * With --mixed MODEL: the cost to unconstrained neighbours in one batch (bench_grammar_mixed.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/mem.h"
+#include "cli/bench_grammar.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "grammar/grammar.h"
@@ -73,7 +75,9 @@ static bool run_peer(const char *script, const char *tok_json, const char *schem
 int cmd_bench_grammar(int argc, char **argv) {
     const char *tok_path = NULL, *peer = "scripts/bench-grammar-xgrammar.mjs";
     long steps = 128, seed = 1;
-    bool no_peer = false, any_ws = false;
+    bool no_peer = false, any_ws = false, no_cache = false;
+    const char *mixed = NULL;
+    long batch = 8, mtokens = 64, plen = 32, rounds = 3, threads = 0;
     const cli_opt opts[] = {
         {"--tokenizer", NULL, CLI_STR, &tok_path, "tokenizer.json (or a model directory)"},
         {"--steps", "-n", CLI_INT, &steps, "tokens per schema (at most)", NULL, 1, 1e6},
@@ -81,6 +85,18 @@ int cmd_bench_grammar(int argc, char **argv) {
         {"--any-whitespace", NULL, CLI_FLAG, &any_ws, "allow whitespace between JSON tokens"},
         {"--peer-script", NULL, CLI_STR, &peer, "xgrammar side (node script)"},
         {"--no-peer", NULL, CLI_FLAG, &no_peer, "cllm only"},
+        {"--mixed", NULL, CLI_STR, &mixed,
+         "MODEL_DIR: unconstrained throughput with vs without constrained neighbours"},
+        {"--batch", "-b", CLI_INT, &batch, "--mixed: rows per batch (half measured)", NULL, 2, 128},
+        {"--tokens", NULL, CLI_INT, &mtokens, "--mixed: tokens per measured request", NULL, 2,
+         100000},
+        {"--prompt-len", NULL, CLI_INT, &plen, "--mixed: prompt tokens", NULL, 1, 100000},
+        {"--rounds", NULL, CLI_INT, &rounds, "--mixed: (mixed, baseline) round pairs", NULL, 1,
+         1000},
+        {"--no-cache", NULL, CLI_FLAG, &no_cache,
+         "--mixed: compile every request's grammar afresh (no compile cache)"},
+        {"--threads", "-t", CLI_INT, &threads, "--mixed: engine threads (0 = all cores)", NULL, 0,
+         1024},
         {0}};
     const cli_spec spec = {"bench-grammar",
                            "--tokenizer PATH SCHEMA.json... [options]",
@@ -91,6 +107,11 @@ int cmd_bench_grammar(int argc, char **argv) {
     const char *pos[256];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (mixed) {
+        bgm_args ma = {mixed,     tok_path,    pos,          np,   (int)batch, (int)mtokens,
+                       (int)plen, (int)rounds, (int)threads, seed, no_cache};
+        return bench_grammar_mixed(&ma);
+    }
     if (!tok_path) {
         fprintf(stderr, "cllm bench-grammar: --tokenizer is required\n");
         return 2;

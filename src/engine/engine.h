@@ -178,6 +178,11 @@ typedef struct cllm_engine_stats {
 #define CLLM_ITER_N_BOUNDS 13
     uint64_t iter_tokens_counts[CLLM_ITER_N_BOUNDS + 1];
     uint64_t iter_tokens_sum, iter_steps;
+    /* structured outputs: wall time the engine thread spent computing grammar masks and
+     * advancing matchers (time every row of the batch waits), and the masks computed */
+    double grammar_s;
+    uint64_t grammar_masks;
+    double grammar_prep_s; /* spent preparing grammars on the helper thread (not the batch's) */
 } cllm_engine_stats;
 
 /* vLLM's bucket bounds for tokens per engine step. */

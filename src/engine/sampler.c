@@ -12,7 +12,8 @@ int smp_init(smp_scratch *s, int vocab_size) {
     s->pair = malloc((size_t)vocab_size * sizeof(smp_pair));
     s->cnt = calloc((size_t)vocab_size, sizeof(int));
     s->seen = calloc((size_t)vocab_size, 1);
-    if (!s->x || !s->pair || !s->cnt || !s->seen) {
+    s->ids = malloc((size_t)vocab_size * sizeof(int32_t));
+    if (!s->x || !s->pair || !s->cnt || !s->seen || !s->ids) {
         smp_free(s);
         return -1;
     }
@@ -24,6 +25,7 @@ void smp_free(smp_scratch *s) {
     free(s->pair);
     free(s->cnt);
     free(s->seen);
+    free(s->ids);
     memset(s, 0, sizeof(*s));
 }
 
@@ -107,20 +109,20 @@ static void fill_logprobs(smp_scratch *s, const float *logits, int chosen, int t
     }
 }
 
-/* Grammar mask: -inf for every token whose bit is clear; whole words at a time, since most
- * words of a structured-output mask are all-zero or all-one. */
-static void apply_mask(float *x, int V, const uint32_t *allow) {
+/* Grammar mask: the allowed ids in ascending order (bits of allow, lowest first). A structured
+ * output usually allows a few hundred of 248k tokens, so the passes below touch only those
+ * instead of writing -inf over the whole vocabulary and then scanning it. Returns the count. */
+static int allowed_ids(const uint32_t *allow, int V, int32_t *ids) {
+    int n = 0;
     for (int w = 0; w * 32 < V; w++) {
         uint32_t m = allow[w];
-        if (m == 0xFFFFFFFFu) continue;
-        int base = w * 32, end = base + 32 < V ? base + 32 : V;
-        if (m == 0) {
-            for (int i = base; i < end; i++) x[i] = -INFINITY;
-            continue;
+        while (m) {
+            int i = w * 32 + __builtin_ctz(m);
+            m &= m - 1;
+            if (i < V) ids[n++] = i;
         }
-        for (int i = base; i < end; i++)
-            if (!(m >> (i - base) & 1)) x[i] = -INFINITY;
     }
+    return n;
 }
 
 /* The raw argmax among allowed tokens (all when allow is NULL): the fallback when penalties or
@@ -145,7 +147,7 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
     }
     for (int i = 0; i < in->n_forbid; i++)
         if (in->forbid[i] >= 0 && in->forbid[i] < V) x[in->forbid[i]] = -INFINITY;
-    if (in->allow) apply_mask(x, V, in->allow);
+    int n_allow = in->allow ? allowed_ids(in->allow, V, s->ids) : 0;
 
     bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1.0;
     bool freq = p->frequency_penalty != 0.0 || p->presence_penalty != 0.0;
@@ -181,15 +183,30 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
 
     int tok = 0;
     if (p->temperature < 1e-5) {
-        for (int i = 1; i < V; i++)
-            if (x[i] > x[tok]) tok = i;
-        if (x[tok] == -INFINITY) tok = raw_argmax(in->logits, V, in->allow);
+        if (in->allow) {
+            tok = n_allow ? s->ids[0] : 0;
+            for (int k = 1; k < n_allow; k++)
+                if (x[s->ids[k]] > x[tok]) tok = s->ids[k];
+            if (!n_allow || x[tok] == -INFINITY) tok = raw_argmax(in->logits, V, in->allow);
+        } else {
+            for (int i = 1; i < V; i++)
+                if (x[i] > x[tok]) tok = i;
+            if (x[tok] == -INFINITY) tok = raw_argmax(in->logits, V, in->allow);
+        }
     } else {
         float inv_t = (float)(1.0 / p->temperature);
         float mx = -INFINITY;
-        for (int i = 0; i < V; i++) {
-            x[i] *= inv_t;
-            if (x[i] > mx) mx = x[i];
+        if (in->allow) {
+            for (int k = 0; k < n_allow; k++) {
+                int i = s->ids[k];
+                x[i] *= inv_t;
+                if (x[i] > mx) mx = x[i];
+            }
+        } else {
+            for (int i = 0; i < V; i++) {
+                x[i] *= inv_t;
+                if (x[i] > mx) mx = x[i];
+            }
         }
         int top_k = p->top_k > 0 && p->top_k < V ? p->top_k : V;
         bool sorted = top_k < V || (p->top_p > 0 && p->top_p < 1.0) || p->min_p > 0;
@@ -199,8 +216,15 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
          * together < V * 1e-13) are dropped before sorting: with a 248k vocabulary this keeps the
          * sort to the few plausible tokens. */
         float floor_x = sorted ? mx - 30.0f : -INFINITY;
-        for (int i = 0; i < V; i++)
-            if (x[i] > -INFINITY && x[i] >= floor_x) c[n++] = (smp_pair){x[i], i};
+        if (in->allow) {
+            for (int k = 0; k < n_allow; k++) {
+                int i = s->ids[k];
+                if (x[i] > -INFINITY && x[i] >= floor_x) c[n++] = (smp_pair){x[i], i};
+            }
+        } else {
+            for (int i = 0; i < V; i++)
+                if (x[i] > -INFINITY && x[i] >= floor_x) c[n++] = (smp_pair){x[i], i};
+        }
         if (n == 0) { /* everything forbidden: fall back to the raw argmax */
             tok = raw_argmax(in->logits, V, in->allow);
             goto done;

@@ -30,6 +30,7 @@ typedef struct smp_scratch {
     smp_pair *pair; /* [V] */
     int *cnt;       /* [V] output-token counts, kept zero between calls */
     uint8_t *seen;  /* [V] prompt-or-output flags, kept zero between calls */
+    int32_t *ids;   /* [V] the ids a grammar mask allows */
 } smp_scratch;
 
 int smp_init(smp_scratch *s, int vocab_size); /* 0 or -1 */

@@ -190,14 +190,18 @@ static eng_seq *seq_new(sched *s, eng_req *q, int index) {
         return NULL;
     }
     if (q->sp.grammar) {
-        if (!s->gmv) {
+        const cllm_gm_vocab *v = sched_gm_vocab(s); /* built off this thread (sched_gm.c) */
+        if (!v && !s->gmv) {
             cllm_error ge = {0};
+            double t0 = cllm_time_s();
             if (cllm_gm_vocab_from_tok(s->cfg.tok, s->cfg.eos_ids, s->cfg.n_eos, &s->gmv, &ge))
                 s->gmv = NULL;
-            s->gmask = s->gmv ? calloc((size_t)(s->cfg.vocab_size + 31) / 32, 4) : NULL;
+            s->stats.grammar_s += cllm_time_s() - t0;
         }
-        e->gm = s->gmv && s->gmask ? cllm_gm_matcher_new(q->sp.grammar, s->gmv) : NULL;
-        if (!e->gm || cllm_gm_vocab_size(s->gmv) > s->cfg.vocab_size) {
+        if (!v) v = s->gmv;
+        if (v && !s->gmask) s->gmask = calloc((size_t)(s->cfg.vocab_size + 31) / 32, 4);
+        e->gm = v && s->gmask ? cllm_gm_matcher_new(q->sp.grammar, v) : NULL;
+        if (!e->gm || cllm_gm_vocab_size(v) > s->cfg.vocab_size) {
             cllm_gm_matcher_free(e->gm);
             free(e->lp);
             free(e->tokens);
@@ -354,6 +358,7 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
     sched *s = calloc(1, sizeof(*s));
     if (!s) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     s->cfg = *cfg;
+    sched_gm_init(s);
     if (s->cfg.snapshot_interval < 1) s->cfg.snapshot_interval = 1;
     s->ops = *ops;
     s->mctx = model_ctx;
@@ -374,12 +379,14 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
 }
 
 void sched_abort_all(sched *s) {
+    while (s->n_gm_wait > 0) sched_gm_cancel(s, s->gm_wait[0]->id);
     while (s->n_reqs > 0) sched_cancel(s, s->reqs[0]->id);
 }
 
 void sched_free(sched *s) {
     if (!s) return;
     sched_abort_all(s);
+    sched_gm_free(s);
     free(s->reqs);
     free(s->running);
     free(s->waiting);
@@ -395,6 +402,11 @@ void sched_free(sched *s) {
 }
 
 void sched_add(sched *s, eng_req *q) {
+    if (sched_gm_hold(s, q)) return; /* admitted by sched_step once its grammar is prepared */
+    sched_add_now(s, q);
+}
+
+void sched_add_now(sched *s, eng_req *q) {
     eng_seq *e = seq_new(s, q, 0);
     if (!e || grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(eng_req *)) ||
         list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, s->n_waiting, e)) {
@@ -443,6 +455,7 @@ static void req_end(sched *s, eng_req *q, cllm_finish fin, const char *msg) {
 }
 
 void sched_cancel(sched *s, uint64_t id) {
+    if (sched_gm_cancel(s, id)) return;
     for (int i = 0; i < s->n_reqs; i++)
         if (s->reqs[i]->id == id) {
             req_end(s, s->reqs[i], CLLM_FINISH_ABORT, NULL);
@@ -451,7 +464,7 @@ void sched_cancel(sched *s, uint64_t id) {
 }
 
 bool sched_has_work(const sched *s) {
-    return s->n_running + s->n_waiting > 0;
+    return s->n_running + s->n_waiting + s->n_gm_wait > 0;
 }
 
 void sched_reset_prefix_cache(sched *s) {
@@ -467,7 +480,7 @@ void sched_timing(const sched *s, double *t_forward, uint64_t *tokens_computed) 
 void sched_stats(const sched *s, cllm_engine_stats *st) {
     *st = s->stats;
     st->running = s->n_running;
-    st->waiting = s->n_waiting;
+    st->waiting = s->n_waiting + s->n_gm_wait;
     st->kv_blocks_total = (uint64_t)s->blocks.n_blocks;
     st->kv_blocks_used = (uint64_t)blk_used(&s->blocks);
     st->state_slots_total = s->slots.n_live;
@@ -475,6 +488,10 @@ void sched_stats(const sched *s, cllm_engine_stats *st) {
     st->block_size = s->cfg.block_size;
     st->max_model_len = s->cfg.max_model_len;
     st->prefix_caching = s->cfg.prefix_caching;
+    gm_prep *p = (gm_prep *)&s->prep; /* the mutex, not the state, is written */
+    pthread_mutex_lock(&p->mu);
+    st->grammar_prep_s = p->prep_s;
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- planning ---- */
@@ -746,8 +763,14 @@ static void fork_samples(sched *s, eng_seq *p) {
 }
 
 int sched_step(sched *s) {
+    if (s->n_gm_wait) sched_gm_admit(s);
     int n = plan(s);
-    if (n == 0) return 0;
+    if (n == 0) {
+        /* only requests waiting for a grammar: sleep until one is prepared (or 5 ms, so new
+         * submissions are still picked up) instead of spinning */
+        if (s->n_gm_wait) sched_gm_idle_wait(s, 0.005);
+        return 0;
+    }
     cllm_batch b = {s->bseq, n};
     cllm_error err = {0};
     double t0 = cllm_time_s();

@@ -3,6 +3,8 @@
 #ifndef CLLM_ENGINE_SCHED_INT_H
 #define CLLM_ENGINE_SCHED_INT_H
 
+#include <pthread.h>
+
 #include "engine/sampler.h"
 #include "engine/sched.h"
 #include "grammar/grammar.h"
@@ -67,6 +69,21 @@ typedef struct sched_ent {
     bool logits;
 } sched_ent;
 
+/* Grammar preparation thread (sched_gm.c). */
+typedef struct gm_prep {
+    pthread_t th;
+    bool started;
+    volatile bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, done_cv;
+    cllm_gm **jobs; /* grammars to prepare (a reference each) */
+    int n_jobs, cap_jobs;
+    cllm_gm_vocab *v; /* the token trie, built by the thread on its first job */
+    bool v_failed;
+    uint64_t done_gen; /* jobs finished */
+    double prep_s;     /* time spent preparing */
+} gm_prep;
+
 struct sched {
     sched_cfg cfg;
     eng_model_ops ops;
@@ -84,8 +101,11 @@ struct sched {
     sched_ent *bent;      /* [batch_cap] */
     int batch_cap, n_batch;
     float *logits;      /* [batch_cap][vocab_size] */
-    cllm_gm_vocab *gmv; /* token trie for grammar masks, built on the first constrained request */
-    uint32_t *gmask;    /* [(vocab_size + 31) / 32] */
+    cllm_gm_vocab *gmv; /* token trie when the preparation thread could not start (fallback) */
+    gm_prep prep;
+    eng_req **gm_wait; /* constrained requests waiting for their grammar's preparation */
+    int n_gm_wait, cap_gm_wait;
+    uint32_t *gmask; /* [(vocab_size + 31) / 32] */
     cllm_engine_stats stats;
     double t_forward;
     uint64_t tokens_computed, steps;
@@ -93,6 +113,15 @@ struct sched {
 
 /* sched.c */
 void sched_seq_finish(sched *s, eng_seq *e);
+void sched_add_now(sched *s, eng_req *q); /* sched_add without the grammar hold */
+/* sched_gm.c */
+void sched_gm_init(sched *s);
+void sched_gm_free(sched *s);             /* stops the thread; held requests end with ABORT */
+bool sched_gm_hold(sched *s, eng_req *q); /* true: q waits in gm_wait for its grammar */
+int sched_gm_admit(sched *s);             /* queues the held requests now prepared */
+bool sched_gm_cancel(sched *s, uint64_t id);
+void sched_gm_idle_wait(sched *s, double max_s); /* until a preparation ends, at most max_s */
+const cllm_gm_vocab *sched_gm_vocab(sched *s);
 /* sched_out.c */
 void sched_sample(sched *s, eng_seq *e, const float *logits);
 void sched_emit_final(sched *s, eng_seq *e, cllm_finish fin, const char *msg);

@@ -81,8 +81,12 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
                     .seed = q->seed,
                     .index = e->index,
                     .step = n_out};
+    double t_gm = e->gm && e->gm_on ? cllm_time_s() : 0;
     if (e->gm && e->gm_on) {
-        if (cllm_gm_matcher_mask(e->gm, s->gmask) == 0) {
+        int allowed = cllm_gm_matcher_mask(e->gm, s->gmask);
+        s->stats.grammar_s += cllm_time_s() - t_gm;
+        s->stats.grammar_masks++;
+        if (allowed == 0) {
             /* the structure is complete and nothing (not even EOS) may follow */
             sched_emit_final(s, e, CLLM_FINISH_STOP, NULL);
             sched_seq_finish(s, e);
@@ -93,7 +97,10 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
     int tok = smp_sample(&s->smp, p, &in, p->logprobs >= 0 ? e->lp : NULL);
     bool gm_done = false;
     if (e->gm && e->gm_on) {
-        if (!cllm_gm_matcher_accept_token(e->gm, tok)) {
+        t_gm = cllm_time_s();
+        bool ok = cllm_gm_matcher_accept_token(e->gm, tok);
+        s->stats.grammar_s += cllm_time_s() - t_gm;
+        if (!ok) {
             sched_emit_final(s, e, CLLM_FINISH_ERROR, "structured output: sampled token rejected");
             sched_seq_finish(s, e);
             return;

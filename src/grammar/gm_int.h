@@ -136,7 +136,8 @@ struct cllm_gm {
     /* mask caches, filled on first use for one vocabulary */
     pthread_mutex_t mu;
     const cllm_gm_vocab *cache_vocab;
-    gm_cache *cache; /* [n_nodes] */
+    gm_cache *cache;               /* [n_nodes] */
+    const cllm_gm_vocab *prepared; /* every cache filled for this vocabulary (cllm_gm_prepare) */
 };
 
 /* ---- vocabulary trie (gm_vocab.c) ---- */

@@ -222,3 +222,20 @@ void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v) {
         if (g->nodes[i].ne) get_cache(m, i);
     cllm_gm_matcher_free(m);
 }
+
+void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes) {
+    cllm_gm_matcher *m = g->n_nodes <= max_nodes ? cllm_gm_matcher_new(g, v) : NULL;
+    for (int i = 0; m && i < g->n_nodes && !(stop && *stop); i++)
+        if (g->nodes[i].ne) get_cache(m, i);
+    cllm_gm_matcher_free(m);
+    pthread_mutex_lock(&g->mu);
+    g->prepared = v;
+    pthread_mutex_unlock(&g->mu);
+}
+
+bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v) {
+    pthread_mutex_lock(&g->mu);
+    bool r = g->prepared == v;
+    pthread_mutex_unlock(&g->mu);
+    return r;
+}

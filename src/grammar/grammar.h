@@ -64,6 +64,12 @@ cllm_status cllm_gm_from_tools(const char *tools_json, size_t len, const char *o
                                int min_calls, int max_calls, const cllm_gm_opts *opts,
                                cllm_gm **out, cllm_error *err);
 
+/* Every output that does not contain the string pat (tool_choice "none": no "<tool_call>"),
+ * whichever tokens would spell it; EOS anywhere. pat: 2..256 bytes, its first byte not repeated
+ * in it (else CLLM_EINVAL). */
+cllm_status cllm_gm_excluding(const char *pat, size_t len, const cllm_gm_opts *opts, cllm_gm **out,
+                              cllm_error *err);
+
 cllm_gm *cllm_gm_ref(cllm_gm *g); /* atomic; returns g */
 void cllm_gm_unref(cllm_gm *g);   /* frees at zero; NULL is fine */
 int cllm_gm_n_nodes(const cllm_gm *g);
@@ -101,5 +107,21 @@ int cllm_gm_matcher_n_heads(const cllm_gm_matcher *m);
 int cllm_gm_matcher_mask_slow(cllm_gm_matcher *m, uint32_t *mask);
 /* Fills every NFA node's mask cache now (bench: compile-time cost as xgrammar measures it). */
 void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v);
+/* The same as a preparation step off the engine thread: fills the caches (stops early, leaving
+ * the rest to be filled on first use, when *stop becomes true or past max_nodes nodes) and marks
+ * g prepared for v. Thread-safe against matchers using g. */
+void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes);
+bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v);
+
+/* Compiled grammars by source key (kind + options + text, built by the caller), least recently
+ * used evicted past cap. A cached grammar keeps its mask caches, so a repeated schema is neither
+ * compiled nor prepared again. Thread-safe. get returns a new reference or NULL; put takes its
+ * own reference. */
+typedef struct cllm_gm_cache cllm_gm_cache;
+cllm_gm_cache *cllm_gm_cache_new(int cap);
+void cllm_gm_cache_free(cllm_gm_cache *c);
+cllm_gm *cllm_gm_cache_get(cllm_gm_cache *c, const char *key, size_t len);
+void cllm_gm_cache_put(cllm_gm_cache *c, const char *key, size_t len, cllm_gm *g);
+void cllm_gm_cache_stats(cllm_gm_cache *c, uint64_t *hits, uint64_t *misses);
 
 #endif

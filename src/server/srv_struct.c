@@ -6,16 +6,91 @@
  * `guided_regex`, `guided_choice`, `guided_grammar`, `guided_whitespace_pattern`,
  * `guided_decoding_backend` (cllm has one backend: the name is accepted, not used); chat
  * `tool_choice` "required" / {"type":"function","function":{"name"}} (forced Qwen3.5 XML tool
- * calls, one when `parallel_tool_calls` is false) and "none" (the <tool_call> token is biased
- * away and calls are not parsed). At most one constraint per request; a schema, regex or grammar
- * that does not compile is a 400 naming the field and, for schemas, the keyword and its JSON
- * pointer. With reasoning on, the constraint starts after </think>. Called by openai.c on the MHD
- * thread after the prompt is parsed. */
+ * calls, one when `parallel_tool_calls` is false) and "none" (the answer may not contain the
+ * text "<tool_call>", by a grammar, unless another constraint is given; calls are not parsed).
+ * Compiled grammars are kept in a process-wide LRU by source (GM_CACHE_CAP). At most one constraint
+ * per request; a schema, regex or grammar that does not compile is a 400 naming the field and, for
+ * schemas, the keyword and its JSON pointer. With reasoning on, the constraint starts after
+ * </think>. Called by openai.c on the MHD thread after the prompt is parsed. */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "grammar/grammar.h"
 #include "server/srv_int.h"
+
+/* Compiled grammars by source, process-wide: a pipeline that sends the same schema over and over
+ * compiles it once and its mask caches are filled once (by the engine's preparation thread). */
+enum { GM_CACHE_CAP = 64 };
+static cllm_gm_cache *gm_cache;
+static pthread_once_t gm_cache_once = PTHREAD_ONCE_INIT;
+static void gm_cache_init(void) {
+    gm_cache = cllm_gm_cache_new(GM_CACHE_CAP);
+}
+
+typedef cllm_status (*gm_compile_fn)(const char *src, size_t n, const cllm_gm_opts *o,
+                                     cllm_gm **out, cllm_error *err);
+
+/* key = kind, options, source; a hit returns the cached grammar (a new reference). */
+static cllm_status cached(char kind, const char *src, size_t n, const cllm_gm_opts *o,
+                          gm_compile_fn fn, cllm_gm **out, cllm_error *err) {
+    pthread_once(&gm_cache_once, gm_cache_init);
+    const char *ws = o && o->ws_pattern ? o->ws_pattern : "";
+    size_t wl = strlen(ws), kl = 4 + wl + 1 + n;
+    char *key = malloc(kl);
+    if (key) {
+        key[0] = kind;
+        key[1] = o && o->any_whitespace ? '1' : '0';
+        key[2] = o && o->raw_strings ? '1' : '0';
+        key[3] = 0x1f;
+        memcpy(key + 4, ws, wl);
+        key[4 + wl] = 0x1f;
+        if (n) memcpy(key + 5 + wl, src, n);
+        if ((*out = cllm_gm_cache_get(gm_cache, key, kl))) {
+            free(key);
+            return CLLM_OK;
+        }
+    }
+    cllm_status st = fn(src, n, o, out, err);
+    if (st == CLLM_OK && key) cllm_gm_cache_put(gm_cache, key, kl, *out);
+    free(key);
+    return st;
+}
+
+static cllm_status json_object_fn(const char *src, size_t n, const cllm_gm_opts *o, cllm_gm **out,
+                                  cllm_error *err) {
+    (void)src, (void)n;
+    return cllm_gm_json_object(o, out, err);
+}
+
+/* choices as one source: each choice's length (8 bytes) then its bytes */
+static cllm_status choice_fn(const char *src, size_t n, const cllm_gm_opts *o, cllm_gm **out,
+                             cllm_error *err) {
+    int k = 0;
+    for (size_t i = 0; i + 8 <= n; k++) {
+        uint64_t l;
+        memcpy(&l, src + i, 8);
+        i += 8 + l;
+    }
+    const char **s = calloc((size_t)k + 1, sizeof(char *));
+    size_t *l = calloc((size_t)k + 1, sizeof(size_t));
+    if (!s || !l) {
+        free(s), free(l);
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    }
+    size_t i = 0;
+    for (int j = 0; j < k; j++) {
+        uint64_t x;
+        memcpy(&x, src + i, 8);
+        s[j] = src + i + 8;
+        l[j] = (size_t)x;
+        i += 8 + x;
+    }
+    cllm_status st = cllm_gm_from_choice(s, l, k, o, out, err);
+    free(s), free(l);
+    return st;
+}
 
 static bool bad(srv_err *e, const char *param, const char *msg) {
     srv_err_set(e, 400, "invalid_request_error", param, "%s", msg);
@@ -44,7 +119,7 @@ static bool schema_grammar(json_t *schema, const cllm_gm_opts *o, const char *pa
         return bad(e, param, "the JSON schema must be an object (or its JSON text)");
     if (!text) return bad(e, param, "out of memory");
     cllm_error ce = {0};
-    cllm_status st = cllm_gm_from_json_schema(text, strlen(text), o, g, &ce);
+    cllm_status st = cached('S', text, strlen(text), o, cllm_gm_from_json_schema, g, &ce);
     free(text);
     return compiled(st, &ce, param, e);
 }
@@ -54,24 +129,26 @@ static bool choice_grammar(json_t *ch, const cllm_gm_opts *o, const char *param,
     size_t n = json_array_size(ch);
     if (!json_is_array(ch) || n == 0 || n > 10000)
         return bad(e, param, "the choice must be a non-empty array of strings");
-    const char **s = calloc(n, sizeof(char *));
-    size_t *l = calloc(n, sizeof(size_t));
-    if (!s || !l) {
-        free(s), free(l);
-        return bad(e, param, "out of memory");
-    }
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(ch, i);
-        if (!json_is_string(x)) {
-            free(s), free(l);
+        if (!json_is_string(x))
             return bad(e, param, "the choice must be a non-empty array of strings");
-        }
-        s[i] = json_string_value(x);
-        l[i] = json_string_length(x);
+        total += 8 + json_string_length(x);
+    }
+    char *src = malloc(total ? total : 1);
+    if (!src) return bad(e, param, "out of memory");
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(ch, i);
+        uint64_t l = json_string_length(x);
+        memcpy(src + off, &l, 8);
+        memcpy(src + off + 8, json_string_value(x), (size_t)l);
+        off += 8 + (size_t)l;
     }
     cllm_error ce = {0};
-    cllm_status st = cllm_gm_from_choice(s, l, (int)n, o, g, &ce);
-    free(s), free(l);
+    cllm_status st = cached('C', src, total, o, choice_fn, g, &ce);
+    free(src);
     return compiled(st, &ce, param, e);
 }
 
@@ -80,9 +157,8 @@ static bool text_grammar(json_t *v, bool regex, const cllm_gm_opts *o, const cha
     if (!json_is_string(v))
         return bad(e, param, regex ? "the regex must be a string" : "the grammar must be a string");
     cllm_error ce = {0};
-    cllm_status st =
-        regex ? cllm_gm_from_regex(json_string_value(v), json_string_length(v), o, g, &ce)
-              : cllm_gm_from_gbnf(json_string_value(v), json_string_length(v), o, g, &ce);
+    cllm_status st = cached(regex ? 'R' : 'G', json_string_value(v), json_string_length(v), o,
+                            regex ? cllm_gm_from_regex : cllm_gm_from_gbnf, g, &ce);
     return compiled(st, &ce, param, e);
 }
 
@@ -107,7 +183,8 @@ static bool one_constraint(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **o
         const char *t = json_string_value(ty);
         if (!strcmp(t, "json_object")) {
             cllm_error ce = {0};
-            if (!compiled(cllm_gm_json_object(&o, out, &ce), &ce, "response_format", e))
+            if (!compiled(cached('O', "", 0, &o, json_object_fn, out, &ce), &ce, "response_format",
+                          e))
                 return false;
             n++, *which = "response_format";
         } else if (!strcmp(t, "json_schema")) {
@@ -181,8 +258,8 @@ static bool one_constraint(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **o
                 return bad(e, "structured_outputs", "'json_object' must be a boolean");
             if (json_is_true(x)) {
                 cllm_error ce = {0};
-                if (n++ ||
-                    !compiled(cllm_gm_json_object(&o2, out, &ce), &ce, "structured_outputs", e))
+                if (n++ || !compiled(cached('O', "", 0, &o2, json_object_fn, out, &ce), &ce,
+                                     "structured_outputs", e))
                     goto several;
             }
         }
@@ -212,7 +289,8 @@ several:
                "only one structured-output constraint may be given per request");
 }
 
-static bool tool_grammar(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **out, srv_err *e) {
+static bool tool_grammar(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **out, bool *none,
+                         srv_err *e) {
     json_t *choice = get(body, "tool_choice");
     json_t *par = get(body, "parallel_tool_calls");
     if (par && !json_is_boolean(par))
@@ -223,21 +301,15 @@ static bool tool_grammar(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **out
         const char *c = json_string_value(choice);
         if (!strcmp(c, "auto")) return true;
         if (!strcmp(c, "none")) {
-            /* calls are not parsed (openai.c); also keep the model from starting one */
-            int id = s->tok ? cllm_tok_token_id(s->tok, "<tool_call>", 11) : -1;
-            if (id >= 0) {
-                int *bi = realloc(g->bias_ids, ((size_t)g->n_bias + 1) * sizeof(int));
-                if (bi) g->bias_ids = bi;
-                float *bv = realloc(g->bias_vals, ((size_t)g->n_bias + 1) * sizeof(float));
-                if (bv) g->bias_vals = bv;
-                if (!bi || !bv) return bad(e, "tool_choice", "out of memory");
-                g->bias_ids[g->n_bias] = id;
-                g->bias_vals[g->n_bias] = -100.0f;
-                g->n_bias++;
-                g->s.logit_bias_ids = g->bias_ids;
-                g->s.logit_bias_vals = g->bias_vals;
-                g->s.n_logit_bias = g->n_bias;
+            /* calls are not parsed (openai.c), and the answer may not contain "<tool_call>"
+             * however the tokens spell it (a grammar, not a bias on the one token) */
+            cllm_error ce = {0};
+            cllm_status st = cached('N', "<tool_call>", 11, NULL, cllm_gm_excluding, out, &ce);
+            if (st != CLLM_OK) {
+                srv_err_set(e, 500, "internal_error", "tool_choice", "tool_choice: %s", ce.msg);
+                return false;
             }
+            *none = true;
             return true;
         }
         if (strcmp(c, "required"))
@@ -258,7 +330,25 @@ static bool tool_grammar(cllm_server *s, json_t *body, srv_gen *g, cllm_gm **out
     if (!tj) return bad(e, "tool_choice", "out of memory");
     int max_calls = only || json_is_false(par) ? 1 : -1;
     cllm_error ce = {0};
-    cllm_status st = cllm_gm_from_tools(tj, strlen(tj), only, 1, max_calls, NULL, out, &ce);
+    pthread_once(&gm_cache_once, gm_cache_init);
+    size_t tl = strlen(tj), ol = only ? strlen(only) : 0, kl = 3 + ol + 1 + tl;
+    char *key = malloc(kl);
+    cllm_status st = CLLM_OK;
+    *out = NULL;
+    if (key) {
+        key[0] = 'T';
+        key[1] = only ? '1' : '0';
+        key[2] = max_calls == 1 ? '1' : '*';
+        if (ol) memcpy(key + 3, only, ol);
+        key[3 + ol] = 0x1f;
+        memcpy(key + 4 + ol, tj, tl);
+        *out = cllm_gm_cache_get(gm_cache, key, kl);
+    }
+    if (!*out) {
+        st = cllm_gm_from_tools(tj, tl, only, 1, max_calls, NULL, out, &ce);
+        if (st == CLLM_OK && key) cllm_gm_cache_put(gm_cache, key, kl, *out);
+    }
+    free(key);
     free(tj);
     if (st != CLLM_OK) {
         srv_err_set(e, 400, "invalid_request_error", "tool_choice", "tool_choice: %s", ce.msg);
@@ -278,9 +368,14 @@ bool srv_parse_structured(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) 
     }
     if (g->route == SRV_CHAT) {
         cllm_gm *tg = NULL;
-        if (!tool_grammar(s, body, g, &tg, e)) {
+        bool none = false;
+        if (!tool_grammar(s, body, g, &tg, &none, e)) {
             cllm_gm_unref(gm);
             return false;
+        }
+        if (none && gm) { /* the explicit format decides; calls are still not parsed */
+            cllm_gm_unref(tg);
+            tg = NULL;
         }
         if (tg && gm) {
             cllm_gm_unref(gm);

@@ -193,6 +193,21 @@ async function runTools() {
     const c = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], tools, tool_choice: 'none', max_tokens: 30, temperature: 1.0, seed });
     check(!(c.choices[0].message.tool_calls || []).length && c.choices[0].finish_reason !== 'tool_calls', `tool_choice none: ${JSON.stringify(c.choices[0])}`);
   }
+  // "none" is a constraint, not a bias: with the <tool_call> token pushed up by +100 (greedy), auto
+  // starts a call at once, none never writes "<tool_call>" (the spelled-out forms are excluded by
+  // the same grammar; test_grammar checks them byte by byte)
+  const tk = await post('/tokenize', { model, prompt: '<tool_call>', add_special_tokens: false });
+  const tc = tk.body.tokens;
+  check(tc && tc.length === 1, `<tool_call> is one token: ${JSON.stringify(tk.body)}`);
+  if (tc && tc.length === 1) {
+    const req = (choice) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], tools, tool_choice: choice, max_tokens: 24, temperature: 0, chat_template_kwargs: { enable_thinking: false }, logit_bias: { [tc[0]]: 100 } });
+    const auto = await req('auto');
+    const a0 = auto.choices[0].message;
+    check((a0.tool_calls || []).length > 0 || (a0.content || '').includes('<tool_call>'), `biased auto did not start a call: ${JSON.stringify(a0)}`);
+    const none = await req('none');
+    const n0 = none.choices[0].message;
+    check(!(n0.tool_calls || []).length && !(n0.content || '').includes('<tool_call>') && none.choices[0].finish_reason !== 'tool_calls', `biased none wrote a call: ${JSON.stringify(none.choices[0])}`);
+  }
 }
 
 async function runBad() {

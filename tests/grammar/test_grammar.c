@@ -227,6 +227,84 @@ static void t_gbnf_choice_tools(void) {
     cllm_gm_unref(g);
 }
 
+/* tool_choice "none": no output may contain "<tool_call>", whichever tokens spell it. */
+static void t_excluding(void) {
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    CHECK_MSG(cllm_gm_excluding("<tool_call>", 11, NULL, &g, &e) == CLLM_OK, "%s", e.msg);
+    if (!g) return;
+    static const struct {
+        const char *s;
+        bool ok;
+    } cases[] = {
+        {"", true},
+        {"hello <tool_cal", true},
+        {"<tool_call", true},
+        {"<tool_callx> <<tool_cal>", true},
+        {"a <b> </tool_call> <tool_call_>", true},
+        {"<tool_call>", false},
+        {"x<tool_call>", false},
+        {"<<tool_call>", false},
+        {"<tool_<tool_call>", false},
+        {"<tool_call> trailing", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        cllm_gm_matcher *m = cllm_gm_matcher_new(g, V_tiny);
+        bool ok = cllm_gm_matcher_accept_bytes(m, cases[i].s, strlen(cases[i].s)) &&
+                  cllm_gm_matcher_is_accepting(m);
+        CHECK_MSG(ok == cases[i].ok, "excluding: '%s' %s", cases[i].s,
+                  ok ? "accepted" : "rejected");
+        cllm_gm_matcher_free(m);
+    }
+    /* masks == brute force on both vocabularies; the tiny tokenizer's <tool_call> token (an added,
+     * non-special token with those bytes) is never allowed, and no output contains the text */
+    int tc = TOK ? cllm_tok_token_id(TOK, "<tool_call>", 11) : -1;
+    for (int rep = 0; rep < 6; rep++) {
+        size_t n;
+        bool ended;
+        char *o = gen(g, rep & 1 ? V_syn : V_tiny, 40, true, &n, &ended);
+        CHECK_MSG(!memmem(o, n, "<tool_call>", 11), "excluding out '%s'", o);
+        free(o);
+    }
+    if (tc >= 0) {
+        cllm_gm_matcher *m = cllm_gm_matcher_new(g, V_tiny);
+        uint32_t *mask = calloc((size_t)(cllm_gm_vocab_size(V_tiny) + 31) / 32, 4);
+        cllm_gm_matcher_mask(m, mask);
+        CHECK_MSG(!(mask[tc >> 5] >> (tc & 31) & 1), "<tool_call> token %d allowed", tc);
+        CHECK(cllm_gm_matcher_accept_bytes(m, "<tool_ca", 8));
+        cllm_gm_matcher_mask(m, mask);
+        int l = cllm_tok_token_id(TOK, "l", 1);
+        if (l >= 0) CHECK_MSG(mask[l >> 5] >> (l & 31) & 1, "'l' after '<tool_ca' refused");
+        free(mask);
+        cllm_gm_matcher_free(m);
+    }
+    cllm_gm_unref(g);
+    cllm_gm *g2 = NULL;
+    CHECK(cllm_gm_excluding("abca", 4, NULL, &g2, &e) == CLLM_EINVAL && !g2);
+    /* the compile cache: a hit is the same grammar, the least recently used goes first */
+    cllm_gm_cache *c = cllm_gm_cache_new(2);
+    cllm_gm *a = NULL, *b = NULL, *x = NULL;
+    CHECK(cllm_gm_from_regex("a+", 2, NULL, &a, &e) == CLLM_OK);
+    CHECK(cllm_gm_from_regex("b+", 2, NULL, &b, &e) == CLLM_OK);
+    cllm_gm_cache_put(c, "ka", 2, a);
+    cllm_gm_cache_put(c, "kb", 2, b);
+    x = cllm_gm_cache_get(c, "ka", 2);
+    CHECK(x == a);
+    cllm_gm_unref(x);
+    cllm_gm_cache_put(c, "kc", 2, a); /* evicts kb, used least recently */
+    x = cllm_gm_cache_get(c, "kb", 2);
+    CHECK(x == NULL);
+    x = cllm_gm_cache_get(c, "kc", 2);
+    CHECK(x == a);
+    cllm_gm_unref(x);
+    uint64_t hits = 0, misses = 0;
+    cllm_gm_cache_stats(c, &hits, &misses);
+    CHECK(hits == 2 && misses == 1);
+    cllm_gm_unref(a);
+    cllm_gm_unref(b);
+    cllm_gm_cache_free(c);
+}
+
 static void t_refusals(void) {
     static const char *cases[][2] = {
         {"{\"type\":\"string\",\"not\":{\"const\":\"a\"}}", "'not' at #"},
@@ -294,6 +372,7 @@ int main(void) {
     t_schema_masks();
     t_gbnf_choice_tools();
     t_refusals();
+    t_excluding();
     for (int i = 0; i < NS; i++) free(b[i]);
     free(b), free(l);
     cllm_gm_vocab_free(V_tiny);
