@@ -14,6 +14,7 @@
 #include "quant/qeval.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "dist/dist.h"
 #include "model/seq_runner.h"
 
 /* --ppl FILE that is text (not "@ids" nor "1,2,3"): tokenized with the model's tokenizer into
@@ -161,7 +162,7 @@ int cmd_eval(int argc, char **argv) {
             goto done;
         }
     }
-    if (dump) {
+    if (dump && cllm_dist_rank() == 0) { /* tensor parallel: the same rows on every rank */
         FILE *f = fopen(dump, "wb");
         char sp[4096];
         snprintf(sp, sizeof(sp), "%s.shape", dump);

@@ -3,7 +3,7 @@
 # the scheduler, rank 1 follows its engine step by step (cli/serve_tp.c).
 #  - greedy completions equal the one-process server's, for several prompts sent one by one,
 #    for the same prompts sent at once (continuous batching) and for a 1-token prompt; a stream
-#    gives the same text; /health and /metrics answer; SIGTERM to the re-launching cllm drains
+#    gives the same text; a repeated prompt hits the prefix cache; /health and /metrics answer; SIGTERM to the re-launching cllm drains
 #    and every process exits 0.
 #  - rank 1 killed (SIGKILL) under mpirun -np 2 with requests in flight: they get 503 naming
 #    the dead rank, and the job exits non-zero within 10 s; rank 1 stopped (SIGSTOP, a hang):
@@ -43,7 +43,10 @@ up() { # waits for /health 200 (60 s) while $1 runs
 }
 
 # prompt JSON values: text prompts and a 1-token prompt (ids)
-PROMPTS=('"Once upon a time"' '"The quick brown fox jumps over"' '"Hello"' '[42]')
+# (the long one is sent again later: a prefix-cache hit, so rank 0's KV block / state slot
+# copies are replayed on rank 1)
+LONG='"The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick brown fox"'
+PROMPTS=('"Once upon a time"' "$LONG" '"Hello"' '[42]')
 complete() { # complete NAME PROMPT [extra JSON]: the choice text into $T/NAME.txt
   curl -s $U/v1/completions -d "{\"prompt\":$2,\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true${3:-}}" \
     >"$T/$1.json"
@@ -81,6 +84,9 @@ for i in "${!PROMPTS[@]}"; do
   expect_eq "prompt ${PROMPTS[$i]}: TP=2 text = N=1" "$(cat "$T/tp.seq$i.txt")" "$(cat "$T/n1.seq$i.txt")"
   expect_eq "prompt ${PROMPTS[$i]} (4 at once): TP=2 text = N=1" "$(cat "$T/tp.par$i.txt")" "$(cat "$T/n1.seq$i.txt")"
 done
+cached=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$T/tp.par1.json" 2>/dev/null)
+[ "${cached:-0}" -gt 0 ] 2>/dev/null && ok "TP=2: the repeated long prompt hit the prefix cache ($cached tokens)" \
+  || bad "TP=2: no prefix-cache hit on the repeated prompt ($(head -c 300 "$T/tp.par1.json"))"
 expect_eq "stream: TP=2 text = N=1 non-stream" "$(cat "$T/tp.stream.txt")" "$(cat "$T/n1.seq0.txt")"
 grep -q '^BAD' "$T/tp.seq0.txt" || [ -n "$(cat "$T/tp.seq0.txt")" ] || bad "empty completion"
 expect_eq "/health under TP=2" "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" 200
