@@ -90,6 +90,34 @@ json_t *srv_resp_lookup(cllm_server *s, const char *id) {
     return store_find(s, id, NULL, &r) ? r : NULL;
 }
 
+bool srv_resp_is_cancel(const char *tail) {
+    size_t n = strlen(tail);
+    return n > 7 && !strcmp(tail + n - 7, "/cancel");
+}
+
+json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e) {
+    char id[128];
+    size_t n = strlen(tail) - 7;
+    memset(e, 0, sizeof(*e));
+    if (n >= sizeof(id) || memchr(tail, '/', n)) {
+        srv_err_set(e, 404, "invalid_request_error", NULL, "Response with id '%.*s' not found.",
+                    (int)(n < 60 ? n : 60), tail);
+        return NULL;
+    }
+    memcpy(id, tail, n);
+    id[n] = 0;
+    json_t *o = srv_resp_lookup(s, id);
+    if (!o) {
+        srv_err_set(e, 404, "invalid_request_error", NULL, "Response with id '%.60s' not found.",
+                    id);
+        return NULL;
+    }
+    json_decref(o);
+    /* vLLM's exact words (clients match them); 'background' itself is refused at creation */
+    srv_err_set(e, 400, "invalid_request_error", NULL, "Cannot cancel a synchronous response.");
+    return NULL;
+}
+
 /* ---- request: Responses body -> chat body ---- */
 
 static bool bad(srv_err *e, const char *param, const char *msg) {

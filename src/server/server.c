@@ -361,6 +361,12 @@ static enum MHD_Result dispatch(srv_req *r) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         return route_models(r);
     }
+    if (!strncmp(url, "/v1/responses/", 14) && srv_resp_is_cancel(url + 14)) {
+        if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
+        srv_err ce;
+        json_t *o = srv_resp_cancel(s, url + 14, &ce);
+        return o ? send_json(r, 200, o) : send_err(r, &ce);
+    }
     if (!strncmp(url, "/v1/responses/", 14)) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         json_t *o = srv_resp_lookup(s, url + 14);

@@ -298,6 +298,13 @@ bool srv_resp_parse(cllm_server *s, json_t *body, srv_gen *g, struct srv_resp_st
 void srv_resp_events(srv_req *r, srv_choice *c, srv_ev *ev);
 json_t *srv_resp_final(srv_req *r, srv_err *e);
 json_t *srv_resp_lookup(cllm_server *s, const char *id); /* new ref or NULL */
+/* POST /v1/responses/{id}/cancel (tail = "{id}/cancel"). vLLM/OpenAI cancel only background
+ * responses that are still queued or in progress; cllm refuses `background`, so every stored
+ * response is a finished synchronous one: 400 "Cannot cancel a synchronous response." (vLLM's
+ * words), an unknown id 404. An in-flight synchronous response is not in the store yet (as in
+ * vLLM): 404; its client cancels it by closing the connection. */
+bool srv_resp_is_cancel(const char *tail);
+json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e); /* NULL: *e set */
 void srv_resp_state_free(struct srv_resp_state *st);
 void srv_resp_store_free(struct srv_resp_store *st);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);

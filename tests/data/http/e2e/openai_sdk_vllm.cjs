@@ -97,6 +97,15 @@ async function responses() {
   catch (e) { check(e.status === 404 || e.status === 400, 'unknown previous id status ' + e.status); }
   const got = await client.responses.retrieve(r.id);
   check(got.id === r.id && got.output_text === r.output_text, 'retrieve');
+  // cancel (vLLM/OpenAI: only background responses; cllm refuses background): a finished
+  // synchronous response -> 400 with vLLM's message, an unknown id -> 404, and the stored one stays
+  try { await client.responses.cancel(r.id); check(false, 'cancel of a finished response accepted'); }
+  catch (e) { check(e.status === 400 && /Cannot cancel a synchronous response/.test(e.message), 'cancel finished: ' + e.status + ' ' + e.message); }
+  try { await client.responses.cancel('resp_nope'); check(false, 'cancel of an unknown id accepted'); }
+  catch (e) { check(e.status === 404, 'cancel unknown: ' + e.status); }
+  try { await client.responses.create({ model, input: 'x', background: true }); check(false, 'background accepted'); }
+  catch (e) { check(e.status === 400 && /background/.test(e.message), 'background refused: ' + e.status + ' ' + e.message); }
+  check((await client.responses.retrieve(r.id)).status === r.status, 'retrieve after cancel');
   // function tools are accepted; any call comes back as a function_call item
   const tools = [{ type: 'function', name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } }];
   const f = await client.responses.create({ model, input: 'Weather in Paris?', tools, max_output_tokens: 8, temperature: 0 });
