@@ -70,6 +70,8 @@ static size_t qact_size(const fwd_mm *m) {
 
 /* Tokens per activation-prep work item (a 1024-wide token takes well under a microsecond). */
 #define PREP_TOK 16
+/* Inputs (tokens x K) below which the caller prepares them alone. */
+#define PREP_SERIAL (64 * 1024)
 
 static void prep_worker(void *vc, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = vc;
@@ -101,7 +103,7 @@ static void prep_worker(void *vc, size_t b, size_t e, int tid) {
  * the pool by token blocks. Each token's codes depend on that token only, so the results are the
  * same bytes as quantizing per call (kernels' determinism contract). */
 static cllm_status prep_qact(cllm_fwd_ctx *c) {
-    size_t need = 0, n_items = 0;
+    size_t need = 0, n_items = 0, elems = 0;
     for (size_t j = 0; j < c->n_jobs; j++) {
         fwd_mm *m = &c->jobs[j];
         m->qa = qact_kind(c, m->w);
@@ -125,6 +127,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
         m->qa_off = need;
         need += qact_size(m);
         n_items += ((size_t)m->n_tok + PREP_TOK - 1) / PREP_TOK;
+        elems += (size_t)m->n_tok * (size_t)q->K;
     }
     if (!n_items) return CLLM_OK;
     if (need > c->cap_qact) {
@@ -145,7 +148,8 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
             int t1 = t + PREP_TOK < c->jobs[j].n_tok ? t + PREP_TOK : c->jobs[j].n_tok;
             c->items[k++] = (struct fwd_item){(int)j, t, t1};
         }
-    if (k > 1) /* decode: usually one item, not worth waking the pool */
+    /* decode (a few inputs: one per expert, ~1 us each) is cheaper here than a parallel region */
+    if (k > 1 && elems > PREP_SERIAL)
         cllm_pool_for(c->pool, k, prep_worker, c);
     else
         prep_worker(c, 0, k, 0);

@@ -210,8 +210,12 @@ AI void mtile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy
                     u[b] = _mm256_and_si256(j ? _mm256_srli_epi32(v[b], BITS * j) : v[b], m);
                 for (int t = 0; t < TT; t++) {
                     __m256i a = _mm256_set1_epi32(A[t].aw[(size_t)k8 * J + j]);
-                    for (int b = 0; b < NB; b++)
+                    for (int b = 0; b < NB; b++) {
                         isum[b][t] = _mm256_add_epi32(isum[b][t], _mm256_madd_epi16(u[b], a));
+                        /* keeps the sum in a register: without it gcc reassociates the integer
+                         * adds across j into a tree of temporaries and spills them */
+                        __asm__("" : "+x"(isum[b][t]));
+                    }
                 }
             }
         }
