@@ -45,7 +45,8 @@ typedef struct lg_req {
     int n_text_chunks;    /* chunks whose text/content was non-empty (fallback token count) */
     int first_text_chunk; /* index in t_chunks of the first chunk carrying content, reasoning or
                              a tool call (-1: none yet); TTFT and ITL start there, so a role
-                             chunk sent before prefill does not read as the first token */
+                             chunk sent before prefill does not read as the first token (no
+                             such chunk: the last one, with finish_reason) */
     int usage_prompt;     /* server usage.prompt_tokens, -1 when not sent */
     int usage_completion; /* server usage.completion_tokens, -1 when not sent */
     int est_prompt;       /* dataset's own estimate of the prompt length in tokens */

@@ -445,6 +445,45 @@ static void test_ttft_first_text(void) {
     stub_stop(&sv);
 }
 
+/* The same over a multi-turn chat (the soak's case: TTFT p50 0.5 ms): every turn's TTFT is at its
+ * first token; and an answer without text (EOS first) is timed at its finish chunk, not at the
+ * role chunk. */
+static void test_ttft_multi_turn(void) {
+    stub sv;
+    CHECK(stub_start(&sv, &(stub_cfg){.ttft_ms = 120, .itl_ms = 5, .early_role = true}) == 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", sv.port);
+    cllm_error err;
+    lg_dataset ds;
+    lg_random_opts ro = {.n = 1, .input_len = 8, .output_len = 3, .turns = 3, .seed = 2};
+    CHECK(lg_dataset_random(&ro, &ds, &err) == CLLM_OK);
+    lg_config c = base_cfg(url, &ds);
+    c.chat = true, c.users = 1, c.num_prompts = 3;
+    lg_result res;
+    CHECK_MSG(lg_bench_run(&c, &res, &err) == CLLM_OK, "%s", err.msg);
+    CHECK_MSG(res.n == 3, "requests %ld", res.n);
+    int turns_seen = 0;
+    for (long i = 0; i < res.n; i++) {
+        turns_seen |= 1 << res.reqs[i].turn;
+        CHECK_MSG(lg_req_ttft(&res.reqs[i]) >= 0.12, "turn %d ttft %.1f ms: the role chunk",
+                  res.reqs[i].turn, lg_req_ttft(&res.reqs[i]) * 1e3);
+    }
+    CHECK_MSG(turns_seen == 7, "turns seen %x", turns_seen);
+    lg_result_free(&res);
+    lg_dataset_free(&ds);
+    stub_stop(&sv);
+    /* an empty answer: role chunk at 1 ms, finish chunk at 300 ms, no text chunk */
+    lg_req q = mk(0.0, (double[]){0.001, 0.3}, 2, 1, 5, 5);
+    q.first_text_chunk = -1;
+    q.n_text_chunks = 0;
+    CHECK_MSG(NEAR(lg_req_ttft(&q), 0.3), "empty answer ttft %f", lg_req_ttft(&q));
+    lg_summary sm;
+    CHECK(lg_metrics_compute(&q, 1, 1.0, NULL, &sm));
+    CHECK_MSG(sm.itl.n == 0 && NEAR(sm.ttft.median, 300), "itl %ld ttft %f", sm.itl.n,
+              sm.ttft.median);
+    lg_req_free(&q);
+}
+
 int main(void) {
     test_metrics_exact();
     test_sse();
@@ -452,6 +491,7 @@ int main(void) {
     test_gamma();
     test_e2e_stub();
     test_ttft_first_text();
+    test_ttft_multi_turn();
     test_users_and_turns();
     test_500_streams();
     test_cli();
