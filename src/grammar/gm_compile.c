@@ -446,6 +446,7 @@ void cllm_gm_unref(cllm_gm *g) {
         for (int i = 0; i < g->n_nodes; i++) {
             free(g->cache[i].ids);
             free(g->cache[i].unc);
+            free(g->cache[i].unc_blob);
         }
         free(g->cache);
     }

@@ -118,6 +118,10 @@ typedef struct gm_cache {
     int n_ids;
     int32_t *unc; /* uncertain ids */
     int n_unc;
+    /* the uncertain tokens again, packed in trie preorder for the run-time check (sequential
+     * reads instead of a cache miss per token): per token int32 id, uint16 length, uint16
+     * common-prefix length with the previous one, then its bytes */
+    uint8_t *unc_blob;
 } gm_cache;
 
 struct cllm_gm {
