@@ -128,8 +128,7 @@ static double bleu_score(const bleu_acc *b) {
     return 100 * bp * exp(lp);
 }
 
-/* Runs `dir` (and base `bdir` in lockstep when given) over the windows and prompts. */
-/* Windows the perplexity loop of eval_pair runs over n tokens. */
+/* Windows the perplexity loop runs over n tokens. */
 static int n_windows(const cllm_qeval_opts *o, int n) {
     int w = 0;
     for (int s0 = 0; s0 + 1 < n; s0 += o->stride) {
@@ -139,126 +138,157 @@ static int n_windows(const cllm_qeval_opts *o, int n) {
     return w;
 }
 
-static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir,
-                     const int32_t *tok, int n, stats *s) {
-    memset(s, 0, sizeof(*s));
-    /* progress: the windows, then the greedy prompts, as one count */
-    int nw = n_windows(o, n), np = n > o->prompt_len ? o->n_prompts : 0, done = 0;
-    char what[160], line[64];
-    snprintf(what, sizeof(what), "eval %s", dir);
-    cllm_progress prog;
-    cllm_progress_init(&prog, o->progress, o->tty, 10, 30, what);
-    cllm_error err;
+/* One model under test (r) and its optional base (b), run in lockstep over the same tokens. */
+typedef struct pair {
+    const cllm_qeval_opts *o;
     cllm_seq_runner r, b;
+    bool r_open, hb; /* hb: a base is open */
+    int V;
+    float *lg, *lb;   /* [cap][V] logits of r and b */
+    double *pa, *pb;  /* [V] log-probabilities */
+    int32_t *ga, *gb; /* [gen_len] greedy tokens */
+    uint64_t rss0;    /* RSS before r was opened (the base already at full size) */
+    cllm_progress prog;
+    int done, total; /* progress: windows, then greedy prompts */
+} pair;
+
+static void pair_close(pair *p) {
+    cllm_progress_break(&p->prog);
+    free(p->lg), free(p->lb), free(p->pa), free(p->pb), free(p->ga), free(p->gb);
+    if (p->r_open) cllm_seq_runner_close(&p->r);
+    if (p->hb) cllm_seq_runner_close(&p->b);
+}
+
+/* Opens the base first and runs its first window, so that its buffers reach full size before
+ * the RSS baseline is taken; then the model under test and the buffers. 0 or 1 (reported). */
+static int pair_open(pair *p, const char *dir, const char *bdir, const int32_t *tok, int n) {
+    const cllm_qeval_opts *o = p->o;
+    cllm_error err;
     int cap = o->ctx > o->prompt_len + o->gen_len ? o->ctx : o->prompt_len + o->gen_len;
-    bool hb = bdir != NULL;
-    if (hb && cllm_seq_runner_open(&b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
-        fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
-        return 1;
-    }
-    float *lb = NULL;
-    if (hb) { /* the base's buffers reach full size before the RSS baseline is taken */
-        int Vb = cllm_model_config(b.m)->vocab_size, L0 = n < o->ctx ? n : o->ctx;
-        lb = malloc((size_t)cap * Vb * sizeof(float));
-        if (!lb || cllm_seq_runner_step(&b, tok, L0, CLLM_LOGITS_ALL, lb, &err)) {
-            fprintf(stderr, "cllm eval: %s: %s\n", bdir, lb ? err.msg : "out of memory");
-            free(lb);
-            cllm_seq_runner_close(&b);
+    if (bdir) {
+        if (cllm_seq_runner_open(&p->b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+            fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
+            return 1;
+        }
+        p->hb = true;
+        int Vb = cllm_model_config(p->b.m)->vocab_size, L0 = n < o->ctx ? n : o->ctx;
+        p->lb = malloc((size_t)cap * Vb * sizeof(float));
+        if (!p->lb || cllm_seq_runner_step(&p->b, tok, L0, CLLM_LOGITS_ALL, p->lb, &err)) {
+            fprintf(stderr, "cllm eval: %s: %s\n", bdir, p->lb ? err.msg : "out of memory");
             return 1;
         }
     }
-    uint64_t rss0 = rss_bytes();
-    if (cllm_seq_runner_open(&r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+    p->rss0 = rss_bytes();
+    if (cllm_seq_runner_open(&p->r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
-        if (hb) cllm_seq_runner_close(&b);
-        free(lb);
         return 1;
     }
-    int V = cllm_model_config(r.m)->vocab_size;
-    if (hb && cllm_model_config(b.m)->vocab_size != V) {
+    p->r_open = true;
+    int V = p->V = cllm_model_config(p->r.m)->vocab_size;
+    if (p->hb && cllm_model_config(p->b.m)->vocab_size != V) {
         fprintf(stderr, "cllm eval: %s and %s have different vocabularies\n", dir, bdir);
-        cllm_seq_runner_close(&r), cllm_seq_runner_close(&b);
-        free(lb);
         return 1;
     }
-    float *lg = malloc((size_t)cap * V * sizeof(float));
-    double *pa = malloc((size_t)V * sizeof(double)), *pb = malloc((size_t)V * sizeof(double));
-    int32_t *ga = malloc((size_t)o->gen_len * sizeof(int32_t)),
-            *gb = malloc((size_t)o->gen_len * sizeof(int32_t));
-    int ret = 0;
-    if (!lg || (hb && !lb) || !pa || !pb || !ga || !gb) {
+    p->lg = malloc((size_t)cap * V * sizeof(float));
+    p->pa = malloc((size_t)V * sizeof(double)), p->pb = malloc((size_t)V * sizeof(double));
+    p->ga = malloc((size_t)o->gen_len * sizeof(int32_t));
+    p->gb = malloc((size_t)o->gen_len * sizeof(int32_t));
+    if (!p->lg || !p->pa || !p->pb || !p->ga || !p->gb) {
         fprintf(stderr, "cllm eval: out of memory\n");
-        ret = 1;
-        goto done;
+        return 1;
     }
-    /* perplexity (+ KLD/top-1) over strided windows: window [s0, s0+L) scores the predictions of
-     * tokens s0+1.. (first window) or of its last `stride` tokens (later windows) */
+    return 0;
+}
+
+/* Perplexity (+ KLD/top-1 against the base) over strided windows: window [s0, s0+L) scores the
+ * predictions of tokens s0+1.. (first window) or of its last `stride` tokens (later windows). */
+static int score_windows(pair *p, const int32_t *tok, int n, stats *s) {
+    const cllm_qeval_opts *o = p->o;
+    int V = p->V, nw = n_windows(o, n);
+    cllm_error err;
+    char line[64];
     for (int s0 = 0; s0 + 1 < n; s0 += o->stride) {
         int L = n - s0 < o->ctx ? n - s0 : o->ctx;
-        r.pos = 0;
+        p->r.pos = 0;
         double t0 = now();
-        if (cllm_seq_runner_step(&r, tok + s0, L, CLLM_LOGITS_ALL, lg, &err)) {
+        if (cllm_seq_runner_step(&p->r, tok + s0, L, CLLM_LOGITS_ALL, p->lg, &err)) {
             fprintf(stderr, "cllm eval: %s\n", err.msg);
-            ret = 1;
-            goto done;
+            return 1;
         }
         s->t_prefill += now() - t0;
         s->n_prefill += L;
-        if (hb) {
-            b.pos = 0;
-            if (cllm_seq_runner_step(&b, tok + s0, L, CLLM_LOGITS_ALL, lb, &err)) {
+        if (p->hb) {
+            p->b.pos = 0;
+            if (cllm_seq_runner_step(&p->b, tok + s0, L, CLLM_LOGITS_ALL, p->lb, &err)) {
                 fprintf(stderr, "cllm eval: %s\n", err.msg);
-                ret = 1;
-                goto done;
+                return 1;
             }
         }
         /* the previous (full) window scored targets up to s0 - stride + ctx - 1 */
         int first = s0 == 0 ? 0 : o->ctx - o->stride - 1;
         if (first < 0) first = 0;
-        for (int p = first; p + 1 < L; p++) {
-            log_softmax(lg + (size_t)p * V, pa, V);
-            s->nll -= pa[tok[s0 + p + 1]];
+        for (int q = first; q + 1 < L; q++) {
+            const float *la = p->lg + (size_t)q * V;
+            log_softmax(la, p->pa, V);
+            s->nll -= p->pa[tok[s0 + q + 1]];
             s->n_scored++;
-            if (hb) {
-                log_softmax(lb + (size_t)p * V, pb, V);
+            if (p->hb) {
+                const float *lb = p->lb + (size_t)q * V;
+                log_softmax(lb, p->pb, V);
                 double k = 0;
-                for (int i = 0; i < V; i++) k += exp(pb[i]) * (pb[i] - pa[i]);
+                for (int i = 0; i < V; i++) k += exp(p->pb[i]) * (p->pb[i] - p->pa[i]);
                 s->kld += k;
-                s->top1 += argmax(lg + (size_t)p * V, V) == argmax(lb + (size_t)p * V, V);
+                s->top1 += argmax(la, V) == argmax(lb, V);
             }
         }
-        snprintf(line, sizeof(line), "%d/%d windows of %d tokens", ++done, nw, o->ctx);
-        cllm_progress_update(&prog, done, nw + np, line);
+        snprintf(line, sizeof(line), "%d/%d windows of %d tokens", ++p->done, nw, o->ctx);
+        cllm_progress_update(&p->prog, p->done, p->total, line);
         if (s0 + L >= n) break;
     }
-    /* greedy generations from prompts spread over the text */
+    return 0;
+}
+
+/* Greedy generations from prompts spread over the text: decode speed, and BLEU-4 of the
+ * model's generations against the base's. */
+static int score_generations(pair *p, const int32_t *tok, int n, stats *s) {
+    const cllm_qeval_opts *o = p->o;
+    int np = n > o->prompt_len ? o->n_prompts : 0;
+    char line[64];
     bleu_acc ba = {0};
-    for (int i = 0; i < o->n_prompts && n > o->prompt_len; i++) {
+    for (int i = 0; i < np; i++) {
         int off = (int)((long)i * (n - o->prompt_len) / o->n_prompts);
-        if (greedy(&r, tok + off, o->prompt_len, o->gen_len, V, lg, ga, s)) {
-            ret = 1;
-            goto done;
-        }
-        if (hb) {
+        if (greedy(&p->r, tok + off, o->prompt_len, o->gen_len, p->V, p->lg, p->ga, s)) return 1;
+        if (p->hb) {
             stats dummy = {0};
-            if (greedy(&b, tok + off, o->prompt_len, o->gen_len, V, lb, gb, &dummy)) {
-                ret = 1;
-                goto done;
-            }
-            bleu_add(&ba, ga, gb, o->gen_len);
+            if (greedy(&p->b, tok + off, o->prompt_len, o->gen_len, p->V, p->lb, p->gb, &dummy))
+                return 1;
+            bleu_add(&ba, p->ga, p->gb, o->gen_len);
         }
         snprintf(line, sizeof(line), "%d/%d greedy prompts", i + 1, np);
-        cllm_progress_update(&prog, ++done, nw + np, line);
+        cllm_progress_update(&p->prog, ++p->done, p->total, line);
     }
-    s->bleu = !hb ? 100 : ba.cand_len ? bleu_score(&ba) : NAN;
-    uint64_t rss1 = rss_bytes();
-    s->rss = rss1 > rss0 ? rss1 - rss0 : 0;
-    s->file_bytes = dir_weight_bytes(dir);
-done:
-    cllm_progress_break(&prog);
-    free(lg), free(lb), free(pa), free(pb), free(ga), free(gb);
-    cllm_seq_runner_close(&r);
-    if (hb) cllm_seq_runner_close(&b);
+    s->bleu = !p->hb ? 100 : ba.cand_len ? bleu_score(&ba) : NAN;
+    return 0;
+}
+
+/* Runs `dir` (and base `bdir` in lockstep when given) over the windows and prompts. */
+static int eval_pair(const cllm_qeval_opts *o, const char *dir, const char *bdir,
+                     const int32_t *tok, int n, stats *s) {
+    memset(s, 0, sizeof(*s));
+    pair p = {.o = o};
+    p.total = n_windows(o, n) + (n > o->prompt_len ? o->n_prompts : 0);
+    char what[160];
+    snprintf(what, sizeof(what), "eval %s", dir);
+    cllm_progress_init(&p.prog, o->progress, o->tty, 10, 30, what);
+    int ret = pair_open(&p, dir, bdir, tok, n);
+    if (!ret) ret = score_windows(&p, tok, n, s);
+    if (!ret) ret = score_generations(&p, tok, n, s);
+    if (!ret) {
+        uint64_t rss1 = rss_bytes();
+        s->rss = rss1 > p.rss0 ? rss1 - p.rss0 : 0;
+        s->file_bytes = dir_weight_bytes(dir);
+    }
+    pair_close(&p);
     return ret;
 }
 
