@@ -20,8 +20,9 @@
  * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
 #define MM_ROWS  16
 #define MM_QROWS 64 /* quantized (GPTQ) weights */
-/* One token (decode): each item reads 1 KiB runs of every qweight row (256 int32 columns), so
- * the one-token kernel streams rows instead of hopping between them (matmul_q_dec_avx2.c). */
+/* Up to 8 tokens (decode, batched decode): each item reads 1 KiB runs of every qweight row (256
+ * int32 columns), so the group-major kernels stream rows instead of hopping between them
+ * (matmul_q_dec_avx2.c, matmul_q16_avx2.c). */
 #define MM_QROWS_DEC 256
 
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
@@ -228,7 +229,7 @@ static cllm_status mm_run(cllm_fwd_ctx *c) {
     size_t k = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
         for (int r = 0, step = !c->jobs[j].w->q.bits   ? MM_ROWS
-                               : c->jobs[j].n_tok == 1 ? MM_QROWS_DEC
+                               : c->jobs[j].n_tok <= 8 ? MM_QROWS_DEC
                                                        : MM_QROWS;
              r < c->jobs[j].w->rows; r += step) {
             int r1 = r + step < c->jobs[j].w->rows ? r + step : c->jobs[j].w->rows;

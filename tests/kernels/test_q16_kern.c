@@ -262,6 +262,10 @@ int main(void) {
     one_case(8, 64, 128, 1064, 1, F_ASYM | F_BF16, X_OUTLIER);
     one_case(8, 1024, 1024, 40, 2, F_RANDZ, X_RAND); /* G = K > 256: groups of 256 */
     one_case(4, 8192, 8192, 16, 1, F_RANDZ, X_RAND); /* G = K > 4096: groups of 4096 */
+    /* a few tokens (the batched-decode sweep) over several 512-column blocks */
+    one_case(4, 64, 128, 1096, 8, F_ASYM, X_RAND);
+    one_case(8, 128, 256, 1064, 5, F_RANDZ, X_OUTLIER);
+    one_case(8, 512, 512, 536, 3, F_BF16, X_RAND);
     /* many tokens: token blocks / chunks of the multi-token kernels, ragged tails */
     one_case(4, 128, 1024, 88, 70, 0, X_RAND);
     one_case(4, 96, 576, 40, 13, F_ASYM, X_OUTLIER);

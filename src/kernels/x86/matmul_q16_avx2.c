@@ -17,8 +17,9 @@
  *
  * One token (decode) keeps matmul_q_dec_avx2.c's group-major sweep: per activation group, the
  * 32-column tiles walk a DEC_W-column block reading only that group's qweight rows, each as one
- * sequential run; the running sums stay in L1. Several tokens: 16-column x 4-token register tiles
- * over the whole K, token blocks of TB so their codes stay in L2. */
+ * sequential run; the running sums stay in L1. Up to SW_MAX tokens (batched decode) take the same
+ * sweep with 8-column x n_tok tiles. More tokens: 16-column x 4-token register tiles over the
+ * whole K, token blocks of TB so their codes stay in L2. */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -181,6 +182,106 @@ AI void dec(const cllm_qweight *w, int n0, int n1, const qtok *A, float *y, cons
     }
 }
 
+/* ---- a few tokens (batched decode): the one-token sweep for up to SW_MAX tokens ---- */
+
+#define SW_MAX 8
+
+/* Activation group h of columns [n, n + 8 NB) for tokens A[0..TT) (NB x TT <= 8 sums):
+ * acc[t * DEC_W + ...] updated. */
+AI void gtile_m(const cllm_qweight *w, int h, int AG, int n, const qtok *A, float *acc,
+                const int BITS, const int NB, const int TT) {
+    const int per = 32 / BITS, J = BITS == 4 ? 4 : 2, g = h * AG / w->group;
+    const size_t N = (size_t)w->N;
+    const __m256i m = _mm256_set1_epi32(BITS == 4 ? 0x000F000F : 0x00FF00FF);
+    __m256i isum[4][SW_MAX];
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < TT; t++) isum[b][t] = _mm256_setzero_si256();
+    const int rows = AG / per, k80 = h * rows;
+    const int32_t *src = w->qweight + (size_t)k80 * N + n;
+    for (int r = 0; r < rows; r++, src += N) {
+        _mm_prefetch((const char *)(src + (size_t)rows * N), _MM_HINT_T0);
+        if (NB > 2) _mm_prefetch((const char *)(src + (size_t)rows * N + 16), _MM_HINT_T0);
+        __m256i v[4];
+        for (int b = 0; b < NB; b++)
+            v[b] = _mm256_loadu_si256((const __m256i *)(const void *)(src + 8 * b));
+        const size_t kw = (size_t)(k80 + r) * J;
+        for (int j = 0; j < J; j++) {
+            __m256i u[4];
+            for (int b = 0; b < NB; b++)
+                u[b] = _mm256_and_si256(j ? _mm256_srli_epi32(v[b], BITS * j) : v[b], m);
+            for (int t = 0; t < TT; t++) {
+                __m256i a = _mm256_set1_epi32(A[t].aw[kw + j]);
+                for (int b = 0; b < NB; b++) {
+                    isum[b][t] = _mm256_add_epi32(isum[b][t], _mm256_madd_epi16(u[b], a));
+                    __asm__("" : "+x"(isum[b][t])); /* see mtile */
+                }
+            }
+        }
+    }
+    for (int b = 0; b < NB; b++) {
+        __m256i z = zeros8v(w, g, n + 8 * b, BITS);
+        __m256 ws = scales8(w, g, n + 8 * b);
+        for (int t = 0; t < TT; t++) {
+            float *ac = acc + (size_t)t * DEC_W + 8 * b;
+            _mm256_storeu_ps(
+                ac, group_end(isum[b][t], z, A[t].sum[h], ws, A[t].s[h], _mm256_loadu_ps(ac)));
+        }
+    }
+}
+
+AI void sweep(const cllm_qweight *w, int n0, int n1, const qtok *A, float *Y, size_t ldy,
+              const int BITS, const int TT) {
+    const int AG = cllm_qact16_group(BITS, w->group), NH = w->K / AG;
+    const int NB = TT <= 2 ? 4 : TT <= 4 ? 2 : 1; /* NB x TT int32 sums in registers */
+    float acc[SW_MAX * DEC_W] __attribute__((aligned(32)));
+    for (int nb = n0; nb < n1; nb += DEC_W) {
+        const int ne = nb + DEC_W < n1 ? nb + DEC_W : n1;
+        for (int t = 0; t < TT; t++)
+            for (int i = 0; i < ne - nb; i++) acc[t * DEC_W + i] = 0.0f;
+        for (int h = 0; h < NH; h++) {
+            int n = nb;
+            if (NB == 4)
+                for (; n + 32 <= ne; n += 32) gtile_m(w, h, AG, n, A, acc + (n - nb), BITS, 4, TT);
+            if (NB >= 2)
+                for (; n + 16 <= ne; n += 16) gtile_m(w, h, AG, n, A, acc + (n - nb), BITS, 2, TT);
+            for (; n < ne; n += 8) gtile_m(w, h, AG, n, A, acc + (n - nb), BITS, 1, TT);
+        }
+        for (int t = 0; t < TT; t++)
+            for (int i = 0; i < ne - nb; i += 8)
+                _mm256_storeu_ps(Y + (size_t)t * ldy + nb + i, _mm256_load_ps(acc + t * DEC_W + i));
+    }
+}
+
+AI void few(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok, float *Y, size_t ldy,
+            const int BITS) {
+    const int K = w->K, NH = K / cllm_qact16_group(BITS, w->group);
+    qtok A[SW_MAX];
+    for (int t = 0; t < n_tok; t++) A[t] = qtok_at(Ap, K, NH, t);
+    switch (n_tok) {
+    case 2:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 2);
+        break;
+    case 3:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 3);
+        break;
+    case 4:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 4);
+        break;
+    case 5:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 5);
+        break;
+    case 6:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 6);
+        break;
+    case 7:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 7);
+        break;
+    default:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 8);
+        break;
+    }
+}
+
 /* ---- several tokens ---- */
 
 /* Columns [n0, n0 + 8 NB) x tokens A[0..TT) over the whole K. */
@@ -271,6 +372,13 @@ void kern_matmul_q_qact16_avx2(const cllm_qweight *w, int n0, int n1, const void
             dec(w, n0, n1, &a, Y, 8);
         else
             dec(w, n0, n1, &a, Y, 4);
+        return;
+    }
+    if (n_tok <= SW_MAX) { /* batched decode: the weights streamed once, group-major */
+        if (w->bits == 8)
+            few(w, n0, n1, A, n_tok, Y, ldy, 8);
+        else
+            few(w, n0, n1, A, n_tok, Y, ldy, 4);
         return;
     }
     if (w->bits == 8)
