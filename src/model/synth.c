@@ -387,7 +387,8 @@ static cllm_status write_config(const cllm_synth_opts *o, const char *text, size
     return st;
 }
 
-cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
+/* Options a run cannot start with. */
+static cllm_status check_opts(const cllm_synth_opts *o, cllm_error *err) {
     if (o->dtype != CLLM_DT_BF16 && o->dtype != CLLM_DT_F16 && o->dtype != CLLM_DT_F32)
         return cllm_err_set(err, CLLM_EINVAL, "synth: dtype must be bf16, f16 or f32");
     int abits, wbits = scheme_bits(o->scheme, &abits);
@@ -405,12 +406,60 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     if (wbits > 0 && o->lm_head_bits != 4 && o->lm_head_bits != 8 && o->lm_head_bits != 16)
         return cllm_err_set(err, CLLM_EINVAL, "synth: lm_head bits %d (4, 8 or 16)",
                             o->lm_head_bits);
+    return CLLM_OK;
+}
+
+/* OUT_DIR with config.json, generation_config.json and the tokenizer files when asked. */
+static cllm_status write_meta(const cllm_synth_opts *o, const cllm_config *cfg, const char *text,
+                              size_t len, cllm_error *err) {
+    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST)
+        return cllm_err_set(err, CLLM_EIO, "%s: cannot create directory: %s", o->out_dir,
+                            strerror(errno));
+    cllm_status st;
+    if ((st = write_config(o, text, len, err))) return st;
+    if ((st = write_gen_config(o->out_dir, cfg, err))) return st;
+    if (!o->tokenizer_dir) return CLLM_OK;
+    const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2 && !st; i++) {
+        char src[4200], path[4200];
+        snprintf(src, sizeof(src), "%s/%s", o->tokenizer_dir, files[i]);
+        snprintf(path, sizeof(path), "%s/%s", o->out_dir, files[i]);
+        st = copy_file(src, path, i == 1, err);
+    }
+    return st;
+}
+
+/* The shards (with the progress) and the index. */
+static cllm_status write_shards(const cllm_synth_opts *o, const cllm_config *cfg,
+                                const out_tensor *ot, cllm_st_entry *ents, size_t n_out,
+                                cllm_error *err) {
+    int n_shards = cllm_st_layout(ents, n_out, o->shard_bytes);
+    uint64_t total = 0, done_bytes = 0;
+    for (size_t i = 0; i < n_out; i++) total += ents[i].nbytes;
+    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %d shard(s)", o->out_dir, n_out,
+             (double)total / 1e9, n_shards);
+    cllm_progress prog;
+    cllm_progress_init(&prog, o->progress ? stderr : NULL, o->tty, 10, 30, "synth");
+    cllm_status st = CLLM_OK;
+    for (int sh = 0; sh < n_shards && !st; sh++) {
+        char name[96], path[4200];
+        cllm_st_shard_name(sh, n_shards, o->qwen_shard_names, name, sizeof(name));
+        snprintf(path, sizeof(path), "%s/%s", o->out_dir, name);
+        st = write_shard(o, cfg, ot, ents, n_out, sh, path, &done_bytes, total, &prog, err);
+    }
+    cllm_progress_break(&prog);
+    if (st) return st;
+    return cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
+}
+
+cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
+    cllm_status st = check_opts(o, err);
+    if (st) return st;
     size_t len = 0;
     char *text = cllm_read_file(o->config_path, 16u << 20, &len, err);
     if (!text) return err ? err->code : CLLM_EIO;
     cllm_config cfg;
-    cllm_status st = cllm_config_parse(text, len, o->config_path, &cfg, err);
-    if (st) {
+    if ((st = cllm_config_parse(text, len, o->config_path, &cfg, err))) {
         free(text);
         return st;
     }
@@ -419,45 +468,11 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     cllm_st_entry *ents = NULL;
     size_t n_out = 0;
     cllm_tensor_plan(&cfg, o->layout, o->include_mtp, false, collect, &l);
-    if (l.oom) {
+    if (l.oom)
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        goto done;
-    }
-    /* shapes a scheme cannot pack are refused before anything is written */
-    if ((st = plan_outputs(o, &l, &ot, &ents, &n_out, err))) goto done;
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        st = cllm_err_set(err, CLLM_EIO, "%s: cannot create directory: %s", o->out_dir,
-                          strerror(errno));
-        goto done;
-    }
-    if ((st = write_config(o, text, len, err))) goto done;
-    if ((st = write_gen_config(o->out_dir, &cfg, err))) goto done;
-    if (o->tokenizer_dir) {
-        const char *files[] = {"tokenizer.json", "tokenizer_config.json"};
-        for (int i = 0; i < 2 && !st; i++) {
-            char src[4200], path[4200];
-            snprintf(src, sizeof(src), "%s/%s", o->tokenizer_dir, files[i]);
-            snprintf(path, sizeof(path), "%s/%s", o->out_dir, files[i]);
-            st = copy_file(src, path, i == 1, err);
-        }
-        if (st) goto done;
-    }
-    int n_shards = cllm_st_layout(ents, n_out, o->shard_bytes);
-    uint64_t total = 0, done_bytes = 0;
-    for (size_t i = 0; i < n_out; i++) total += ents[i].nbytes;
-    LOG_INFO("synth: %s: %zu tensors, %.3f GB in %d shard(s)", o->out_dir, n_out,
-             (double)total / 1e9, n_shards);
-    cllm_progress prog;
-    cllm_progress_init(&prog, o->progress ? stderr : NULL, o->tty, 10, 30, "synth");
-    for (int sh = 0; sh < n_shards && !st; sh++) {
-        char name[96], path[4200];
-        cllm_st_shard_name(sh, n_shards, o->qwen_shard_names, name, sizeof(name));
-        snprintf(path, sizeof(path), "%s/%s", o->out_dir, name);
-        st = write_shard(o, &cfg, ot, ents, n_out, sh, path, &done_bytes, total, &prog, err);
-    }
-    cllm_progress_break(&prog);
-    if (!st) st = cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
-done:
+    else if (!(st = plan_outputs(o, &l, &ot, &ents, &n_out, err)) && /* refusals before writes */
+             !(st = write_meta(o, &cfg, text, len, err)))
+        st = write_shards(o, &cfg, ot, ents, n_out, err);
     free(ot);
     free(ents);
     free(l.v);
