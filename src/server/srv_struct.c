@@ -22,7 +22,7 @@
 
 /* Compiled grammars by source, process-wide: a pipeline that sends the same schema over and over
  * compiles it once and its mask caches are filled once (by the engine's preparation thread). */
-enum { GM_CACHE_CAP = 64 };
+enum { GM_CACHE_CAP = 16 }; /* each keeps its mask caches: a few MB to tens of MB at 248k tokens */
 static cllm_gm_cache *gm_cache;
 static pthread_once_t gm_cache_once = PTHREAD_ONCE_INIT;
 static void gm_cache_init(void) {
