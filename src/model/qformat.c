@@ -182,9 +182,14 @@ static cllm_status check_trivial_gidx(const cllm_ckpt *ck, const char *base, con
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
-                               void *(*alloc)(void *actx, size_t bytes), void *actx,
-                               cllm_qweight *out, cllm_error *err) {
+/* The compressed-tensors tensors of one Linear, checked against [N out, K in]. */
+typedef struct ct_parts {
+    const cllm_tensor *wp, *sc, *zp; /* weight_packed, weight_scale, weight_zero_point (or NULL) */
+    int bits, G, NG;
+} ct_parts;
+
+static cllm_status ct_check(const cllm_ckpt *ck, const char *base, int N, int K, ct_parts *c,
+                            cllm_error *err) {
     char name[256], got[96];
     snprintf(name, sizeof(name), "%s.weight_packed", base);
     const cllm_tensor *wp = cllm_ckpt_get(ck, name);
@@ -197,7 +202,7 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
                             "[%d out, %d in] (expected I32 [%d, %d or %d])",
                             name, cllm_dtype_name(wp->dtype), got, N, K, N, K / 8, K / 4);
     }
-    int bits = (int)(32 * wp->shape[1] / K), per = 32 / bits, off = 1 << (bits - 1);
+    int bits = (int)(32 * wp->shape[1] / K), per = 32 / bits;
     snprintf(name, sizeof(name), "%s.weight_shape", base);
     const cllm_tensor *ws = cllm_ckpt_get(ck, name);
     if (ws && (ws->n_elems != 2 || cllm_tensor_elem(ws, 0) != N || cllm_tensor_elem(ws, 1) != K)) {
@@ -240,8 +245,17 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
                             "out_features)",
                             name, cllm_dtype_name(zp->dtype), got, N / per, NG);
     }
-    *out = (cllm_qweight){NULL, NULL, NULL, bits, G, K, N, 16, sc->dtype == CLLM_DT_BF16};
-    if (!alloc) return CLLM_OK;
+    *c = (ct_parts){wp, sc, zp, bits, G, NG};
+    return CLLM_OK;
+}
+
+/* Repacks the int codes into the GPTQ v1 layout (qweight along K, true zeros in qzeros, scales
+ * [NG][N]) in memory from alloc. */
+static cllm_status ct_convert(const ct_parts *c, const char *base, int N, int K,
+                              void *(*alloc)(void *actx, size_t bytes), void *actx,
+                              cllm_qweight *out, cllm_error *err) {
+    const cllm_tensor *wp = c->wp, *sc = c->sc, *zp = c->zp;
+    int bits = c->bits, G = c->G, NG = c->NG, per = 32 / bits, off = 1 << (bits - 1);
     size_t nw = (size_t)K / per * N, nz = (size_t)NG * N / per, ns = (size_t)NG * N;
     int32_t *qw = alloc(actx, nw * 4), *qz = alloc(actx, nz * 4);
     uint16_t *s = alloc(actx, ns * 2);
@@ -265,6 +279,16 @@ cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int
     out->qzeros = qz;
     out->scales = s;
     return CLLM_OK;
+}
+
+cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
+                               void *(*alloc)(void *actx, size_t bytes), void *actx,
+                               cllm_qweight *out, cllm_error *err) {
+    ct_parts c;
+    cllm_status st = ct_check(ck, base, N, K, &c, err);
+    if (st != CLLM_OK) return st;
+    *out = (cllm_qweight){NULL, NULL, NULL, c.bits, c.G, K, N, 16, c.sc->dtype == CLLM_DT_BF16};
+    return alloc ? ct_convert(&c, base, N, K, alloc, actx, out, err) : CLLM_OK;
 }
 
 /* GPTQ v2 ("format"/"checkpoint_format" "gptq_v2", GPTQModel): qzeros hold the zero itself, not
