@@ -88,7 +88,8 @@ static void lead_close(void *user) {
 static cllm_status sync_sizes(void *user, uint64_t *n_blocks, int *max_len, int *n_live,
                               int *n_snap, cllm_error *err) {
     int64_t v[4] = {(int64_t)*n_blocks, *max_len, *n_live, *n_snap};
-    if (cllm_dist_bcast(v, sizeof(v), 0) != CLLM_OK) return dist_err(CLLM_EIO, err);
+    /* untimed: at start-up the ranks may be minutes apart (loading, prefaulting their slices) */
+    if (cllm_dist_bcast_idle(v, sizeof(v), 0) != CLLM_OK) return dist_err(CLLM_EIO, err);
     *n_blocks = (uint64_t)v[0];
     *max_len = (int)v[1];
     *n_live = (int)v[2];

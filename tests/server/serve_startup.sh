@@ -5,7 +5,8 @@
 #    --disable-log-requests, --port) starts and serves; underscore spellings; several served names;
 #    the model path accepted as a model name;
 #  - every unknown flag in one message with a "did you mean";
-#  - the refusals before `ready`, exit 1 with vLLM's words: --tensor-parallel-size > 1,
+#  - the refusals before `ready`, exit 1 with vLLM's words: a --tensor-parallel-size the heads do
+#    not divide (3; serve under tensor parallel itself is tests/dist/tp_serve.sh),
 #    --max-model-len above max_position_embeddings, no tokenizer.json (and --skip-tokenizer-init
 #    instead: ids work, text is 400), --quantization not matching the checkpoint, --dtype that
 #    would need a conversion, the port in use by another cllm server;
@@ -89,8 +90,15 @@ has "--max-num-seqs must be in" "underscore spelling maps to the flag"
 expect_rc 2 "MODEL and --model differ" "$CLLM_BIN" serve "$M" --model /elsewhere
 
 # --- refusals before ready ---
-expect_rc 1 "tensor parallel 4" "$CLLM_BIN" serve "$M" --tensor-parallel-size 4 --port $PORT "${COMMON[@]}"
-has "--tensor-parallel-size 4" "TP refusal names the flag"
+if command -v mpirun >/dev/null && ! "$CLLM_BIN" eval "$M" --tokens 1 --tensor-parallel-size 2 2>&1 | grep -q "without MPI"; then
+    [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    [ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" # OpenMPI's own leaks
+    expect_rc 1 "tensor parallel 3" "$CLLM_BIN" serve "$M" --tensor-parallel-size 3 --port $PORT "${COMMON[@]}"
+    has "is not divisible by --tensor-parallel-size 3" "TP refusal names the flag"
+else
+    expect_rc 2 "tensor parallel 3 without MPI" "$CLLM_BIN" serve "$M" --tensor-parallel-size 3 --port $PORT "${COMMON[@]}"
+    has "without MPI" "TP refusal says why"
+fi
 expect_rc 1 "max-model-len over the model" "$CLLM_BIN" serve "$M" --max-model-len 32768 --port $PORT "${COMMON[@]}"
 has "User-specified max_model_len (32768) is greater than the derived max_model_len (max_position_embeddings=4096" \
     "max-model-len refusal in vLLM's words"
