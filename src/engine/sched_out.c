@@ -101,7 +101,11 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
         bool ok = cllm_gm_matcher_accept_token(e->gm, tok);
         s->stats.grammar_s += cllm_time_s() - t_gm;
         if (!ok) {
-            sched_emit_final(s, e, CLLM_FINISH_ERROR, "structured output: sampled token rejected");
+            sched_emit_final(s, e, CLLM_FINISH_ERROR,
+                             cllm_gm_matcher_hit_cap(e->gm)
+                                 ? "structured output: the grammar's state outgrew its caps "
+                                   "(4096 stacks); the grammar is too ambiguous"
+                                 : "structured output: sampled token rejected");
             sched_seq_finish(s, e);
             return;
         }

@@ -189,6 +189,7 @@ struct cllm_gm_matcher {
     gm_set cur;
     bool done;   /* eos accepted */
     bool broken; /* a cap was hit: the mask allows only eos */
+    bool capped; /* some bytes were refused by a cap (heads, frames, visits), not the language */
     gm_set tmp, tmp2;
     /* closure scratch */
     int *vis;

@@ -220,9 +220,11 @@ static bool run_bytes(cllm_gm_matcher *m, const char *s, size_t n, bool commit) 
     if (m->done || m->broken) return n == 0 && !m->broken;
     int mark = m->st.n_f;
     gm_set *a = &m->tmp, *b = &m->tmp2;
-    if (!gm_set_copy(a, &m->cur)) return false;
+    if (!gm_set_copy(a, &m->cur)) return m->capped = true, false;
     for (size_t i = 0; i < n; i++) {
-        if (!gm_step(m, a, (unsigned char)s[i], b) || (b->n == 0 && !(b->accept && i == n - 1))) {
+        bool stepped = gm_step(m, a, (unsigned char)s[i], b);
+        if (!stepped || (b->n == 0 && !(b->accept && i == n - 1))) {
+            if (!stepped) m->capped = true; /* a cap, not the language, refused the bytes */
             gm_stk_rollback(&m->st, mark);
             return false;
         }
@@ -272,6 +274,10 @@ bool cllm_gm_matcher_is_accepting(const cllm_gm_matcher *m) {
 
 bool cllm_gm_matcher_is_done(const cllm_gm_matcher *m) {
     return m->done || (m->cur.accept && m->cur.n == 0);
+}
+
+bool cllm_gm_matcher_hit_cap(const cllm_gm_matcher *m) {
+    return m->capped;
 }
 
 int cllm_gm_matcher_n_heads(const cllm_gm_matcher *m) {

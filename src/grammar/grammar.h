@@ -101,6 +101,10 @@ bool cllm_gm_matcher_accept_bytes(cllm_gm_matcher *m, const char *s, size_t n);
 bool cllm_gm_matcher_can_accept_bytes(cllm_gm_matcher *m, const char *s, size_t n);
 bool cllm_gm_matcher_is_accepting(const cllm_gm_matcher *m); /* the output may end here */
 bool cllm_gm_matcher_is_done(const cllm_gm_matcher *m);      /* accepting and nothing may follow */
+/* Whether a cap (4096 stacks, 2^24 frames, 2^15 closure visits per step) ever refused bytes in
+ * this matcher: then the brute-force mask may refuse a token the cached mask allows (the caches
+ * were built from one stack at a time), and accepting it fails. Tests and fuzzing use it. */
+bool cllm_gm_matcher_hit_cap(const cllm_gm_matcher *m);
 /* Number of live stacks (a state's size; tests and the bench). */
 int cllm_gm_matcher_n_heads(const cllm_gm_matcher *m);
 /* Brute-force reference for tests: the same mask computed by running every token's bytes. */
