@@ -37,7 +37,10 @@ kill_case() { # desc, rank to kill, signal, command...
     pid=$(rank_pid "$job" "$victim"); [ -n "$pid" ] && break; sleep 0.1
   done
   [ -n "$pid" ] || { bad "$desc: rank $victim never started"; kill "$job" 2>/dev/null; wait "$job"; return; }
-  sleep 1
+  # decoding: tokens are coming (a rank stopped while the job starts up is not this case: the
+  # start-up exchanges are untimed; slow under ASan)
+  for i in $(seq 200); do grep -q '[0-9] [0-9] [0-9]' "$T/run.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 0.5
   kill -0 "$job" 2>/dev/null || { bad "$desc: run ended before the kill"; cat "$T/run.out"; return; }
   kill -"$sig" "$pid"
   local t0=$SECONDS
