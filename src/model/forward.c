@@ -157,6 +157,38 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
     return CLLM_OK;
 }
 
+/* Columns [n0, n1) of GPTQ matrix q into Y (column 0 of q at Y[0]). */
+static void mm_q(cllm_fwd_ctx *c, const fwd_mm *j, const cllm_qweight *q, int n0, int n1,
+                 float *Y) {
+    if (j->qa == FWD_QA_INT) {
+        c->k->matmul_q4_qact(q, n0, n1, c->qact + j->qa_off, j->n_tok, Y, j->ldy);
+    } else if (j->qa == FWD_QA_INT16) {
+        c->k->matmul_q_qact16(q, n0, n1, c->qact + j->qa_off, j->n_tok, Y, j->ldy);
+    } else if (j->qa == FWD_QA_FLOAT) { /* already fake-quantized: the float kernel as is */
+        cllm_qweight qf = *q;
+        qf.act_bits = 16;
+        c->k->matmul_q(&qf, n0, n1, (const float *)(const void *)(c->qact + j->qa_off),
+                       (size_t)qf.K, j->n_tok, Y, j->ldy);
+    } else {
+        c->k->matmul_q(q, n0, n1, j->X, j->ldx, j->n_tok, Y, j->ldy);
+    }
+}
+
+/* Columns [n0, n1) of a paneled matrix (fwd_wt.panel): each panel is a GPTQ matrix of its own. */
+static void mm_q_panels(cllm_fwd_ctx *c, const fwd_mm *j, const fwd_wt *w, int n0, int n1) {
+    const int P = w->panel, per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N;
+    for (int p = n0 / P; p * P < n1; p++) {
+        int c0 = p * P, width = N - c0 < P ? N - c0 : P;
+        cllm_qweight q = w->q;
+        q.qweight += (size_t)p * (size_t)(K / per) * (size_t)P;
+        q.qzeros += (size_t)p * (size_t)(K / G) * (size_t)(P / per);
+        q.scales += (size_t)p * (size_t)(K / G) * (size_t)P;
+        q.N = width;
+        int a = n0 > c0 ? n0 - c0 : 0, b = n1 < c0 + width ? n1 - c0 : width;
+        mm_q(c, j, &q, a, b, j->Y + c0);
+    }
+}
+
 static void mm_worker(void *vc, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = vc;
     for (size_t i = b; i < e; i++) {
@@ -164,25 +196,10 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm *j = &c->jobs[it->job];
         const fwd_wt *w = j->w;
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
-            if (j->qa == FWD_QA_INT) {
-                c->k->matmul_q4_qact(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
-                                     j->ldy);
-                continue;
-            }
-            if (j->qa == FWD_QA_INT16) {
-                c->k->matmul_q_qact16(&w->q, it->r0, it->r1, c->qact + j->qa_off, j->n_tok, j->Y,
-                                      j->ldy);
-                continue;
-            }
-            if (j->qa == FWD_QA_FLOAT) { /* already fake-quantized: the float kernel as is */
-                cllm_qweight q = w->q;
-                q.act_bits = 16;
-                c->k->matmul_q(&q, it->r0, it->r1,
-                               (const float *)(const void *)(c->qact + j->qa_off), (size_t)q.K,
-                               j->n_tok, j->Y, j->ldy);
-                continue;
-            }
-            c->k->matmul_q(&w->q, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            if (w->panel)
+                mm_q_panels(c, j, w, it->r0, it->r1);
+            else
+                mm_q(c, j, &w->q, it->r0, it->r1, j->Y);
             continue;
         }
         cllm_matmul_fn fn = cllm_kern_matmul(c->k, w->dt);

@@ -20,6 +20,10 @@ typedef struct fwd_wt {
      * keeps the whole matrix's values (calibration runs one process) */
     const char *src;
     uint64_t src_off;
+    /* GPTQ only: 0 = the checkpoint's layout; P = qweight, qzeros and scales repacked into
+     * column panels of P (the last N % P), each stored whole as a GPTQ matrix of that width
+     * (weights.c, the lm_head): a decode item then streams one contiguous block */
+    int panel;
 } fwd_wt;
 
 typedef struct fwd_mlp {
@@ -204,6 +208,11 @@ cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err);
 cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err);
 /* A zeroed allocation freed with the model. */
 void *fwd_model_own(cllm_model *m, size_t bytes);
+/* Returns the pages of [p, p + n) to the page cache (MADV_DONTNEED on the whole pages inside it)
+ * when the range lies in one of the checkpoint's file mappings, so a tensor that was copied out
+ * (a tensor-parallel slice, a repacked layout) stops counting in RSS; anything else is left
+ * alone (a tensor the loader copied because it was misaligned lives in malloc'd memory). */
+void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n);
 /* cllm_model_prefault of a sharded model: touches the rank's slices only; returns bytes. */
 uint64_t fwd_tp_prefault(const cllm_model *m);
 

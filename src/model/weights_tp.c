@@ -49,17 +49,7 @@ static void *take(tp_ctx *t, size_t bytes) {
  * (read-only file mapping, so a later read would simply fault them in again), so the rank's RSS
  * holds its copy and not the whole tensor. Sources that are not in the mmap are left alone. */
 static void drop_src(tp_ctx *t, const void *p, size_t n) {
-    const cllm_ckpt *ck = t->m->ckpt;
-    uintptr_t a = (uintptr_t)p, e = a + n, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < ck->n_files; i++) {
-        const cllm_st_file *f = ck->files[i];
-        if (!f || !f->map) continue;
-        uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
-        if (a < m0 || e > m1) continue;
-        uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = e / pg * pg;
-        if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
-        return;
-    }
+    fwd_ckpt_drop(t->m->ckpt, p, n);
 }
 
 /* Keeps output rows r[0..nr) (in that order). */
