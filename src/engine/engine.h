@@ -202,7 +202,6 @@ void cllm_engine_reset_prefix_cache(cllm_engine *e);
 /* Seconds spent inside forward calls and tokens run through them since creation. */
 void cllm_engine_forward_time(cllm_engine *e, double *seconds, uint64_t *tokens);
 
-#endif
 /* Tensor parallel ranks > 0 (an engine whose requests come from rank 0's mirror, never from
  * submit): the operations rank 0's scheduler made, run on this engine's model and pools. Call
  * from one thread; logits are computed (and dropped: rank 0 samples). */
@@ -210,3 +209,4 @@ cllm_status cllm_engine_follow_forward(cllm_engine *e, const struct cllm_batch *
 void cllm_engine_follow_copy_block(cllm_engine *e, int dst, int src);
 void cllm_engine_follow_copy_state(cllm_engine *e, int dst, int src);
 
+#endif
