@@ -100,7 +100,8 @@ for r in $(seq 1 "$ROUNDS"); do
     run llama-batched "$r" "$LB/llama-batched-bench" -m "$GGUF" -t "$T" "${BB_ARGS[@]}"
     if [ -n "$IK" ]; then
         run ik-bench "$r" "$IK/llama-bench" -m "$GGUF" -t "$T" -p 512 -n 128 -r 1 -o json -rtr 1
-        run ik-batched "$r" "$IK/llama-batched-bench" -m "$GGUF" -t "$T" "${BB_ARGS[@]}" -rtr 1
+        # ik's llama-batched-bench takes -rtr as a flag, its llama-bench as "-rtr 1"
+        run ik-batched "$r" "$IK/llama-batched-bench" -m "$GGUF" -t "$T" "${BB_ARGS[@]}" -rtr
     fi
     run bw2 "$r" "$BW" "$T" 2 10
     for i in "${!MODELS[@]}"; do

@@ -39,8 +39,8 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         char base[160];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         cllm_qweight q;
-        cllm_status qs = cllm_quant_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], 0,
-                                             NULL, NULL, &q, c->err);
+        cllm_status qs = cllm_qformat_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], 0,
+                                               NULL, NULL, &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
@@ -97,7 +97,7 @@ typedef struct binder {
     cllm_error *err;
     cllm_status st;
     int act_bits;  /* quantization_config.cllm_act_bits (16 = float activations) */
-    unsigned qfmt; /* CLLM_QUANT_* flags from cllm_quant_check_config */
+    unsigned qfmt; /* CLLM_QUANT_* flags from cllm_qformat_check_config */
 } binder;
 
 static const cllm_tensor *get(binder *b, uint64_t n_elems, const char *fmt, ...)
@@ -160,8 +160,8 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
     size_t nl = strlen(name);
     if (!cllm_ckpt_get(b->m->ckpt, name) && nl > 7 && !strcmp(name + nl - 7, ".weight")) {
         name[nl - 7] = 0;
-        cllm_status qs =
-            cllm_quant_bind_any(b->m->ckpt, name, rows, cols, b->qfmt, own_cb, b->m, &w.q, b->err);
+        cllm_status qs = cllm_qformat_bind_any(b->m->ckpt, name, rows, cols, b->qfmt, own_cb, b->m,
+                                               &w.q, b->err);
         if (qs == CLLM_OK) {
             w.q.act_bits = b->act_bits;
             w.data = w.q.qweight;
@@ -380,14 +380,14 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
 
     /* Quantization format first: an unsupported scheme is named before any tensor check. */
     unsigned qfmt = 0;
-    if ((st = cllm_quant_check_config(dir, &qfmt, err)) != CLLM_OK) goto fail;
+    if ((st = cllm_qformat_check_config(dir, &qfmt, err)) != CLLM_OK) goto fail;
     /* Expert layout: fused if the first MoE layer has the 3-D tensor. */
     bool fused = true;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_is_moe[l]) {
             char n[200];
             snprintf(n, sizeof(n), "%slayers.%d.mlp.experts", c->weight_prefix, l);
-            if ((st = cllm_quant_check_fused_experts(m->ckpt, n, err)) != CLLM_OK) goto fail;
+            if ((st = cllm_qformat_check_fused_experts(m->ckpt, n, err)) != CLLM_OK) goto fail;
             snprintf(n, sizeof(n), "%slayers.%d.mlp.experts.gate_up_proj", c->weight_prefix, l);
             fused = cllm_ckpt_get(m->ckpt, n) != NULL;
             break;
@@ -409,7 +409,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
         goto fail;
     }
-    binder B = {m, err, CLLM_OK, cllm_quant_act_bits(dir), qfmt};
+    binder B = {m, err, CLLM_OK, cllm_qformat_act_bits(dir), qfmt};
     int H = c->hidden_size;
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
@@ -475,7 +475,7 @@ int cllm_model_n_gdn_layers(const cllm_model *m) {
 
 static uint64_t wbytes(const fwd_wt *w) {
     if (w->q.bits)
-        return cllm_quant_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
+        return cllm_qformat_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
     return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
 }
 static uint64_t mlp_bytes(const fwd_mlp *x) {
@@ -513,6 +513,15 @@ static void prefault_one(void *vc, const cllm_tensor *t) {
      * add to RSS (the MTP head is 0.44 GB of the full model's W4A16 file) */
     if (!t->data || !strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "mtp.", 4)) return;
     if (c->skip_lm_head && !strncmp(t->name, "lm_head.", 8)) return;
+    if (strstr(t->name, "embed_tokens.")) {
+        /* one row per token is read: read the table into the page cache (a cold row cost 5-7 ms
+         * of disk per decoded token) without mapping all of it, so RSS grows only by the rows
+         * used (1 GB of bf16 on the 248k vocabulary) */
+        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data / pg * pg;
+        madvise((void *)a, (uintptr_t)t->data + t->nbytes - a, MADV_WILLNEED);
+        c->bytes += t->nbytes;
+        return;
+    }
     const uint8_t *p = t->data;
     uint8_t s = 0;
     for (uint64_t i = 0; i < t->nbytes; i += 4096) s ^= p[i];
