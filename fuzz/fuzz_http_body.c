@@ -29,7 +29,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     S.model_name = "tiny";
     S.max_model_len = 256;
     const char *src = cllm_tok_chat_template(tok);
-    if (!src || cllm_tmpl_compile(src, strlen(src), &S.tmpl, &err)) {
+    if (!src || cllm_jinja_compile(src, strlen(src), &S.tmpl, &err)) {
         fprintf(stderr, "fuzz_http_body: chat template: %s\n", err.msg);
         abort();
     }

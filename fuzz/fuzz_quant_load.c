@@ -319,7 +319,7 @@ static void bind_all(const ql_plan *p) {
     cllm_ckpt *ck;
     cllm_error err;
     unsigned qfmt = 0;
-    if (cllm_quant_check_config(ql_dir, &qfmt, &err) != CLLM_OK) qfmt = 0;
+    if (cllm_qformat_check_config(ql_dir, &qfmt, &err) != CLLM_OK) qfmt = 0;
     if (cllm_ckpt_open(ql_dir, false, &ck, &err) != CLLM_OK) return;
     poison(ck, 1);
     for (int l = 0; l < p->n_lin; l++) {
@@ -328,11 +328,11 @@ static void bind_all(const ql_plan *p) {
         lin_base(p, l, b, sizeof(b));
         ql_allocs a = {{0}, 0};
         cllm_qweight q;
-        if (cllm_quant_bind_any(ck, b, (int)s->shape[0], (int)s->shape[1], qfmt, ql_alloc, &a, &q,
-                                &err) == CLLM_OK) {
-            cllm_quant_check_sym_zeros(&q, qfmt, b, &err);
+        if (cllm_qformat_bind_any(ck, b, (int)s->shape[0], (int)s->shape[1], qfmt, ql_alloc, &a, &q,
+                                  &err) == CLLM_OK) {
+            cllm_qformat_check_sym_zeros(&q, qfmt, b, &err);
             float *row = malloc((size_t)q.K * sizeof(float));
-            for (int n = 0; row && n < q.N; n++) cllm_quant_dequant_row(&q, n, row);
+            for (int n = 0; row && n < q.N; n++) cllm_qformat_dequant_row(&q, n, row);
             free(row);
         }
         for (int i = 0; i < a.n; i++) free(a.p[i]);

@@ -22,14 +22,14 @@ static const char *CTX[] = {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     json_t *ctx = json_loads(CTX[data[0] % 3], 0, NULL);
-    cllm_tmpl *t = NULL;
-    if (cllm_tmpl_compile((const char *)data + 1, size - 1, &t, NULL) == CLLM_OK) {
-        cllm_tmpl_limits lim = {
+    cllm_jinja *t = NULL;
+    if (cllm_jinja_compile((const char *)data + 1, size - 1, &t, NULL) == CLLM_OK) {
+        cllm_jinja_limits lim = {
             .max_output = 1 << 20, .max_memory = 64 << 20, .max_steps = 200000, .max_depth = 32};
         char *out = NULL;
         size_t n;
-        if (cllm_tmpl_render(t, ctx, &lim, &out, &n, NULL) == CLLM_OK) free(out);
-        cllm_tmpl_free(t);
+        if (cllm_jinja_render(t, ctx, &lim, &out, &n, NULL) == CLLM_OK) free(out);
+        cllm_jinja_free(t);
     }
     json_decref(ctx);
     return 0;

@@ -282,12 +282,12 @@ int cmd_chat_template(int argc, char **argv) {
         sl = strlen(src);
     }
     rc = 1;
-    cllm_tmpl *t = NULL;
+    cllm_jinja *t = NULL;
     cllm_error err = {0};
     if (!tok || !src) {
         if (tok && !tmpl_path)
             fprintf(stderr, "cllm chat-template: %s has no chat_template\n", pos[0]);
-    } else if (cllm_tmpl_compile(src, sl, &t, &err)) {
+    } else if (cllm_jinja_compile(src, sl, &t, &err)) {
         fprintf(stderr, "cllm chat-template: %s\n", err.msg);
     } else {
         cllm_chat_opts co = {.tools = tools,
@@ -299,7 +299,7 @@ int cmd_chat_template(int argc, char **argv) {
                              .eos_token = cllm_tok_eos_token(tok)};
         char *out;
         size_t ol;
-        if (cllm_tmpl_render_chat(t, msgs, &co, &out, &ol, &err)) {
+        if (cllm_chat_render(t, msgs, &co, &out, &ol, &err)) {
             fprintf(stderr, "cllm chat-template: %s\n", err.msg);
         } else {
             rc = 0;
@@ -315,7 +315,7 @@ int cmd_chat_template(int argc, char **argv) {
             free(out);
         }
     }
-    cllm_tmpl_free(t);
+    cllm_jinja_free(t);
     free(src);
     cllm_tok_free(tok);
     json_decref(msgs);

@@ -23,27 +23,27 @@
 
 #include "base/status.h"
 
-typedef struct cllm_tmpl cllm_tmpl;
+typedef struct cllm_jinja cllm_jinja;
 
 /* Parses template source (len bytes). On success *out owns a copy of everything it needs; free
- * with cllm_tmpl_free. Syntax errors are CLLM_EFORMAT with "line N: ..." in err. */
-cllm_status cllm_tmpl_compile(const char *src, size_t len, cllm_tmpl **out, cllm_error *err);
+ * with cllm_jinja_free. Syntax errors are CLLM_EFORMAT with "line N: ..." in err. */
+cllm_status cllm_jinja_compile(const char *src, size_t len, cllm_jinja **out, cllm_error *err);
 
-void cllm_tmpl_free(cllm_tmpl *t);
+void cllm_jinja_free(cllm_jinja *t);
 
 /* Limits applied during rendering; zero fields take the defaults shown. */
-typedef struct cllm_tmpl_limits {
+typedef struct cllm_jinja_limits {
     size_t max_output; /* bytes of rendered text, default 64 MiB */
     size_t max_memory; /* bytes of intermediate values, default 256 MiB */
     long max_steps;    /* loop iterations + calls, default 10 million */
     int max_depth;     /* macro recursion / expression nesting, default 64 */
-} cllm_tmpl_limits;
+} cllm_jinja_limits;
 
 /* Renders with the variables of ctx (a JSON object: messages, tools, add_generation_prompt,
  * enable_thinking, bos_token, ... — whatever the template reads). Returns a malloc'd
  * NUL-terminated string in *out (caller frees) or an error: CLLM_EINVAL for raise_exception or a
  * type error (message names the line), CLLM_ENOMEM when a limit is hit. limits may be NULL. */
-cllm_status cllm_tmpl_render(const cllm_tmpl *t, json_t *ctx, const cllm_tmpl_limits *limits,
-                             char **out, size_t *out_len, cllm_error *err);
+cllm_status cllm_jinja_render(const cllm_jinja *t, json_t *ctx, const cllm_jinja_limits *limits,
+                              char **out, size_t *out_len, cllm_error *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* Jinja evaluator: walks the AST of jinja_parse.c with Python Jinja2 semantics and renders into
- * a capped buffer. cllm_tmpl_render (jinja.h) is called once per request by the chat-template code.
+ * a capped buffer. cllm_jinja_render (jinja.h) is called once per request by the chat-template
+ * code.
  */
 #include <math.h>
 #include <stdio.h>
@@ -595,8 +596,8 @@ static void exec(jrender *r, const jnode *n, jscope *sc, jbuf *out) {
     }
 }
 
-cllm_status cllm_tmpl_render(const cllm_tmpl *t, json_t *ctx, const cllm_tmpl_limits *lim,
-                             char **out, size_t *out_len, cllm_error *err) {
+cllm_status cllm_jinja_render(const cllm_jinja *t, json_t *ctx, const cllm_jinja_limits *lim,
+                              char **out, size_t *out_len, cllm_error *err) {
     *out = NULL;
     jrender *r = calloc(1, sizeof(*r));
     if (!r) return cllm_err_set(err, CLLM_ENOMEM, "chat template: out of memory");

@@ -155,7 +155,7 @@ typedef struct jarena {
 void *ja_alloc(jarena *a, size_t n); /* NULL when over the cap or out of memory */
 void ja_free(jarena *a);
 
-struct cllm_tmpl {
+struct cllm_jinja {
     jarena arena; /* owns the AST and its strings */
     jnode *root;
 };

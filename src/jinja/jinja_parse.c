@@ -980,15 +980,15 @@ static jnode *parse_body(parser *p, const char *const *ends) {
     return b;
 }
 
-cllm_status cllm_tmpl_compile(const char *src, size_t len, cllm_tmpl **out, cllm_error *err) {
+cllm_status cllm_jinja_compile(const char *src, size_t len, cllm_jinja **out, cllm_error *err) {
     *out = NULL;
-    cllm_tmpl *t = calloc(1, sizeof(*t));
+    cllm_jinja *t = calloc(1, sizeof(*t));
     if (!t) return cllm_err_set(err, CLLM_ENOMEM, "chat template: out of memory");
     t->arena.cap_total = (size_t)1 << 30;
     parser p = {.arena = &t->arena, .err = err};
     if (setjmp(p.fail)) {
         free(p.toks);
-        cllm_tmpl_free(t);
+        cllm_jinja_free(t);
         return p.status;
     }
     lex(&p, src, len);
@@ -998,7 +998,7 @@ cllm_status cllm_tmpl_compile(const char *src, size_t len, cllm_tmpl **out, cllm
     return CLLM_OK;
 }
 
-void cllm_tmpl_free(cllm_tmpl *t) {
+void cllm_jinja_free(cllm_jinja *t) {
     if (!t) return;
     ja_free(&t->arena);
     free(t);

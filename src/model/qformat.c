@@ -11,7 +11,7 @@
 
 #include "base/half.h"
 
-uint64_t cllm_quant_bytes(int bits, int group, int K, int N) {
+uint64_t cllm_qformat_bytes(int bits, int group, int K, int N) {
     uint64_t k = (uint64_t)K, n = (uint64_t)N;
     return k * bits / 32 * n * 4 + k / group * n * bits / 32 * 4 + k / group * n * 2 + k * 4;
 }
@@ -30,7 +30,7 @@ float cllm_qweight_scale(const cllm_qweight *w, int g, int n) {
     return dec_scale(w->scale_bf16, w->scales[(size_t)g * w->N + n]);
 }
 
-void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst) {
+void cllm_qformat_dequant_row(const cllm_qweight *w, int n, float *dst) {
     int per = 32 / w->bits;
     uint32_t mask = (1u << w->bits) - 1;
     for (int k = 0; k < w->K; k++) {
@@ -70,8 +70,8 @@ static const cllm_tensor *want(const cllm_ckpt *ck, const char *base, const char
     return t;
 }
 
-cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K, cllm_qweight *out,
-                            cllm_error *err) {
+cllm_status cllm_qformat_bind(const cllm_ckpt *ck, const char *base, int N, int K,
+                              cllm_qweight *out, cllm_error *err) {
     char name[256];
     snprintf(name, sizeof(name), "%s.qweight", base);
     const cllm_tensor *qw = cllm_ckpt_get(ck, name);
@@ -281,9 +281,9 @@ static cllm_status ct_convert(const ct_parts *c, const char *base, int N, int K,
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
-                               void *(*alloc)(void *actx, size_t bytes), void *actx,
-                               cllm_qweight *out, cllm_error *err) {
+cllm_status cllm_qformat_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
+                                 void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                 cllm_qweight *out, cllm_error *err) {
     ct_parts c;
     cllm_status st = ct_check(ck, base, N, K, &c, err);
     if (st != CLLM_OK) return st;
@@ -325,12 +325,12 @@ static cllm_status gptq_v2_to_v1(cllm_qweight *q, void *(*alloc)(void *actx, siz
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K, unsigned flags,
-                                void *(*alloc)(void *actx, size_t bytes), void *actx,
-                                cllm_qweight *out, cllm_error *err) {
-    cllm_status st = cllm_quant_bind(ck, base, N, K, out, err);
-    if (st == CLLM_ENOTFOUND) return cllm_quant_bind_ct(ck, base, N, K, alloc, actx, out, err);
-    if (st != CLLM_OK || !(flags & CLLM_QUANT_GPTQ_V2) || !alloc) return st;
+cllm_status cllm_qformat_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+                                  unsigned flags, void *(*alloc)(void *actx, size_t bytes),
+                                  void *actx, cllm_qweight *out, cllm_error *err) {
+    cllm_status st = cllm_qformat_bind(ck, base, N, K, out, err);
+    if (st == CLLM_ENOTFOUND) return cllm_qformat_bind_ct(ck, base, N, K, alloc, actx, out, err);
+    if (st != CLLM_OK || !(flags & CLLM_QFORMAT_GPTQ_V2) || !alloc) return st;
     return gptq_v2_to_v1(out, alloc, actx, base, err);
 }
 
@@ -424,7 +424,7 @@ static cllm_status check_ct_config(const char *path, json_t *qc, cllm_error *err
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error *err) {
+cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
     if (flags) *flags = 0;
@@ -437,9 +437,9 @@ cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error
         /* GPTQModel writes "format" (older: "checkpoint_format"); v2 stores zero, v1 zero - 1 */
         const char *f = json_string_value(json_object_get(qc, "format"));
         if (!f) f = json_string_value(json_object_get(qc, "checkpoint_format"));
-        if (flags && json_is_true(json_object_get(qc, "sym"))) *flags |= CLLM_QUANT_GPTQ_SYM;
+        if (flags && json_is_true(json_object_get(qc, "sym"))) *flags |= CLLM_QFORMAT_GPTQ_SYM;
         if (f && !strcmp(f, "gptq_v2")) {
-            if (flags) *flags |= CLLM_QUANT_GPTQ_V2;
+            if (flags) *flags |= CLLM_QFORMAT_GPTQ_V2;
         } else if (f && strcmp(f, "gptq")) {
             st = cllm_err_set(err, CLLM_EUNSUPPORTED,
                               "%s: gptq checkpoint format '%s' is not supported (gptq or "
@@ -461,11 +461,11 @@ cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error
     return st;
 }
 
-cllm_status cllm_quant_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
-                                       cllm_error *err) {
+cllm_status cllm_qformat_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
+                                         cllm_error *err) {
     int per = 32 / q->bits, NG = q->K / q->group;
     uint32_t mask = (1u << q->bits) - 1, want = (1u << (q->bits - 1)) - 1;
-    if (flags & CLLM_QUANT_GPTQ_V2) want++;
+    if (flags & CLLM_QFORMAT_GPTQ_V2) want++;
     for (int g = 0; g < NG; g++)
         for (int n = 0; n < q->N; n++) {
             uint32_t z =
@@ -482,8 +482,8 @@ cllm_status cllm_quant_check_sym_zeros(const cllm_qweight *q, unsigned flags, co
     return CLLM_OK;
 }
 
-cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *experts,
-                                           cllm_error *err) {
+cllm_status cllm_qformat_check_fused_experts(const cllm_ckpt *ck, const char *experts,
+                                             cllm_error *err) {
     static const char *const proj[] = {"gate_up_proj", "down_proj"};
     static const char *const suf[] = {".weight_packed", ".qweight", "_packed", ".weight_scale",
                                       "_qweight"};
@@ -502,7 +502,7 @@ cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *expe
     return CLLM_OK;
 }
 
-int cllm_quant_act_bits(const char *dir) {
+int cllm_qformat_act_bits(const char *dir) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
     json_t *root = json_load_file(path, 0, NULL);
@@ -514,11 +514,11 @@ int cllm_quant_act_bits(const char *dir) {
     return r == 4 || r == 8 ? r : 16;
 }
 
-const char *const cllm_quant_default_keep =
+const char *const cllm_qformat_default_keep =
     "*embed_tokens*,*norm*,*.mlp.gate.weight,*shared_expert_gate*,*conv1d*,*A_log*,*dt_bias*,"
     "*in_proj_a*,*in_proj_b*,model.visual.*";
 
-bool cllm_quant_glob_match(const char *list, const char *name) {
+bool cllm_qformat_glob_match(const char *list, const char *name) {
     for (const char *p = list; p && *p;) {
         while (*p == ' ' || *p == ',') p++;
         const char *e = strchr(p, ',');
@@ -534,7 +534,8 @@ bool cllm_quant_glob_match(const char *list, const char *name) {
     return false;
 }
 
-cllm_status cllm_quant_config_set(json_t *root, const cllm_quant_config_spec *s, cllm_error *err) {
+cllm_status cllm_qformat_config_set(json_t *root, const cllm_qformat_config_spec *s,
+                                    cllm_error *err) {
     json_t *qc = json_object();
     json_object_set_new(qc, "quant_method", json_string("gptq"));
     json_object_set_new(qc, "bits", json_integer(s->bits));

@@ -18,7 +18,7 @@
  * "cllm_scheme" and "cllm_act_bits" (16, or 8/4 for W4A8/W4A4: activations fake-quantized).
  * This is AutoGPTQ's QuantLinear.pack / GPTQModel's v1 format ("zeros -= 1" before packing,
  * "+ 1" when unpacking) and vLLM's gptq kernels with use_v2_format false. GPTQModel's "gptq_v2"
- * format stores z itself; cllm_quant_bind_any converts it (CLLM_QUANT_GPTQ_V2). */
+ * format stores z itself; cllm_qformat_bind_any converts it (CLLM_QFORMAT_GPTQ_V2). */
 #ifndef CLLM_MODEL_QFORMAT_H
 #define CLLM_MODEL_QFORMAT_H
 
@@ -32,18 +32,18 @@
 #include "model/checkpoint.h"
 
 /* Byte sizes of the four tensors together for a [N][K] matrix. */
-uint64_t cllm_quant_bytes(int bits, int group, int K, int N);
+uint64_t cllm_qformat_bytes(int bits, int group, int K, int N);
 
 /* Scale of (group g, output n) as float, whatever its stored dtype. */
 float cllm_qweight_scale(const cllm_qweight *w, int g, int n);
 /* Dequantized row n of a quantized matrix into dst [K]. */
-void cllm_quant_dequant_row(const cllm_qweight *w, int n, float *dst);
+void cllm_qformat_dequant_row(const cllm_qweight *w, int n, float *dst);
 
 /* Binds the GPTQ tensors of `base` ("...q_proj", no suffix) for a logical [N][K] matrix.
  * Returns CLLM_ENOTFOUND (no message set) when base.qweight is absent; other errors name the
  * tensor (wrong dtype, shape, group size, g_idx order). act_bits is set to 16. */
-cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K, cllm_qweight *out,
-                            cllm_error *err);
+cllm_status cllm_qformat_bind(const cllm_ckpt *ck, const char *base, int N, int K,
+                              cllm_qweight *out, cllm_error *err);
 
 /* compressed-tensors "pack-quantized" W4A16/W8A16 Linear (quant_method "compressed-tensors"), as
  * compressed_tensors' PackedQuantizationCompressor writes it:
@@ -61,57 +61,57 @@ cllm_status cllm_quant_bind(const cllm_ckpt *ck, const char *base, int N, int K,
  * NULL only validates (out then has NULL data). Errors name the tensor (shape, dtype, F32 scales,
  * group not a multiple of 8, K not a multiple of 8 (padded packing), act-order g_idx).
  * Returns CLLM_ENOTFOUND (no message) when P.weight_packed is absent. */
-cllm_status cllm_quant_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
-                               void *(*alloc)(void *actx, size_t bytes), void *actx,
-                               cllm_qweight *out, cllm_error *err);
+cllm_status cllm_qformat_bind_ct(const cllm_ckpt *ck, const char *base, int N, int K,
+                                 void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                 cllm_qweight *out, cllm_error *err);
 
-/* cllm_quant_check_config flags. GPTQ_V2: GPTQModel "format"/"checkpoint_format" "gptq_v2",
+/* cllm_qformat_check_config flags. GPTQ_V2: GPTQModel "format"/"checkpoint_format" "gptq_v2",
  * whose qzeros hold the zero z itself (w = scale * (q - z)) instead of v1's z - 1. */
-#define CLLM_QUANT_GPTQ_V2  1u
-#define CLLM_QUANT_GPTQ_SYM 2u /* gptq with "sym": true */
+#define CLLM_QFORMAT_GPTQ_V2  1u
+#define CLLM_QFORMAT_GPTQ_SYM 2u /* gptq with "sym": true */
 
 /* For a bound GPTQ matrix of a "sym": true file: every stored zero must be the symmetric one
- * (2^(b-1) - 1 in v1, 2^(b-1) with CLLM_QUANT_GPTQ_V2). vLLM's gptq_marlin ignores qzeros when
+ * (2^(b-1) - 1 in v1, 2^(b-1) with CLLM_QFORMAT_GPTQ_V2). vLLM's gptq_marlin ignores qzeros when
  * sym is true (scalar type uint4b8/uint8b128); cllm reads them, so a file where they disagree
  * would run differently: CLLM_EFORMAT naming the tensor and the first odd zero (`cllm verify`). */
-cllm_status cllm_quant_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
-                                       cllm_error *err);
+cllm_status cllm_qformat_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
+                                         cllm_error *err);
 
-/* GPTQ tensors (cllm_quant_bind, in place) or else compressed-tensors (cllm_quant_bind_ct).
- * With CLLM_QUANT_GPTQ_V2 in flags and an allocator, GPTQ zeros are rewritten into owned v1
- * qzeros (a zero of 0 is handled as in cllm_quant_bind_ct, copying qweight/scales). */
-cllm_status cllm_quant_bind_any(const cllm_ckpt *ck, const char *base, int N, int K, unsigned flags,
-                                void *(*alloc)(void *actx, size_t bytes), void *actx,
-                                cllm_qweight *out, cllm_error *err);
+/* GPTQ tensors (cllm_qformat_bind, in place) or else compressed-tensors (cllm_qformat_bind_ct).
+ * With CLLM_QFORMAT_GPTQ_V2 in flags and an allocator, GPTQ zeros are rewritten into owned v1
+ * qzeros (a zero of 0 is handled as in cllm_qformat_bind_ct, copying qweight/scales). */
+cllm_status cllm_qformat_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
+                                  unsigned flags, void *(*alloc)(void *actx, size_t bytes),
+                                  void *actx, cllm_qweight *out, cllm_error *err);
 
 /* CLLM_EUNSUPPORTED naming the tensor when `experts` ("...mlp.experts") holds fused 3-D quantized
  * experts (experts.gate_up_proj.weight_packed / .qweight / _packed, experts.down_proj.*): no
  * released tool or checkpoint writes them for Qwen3.5-MoE (llm-compressor saves per expert). */
-cllm_status cllm_quant_check_fused_experts(const cllm_ckpt *ck, const char *experts,
-                                           cllm_error *err);
+cllm_status cllm_qformat_check_fused_experts(const cllm_ckpt *ck, const char *experts,
+                                             cllm_error *err);
 
 /* dir/config.json's quantization_config is one cllm loads: none; quant_method "gptq" with format
- * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QUANT_GPTQ_V2; "sym": true
- * adds CLLM_QUANT_GPTQ_SYM); or "compressed-tensors", format "pack-quantized", every config group
+ * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QFORMAT_GPTQ_V2; "sym": true
+ * adds CLLM_QFORMAT_GPTQ_SYM); or "compressed-tensors", format "pack-quantized", every config group
  * int weight-only with 4 or 8 bits, static, strategy "group" (group_size a multiple of 8, actorder
  * none or "weight") or "channel", no transform_config, no sparsity other than dense. Anything else
  * (awq, fp8, int-quantized, float types, activation quantization, strategies tensor/block/token/
  * tensor_group, actorder group) is a clear CLLM_EUNSUPPORTED naming the key. flags may be NULL. */
-cllm_status cllm_quant_check_config(const char *dir, unsigned *flags, cllm_error *err);
+cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_error *err);
 
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
-int cllm_quant_act_bits(const char *dir);
+int cllm_qformat_act_bits(const char *dir);
 
 /* The tensors a cllm quantized file keeps 16-bit by default (comma-separated fnmatch globs; the
  * embeddings are always kept besides): embeddings, norms, router, gates, conv1d, A_log/dt_bias,
  * in_proj_a/b and the vision tower. `cllm quantize` and `cllm synth --scheme` use it. */
-extern const char *const cllm_quant_default_keep;
+extern const char *const cllm_qformat_default_keep;
 
 /* True when name matches one of the comma-separated globs of list. */
-bool cllm_quant_glob_match(const char *list, const char *name);
+bool cllm_qformat_glob_match(const char *list, const char *name);
 
 /* What a GPTQ-layout file written by cllm declares in config.json's quantization_config. */
-typedef struct cllm_quant_config_spec {
+typedef struct cllm_qformat_config_spec {
     int bits, group;
     bool asym, scale_bf16;
     int lm_head_bits;        /* 8, 4, or 16 (kept) */
@@ -119,11 +119,12 @@ typedef struct cllm_quant_config_spec {
     int n_keep;
     const char *scheme, *method; /* "w4a16"..., "rtn" | "gptq" | "synth" */
     int act_bits;
-} cllm_quant_config_spec;
+} cllm_qformat_config_spec;
 
-/* Sets root["quantization_config"] (root: the parsed config.json) as cllm_quant_check_config
+/* Sets root["quantization_config"] (root: the parsed config.json) as cllm_qformat_check_config
  * accepts it: quant_method "gptq", bits, group_size, sym, desc_act false, checkpoint_format
  * "gptq", lm_head, dynamic (kept globs, lm_head bits), and cllm's own keys. */
-cllm_status cllm_quant_config_set(json_t *root, const cllm_quant_config_spec *s, cllm_error *err);
+cllm_status cllm_qformat_config_set(json_t *root, const cllm_qformat_config_spec *s,
+                                    cllm_error *err);
 
 #endif

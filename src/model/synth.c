@@ -314,8 +314,8 @@ static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, ou
         int bits = lm ? o->lm_head_bits : wbits;
         bool quant = wbits > 0 && bits < 16 && s->n_dims == 2 && len > 7 &&
                      !strcmp(s->name + len - 7, ".weight") &&
-                     !cllm_quant_glob_match("*embed_tokens*", s->name) &&
-                     !cllm_quant_glob_match(cllm_quant_default_keep, s->name);
+                     !cllm_qformat_glob_match("*embed_tokens*", s->name) &&
+                     !cllm_qformat_glob_match(cllm_qformat_default_keep, s->name);
         if (!quant) {
             ot[n] = (out_tensor){.spec = s, .part = PART_FLOAT};
             snprintf(ot[n].name, sizeof(ot[n].name), "%s", s->name);
@@ -375,12 +375,12 @@ static cllm_status write_config(const cllm_synth_opts *o, const char *text, size
     char g[MAX_KEEP][64];
     const char *gp[MAX_KEEP];
     int ng = keep_globs(g, "*embed_tokens*");
-    ng += keep_globs(g + ng, cllm_quant_default_keep);
+    ng += keep_globs(g + ng, cllm_qformat_default_keep);
     for (int i = 0; i < ng; i++) gp[i] = g[i];
-    cllm_quant_config_spec qs = {
+    cllm_qformat_config_spec qs = {
         wbits, o->group ? o->group : 128, false, false, o->lm_head_bits, gp, ng, o->scheme, "synth",
         abits};
-    cllm_status st = cllm_quant_config_set(root, &qs, err);
+    cllm_status st = cllm_qformat_config_set(root, &qs, err);
     if (!st && json_dump_file(root, path, JSON_INDENT(2)))
         st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
     json_decref(root);

@@ -83,11 +83,11 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         if (gptq || cllm_ckpt_get(v->ck, name)) {
             cllm_qweight q;
             cllm_error qe = {0};
-            if (cllm_quant_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], 0, NULL, NULL,
-                                    &q, &qe) != CLLM_OK)
+            if (cllm_qformat_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], 0, NULL,
+                                      NULL, &q, &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
-            else if (gptq && (v->qfmt & CLLM_QUANT_GPTQ_SYM) &&
-                     cllm_quant_check_sym_zeros(&q, v->qfmt, base, &qe) != CLLM_OK)
+            else if (gptq && (v->qfmt & CLLM_QFORMAT_GPTQ_SYM) &&
+                     cllm_qformat_check_sym_zeros(&q, v->qfmt, base, &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
             static const char *const parts[2][5] = {{"qweight", "qzeros", "scales", "g_idx", NULL},
                                                     {"weight_packed", "weight_zero_point",
@@ -161,7 +161,7 @@ static cllm_expert_layout detect_layout(vctx *v, const cllm_config *cfg, const c
         char n[160];
         cllm_error qe = {0};
         snprintf(n, sizeof(n), "%slayers.%d.mlp.experts", cfg->weight_prefix, l);
-        if (cllm_quant_check_fused_experts(ck, n, &qe) != CLLM_OK) problem(v, "%s", qe.msg);
+        if (cllm_qformat_check_fused_experts(ck, n, &qe) != CLLM_OK) problem(v, "%s", qe.msg);
         snprintf(n, sizeof(n), "%slayers.%d.mlp.experts.gate_up_proj", cfg->weight_prefix, l);
         return cllm_ckpt_get(ck, n) ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT;
     }
@@ -253,7 +253,7 @@ cllm_status cllm_verify(const char *dir, const cllm_verify_opts *opts, FILE *out
         v.ck = ck;
     }
     cllm_error qe = {0};
-    if (cllm_quant_check_config(dir, &v.qfmt, &qe) != CLLM_OK) problem(&v, "%s", qe.msg);
+    if (cllm_qformat_check_config(dir, &v.qfmt, &qe) != CLLM_OK) problem(&v, "%s", qe.msg);
     cllm_expert_layout layout = ck ? detect_layout(&v, &cfg, ck) : CLLM_EXPERTS_FUSED;
     cllm_tensor_plan(&cfg, layout, true, true, check_spec, &v);
     /* MTP/vision are optional: their parameters count only where present (or config-only). */

@@ -239,10 +239,10 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) return cllm_err_set(err, CLLM_EFORMAT, "%s: %s", path, je.text);
-    cllm_quant_config_spec qs = {
+    cllm_qformat_config_spec qs = {
         wbits, o->group,  o->asym,   o->scale_bf16, o->lm_head_bits, (const char *const *)gl->g,
         gl->n, o->scheme, o->method, abits};
-    cllm_status st = cllm_quant_config_set(root, &qs, err);
+    cllm_status st = cllm_qformat_config_set(root, &qs, err);
     if (st) {
         json_decref(root);
         return st;
@@ -563,7 +563,7 @@ static cllm_status plan_tensors(qrun *r, cllm_error *err) {
     if ((st = check_not_quantized(o->in_dir, err))) return st;
     if ((st = cllm_ckpt_open(o->in_dir, false, &r->ck, err))) return st;
     if (add_globs(&r->gl, "*embed_tokens*", false) ||
-        (!o->no_default_keep && add_globs(&r->gl, cllm_quant_default_keep, false)) ||
+        (!o->no_default_keep && add_globs(&r->gl, cllm_qformat_default_keep, false)) ||
         add_globs(&r->gl, o->preset_keep, false) || add_globs(&r->gl, o->keep, true))
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     cllm_ckpt_foreach(r->ck, collect_t, &r->tens);

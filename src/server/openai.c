@@ -459,7 +459,7 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     char *text = NULL;
     size_t len = 0;
     cllm_error ce = {0};
-    cllm_status st = cllm_tmpl_render_chat(s->tmpl, msgs, &co, &text, &len, &ce);
+    cllm_status st = cllm_chat_render(s->tmpl, msgs, &co, &text, &len, &ce);
     json_decref(kw);
     json_decref(msgs);
     if (st != CLLM_OK) return BAD("messages", "chat template: %s", ce.msg);

@@ -693,7 +693,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     return CLLM_OK;
 fail:
     json_decref(s->default_kwargs);
-    cllm_tmpl_free(s->tmpl);
+    cllm_jinja_free(s->tmpl);
     srv_console_free(s->console);
     if (s->m.tok_bounds) srv_metrics_free(&s->m);
     free(s->model_name);
@@ -715,14 +715,14 @@ static void load_model_info(cllm_server *s) {
         s->max_model_len = st.max_model_len;
         srv_metrics_set_max_len(&s->m, s->max_model_len);
     }
-    cllm_tmpl_free(s->tmpl);
+    cllm_jinja_free(s->tmpl);
     s->tmpl = NULL;
     const char *tsrc = s->o.chat_template ? s->o.chat_template
                        : s->tok           ? cllm_tok_chat_template(s->tok)
                                           : NULL;
     if (tsrc) {
         cllm_error te = {0};
-        if (cllm_tmpl_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)
+        if (cllm_jinja_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)
             LOG_WARN("chat template does not compile (%s); /v1/chat/completions disabled", te.msg);
     }
 }
@@ -819,7 +819,7 @@ void cllm_server_stop(cllm_server *s) {
     }
     MHD_stop_daemon(s->d);
     json_decref(s->default_kwargs);
-    cllm_tmpl_free(s->tmpl);
+    cllm_jinja_free(s->tmpl);
     srv_resp_store_free(s->resp_store);
     srv_metrics_free(&s->m);
     srv_console_free(s->console);

@@ -239,7 +239,7 @@ struct cllm_server {
     struct MHD_Daemon *d;
     int port;
     const cllm_tok *tok;
-    cllm_tmpl *tmpl;
+    cllm_jinja *tmpl;
     json_t *default_kwargs;
     char *model_name;
     int max_model_len;

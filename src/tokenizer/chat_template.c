@@ -5,8 +5,8 @@
 
 #include "tokenizer/chat_template.h"
 
-cllm_status cllm_tmpl_render_chat(const cllm_tmpl *t, json_t *messages, const cllm_chat_opts *o,
-                                  char **out, size_t *out_len, cllm_error *err) {
+cllm_status cllm_chat_render(const cllm_jinja *t, json_t *messages, const cllm_chat_opts *o,
+                             char **out, size_t *out_len, cllm_error *err) {
     *out = NULL;
     if (!json_is_array(messages))
         return cllm_err_set(err, CLLM_EINVAL, "messages must be an array");
@@ -22,7 +22,7 @@ cllm_status cllm_tmpl_render_chat(const cllm_tmpl *t, json_t *messages, const cl
     if (o && o->bos_token) json_object_set_new(ctx, "bos_token", json_string(o->bos_token));
     if (o && o->eos_token) json_object_set_new(ctx, "eos_token", json_string(o->eos_token));
     if (o && json_is_object(o->extra)) json_object_update(ctx, o->extra);
-    cllm_status st = cllm_tmpl_render(t, ctx, NULL, out, out_len, err);
+    cllm_status st = cllm_jinja_render(t, ctx, NULL, out, out_len, err);
     json_decref(ctx);
     return st;
 }

@@ -1,7 +1,7 @@
 /* Chat templates: the chat request's variables rendered through a model's Jinja template.
  *
  * Request path: server/ turns an OpenAI chat request into a messages JSON array (plus tools and
- * options) and calls cllm_tmpl_render_chat; the prompt text then goes to cllm_tok_encode. The
+ * options) and calls cllm_chat_render; the prompt text then goes to cllm_tok_encode. The
  * template language itself is src/jinja/ (jinja/jinja.h: compile, render, limits). */
 #ifndef CLLM_TOKENIZER_CHAT_TEMPLATE_H
 #define CLLM_TOKENIZER_CHAT_TEMPLATE_H
@@ -25,7 +25,7 @@ typedef struct cllm_chat_opts {
     json_t *extra; /* extra template kwargs (object) or NULL; merged last */
 } cllm_chat_opts;
 
-cllm_status cllm_tmpl_render_chat(const cllm_tmpl *t, json_t *messages, const cllm_chat_opts *opts,
-                                  char **out, size_t *out_len, cllm_error *err);
+cllm_status cllm_chat_render(const cllm_jinja *t, json_t *messages, const cllm_chat_opts *opts,
+                             char **out, size_t *out_len, cllm_error *err);
 
 #endif

@@ -126,7 +126,7 @@ static void ref_oracle(const cllm_qweight *w, const float *X, size_t ldx, int T,
                 for (int k = h * AG; k < (h + 1) * AG; k++) CHECK(qa[k] == 0);
         }
         for (int n = 0; n < N; n++) {
-            cllm_quant_dequant_row(w, n, wd);
+            cllm_qformat_dequant_row(w, n, wd);
             double yq = 0, yx = 0, mag = 0, step = 0;
             for (int k = 0; k < K; k++) {
                 double a = (double)qa[k] * s[k / AG];

@@ -158,7 +158,7 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
         ref->matmul_q(&w, 0, N, xq, (size_t)K, T, Ye, ldy);
         free(xq);
     }
-    for (int n = 0; n < N; n++) cllm_quant_dequant_row(&w, n, Wd + (size_t)n * K);
+    for (int n = 0; n < N; n++) cllm_qformat_dequant_row(&w, n, Wd + (size_t)n * K);
     double worst_o = 0, worst_e = 0;
     for (int t = 0; t < T; t++) {
         kern_fake_quant_act(X + t * ldx, xa, K, G, abits);

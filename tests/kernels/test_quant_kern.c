@@ -67,7 +67,7 @@ static void one_case_f(int bits, int G, int K, int N, int T, int act_bits, int f
     /* RTN error bound: |w - dq| <= scale / 2 (+ clamp at the negative edge is exact). */
     double maxerr = 0;
     for (int n = 0; n < N; n++) {
-        cllm_quant_dequant_row(&w, n, Wd + (size_t)n * K);
+        cllm_qformat_dequant_row(&w, n, Wd + (size_t)n * K);
         for (int k = 0; k < K; k++) {
             float s = cllm_qweight_scale(&w, k / G, n);
             double e = fabs(Wd[(size_t)n * K + k] - W[(size_t)n * K + k]) / s;
@@ -161,9 +161,9 @@ static void asym_case(int bits) {
     cllm_qweight vs = cllm_qbuf_view(&qs), va = cllm_qbuf_view(&qa);
     double es = 0, ea = 0;
     for (int n = 0; n < N; n++) {
-        cllm_quant_dequant_row(&vs, n, row);
+        cllm_qformat_dequant_row(&vs, n, row);
         for (int k = 0; k < K; k++) es += pow(row[k] - W[(size_t)n * K + k], 2);
-        cllm_quant_dequant_row(&va, n, row);
+        cllm_qformat_dequant_row(&va, n, row);
         for (int k = 0; k < K; k++) ea += pow(row[k] - W[(size_t)n * K + k], 2);
     }
     CHECK_MSG(ea < 0.6 * es, "bits %d: asym err %g not below sym %g", bits, ea, es);
@@ -202,8 +202,8 @@ static void gptq_case(int bits, int G, int K, int N, int T, bool asym) {
     cllm_qweight vr = cllm_qbuf_view(&qr), vg = cllm_qbuf_view(&qg);
     for (int n = 0; n < N; n++) {
         float *wr = malloc((size_t)K * 4);
-        cllm_quant_dequant_row(&vr, n, wr);
-        cllm_quant_dequant_row(&vg, n, row);
+        cllm_qformat_dequant_row(&vr, n, wr);
+        cllm_qformat_dequant_row(&vg, n, row);
         for (int t = 0; t < T; t++) {
             double y = 0, yr = 0, yg = 0;
             for (int k = 0; k < K; k++) {
@@ -268,7 +268,7 @@ int main(void) {
     CHECK(strstr(err.msg, "model.x.weight") && strstr(err.msg, "does not divide"));
     CHECK(cllm_qbuf_alloc(&q, 3, 32, 64, 16, "w", &err) == CLLM_EINVAL);
     CHECK(cllm_qbuf_alloc(&q, 4, 32, 64, 12, "w", &err) == CLLM_EINVAL);
-    CHECK(cllm_quant_bytes(4, 128, 2048, 512) ==
+    CHECK(cllm_qformat_bytes(4, 128, 2048, 512) ==
           2048u / 8 * 512 * 4 + 16u * 64 * 4 + 16u * 512 * 2 + 2048u * 4);
     const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), cllm_kern_neon()};
     fprintf(stderr, "quant kernels: ref");

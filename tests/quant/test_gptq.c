@@ -145,7 +145,7 @@ static double out_err(const float *W, const cllm_qbuf *q, const float *X, int T)
     float *row = malloc((size_t)K * 4);
     double e = 0;
     for (int n = 0; n < N; n++) {
-        cllm_quant_dequant_row(&v, n, row);
+        cllm_qformat_dequant_row(&v, n, row);
         for (int t = 0; t < T; t++) {
             double y = 0;
             for (int k = 0; k < K; k++)
@@ -189,8 +189,8 @@ static void check_apply(int bits, int G, int K, int N, int T, bool dead, bool as
     float *rc = malloc((size_t)K * 4), *rb = malloc((size_t)K * 4);
     long diff = 0;
     for (int n = 0; n < N; n++) {
-        cllm_quant_dequant_row(&vc, n, rc);
-        cllm_quant_dequant_row(&vb, n, rb);
+        cllm_qformat_dequant_row(&vc, n, rc);
+        cllm_qformat_dequant_row(&vb, n, rb);
         for (int k = 0; k < K; k++) diff += rc[k] != rb[k];
     }
     double frac = (double)diff / ((double)N * K);

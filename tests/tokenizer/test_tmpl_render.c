@@ -10,16 +10,16 @@
 #include "tokenizer/chat_template.h"
 
 static char *render(const char *src, const char *ctx_json, cllm_error *err, cllm_status *st,
-                    const cllm_tmpl_limits *lim) {
-    cllm_tmpl *t = NULL;
-    *st = cllm_tmpl_compile(src, strlen(src), &t, err);
+                    const cllm_jinja_limits *lim) {
+    cllm_jinja *t = NULL;
+    *st = cllm_jinja_compile(src, strlen(src), &t, err);
     if (*st) return NULL;
     json_t *ctx = json_loads(ctx_json, 0, NULL);
     char *out = NULL;
     size_t n;
-    *st = cllm_tmpl_render(t, ctx, lim, &out, &n, err);
+    *st = cllm_jinja_render(t, ctx, lim, &out, &n, err);
     json_decref(ctx);
-    cllm_tmpl_free(t);
+    cllm_jinja_free(t);
     return out;
 }
 
@@ -40,12 +40,12 @@ static void check_cases(void) {
         char *src = tt_read(tt_path(rel), &sl);
         CHECK_MSG(src != NULL, "missing %s", rel);
         if (!src) continue;
-        cllm_tmpl *t = NULL;
+        cllm_jinja *t = NULL;
         cllm_error err = {0};
         char *out = NULL;
         size_t ol = 0;
-        cllm_status st = cllm_tmpl_compile(src, sl, &t, &err);
-        if (!st) st = cllm_tmpl_render(t, json_object_get(c, "ctx"), NULL, &out, &ol, &err);
+        cllm_status st = cllm_jinja_compile(src, sl, &t, &err);
+        if (!st) st = cllm_jinja_render(t, json_object_get(c, "ctx"), NULL, &out, &ol, &err);
         json_t *py = json_object_get(c, "py"), *js = json_object_get(c, "js");
         bool want_err = json_is_null(py);
         bool ok = want_err ? st != CLLM_OK
@@ -64,7 +64,7 @@ static void check_cases(void) {
         n++;
         free(out);
         free(src);
-        cllm_tmpl_free(t);
+        cllm_jinja_free(t);
     }
     fprintf(stderr,
             "templates: %d cases, %d equal to Python Jinja2; %d where @huggingface/jinja agrees, "
@@ -139,7 +139,7 @@ static void check_semantics(void) {
     out = render("{{ x.y }}", "{}", &err, &st, NULL);
     CHECK(!out && st == CLLM_EINVAL);
     /* Sandbox limits: runaway loops, recursion and output are stopped with a status. */
-    cllm_tmpl_limits lim = {.max_steps = 100000, .max_output = 1 << 20};
+    cllm_jinja_limits lim = {.max_steps = 100000, .max_output = 1 << 20};
     out = render("{% for i in range(100000000) %}x{% endfor %}", "{}", &err, &st, &lim);
     CHECK(!out && st == CLLM_ENOMEM);
     out = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "{}", &err, &st, &lim);
