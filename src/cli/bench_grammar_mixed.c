@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/mem.h"
 #include "cli/bench_grammar.h"
 #include "engine/engine.h"
@@ -65,22 +66,6 @@ static void bm_event(void *user, const cllm_event *ev) {
         u->run->pending[u->slot] = u->index + 1;
     pthread_cond_broadcast(&u->run->cv);
     pthread_mutex_unlock(&u->run->mu);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0, *len = (size_t)n;
-    return b;
 }
 
 static double load1(void) {
@@ -342,9 +327,10 @@ int bench_grammar_mixed(const bgm_args *a) {
     double *rb = calloc((size_t)a->rounds + 1, sizeof(double));
     if (!lens || !n_lens || !c.schema_text || !c.schema_len || !c.prompts || !rm || !rb) goto out;
     for (int i = 0; i < a->n_schemas; i++) {
-        c.schema_text[i] = slurp(a->schemas[i], &c.schema_len[i]);
+        cllm_error rerr = {0};
+        c.schema_text[i] = cllm_read_file(a->schemas[i], 0, &c.schema_len[i], &rerr);
         if (!c.schema_text[i]) {
-            fprintf(stderr, "cllm bench-grammar: cannot read %s\n", a->schemas[i]);
+            fprintf(stderr, "cllm bench-grammar: cannot read schema: %s\n", rerr.msg);
             goto out;
         }
     }

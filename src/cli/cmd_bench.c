@@ -24,6 +24,8 @@
 #include "model/verify.h"
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/serve_tp.h"
+#include "dist/dist.h"
 
 typedef struct bres {
     double t_first, t_done;
@@ -383,6 +385,41 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
     }
     o->kv_cache_bytes = kv;
     o->enable_prefix_caching = prefix;
+    if (cllm_dist_active()) o->mirror = serve_tp_mirror();
+}
+
+/* Tensor parallel: only rank 0 schedules (as `serve` does, cli/serve_tp.h). Each engine rank 0
+ * creates is announced to the followers first (1; 0 when the run is over); they create their own
+ * engine and run rank 0's operations on it until rank 0 frees it. Before this, every rank ran its
+ * own scheduler, and with several sequences in flight the ranks could batch them differently
+ * (the per-call batch hash then stopped the run: "forward batch differs between ranks"). */
+static void tp_announce(int more) {
+    if (cllm_dist_active() && cllm_dist_rank() == 0) cllm_dist_bcast_idle(&more, sizeof(more), 0);
+}
+
+static cllm_status bench_engine_create(const cllm_engine_opts *o, cllm_engine **e,
+                                       cllm_error *err) {
+    tp_announce(1);
+    return cllm_engine_create(o, e, err);
+}
+
+static int bench_follow(const bench_args *a, const bench_model *bm) {
+    for (;;) {
+        int more = 0;
+        if (cllm_dist_bcast_idle(&more, sizeof(more), 0) != CLLM_OK) return 1;
+        if (!more) return 0;
+        cllm_engine_opts o;
+        bench_engine_opts(a, bm, a->t[0], false, &o);
+        o.skip_tokenizer_init = true;
+        cllm_engine *e = NULL;
+        cllm_error err = {0};
+        if (cllm_engine_create(&o, &e, &err) != CLLM_OK || serve_tp_follow(e, &err) != CLLM_OK) {
+            fprintf(stderr, "cllm bench: rank %d: %s\n", cllm_dist_rank(), err.msg);
+            cllm_engine_free(e);
+            return 1;
+        }
+        cllm_engine_free(e);
+    }
 }
 
 /* ---- phase 3: the runs ---- */
@@ -486,7 +523,7 @@ static int bench_multi_turn(const bench_args *a, const bench_model *bm, int thre
     cllm_engine_stats st;
     for (int pass = 0; pass < 2; pass++) {
         bench_engine_opts(a, bm, threads, pass == 0, &o);
-        if (cllm_engine_create(&o, &e, &err) != CLLM_OK) {
+        if (bench_engine_create(&o, &e, &err) != CLLM_OK) {
             fprintf(stderr, "cllm bench: %s\n", err.msg);
             return 1;
         }
@@ -535,7 +572,7 @@ static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int
     bench_engine_opts(a, bm, threads, false, &o);
     cllm_error err = {0};
     cllm_engine *e = NULL;
-    if (cllm_engine_create(&o, &e, &err) != CLLM_OK) {
+    if (bench_engine_create(&o, &e, &err) != CLLM_OK) {
         fprintf(stderr, "cllm bench: %s\n", err.msg);
         return NULL;
     }
@@ -594,6 +631,7 @@ int cmd_bench(int argc, char **argv) {
     bench_model bm;
     memset(&bm, 0, sizeof(bm));
     if (bench_model_info(&a, &bm)) return 1;
+    if (cllm_dist_active() && cllm_dist_rank() > 0) return bench_follow(&a, &bm);
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows appear as they are measured */
     int maxL = a.maxP > 16 ? a.maxP : 16;
     bench_bufs w = {calloc((size_t)a.maxB, sizeof(int32_t *)), calloc((size_t)a.maxB, sizeof(int)),
@@ -620,6 +658,7 @@ int cmd_bench(int argc, char **argv) {
         if (!ret && a.mt) ret = bench_multi_turn(&a, &bm, a.t[0]);
         if (a.json) printf("\n}\n");
     }
+    tp_announce(0);
     for (int i = 0; w.prompts && i < a.maxB; i++) free(w.prompts[i]);
     free(w.prompts);
     free(w.lens);

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/mem.h"
 #include "cli/bench_grammar.h"
 #include "cli/cli.h"
@@ -31,22 +32,6 @@ static double quant(double *v, int n, double p) {
     qsort(v, (size_t)n, sizeof(double), cmp_d);
     int i = (int)(p * n);
     return v[i < n ? i : n - 1];
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n] = 0, *len = (size_t)n;
-    return b;
 }
 
 /* Runs the peer and reads its JSON line into the fields we print. */
@@ -155,9 +140,10 @@ int cmd_bench_grammar(int argc, char **argv) {
     uint64_t rng = (uint64_t)seed * 0x9e3779b97f4a7c15ull + 1;
     for (int k = 0; k < np && mask && ts; k++) {
         size_t len = 0;
-        char *text = slurp(pos[k], &len);
+        cllm_error rerr = {0};
+        char *text = cllm_read_file(pos[k], 0, &len, &rerr);
         if (!text) {
-            fprintf(stderr, "cllm bench-grammar: cannot read %s\n", pos[k]);
+            fprintf(stderr, "cllm bench-grammar: cannot read schema: %s\n", rerr.msg);
             ret = 1;
             continue;
         }

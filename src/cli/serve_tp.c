@@ -95,6 +95,7 @@ static cllm_status sync_sizes(void *user, uint64_t *n_blocks, int *max_len, int 
     *n_live = (int)v[2];
     *n_snap = (int)v[3];
     g_synced = true;
+    g_seq = 0; /* a new engine: the followers count its operations from 1 (bench makes several) */
     return CLLM_OK;
 }
 

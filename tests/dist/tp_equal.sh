@@ -114,8 +114,9 @@ done
 
 M=$T/tiny
 mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"
-# the engine under TP (forward calls from the engine's thread; every rank schedules the same
-# batches, checked per call by a batch hash)
+# the engine under TP (forward calls from the engine's thread; rank 0 schedules and the others
+# follow its operations, as serve does, with several sequences in flight; the per-call batch
+# hash would stop a run whose ranks diverged)
 expect_rc 0 "cllm bench (engine, batched sweep) under TP=2" \
   timeout 120 "${MPI[@]}" -np 2 "$BIN" bench "$M" --tensor-parallel-size 2 -p 16 -n 4 -b 1,4 -r 1
 expect_rc 0 "--pipeline-parallel-size 1 accepted" \

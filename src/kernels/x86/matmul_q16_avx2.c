@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "kernels/kern_int.h"
+#include "kernels/x86/q_avx2.h"
 
 #define AI      __attribute__((always_inline)) static inline
 #define DEC_W   512 /* columns per decode block (acc 2 KiB) */
@@ -99,27 +100,6 @@ static qtok qtok_at(const void *A, int K, int NH, int t) {
                   (const int32_t *)(const void *)(p + 2 * (size_t)K + 4 * (size_t)NH)};
 }
 
-/* Effective zeros (stored + 1) of columns n0..n0+7 in group g. */
-AI __m256i zeros8v(const cllm_qweight *w, int g, int n0, const int BITS) {
-    const int per = 32 / BITS;
-    const int32_t *row = w->qzeros + (size_t)g * (size_t)(w->N / per);
-    __m256i one = _mm256_set1_epi32(1);
-    if (BITS == 4) {
-        __m256i word = _mm256_set1_epi32(row[n0 / 8]);
-        __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        __m256i z = _mm256_and_si256(_mm256_srlv_epi32(word, sh), _mm256_set1_epi32(15));
-        return _mm256_add_epi32(z, one);
-    }
-    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(row + n0 / 4));
-    return _mm256_add_epi32(_mm256_cvtepu8_epi32(b), one);
-}
-
-AI __m256 scales8(const cllm_qweight *w, int g, int n) {
-    __m128i sh = _mm_loadu_si128((const __m128i *)(const void *)(w->scales + (size_t)g * w->N + n));
-    return w->scale_bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(sh), 16))
-                         : _mm256_cvtph_ps(sh);
-}
-
 /* acc = fma(ws * s, (float)(isum - z * asum), acc): the contract's per-group float ops. */
 AI __m256 group_end(__m256i isum, __m256i z, int32_t asum, __m256 ws, float s, __m256 acc) {
     __m256i d = _mm256_sub_epi32(isum, _mm256_mullo_epi32(z, _mm256_set1_epi32(asum)));
@@ -160,8 +140,8 @@ AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, float 
     }
     for (int b = 0; b < NB; b++) {
         __m256 a0 = _mm256_loadu_ps(acc + 8 * b);
-        a0 = group_end(isum[b], zeros8v(w, g, n + 8 * b, BITS), A->sum[h], scales8(w, g, n + 8 * b),
-                       A->s[h], a0);
+        a0 = group_end(isum[b], q_zeros8v(w, g, n + 8 * b, BITS), A->sum[h],
+                       q_scales8(w, g, n + 8 * b), A->s[h], a0);
         _mm256_storeu_ps(acc + 8 * b, a0);
     }
 }
@@ -219,8 +199,8 @@ AI void gtile_m(const cllm_qweight *w, int h, int AG, int n, const qtok *A, floa
         }
     }
     for (int b = 0; b < NB; b++) {
-        __m256i z = zeros8v(w, g, n + 8 * b, BITS);
-        __m256 ws = scales8(w, g, n + 8 * b);
+        __m256i z = q_zeros8v(w, g, n + 8 * b, BITS);
+        __m256 ws = q_scales8(w, g, n + 8 * b);
         for (int t = 0; t < TT; t++) {
             float *ac = acc + (size_t)t * DEC_W + 8 * b;
             _mm256_storeu_ps(
@@ -322,8 +302,8 @@ AI void mtile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy
         }
         const int g = h * AG / G;
         for (int b = 0; b < NB; b++) {
-            __m256i z = zeros8v(w, g, n0 + 8 * b, BITS);
-            __m256 ws = scales8(w, g, n0 + 8 * b);
+            __m256i z = q_zeros8v(w, g, n0 + 8 * b, BITS);
+            __m256 ws = q_scales8(w, g, n0 + 8 * b);
             for (int t = 0; t < TT; t++)
                 acc[b][t] = group_end(isum[b][t], z, A[t].sum[h], ws, A[t].s[h], acc[b][t]);
         }

@@ -17,31 +17,10 @@
 #include <stdint.h>
 
 #include "kernels/kern_int.h"
+#include "kernels/x86/q_avx2.h"
 
 #define AI    __attribute__((always_inline)) static inline
 #define DEC_W 512 /* columns per block: acc 2 KiB; int4 g128 reads 16 runs of 2 KiB per group */
-
-/* Effective zeros (stored + 1) of columns n0..n0+7 (n0 % 8 == 0) in group g, vectorised: int4
- * packs the 8 in one word, int8 in two consecutive words (bytes in column order). */
-AI __m256i zeros8v(const cllm_qweight *w, int g, int n0, const int BITS) {
-    const int per = 32 / BITS;
-    const int32_t *row = w->qzeros + (size_t)g * (size_t)(w->N / per);
-    __m256i one = _mm256_set1_epi32(1);
-    if (BITS == 4) {
-        __m256i word = _mm256_set1_epi32(row[n0 / 8]);
-        __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        __m256i z = _mm256_and_si256(_mm256_srlv_epi32(word, sh), _mm256_set1_epi32(15));
-        return _mm256_add_epi32(z, one);
-    }
-    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(row + n0 / 4));
-    return _mm256_add_epi32(_mm256_cvtepu8_epi32(b), one);
-}
-
-AI __m256 scales8(const cllm_qweight *w, int g, int n) {
-    __m128i sh = _mm_loadu_si128((const __m128i *)(const void *)(w->scales + (size_t)g * w->N + n));
-    return w->scale_bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(sh), 16))
-                         : _mm256_cvtph_ps(sh);
-}
 
 /* Group g of columns [n, n + 8 NB): acc[] (L1, block-relative) += scale * group sum. */
 AI void gtile(const cllm_qweight *w, int g, int n, const float *x, float *acc, const int BITS,
@@ -52,7 +31,7 @@ AI void gtile(const cllm_qweight *w, int g, int n, const float *x, float *acc, c
     __m256i zv[4];
     __m256 gacc[4];
     for (int b = 0; b < NB; b++) {
-        zv[b] = zeros8v(w, g, n + 8 * b, BITS);
+        zv[b] = q_zeros8v(w, g, n + 8 * b, BITS);
         gacc[b] = _mm256_setzero_ps();
     }
     const int rows = G / per, k80 = g * rows;
@@ -76,7 +55,7 @@ AI void gtile(const cllm_qweight *w, int g, int n, const float *x, float *acc, c
     }
     for (int b = 0; b < NB; b++) {
         __m256 a = _mm256_loadu_ps(acc + 8 * b);
-        _mm256_storeu_ps(acc + 8 * b, _mm256_fmadd_ps(scales8(w, g, n + 8 * b), gacc[b], a));
+        _mm256_storeu_ps(acc + 8 * b, _mm256_fmadd_ps(q_scales8(w, g, n + 8 * b), gacc[b], a));
     }
 }
 
@@ -102,7 +81,7 @@ AI void gtile4s(const cllm_qweight *w, int g, int n, const float *xs, float *acc
     __m256i zv[4], zs[4][7];
     __m256 gacc[4];
     for (int b = 0; b < NB; b++) {
-        zv[b] = zeros8v(w, g, n + 8 * b, 4);
+        zv[b] = q_zeros8v(w, g, n + 8 * b, 4);
         for (int j = 0; j < 7; j++) zs[b][j] = _mm256_slli_epi32(zv[b], 4 * j);
         gacc[b] = _mm256_setzero_ps();
     }
@@ -131,7 +110,7 @@ AI void gtile4s(const cllm_qweight *w, int g, int n, const float *xs, float *acc
     }
     for (int b = 0; b < NB; b++) {
         __m256 a = _mm256_loadu_ps(acc + 8 * b);
-        _mm256_storeu_ps(acc + 8 * b, _mm256_fmadd_ps(scales8(w, g, n + 8 * b), gacc[b], a));
+        _mm256_storeu_ps(acc + 8 * b, _mm256_fmadd_ps(q_scales8(w, g, n + 8 * b), gacc[b], a));
     }
 }
 
