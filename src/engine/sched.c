@@ -158,7 +158,9 @@ oom:
 
 /* ---- sequences ---- */
 
-static int grow(void **p, int *cap, int need, size_t elem) {
+/* Grows array *p (capacity *cap elements of elem bytes, doubling from 16) to hold need; -1 on
+ * out of memory (the array is left as it was). */
+int sched_grow(void **p, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int nc = *cap ? *cap : 16;
     while (nc < need) nc *= 2;
@@ -177,7 +179,7 @@ static eng_seq *seq_new(sched *s, eng_req *q, int index) {
     e->slot = -1;
     e->pend_snap = -1;
     e->n_prompt = q->n_prompt;
-    if (grow((void **)&e->tokens, &e->cap_tokens, q->n_prompt + 16, sizeof(int32_t))) {
+    if (sched_grow((void **)&e->tokens, &e->cap_tokens, q->n_prompt + 16, sizeof(int32_t))) {
         free(e);
         return NULL;
     }
@@ -229,7 +231,7 @@ static void seq_destroy(sched *s, eng_seq *e) {
 static void seq_hashes(sched *s, eng_seq *e, int n_full) {
     int bs = s->cfg.block_size;
     if (n_full <= e->n_hashes) return;
-    if (grow((void **)&e->hashes, &e->cap_hashes, n_full, sizeof(blk_hash)))
+    if (sched_grow((void **)&e->hashes, &e->cap_hashes, n_full, sizeof(blk_hash)))
         return; /* cache just misses */
     for (int b = e->n_hashes; b < n_full; b++) {
         blk_hash parent = b ? e->hashes[b - 1] : e->req->salt;
@@ -318,7 +320,7 @@ static void list_remove(eng_seq **list, int *n, eng_seq *e) {
 }
 
 static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
-    if (grow((void **)list, cap, *n + 1, sizeof(eng_seq *))) return -1;
+    if (sched_grow((void **)list, cap, *n + 1, sizeof(eng_seq *))) return -1;
     memmove(*list + at + 1, *list + at, (size_t)(*n - at) * sizeof(eng_seq *));
     (*list)[at] = e;
     (*n)++;
@@ -408,7 +410,7 @@ void sched_add(sched *s, eng_req *q) {
 
 void sched_add_now(sched *s, eng_req *q) {
     eng_seq *e = seq_new(s, q, 0);
-    if (!e || grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(eng_req *)) ||
+    if (!e || sched_grow((void **)&s->reqs, &s->cap_reqs, s->n_reqs + 1, sizeof(eng_req *)) ||
         list_insert(&s->waiting, &s->n_waiting, &s->cap_waiting, s->n_waiting, e)) {
         /* Out of memory: end the request with an error event. */
         cllm_event ev = {.request_id = q->id,
@@ -523,7 +525,7 @@ static void preempt(sched *s, eng_seq *e) {
 
 static bool grow_table(sched *s, eng_seq *e, int n_tok) {
     int need = blocks_for(n_tok, s->cfg.block_size);
-    if (grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return false;
+    if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return false;
     while (e->n_table < need) {
         int b = blk_alloc(&s->blocks);
         CLLM_ASSERT(b >= 0);
@@ -636,8 +638,9 @@ static int plan(sched *s) {
         if (pm.r) need++; /* the partial source is pinned while it is copied */
         if (need > blk_available(&s->blocks)) break;
         /* admit */
-        if (grow((void **)&e->table, &e->cap_table, blocks_for(e->n_tokens, bs), sizeof(int32_t)) ||
-            grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *)))
+        if (sched_grow((void **)&e->table, &e->cap_table, blocks_for(e->n_tokens, bs),
+                       sizeof(int32_t)) ||
+            sched_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *)))
             break;
         list_remove(s->waiting, &s->n_waiting, e);
         for (int j = 0; j < k; j++) {
@@ -732,8 +735,8 @@ static void fork_samples(sched *s, eng_seq *p) {
         bool room =
             s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
             blk_available(&s->blocks) >= (partial ? 1 : 0) &&
-            !grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
-            !grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
+            !sched_grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
+            !sched_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
         if (!room) {
             c->state = SEQ_WAITING;
             c->t_scheduled = 0;

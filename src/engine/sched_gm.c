@@ -16,17 +16,6 @@
 
 enum { PREP_MAX_NODES = 100000 };
 
-static int grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int nc = *cap ? *cap : 16;
-    while (nc < need) nc *= 2;
-    void *n = realloc(*p, (size_t)nc * elem);
-    if (!n) return -1;
-    *p = n;
-    *cap = nc;
-    return 0;
-}
-
 static void *prep_main(void *arg) {
     sched *s = arg;
     gm_prep *p = &s->prep;
@@ -82,7 +71,7 @@ bool sched_gm_hold(sched *s, eng_req *q) {
     cllm_gm *g = q->sp.grammar;
     if (!g || !s->cfg.tok || prep_ready(s, g)) return false;
     gm_prep *p = &s->prep;
-    if (grow((void **)&s->gm_wait, &s->cap_gm_wait, s->n_gm_wait + 1, sizeof(eng_req *)))
+    if (sched_grow((void **)&s->gm_wait, &s->cap_gm_wait, s->n_gm_wait + 1, sizeof(eng_req *)))
         return false; /* out of memory: admitted now, caches fill lazily */
     pthread_mutex_lock(&p->mu);
     if (!p->started) {
@@ -92,7 +81,7 @@ bool sched_gm_hold(sched *s, eng_req *q) {
         }
         p->started = true;
     }
-    if (grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof(cllm_gm *))) {
+    if (sched_grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof(cllm_gm *))) {
         pthread_mutex_unlock(&p->mu);
         return false;
     }
