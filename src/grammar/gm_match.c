@@ -98,9 +98,10 @@ void gm_set_free(gm_set *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* No duplicate check: a step's closure visits each (node, parent) pair once, so each frame id
+ * is pushed once (the search made a step at the head cap quadratic), and copies are of such
+ * sets. */
 static bool set_push(gm_set *s, int id) {
-    for (int i = 0; i < s->n; i++)
-        if (s->h[i] == id) return true;
     if (s->n >= MAX_HEADS) return false;
     if (s->n == s->cap) {
         int nc = s->cap ? s->cap * 2 : 8;
@@ -121,22 +122,83 @@ bool gm_set_copy(gm_set *dst, const gm_set *src) {
     return true;
 }
 
-/* Adds the closure of stack (node, parent) to out: pushes called rules, pops finished ones. */
-static bool closure(cllm_gm_matcher *m, int node, int parent, gm_set *out) {
-    const cllm_gm *g = m->g;
-    /* visited (node, parent) pairs of this step: avoids exponential re-expansion */
-    for (int i = 0; i < m->n_vis; i += 2)
-        if (m->vis[i] == node && m->vis[i + 1] == parent) return true;
-    if (m->n_vis + 2 > MAX_VISIT) return false;
+enum { VIS_LINEAR = 32 }; /* pairs searched linearly before the hash set takes over */
+
+static uint64_t vis_pair(int node, int parent) {
+    return (uint64_t)(uint32_t)node << 32 | (uint32_t)parent;
+}
+
+static void vis_insert(cllm_gm_matcher *m, int node, int parent) {
+    uint32_t mask = (uint32_t)m->vis_cap - 1, h = fhash(node, parent) & mask;
+    while (m->vis_stamp[h] == m->vis_gen) h = (h + 1) & mask;
+    m->vis_stamp[h] = m->vis_gen;
+    m->vis_key[h] = vis_pair(node, parent);
+}
+
+/* Puts this step's pairs into the hash set: a fresh table of cap slots, or (cap 0) the current
+ * one under a new stamp, which makes the previous step's slots stale without clearing them. */
+static bool vis_fill(cllm_gm_matcher *m, int cap) {
+    if (cap) {
+        uint64_t *k = malloc((size_t)cap * sizeof(uint64_t));
+        uint32_t *st = calloc((size_t)cap, sizeof(uint32_t));
+        if (!k || !st) {
+            free(k), free(st);
+            return false;
+        }
+        free(m->vis_key), free(m->vis_stamp);
+        m->vis_key = k, m->vis_stamp = st, m->vis_cap = cap, m->vis_gen = 1;
+    } else if (++m->vis_gen == 0) { /* the stamps wrapped: clear them once */
+        memset(m->vis_stamp, 0, (size_t)m->vis_cap * sizeof(uint32_t));
+        m->vis_gen = 1;
+    }
+    for (int i = 0; i < m->n_vis; i += 2) vis_insert(m, m->vis[i], m->vis[i + 1]);
+    return true;
+}
+
+/* 1 when (node, parent) was already visited in this step, else records it and returns 0; -1
+ * on the visit cap or out of memory. Up to VIS_LINEAR pairs (the usual step) a linear search;
+ * past that a stamped hash set, so a step near the cap costs time linear in its pairs instead
+ * of quadratic (a grammar at the caps took seconds per step). */
+static int vis_seen(cllm_gm_matcher *m, int node, int parent) {
+    int pairs = m->n_vis / 2;
+    if (pairs < VIS_LINEAR) {
+        for (int i = 0; i < m->n_vis; i += 2)
+            if (m->vis[i] == node && m->vis[i + 1] == parent) return 1;
+    } else {
+        uint64_t key = vis_pair(node, parent);
+        uint32_t mask = (uint32_t)m->vis_cap - 1, h = fhash(node, parent) & mask;
+        for (; m->vis_stamp[h] == m->vis_gen; h = (h + 1) & mask)
+            if (m->vis_key[h] == key) return 1;
+    }
+    if (m->n_vis + 2 > MAX_VISIT) return -1;
     if (m->n_vis + 2 > m->cap_vis) {
         int nc = m->cap_vis ? m->cap_vis * 2 : 64;
         int *v = realloc(m->vis, (size_t)nc * sizeof(int));
-        if (!v) return false;
+        if (!v) return -1;
         m->vis = v;
         m->cap_vis = nc;
     }
     m->vis[m->n_vis++] = node;
     m->vis[m->n_vis++] = parent;
+    pairs++;
+    if (pairs == VIS_LINEAR) {
+        if (!vis_fill(m, m->vis_cap ? 0 : 256)) return -1;
+    } else if (pairs > VIS_LINEAR) {
+        if (pairs * 2 > m->vis_cap) {
+            if (!vis_fill(m, m->vis_cap * 2)) return -1;
+        } else {
+            vis_insert(m, node, parent);
+        }
+    }
+    return 0;
+}
+
+/* Adds the closure of stack (node, parent) to out: pushes called rules, pops finished ones. */
+static bool closure(cllm_gm_matcher *m, int node, int parent, gm_set *out) {
+    const cllm_gm *g = m->g;
+    /* visited (node, parent) pairs of this step: avoids exponential re-expansion */
+    int seen = vis_seen(m, node, parent);
+    if (seen) return seen > 0;
     const gm_node *nd = &g->nodes[node];
     if (nd->ne) {
         int id = gm_frame_intern(&m->st, node, parent);
@@ -206,6 +268,8 @@ void cllm_gm_matcher_free(cllm_gm_matcher *m) {
     gm_set_free(&m->tmp);
     gm_set_free(&m->tmp2);
     free(m->vis);
+    free(m->vis_key);
+    free(m->vis_stamp);
     free(m->wbuf);
     free(m->woff);
     free(m->wacc);
