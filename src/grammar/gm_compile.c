@@ -268,14 +268,18 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     g->n_nodes = M;
     g->n_rules = b->n_rules;
     g->in_root = calloc((size_t)M, 1);
-    if (!g->in_root) {
+    g->node_rule = malloc((size_t)M * sizeof(int) + 1);
+    if (!g->in_root || !g->node_rule) {
         st = fail(b, CLLM_ENOMEM, "out of memory", NULL);
         goto done;
     }
     bool root_called = false;
     for (int i = 0; i < t.n_e; i++) root_called |= t.e[i].kind == 2 && t.e[i].rule == 0;
     for (int i = 0; i < N; i++)
-        if (map[i] >= 0 && !root_called && t.rule[i] == 0) g->in_root[map[i]] = 1;
+        if (map[i] >= 0) {
+            g->node_rule[map[i]] = t.rule[i];
+            if (!root_called && t.rule[i] == 0) g->in_root[map[i]] = 1;
+        }
     for (int r = 0; r < b->n_rules; r++) g->rule_start[r] = map[tstart[r]];
     g->root_start = g->rule_start[0];
     int stamp = 0;
@@ -422,6 +426,7 @@ done:
         free(g->calls);
         free(g->rule_start);
         free(g->in_root);
+        free(g->node_rule);
         free(g);
     }
     free(map);
@@ -445,6 +450,7 @@ void cllm_gm_unref(cllm_gm *g) {
     if (g->cache) {
         for (int i = 0; i < g->n_nodes; i++) {
             free(g->cache[i].ids);
+            free(g->cache[i].bits);
             free(g->cache[i].unc);
             free(g->cache[i].unc_blob);
         }
@@ -456,6 +462,10 @@ void cllm_gm_unref(cllm_gm *g) {
     free(g->calls);
     free(g->rule_start);
     free(g->in_root);
+    free(g->node_rule);
+    free(g->follow);
+    free(g->follow2);
+    free(g->cache_rep);
     free(g);
 }
 

@@ -116,7 +116,10 @@ typedef struct gm_cache {
     bool walk;     /* too many uncertain tokens: walk the trie with the real stack instead */
     int32_t *ids;  /* accepted (or rejected) ids */
     int n_ids;
-    int32_t *unc; /* uncertain ids */
+    uint32_t *bits; /* instead of ids when that list is as large: the accepted tokens as a mask
+                       (one copy per step instead of a write per id) */
+    int n_acc;      /* accepted tokens */
+    int32_t *unc;   /* uncertain ids */
     int n_unc;
     /* the uncertain tokens again, packed in trie preorder for the run-time check (sequential
      * reads instead of a cache miss per token): per token int32 id, uint16 length, uint16
@@ -137,6 +140,11 @@ struct cllm_gm {
     int root_start;
     uint8_t *in_root; /* [n_nodes] node of the root rule, which nothing calls: its context is
                          known (the output's end), so the mask cache needs no BOTTOM there */
+    int *node_rule;   /* [n_nodes] rule each node belongs to */
+    /* filled with the first cache (gm_analyze.c), NULL before */
+    uint32_t *follow;  /* [n_rules * 8] bytes that may come right after each rule ends */
+    uint32_t *follow2; /* [n_rules * 2048] byte pairs that may (a * 256 + b), NULL = any pair */
+    int *cache_rep; /* [n_nodes] node whose cache this one shares (equal up to the longest token) */
     /* mask caches, filled on first use for one vocabulary */
     pthread_mutex_t mu;
     const cllm_gm_vocab *cache_vocab;
@@ -160,6 +168,7 @@ struct cllm_gm_vocab {
     int *eos;
     int n_eos;
     uint32_t *valid; /* [(V + 31) / 32] tokens in the trie */
+    int n_valid;
 };
 
 /* ---- matcher (gm_match.c) ---- */
@@ -191,9 +200,14 @@ struct cllm_gm_matcher {
     bool broken; /* a cap was hit: the mask allows only eos */
     bool capped; /* some bytes were refused by a cap (heads, frames, visits), not the language */
     gm_set tmp, tmp2;
-    /* closure scratch */
+    /* closure scratch: the visited (node, parent) pairs of this step, and past a few dozen a
+     * hash set of them (slots stamped with vis_gen, so a new step needs no clearing) */
     int *vis;
     int n_vis, cap_vis;
+    uint64_t *vis_key;
+    uint32_t *vis_stamp;
+    uint32_t vis_gen;
+    int vis_cap; /* slots, a power of two; 0 = not allocated */
     /* trie-walk scratch */
     int *wbuf;
     int wcap;
@@ -214,5 +228,9 @@ bool gm_set_copy(gm_set *dst, const gm_set *src);
 
 /* gm_mask.c */
 int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask);
+
+/* gm_analyze.c: fills g->follow and g->cache_rep for tokens of up to max_depth bytes, using m
+ * (of g) for closures; false on out of memory (then both stay NULL and caches are per node). */
+bool gm_analyze(cllm_gm_matcher *m, int max_depth);
 
 #endif

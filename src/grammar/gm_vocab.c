@@ -67,6 +67,7 @@ cllm_status cllm_gm_vocab_new(const char *const *bytes, const size_t *lens, cons
         v->len[i] = (uint32_t)lens[i];
         v->valid[i >> 5] |= 1u << (i & 31);
         ids[n++] = i;
+        v->n_valid = n;
         total += lens[i];
     }
     sort_v = v; /* qsort has no context argument in C11; callers build vocabularies serially */

@@ -169,6 +169,62 @@ static void t_schema_masks(void) {
     }
 }
 
+/* A dense vocabulary: every string of up to 3 bytes over a JSON alphabet plus random longer
+ * ones, so whatever can follow a rule's end (",", "]}", "\",\"", "1e", ".1") is some token, and
+ * a mask cache that rejects a token one or two bytes past an end (gm_analyze.c's follow sets)
+ * or shares a cache between nodes that differ (its classes) shows up against brute force. */
+static void t_dense_vocab(void) {
+    const char alpha[] = "\"{}[],:1a.e ";
+    int A = (int)sizeof(alpha) - 1, n = 0, N = A + A * A + A * A * A + 3000 + 1;
+    char **b = malloc((size_t)N * sizeof(char *));
+    size_t *l = malloc((size_t)N * sizeof(size_t));
+    for (int len = 1; len <= 3; len++) {
+        int cnt = len == 1 ? A : len == 2 ? A * A : A * A * A;
+        for (int k = 0; k < cnt; k++, n++) {
+            l[n] = (size_t)len;
+            b[n] = malloc(4);
+            for (int j = 0, x = k; j < len; j++, x /= A) b[n][j] = alpha[x % A];
+        }
+    }
+    for (; n < N - 1; n++) {
+        l[n] = 4 + (size_t)test_irand(3);
+        b[n] = malloc(l[n]);
+        for (size_t j = 0; j < l[n]; j++) b[n][j] = alpha[test_irand(A)];
+    }
+    b[n] = malloc(1), l[n] = 1, b[n][0] = 'X'; /* eos */
+    int eos = n++;
+    cllm_gm_vocab *v = NULL;
+    cllm_error e = {0};
+    CHECK(cllm_gm_vocab_new((const char *const *)b, l, NULL, N, &eos, 1, &v, &e) == CLLM_OK);
+    static const char *schemas[] = {
+        "{}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"},\"e\":{\"type\":"
+        "\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"a\"]}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":"
+        "\"string\",\"maxLength\":2},{\"type\":\"array\",\"items\":{\"type\":\"number\"}}]},"
+        "\"maxItems\":4}",
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+        "\"e\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":[\"a\","
+        "\"e\"]}},\"$ref\":\"#/$defs/n\"}",
+    };
+    for (size_t i = 0; v && i < sizeof(schemas) / sizeof(*schemas); i++)
+        for (int ws = 0; ws < 2; ws++) {
+            cllm_gm *g = NULL;
+            cllm_gm_opts o = {.any_whitespace = ws};
+            cllm_status st = cllm_gm_from_json_schema(schemas[i], strlen(schemas[i]), &o, &g, &e);
+            CHECK_MSG(st == CLLM_OK, "dense schema %zu: %s", i, e.msg);
+            for (int rep = 0; g && rep < 4; rep++) {
+                size_t len;
+                bool ended;
+                free(gen(g, v, 40, true, &len, &ended));
+            }
+            cllm_gm_unref(g);
+        }
+    cllm_gm_vocab_free(v);
+    for (int i = 0; i < N; i++) free(b[i]);
+    free(b), free(l);
+}
+
 static void t_gbnf_choice_tools(void) {
     const char *gr = "root ::= greeting \" \" name (\"!\" | \".\")\n"
                      "greeting ::= \"hello\" | \"hi\"  # comment\n"
@@ -383,6 +439,7 @@ int main(void) {
     CHECK(cllm_gm_vocab_new((const char *const *)b, l, NULL, NS, &seos, 1, &V_syn, &e) == CLLM_OK);
     t_regex();
     t_schema_masks();
+    t_dense_vocab();
     t_gbnf_choice_tools();
     t_refusals();
     t_excluding();
