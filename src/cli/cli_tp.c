@@ -310,11 +310,14 @@ static void print_stats(void) {
     cllm_dist_stats_get(&st);
     fprintf(stderr,
             "tp rank %d/%d: all-reduce %llu calls, %.3f MB, %.3f s (%.1f us/call); all-gather "
-            "%llu calls, %.3f MB, %.3f s\n",
+            "%llu calls, %llu bytes (%.0f B/call), %.3f s (%.1f us/call)\n",
             cllm_dist_rank(), cllm_dist_size(), (unsigned long long)st.allreduce_calls,
             st.allreduce_bytes / 1e6, st.allreduce_seconds,
             st.allreduce_calls ? st.allreduce_seconds * 1e6 / (double)st.allreduce_calls : 0.0,
-            (unsigned long long)st.allgather_calls, st.allgather_bytes / 1e6, st.allgather_seconds);
+            (unsigned long long)st.allgather_calls, (unsigned long long)st.allgather_bytes,
+            st.allgather_calls ? (double)st.allgather_bytes / (double)st.allgather_calls : 0.0,
+            st.allgather_seconds,
+            st.allgather_calls ? st.allgather_seconds * 1e6 / (double)st.allgather_calls : 0.0);
     /* the same collective alone: 1 token and a 64-token chunk of a 2048-wide hidden state */
     double t1 = cllm_dist_bench_allreduce(2048, 200),
            t64 = cllm_dist_bench_allreduce(2048 * 64, 20);

@@ -290,6 +290,10 @@ int cmd_generate(int argc, char **argv) {
     if ((schema_file || regex || grammar_file) &&
         (ret = setup_constraint(&g, schema_file, regex, grammar_file)))
         goto done;
+    /* tensor parallel: ranks send their best k logits, not their slices, when the sampling
+     * needs no more (a hash of the whole row does) */
+    if (!g.gmm && !hash)
+        g.r.logits_topk = smp_reduce_k(&g.sp, g.V, false, false, &g.r.logits_scale);
     double t0 = cllm_time_s();
     if ((ret = prefill(&g, (int)chunk))) goto done;
     double t1 = cllm_time_s();

@@ -8,6 +8,10 @@
 #include "model/forward.h"
 
 enum { OP_FORWARD = 1, OP_COPY_BLOCK, OP_COPY_STATE, OP_EXIT };
+enum {
+    SEQ_INTS = 7
+}; /* per sequence: n_tokens, start_pos, n_table, state_slot, logits, topk,
+      scale bits */
 
 typedef struct op_hdr {
     int32_t op, a, b;
@@ -45,7 +49,7 @@ static cllm_status dist_err(cllm_status rc, cllm_error *err) {
 static cllm_status lead_forward(void *user, const cllm_batch *b, cllm_error *err) {
     size_t n = 0;
     for (int i = 0; i < b->n_seqs; i++)
-        n += 5 + (size_t)b->seqs[i].n_tokens + (size_t)b->seqs[i].n_table;
+        n += SEQ_INTS + (size_t)b->seqs[i].n_tokens + (size_t)b->seqs[i].n_table;
     if (n > INT32_MAX || grow(n) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "tensor parallel: out of memory for the batch");
     int32_t *p = g_buf;
@@ -56,6 +60,10 @@ static cllm_status lead_forward(void *user, const cllm_batch *b, cllm_error *err
         *p++ = q->n_table;
         *p++ = q->state_slot;
         *p++ = (int32_t)q->logits;
+        *p++ = q->logits_topk;
+        *p = 0;
+        if (q->logits_topk > 0) memcpy(p, &q->logits_scale, sizeof(float));
+        p++;
     }
     for (int i = 0; i < b->n_seqs; i++) {
         memcpy(p, b->seqs[i].tokens, (size_t)b->seqs[i].n_tokens * sizeof(int32_t));
@@ -117,11 +125,11 @@ const cllm_engine_mirror *serve_tp_mirror(void) {
  * payload must not read out of bounds). */
 static cllm_status unpack(const int32_t *p, int n_ints, int n_seqs, cllm_seq_batch *seqs,
                           cllm_error *err) {
-    if (n_seqs < 1 || (int64_t)n_seqs * 5 > n_ints)
+    if (n_seqs < 1 || (int64_t)n_seqs * SEQ_INTS > n_ints)
         return cllm_err_set(err, CLLM_EINVAL, "tensor parallel: bad forward header");
-    const int32_t *d = p + (size_t)n_seqs * 5, *end = p + n_ints;
+    const int32_t *d = p + (size_t)n_seqs * SEQ_INTS, *end = p + n_ints;
     for (int i = 0; i < n_seqs; i++) {
-        const int32_t *h = p + (size_t)i * 5;
+        const int32_t *h = p + (size_t)i * SEQ_INTS;
         if (h[0] < 0 || h[2] < 0 || end - d < (int64_t)h[0] + h[2])
             return cllm_err_set(err, CLLM_EINVAL, "tensor parallel: bad forward payload");
         seqs[i] = (cllm_seq_batch){.tokens = d,
@@ -130,7 +138,9 @@ static cllm_status unpack(const int32_t *p, int n_ints, int n_seqs, cllm_seq_bat
                                    .block_table = d + h[0],
                                    .n_table = h[2],
                                    .state_slot = h[3],
-                                   .logits = (cllm_logits_mode)h[4]};
+                                   .logits = (cllm_logits_mode)h[4],
+                                   .logits_topk = h[5]};
+        memcpy(&seqs[i].logits_scale, &h[6], sizeof(float));
         d += (size_t)h[0] + (size_t)h[2];
     }
     return CLLM_OK;

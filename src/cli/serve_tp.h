@@ -4,11 +4,13 @@
  * before making it), and ranks > 0 run serve_tp_follow: they receive each operation and run
  * the same one on their own slices (their KV heads, their GDN heads), so the all-reduces inside
  * the forward line up. Sampling stays on rank 0 (the forward gathers the logits row on every
- * rank, model/forward_tp.c). Pool sizes are rank 0's on every rank.
+ * rank, or only the ranks' best k candidates when the request's sampling needs no more,
+ * model/forward_tp.c). Pool sizes are rank 0's on every rank.
  *
  * Wire format (dist/ broadcasts from rank 0): a fixed header {op, a, b, payload ints, sequence
  * number}, then for a forward the batch as int32s: per sequence {n_tokens, start_pos, n_table,
- * state_slot, logits}, then every sequence's tokens and block table. */
+ * state_slot, logits, logits_topk, logits_scale's bits}, then every sequence's tokens and block
+ * table. */
 #ifndef CLLM_CLI_SERVE_TP_H
 #define CLLM_CLI_SERVE_TP_H
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/forward.h"
+
 int smp_init(smp_scratch *s, int vocab_size) {
     memset(s, 0, sizeof(*s));
     s->V = vocab_size;
@@ -271,4 +273,16 @@ int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in,
 done:
     if (lp && p->logprobs >= 0) fill_logprobs(s, in->logits, tok, p->logprobs, lp);
     return tok;
+}
+
+int smp_reduce_k(const cllm_sampling *p, int vocab_size, bool forbid, bool mask, float *scale) {
+    *scale = 1.0f;
+    if (p->logprobs >= 0 || p->n_logit_bias > 0 || forbid || mask) return 0;
+    if ((p->repetition_penalty > 0 && p->repetition_penalty != 1.0) ||
+        p->frequency_penalty != 0.0 || p->presence_penalty != 0.0)
+        return 0;
+    if (p->temperature < 1e-5) return 1; /* smp_sample's greedy test */
+    if (p->top_k <= 0 || p->top_k >= vocab_size || p->top_k > CLLM_LOGITS_TOPK_MAX) return 0;
+    *scale = (float)(1.0 / p->temperature); /* smp_sample's inv_t */
+    return p->top_k;
 }

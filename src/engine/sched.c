@@ -547,6 +547,15 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->n_table = e->n_table;
     b->state_slot = e->slot;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
+    /* tensor parallel: a sample that needs only the row's best k lets each rank send its best k
+     * instead of its slice (forward.h; ignored on one process). The same tests as sched_sample. */
+    b->logits_topk = 0;
+    if (t->logits) {
+        const eng_req *q = e->req;
+        bool forbid = e->n_tokens - e->n_prompt < q->sp.min_tokens && q->n_forbid > 0;
+        b->logits_topk =
+            smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm && e->gm_on, &b->logits_scale);
+    }
     s->n_batch++;
 }
 

@@ -109,7 +109,16 @@ typedef struct cllm_seq_batch {
     int n_table;
     int state_slot; /* slot in the state pool (distinct within a batch) */
     cllm_logits_mode logits;
+    /* Tensor parallel only (a one-process forward ignores both): with mode LAST and
+     * logits_topk in 1..CLLM_LOGITS_TOPK_MAX the caller needs only the logits_topk best entries
+     * of the row in the sampler's order (logit * logits_scale descending, then lowest id; see
+     * engine/sampler.h smp_reduce_k). Those come back exact, every other entry may be -inf; each
+     * rank then sends its slice's best few instead of its whole slice (model/forward_tp.c).
+     * 0 = the exact row. */
+    int logits_topk;
+    float logits_scale; /* > 0 when logits_topk > 0 */
 } cllm_seq_batch;
+#define CLLM_LOGITS_TOPK_MAX 256
 
 typedef struct cllm_batch {
     const cllm_seq_batch *seqs;

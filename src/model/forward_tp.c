@@ -6,9 +6,11 @@
  * points c->x at a zeroed accumulator instead (fwd_tp_begin), so the block writes exactly its
  * partial output there (0 + y = y), then fwd_tp_end all-reduces it (rank order, dist.h) and adds
  * it to the residual stream. The layer files need no change and a one-process run takes none of
- * this. lm_head rows are split by vocabulary: each rank computes its rows and the whole logits
- * row is gathered on every rank (so every rank's sampler sees the same row and makes the same
- * choice; the per-rank top-k reduction is left for later). */
+ * this. lm_head rows are split by vocabulary: each rank computes its rows, and every rank gets
+ * the whole row or, when the sampler needs only the best few, the ranks' best few (below), so
+ * every rank's sampler sees the same row and makes the same choice. */
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,24 +43,182 @@ cllm_status fwd_tp_end(cllm_fwd_ctx *c, int T, float *x_res) {
     return CLLM_OK;
 }
 
+/* ---- lm_head ----
+ * Each rank computes its own vocabulary rows (tp_vsplit), then the ranks exchange what the
+ * sampler needs, in one all-gather of the same size on every rank: a row asked for exactly
+ * sends the rank's whole slice (vmax floats, padded); a row whose sequence asked for only its
+ * best k (cllm_seq_batch.logits_topk: greedy is k = 1, top-k sampling k = top_k) sends the
+ * slice's best k as (logit, global id) pairs, about 1 MB -> 16 bytes per rank and token for
+ * greedy at a 248k vocabulary. Every rank then holds, for such a row, -inf everywhere except
+ * the N * k candidates. The union of the ranks' best k (same order as the sampler's: key =
+ * logit * logits_scale descending, then lowest id) holds the row's best k, and every other
+ * entry is below them, so the sampler (greedy argmax, or temperature -> top-k -> top-p / min-p
+ * -> draw) picks bitwise the same token as from the whole row. A slice holding a NaN is sent
+ * again whole (a second all-gather every rank agrees on from the flags), since NaN has no place
+ * in that order. CLLM_TP_TOPK=0 turns the reduction off (A/B checks). */
+
+typedef fwd_tp_pair tp_pair;
+
+static bool topk_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("CLLM_TP_TOPK");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+/* k of a row's sequence when its reduction pays (the pairs are smaller than the slice). */
+static int row_k(const cllm_seq_batch *q, int vmax) {
+    if (q->logits != CLLM_LOGITS_LAST || q->logits_topk <= 0 || !topk_on()) return 0;
+    return (size_t)q->logits_topk * sizeof(tp_pair) < (size_t)vmax * sizeof(float) ? q->logits_topk
+                                                                                   : 0;
+}
+
+void fwd_tp_best_k(const float *row, int n, int v0, float scale, int k, tp_pair *out) {
+    float key[CLLM_LOGITS_TOPK_MAX];
+    int m = 0;
+    bool nan = false;
+    for (int j = 0; j < n; j++) {
+        float kx = row[j] * scale;
+        if (kx != kx) {
+            nan = true;
+            continue;
+        }
+        /* ids ascend: an equal key loses to the ones already kept */
+        if (m == k && !(kx > key[k - 1])) continue;
+        int i = m < k ? m++ : k - 1;
+        while (i > 0 && key[i - 1] < kx) {
+            key[i] = key[i - 1];
+            out[i] = out[i - 1];
+            i--;
+        }
+        key[i] = kx;
+        out[i] = (tp_pair){row[j], v0 + j};
+    }
+    for (int i = m; i < k; i++) out[i] = (tp_pair){-INFINITY, -1};
+    if (nan) out[0].id = -2;
+}
+
+/* The reduced rows some rank flagged with a NaN (every rank sees the same flags in all):
+ * gathered again whole, as if asked for exactly. Rare; plain malloc. */
+static cllm_status nan_rows(cllm_fwd_ctx *c, int n_nan, const float *loc, int vmax, const void *all,
+                            size_t send, float *logits) {
+    const cllm_model *m = c->m;
+    const cllm_batch *b = c->batch;
+    int V = m->cfg.vocab_size, N = m->tp_size;
+    int *rows = malloc((size_t)n_nan * sizeof(int));
+    float *buf = malloc((size_t)n_nan * (size_t)vmax * (size_t)(N + 1) * sizeof(float));
+    cllm_status st = rows && buf ? CLLM_OK : CLLM_ENOMEM;
+    int n = 0, row = 0;
+    size_t off = 0;
+    for (int q = 0; st == CLLM_OK && q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
+        int k = row_k(sq, vmax);
+        for (int i = 0; i < nr; i++, row++) {
+            bool nan = false;
+            for (int r = 0; k && r < N; r++)
+                nan |=
+                    ((const tp_pair *)((const unsigned char *)all + (size_t)r * send + off))->id ==
+                    -2;
+            if (nan && n < n_nan) {
+                memcpy(buf + (size_t)n * vmax, loc + (size_t)row * vmax,
+                       (size_t)vmax * sizeof(float));
+                rows[n++] = row;
+            }
+            off += k ? (size_t)k * sizeof(tp_pair) : (size_t)vmax * sizeof(float);
+        }
+    }
+    size_t mine = (size_t)n * (size_t)vmax;
+    if (st == CLLM_OK && cllm_dist_allgather(buf, mine * sizeof(float), buf + mine) != CLLM_OK)
+        st = CLLM_EIO;
+    for (int i = 0; st == CLLM_OK && i < n; i++)
+        for (int r = 0; r < N; r++)
+            memcpy(logits + (size_t)rows[i] * V + m->tp_vsplit[2 * r],
+                   buf + mine + (size_t)r * mine + (size_t)i * vmax,
+                   (size_t)m->tp_vsplit[2 * r + 1] * sizeof(float));
+    free(rows);
+    free(buf);
+    return st;
+}
+
+bool fwd_tp_put_k(float *row, int V, const fwd_tp_pair *p, int k) {
+    for (int j = 0; j < k; j++)
+        if (p[j].id >= 0 && p[j].id < V) row[p[j].id] = p[j].x;
+    return p[0].id == -2;
+}
+
 cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits) {
     const cllm_model *m = c->m;
+    const cllm_batch *b = c->batch;
     int V = m->cfg.vocab_size, N = m->tp_size, H = m->cfg.hidden_size, vmax = 0;
+    int v0 = m->tp_vsplit[2 * m->tp_rank], nv = m->tp_vsplit[2 * m->tp_rank + 1];
     for (int r = 0; r < N; r++)
         vmax = m->tp_vsplit[2 * r + 1] > vmax ? m->tp_vsplit[2 * r + 1] : vmax;
-    size_t mine = (size_t)R * (size_t)vmax; /* every rank sends R rows of vmax (padded) */
-    if (grow_f(&c->tp_lg, &c->tp_lg_cap, mine * (size_t)(N + 1))) return CLLM_ENOMEM;
-    float *loc = c->tp_lg, *all = c->tp_lg + mine;
+    /* bytes each rank sends: per row a whole slice or k pairs */
+    size_t mine = (size_t)R * (size_t)vmax, send = 0;
+    int row = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
+        int k = row_k(sq, vmax);
+        send += (size_t)nr * (k ? (size_t)k * sizeof(tp_pair) : (size_t)vmax * sizeof(float));
+        row += nr;
+    }
+    if (row != R) return CLLM_EINVAL;
+    size_t sendf = (send + sizeof(float) - 1) / sizeof(float);
+    if (grow_f(&c->tp_lg, &c->tp_lg_cap, mine + sendf * (size_t)(N + 1))) return CLLM_ENOMEM;
+    float *loc = c->tp_lg, *out = loc + mine, *all = out + sendf;
     if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, loc, (size_t)vmax) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return CLLM_ENOMEM;
-    if (cllm_dist_allgather(loc, mine * sizeof(float), all) != CLLM_OK) return CLLM_EIO;
-    for (int r = 0; r < N; r++)
-        for (int i = 0; i < R; i++)
-            memcpy(logits + (size_t)i * V + m->tp_vsplit[2 * r],
-                   all + (size_t)r * mine + (size_t)i * vmax,
-                   (size_t)m->tp_vsplit[2 * r + 1] * sizeof(float));
-    return CLLM_OK;
+    unsigned char *p = (unsigned char *)out;
+    row = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
+        int k = row_k(sq, vmax);
+        for (int i = 0; i < nr; i++, row++) {
+            const float *lr = loc + (size_t)row * vmax;
+            if (k) {
+                fwd_tp_best_k(lr, nv, v0, sq->logits_scale, k, (tp_pair *)p);
+                p += (size_t)k * sizeof(tp_pair);
+            } else {
+                memcpy(p, lr, (size_t)vmax * sizeof(float));
+                p += (size_t)vmax * sizeof(float);
+            }
+        }
+    }
+    if (cllm_dist_allgather(out, send, all) != CLLM_OK) return CLLM_EIO;
+    size_t off = 0; /* of the row in every rank's block */
+    int n_nan = 0;
+    row = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
+        int k = row_k(sq, vmax);
+        for (int i = 0; i < nr; i++, row++) {
+            float *dst = logits + (size_t)row * V;
+            if (!k) {
+                for (int r = 0; r < N; r++)
+                    memcpy(dst + m->tp_vsplit[2 * r],
+                           (const unsigned char *)all + (size_t)r * send + off,
+                           (size_t)m->tp_vsplit[2 * r + 1] * sizeof(float));
+                off += (size_t)vmax * sizeof(float);
+                continue;
+            }
+            bool nan = false;
+            for (size_t j = 0; j < (size_t)V; j++) dst[j] = -INFINITY;
+            for (int r = 0; r < N; r++)
+                nan |= fwd_tp_put_k(
+                    dst, V, (const tp_pair *)((const unsigned char *)all + (size_t)r * send + off),
+                    k);
+            n_nan += nan;
+            off += (size_t)k * sizeof(tp_pair);
+        }
+    }
+    return n_nan ? nan_rows(c, n_nan, loc, vmax, all, send, logits) : CLLM_OK;
 }
 
 void fwd_tp_free(cllm_fwd_ctx *c) {
@@ -75,7 +235,12 @@ cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int s = 0; s < b->n_seqs; s++) {
         const cllm_seq_batch *q = &b->seqs[s];
-        int32_t hdr[3] = {q->n_tokens, q->start_pos, (int32_t)q->logits};
+        if (q->logits_topk < 0 || q->logits_topk > CLLM_LOGITS_TOPK_MAX ||
+            (q->logits_topk > 0 && !(q->logits_scale > 0 && isfinite(q->logits_scale))))
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits_topk %d / scale %g", s,
+                                q->logits_topk, (double)q->logits_scale);
+        int32_t hdr[5] = {q->n_tokens, q->start_pos, (int32_t)q->logits, q->logits_topk, 0};
+        if (q->logits_topk > 0) memcpy(&hdr[4], &q->logits_scale, sizeof(float));
         const unsigned char *p = (const unsigned char *)hdr;
         for (size_t i = 0; i < sizeof(hdr); i++) h = (h ^ p[i]) * 0x100000001b3ull;
         p = (const unsigned char *)q->tokens;

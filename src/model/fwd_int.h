@@ -199,8 +199,18 @@ cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
  * next block adds its partial output to; end all-reduces it into *x_res and restores c->x. */
 cllm_status fwd_tp_begin(cllm_fwd_ctx *c, int T, float **x_res);
 cllm_status fwd_tp_end(cllm_fwd_ctx *c, int T, float *x_res);
-/* lm_head on this rank's vocabulary rows for R normed rows in c->xn, whole rows gathered. */
+/* lm_head on this rank's vocabulary rows for R normed rows in c->xn; every rank gets whole
+ * rows, or for a sequence with logits_topk the ranks' best k only (forward_tp.c). */
 cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits);
+typedef struct fwd_tp_pair {
+    float x;    /* the raw logit */
+    int32_t id; /* global vocabulary id; -1 = padding; -2 in pair 0: the slice has a NaN */
+} fwd_tp_pair;
+/* The best k (<= CLLM_LOGITS_TOPK_MAX) of row[0..n) (global ids v0..) by row * scale descending,
+ * then id ascending (the sampler's order), padded with id -1. */
+void fwd_tp_best_k(const float *row, int n, int v0, float scale, int k, fwd_tp_pair *out);
+/* Writes a rank's k pairs into a row that is -inf elsewhere; true when that rank saw a NaN. */
+bool fwd_tp_put_k(float *row, int V, const fwd_tp_pair *p, int k);
 void fwd_tp_free(cllm_fwd_ctx *c);
 /* Refuses a call whose batch differs between ranks (one small all-gather). */
 cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err);

@@ -105,6 +105,10 @@ void cllm_seq_runner_close(cllm_seq_runner *r) {
 cllm_status cllm_seq_runner_step(cllm_seq_runner *r, const int32_t *toks, int n,
                                  cllm_logits_mode mode, float *logits, cllm_error *err) {
     cllm_seq_batch sq = {toks, n, r->pos, r->table, r->n_table, 0, mode};
+    if (mode == CLLM_LOGITS_LAST && r->logits_topk > 0) {
+        sq.logits_topk = r->logits_topk;
+        sq.logits_scale = r->logits_scale;
+    }
     cllm_batch b = {&sq, 1};
     cllm_status s = cllm_forward(r->ctx, &b, &r->kv, &r->st, logits, err);
     if (s == CLLM_OK) r->pos += n;

@@ -1,6 +1,8 @@
 #!/bin/bash
 # `cllm serve --tensor-parallel-size 2` (models/tiny, real engine): rank 0 serves HTTP and runs
 # the scheduler, rank 1 follows its engine step by step (cli/serve_tp.c).
+#  - seeded sampled completions (top-k and top-p through the per-rank top-k reduction; logprobs,
+#    a penalty, no top_k through the whole logits row) equal the one-process server's;
 #  - greedy completions equal the one-process server's, for several prompts sent one by one,
 #    for the same prompts sent at once (continuous batching) and for a 1-token prompt; a stream
 #    gives the same text; a repeated prompt hits the prefix cache; /health and /metrics answer; SIGTERM to the re-launching cllm drains
@@ -56,8 +58,20 @@ complete() { # complete NAME PROMPT [extra JSON]: the choice text into $T/NAME.t
   $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$T/$1.json" \
     >"$T/$1.txt" 2>/dev/null || echo "BAD: $(head -c 300 "$T/$1.json")" >"$T/$1.txt"
 }
+sampled() { # sampled NAME JSON-FIELDS: a seeded sampled completion's text into $T/NAME.txt
+  curl -s $U/v1/completions -d "{\"prompt\":\"Once upon a time\",\"max_tokens\":16,\"ignore_eos\":true,$2}" \
+    >"$T/$1.json"
+  $PY -c 'import json,sys; c=json.load(open(sys.argv[1]))["choices"][0]; print(c["text"], c.get("logprobs") is not None)' \
+    "$T/$1.json" >"$T/$1.txt" 2>/dev/null || echo "BAD: $(head -c 300 "$T/$1.json")" >"$T/$1.txt"
+}
+# sampling through the per-rank top-k reduction (top-k, top-p) and through the whole row
+# (logprobs, a penalty, no top_k)
+SAMPLED=('"temperature":0.8,"top_k":20,"seed":5' '"temperature":1.2,"top_k":8,"top_p":0.9,"seed":6'
+  '"temperature":0,"logprobs":3' '"temperature":0.8,"top_k":20,"seed":5,"presence_penalty":0.5'
+  '"temperature":0.8,"seed":7')
 run_all() { # run_all TAG: one by one, then all at once, then one streamed
   local i pids=()
+  for i in "${!SAMPLED[@]}"; do sampled "$1.smp$i" "${SAMPLED[$i]}"; done
   for i in "${!PROMPTS[@]}"; do complete "$1.seq$i" "${PROMPTS[$i]}"; done
   for i in "${!PROMPTS[@]}"; do complete "$1.par$i" "${PROMPTS[$i]}" & pids+=($!); done
   wait "${pids[@]}"
@@ -87,6 +101,10 @@ for i in "${!PROMPTS[@]}"; do
   expect_eq "prompt ${PROMPTS[$i]}: TP=2 text = N=1" "$(cat "$T/tp.seq$i.txt")" "$(cat "$T/n1.seq$i.txt")"
   expect_eq "prompt ${PROMPTS[$i]} (4 at once): TP=2 text = N=1" "$(cat "$T/tp.par$i.txt")" "$(cat "$T/n1.seq$i.txt")"
 done
+for i in "${!SAMPLED[@]}"; do
+  expect_eq "sampled {${SAMPLED[$i]}}: TP=2 text = N=1" "$(cat "$T/tp.smp$i.txt")" "$(cat "$T/n1.smp$i.txt")"
+done
+grep -q '^BAD' "$T/n1.smp0.txt" && bad "sampled request failed: $(cat "$T/n1.smp0.txt")"
 cached=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$T/tp.par1.json" 2>/dev/null)
 [ "${cached:-0}" -gt 0 ] 2>/dev/null && ok "TP=2: the repeated long prompt hit the prefix cache ($cached tokens)" \
   || bad "TP=2: no prefix-cache hit on the repeated prompt ($(head -c 300 "$T/tp.par1.json"))"
