@@ -22,7 +22,7 @@ typedef struct fwd_wt {
     uint64_t src_off;
     /* GPTQ only: 0 = the checkpoint's layout; P = qweight, qzeros and scales repacked into
      * column panels of P (the last N % P), each stored whole as a GPTQ matrix of that width
-     * (weights.c, the lm_head): a decode item then streams one contiguous block */
+     * (weights.c model_panels): a decode tile then streams one contiguous block */
     int panel;
 } fwd_wt;
 
@@ -69,6 +69,10 @@ struct cllm_model {
     fwd_layer *mtp_layers; /* [n_mtp], sub = -1 */
     fwd_wt mtp_fc;         /* [H][2H] */
     float *mtp_norm, *mtp_pre_emb, *mtp_pre_hidden;
+    /* GPTQ matrices repacked into panels at load (weights.c model_panels): their bytes, and
+     * whether every GPTQ matrix was (the prefault then skips the checkpoint's GPTQ tensors) */
+    size_t panel_bytes;
+    bool panel_all;
     void **allocs; /* owned fp32 vectors */
     size_t n_allocs, cap_allocs;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */

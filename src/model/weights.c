@@ -16,6 +16,8 @@
 
 #include "base/half.h"
 #include "base/log.h"
+#include "base/threadpool.h"
+#include "base/mem.h"
 #include "dist/dist.h"
 #include "model/fwd_int.h"
 #include "model/tensor_plan.h"
@@ -319,46 +321,161 @@ void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
     }
 }
 
-/* The GPTQ lm_head repacked into column panels (fwd_wt.panel). In the checkpoint's layout the
- * rows of qweight are N * 4 bytes apart (~1 MB for a 248k vocabulary), so a decode item of 256
- * columns reads 1 KB from each of K * bits / 32 rows, every one on its own page: TLB and
- * prefetcher bound. A panel holds its 256 columns' qweight rows, then zeros and scales,
- * contiguously, so the item streams one block (2-thread microbench of the int8 lm_head,
- * 248320 x 2048: 38-41 -> 27-35 ms per token, bitwise the same logits). The integer sums and
- * per-group float ops are unchanged, so results are bitwise those of the checkpoint's layout.
- * The copy replaces the file's pages in RSS (fwd_ckpt_drop; prefault skips lm_head.*), so the
- * RSS budget does not grow. CLLM_LM_PANEL=0 keeps the checkpoint's layout (A/B, tests). */
-#define LM_PANEL 256
-static cllm_status lm_head_panels(cllm_model *m, cllm_error *err) {
-    fwd_wt *w = &m->lm_head;
-    const char *env = getenv("CLLM_LM_PANEL");
-    if (!w->q.bits || w->panel || (env && !strcmp(env, "0"))) return CLLM_OK;
-    const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = LM_PANEL;
-    if (K % G || G % per || N % 8) return CLLM_OK; /* not a shape the kernels take anyway */
+/* GPTQ matrices repacked into column panels (fwd_wt.panel). In the checkpoint's layout the rows
+ * of qweight are N * 4 bytes apart (~1 MB for the lm_head's 248k vocabulary, 2-32 KB for the
+ * layers), so a decode item reads a short run from each of K * bits / 32 rows, each run on its
+ * own page: TLB and prefetcher bound. A panel holds its P columns' qweight rows, then zeros and
+ * scales, contiguously, so the one-token kernel's 32-column tile over all K (P = 32) is a single
+ * sequential stream: 1-thread microbench (int4, K 2048, 128k columns, load 1): 11.2-12.8 GB/s in
+ * 256-column panels -> 15.2-17.8 GB/s in 32-column ones, next to a plain read sweep's 17-19.
+ * The integer sums and per-group float ops are unchanged, so results are bitwise those of the
+ * checkpoint's layout (tests/model/panels.sh). Each copy replaces its file pages in RSS
+ * (fwd_ckpt_drop; the prefault then skips the GPTQ tensors), so the RSS budget does not grow.
+ * CLLM_PANEL=0 keeps the checkpoint's layout everywhere, CLLM_LM_PANEL=0 for the lm_head only
+ * (A/B, tests). Not under tensor parallel: a rank's slices keep the checkpoint's layout. */
+#define PANEL_W 32
+
+static size_t al64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Bytes of w's panels (qweight, zeros, scales, each 64-byte aligned); 0: not a GPTQ matrix the
+ * kernels take in panels (left in the checkpoint's layout). */
+static size_t panel_bytes(const fwd_wt *w) {
+    if (!w->q.bits || w->panel || !w->q.qweight) return 0;
+    const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = PANEL_W;
+    if (K % G || G % per || N % 8 || P % per) return 0;
     const size_t kw = (size_t)K / per, ng = (size_t)K / G, np = ((size_t)N + P - 1) / P;
-    int32_t *qw = own(m, np * kw * P * 4), *qz = own(m, np * ng * (P / per) * 4);
-    uint16_t *sc = own(m, np * ng * P * 2);
-    if (!qw || !qz || !sc) return cllm_err_set(err, CLLM_ENOMEM, "lm_head panels: out of memory");
+    return al64(np * kw * P * 4) + al64(np * ng * (P / per) * 4) + al64(np * ng * P * 2);
+}
+
+static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
+    const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = PANEL_W;
+    const size_t kw = (size_t)K / per, ng = (size_t)K / G, np = ((size_t)N + P - 1) / P;
+    int32_t *qw = (int32_t *)(void *)dst;
+    int32_t *qz = (int32_t *)(void *)(dst + al64(np * kw * P * 4));
+    uint16_t *sc = (uint16_t *)(void *)((char *)qz + al64(np * ng * (P / per) * 4));
+    /* read ahead: the copy walks the source panel by panel, not in file order */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w->q.qweight / pg * pg;
+    madvise((void *)a, (uintptr_t)(w->q.qweight + kw * (size_t)N) - a, MADV_WILLNEED);
     for (size_t p = 0; p < np; p++) {
         size_t c0 = p * P, wd = (size_t)N - c0 < (size_t)P ? (size_t)N - c0 : (size_t)P;
-        int32_t *dq = qw + p * kw * P, *dz = qz + p * ng * (P / per);
-        uint16_t *ds = sc + p * ng * P;
-        for (size_t r = 0; r < kw; r++)
-            memcpy(dq + r * wd, w->q.qweight + r * (size_t)N + c0, wd * 4);
-        for (size_t g = 0; g < ng; g++) {
-            memcpy(dz + g * (wd / per), w->q.qzeros + g * ((size_t)N / per) + c0 / per,
-                   wd / per * 4);
-            memcpy(ds + g * wd, w->q.scales + g * (size_t)N + c0, wd * 2);
-        }
+        int32_t *d = qw + p * kw * P;
+        const int32_t *s = w->q.qweight + c0;
+        for (size_t r = 0; r < kw; r++) memcpy(d + r * wd, s + r * (size_t)N, wd * 4);
     }
-    fwd_ckpt_drop(m->ckpt, w->q.qweight, kw * (size_t)N * 4);
-    fwd_ckpt_drop(m->ckpt, w->q.scales, ng * (size_t)N * 2);
+    for (size_t g = 0; g < ng; g++)
+        for (size_t p = 0; p < np; p++) {
+            size_t c0 = p * P, wd = (size_t)N - c0 < (size_t)P ? (size_t)N - c0 : (size_t)P;
+            memcpy(qz + p * ng * (P / per) + g * (wd / per),
+                   w->q.qzeros + g * ((size_t)N / per) + c0 / per, wd / per * 4);
+            memcpy(sc + p * ng * P + g * wd, w->q.scales + g * (size_t)N + c0, wd * 2);
+        }
+    fwd_ckpt_drop(ck, w->q.qweight, kw * (size_t)N * 4);
+    fwd_ckpt_drop(ck, w->q.qzeros, ng * ((size_t)N / per) * 4);
+    fwd_ckpt_drop(ck, w->q.scales, ng * (size_t)N * 2);
     w->q.qweight = qw;
     w->q.qzeros = qz;
     w->q.scales = sc;
     w->data = qw;
     w->panel = P;
+}
+
+typedef struct panel_job {
+    fwd_wt *w;
+    char *dst;
+} panel_job;
+
+typedef struct panel_plan {
+    cllm_model *m;
+    panel_job *jobs;
+    size_t n_jobs, cap_jobs;
+    size_t left; /* GPTQ matrices that stay in the checkpoint's layout */
+} panel_plan;
+
+/* Plans ws[0..n) into one allocation (a layer's matrices: a few mappings, not one per expert). */
+static cllm_status panel_set(panel_plan *pl, fwd_wt **ws, size_t n, cllm_error *err) {
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = panel_bytes(ws[i]);
+        total += b;
+        k += b > 0;
+        if (!b && ws[i]->q.bits && !ws[i]->panel) pl->left++;
+    }
+    if (!total) return CLLM_OK;
+    if (pl->n_jobs + k > pl->cap_jobs) {
+        size_t nc = 2 * (pl->n_jobs + k);
+        panel_job *nj = realloc(pl->jobs, nc * sizeof(*nj));
+        if (!nj) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
+        pl->jobs = nj;
+        pl->cap_jobs = nc;
+    }
+    char *arena = own(pl->m, total + 64), *p = (char *)(((uintptr_t)arena + 63) & ~(uintptr_t)63);
+    if (!arena) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        size_t b = panel_bytes(ws[i]);
+        if (!b) continue;
+        pl->jobs[pl->n_jobs++] = (panel_job){ws[i], p};
+        p += b;
+    }
+    pl->m->panel_bytes += total;
     return CLLM_OK;
+}
+
+static void panel_worker(void *vp, size_t b, size_t e, int tid) {
+    (void)tid;
+    panel_plan *pl = vp;
+    for (size_t i = b; i < e; i++) panel_fill(pl->m->ckpt, pl->jobs[i].w, pl->jobs[i].dst);
+}
+
+static cllm_status model_panels(cllm_model *m, cllm_error *err) {
+    const char *env = getenv("CLLM_PANEL"), *lm = getenv("CLLM_LM_PANEL");
+    if (env && !strcmp(env, "0")) return CLLM_OK;
+    const cllm_config *c = &m->cfg;
+    double t0 = cllm_time_s();
+    panel_plan pl = {m, NULL, 0, 0, 0};
+    size_t cap = 24 + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0);
+    fwd_wt **ws = malloc(cap * sizeof(*ws));
+    if (!ws) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
+    cllm_status st = CLLM_OK;
+    for (int l = 0; l < c->n_layers && st == CLLM_OK; l++) {
+        fwd_layer *L = &m->layers[l];
+        size_t n = 0;
+        fwd_wt *fixed[] = {&L->q,           &L->k,           &L->v,           &L->o,
+                           &L->qkv,         &L->z,           &L->b,           &L->a,
+                           &L->out,         &L->router,      &L->shared.gate, &L->shared.up,
+                           &L->shared.down, &L->shared_gate, &L->mlp.gate,    &L->mlp.up,
+                           &L->mlp.down};
+        for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) ws[n++] = fixed[i];
+        for (int e = 0; L->moe && L->experts && e < c->n_experts; e++) {
+            ws[n++] = &L->experts[e].gate;
+            ws[n++] = &L->experts[e].up;
+            ws[n++] = &L->experts[e].down;
+        }
+        st = panel_set(&pl, ws, n, err);
+    }
+    fwd_wt *head = &m->lm_head;
+    if (st == CLLM_OK && !(lm && !strcmp(lm, "0")))
+        st = panel_set(&pl, &head, 1, err);
+    else if (head->q.bits && !head->panel)
+        pl.left++;
+    free(ws);
+    if (st == CLLM_OK && pl.n_jobs) {
+        /* the copy is page-fault bound (one per 4 KB written): the threads share it */
+        long np = sysconf(_SC_NPROCESSORS_ONLN);
+        cllm_pool *pool = cllm_pool_create(np < 1 ? 1 : np > 8 ? 8 : (int)np);
+        if (pool) {
+            cllm_pool_for_dyn(pool, pl.n_jobs, panel_worker, &pl);
+            cllm_pool_free(pool);
+        } else {
+            panel_worker(&pl, 0, pl.n_jobs, 0);
+        }
+        LOG_DEBUG("repacked %zu GPTQ matrices (%.2f GB) into %d-column panels in %.2f s", pl.n_jobs,
+                  (double)m->panel_bytes / 1e9, PANEL_W, cllm_time_s() - t0);
+    }
+    free(pl.jobs);
+    m->panel_all = st == CLLM_OK && !pl.left && m->panel_bytes > 0;
+    return st;
 }
 
 cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model **out,
@@ -445,7 +562,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
     }
     if ((st = B.st) != CLLM_OK) goto fail;
     if (size > 1 && (st = fwd_tp_shard(m, rank, size, err)) != CLLM_OK) goto fail;
-    if (size <= 1 && (st = lm_head_panels(m, err)) != CLLM_OK) goto fail;
+    if (size <= 1 && (st = model_panels(m, err)) != CLLM_OK) goto fail;
     *out = m;
     return CLLM_OK;
 fail:
@@ -504,15 +621,27 @@ uint64_t cllm_model_decode_bytes(const cllm_model *m) {
 typedef struct prefault_ctx {
     volatile uint8_t sink;
     uint64_t bytes;
-    bool skip_lm_head; /* repacked into panels: the file's copy is never read again */
+    bool skip_gptq; /* every GPTQ matrix was repacked into panels: the file's copy is never read */
 } prefault_ctx;
+
+static bool gptq_part(const char *name) {
+    static const char *const suf[] = {
+        ".qweight",       ".qzeros",       ".scales",           ".g_idx",
+        ".weight_packed", ".weight_scale", ".weight_zero_point"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof(suf) / sizeof(suf[0]); i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && !strcmp(name + n - k, suf[i])) return true;
+    }
+    return false;
+}
 
 static void prefault_one(void *vc, const cllm_tensor *t) {
     prefault_ctx *c = vc;
     /* vision and MTP tensors are bound but never read by the forward: touching them would only
      * add to RSS (the MTP head is 0.44 GB of the full model's W4A16 file) */
     if (!t->data || !strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "mtp.", 4)) return;
-    if (c->skip_lm_head && !strncmp(t->name, "lm_head.", 8)) return;
+    if (c->skip_gptq && gptq_part(t->name)) return;
     if (strstr(t->name, "embed_tokens.")) {
         /* one row per token is read: read the table into the page cache (a cold row cost 5-7 ms
          * of disk per decoded token) without mapping all of it, so RSS grows only by the rows
@@ -531,12 +660,10 @@ static void prefault_one(void *vc, const cllm_tensor *t) {
 
 uint64_t cllm_model_prefault(const cllm_model *m) {
     if (m->tp_size > 1) return fwd_tp_prefault(m); /* this rank's slices only */
-    prefault_ctx c = {0, 0, m->lm_head.panel > 0};
+    prefault_ctx c = {0, 0, m->panel_all};
     cllm_ckpt_foreach(m->ckpt, prefault_one, &c);
-    if (c.skip_lm_head) { /* the panels themselves (malloc'd, touched by the repack) */
-        const cllm_qweight *q = &m->lm_head.q;
-        c.bytes +=
-            (uint64_t)q->K / (32 / q->bits) * q->N * 4 + (uint64_t)q->K / q->group * q->N * 2;
-    }
+    /* the panels themselves are touched by the repack; a partial repack's file pages are
+     * prefaulted above as well (the dropped ones come back: RSS only) */
+    c.bytes += m->panel_bytes;
     return c.bytes;
 }
