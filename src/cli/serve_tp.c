@@ -96,8 +96,12 @@ static void lead_close(void *user) {
 static cllm_status sync_sizes(void *user, uint64_t *n_blocks, int *max_len, int *n_live,
                               int *n_snap, cllm_error *err) {
     int64_t v[4] = {(int64_t)*n_blocks, *max_len, *n_live, *n_snap};
-    /* untimed: at start-up the ranks may be minutes apart (loading, prefaulting their slices) */
-    if (cllm_dist_bcast_idle(v, sizeof(v), 0) != CLLM_OK) return dist_err(CLLM_EIO, err);
+    /* every rank has loaded and prefaulted its slices (minutes apart, maybe): the start-up
+     * timeout, with the late rank named; then the sizes, then rank 0's heartbeats start (the
+     * followers' idle waits from here on are bounded by them) */
+    if (cllm_dist_check_same_startup(0, "the engine start-up", err) != CLLM_OK) return CLLM_EIO;
+    if (cllm_dist_bcast(v, sizeof(v), 0) != CLLM_OK) return dist_err(CLLM_EIO, err);
+    cllm_dist_heartbeat_start();
     *n_blocks = (uint64_t)v[0];
     *max_len = (int)v[1];
     *n_live = (int)v[2];

@@ -10,7 +10,9 @@
  *
  * Failure: every collective waits in a polling loop of ours (dist_mpi.c), so a rank is never
  * stuck in MPI for good. A failure is declared, once per process, when a collective waited
- * longer than CLLM_TP_TIMEOUT_S seconds (default 60, 0 = off: a peer stopped or hung), when MPI
+ * longer than CLLM_TP_TIMEOUT_S seconds (default 60, 0 = off: a peer stopped or hung), when an
+ * idle follower got no heartbeat from rank 0 for as long, when start-up (MPI_Init, the checks
+ * after loading) took longer than CLLM_TP_STARTUP_TIMEOUT_S (default 600), when MPI
  * reports an error (a peer on another host died), or within ~0.2 s when a peer on this host
  * exits. From then on every collective returns CLLM_EIO at once, the failure hook runs (the
  * server answers 503) and the process has FAIL_EXIT_S (10 s) to end before it is exited with
@@ -43,9 +45,15 @@ cllm_status cllm_dist_allreduce_sum(float *buf, size_t n);
 /* recv[size][bytes] := every rank's send[bytes], rank order. */
 cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv);
 cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root);
-/* The same without the timeout: a server follower waiting for the next engine step, which may
- * be an idle hour away (a failure declared meanwhile still ends the wait). */
+/* A follower waiting for rank 0's next engine step (root 0), which may be an idle hour away: no
+ * timeout while rank 0's heartbeats come (cllm_dist_heartbeat_start); CLLM_TP_TIMEOUT_S
+ * without one declares rank 0 hung; before the first one, CLLM_TP_STARTUP_TIMEOUT_S (default
+ * 600 s) bounds the wait. A failure declared meanwhile ends it too. */
 cllm_status cllm_dist_bcast_idle(void *buf, size_t bytes, int root);
+/* Rank 0 of a job whose other ranks wait in cllm_dist_bcast_idle (serve, bench): from now to
+ * the end of the process, one byte to every rank each second (from a thread of its own;
+ * idempotent; a no-op elsewhere). */
+void cllm_dist_heartbeat_start(void);
 cllm_status cllm_dist_barrier(void);
 /* Ends every rank (MPI_Abort) with the exit code; used when one rank fails alone. */
 _Noreturn void cllm_dist_abort(int code);
@@ -59,6 +67,10 @@ void cllm_dist_on_failure(void (*fn)(const char *msg));
 /* Every rank passes its own value; CLLM_EINVAL with a message when any rank differs (the config
  * + shard plan hash exchanged at start: mismatched binaries or model files are refused). */
 cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err);
+/* The same at start-up, where ranks may be minutes apart (loading, prefaulting their slices):
+ * bounded by CLLM_TP_STARTUP_TIMEOUT_S instead of CLLM_TP_TIMEOUT_S, and rank 0 names the
+ * ranks that did not come. */
+cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_error *err);
 
 /* Expert parallel (--enable-expert-parallel): set before the model loads; read by the shard
  * plan of model/weights_tp.c (routed experts spread whole instead of cut). */

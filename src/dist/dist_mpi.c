@@ -36,9 +36,36 @@ static double now_s(void) {
  * collective returns CLLM_EIO at once; the caller ends (cli_tp_finish aborts the job), and if
  * it has not within FAIL_EXIT_S the monitor exits the process with 124 (a bound, whatever the
  * caller does). Ranks compute the same work between collectives, so a legitimate timed wait
- * is load imbalance (short); the idle wait of a server follower for its next step is untimed. */
+ * is load imbalance (short); the idle wait of a server follower for its next step is bounded by
+ * rank 0's heartbeats instead, and start-up by CLLM_TP_STARTUP_TIMEOUT_S. */
 static int wd_timeout_s = 60;
+/* Start-up (MPI_Init, the first exchanges, the waits while ranks load and prefault their slices,
+ * which on a big model on a slow disk may be minutes apart): CLLM_TP_STARTUP_TIMEOUT_S (default
+ * 600, 0 = off), with the late rank named where rank 0 can tell. */
+static int st_timeout_s = 600;
 #define FAIL_EXIT_S 10
+/* MPI_THREAD_SERIALIZED: the heartbeat thread of rank 0 and the thread running the model take
+ * turns through this lock around every MPI call */
+static pthread_mutex_t mpi_mu = PTHREAD_MUTEX_INITIALIZER;
+static void lk(void) {
+    pthread_mutex_lock(&mpi_mu);
+}
+static void ulk(void) {
+    pthread_mutex_unlock(&mpi_mu);
+}
+enum { TAG_HB = 7101, TAG_CHECK = 7102 };
+/* Heartbeats (a server's followers wait idle for rank 0's next step, maybe for hours): rank 0
+ * sends each other rank one byte every HB_PERIOD_S from hb_thread; a follower's idle wait
+ * (cllm_dist_bcast_idle) receives them and declares rank 0 hung after CLLM_TP_TIMEOUT_S without
+ * one (before the first one: the start-up timeout, rank 0 may still be loading). */
+#define HB_PERIOD_S 1
+static pthread_t hb_th;
+static _Atomic int hb_state; /* 0 none, 1 running, 2 stop asked */
+static MPI_Request *hb_tx;   /* rank 0: [size] last send to each rank */
+static MPI_Request hb_rx = MPI_REQUEST_NULL;
+static char hb_byte, hb_in;
+static bool hb_seen; /* a follower got at least one */
+static double hb_last;
 static _Atomic int g_failed;
 static char g_fail_msg[256];
 static double g_fail_t;
@@ -46,7 +73,8 @@ static void (*g_fail_hook)(const char *msg);
 static _Atomic long long g_finalizing_ms; /* MPI_Finalize under way since (0 = not) */
 /* peers on this host, by pid (-1 elsewhere) */
 static int *peer_pid;
-static pid_t g_ppid; /* the launcher (mpirun or its daemon) that started this rank */
+static int *rank_pid; /* every rank's pid, wherever it runs (for messages) */
+static pid_t g_ppid;  /* the launcher (mpirun or its daemon) that started this rank */
 
 static void declare_failure(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void declare_failure(const char *fmt, ...) {
@@ -116,32 +144,156 @@ static void *monitor(void *arg) {
     return NULL;
 }
 
-/* Waits for a started collective. timed: under CLLM_TP_TIMEOUT_S. Spins (yielding) for the
- * first 2 ms, then polls with short sleeps so a waiting rank leaves its core to the peers it
- * waits for (a follower idle between requests costs no CPU). */
-static cllm_status wait_req(MPI_Request *rq, bool timed, const char *what) {
+/* A follower's idle wait: takes every heartbeat that has come from rank 0 (they queue while
+ * the rank computes). Called under the lock. */
+static void hb_poll(void) {
+    for (;;) {
+        if (hb_rx == MPI_REQUEST_NULL &&
+            MPI_Irecv(&hb_in, 1, MPI_BYTE, 0, TAG_HB, MPI_COMM_WORLD, &hb_rx) != MPI_SUCCESS)
+            return;
+        int got = 0;
+        if (MPI_Test(&hb_rx, &got, MPI_STATUS_IGNORE) != MPI_SUCCESS || !got) return;
+        hb_seen = true;
+        hb_last = now_s();
+    }
+}
+
+static int pid_of(int r) {
+    return rank_pid && r >= 0 && r < g_size ? rank_pid[r] : -1;
+}
+
+/* Polling pause after w seconds of waiting: spins (yielding) for the first 2 ms, then sleeps a
+ * little, so a waiting rank leaves its core to the peers it waits for (a follower idle between
+ * requests costs no CPU). */
+static void pause_for(double w) {
+    if (w < 0.002)
+        sched_yield();
+    else
+        usleep(w < 0.1 ? 50 : 1000);
+}
+
+typedef enum {
+    W_TIMED,   /* CLLM_TP_TIMEOUT_S: ranks run the same work between collectives */
+    W_STARTUP, /* CLLM_TP_STARTUP_TIMEOUT_S (with a margin: rank 0 names the late rank first) */
+    W_IDLE,    /* a follower waiting for rank 0's next step: bounded by its heartbeats */
+} wait_mode;
+
+/* Waits for a started request, under the mode's bound. */
+static cllm_status wait_req(MPI_Request *rq, wait_mode mode, const char *what) {
     double t0 = now_s();
+    bool idle = mode == W_IDLE && g_rank != 0;
     for (;;) {
         int done = 0;
-        if (MPI_Test(rq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        lk();
+        int e = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (idle && !done) hb_poll();
+        ulk();
+        if (e != MPI_SUCCESS) {
             declare_failure("tensor parallel: %s failed in MPI (a peer died or the network broke)",
                             what);
             return CLLM_EIO;
         }
         if (done) return CLLM_OK;
         if (atomic_load(&g_failed)) return CLLM_EIO;
-        double w = now_s() - t0;
-        if (timed && wd_timeout_s > 0 && w > wd_timeout_s) {
+        double t = now_s(), w = t - t0;
+        if (mode == W_TIMED && wd_timeout_s > 0 && w > wd_timeout_s) {
             declare_failure("tensor parallel: %s has waited over %d s for the other ranks (one "
                             "hung or died; CLLM_TP_TIMEOUT_S)",
                             what, wd_timeout_s);
             return CLLM_EIO;
         }
-        if (w < 0.002)
-            sched_yield();
-        else
-            usleep(w < 0.1 ? 50 : 1000);
+        if (mode == W_STARTUP && st_timeout_s > 0 && w > st_timeout_s * 1.1 + 5) {
+            declare_failure("tensor parallel: %s: no answer from rank 0 (pid %d) after %.0f s "
+                            "(a rank is still loading, or hung; CLLM_TP_STARTUP_TIMEOUT_S)",
+                            what, pid_of(0), w);
+            return CLLM_EIO;
+        }
+        if (idle && wd_timeout_s > 0) {
+            if (!hb_seen && st_timeout_s > 0 && w > st_timeout_s * 1.1 + 5) {
+                declare_failure("tensor parallel: rank 0 (pid %d) sent neither a step nor a "
+                                "heartbeat in %.0f s after start-up (still loading, or hung; "
+                                "CLLM_TP_STARTUP_TIMEOUT_S)",
+                                pid_of(0), w);
+                return CLLM_EIO;
+            }
+            double quiet = t - (hb_last > t0 ? hb_last : t0);
+            if (hb_seen && quiet > wd_timeout_s) {
+                declare_failure("tensor parallel: rank 0 (pid %d) sent no heartbeat for %.0f s "
+                                "while this rank waited for its next step (rank 0 stopped or "
+                                "hung; CLLM_TP_TIMEOUT_S)",
+                                pid_of(0), quiet);
+                return CLLM_EIO;
+            }
+        }
+        pause_for(w);
     }
+}
+
+static void *hb_thread(void *arg) {
+    (void)arg;
+    while (atomic_load(&hb_state) == 1) {
+        if (!atomic_load(&g_failed)) {
+            lk();
+            for (int r = 1; r < g_size; r++) {
+                int done = 1;
+                if (hb_tx[r] != MPI_REQUEST_NULL) MPI_Test(&hb_tx[r], &done, MPI_STATUS_IGNORE);
+                /* one in flight per rank: a stopped peer does not pile them up */
+                if (done) MPI_Isend(&hb_byte, 1, MPI_BYTE, r, TAG_HB, MPI_COMM_WORLD, &hb_tx[r]);
+            }
+            ulk();
+        }
+        for (int i = 0; i < 10 * HB_PERIOD_S && atomic_load(&hb_state) == 1; i++)
+            usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+void cllm_dist_heartbeat_start(void) {
+    if (g_size < 2 || g_rank != 0 || atomic_load(&hb_state)) return;
+    hb_tx = malloc((size_t)g_size * sizeof(*hb_tx));
+    if (!hb_tx) return;
+    for (int r = 0; r < g_size; r++) hb_tx[r] = MPI_REQUEST_NULL;
+    atomic_store(&hb_state, 1);
+    if (pthread_create(&hb_th, NULL, hb_thread, NULL) != 0) atomic_store(&hb_state, 0);
+}
+
+/* Before MPI_Finalize: no thread but the caller's calls MPI any more. */
+static void hb_stop(void) {
+    if (atomic_load(&hb_state) == 1) {
+        atomic_store(&hb_state, 2);
+        pthread_join(hb_th, NULL);
+    }
+    for (int r = 0; hb_tx && r < g_size; r++) {
+        int done = 1;
+        if (hb_tx[r] != MPI_REQUEST_NULL) MPI_Test(&hb_tx[r], &done, MPI_STATUS_IGNORE);
+        if (!done) MPI_Request_free(&hb_tx[r]); /* completes on its own */
+    }
+    free(hb_tx);
+    hb_tx = NULL;
+    if (hb_rx != MPI_REQUEST_NULL) {
+        MPI_Cancel(&hb_rx);
+        MPI_Wait(&hb_rx, MPI_STATUS_IGNORE);
+    }
+}
+
+/* Until MPI_Init and the first exchange are over (init_done): a rank that never started, or a
+ * launcher that hung, would leave the others inside MPI_Init for good. */
+static _Atomic int init_done;
+static void *init_watch(void *arg) {
+    (void)arg;
+    double t0 = now_s();
+    while (!atomic_load(&init_done)) {
+        usleep(200 * 1000);
+        if (st_timeout_s > 0 && now_s() - t0 > st_timeout_s && !atomic_load(&init_done)) {
+            const char *r = getenv("OMPI_COMM_WORLD_RANK");
+            fprintf(stderr,
+                    "cllm: rank %s: MPI start-up has not finished after %d s (a rank did not "
+                    "start, or the launcher hung; CLLM_TP_STARTUP_TIMEOUT_S)\n",
+                    r ? r : "?", st_timeout_s);
+            _exit(124);
+        }
+    }
+    return NULL;
 }
 
 static void fin(void) {
@@ -153,6 +305,7 @@ static void fin(void) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     g_finalizing_ms = (long long)(now_s() * 1e3);
+    if (!f) hb_stop();
     if (!f) MPI_Finalize();
     free(ar_send);
     free(ar_recv);
@@ -171,6 +324,12 @@ cllm_status cllm_dist_init(cllm_error *err) {
      * waits (wait_req) poll; this covers the blocking calls left (init, finalize). A user
      * setting wins. */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    const char *to = getenv("CLLM_TP_TIMEOUT_S");
+    if (to) wd_timeout_s = atoi(to);
+    if ((to = getenv("CLLM_TP_STARTUP_TIMEOUT_S"))) st_timeout_s = atoi(to);
+    /* MPI_Init and the first exchange wait for every rank to start: bounded */
+    pthread_t iw;
+    if (pthread_create(&iw, NULL, init_watch, NULL) == 0) pthread_detach(iw);
     int prov = 0;
     /* SERIALIZED: one thread at a time, not necessarily the one that called init (the engine
      * runs forward calls on its own thread) */
@@ -183,11 +342,12 @@ cllm_status cllm_dist_init(cllm_error *err) {
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     /* errors come back to wait_req (a failure is declared and reported), not abort inside MPI */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    const char *to = getenv("CLLM_TP_TIMEOUT_S");
-    if (to) wd_timeout_s = atoi(to);
     atexit(fin);
     inited = true;
-    if (g_size < 2) return CLLM_OK;
+    if (g_size < 2) {
+        atomic_store(&init_done, 1);
+        return CLLM_OK;
+    }
     /* who runs on this host, by pid: the monitor watches those (a peer elsewhere is covered by
      * the MPI error or the timeout) */
     char host[256] = {0};
@@ -196,12 +356,17 @@ cllm_status cllm_dist_init(cllm_error *err) {
     for (const char *c = host; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
     uint64_t mine[2] = {h, (uint64_t)getpid()}, *all = calloc((size_t)g_size * 2, sizeof(*all));
     peer_pid = calloc((size_t)g_size, sizeof(int));
-    if (!all || !peer_pid ||
+    rank_pid = calloc((size_t)g_size, sizeof(int));
+    if (!all || !peer_pid || !rank_pid ||
         MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, MPI_COMM_WORLD) != MPI_SUCCESS) {
         free(all);
         return cllm_err_set(err, CLLM_EIO, "tensor parallel: the start-up exchange failed");
     }
-    for (int r = 0; r < g_size; r++) peer_pid[r] = all[2 * r] == h ? (int)all[2 * r + 1] : -1;
+    atomic_store(&init_done, 1);
+    for (int r = 0; r < g_size; r++) {
+        rank_pid[r] = (int)all[2 * r + 1];
+        peer_pid[r] = all[2 * r] == h ? rank_pid[r] : -1;
+    }
     free(all);
     g_ppid = getppid();
     pthread_t th;
@@ -243,20 +408,22 @@ cllm_status cllm_dist_allreduce_sum(float *buf, size_t n) {
     memcpy(ar_send, buf, n * sizeof(float));
     memset(ar_send + n, 0, (chunk * N - n) * sizeof(float));
     MPI_Request rq;
-    if (MPI_Ialltoall(ar_send, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
-                      MPI_COMM_WORLD, &rq) != MPI_SUCCESS ||
-        wait_req(&rq, true, "an all-reduce") != CLLM_OK)
-        return CLLM_EIO;
+    lk();
+    int e = MPI_Ialltoall(ar_send, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT,
+                          MPI_COMM_WORLD, &rq);
+    ulk();
+    if (e != MPI_SUCCESS || wait_req(&rq, W_TIMED, "an all-reduce") != CLLM_OK) return CLLM_EIO;
     float *mine = ar_send; /* reuse the first chunk of the send buffer as the sum */
     for (size_t i = 0; i < chunk; i++) mine[i] = ar_recv[i];
     for (size_t r = 1; r < N; r++) {
         const float *p = ar_recv + r * chunk;
         for (size_t i = 0; i < chunk; i++) mine[i] += p[i];
     }
-    if (MPI_Iallgather(mine, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT, MPI_COMM_WORLD,
-                       &rq) != MPI_SUCCESS ||
-        wait_req(&rq, true, "an all-reduce") != CLLM_OK)
-        return CLLM_EIO;
+    lk();
+    e = MPI_Iallgather(mine, (int)chunk, MPI_FLOAT, ar_recv, (int)chunk, MPI_FLOAT, MPI_COMM_WORLD,
+                       &rq);
+    ulk();
+    if (e != MPI_SUCCESS || wait_req(&rq, W_TIMED, "an all-reduce") != CLLM_OK) return CLLM_EIO;
     memcpy(buf, ar_recv, n * sizeof(float));
     dist_stats.allreduce_calls++;
     dist_stats.allreduce_bytes += n * sizeof(float);
@@ -273,40 +440,44 @@ cllm_status cllm_dist_allgather(const void *send, size_t bytes, void *recv) {
     if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
     double t0 = now_s();
     MPI_Request rq;
-    if (MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
-                       &rq) != MPI_SUCCESS ||
-        wait_req(&rq, true, "an all-gather") != CLLM_OK)
-        return CLLM_EIO;
+    lk();
+    int e =
+        MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &rq);
+    ulk();
+    if (e != MPI_SUCCESS || wait_req(&rq, W_TIMED, "an all-gather") != CLLM_OK) return CLLM_EIO;
     dist_stats.allgather_calls++;
     dist_stats.allgather_bytes += bytes * (size_t)g_size;
     dist_stats.allgather_seconds += now_s() - t0;
     return CLLM_OK;
 }
 
-static cllm_status bcast(void *buf, size_t bytes, int root, bool timed) {
+static cllm_status bcast(void *buf, size_t bytes, int root, wait_mode mode) {
     if (g_size < 2) return CLLM_OK;
     if (atomic_load(&g_failed)) return CLLM_EIO;
     if (bytes > (size_t)INT32_MAX) return CLLM_ENOMEM;
     MPI_Request rq;
-    if (MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &rq) != MPI_SUCCESS)
-        return CLLM_EIO;
-    return wait_req(&rq, timed, "a broadcast");
+    lk();
+    int e = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &rq);
+    ulk();
+    return e != MPI_SUCCESS ? CLLM_EIO : wait_req(&rq, mode, "a broadcast");
 }
 
 cllm_status cllm_dist_bcast(void *buf, size_t bytes, int root) {
-    return bcast(buf, bytes, root, true);
+    return bcast(buf, bytes, root, W_TIMED);
 }
 
 cllm_status cllm_dist_bcast_idle(void *buf, size_t bytes, int root) {
-    return bcast(buf, bytes, root, false);
+    return bcast(buf, bytes, root, root == 0 ? W_IDLE : W_TIMED);
 }
 
 cllm_status cllm_dist_barrier(void) {
     if (g_size < 2) return CLLM_OK;
     if (atomic_load(&g_failed)) return CLLM_EIO;
     MPI_Request rq;
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &rq) != MPI_SUCCESS) return CLLM_EIO;
-    return wait_req(&rq, true, "a barrier");
+    lk();
+    int e = MPI_Ibarrier(MPI_COMM_WORLD, &rq);
+    ulk();
+    return e != MPI_SUCCESS ? CLLM_EIO : wait_req(&rq, W_TIMED, "a barrier");
 }
 
 _Noreturn void cllm_dist_abort(int code) {
@@ -314,32 +485,112 @@ _Noreturn void cllm_dist_abort(int code) {
     exit(code);
 }
 
+static cllm_status differs(const uint64_t *all, const char *what, cllm_error *err) {
+    for (int r = 1; r < g_size; r++)
+        if (all[r] != all[0])
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "%s differs between ranks: rank 0 has %016llx, rank %d has "
+                                "%016llx (mismatched binaries, models or options across ranks)",
+                                what, (unsigned long long)all[0], r, (unsigned long long)all[r]);
+    return CLLM_OK;
+}
+
+static cllm_status failed_err(cllm_error *err) {
+    const char *f = cllm_dist_failure();
+    return cllm_err_set(err, CLLM_EIO, "%s", f ? f : "tensor parallel: the exchange failed");
+}
+
 cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err) {
     if (g_size < 2) return CLLM_OK;
-    if (atomic_load(&g_failed))
-        return cllm_err_set(err, CLLM_EIO, "%s", cllm_dist_failure() ? g_fail_msg : "failed");
+    if (atomic_load(&g_failed)) return failed_err(err);
     uint64_t *all = malloc((size_t)g_size * sizeof(*all));
     if (!all) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-    /* untimed: ranks reach this after loading their slices, which can take minutes apart on a
-     * big model (a peer that dies meanwhile is still seen by the monitor) */
     MPI_Request rq;
-    cllm_status s = MPI_Iallgather(&value, sizeof(value), MPI_BYTE, all, sizeof(value), MPI_BYTE,
-                                   MPI_COMM_WORLD, &rq) == MPI_SUCCESS
-                        ? wait_req(&rq, false, "the start-up check")
-                        : CLLM_EIO;
-    if (s != CLLM_OK)
-        cllm_err_set(err, CLLM_EIO, "%s",
-                     cllm_dist_failure() ? g_fail_msg : "tensor parallel: the exchange failed");
-    if (s == CLLM_OK)
-        for (int r = 1; r < g_size; r++)
-            if (all[r] != all[0]) {
-                s = cllm_err_set(err, CLLM_EINVAL,
-                                 "%s differs between ranks: rank 0 has %016llx, rank %d has "
-                                 "%016llx (mismatched binaries, models or options across ranks)",
-                                 what, (unsigned long long)all[0], r, (unsigned long long)all[r]);
-                break;
-            }
+    lk();
+    int e = MPI_Iallgather(&value, sizeof(value), MPI_BYTE, all, sizeof(value), MPI_BYTE,
+                           MPI_COMM_WORLD, &rq);
+    ulk();
+    cllm_status s = e == MPI_SUCCESS ? wait_req(&rq, W_TIMED, what) : CLLM_EIO;
+    s = s != CLLM_OK ? failed_err(err) : differs(all, what, err);
     free(all);
+    return s;
+}
+
+/* Rank 0 takes every rank's value point to point, so when one does not come it can say which
+ * rank is late; then it broadcasts them all. */
+cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_error *err) {
+    if (g_size < 2) return CLLM_OK;
+    if (atomic_load(&g_failed)) return failed_err(err);
+    uint64_t *all = calloc((size_t)g_size, sizeof(*all));
+    MPI_Request *rq = malloc((size_t)g_size * sizeof(*rq));
+    if (!all || !rq) {
+        free(all);
+        free(rq);
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    }
+    cllm_status s = CLLM_OK;
+    all[0] = value;
+    /* fault injection for tests/dist/tp_hang.sh: "RANK:SECONDS" stalls that rank here once */
+    static bool stalled;
+    const char *st = getenv("CLLM_TP_TEST_STALL");
+    if (st && !stalled && atoi(st) == g_rank && strchr(st, ':')) {
+        stalled = true;
+        sleep((unsigned)atoi(strchr(st, ':') + 1));
+    }
+    if (g_rank == 0) {
+        rq[0] = MPI_REQUEST_NULL;
+        lk();
+        for (int r = 1; r < g_size; r++)
+            if (MPI_Irecv(&all[r], 1, MPI_UINT64_T, r, TAG_CHECK, MPI_COMM_WORLD, &rq[r]) !=
+                MPI_SUCCESS)
+                s = CLLM_EIO;
+        ulk();
+        double t0 = now_s();
+        while (s == CLLM_OK) {
+            int left = 0;
+            lk();
+            for (int r = 1; r < g_size; r++) {
+                int d = 1;
+                if (rq[r] != MPI_REQUEST_NULL &&
+                    MPI_Test(&rq[r], &d, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                    s = CLLM_EIO;
+                left += !d;
+            }
+            ulk();
+            if (s != CLLM_OK || !left) break;
+            double w = now_s() - t0;
+            if (atomic_load(&g_failed)) {
+                s = CLLM_EIO;
+            } else if (st_timeout_s > 0 && w > st_timeout_s) {
+                char late[160] = "";
+                size_t n = 0;
+                for (int r = 1; r < g_size && n + 32 < sizeof(late); r++)
+                    if (rq[r] != MPI_REQUEST_NULL)
+                        n += (size_t)snprintf(late + n, sizeof(late) - n, "%s%d (pid %d)",
+                                              n ? ", " : "", r, pid_of(r));
+                declare_failure("tensor parallel: rank%s %s did not reach %s within %d s of rank "
+                                "0 (still loading, or hung; CLLM_TP_STARTUP_TIMEOUT_S)",
+                                left > 1 ? "s" : "", late, what, st_timeout_s);
+                s = CLLM_EIO;
+            }
+            pause_for(w);
+        }
+    } else {
+        lk();
+        int e = MPI_Isend(&value, 1, MPI_UINT64_T, 0, TAG_CHECK, MPI_COMM_WORLD, &rq[0]);
+        ulk();
+        s = e == MPI_SUCCESS ? wait_req(&rq[0], W_STARTUP, what) : CLLM_EIO;
+    }
+    if (s == CLLM_OK) {
+        MPI_Request b;
+        lk();
+        int e = MPI_Ibcast(all, g_size, MPI_UINT64_T, 0, MPI_COMM_WORLD, &b);
+        ulk();
+        s = e == MPI_SUCCESS ? wait_req(&b, W_STARTUP, what) : CLLM_EIO;
+    }
+    s = s != CLLM_OK ? failed_err(err) : differs(all, what, err);
+    free(all);
+    free(rq);
     return s;
 }
 

@@ -52,6 +52,10 @@ _Noreturn void cllm_dist_abort(int code) {
 cllm_status cllm_dist_check_same(uint64_t value, const char *what, cllm_error *err) {
     return CLLM_OK;
 }
+cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_error *err) {
+    return CLLM_OK;
+}
+void cllm_dist_heartbeat_start(void) {}
 double cllm_dist_bench_allreduce(size_t n, int iters) {
     return 0.0;
 }

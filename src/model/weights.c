@@ -297,7 +297,8 @@ cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) 
     cllm_status st = cllm_model_load_tp(dir, cllm_dist_rank(), cllm_dist_size(), out, err);
     if (st != CLLM_OK || cllm_dist_size() < 2) return st;
     /* every rank must run the same config and plan (same binary, same model files) */
-    if ((st = cllm_dist_check_same((*out)->tp_hash, "config + shard plan hash", err)) != CLLM_OK) {
+    if ((st = cllm_dist_check_same_startup((*out)->tp_hash, "config + shard plan hash", err)) !=
+        CLLM_OK) {
         cllm_model_free(*out);
         *out = NULL;
     }
