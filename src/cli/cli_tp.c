@@ -327,6 +327,15 @@ static void print_stats(void) {
             "tp rank %d/%d: all-reduce alone: 8 KB (1 token x 2048) %.1f us, 512 KB (64 tokens) "
             "%.1f us\n",
             cllm_dist_rank(), cllm_dist_size(), t1 * 1e6, t64 * 1e6);
+    /* the lm_head's exchange per token: one (logit, id) pair per rank for greedy, 40 for top-k
+     * 40, or the rank's slice of a 248320-token row when the sampler needs it whole */
+    size_t row = (248320 + (size_t)cllm_dist_size() - 1) / (size_t)cllm_dist_size() * 4;
+    double g1 = cllm_dist_bench_allgather(8, 200), g40 = cllm_dist_bench_allgather(320, 200),
+           gr = cllm_dist_bench_allgather(row, 50);
+    fprintf(stderr,
+            "tp rank %d/%d: all-gather alone: 8 B/rank (greedy) %.1f us, 320 B/rank (top-40) "
+            "%.1f us, %zu B/rank (a 248320-token row) %.1f us\n",
+            cllm_dist_rank(), cllm_dist_size(), g1 * 1e6, g40 * 1e6, row, gr * 1e6);
 }
 
 int cli_tp_finish(const char *cmd, const char *model_dir, int rc) {

@@ -89,5 +89,7 @@ void cllm_dist_stats_reset(void);
 /* Seconds per all-reduce of n floats, averaged over iters back-to-back calls after a barrier
  * (pure communication: no compute to wait for); 0 on one process. Collective. */
 double cllm_dist_bench_allreduce(size_t n, int iters);
+/* The same for an all-gather of bytes per rank. */
+double cllm_dist_bench_allgather(size_t bytes, int iters);
 
 #endif

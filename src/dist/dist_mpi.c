@@ -594,6 +594,20 @@ cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_
     return s;
 }
 
+double cllm_dist_bench_allgather(size_t bytes, int iters) {
+    if (g_size < 2 || iters < 1) return 0.0;
+    unsigned char *v = calloc((bytes ? bytes : 1) * (size_t)(g_size + 1), 1);
+    if (!v) return -1.0;
+    cllm_dist_stats keep = dist_stats;
+    cllm_dist_barrier();
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++) cllm_dist_allgather(v, bytes, v + bytes);
+    double dt = (now_s() - t0) / iters;
+    dist_stats = keep;
+    free(v);
+    return dt;
+}
+
 double cllm_dist_bench_allreduce(size_t n, int iters) {
     if (g_size < 2 || iters < 1) return 0.0;
     float *v = calloc(n ? n : 1, sizeof(float));

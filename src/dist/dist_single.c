@@ -56,6 +56,9 @@ cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_
     return CLLM_OK;
 }
 void cllm_dist_heartbeat_start(void) {}
+double cllm_dist_bench_allgather(size_t bytes, int iters) {
+    return 0.0;
+}
 double cllm_dist_bench_allreduce(size_t n, int iters) {
     return 0.0;
 }
