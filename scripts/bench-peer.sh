@@ -20,6 +20,8 @@
 #                `cllm synth --scheme w4a16` when missing)
 #   EXTRA_MODELS more cllm model dirs, comma-separated, measured the same way (own columns)
 #   ROUNDS (3), THREADS (2), OUT (results folder, default a new /tmp/bench-peer.* folder)
+#   REPORT_ONLY  set (with OUT = an earlier run's folder and the same MODEL/EXTRA_MODELS): run
+#                nothing, print that run's table again
 #   LOCK         a file to flock around every engine run (shared boxes: one big process at a time)
 #   CLLM_ISA     passed through (e.g. avx2: compare against an AVX2-only llama.cpp build, made by
 #                RECIPE.sh on a CPU without AVX-512)
@@ -93,7 +95,8 @@ run() { # name round cmd...: stdout to OUT/name.rROUND.txt, stderr to .err, time
 }
 
 BB_ARGS=(-c 8192 -b 2048 -ub 512 -npp 128 -ntg 32 -npl 1,2,4,8)
-uptime >"$OUT/uptime.start"
+[ -n "${REPORT_ONLY:-}" ] && ROUNDS=0 # OUT=<an earlier run's folder>: print its table again
+[ "$ROUNDS" -gt 0 ] && uptime >"$OUT/uptime.start"
 for r in $(seq 1 "$ROUNDS"); do
     run bw "$r" "$BW" "$T" 2 10
     run llama-bench "$r" "$LB/llama-bench" -m "$GGUF" -t "$T" -p 512 -n 128 -r 1 -o json
@@ -110,7 +113,8 @@ for r in $(seq 1 "$ROUNDS"); do
             --no-table
     done
 done
-uptime >"$OUT/uptime.end"
+[ "$ROUNDS" -gt 0 ] && uptime >"$OUT/uptime.end"
+[ -n "${REPORT_ONLY:-}" ] && ROUNDS=$(ls "$OUT"/bw.r*.txt 2>/dev/null | wc -l)
 
 # Bytes per decoded token of the GGUF: the recipe's formula (weights only, like cllm's figure).
 LLAMA_BYTES=$(/usr/bin/python3 "$RECIPE/roofline.py" 2>/dev/null |
@@ -150,7 +154,9 @@ def llama_bench(name, r):
     return res
 def batched(name, r):  # PP TG B N_KV T_PP S_PP T_TG S_TG T S
     res = {}
-    for line in read(name, r).splitlines():
+    err = f"{out}/{name}.r{r}.err"  # ik's llama-batched-bench prints its table on stderr
+    extra = open(err, errors="replace").read() if os.path.exists(err) else ""
+    for line in (read(name, r) + "\n" + extra).splitlines():
         f = [x.strip() for x in line.strip().strip("|").split("|")]
         if len(f) >= 10 and all(re.fullmatch(r"[\d.]+", x) for x in f[:10]):
             res[int(f[2])] = (float(f[5]), float(f[7]))
