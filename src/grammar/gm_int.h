@@ -188,7 +188,8 @@ typedef struct gm_stk {
     int n_f, cap_f;
     int32_t *tab; /* open-addressing intern table of frame ids, 0 = empty */
     int tab_cap;
-    int32_t *slot; /* [cap_f] table slot of each frame (rollback) */
+    int32_t *slot;  /* [cap_f] table slot of each frame (rollback) */
+    uint32_t epoch; /* bumped when a rollback removes frames (their ids may come back) */
 } gm_stk;
 
 struct cllm_gm_matcher {
@@ -208,6 +209,9 @@ struct cllm_gm_matcher {
     uint32_t *vis_stamp;
     uint32_t vis_gen;
     int vis_cap; /* slots, a power of two; 0 = not allocated */
+    /* memo of one-head steps while building mask caches (NULL elsewhere): (frame id, byte) ->
+     * the next head and accept flag, valid within one frame-table epoch */
+    struct gm_memo *memo;
     /* trie-walk scratch */
     int *wbuf;
     int wcap;
@@ -217,6 +221,8 @@ struct cllm_gm_matcher {
 };
 
 int gm_frame_intern(gm_stk *st, int node, int parent); /* -1 on ENOMEM */
+/* Gives m a one-head step memo (gm_step uses it when present); false on out of memory. */
+bool gm_memo_enable(cllm_gm_matcher *m);
 void gm_stk_rollback(gm_stk *st, int n_f);
 /* next = advance(cur, byte); false on a cap (error). */
 bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next);

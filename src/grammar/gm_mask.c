@@ -197,6 +197,7 @@ static bool build_cache(cllm_gm_matcher *m, int node, gm_cache *c) {
     int rule = g->node_rule[node];
     gm_fol f = {g->follow ? g->follow + 8 * rule : all,
                 g->follow2 ? g->follow2 + (size_t)2048 * rule : NULL};
+    gm_memo_enable(m); /* only faster: without it (out of memory) every step is computed */
     if (!ends || !gm_start(m, node, bottom ? GM_BOTTOM : 0, &s0)) goto out;
     m->woff[0] = 0;
     if (!level_put(m, 0, &s0)) goto out;

@@ -87,6 +87,7 @@ int gm_frame_intern(gm_stk *st, int node, int parent) {
  * entry ever probed past a removed one's slot (it was empty when the older entry went in; a
  * rehash re-inserts in id order), so clearing the slot restores the table exactly. */
 void gm_stk_rollback(gm_stk *st, int n_f) {
+    if (st->n_f > n_f) st->epoch++;
     while (st->n_f > n_f) {
         int id = --st->n_f;
         st->tab[st->slot[id]] = 0;
@@ -227,7 +228,23 @@ bool gm_start(cllm_gm_matcher *m, int node, int parent, gm_set *out) {
     return closure(m, node, parent, out);
 }
 
-bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next) {
+/* The one-head step memo: a cache walk steps the same single frame on the same byte over and
+ * over (a string's character loop returns to one frame), and a lookup is several times cheaper
+ * than the edge scan, closure and frame interning. Direct-mapped; a one-head result is stored. */
+enum { MEMO_BITS = 12 };
+typedef struct gm_memo {
+    uint32_t key;   /* frame id << 8 | byte (frame ids stay below 2^24, MAX_FRAMES) */
+    uint32_t stamp; /* frame-table epoch + 1; 0 = empty */
+    int32_t to;     /* the next head, -1 = none */
+    uint8_t accept;
+} gm_memo;
+
+bool gm_memo_enable(cllm_gm_matcher *m) {
+    if (!m->memo) m->memo = calloc((size_t)1 << MEMO_BITS, sizeof(gm_memo));
+    return m->memo != NULL;
+}
+
+static bool step_heads(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next) {
     const cllm_gm *g = m->g;
     next->n = 0;
     next->accept = false;
@@ -239,6 +256,20 @@ bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next) {
         for (int j = 0; j < nd->ne && e[j].lo <= byte; j++)
             if (byte <= e[j].hi && !closure(m, e[j].to, f.parent, next)) return false;
     }
+    return true;
+}
+
+bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next) {
+    if (!m->memo || cur->n != 1) return step_heads(m, cur, byte, next);
+    uint32_t key = (uint32_t)cur->h[0] << 8 | (uint32_t)byte;
+    gm_memo *e = &m->memo[(key * 2654435761u) >> (32 - MEMO_BITS)];
+    if (e->stamp == m->st.epoch + 1 && e->key == key) {
+        next->n = 0;
+        next->accept = e->accept;
+        return e->to < 0 || set_push(next, e->to);
+    }
+    if (!step_heads(m, cur, byte, next)) return false;
+    if (next->n <= 1) *e = (gm_memo){key, m->st.epoch + 1, next->n ? next->h[0] : -1, next->accept};
     return true;
 }
 
@@ -270,6 +301,7 @@ void cllm_gm_matcher_free(cllm_gm_matcher *m) {
     free(m->vis);
     free(m->vis_key);
     free(m->vis_stamp);
+    free(m->memo);
     free(m->wbuf);
     free(m->woff);
     free(m->wacc);
