@@ -179,8 +179,20 @@ typedef enum {
 } wait_mode;
 
 /* Waits for a started request, under the mode's bound. */
+/* A gap of over a second between two polls means this process itself was stopped (SIGSTOP of
+ * the whole job, a suspended machine): the time does not count as waiting for the others, else
+ * every rank would time out the others when they all resume. Shifts *t0 (and the heartbeat
+ * clock) by the gap. */
+static void skip_stopped(double *prev, double t, double *t0) {
+    double gap = t - *prev;
+    *prev = t;
+    if (gap <= 1.0) return;
+    *t0 += gap;
+    if (hb_seen) hb_last += gap;
+}
+
 static cllm_status wait_req(MPI_Request *rq, wait_mode mode, const char *what) {
-    double t0 = now_s();
+    double t0 = now_s(), prev = t0;
     bool idle = mode == W_IDLE && g_rank != 0;
     for (;;) {
         int done = 0;
@@ -195,7 +207,9 @@ static cllm_status wait_req(MPI_Request *rq, wait_mode mode, const char *what) {
         }
         if (done) return CLLM_OK;
         if (atomic_load(&g_failed)) return CLLM_EIO;
-        double t = now_s(), w = t - t0;
+        double t = now_s();
+        skip_stopped(&prev, t, &t0);
+        double w = t - t0;
         if (mode == W_TIMED && wd_timeout_s > 0 && w > wd_timeout_s) {
             declare_failure("tensor parallel: %s has waited over %d s for the other ranks (one "
                             "hung or died; CLLM_TP_TIMEOUT_S)",
@@ -545,7 +559,7 @@ cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_
                 MPI_SUCCESS)
                 s = CLLM_EIO;
         ulk();
-        double t0 = now_s();
+        double t0 = now_s(), prev = t0;
         while (s == CLLM_OK) {
             int left = 0;
             lk();
@@ -558,7 +572,9 @@ cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_
             }
             ulk();
             if (s != CLLM_OK || !left) break;
-            double w = now_s() - t0;
+            double t = now_s();
+            skip_stopped(&prev, t, &t0);
+            double w = t - t0;
             if (atomic_load(&g_failed)) {
                 s = CLLM_EIO;
             } else if (st_timeout_s > 0 && w > st_timeout_s) {
