@@ -20,7 +20,11 @@
 
 #include "grammar/gm_int.h"
 
-enum { MAX_MERGE_NODES = 200000 }; /* above this, one cache per node (the refinement's cost) */
+/* Above this, one cache per node: the refinement costs up to a round per byte of the longest
+ * token (about 200 ms for a 24k-node string of maxLength 1000 at 248k tokens, 130 rounds), and
+ * such grammars are not prepared ahead (sched_gm.c's PREP_MAX_NODES), so it would run on the
+ * engine thread at the first mask. */
+enum { MAX_MERGE_NODES = 100000 };
 
 enum { MAX_FOLLOW2_RULES = 512 }; /* byte-pair follow sets take 8 KiB per rule */
 
