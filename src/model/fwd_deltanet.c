@@ -185,7 +185,8 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     double t0 = c->prof_on ? cllm_time_s() : 0.0;
-    cllm_pool_for(c->pool, (size_t)m->conv_ch, conv_worker, &j);
+    /* one token: conv_ch x kernel taps, a few microseconds, less than a region's hand-off */
+    cllm_pool_for(T == 1 ? NULL : c->pool, (size_t)m->conv_ch, conv_worker, &j);
     cllm_pool_for(c->pool, (size_t)T, tokprep_worker, &j);
     double t1 = c->prof_on ? cllm_time_s() : 0.0;
     cllm_pool_for(c->pool, (size_t)c->batch->n_seqs * Hv, rec_worker, &j);

@@ -11,6 +11,8 @@
 
 #include "model/fwd_int.h"
 
+#define MOE_INLINE_ROWS 16 /* expert rows (tokens x k) gathered and activated inline */
+
 typedef struct moe_job {
     cllm_fwd_ctx *c;
     const fwd_layer *L;
@@ -120,7 +122,10 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         c->pos_of[a] = p;
         c->slot_at[p] = a;
     }
-    cllm_pool_for(c->pool, (size_t)n, gather_worker, &j);
+    /* decode (one token, k rows of H; SiLU over k x I): microseconds of work, less than a
+     * parallel region's hand-off, so the caller does it */
+    cllm_pool *small = n <= MOE_INLINE_ROWS ? NULL : c->pool;
+    cllm_pool_for(small, (size_t)n, gather_worker, &j);
     int I = j.I;
     for (int e = 0; e < j.E; e++) {
         int cnt = c->exp_cnt[e];
@@ -137,7 +142,7 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     }
     if (fwd_mm_run(c)) return CLLM_ENOMEM;
     act_job aj = {c->gu, I};
-    cllm_pool_for(c->pool, (size_t)n, act_worker, &aj);
+    cllm_pool_for(small, (size_t)n, act_worker, &aj);
     if (L->has_shared) {
         /* shared act: rows of width lds, gate at 0, up at Ish */
         for (int t = 0; t < T; t++) {
