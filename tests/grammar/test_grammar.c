@@ -243,6 +243,21 @@ static void t_gbnf_choice_tools(void) {
         }
         cllm_gm_unref(g);
     }
+    /* 40 nullable calls in a row: a step's closure visits 80+ (node, parent) pairs, past the
+     * linear search into gm_match.c's hash set */
+    char big[400] = "root ::=";
+    for (int i = 0; i < 40; i++) strcat(big, " s");
+    strcat(big, " \"x\"\ns ::= \"a\"?\n");
+    cllm_gm *gb = NULL;
+    CHECK_MSG(cllm_gm_from_gbnf(big, strlen(big), NULL, &gb, &e) == CLLM_OK, "%s", e.msg);
+    for (int rep = 0; gb && rep < 4; rep++) {
+        size_t n;
+        bool ended;
+        char *o = gen(gb, V_tiny, 30, true, &n, &ended);
+        if (ended) CHECK_MSG(pcre_full("a{0,40}x", o, n), "nullable-calls out '%s'", o);
+        free(o);
+    }
+    cllm_gm_unref(gb);
     const char *bad[] = {"root ::= \"a\" b\n", "root ::= root \"a\"\n", "root ::= (\"a\"\n",
                          "x ::= \"a\"\n", "root ::= [b-a]\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
