@@ -332,8 +332,9 @@ static void prof_report(cllm_fwd_ctx *c) {
     double wait = 0.0, sum = 0.0;
     cllm_pool_profile(c->pool, 0, &calls, &wait);
     double n = (double)c->prof_steps;
-    LOG_INFO("profile: %ld decode steps, %.3f ms per step (%d threads); per step:", c->prof_steps,
-             1e3 * c->prof_total / n, c->n_threads);
+    LOG_INFO("profile: %ld decode steps of %.2f tokens on average, %.3f ms per step (%d threads); "
+             "per step:",
+             c->prof_steps, (double)c->prof_tokens / n, 1e3 * c->prof_total / n, c->n_threads);
     for (int i = 0; i < FWD_P_N; i++) {
         sum += c->prof[i];
         LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
@@ -558,7 +559,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     c->batch = b;
     c->n_jobs = 0; /* nothing left over from a call that failed half-way */
-    c->prof_on = c->prof_env && T == 1;
+    c->prof_on = c->prof_env && T == b->n_seqs; /* decode: one token per sequence */
     if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
     double tp0 = c->prof_on ? cllm_time_s() : 0.0, tpr = 0.0;
     c->kv = kv;
@@ -648,6 +649,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
     if (c->prof_on) {
         c->prof_steps++;
+        c->prof_tokens += T;
         c->prof_total += cllm_time_s() - tp0;
     }
     return CLLM_OK;

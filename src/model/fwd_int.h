@@ -85,7 +85,8 @@ struct cllm_model {
  * 16-bit-activation GPTQ weights unless CLLM_ACT16=float (cllm_fwd_ctx.act16_float). */
 enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16 };
 
-/* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token), summed
+/* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token per
+ * sequence: batched decode too), summed
  * over the context's life and logged when it is freed. fwd_mm_run adds its time to
  * prof[prof_tag]; the MoE block's three matmul passes advance the tag MOE_RS -> MOE_GU ->
  * MOE_DOWN themselves (fwd_moe.c needs no timers). */
@@ -170,7 +171,7 @@ struct cllm_fwd_ctx {
     bool prof_env, prof_on;
     int prof_tag;
     double prof[FWD_P_N];
-    long prof_steps;
+    long prof_steps, prof_tokens;
     double prof_total;
 };
 
