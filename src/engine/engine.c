@@ -302,8 +302,12 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
     if (n_blocks > (1u << 24)) n_blocks = 1u << 24;
     if (n_blocks < 1) {
         rc = cllm_err_set(err, CLLM_ENOMEM,
-                          "engine: the KV budget (%llu bytes) holds no %zu-byte block",
-                          (unsigned long long)kv_budget, block_bytes);
+                          "engine: the KV budget (%llu bytes) holds no %zu-byte block (the "
+                          "budget is --memory-utilization %.2f of %.1f GB RAM minus %.1f GB of "
+                          "weights and the live state slots; raise --memory-utilization or set "
+                          "--kv-cache-memory)",
+                          (unsigned long long)kv_budget, block_bytes, o.memory_utilization,
+                          (double)cllm_mem_total() / 1e9, (double)weights_bytes(o.model_dir) / 1e9);
         return rc;
     }
     int max_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
