@@ -226,8 +226,9 @@ void *fwd_model_own(cllm_model *m, size_t bytes);
 /* Returns the pages of [p, p + n) to the page cache (MADV_DONTNEED on the whole pages inside it)
  * when the range lies in one of the checkpoint's file mappings, so a tensor that was copied out
  * (a tensor-parallel slice, a repacked layout) stops counting in RSS; anything else is left
- * alone (a tensor the loader copied because it was misaligned lives in malloc'd memory). */
-void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n);
+ * alone (a tensor the loader copied because it was misaligned lives in malloc'd memory).
+ * True when it was in a file mapping. */
+bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n);
 /* cllm_model_prefault of a sharded model: touches the rank's slices only; returns bytes. */
 uint64_t fwd_tp_prefault(const cllm_model *m);
 

@@ -309,7 +309,7 @@ int cllm_model_tp_size(const cllm_model *m) {
     return m->tp_size > 1 ? m->tp_size : 1;
 }
 
-void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
+bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, e = a + n, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < ck->n_files; i++) {
         const cllm_st_file *f = ck->files[i];
@@ -318,8 +318,9 @@ void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
         if (a < m0 || e > m1) continue;
         uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = e / pg * pg;
         if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
-        return;
+        return true;
     }
+    return false;
 }
 
 /* GPTQ matrices repacked into column panels (fwd_wt.panel). In the checkpoint's layout the rows
@@ -333,7 +334,7 @@ void fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
  * checkpoint's layout (tests/model/panels.sh). Each copy replaces its file pages in RSS
  * (fwd_ckpt_drop; the prefault then skips the GPTQ tensors), so the RSS budget does not grow.
  * CLLM_PANEL=0 keeps the checkpoint's layout everywhere, CLLM_LM_PANEL=0 for the lm_head only
- * (A/B, tests). Not under tensor parallel: a rank's slices keep the checkpoint's layout. */
+ * (A/B, tests). Under tensor parallel each rank repacks its own slices. */
 #define PANEL_W 32
 
 static size_t al64(size_t n) {
@@ -348,6 +349,16 @@ static size_t panel_bytes(const fwd_wt *w) {
     if (K % G || G % per || N % 8 || P % per) return 0;
     const size_t kw = (size_t)K / per, ng = (size_t)K / G, np = ((size_t)N + P - 1) / P;
     return al64(np * kw * P * 4) + al64(np * ng * (P / per) * 4) + al64(np * ng * P * 2);
+}
+
+/* The copied-from bytes are never read again: file pages leave RSS (fwd_ckpt_drop); a private
+ * copy (a tensor-parallel slice, a format conversion: owned by the model until it is freed) has
+ * its whole pages returned to the kernel, so a rank does not hold its slices twice. */
+static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
+    if (fwd_ckpt_drop(ck, p, n)) return;
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
+    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
 }
 
 static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
@@ -372,9 +383,9 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
                    w->q.qzeros + g * ((size_t)N / per) + c0 / per, wd / per * 4);
             memcpy(sc + p * ng * P + g * wd, w->q.scales + g * (size_t)N + c0, wd * 2);
         }
-    fwd_ckpt_drop(ck, w->q.qweight, kw * (size_t)N * 4);
-    fwd_ckpt_drop(ck, w->q.qzeros, ng * ((size_t)N / per) * 4);
-    fwd_ckpt_drop(ck, w->q.scales, ng * (size_t)N * 2);
+    drop_source(ck, w->q.qweight, kw * (size_t)N * 4);
+    drop_source(ck, w->q.qzeros, ng * ((size_t)N / per) * 4);
+    drop_source(ck, w->q.scales, ng * (size_t)N * 2);
     w->q.qweight = qw;
     w->q.qzeros = qz;
     w->q.scales = sc;
@@ -563,7 +574,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
     }
     if ((st = B.st) != CLLM_OK) goto fail;
     if (size > 1 && (st = fwd_tp_shard(m, rank, size, err)) != CLLM_OK) goto fail;
-    if (size <= 1 && (st = model_panels(m, err)) != CLLM_OK) goto fail;
+    if ((st = model_panels(m, err)) != CLLM_OK) goto fail; /* after the shard: its slices */
     *out = m;
     return CLLM_OK;
 fail:

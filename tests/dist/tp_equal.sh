@@ -99,6 +99,14 @@ run_cfg "$SRC/tests/dist/tiny-tp3.json" 3:ok 2:refuse:num_key_value_heads
   "$BIN" quantize "$T/gptq.src" "$T/gptq" --scheme w4a16 -g 32 -q >/dev/null 2>&1 &&
   TOL=2e-4 run_model gptq "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok "4:refuse:units of 32 rows" ||
   bad "gptq: synth + quantize"
+# each rank repacks its slices into panels (model/weights.c model_panels): bitwise the slices in
+# the checkpoint's layout (CLLM_PANEL=0)
+if [ -f "$T/gptq.2.bin" ]; then
+  CLLM_PANEL=0 timeout 120 "${MPI[@]}" -np 2 "$BIN" eval "$T/gptq" --tokens "$TOK" \
+    --tensor-parallel-size 2 --dump-logits "$T/gptq.2.nopanel.bin" >/dev/null 2>&1
+  if cmp -s "$T/gptq.2.bin" "$T/gptq.2.nopanel.bin"; then ok "gptq N=2: panels == checkpoint layout, bitwise"
+  else bad "gptq N=2: panels and CLLM_PANEL=0 logits differ"; fi
+fi
 cp -r "$T/gptq" "$T/gptq-f32act" &&
   CLLM_ACT16=float run_model gptq-f32act "$(vocab "$SRC/tests/dist/tiny-tp-gptq.json")" 2:ok
 
