@@ -2,7 +2,8 @@
 # GPTQ matrices repacked into 32-column panels at load (model/weights.c model_panels) give
 # bitwise the logits of the checkpoint's layout (CLLM_PANEL=0). A config whose widths leave ragged
 # last panels (hidden 72 = 2 x 32 + 8, expert width 40, vocabulary 1000 = 31 x 32 + 8); W4A16 with
-# int8 and int4 lm_heads, W8A16 (int8 layers), W4A8 (the int8-activation kernels); all positions
+# int8 and int4 lm_heads, W8A16 (int8 layers), W4A8 (the int8-activation kernels), and a quantized
+# model with per-group scales and zeros; all positions
 # at once (multi-token tiles), one token per call (the decode sweep) and chunks of 5, on the int16
 # and the float activation paths; the lm_head alone in the checkpoint's layout (CLLM_LM_PANEL=0);
 # greedy generation (the engine's decode steps) the same.
@@ -18,10 +19,17 @@ for k in '"vocab_size": 1000' '"hidden_size": 72' '"moe_intermediate_size": 40';
 done
 TOK=$(/usr/bin/python3 -c "print(','.join(str((i*37+5)%1000) for i in range(24)))")
 hash() { "$BIN" eval "$1" --tokens "$TOK" --prefill-chunk "$2" --logits-hash 2>&1 | tail -1; }
-for m in w4a16:int8 w4a16:int4 w8a16:int8 w4a8:int8; do
+# synth's random codes share one scale and the symmetric zero per tensor, so a panel's zeros or
+# scales in the wrong place would not show; a quantized model (per-group scales, --asym zeros;
+# tiny.json's widths with the 1000 vocabulary, as quantize's groups must divide K) does
+sed 's/"vocab_size": 512/"vocab_size": 1000/' "$SRC/configs/tiny.json" >"$T/cfgq.json"
+expect_rc 0 "synth bf16 for quantize" "$BIN" synth -q --config "$T/cfgq.json" --seed 5 "$T/bf16"
+expect_rc 0 "quantize w4a16 --asym lm_head int4" "$BIN" quantize "$T/bf16" "$T/m-quant-asym" \
+  --scheme w4a16 -g 32 --asym --lm-head int4 -q
+for m in w4a16:int8 w4a16:int4 w8a16:int8 w4a8:int8 quant:asym; do
   scheme=${m%%:*} lm=${m##*:} d="$T/m-${m/:/-}"
-  expect_rc 0 "synth $scheme lm_head $lm" "$BIN" synth -q --config "$T/cfg.json" --scheme "$scheme" \
-    --group-size 8 --lm-head "$lm" --seed 3 "$d"
+  [ "$scheme" = quant ] || expect_rc 0 "synth $scheme lm_head $lm" "$BIN" synth -q \
+    --config "$T/cfg.json" --scheme "$scheme" --group-size 8 --lm-head "$lm" --seed 3 "$d"
   log=$("$BIN" --log-level debug eval "$d" --tokens 1,2 --logits-hash 2>&1)
   case "$log" in *"repacked"*"panels"*) ok "$m: load repacks into panels" ;; *) bad "$m: no repack logged: $log" ;; esac
   for act in int float; do
