@@ -176,15 +176,10 @@ static void mm_q(cllm_fwd_ctx *c, const fwd_mm *j, const cllm_qweight *q, int n0
 
 /* Columns [n0, n1) of a paneled matrix (fwd_wt.panel): each panel is a GPTQ matrix of its own. */
 static void mm_q_panels(cllm_fwd_ctx *c, const fwd_mm *j, const fwd_wt *w, int n0, int n1) {
-    const int P = w->panel, per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N;
+    const int P = w->panel;
     for (int p = n0 / P; p * P < n1; p++) {
-        int c0 = p * P, width = N - c0 < P ? N - c0 : P;
-        cllm_qweight q = w->q;
-        q.qweight += (size_t)p * (size_t)(K / per) * (size_t)P;
-        q.qzeros += (size_t)p * (size_t)(K / G) * (size_t)(P / per);
-        q.scales += (size_t)p * (size_t)(K / G) * (size_t)P;
-        q.N = width;
-        int a = n0 > c0 ? n0 - c0 : 0, b = n1 < c0 + width ? n1 - c0 : width;
+        cllm_qweight q = fwd_panel(&w->q, P, p);
+        int c0 = p * P, a = n0 > c0 ? n0 - c0 : 0, b = n1 < c0 + q.N ? n1 - c0 : q.N;
         mm_q(c, j, &q, a, b, j->Y + c0);
     }
 }

@@ -26,6 +26,19 @@ typedef struct fwd_wt {
     int panel;
 } fwd_wt;
 
+/* Panel p of a matrix repacked into panels of P columns (weights.c model_panels): a GPTQ matrix
+ * of its own, N = P (the last N % P). The one place that says where a panel lives: the loader
+ * writes through it and the matmul reads through it. */
+static inline cllm_qweight fwd_panel(const cllm_qweight *q, int P, int p) {
+    const size_t per = 32 / (size_t)q->bits, kw = (size_t)q->K / per, ng = (size_t)q->K / q->group;
+    cllm_qweight r = *q;
+    r.qweight += (size_t)p * kw * P;
+    r.qzeros += (size_t)p * ng * (P / per);
+    r.scales += (size_t)p * ng * P;
+    r.N = q->N - p * P < P ? q->N - p * P : P;
+    return r;
+}
+
 typedef struct fwd_mlp {
     fwd_wt gate, up, down; /* gate/up [I][H], down [H][I] */
 } fwd_mlp;

@@ -309,15 +309,21 @@ int cllm_model_tp_size(const cllm_model *m) {
     return m->tp_size > 1 ? m->tp_size : 1;
 }
 
+/* MADV_DONTNEED on the whole pages inside [p, p + n): a neighbour's bytes on a shared page stay. */
+static void drop_pages(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
+    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+}
+
 bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, e = a + n, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p, e = a + n;
     for (size_t i = 0; i < ck->n_files; i++) {
         const cllm_st_file *f = ck->files[i];
         if (!f || !f->map) continue;
         uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
         if (a < m0 || e > m1) continue;
-        uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = e / pg * pg;
-        if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+        drop_pages(p, n);
         return true;
     }
     return false;
@@ -355,10 +361,7 @@ static size_t panel_bytes(const fwd_wt *w) {
  * copy (a tensor-parallel slice, a format conversion: owned by the model until it is freed) has
  * its whole pages returned to the kernel, so a rank does not hold its slices twice. */
 static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
-    if (fwd_ckpt_drop(ck, p, n)) return;
-    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
-    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+    if (!fwd_ckpt_drop(ck, p, n)) drop_pages(p, n);
 }
 
 static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
@@ -367,25 +370,25 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
     int32_t *qw = (int32_t *)(void *)dst;
     int32_t *qz = (int32_t *)(void *)(dst + al64(np * kw * P * 4));
     uint16_t *sc = (uint16_t *)(void *)((char *)qz + al64(np * ng * (P / per) * 4));
+    const cllm_qweight src = w->q,
+                       dq = {qw, qz, sc, src.bits, G, K, N, src.act_bits, src.scale_bf16};
     /* read ahead: the copy walks the source panel by panel, not in file order */
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w->q.qweight / pg * pg;
-    madvise((void *)a, (uintptr_t)(w->q.qweight + kw * (size_t)N) - a, MADV_WILLNEED);
-    for (size_t p = 0; p < np; p++) {
-        size_t c0 = p * P, wd = (size_t)N - c0 < (size_t)P ? (size_t)N - c0 : (size_t)P;
-        int32_t *d = qw + p * kw * P;
-        const int32_t *s = w->q.qweight + c0;
-        for (size_t r = 0; r < kw; r++) memcpy(d + r * wd, s + r * (size_t)N, wd * 4);
-    }
-    for (size_t g = 0; g < ng; g++)
-        for (size_t p = 0; p < np; p++) {
-            size_t c0 = p * P, wd = (size_t)N - c0 < (size_t)P ? (size_t)N - c0 : (size_t)P;
-            memcpy(qz + p * ng * (P / per) + g * (wd / per),
-                   w->q.qzeros + g * ((size_t)N / per) + c0 / per, wd / per * 4);
-            memcpy(sc + p * ng * P + g * wd, w->q.scales + g * (size_t)N + c0, wd * 2);
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)src.qweight / pg * pg;
+    madvise((void *)a, (uintptr_t)(src.qweight + kw * (size_t)N) - a, MADV_WILLNEED);
+    for (size_t p = 0; p < np; p++) { /* written where fwd_panel (the matmul's view) reads */
+        const cllm_qweight d = fwd_panel(&dq, P, (int)p);
+        const size_t c0 = p * P, wd = (size_t)d.N;
+        int32_t *dw = qw + (d.qweight - qw), *dz = qz + (d.qzeros - qz);
+        uint16_t *ds = sc + (d.scales - sc);
+        for (size_t r = 0; r < kw; r++) memcpy(dw + r * wd, src.qweight + r * N + c0, wd * 4);
+        for (size_t g = 0; g < ng; g++) {
+            memcpy(dz + g * (wd / per), src.qzeros + g * (N / per) + c0 / per, wd / per * 4);
+            memcpy(ds + g * wd, src.scales + g * N + c0, wd * 2);
         }
-    drop_source(ck, w->q.qweight, kw * (size_t)N * 4);
-    drop_source(ck, w->q.qzeros, ng * ((size_t)N / per) * 4);
-    drop_source(ck, w->q.scales, ng * (size_t)N * 2);
+    }
+    drop_source(ck, src.qweight, kw * (size_t)N * 4);
+    drop_source(ck, src.qzeros, ng * ((size_t)N / per) * 4);
+    drop_source(ck, src.scales, ng * (size_t)N * 2);
     w->q.qweight = qw;
     w->q.qzeros = qz;
     w->q.scales = sc;
