@@ -445,6 +445,10 @@ static void panel_worker(void *vp, size_t b, size_t e, int tid) {
 
 static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     const char *env = getenv("CLLM_PANEL"), *lm = getenv("CLLM_LM_PANEL");
+    if (env && strcmp(env, "0") && strcmp(env, "1"))
+        return cllm_err_set(err, CLLM_EINVAL, "CLLM_PANEL=%s: expected 0 or 1", env);
+    if (lm && strcmp(lm, "0") && strcmp(lm, "1"))
+        return cllm_err_set(err, CLLM_EINVAL, "CLLM_LM_PANEL=%s: expected 0 or 1", lm);
     if (env && !strcmp(env, "0")) return CLLM_OK;
     const cllm_config *c = &m->cfg;
     double t0 = cllm_time_s();

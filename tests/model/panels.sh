@@ -47,4 +47,10 @@ for m in w4a16:int8 w4a16:int4 w8a16:int8 w4a8:int8 quant:asym; do
   b=$("$BIN" generate "$d" --tokens 1,2,3 -n 12 --temperature 0 --ids 2>/dev/null)
   [ -n "$a" ] && [ "$a" = "$b" ] && ok "$m: greedy generation the same" || bad "$m: generation '$a' vs '$b'"
 done
+for v in CLLM_PANEL CLLM_LM_PANEL; do
+  env "$v=yes" "$BIN" eval "$T/m-w4a16-int8" --tokens 1,2 --logits-hash >"$T/out" 2>&1
+  rc=$?
+  [ $rc != 0 ] && grep -q "$v=yes: expected 0 or 1" "$T/out" && ok "$v=yes refused (rc $rc)" ||
+    bad "$v=yes: rc $rc, $(head -2 "$T/out")"
+done
 exit ${fail:-0}
