@@ -38,7 +38,7 @@ void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group,
                         void *A);
 void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                              float *Y, size_t ldy);
-/* act_bits 16 integer path (kernels/matmul_q16_ref.c; also the NEON tables' entries): per group
+/* act_bits 16 integer path (kernels/matmul_q16_ref.c): per group
  * of ag inputs s[h] = absmax / 32767, q[k] = round(x[k] / s[h]) (0 when s[h] == 0), sum[h]. */
 void kern_quant_act16(const float *x, int K, int ag, int16_t *q, float *s, int32_t *sum);
 void kern_qact16_prep_ref(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
@@ -126,6 +126,11 @@ void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void 
                               float *Y, size_t ldy);
 void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                   float *Y, size_t ldy);
+/* kernels/arm/matmul_q16_neon.c: the act_bits 16 integer path (both NEON tables; the ref's
+ * activation layout) */
+void kern_qact16_prep_neon(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
+void kern_matmul_q_qact16_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                               float *Y, size_t ldy);
 #endif
 
 #endif

@@ -91,8 +91,8 @@ static const cllm_kern_ops neon_ops = {
     .matmul_q = kern_matmul_q_neon,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon,
-    .qact16_prep = kern_qact16_prep_ref,
-    .matmul_q_qact16 = kern_matmul_q_qact16_ref,
+    .qact16_prep = kern_qact16_prep_neon,
+    .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
 };
 static const cllm_kern_ops neon_dot_ops = {
@@ -107,8 +107,8 @@ static const cllm_kern_ops neon_dot_ops = {
     .matmul_q = kern_matmul_q_neon,
     .qact_prep = kern_qact_prep_neon,
     .matmul_q4_qact = kern_matmul_q4_qact_neon_dot,
-    .qact16_prep = kern_qact16_prep_ref,
-    .matmul_q_qact16 = kern_matmul_q_qact16_ref,
+    .qact16_prep = kern_qact16_prep_neon,
+    .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
 };
 #endif

@@ -2,12 +2,13 @@
 # The NEON kernel tier (src/kernels/arm/) on an x86 host: a CMake cross build
 # (cmake/aarch64-linux-gnu.cmake, -DCLLM_KERNELS_ONLY=ON: the kernel sources, the few base/model/
 # quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
-# test_kern.c, test_gdn_chunk.c as static aarch64 binaries), whose ctest runs them under qemu-user
-# (CMAKE_CROSSCOMPILING_EMULATOR) twice: `-cpu max`
+# test_q16_kern.c, test_kern.c, test_gdn_chunk.c as static aarch64 binaries), whose ctest runs them
+# under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR) twice: `-cpu max`
 # (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
-# vmull/vpadal W4A8). The tests compare the NEON tier with the scalar ref bitwise on odd shapes
-# (sym/asym/random zeros, f16/bf16 scales, n_tok 1..7, column sub-ranges, token alone vs in a
-# batch), so this also checks that the ref kernels agree with the dequantized oracle on AArch64.
+# vmull/vpadal W4A8; the act_bits 16 path is baseline NEON on both). The tests compare the NEON
+# tier with the scalar ref bitwise on odd shapes (sym/asym/random zeros, f16/bf16 scales, n_tok
+# 1..17 and more, column sub-ranges, token alone vs in a batch), so this also checks that the ref
+# kernels agree with the dequantized oracle on AArch64.
 # If clang is present, the NEON files also get a clang --target=aarch64 -Werror syntax check.
 # Timing under qemu means nothing; only correctness is checked here.
 #

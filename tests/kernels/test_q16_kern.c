@@ -3,7 +3,7 @@
  * double computation (codes within half a step of x, sums, outputs vs the dequantized weights x
  * the code values, and vs the float activations within the quantization error); every available
  * tier (avx2, avx512, neon) vs ref bitwise for bits 4 and 8, groups 32/64/128/K (K above the
- * int32 limit: split activation groups), n_tok 1..9 and the GEMM's chunk/token-block edges,
+ * int32 limit: split activation groups), n_tok 1..17 and the GEMM's chunk/token-block edges,
  * column ranges not multiples of any tile, zero / huge / tiny / NaN activations, the int32
  * extremes (codes at +-32767 against q - z = -256..254); a token alone == inside any batch and
  * tokens prepared one at a time == all at once. */
@@ -68,8 +68,9 @@ static void fill_x(float *x, int K, int ag, int pat) {
         x[K / 3] = 900.0f;
         x[K - 1] = -1e-7f;
         break;
-    case X_NAN:
+    case X_NAN: /* lanes 0 and 5 of an 8-input block: both halves of a 2 x 4-lane prep */
         x[K / 2] = NAN;
+        x[K / 2 + 5] = -NAN;
         x[1] = INFINITY;
         break;
     default:
@@ -266,6 +267,12 @@ int main(void) {
     one_case(4, 64, 128, 1096, 8, F_ASYM, X_RAND);
     one_case(8, 128, 256, 1064, 5, F_RANDZ, X_OUTLIER);
     one_case(8, 512, 512, 536, 3, F_BF16, X_RAND);
+    /* 10..17 tokens: one full 8-token register tile plus every remainder tile width, int4 and
+     * int8, K not a multiple of 256, ragged N over more than one 64-column chunk */
+    for (int T = 10; T <= 17; T++) {
+        one_case(4, 32, 160, 72, T, T % 2 ? F_ASYM : F_BF16, T % 3 ? X_RAND : X_OUTLIER);
+        one_case(8, 64, 192, 136, T, T % 2 ? F_RANDZ : F_ASYM | F_BF16, X_RAND);
+    }
     /* many tokens: token blocks / chunks of the multi-token kernels, ragged tails */
     one_case(4, 128, 1024, 88, 70, 0, X_RAND);
     one_case(4, 96, 576, 40, 13, F_ASYM, X_OUTLIER);
