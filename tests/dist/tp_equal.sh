@@ -17,15 +17,8 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_equal
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-# OpenMPI leaves its components' allocations unfreed at MPI_Finalize: under an ASan build
-# LeakSanitizer would fail every rank on them (none of cllm's own frames show up in those reports)
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-PY=/usr/bin/python3
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt install openmpi-bin)"; exit 77; }
-$PY -c 'import numpy' 2>/dev/null || { echo "SKIP: no numpy"; exit 77; }
-MPI=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none # containers without CMA / ptrace rights
+. "$SRC/tests/lib/tp.sh"
+tp_require numpy
 
 cat > "$T/cmp.py" <<'PYEOF'
 import sys, numpy as np
@@ -39,8 +32,6 @@ sys.exit(0 if rel <= tol and np.isfinite(b).all() else 1)
 PYEOF
 
 TOK=$(seq -s, 1 7 150)  # 22 tokens
-"$BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
 vocab() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d.get('text_config',d)['vocab_size'])" "$1"; }
 
 # config, then "N:ok" or "N:refuse:TEXT" cases

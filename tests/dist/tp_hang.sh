@@ -13,14 +13,8 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_hang
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
-"$BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
-MPI=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+. "$SRC/tests/lib/tp.sh"
+tp_require curl
 M=$SRC/models/tiny
 PORT=$((20000 + RANDOM % 20000))
 U=http://127.0.0.1:$PORT

@@ -8,17 +8,10 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_kill
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-# OpenMPI leaves its components' allocations unfreed at MPI_Finalize: under an ASan build
-# LeakSanitizer would fail every rank on them (none of cllm's own frames show up in those reports)
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-MPI=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+. "$SRC/tests/lib/tp.sh"
+tp_require
 M=$T/m
 "$BIN" synth -q --config "$SRC/tests/dist/tiny-tp3.json" "$M" >/dev/null 2>&1 || { bad synth; exit 1; }
-"$BIN" eval "$M" --tokens 1,2 --tensor-parallel-size 3 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
 
 # pid of the rank with OMPI_COMM_WORLD_RANK=$2 among the descendants of $1
 rank_pid() {

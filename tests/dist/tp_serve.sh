@@ -15,19 +15,9 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_serve
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-# OpenMPI leaves its components' allocations unfreed at MPI_Finalize: under an ASan build
-# LeakSanitizer would fail every rank on them (none of cllm's own frames show up in those reports)
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
-PY=/usr/bin/python3
-[ -x $PY ] || { echo "SKIP: no python3"; exit 77; }
+. "$SRC/tests/lib/tp.sh"
+tp_require curl python3
 M=$SRC/models/tiny
-"$BIN" eval "$M" --tokens 1,2 --tensor-parallel-size 2 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
-MPI=(mpirun --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 PORT=$((20000 + RANDOM % 20000))
 U=http://127.0.0.1:$PORT

@@ -14,11 +14,8 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_topk
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt install openmpi-bin)"; exit 77; }
-"$BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+. "$SRC/tests/lib/tp.sh"
+tp_require
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 "$BIN" synth -q --config "$SRC/configs/tiny.json" "$T/tiny" >/dev/null 2>&1 || bad "synth tiny"

@@ -10,15 +10,8 @@ set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_veth
 rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
-# OpenMPI leaves its components' allocations unfreed at MPI_Finalize: under an ASan build
-# LeakSanitizer would fail every rank on them (none of cllm's own frames show up in those reports)
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
-PY=/usr/bin/python3
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-command -v ip >/dev/null || { echo "SKIP: no ip (iproute2)"; exit 77; }
-$PY -c 'import numpy' 2>/dev/null || { echo "SKIP: no numpy"; exit 77; }
-"$BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 >"$T/out" 2>&1
-grep -q "built without MPI" "$T/out" && { echo "SKIP: cllm built without MPI"; exit 77; }
+. "$SRC/tests/lib/tp.sh"
+tp_require ip numpy
 A=cllm_tpa_$$ B=cllm_tpb_$$
 cleanup() { ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null; }
 trap cleanup EXIT
@@ -40,9 +33,8 @@ chmod +x "$T/agent.sh"
 printf '10.213.7.1 slots=1\n10.213.7.2 slots=1\n' >"$T/hosts"
 NET=(ip netns exec "$A" mpirun -np 2 --hostfile "$T/hosts" --mca plm_rsh_agent "$T/agent.sh"
      --mca oob_tcp_if_include 10.213.7.0/24 --mca btl tcp,self --mca btl_tcp_if_include 10.213.7.0/24)
-SHM=(mpirun -np 2 --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && { NET+=(--allow-run-as-root); SHM+=(--allow-run-as-root); }
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
+SHM=("${MPI[@]}" -np 2)
+[ "$(id -u)" = 0 ] && NET+=(--allow-run-as-root)
 
 M=$T/m
 "$BIN" synth -q --config "$SRC/configs/tiny.json" "$M" >/dev/null 2>&1 || { bad synth; exit 1; }
