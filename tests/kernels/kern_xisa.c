@@ -4,8 +4,8 @@
  * runs both (the AArch64 one under qemu) and requires identical lines, i.e. the same bits on
  * both ISAs for the float matmuls, dot, axpy, gdn_step (same per-element arithmetic by
  * construction) and
- * the GPTQ int kernels (both equal to ref). Usage: kern_xisa (prints "no tier" when the CPU
- * lacks the tier). */
+ * the GPTQ int kernels incl. the act_bits 16 path (both equal to ref). Usage: kern_xisa (prints "no
+ * tier" when the CPU lacks the tier). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,7 @@ int main(void) {
     int shapes[][3] = {{1, 7, 1}, {5, 64, 3}, {17, 129, 4}, {33, 300, 7}, {3, 8, 9}};
     for (int ti = 0; ti < 2; ti++) {
         uint64_t hm[3] = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull};
-        uint64_t hd = hm[0], ha = hm[0], hq = hm[0], h8 = hm[0], hg = hm[0];
+        uint64_t hd = hm[0], ha = hm[0], hq = hm[0], h8 = hm[0], hg = hm[0], h16 = hm[0];
         rng = 0x2545F4914F6CDD1Dull;
         for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
             int rows = shapes[s][0], K = shapes[s][1], nt = shapes[s][2];
@@ -105,6 +105,27 @@ int main(void) {
         tiers[ti]->matmul_q4_qact(&w, 0, N, A, T, Y, (size_t)N);
         free(A);
         h8 = hash(h8, Y, (size_t)T * N * 4);
+        /* act_bits 16 integer path: these int4 weights, then int8 ones (random codes / zeros,
+         * same scales), 1, 5 and 11 tokens (the one-token, few-token and multi-token walks) */
+        int32_t *qw8 = malloc((size_t)K / 4 * N * 4), *qz8 = malloc((size_t)K / G * N / 4 * 4);
+        for (int i = 0; i < K / 4 * N; i++) qw8[i] = (int32_t)urand();
+        for (int i = 0; i < K / G * N / 4; i++) qz8[i] = (int32_t)urand();
+        const int T16 = 11;
+        float *X16 = malloc((size_t)T16 * K * 4), *Y16 = calloc((size_t)T16 * N, 4);
+        for (int i = 0; i < T16 * K; i++) X16[i] = frand() * (i % 7 == 0 ? 50.0f : 1.0f);
+        for (int bits = 4; bits <= 8; bits += 4) {
+            cllm_qweight wq = {
+                bits == 4 ? qw : qw8, bits == 4 ? qz : qz8, sc, bits, G, K, N, 16, 0};
+            int ag = cllm_qact16_group(bits, G);
+            char *A16 = malloc(cllm_qact16_bytes(K, ag, T16));
+            tiers[ti]->qact16_prep(X16, (size_t)K, T16, K, ag, bits, A16);
+            for (int nt = 1; nt <= T16; nt += nt == 1 ? 4 : 6) {
+                tiers[ti]->matmul_q_qact16(&wq, 0, N, A16, nt, Y16, (size_t)N);
+                h16 = hash(h16, Y16, (size_t)nt * N * 4);
+            }
+            free(A16);
+        }
+        free(qw8), free(qz8), free(X16), free(Y16);
         free(qw), free(qz), free(sc), free(X), free(Y);
         printf("%s gdn_step %016llx\n", tname[ti], (unsigned long long)hg);
         printf("%s matmul_f32 %016llx\n%s matmul_f16 %016llx\n%s matmul_bf16 %016llx\n", tname[ti],
@@ -113,6 +134,7 @@ int main(void) {
         printf("%s dot %016llx\n%s scale_axpy %016llx\n%s matmul_q %016llx\n%s qact8 %016llx\n",
                tname[ti], (unsigned long long)hd, tname[ti], (unsigned long long)ha, tname[ti],
                (unsigned long long)hq, tname[ti], (unsigned long long)h8);
+        printf("%s qact16 %016llx\n", tname[ti], (unsigned long long)h16);
     }
     return 0;
 }
