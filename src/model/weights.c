@@ -19,9 +19,9 @@
 #include "base/threadpool.h"
 #include "base/mem.h"
 #include "dist/dist.h"
-#include "model/fwd_int.h"
-#include "model/tensor_plan.h"
 #include "model/qformat.h"
+#include "model/tensor_plan.h"
+#include "model/weights_int.h"
 
 typedef struct check_ctx {
     const cllm_ckpt *ck;
@@ -289,6 +289,21 @@ static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type
     *bp = B;
 }
 
+void fwd_layer_mats(const fwd_layer *L, int n_experts, fwd_mat_fn fn, void *ctx) {
+    const fwd_wt *ws[] = {
+        &L->q,           &L->k,           &L->v,        &L->o,      &L->qkv,         &L->z,
+        &L->b,           &L->a,           &L->out,      &L->router, &L->shared.gate, &L->shared.up,
+        &L->shared.down, &L->shared_gate, &L->mlp.gate, &L->mlp.up, &L->mlp.down};
+    for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+        if (ws[i]->data) fn(ctx, ws[i], -1);
+    for (int e = 0; L->moe && L->experts && e < n_experts; e++) {
+        const fwd_mlp *x = &L->experts[e];
+        if (x->gate.data) fn(ctx, &x->gate, e);
+        if (x->up.data) fn(ctx, &x->up, e);
+        if (x->down.data) fn(ctx, &x->down, e);
+    }
+}
+
 static void count_vision(void *ctx, const cllm_tensor *t) {
     if (!strncmp(t->name, "model.visual.", 13)) (*(size_t *)ctx)++;
 }
@@ -443,6 +458,18 @@ static void panel_worker(void *vp, size_t b, size_t e, int tid) {
     for (size_t i = b; i < e; i++) panel_fill(pl->m->ckpt, pl->jobs[i].w, pl->jobs[i].dst);
 }
 
+typedef struct mat_list {
+    fwd_wt **ws;
+    size_t n, cap;
+} mat_list;
+
+static void list_mat(void *vl, const fwd_wt *w, int expert) {
+    (void)expert;
+    mat_list *l = vl;
+    /* the model is model_panels' own, writable: fwd_layer_mats only hands out its pointers */
+    if (l->n < l->cap) l->ws[l->n++] = (fwd_wt *)w;
+}
+
 static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     const char *env = getenv("CLLM_PANEL"), *lm = getenv("CLLM_LM_PANEL");
     if (env && strcmp(env, "0") && strcmp(env, "1"))
@@ -453,32 +480,22 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     const cllm_config *c = &m->cfg;
     double t0 = cllm_time_s();
     panel_plan pl = {m, NULL, 0, 0, 0};
-    size_t cap = 24 + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0);
-    fwd_wt **ws = malloc(cap * sizeof(*ws));
-    if (!ws) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
+    /* a layer has 17 matrices besides its experts' (fwd_layer_mats) */
+    mat_list ml = {NULL, 0, 24 + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0)};
+    if (!(ml.ws = malloc(ml.cap * sizeof(*ml.ws))))
+        return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
     cllm_status st = CLLM_OK;
     for (int l = 0; l < c->n_layers && st == CLLM_OK; l++) {
-        fwd_layer *L = &m->layers[l];
-        size_t n = 0;
-        fwd_wt *fixed[] = {&L->q,           &L->k,           &L->v,           &L->o,
-                           &L->qkv,         &L->z,           &L->b,           &L->a,
-                           &L->out,         &L->router,      &L->shared.gate, &L->shared.up,
-                           &L->shared.down, &L->shared_gate, &L->mlp.gate,    &L->mlp.up,
-                           &L->mlp.down};
-        for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) ws[n++] = fixed[i];
-        for (int e = 0; L->moe && L->experts && e < c->n_experts; e++) {
-            ws[n++] = &L->experts[e].gate;
-            ws[n++] = &L->experts[e].up;
-            ws[n++] = &L->experts[e].down;
-        }
-        st = panel_set(&pl, ws, n, err);
+        ml.n = 0;
+        fwd_layer_mats(&m->layers[l], c->n_experts, list_mat, &ml);
+        st = panel_set(&pl, ml.ws, ml.n, err);
     }
     fwd_wt *head = &m->lm_head;
     if (st == CLLM_OK && !(lm && !strcmp(lm, "0")))
         st = panel_set(&pl, &head, 1, err);
     else if (head->q.bits && !head->panel)
         pl.left++;
-    free(ws);
+    free(ml.ws);
     if (st == CLLM_OK && pl.n_jobs) {
         /* the copy is page-fault bound (one per 4 KB written): the threads share it */
         long np = sysconf(_SC_NPROCESSORS_ONLN);
@@ -614,27 +631,27 @@ static uint64_t wbytes(const fwd_wt *w) {
         return cllm_qformat_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
     return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
 }
-static uint64_t mlp_bytes(const fwd_mlp *x) {
-    return wbytes(&x->gate) + wbytes(&x->up) + wbytes(&x->down);
+typedef struct decode_sum {
+    uint64_t b;
+    int k; /* experts a token runs */
+} decode_sum;
+
+/* A token reads every matrix of a layer but the routed experts, of which it reads k: expert 0
+ * stands for each (they all have its shapes; under expert parallel a rank without expert 0
+ * counts none of them, as before the count went through fwd_layer_mats). */
+static void add_decode(void *vs, const fwd_wt *w, int expert) {
+    decode_sum *s = vs;
+    if (expert < 0) s->b += wbytes(w);
+    if (expert == 0) s->b += (uint64_t)s->k * wbytes(w);
 }
 
 uint64_t cllm_model_decode_bytes(const cllm_model *m) {
     const cllm_config *c = &m->cfg;
-    uint64_t b = (uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + wbytes(&m->lm_head);
-    for (int l = 0; l < c->n_layers; l++) {
-        const fwd_layer *L = &m->layers[l];
-        if (L->type == CLLM_LAYER_FULL_ATTN)
-            b += wbytes(&L->q) + wbytes(&L->k) + wbytes(&L->v) + wbytes(&L->o);
-        else
-            b += wbytes(&L->qkv) + wbytes(&L->z) + wbytes(&L->a) + wbytes(&L->b) + wbytes(&L->out);
-        if (L->moe) {
-            b += wbytes(&L->router) + (uint64_t)c->n_experts_per_tok * mlp_bytes(&L->experts[0]);
-            if (L->has_shared) b += mlp_bytes(&L->shared) + wbytes(&L->shared_gate);
-        } else {
-            b += mlp_bytes(&L->mlp);
-        }
-    }
-    return b;
+    decode_sum s = {(uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + wbytes(&m->lm_head),
+                    c->n_experts_per_tok};
+    for (int l = 0; l < c->n_layers; l++)
+        fwd_layer_mats(&m->layers[l], c->n_experts, add_decode, &s);
+    return s.b;
 }
 
 typedef struct prefault_ctx {

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
-#include "model/fwd_int.h"
 #include "model/tp_shard.h"
+#include "model/weights_int.h"
 
 typedef struct rng {
     int off, n;
@@ -277,27 +277,16 @@ static void touch_wt(touch *t, const fwd_wt *w) {
     touch_range(t, w->data, (size_t)w->rows * w->cols * cllm_dtype_size(w->dt));
 }
 
-static void touch_mlp(touch *t, const fwd_mlp *x) {
-    touch_wt(t, &x->gate);
-    touch_wt(t, &x->up);
-    touch_wt(t, &x->down);
+static void touch_mat(void *vt, const fwd_wt *w, int expert) {
+    (void)expert;
+    touch_wt(vt, w);
 }
 
 uint64_t fwd_tp_prefault(const cllm_model *m) {
     touch t = {0, 0};
     touch_wt(&t, &m->embed);
     touch_wt(&t, &m->lm_head);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const fwd_layer *L = &m->layers[l];
-        const fwd_wt *ws[] = {&L->q, &L->k, &L->v,   &L->o,      &L->qkv,        &L->z,
-                              &L->b, &L->a, &L->out, &L->router, &L->shared_gate};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++) touch_wt(&t, ws[i]);
-        if (L->moe) {
-            for (int e = 0; L->experts && e < m->cfg.n_experts; e++) touch_mlp(&t, &L->experts[e]);
-            if (L->has_shared) touch_mlp(&t, &L->shared);
-        } else {
-            touch_mlp(&t, &L->mlp);
-        }
-    }
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        fwd_layer_mats(&m->layers[l], m->cfg.n_experts, touch_mat, &t);
     return t.bytes;
 }
