@@ -24,6 +24,10 @@
  * int32 columns), so the group-major kernels stream rows instead of hopping between them
  * (matmul_q_dec_avx2.c, matmul_q16_avx2.c). */
 #define MM_QROWS_DEC 256
+/* Tokens per item: a 512-token prefill's items of 64 GPTQ columns took ~1.2 ms each, and the
+ * region's last one kept the other thread waiting (0.4 s of a 5 s prefill); token blocks make
+ * the tail shorter. Every output element is still computed inside one item. */
+#define MM_TOK 128
 
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
@@ -147,7 +151,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
     for (size_t j = 0; j < c->n_jobs; j++)
         for (int t = 0; c->jobs[j].qa_prep && t < c->jobs[j].n_tok; t += PREP_TOK) {
             int t1 = t + PREP_TOK < c->jobs[j].n_tok ? t + PREP_TOK : c->jobs[j].n_tok;
-            c->items[k++] = (struct fwd_item){(int)j, t, t1};
+            c->items[k++] = (struct fwd_item){(int)j, t, t1, 0, 0};
         }
     /* decode (a few inputs: one per expert, ~1 us each) is cheaper here than a parallel region */
     if (k > 1 && elems > PREP_SERIAL)
@@ -184,11 +188,25 @@ static void mm_q_panels(cllm_fwd_ctx *c, const fwd_mm *j, const fwd_wt *w, int n
     }
 }
 
+/* Job j restricted to its tokens [t0, t1): inputs, outputs and prepared activations shifted. */
+static fwd_mm mm_tokens(const fwd_mm *j, int t0, int t1) {
+    fwd_mm v = *j;
+    v.n_tok = t1 - t0;
+    v.X += (size_t)t0 * j->ldx;
+    v.Y += (size_t)t0 * j->ldy;
+    if (j->qa) {
+        v.n_tok = t0;
+        v.qa_off += qact_size(&v); /* the bytes of the tokens before t0 */
+        v.n_tok = t1 - t0;
+    }
+    return v;
+}
+
 static void mm_worker(void *vc, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = vc;
     for (size_t i = b; i < e; i++) {
         const struct fwd_item *it = &c->items[i];
-        const fwd_mm *j = &c->jobs[it->job];
+        const fwd_mm jt = mm_tokens(&c->jobs[it->job], it->t0, it->t1), *j = &jt;
         const fwd_wt *w = j->w;
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
             if (w->panel)
@@ -229,7 +247,8 @@ static cllm_status mm_run(cllm_fwd_ctx *c) {
     if (prep_qact(c)) return CLLM_ENOMEM;
     size_t n = 0;
     for (size_t j = 0; j < c->n_jobs; j++)
-        n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS;
+        n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS *
+             (((size_t)c->jobs[j].n_tok + MM_TOK - 1) / MM_TOK);
     /* GPTQ weights (packed along K, N contiguous): wider items so each qweight row read is
      * several cache lines (kernels/x86/matmul_q4_avx2.c); a multiple of MM_ROWS, so n is enough */
     if (n > c->cap_items) {
@@ -245,7 +264,9 @@ static cllm_status mm_run(cllm_fwd_ctx *c) {
                                                        : MM_QROWS;
              r < c->jobs[j].w->rows; r += step) {
             int r1 = r + step < c->jobs[j].w->rows ? r + step : c->jobs[j].w->rows;
-            c->items[k++] = (struct fwd_item){(int)j, r, r1};
+            for (int t = 0, nt = c->jobs[j].n_tok; t < nt; t += MM_TOK)
+                c->items[k++] =
+                    (struct fwd_item){(int)j, r, r1, t, t + MM_TOK < nt ? t + MM_TOK : nt};
         }
     mm_split_run(c, k);
     c->n_jobs = 0;
@@ -267,9 +288,11 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     const cllm_config *cf = &m->cfg;
     c->thr_stride = (size_t)(64 + 4 * cf->head_dim + 2 * cf->lin_v_dim + 64);
     c->thr_stride += fwd_gdn_scratch(cf);
+    if (fwd_attn_scratch(cf) > c->thr_stride) c->thr_stride = fwd_attn_scratch(cf);
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
     const char *pe = getenv("CLLM_PROFILE");
     c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
+    c->prof_prefill = c->prof_env && strcmp(pe, "prefill") == 0;
     const char *a16 = getenv("CLLM_ACT16");
     if (a16 && *a16 && strcmp(a16, "int") != 0 && strcmp(a16, "float") != 0) {
         cllm_free_aligned(c->thr);
@@ -327,9 +350,10 @@ static void prof_report(cllm_fwd_ctx *c) {
     double wait = 0.0, sum = 0.0;
     cllm_pool_profile(c->pool, 0, &calls, &wait);
     double n = (double)c->prof_steps;
-    LOG_INFO("profile: %ld decode steps of %.2f tokens on average, %.3f ms per step (%d threads); "
+    LOG_INFO("profile: %ld %s steps of %.2f tokens on average, %.3f ms per step (%d threads); "
              "per step:",
-             c->prof_steps, (double)c->prof_tokens / n, 1e3 * c->prof_total / n, c->n_threads);
+             c->prof_steps, c->prof_prefill ? "prefill" : "decode", (double)c->prof_tokens / n,
+             1e3 * c->prof_total / n, c->n_threads);
     for (int i = 0; i < FWD_P_N; i++) {
         sum += c->prof[i];
         LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
@@ -554,7 +578,8 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     c->batch = b;
     c->n_jobs = 0; /* nothing left over from a call that failed half-way */
-    c->prof_on = c->prof_env && T == b->n_seqs; /* decode: one token per sequence */
+    /* decode: one token per sequence; CLLM_PROFILE=prefill: the other steps */
+    c->prof_on = c->prof_env && (T == b->n_seqs) != c->prof_prefill;
     if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
     double tp0 = c->prof_on ? cllm_time_s() : 0.0, tpr = 0.0;
     c->kv = kv;

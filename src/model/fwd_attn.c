@@ -84,51 +84,75 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
     return buf;
 }
 
+size_t fwd_attn_scratch(const cllm_config *f) {
+    if (f->n_kv_heads <= 0) return 0;
+    size_t group = (size_t)(f->n_heads / f->n_kv_heads);
+    return 2 * (size_t)f->head_dim + group * (ATT_TILE + (size_t)f->head_dim + 3);
+}
+
+/* One item per (token, KV head): the query heads sharing that KV head walk the positions
+ * together, so each K/V row is read (and converted from bf16) once for all of them instead of
+ * once per head (8 heads per KV head on Qwen3.5). Each head's float ops are the ones it did
+ * alone, in the same order (scores, then per tile max, rescale, weights, then the weighted V rows
+ * in position order with the rescale folded into the first), so the results do not change. */
 static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     const cllm_kern_ops *k = c->k;
-    int hd = f->head_dim, nh = f->n_heads, qs = f->attn_output_gate ? 2 * hd : hd;
-    int group = nh / f->n_kv_heads;
+    int hd = f->head_dim, nkv = f->n_kv_heads, qs = f->attn_output_gate ? 2 * hd : hd;
+    int group = f->n_heads / nkv;
     float scale = (float)(1.0 / sqrt((double)hd));
-    float *scratch = c->thr + (size_t)tid * c->thr_stride;
-    float *sc = scratch, *acc = scratch + ATT_TILE, *kbuf = acc + hd, *vbuf = kbuf + hd;
+    float *kbuf = c->thr + (size_t)tid * c->thr_stride, *vbuf = kbuf + hd;
+    float *sc = vbuf + hd,
+          *acc = sc + (size_t)group * ATT_TILE; /* [group][ATT_TILE], [group][hd] */
+    float *mx = acc + (size_t)group * hd, *l = mx + group, *corr = l + group;
     for (size_t it = b; it < e; it++) {
-        size_t t = it / (size_t)nh;
-        int h = (int)(it % (size_t)nh), g = h / group;
-        const float *q = c->proj + t * j->ldp + (size_t)h * qs;
+        size_t t = it / (size_t)nkv;
+        int g = (int)(it % (size_t)nkv);
+        const float *q0 = c->proj + t * j->ldp + (size_t)g * group * qs;
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
         int pos = c->tok_pos[t];
-        float mx = -INFINITY, l = 0.0f;
-        for (int i = 0; i < hd; i++) acc[i] = 0.0f;
+        for (int h = 0; h < group; h++) mx[h] = -INFINITY, l[h] = 0.0f;
+        for (size_t i = 0; i < (size_t)group * hd; i++) acc[i] = 0.0f;
         for (int p0 = 0; p0 <= pos; p0 += ATT_TILE) {
             int n = pos + 1 - p0 < ATT_TILE ? pos + 1 - p0 : ATT_TILE;
-            float tmx = -INFINITY;
             for (int i = 0; i < n; i++) {
                 const float *kr = kv_row(c->kv, sq, j->L->sub, 0, p0 + i, g * hd, hd, kbuf);
-                sc[i] = k->dot(q, kr, hd) * scale;
-                if (sc[i] > tmx) tmx = sc[i];
+                for (int h = 0; h < group; h++)
+                    sc[h * ATT_TILE + i] = k->dot(q0 + (size_t)h * qs, kr, hd) * scale;
             }
-            float nmx = tmx > mx ? tmx : mx;
-            float corr = expf(mx - nmx); /* 0 on the first tile (mx = -inf) */
-            l *= corr;
+            for (int h = 0; h < group; h++) {
+                float *sh = sc + h * ATT_TILE, tmx = -INFINITY;
+                for (int i = 0; i < n; i++)
+                    if (sh[i] > tmx) tmx = sh[i];
+                float nmx = tmx > mx[h] ? tmx : mx[h];
+                corr[h] = expf(mx[h] - nmx); /* 0 on the first tile (mx = -inf) */
+                l[h] *= corr[h];
+                for (int i = 0; i < n; i++) { /* the score becomes its weight */
+                    sh[i] = expf(sh[i] - nmx);
+                    l[h] += sh[i];
+                }
+                mx[h] = nmx;
+            }
             for (int i = 0; i < n; i++) {
-                float p = expf(sc[i] - nmx);
-                l += p;
                 const float *vr = kv_row(c->kv, sq, j->L->sub, 1, p0 + i, g * hd, hd, vbuf);
-                k->scale_axpy(acc, i == 0 ? corr : 1.0f, p, vr, hd);
+                for (int h = 0; h < group; h++)
+                    k->scale_axpy(acc + (size_t)h * hd, i == 0 ? corr[h] : 1.0f,
+                                  sc[h * ATT_TILE + i], vr, hd);
             }
-            mx = nmx;
         }
-        float *o = c->o + t * (size_t)(nh * hd) + (size_t)h * hd;
-        float inv = 1.0f / l;
-        if (f->attn_output_gate) {
-            const float *gate = q + hd;
-            for (int i = 0; i < hd; i++) o[i] = acc[i] * inv * fwd_sigmoid(gate[i]);
-        } else {
-            for (int i = 0; i < hd; i++) o[i] = acc[i] * inv;
+        for (int h = 0; h < group; h++) {
+            const float *q = q0 + (size_t)h * qs, *ah = acc + (size_t)h * hd;
+            float *o = c->o + t * (size_t)(f->n_heads * hd) + (size_t)(g * group + h) * hd;
+            float inv = 1.0f / l[h];
+            if (f->attn_output_gate) {
+                const float *gate = q + hd;
+                for (int i = 0; i < hd; i++) o[i] = ah[i] * inv * fwd_sigmoid(gate[i]);
+            } else {
+                for (int i = 0; i < hd; i++) o[i] = ah[i] * inv;
+            }
         }
     }
 }
@@ -143,7 +167,7 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
-    cllm_pool_for(c->pool, (size_t)T * f->n_heads, attn_worker, &j);
+    cllm_pool_for(c->pool, (size_t)T * f->n_kv_heads, attn_worker, &j);
     if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;

@@ -160,7 +160,8 @@ struct cllm_fwd_ctx {
     fwd_mm *jobs;
     size_t n_jobs, cap_jobs;
     struct fwd_item {
-        int job, r0, r1;
+        int job, r0, r1; /* matmul: columns [r0, r1); prep: tokens [r0, r1) */
+        int t0, t1;      /* matmul: tokens [t0, t1) */
     } * items;
     size_t cap_items;
     char *qact; /* prepared activations of the queued jobs (fwd_mm.qa) */
@@ -181,7 +182,7 @@ struct cllm_fwd_ctx {
      * int16 codes (FWD_QA_INT16); for A/B checks */
     bool act16_float;
     /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
-    bool prof_env, prof_on;
+    bool prof_env, prof_on, prof_prefill;
     int prof_tag;
     double prof[FWD_P_N];
     long prof_steps, prof_tokens;
@@ -210,6 +211,8 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 /* Extra per-thread scratch floats the GDN layer needs for the chunked prefill (allocated whatever
  * the mode, so the mode can change between calls). */
 size_t fwd_gdn_scratch(const cllm_config *f);
+/* Floats of per-thread scratch the attention needs (fwd_attn.c). */
+size_t fwd_attn_scratch(const cllm_config *f);
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 

@@ -658,6 +658,7 @@ typedef struct prefault_ctx {
     volatile uint8_t sink;
     uint64_t bytes;
     bool skip_gptq; /* every GPTQ matrix was repacked into panels: the file's copy is never read */
+    const cllm_ckpt *ckpt;
 } prefault_ctx;
 
 static bool gptq_part(const char *name) {
@@ -679,11 +680,20 @@ static void prefault_one(void *vc, const cllm_tensor *t) {
     if (!t->data || !strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "mtp.", 4)) return;
     if (c->skip_gptq && gptq_part(t->name)) return;
     if (strstr(t->name, "embed_tokens.")) {
-        /* one row per token is read: read the table into the page cache (a cold row cost 5-7 ms
-         * of disk per decoded token) without mapping all of it, so RSS grows only by the rows
-         * used (1 GB of bf16 on the 248k vocabulary) */
-        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data / pg * pg;
-        madvise((void *)a, (uintptr_t)t->data + t->nbytes - a, MADV_WILLNEED);
+        /* one row per token is read: the table goes into the page cache now (a cold row costs
+         * 5-7 ms of disk: a first 512-token prompt waited 2.9 s for its rows behind an
+         * asynchronous MADV_WILLNEED), but leaves RSS again chunk by chunk (file pages dropped
+         * from the mapping stay cached), so RSS grows only by the rows used (1 GB of bf16 on the
+         * 248k vocabulary) */
+        const uint8_t *p = t->data;
+        const uint64_t chunk = 64u << 20;
+        uint8_t s = 0;
+        for (uint64_t o = 0; o < t->nbytes; o += chunk) {
+            uint64_t n = t->nbytes - o < chunk ? t->nbytes - o : chunk;
+            for (uint64_t i = 0; i < n; i += 4096) s ^= p[o + i];
+            fwd_ckpt_drop(c->ckpt, p + o, n);
+        }
+        c->sink ^= s;
         c->bytes += t->nbytes;
         return;
     }
@@ -696,7 +706,7 @@ static void prefault_one(void *vc, const cllm_tensor *t) {
 
 uint64_t cllm_model_prefault(const cllm_model *m) {
     if (m->tp_size > 1) return fwd_tp_prefault(m); /* this rank's slices only */
-    prefault_ctx c = {0, 0, m->panel_all};
+    prefault_ctx c = {0, 0, m->panel_all, m->ckpt};
     cllm_ckpt_foreach(m->ckpt, prefault_one, &c);
     /* the panels themselves are touched by the repack; a partial repack's file pages are
      * prefaulted above as well (the dropped ones come back: RSS only) */
