@@ -273,6 +273,10 @@ int main(void) {
         one_case(4, 32, 160, 72, T, T % 2 ? F_ASYM : F_BF16, T % 3 ? X_RAND : X_OUTLIER);
         one_case(8, 64, 192, 136, T, T % 2 ? F_RANDZ : F_ASYM | F_BF16, X_RAND);
     }
+    /* many tokens with weight groups split into activation groups (int8 G 512 -> 256, int4
+     * G 8192 -> 4096) */
+    one_case(8, 512, 512, 24, 11, F_RANDZ, X_RAND);
+    one_case(4, 8192, 8192, 8, 9, F_RANDZ | F_ASYM, X_OUTLIER);
     /* many tokens: token blocks / chunks of the multi-token kernels, ragged tails */
     one_case(4, 128, 1024, 88, 70, 0, X_RAND);
     one_case(4, 96, 576, 40, 13, F_ASYM, X_OUTLIER);
