@@ -3,10 +3,10 @@
  * double computation (codes within half a step of x, sums, outputs vs the dequantized weights x
  * the code values, and vs the float activations within the quantization error); every available
  * tier (avx2, avx512, neon) vs ref bitwise for bits 4 and 8, groups 32/64/128/K (K above the
- * int32 limit: split activation groups), n_tok 1..17 and the GEMM's chunk/token-block edges,
- * column ranges not multiples of any tile, zero / huge / tiny / NaN activations, the int32
- * extremes (codes at +-32767 against q - z = -256..254); a token alone == inside any batch and
- * tokens prepared one at a time == all at once. */
+ * int32 limit: split activation groups, for int8 and int4 at one and at many tokens), n_tok 1..17
+ * and the GEMM's chunk/token-block edges, column ranges not multiples of any tile, zero / huge /
+ * tiny / NaN activations, the int32 extremes (codes at +-32767 against q - z = -256..254); a
+ * token alone == inside any batch and tokens prepared one at a time == all at once. */
 #include <math.h>
 #include <string.h>
 
