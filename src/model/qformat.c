@@ -16,6 +16,18 @@ uint64_t cllm_qformat_bytes(int bits, int group, int K, int N) {
     return k * bits / 32 * n * 4 + k / group * n * bits / 32 * 4 + k / group * n * 2 + k * 4;
 }
 
+bool cllm_qformat_is_qtensor(const char *name) {
+    static const char *const suf[] = {
+        ".qweight",       ".qzeros",       ".scales",           ".g_idx",
+        ".weight_packed", ".weight_scale", ".weight_zero_point"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof(suf) / sizeof(suf[0]); i++) {
+        size_t k = strlen(suf[i]);
+        if (n > k && !strcmp(name + n - k, suf[i])) return true;
+    }
+    return false;
+}
+
 static inline void put_bits(int32_t *words, size_t idx_word, int shift, uint32_t v, int bits) {
     uint32_t m = ((1u << bits) - 1) << shift;
     uint32_t w = (uint32_t)words[idx_word];

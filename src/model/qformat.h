@@ -34,6 +34,12 @@
 /* Byte sizes of the four tensors together for a [N][K] matrix. */
 uint64_t cllm_qformat_bytes(int bits, int group, int K, int N);
 
+/* True when `name` is one of a quantized Linear's tensors: GPTQ P.qweight, P.qzeros, P.scales,
+ * P.g_idx, or compressed-tensors P.weight_packed, P.weight_scale, P.weight_zero_point (not the
+ * optional P.weight_shape and P.weight_g_idx). The prefault (model/weights.c) passes over them
+ * once every matrix is repacked. */
+bool cllm_qformat_is_qtensor(const char *name);
+
 /* Scale of (group g, output n) as float, whatever its stored dtype. */
 float cllm_qweight_scale(const cllm_qweight *w, int g, int n);
 /* Dequantized row n of a quantized matrix into dst [K]. */

@@ -661,24 +661,12 @@ typedef struct prefault_ctx {
     const cllm_ckpt *ckpt;
 } prefault_ctx;
 
-static bool gptq_part(const char *name) {
-    static const char *const suf[] = {
-        ".qweight",       ".qzeros",       ".scales",           ".g_idx",
-        ".weight_packed", ".weight_scale", ".weight_zero_point"};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof(suf) / sizeof(suf[0]); i++) {
-        size_t k = strlen(suf[i]);
-        if (n > k && !strcmp(name + n - k, suf[i])) return true;
-    }
-    return false;
-}
-
 static void prefault_one(void *vc, const cllm_tensor *t) {
     prefault_ctx *c = vc;
     /* vision and MTP tensors are bound but never read by the forward: touching them would only
      * add to RSS (the MTP head is 0.44 GB of the full model's W4A16 file) */
     if (!t->data || !strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "mtp.", 4)) return;
-    if (c->skip_gptq && gptq_part(t->name)) return;
+    if (c->skip_gptq && cllm_qformat_is_qtensor(t->name)) return;
     if (strstr(t->name, "embed_tokens.")) {
         /* one row per token is read: the table goes into the page cache now (a cold row costs
          * 5-7 ms of disk: a first 512-token prompt waited 2.9 s for its rows behind an
