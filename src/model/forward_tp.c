@@ -75,6 +75,40 @@ static int row_k(const cllm_seq_batch *q, int vmax) {
                                                                                    : 0;
 }
 
+/* The batch's logits rows in order, as each side of the exchange walks them (what a rank sends,
+ * what it takes from every rank's block, which rows go again whole): a row's sequence, its k
+ * (row_k; 0: the whole slice) and its place in a rank's block of the all-gather. */
+typedef struct tp_rows {
+    const cllm_batch *b;
+    int vmax;
+    int q, left;              /* sequence q, its rows still to come */
+    const cllm_seq_batch *sq; /* the row's sequence */
+    int row, k;               /* the row's index among the batch's logits rows, its k */
+    size_t off, bytes;        /* its byte offset in a rank's block, its bytes there */
+} tp_rows;
+
+static tp_rows rows_begin(const cllm_batch *b, int vmax) {
+    return (tp_rows){.b = b, .vmax = vmax, .q = -1, .row = -1};
+}
+
+/* Steps to the next row; false past the last, leaving row = the number of rows and off = the
+ * bytes of a rank's block. */
+static bool rows_next(tp_rows *w) {
+    w->off += w->bytes;
+    w->bytes = 0;
+    w->row++;
+    while (w->left <= 0) {
+        if (++w->q >= w->b->n_seqs) return false;
+        w->sq = &w->b->seqs[w->q];
+        w->left =
+            w->sq->logits == CLLM_LOGITS_ALL ? w->sq->n_tokens : w->sq->logits == CLLM_LOGITS_LAST;
+        w->k = row_k(w->sq, w->vmax);
+    }
+    w->left--;
+    w->bytes = w->k ? (size_t)w->k * sizeof(tp_pair) : (size_t)w->vmax * sizeof(float);
+    return true;
+}
+
 void fwd_tp_best_k(const float *row, int n, int v0, float scale, int k, tp_pair *out) {
     float key[CLLM_LOGITS_TOPK_MAX];
     int m = 0;
@@ -110,24 +144,16 @@ static cllm_status nan_rows(cllm_fwd_ctx *c, int n_nan, const float *loc, int vm
     int *rows = malloc((size_t)n_nan * sizeof(int));
     float *buf = malloc((size_t)n_nan * (size_t)vmax * (size_t)(N + 1) * sizeof(float));
     cllm_status st = rows && buf ? CLLM_OK : CLLM_ENOMEM;
-    int n = 0, row = 0;
-    size_t off = 0;
-    for (int q = 0; st == CLLM_OK && q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
-        int k = row_k(sq, vmax);
-        for (int i = 0; i < nr; i++, row++) {
-            bool nan = false;
-            for (int r = 0; k && r < N; r++)
-                nan |=
-                    ((const tp_pair *)((const unsigned char *)all + (size_t)r * send + off))->id ==
-                    -2;
-            if (nan && n < n_nan) {
-                memcpy(buf + (size_t)n * vmax, loc + (size_t)row * vmax,
-                       (size_t)vmax * sizeof(float));
-                rows[n++] = row;
-            }
-            off += k ? (size_t)k * sizeof(tp_pair) : (size_t)vmax * sizeof(float);
+    int n = 0;
+    for (tp_rows w = rows_begin(b, vmax); st == CLLM_OK && rows_next(&w);) {
+        const unsigned char *src = (const unsigned char *)all + w.off; /* rank r's: + r * send */
+        bool nan = false;
+        for (int r = 0; w.k && r < N; r++)
+            nan |= ((const tp_pair *)(src + (size_t)r * send))->id == -2;
+        if (nan && n < n_nan) {
+            memcpy(buf + (size_t)n * vmax, loc + (size_t)w.row * vmax,
+                   (size_t)vmax * sizeof(float));
+            rows[n++] = w.row;
         }
     }
     size_t mine = (size_t)n * (size_t)vmax;
@@ -157,66 +183,40 @@ cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits) {
     for (int r = 0; r < N; r++)
         vmax = m->tp_vsplit[2 * r + 1] > vmax ? m->tp_vsplit[2 * r + 1] : vmax;
     /* bytes each rank sends: per row a whole slice or k pairs */
-    size_t mine = (size_t)R * (size_t)vmax, send = 0;
-    int row = 0;
-    for (int q = 0; q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
-        int k = row_k(sq, vmax);
-        send += (size_t)nr * (k ? (size_t)k * sizeof(tp_pair) : (size_t)vmax * sizeof(float));
-        row += nr;
-    }
-    if (row != R) return CLLM_EINVAL;
+    tp_rows w = rows_begin(b, vmax);
+    while (rows_next(&w)) continue;
+    if (w.row != R) return CLLM_EINVAL;
+    size_t mine = (size_t)R * (size_t)vmax, send = w.off;
     size_t sendf = (send + sizeof(float) - 1) / sizeof(float);
     if (grow_f(&c->tp_lg, &c->tp_lg_cap, mine + sendf * (size_t)(N + 1))) return CLLM_ENOMEM;
     float *loc = c->tp_lg, *out = loc + mine, *all = out + sendf;
     if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, loc, (size_t)vmax) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return CLLM_ENOMEM;
-    unsigned char *p = (unsigned char *)out;
-    row = 0;
-    for (int q = 0; q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
-        int k = row_k(sq, vmax);
-        for (int i = 0; i < nr; i++, row++) {
-            const float *lr = loc + (size_t)row * vmax;
-            if (k) {
-                fwd_tp_best_k(lr, nv, v0, sq->logits_scale, k, (tp_pair *)p);
-                p += (size_t)k * sizeof(tp_pair);
-            } else {
-                memcpy(p, lr, (size_t)vmax * sizeof(float));
-                p += (size_t)vmax * sizeof(float);
-            }
-        }
+    for (w = rows_begin(b, vmax); rows_next(&w);) {
+        const float *lr = loc + (size_t)w.row * vmax;
+        unsigned char *dst = (unsigned char *)out + w.off;
+        if (w.k)
+            fwd_tp_best_k(lr, nv, v0, w.sq->logits_scale, w.k, (tp_pair *)dst);
+        else
+            memcpy(dst, lr, (size_t)vmax * sizeof(float));
     }
     if (cllm_dist_allgather(out, send, all) != CLLM_OK) return CLLM_EIO;
-    size_t off = 0; /* of the row in every rank's block */
     int n_nan = 0;
-    row = 0;
-    for (int q = 0; q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        int nr = sq->logits == CLLM_LOGITS_ALL ? sq->n_tokens : sq->logits == CLLM_LOGITS_LAST;
-        int k = row_k(sq, vmax);
-        for (int i = 0; i < nr; i++, row++) {
-            float *dst = logits + (size_t)row * V;
-            if (!k) {
-                for (int r = 0; r < N; r++)
-                    memcpy(dst + m->tp_vsplit[2 * r],
-                           (const unsigned char *)all + (size_t)r * send + off,
-                           (size_t)m->tp_vsplit[2 * r + 1] * sizeof(float));
-                off += (size_t)vmax * sizeof(float);
-                continue;
-            }
-            bool nan = false;
-            for (size_t j = 0; j < (size_t)V; j++) dst[j] = -INFINITY;
+    for (w = rows_begin(b, vmax); rows_next(&w);) {
+        float *dst = logits + (size_t)w.row * V;
+        const unsigned char *src = (const unsigned char *)all + w.off; /* rank r's: + r * send */
+        if (!w.k) {
             for (int r = 0; r < N; r++)
-                nan |= fwd_tp_put_k(
-                    dst, V, (const tp_pair *)((const unsigned char *)all + (size_t)r * send + off),
-                    k);
-            n_nan += nan;
-            off += (size_t)k * sizeof(tp_pair);
+                memcpy(dst + m->tp_vsplit[2 * r], src + (size_t)r * send,
+                       (size_t)m->tp_vsplit[2 * r + 1] * sizeof(float));
+            continue;
         }
+        bool nan = false;
+        for (size_t j = 0; j < (size_t)V; j++) dst[j] = -INFINITY;
+        for (int r = 0; r < N; r++)
+            nan |= fwd_tp_put_k(dst, V, (const tp_pair *)(src + (size_t)r * send), w.k);
+        n_nan += nan;
     }
     return n_nan ? nan_rows(c, n_nan, loc, vmax, all, send, logits) : CLLM_OK;
 }
