@@ -21,6 +21,7 @@ static const cllm_kern_ops ref_ops = {
     .qact16_prep = kern_qact16_prep_ref,
     .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
+    .silu_mul = kern_silu_mul_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -39,6 +40,7 @@ static const cllm_kern_ops avx2_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx2,
+    .silu_mul = kern_silu_mul_avx2,
 };
 /* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
  * The two tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same
@@ -58,6 +60,7 @@ static const cllm_kern_ops avx512_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
+    .silu_mul = kern_silu_mul_avx2,
 };
 static const cllm_kern_ops avx512_vnni_ops = {
     .name = "avx512",
@@ -74,6 +77,7 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
+    .silu_mul = kern_silu_mul_avx2,
 };
 #endif
 
@@ -94,6 +98,7 @@ static const cllm_kern_ops neon_ops = {
     .qact16_prep = kern_qact16_prep_neon,
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
+    .silu_mul = kern_silu_mul_neon,
 };
 static const cllm_kern_ops neon_dot_ops = {
     .name = "neon-dot",
@@ -110,6 +115,7 @@ static const cllm_kern_ops neon_dot_ops = {
     .qact16_prep = kern_qact16_prep_neon,
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
+    .silu_mul = kern_silu_mul_neon,
 };
 #endif
 

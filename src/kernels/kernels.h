@@ -163,6 +163,10 @@ typedef struct cllm_kern_ops {
     cllm_matmul_qact16_fn matmul_q_qact16;
     /* fp32 GEMM with B row-major (see cllm_gemm_fn). */
     cllm_gemm_fn gemm_f32;
+    /* y[i] = silu(g[i]) * u[i] (silu(g[i]) when u is NULL), silu(g) = g / (1 + e^-g); y may be g
+     * or u. Per input a fixed op sequence (no dependence on n or i): ref uses libm's expf, the
+     * SIMD tiers one vector exp (kernels/act_body.h); within 4 ulp of each other. */
+    void (*silu_mul)(float *y, const float *g, const float *u, int n);
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */

@@ -39,6 +39,24 @@ S8 f32x8 fmadd8(f32x8 a, f32x8 b, f32x8 c) {
 S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
     return _mm256_fnmadd_ps(a, b, c);
 }
+S8 f32x8 add8(f32x8 a, f32x8 b) {
+    return _mm256_add_ps(a, b);
+}
+S8 f32x8 div8(f32x8 a, f32x8 b) {
+    return _mm256_div_ps(a, b);
+}
+/* max8(min8(x, hi), lo): a NaN x becomes hi on both tiers */
+S8 f32x8 clamp8(f32x8 x, float lo, float hi) {
+    return _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(hi)), _mm256_set1_ps(lo));
+}
+S8 f32x8 round8(f32x8 x) { /* to nearest, ties to even */
+    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* 2^n for integral n in [-126, 127] */
+S8 f32x8 pow2i8(f32x8 n) {
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
 S8 float hsum8(f32x8 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -77,6 +95,31 @@ S8 f32x8 fmadd8(f32x8 a, f32x8 b, f32x8 c) {
 }
 S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
     return (f32x8){vfmsq_f32(c.lo, a.lo, b.lo), vfmsq_f32(c.hi, a.hi, b.hi)};
+}
+S8 f32x8 add8(f32x8 a, f32x8 b) {
+    return (f32x8){vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)};
+}
+S8 f32x8 div8(f32x8 a, f32x8 b) {
+    return (f32x8){vdivq_f32(a.lo, b.lo), vdivq_f32(a.hi, b.hi)};
+}
+S8 float32x4_t clamp4_(float32x4_t x, float lo, float hi) {
+    /* vminq would keep a NaN; the AVX2 order (min then max, NaN -> hi) is done by compare */
+    float32x4_t h = vdupq_n_f32(hi);
+    x = vbslq_f32(vcltq_f32(x, h), x, h); /* x < hi ? x : hi (NaN -> hi) */
+    return vmaxq_f32(x, vdupq_n_f32(lo));
+}
+S8 f32x8 clamp8(f32x8 x, float lo, float hi) {
+    return (f32x8){clamp4_(x.lo, lo, hi), clamp4_(x.hi, lo, hi)};
+}
+S8 f32x8 round8(f32x8 x) { /* to nearest, ties to even */
+    return (f32x8){vrndnq_f32(x.lo), vrndnq_f32(x.hi)};
+}
+S8 float32x4_t pow2i4_(float32x4_t n) {
+    int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
+    return vreinterpretq_f32_s32(vshlq_n_s32(e, 23));
+}
+S8 f32x8 pow2i8(f32x8 n) {
+    return (f32x8){pow2i4_(n.lo), pow2i4_(n.hi)};
 }
 S8 float hsum8(f32x8 v) {
     float32x4_t s = vaddq_f32(v.lo, v.hi); /* l0+l4, l1+l5, l2+l6, l3+l7 */

@@ -63,6 +63,7 @@ static void gather_worker(void *vj, size_t b, size_t e, int tid) {
 
 /* act[i] = silu(gate[i]) * up[i], in place into the gate half of rows of width 2I. */
 typedef struct act_job {
+    const cllm_kern_ops *k;
     float *gu;
     int I;
 } act_job;
@@ -71,7 +72,7 @@ static void act_worker(void *vj, size_t b, size_t e, int tid) {
     act_job *j = vj;
     for (size_t r = b; r < e; r++) {
         float *g = j->gu + r * 2 * (size_t)j->I, *u = g + j->I;
-        for (int i = 0; i < j->I; i++) g[i] = fwd_silu(g[i]) * u[i];
+        j->k->silu_mul(g, g, u, j->I);
     }
 }
 
@@ -141,13 +142,13 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
             return CLLM_ENOMEM;
     }
     if (fwd_mm_run(c)) return CLLM_ENOMEM;
-    act_job aj = {c->gu, I};
+    act_job aj = {c->k, c->gu, I};
     cllm_pool_for(small, (size_t)n, act_worker, &aj);
     if (L->has_shared) {
         /* shared act: rows of width lds, gate at 0, up at Ish */
         for (int t = 0; t < T; t++) {
             float *g = c->proj2 + (size_t)t * lds, *u = g + Ish;
-            for (int i = 0; i < Ish; i++) g[i] = fwd_silu(g[i]) * u[i];
+            c->k->silu_mul(g, g, u, Ish);
         }
         if (fwd_mm_add(c, &L->shared.down, c->proj2, lds, T, c->o, H)) return CLLM_ENOMEM;
     }
@@ -174,7 +175,7 @@ cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T) {
     if (fwd_mm_add(c, &mlp->gate, c->xn, H, T, c->proj, 2 * (size_t)I) ||
         fwd_mm_add(c, &mlp->up, c->xn, H, T, c->proj + I, 2 * (size_t)I) || fwd_mm_run(c))
         return CLLM_ENOMEM;
-    act_job aj = {c->proj, I};
+    act_job aj = {c->k, c->proj, I};
     cllm_pool_for(c->pool, (size_t)T, act_worker, &aj);
     if (fwd_mm_add(c, &mlp->down, c->proj, 2 * (size_t)I, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;

@@ -2,7 +2,7 @@
 # The NEON kernel tier (src/kernels/arm/) on an x86 host: a CMake cross build
 # (cmake/aarch64-linux-gnu.cmake, -DCLLM_KERNELS_ONLY=ON: the kernel sources, the few base/model/
 # quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
-# test_q16_kern.c, test_kern.c, test_gdn_chunk.c as static aarch64 binaries), whose ctest runs them
+# test_q16_kern.c, test_kern.c, test_gdn_chunk.c, test_act.c as static aarch64 binaries), whose ctest runs them
 # under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR) twice: `-cpu max`
 # (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
 # vmull/vpadal W4A8; the act_bits 16 path is baseline NEON on both). The tests compare the NEON
@@ -54,7 +54,7 @@ fi
 CFLAGS=(-std=c11 -O3 -DNDEBUG -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter
         -Wno-missing-field-initializers -Werror -I"$SRC/src")
 
-tests=(test_quant_kern test_quant_a8 test_q16_kern test_kern test_gdn_chunk)
+tests=(test_quant_kern test_quant_a8 test_q16_kern test_kern test_gdn_chunk test_act)
 # cpu model -> the neon table the tests must report having checked
 for spec in "max:neon-dot" "cortex-a57:neon"; do
   cpu=${spec%%:*} want=${spec#*:}
@@ -73,6 +73,7 @@ for spec in "max:neon-dot" "cortex-a57:neon"; do
     grep -q "+ $want tiers checked" "$T/test_q16_kern.$cpu.out" &&
     grep -q "tier $want checked" "$T/test_kern.$cpu.out" &&
     grep -qE "^([0-9]+: )?$want gdn_chunk vs ref step" "$T/test_gdn_chunk.$cpu.out" &&
+    grep -qE "^([0-9]+: )?$want silu_mul: max" "$T/test_act.$cpu.out" &&
     ok "-cpu $cpu used the $want table" || bad "-cpu $cpu: the $want table was not tested"
 done
 
