@@ -2,9 +2,10 @@
  *
  * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
  * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;
- * then one work item per (token, head) runs online-softmax attention over positions 0..pos of
- * its sequence. Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one
- * rescale per tile), so the result depends neither on the batch nor on the KV block size. */
+ * then one work item per (token, KV head) runs online-softmax attention over positions 0..pos of
+ * its sequence for that KV head's query heads. Positions are visited in tiles of ATT_TILE aligned
+ * to absolute position 0 (one rescale per tile), so the result depends neither on the batch nor
+ * on the KV block size. */
 #include <math.h>
 #include <string.h>
 
@@ -86,27 +87,34 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
 
 size_t fwd_attn_scratch(const cllm_config *f) {
     if (f->n_kv_heads <= 0) return 0;
-    size_t group = (size_t)(f->n_heads / f->n_kv_heads);
-    return 2 * (size_t)f->head_dim + group * (ATT_TILE + (size_t)f->head_dim + 3);
+    size_t group = (size_t)(f->n_heads / f->n_kv_heads), hd = (size_t)f->head_dim;
+    return group * hd + 2 * (size_t)ATT_TILE * hd + group * (2 * ATT_TILE + hd + 3);
 }
 
-/* One item per (token, KV head): the query heads sharing that KV head walk the positions
- * together, so each K/V row is read (and converted from bf16) once for all of them instead of
- * once per head (8 heads per KV head on Qwen3.5). Each head's float ops are the ones it did
- * alone, in the same order (scores, then per tile max, rescale, weights, then the weighted V rows
- * in position order with the rescale folded into the first), so the results do not change. */
+/* One item per (token, KV head): the query heads sharing that KV head (8 on Qwen3.5) take each
+ * tile of ATT_TILE positions together as two small GEMMs (gemm_f32, kernels.h): scores^T [tile x
+ * group] = K Q^T straight from the pool's K rows (fp32 pools; bf16 rows are converted once into a
+ * tile), then after the per-head online-softmax update acc [group x hd] = acc * corr + P V over
+ * the tile's V rows copied contiguous. Each K/V row is read once for all of the group's heads,
+ * where a dot / axpy call per head and position read it 8 times. The tiles are aligned to
+ * absolute position 0, the score GEMM is split only along positions (its per-element sequence
+ * depends on hd alone) and the V GEMM runs over the whole tile, so a result depends neither on the
+ * batch, the chunking of the prompt nor the KV block size. */
 static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     const cllm_kern_ops *k = c->k;
+    const cllm_kv_pool *kv = c->kv;
     int hd = f->head_dim, nkv = f->n_kv_heads, qs = f->attn_output_gate ? 2 * hd : hd;
-    int group = f->n_heads / nkv;
+    int group = f->n_heads / nkv, bs = kv->block_size, L = j->L->sub;
+    bool f32 = kv->dtype == CLLM_KV_F32;
     float scale = (float)(1.0 / sqrt((double)hd));
-    float *kbuf = c->thr + (size_t)tid * c->thr_stride, *vbuf = kbuf + hd;
-    float *sc = vbuf + hd,
-          *acc = sc + (size_t)group * ATT_TILE; /* [group][ATT_TILE], [group][hd] */
+    float *qt = c->thr + (size_t)tid * c->thr_stride;                      /* [hd][group] */
+    float *kt = qt + (size_t)hd * group, *vt = kt + (size_t)ATT_TILE * hd; /* [ATT_TILE][hd] */
+    float *st = vt + (size_t)ATT_TILE * hd, *sc = st + (size_t)ATT_TILE * group;
+    float *acc = sc + (size_t)group * ATT_TILE; /* st [tile][group], sc [group][tile] */
     float *mx = acc + (size_t)group * hd, *l = mx + group, *corr = l + group;
     for (size_t it = b; it < e; it++) {
         size_t t = it / (size_t)nkv;
@@ -114,19 +122,39 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
         const float *q0 = c->proj + t * j->ldp + (size_t)g * group * qs;
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
         int pos = c->tok_pos[t];
-        for (int h = 0; h < group; h++) mx[h] = -INFINITY, l[h] = 0.0f;
+        for (int h = 0; h < group; h++) {
+            mx[h] = -INFINITY, l[h] = 0.0f;
+            for (int d = 0; d < hd; d++) qt[(size_t)d * group + h] = q0[(size_t)h * qs + d];
+        }
         for (size_t i = 0; i < (size_t)group * hd; i++) acc[i] = 0.0f;
         for (int p0 = 0; p0 <= pos; p0 += ATT_TILE) {
             int n = pos + 1 - p0 < ATT_TILE ? pos + 1 - p0 : ATT_TILE;
+            if (f32) { /* K rows in place: one GEMM per run of the tile inside one KV block */
+                for (int i = 0; i < n;) {
+                    int p = p0 + i, seg = bs - p % bs < n - i ? bs - p % bs : n - i;
+                    const float *kr =
+                        (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) + g * hd;
+                    k->gemm_f32(seg, group, hd, kr, (size_t)kv->kv_dim, qt, (size_t)group,
+                                st + (size_t)i * group, (size_t)group, CLLM_GEMM_SET);
+                    i += seg;
+                }
+            } else {
+                for (int i = 0; i < n; i++)
+                    kv_row(kv, sq, L, 0, p0 + i, g * hd, hd, kt + (size_t)i * hd);
+                k->gemm_f32(n, group, hd, kt, (size_t)hd, qt, (size_t)group, st, (size_t)group,
+                            CLLM_GEMM_SET);
+            }
             for (int i = 0; i < n; i++) {
-                const float *kr = kv_row(c->kv, sq, j->L->sub, 0, p0 + i, g * hd, hd, kbuf);
-                for (int h = 0; h < group; h++)
-                    sc[h * ATT_TILE + i] = k->dot(q0 + (size_t)h * qs, kr, hd) * scale;
+                float *vd = vt + (size_t)i * hd;
+                const float *vr = kv_row(kv, sq, L, 1, p0 + i, g * hd, hd, vd);
+                if (vr != vd) memcpy(vd, vr, (size_t)hd * sizeof(float));
             }
             for (int h = 0; h < group; h++) {
                 float *sh = sc + h * ATT_TILE, tmx = -INFINITY;
-                for (int i = 0; i < n; i++)
+                for (int i = 0; i < n; i++) {
+                    sh[i] = st[(size_t)i * group + h] * scale;
                     if (sh[i] > tmx) tmx = sh[i];
+                }
                 float nmx = tmx > mx[h] ? tmx : mx[h];
                 corr[h] = expf(mx[h] - nmx); /* 0 on the first tile (mx = -inf) */
                 l[h] *= corr[h];
@@ -135,13 +163,10 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
                     l[h] += sh[i];
                 }
                 mx[h] = nmx;
+                float *ah = acc + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) ah[d] *= corr[h];
             }
-            for (int i = 0; i < n; i++) {
-                const float *vr = kv_row(c->kv, sq, j->L->sub, 1, p0 + i, g * hd, hd, vbuf);
-                for (int h = 0; h < group; h++)
-                    k->scale_axpy(acc + (size_t)h * hd, i == 0 ? corr[h] : 1.0f,
-                                  sc[h * ATT_TILE + i], vr, hd);
-            }
+            k->gemm_f32(group, hd, n, sc, ATT_TILE, vt, (size_t)hd, acc, (size_t)hd, CLLM_GEMM_ADD);
         }
         for (int h = 0; h < group; h++) {
             const float *q = q0 + (size_t)h * qs, *ah = acc + (size_t)h * hd;
@@ -167,7 +192,9 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
-    cllm_pool_for(c->pool, (size_t)T * f->n_kv_heads, attn_worker, &j);
+    /* handed out one at a time: a later position's item has more tiles (a static split gave the
+     * second thread the prompt's expensive half) */
+    cllm_pool_for_dyn(c->pool, (size_t)T * f->n_kv_heads, attn_worker, &j);
     if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
