@@ -88,18 +88,19 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
 size_t fwd_attn_scratch(const cllm_config *f) {
     if (f->n_kv_heads <= 0) return 0;
     size_t group = (size_t)(f->n_heads / f->n_kv_heads), hd = (size_t)f->head_dim;
-    return group * hd + 2 * (size_t)ATT_TILE * hd + group * (2 * ATT_TILE + hd + 3);
+    return 2 * (size_t)ATT_TILE * hd + group * (2 * ATT_TILE + hd + 3); /* see attn_worker */
 }
 
 /* One item per (token, KV head): the query heads sharing that KV head (8 on Qwen3.5) take each
- * tile of ATT_TILE positions together as two small GEMMs (gemm_f32, kernels.h): scores^T [tile x
- * group] = K Q^T straight from the pool's K rows (fp32 pools; bf16 rows are converted once into a
- * tile), then after the per-head online-softmax update acc [group x hd] = acc * corr + P V over
- * the tile's V rows copied contiguous. Each K/V row is read once for all of the group's heads,
- * where a dot / axpy call per head and position read it 8 times. The tiles are aligned to
- * absolute position 0, the score GEMM is split only along positions (its per-element sequence
- * depends on hd alone) and the V GEMM runs over the whole tile, so a result depends neither on the
- * batch, the chunking of the prompt nor the KV block size. */
+ * tile of ATT_TILE positions together: scores [tile x group] through dot_rows (kernels.h) straight
+ * from the pool's K rows (fp32 pools; bf16 rows are converted once into a tile), then after the
+ * per-head online-softmax update acc [group x hd] = acc * corr + P V through gemm_f32 over the
+ * tile's V rows copied contiguous. Each K/V row is read once for all of the group's heads, where a
+ * dot / axpy call per head and position read it 8 times. Scratch: kt, vt [ATT_TILE][hd], st
+ * [ATT_TILE][group], sc [group][ATT_TILE], acc [group][hd], mx, l, corr [group]. The tiles are
+ * aligned to absolute position 0, the scores are split only along positions (their per-element
+ * sequence depends on hd alone) and the V GEMM runs over the whole tile, so a result depends
+ * neither on the batch, the chunking of the prompt nor the KV block size. */
 static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
@@ -111,8 +112,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     int group = f->n_heads / nkv, bs = kv->block_size, L = j->L->sub;
     bool f32 = kv->dtype == CLLM_KV_F32;
     float scale = (float)(1.0 / sqrt((double)hd));
-    float *qt = c->thr + (size_t)tid * c->thr_stride;                      /* [hd][group] */
-    float *kt = qt + (size_t)hd * group, *vt = kt + (size_t)ATT_TILE * hd; /* [ATT_TILE][hd] */
+    float *kt = c->thr + (size_t)tid * c->thr_stride, *vt = kt + (size_t)ATT_TILE * hd;
     float *st = vt + (size_t)ATT_TILE * hd, *sc = st + (size_t)ATT_TILE * group;
     float *acc = sc + (size_t)group * ATT_TILE; /* st [tile][group], sc [group][tile] */
     float *mx = acc + (size_t)group * hd, *l = mx + group, *corr = l + group;
@@ -122,10 +122,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
         const float *q0 = c->proj + t * j->ldp + (size_t)g * group * qs;
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
         int pos = c->tok_pos[t];
-        for (int h = 0; h < group; h++) {
-            mx[h] = -INFINITY, l[h] = 0.0f;
-            for (int d = 0; d < hd; d++) qt[(size_t)d * group + h] = q0[(size_t)h * qs + d];
-        }
+        for (int h = 0; h < group; h++) mx[h] = -INFINITY, l[h] = 0.0f;
         for (size_t i = 0; i < (size_t)group * hd; i++) acc[i] = 0.0f;
         for (int p0 = 0; p0 <= pos; p0 += ATT_TILE) {
             int n = pos + 1 - p0 < ATT_TILE ? pos + 1 - p0 : ATT_TILE;
@@ -134,15 +131,14 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
                     int p = p0 + i, seg = bs - p % bs < n - i ? bs - p % bs : n - i;
                     const float *kr =
                         (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) + g * hd;
-                    k->gemm_f32(seg, group, hd, kr, (size_t)kv->kv_dim, qt, (size_t)group,
-                                st + (size_t)i * group, (size_t)group, CLLM_GEMM_SET);
+                    k->dot_rows(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd,
+                                st + (size_t)i * group, (size_t)group);
                     i += seg;
                 }
             } else {
                 for (int i = 0; i < n; i++)
                     kv_row(kv, sq, L, 0, p0 + i, g * hd, hd, kt + (size_t)i * hd);
-                k->gemm_f32(n, group, hd, kt, (size_t)hd, qt, (size_t)group, st, (size_t)group,
-                            CLLM_GEMM_SET);
+                k->dot_rows(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, st, (size_t)group);
             }
             for (int i = 0; i < n; i++) {
                 float *vd = vt + (size_t)i * hd;
