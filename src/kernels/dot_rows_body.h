@@ -35,25 +35,18 @@ S8 void dr_tile(const float *K, size_t ldk, const float *Q, size_t ldq, int d, f
                 dr_tail(hsum8(acc[r][h]), K + (size_t)r * ldk, Q + (size_t)h * ldq, d8, d);
 }
 
+/* Rows [i, i + R) against all nq queries, 4 at a time. */
+S8 void dr_rows(const float *K, size_t ldk, const float *Q, size_t ldq, int nq, int d, float *S,
+                size_t lds, const int R) {
+    int h = 0;
+    for (; h + 4 <= nq; h += 4) dr_tile(K, ldk, Q + (size_t)h * ldq, ldq, d, S + h, lds, R, 4);
+    for (; h < nq; h++) dr_tile(K, ldk, Q + (size_t)h * ldq, ldq, d, S + h, lds, R, 1);
+}
+
 void DOT_ROWS_FN(const float *K, size_t ldk, int n, const float *Q, size_t ldq, int nq, int d,
                  float *S, size_t lds) {
     int i = 0;
-    for (; i + 2 <= n; i += 2) {
-        int h = 0;
-        for (; h + 4 <= nq; h += 4)
-            dr_tile(K + (size_t)i * ldk, ldk, Q + (size_t)h * ldq, ldq, d, S + (size_t)i * lds + h,
-                    lds, 2, 4);
-        for (; h < nq; h++)
-            dr_tile(K + (size_t)i * ldk, ldk, Q + (size_t)h * ldq, ldq, d, S + (size_t)i * lds + h,
-                    lds, 2, 1);
-    }
-    for (; i < n; i++) {
-        int h = 0;
-        for (; h + 4 <= nq; h += 4)
-            dr_tile(K + (size_t)i * ldk, ldk, Q + (size_t)h * ldq, ldq, d, S + (size_t)i * lds + h,
-                    lds, 1, 4);
-        for (; h < nq; h++)
-            dr_tile(K + (size_t)i * ldk, ldk, Q + (size_t)h * ldq, ldq, d, S + (size_t)i * lds + h,
-                    lds, 1, 1);
-    }
+    for (; i + 2 <= n; i += 2)
+        dr_rows(K + (size_t)i * ldk, ldk, Q, ldq, nq, d, S + (size_t)i * lds, lds, 2);
+    if (i < n) dr_rows(K + (size_t)i * ldk, ldk, Q, ldq, nq, d, S + (size_t)i * lds, lds, 1);
 }
