@@ -42,6 +42,9 @@ S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
 S8 f32x8 add8(f32x8 a, f32x8 b) {
     return _mm256_add_ps(a, b);
 }
+S8 f32x8 sub8(f32x8 a, f32x8 b) {
+    return _mm256_sub_ps(a, b);
+}
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return _mm256_div_ps(a, b);
 }
@@ -98,6 +101,9 @@ S8 f32x8 fnmadd8(f32x8 a, f32x8 b, f32x8 c) {
 }
 S8 f32x8 add8(f32x8 a, f32x8 b) {
     return (f32x8){vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)};
+}
+S8 f32x8 sub8(f32x8 a, f32x8 b) {
+    return (f32x8){vsubq_f32(a.lo, b.lo), vsubq_f32(a.hi, b.hi)};
 }
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return (f32x8){vdivq_f32(a.lo, b.lo), vdivq_f32(a.hi, b.hi)};
