@@ -8,6 +8,8 @@
 #ifndef CLLM_KERNELS_SIMD8_H
 #define CLLM_KERNELS_SIMD8_H
 
+#include <stdint.h>
+
 #define S8 __attribute__((always_inline)) static inline
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -44,6 +46,14 @@ S8 f32x8 add8(f32x8 a, f32x8 b) {
 }
 S8 f32x8 sub8(f32x8 a, f32x8 b) {
     return _mm256_sub_ps(a, b);
+}
+/* 8 fp16 / bf16 values widened (exact); the fp16 one needs F16C (the *_avx2.c flags have it) */
+S8 f32x8 ld8_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+S8 f32x8 ld8_bf16(const uint16_t *p) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return _mm256_div_ps(a, b);
@@ -104,6 +114,15 @@ S8 f32x8 add8(f32x8 a, f32x8 b) {
 }
 S8 f32x8 sub8(f32x8 a, f32x8 b) {
     return (f32x8){vsubq_f32(a.lo, b.lo), vsubq_f32(a.hi, b.hi)};
+}
+S8 f32x8 ld8_f16(const uint16_t *p) {
+    float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(p));
+    return (f32x8){vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)};
+}
+S8 f32x8 ld8_bf16(const uint16_t *p) {
+    uint16x8_t v = vld1q_u16(p);
+    return (f32x8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(v), 16)),
+                   vreinterpretq_f32_u32(vshll_high_n_u16(v, 16))};
 }
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return (f32x8){vdivq_f32(a.lo, b.lo), vdivq_f32(a.hi, b.hi)};
