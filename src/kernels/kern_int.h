@@ -10,8 +10,6 @@ void kern_matmul_f16_ref(const void *W, size_t ldw, int n_rows, const float *X, 
                          int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_bf16_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                           int n_tok, int K, float *Y, size_t ldy);
-float kern_dot_ref(const float *a, const float *b, int n);
-void kern_scale_axpy_ref(float *y, float s, float a, const float *x, int n);
 void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
                        float beta, float *o, float *tmp, int dk, int dv);
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
@@ -72,8 +70,6 @@ void kern_matmul_f16_avx2(const void *W, size_t ldw, int n_rows, const float *X,
                           int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_bf16_avx2(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                            int n_tok, int K, float *Y, size_t ldy);
-float kern_dot_avx2(const float *a, const float *b, int n);
-void kern_scale_axpy_avx2(float *y, float s, float a, const float *x, int n);
 void kern_matmul_q_avx2(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);
 /* kernels/x86/matmul_q_gemm_avx2.c: the matmul_q float core for n_tok >= KERN_Q_GEMM_MIN and
@@ -121,13 +117,11 @@ void kern_matmul_f16_neon(const void *W, size_t ldw, int n_rows, const float *X,
                           int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_bf16_neon(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                            int n_tok, int K, float *Y, size_t ldy);
-float kern_dot_neon(const float *a, const float *b, int n);
 void kern_gdn_step_neon(float *S, const float *q, const float *k, const float *v, float decay,
                         float beta, float *o, float *tmp, int dk, int dv);
 void kern_gdn_chunk_neon(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);
-void kern_scale_axpy_neon(float *y, float s, float a, const float *x, int n);
 void kern_matmul_q_neon(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);
 /* Activation prep shared by both NEON W4A8 variants (the x86 tiers' even/odd code layout). */

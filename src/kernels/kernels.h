@@ -142,10 +142,6 @@ typedef struct cllm_kern_ops {
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
     cllm_gdn_step_fn gdn_step;
     cllm_gdn_chunk_fn gdn_chunk; /* prefill option (--gdn-prefill chunked) */
-    /* sum_i a[i]*b[i], fixed order for a given n. */
-    float (*dot)(const float *a, const float *b, int n);
-    /* y[i] = y[i]*s + a*x[i] (s = 1 skips nothing: always the same ops for a given n). */
-    void (*scale_axpy)(float *y, float s, float a, const float *x, int n);
     /* GPTQ int4/int8 weights x fp32 activations (unpacking fused into the dot product). */
     cllm_matmul_q_fn matmul_q;
     /* W4A8/W4A4 (bits 4, act_bits 8 or 4) with real integer activations, in two steps so that
@@ -183,7 +179,7 @@ const cllm_kern_ops *cllm_kern_avx2(void);
  * use VNNI (vpdpbusd) when the CPU has it, AVX-512BW otherwise; same results bitwise. */
 const cllm_kern_ops *cllm_kern_avx512(void);
 /* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
- * W4A8 kernels then use); NULL off AArch64. Its float matmuls, dot, axpy and GDN kernels do the
+ * W4A8 kernels then use); NULL off AArch64. Its float matmuls and GDN kernels do the
  * AVX2 tier's arithmetic per element (gdn_chunk: but for libm's expf). */
 const cllm_kern_ops *cllm_kern_neon(void);
 /* Activation fake-quantization, the float emulation of act_bits < 16 (W4A8/W4A4/W8A8 without

@@ -1,8 +1,7 @@
-/* Private: the float matmul (f32, f16, bf16 weights x fp32 activations), dot and scale_axpy,
- * written once over kernels/simd8.h and compiled into each SIMD tier by a file that defines
- * MATMUL_SUF (the entries' suffix) and MATMUL_TAIL_ROWS and includes this
- * (kernels/x86/matmul_avx2.c, kernels/arm/matmul_neon.c). Both ISAs do the same lane operations
- * (kern_xisa checks the bits).
+/* Private: the float matmul (f32, f16, bf16 weights x fp32 activations), written once over
+ * kernels/simd8.h and compiled into each SIMD tier by a file that defines MATMUL_SUF (the entries'
+ * suffix) and MATMUL_TAIL_ROWS and includes this (kernels/x86/matmul_avx2.c,
+ * kernels/arm/matmul_neon.c). Both ISAs do the same lane operations (kern_xisa checks the bits).
  *
  * Every output element (t, r) owns one 8-lane accumulator that runs over k in steps of 8 (fused
  * multiply-adds, lane j taking k = j mod 8), is reduced by hsum8() in its fixed order, then takes
@@ -117,26 +116,3 @@ S8 float cv_f32(float x) {
 DEFINE_MATMUL(f32, float, ld8, cv_f32)
 DEFINE_MATMUL(f16, uint16_t, ld8_f16, cllm_f16_to_f32)
 DEFINE_MATMUL(bf16, uint16_t, ld8_bf16, cllm_bf16_to_f32)
-
-/* Two 8-lane accumulators over 16-wide steps, one 8-wide step, their sum reduced by hsum8, then
- * the tail in index order. */
-float MF_NAME(dot, MATMUL_SUF)(const float *a, const float *b, int n) {
-    f32x8 acc0 = zero8(), acc1 = zero8();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = fmadd8(ld8(a + i), ld8(b + i), acc0);
-        acc1 = fmadd8(ld8(a + i + 8), ld8(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = fmadd8(ld8(a + i), ld8(b + i), acc0);
-    float s = hsum8(add8(acc0, acc1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* y = fma(a, x, y * s) per element in blocks of 8, the n % 8 tail unfused. */
-void MF_NAME(scale_axpy, MATMUL_SUF)(float *y, float s, float a, const float *x, int n) {
-    const f32x8 vs = set8(s), va = set8(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) st8(y + i, fmadd8(va, ld8(x + i), mul8(ld8(y + i), vs)));
-    for (; i < n; i++) y[i] = y[i] * s + a * x[i];
-}

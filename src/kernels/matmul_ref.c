@@ -1,4 +1,4 @@
-/* Scalar reference kernels: matmul (f32/f16/bf16 weights), dot, axpy. The test oracle for the
+/* Scalar reference kernels: matmul (f32/f16/bf16 weights). The test oracle for the
  * SIMD tiers; plain loops, fp32 accumulation in index order. */
 #include <stdint.h>
 
@@ -23,13 +23,3 @@
 MATMUL_REF(kern_matmul_f32_ref, float, ID)
 MATMUL_REF(kern_matmul_f16_ref, uint16_t, cllm_f16_to_f32)
 MATMUL_REF(kern_matmul_bf16_ref, uint16_t, cllm_bf16_to_f32)
-
-float kern_dot_ref(const float *a, const float *b, int n) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-}
-
-void kern_scale_axpy_ref(float *y, float s, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] = y[i] * s + a * x[i];
-}

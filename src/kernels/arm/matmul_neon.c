@@ -1,4 +1,4 @@
-/* NEON float matmul, dot and scale_axpy: the AVX2 tier's lane operations
+/* NEON float matmul: the AVX2 tier's lane operations
  * (kernels/matmul_f_body.h over kernels/simd8.h); 2-row token tails (see there). */
 #define MATMUL_SUF       neon
 #define MATMUL_TAIL_ROWS 2

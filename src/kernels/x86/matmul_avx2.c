@@ -1,4 +1,4 @@
-/* AVX2/FMA/F16C float matmul, dot and scale_axpy: the body is shared with the NEON tier
+/* AVX2/FMA/F16C float matmul: the body is shared with the NEON tier
  * (kernels/matmul_f_body.h over kernels/simd8.h). */
 #define MATMUL_SUF       avx2
 #define MATMUL_TAIL_ROWS 4
