@@ -20,7 +20,6 @@ static const cllm_kern_ops ref_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
     .silu_mul = kern_silu_mul_ref,
-    .dot_rows = kern_dot_rows_ref,
 };
 
 #ifdef KERN_HAVE_X86
@@ -38,7 +37,6 @@ static const cllm_kern_ops avx2_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx2,
     .silu_mul = kern_silu_mul_avx2,
-    .dot_rows = kern_dot_rows_avx2,
 };
 /* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
  * The two tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same
@@ -57,7 +55,6 @@ static const cllm_kern_ops avx512_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
     .silu_mul = kern_silu_mul_avx2,
-    .dot_rows = kern_dot_rows_avx2,
 };
 static const cllm_kern_ops avx512_vnni_ops = {
     .name = "avx512",
@@ -73,7 +70,6 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx512,
     .silu_mul = kern_silu_mul_avx2,
-    .dot_rows = kern_dot_rows_avx2,
 };
 #endif
 
@@ -93,7 +89,6 @@ static const cllm_kern_ops neon_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
     .silu_mul = kern_silu_mul_neon,
-    .dot_rows = kern_dot_rows_neon,
 };
 static const cllm_kern_ops neon_dot_ops = {
     .name = "neon-dot",
@@ -109,7 +104,6 @@ static const cllm_kern_ops neon_dot_ops = {
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
     .silu_mul = kern_silu_mul_neon,
-    .dot_rows = kern_dot_rows_neon,
 };
 #endif
 

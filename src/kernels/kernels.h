@@ -163,11 +163,6 @@ typedef struct cllm_kern_ops {
      * or u. Per input a fixed op sequence (no dependence on n or i): ref uses libm's expf, the
      * SIMD tiers one vector exp (kernels/act_body.h); within 4 ulp of each other. */
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
-    /* S[i * lds + h] = sum_k K[i * ldk + k] * Q[h * ldq + k] for i < n, h < nq, k < d (attention
-     * scores of nq query heads against n key rows). Per output a fixed op sequence for a given d,
-     * whatever n, nq or the element's place. */
-    void (*dot_rows)(const float *K, size_t ldk, int n, const float *Q, size_t ldq, int nq, int d,
-                     float *S, size_t lds);
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */

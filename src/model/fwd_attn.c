@@ -88,16 +88,17 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
 size_t fwd_attn_scratch(const cllm_config *f) {
     if (f->n_kv_heads <= 0) return 0;
     size_t group = (size_t)(f->n_heads / f->n_kv_heads), hd = (size_t)f->head_dim;
-    return 2 * (size_t)ATT_TILE * hd + group * (2 * ATT_TILE + hd + 3); /* see attn_worker */
+    return 2 * (size_t)ATT_TILE * hd + group * (ATT_TILE + hd + 3); /* see attn_worker */
 }
 
 /* One item per (token, KV head): the query heads sharing that KV head (8 on Qwen3.5) take each
- * tile of ATT_TILE positions together: scores [tile x group] through dot_rows (kernels.h) straight
- * from the pool's K rows (fp32 pools; bf16 rows are converted once into a tile), then after the
- * per-head online-softmax update acc [group x hd] = acc * corr + P V through gemm_f32 over the
- * tile's V rows copied contiguous. Each K/V row is read once for all of the group's heads, where a
- * dot / axpy call per head and position read it 8 times. Scratch: kt, vt [ATT_TILE][hd], st
- * [ATT_TILE][group], sc [group][ATT_TILE], acc [group][hd], mx, l, corr [group]. The tiles are
+ * tile of ATT_TILE positions together: scores [group x tile] through matmul_f32 (the K rows as the
+ * weight rows, the group's queries as its tokens) straight from the pool's K rows (fp32 pools;
+ * bf16 rows are converted once into a tile), then after the per-head online-softmax update acc
+ * [group x hd] = acc * corr + P V through gemm_f32 over the tile's V rows copied contiguous. Each
+ * K/V row is read once for all of the group's heads, where a dot / axpy call per head and position
+ * read it 8 times. Scratch: kt, vt [ATT_TILE][hd], sc [group][ATT_TILE], acc [group][hd], mx, l,
+ * corr [group]. The tiles are
  * aligned to absolute position 0, the scores are split only along positions (their per-element
  * sequence depends on hd alone) and the V GEMM runs over the whole tile, so a result depends
  * neither on the batch, the chunking of the prompt nor the KV block size. */
@@ -113,8 +114,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     bool f32 = kv->dtype == CLLM_KV_F32;
     float scale = (float)(1.0 / sqrt((double)hd));
     float *kt = c->thr + (size_t)tid * c->thr_stride, *vt = kt + (size_t)ATT_TILE * hd;
-    float *st = vt + (size_t)ATT_TILE * hd, *sc = st + (size_t)ATT_TILE * group;
-    float *acc = sc + (size_t)group * ATT_TILE; /* st [tile][group], sc [group][tile] */
+    float *sc = vt + (size_t)ATT_TILE * hd, *acc = sc + (size_t)group * ATT_TILE;
     float *mx = acc + (size_t)group * hd, *l = mx + group, *corr = l + group;
     for (size_t it = b; it < e; it++) {
         size_t t = it / (size_t)nkv;
@@ -131,14 +131,14 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
                     int p = p0 + i, seg = bs - p % bs < n - i ? bs - p % bs : n - i;
                     const float *kr =
                         (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) + g * hd;
-                    k->dot_rows(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd,
-                                st + (size_t)i * group, (size_t)group);
+                    k->matmul_f32(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd, sc + i,
+                                  ATT_TILE);
                     i += seg;
                 }
             } else {
                 for (int i = 0; i < n; i++)
                     kv_row(kv, sq, L, 0, p0 + i, g * hd, hd, kt + (size_t)i * hd);
-                k->dot_rows(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, st, (size_t)group);
+                k->matmul_f32(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, sc, ATT_TILE);
             }
             for (int i = 0; i < n; i++) {
                 float *vd = vt + (size_t)i * hd;
@@ -148,7 +148,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
             for (int h = 0; h < group; h++) {
                 float *sh = sc + h * ATT_TILE, tmx = -INFINITY;
                 for (int i = 0; i < n; i++) {
-                    sh[i] = st[(size_t)i * group + h] * scale;
+                    sh[i] *= scale;
                     if (sh[i] > tmx) tmx = sh[i];
                 }
                 float nmx = tmx > mx[h] ? tmx : mx[h];

@@ -198,9 +198,6 @@ void fwd_hook_matmul(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ld
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, over n (sum of squares in double, index order). */
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
-static inline float fwd_silu(float x) {
-    return x / (1.0f + expf(-x));
-}
 static inline float fwd_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }

@@ -1,7 +1,9 @@
-/* silu_mul and dot_rows (kernels.h) in every tier. silu_mul against the scalar reference (libm
- * expf) and a double precision silu: the error bound, the NULL multiplier, in-place use, NaN, and
- * that an input's result does not depend on its position or the call's length (the vector tail).
- * dot_rows against a double sum, and bitwise the same whatever rows / queries a call covers. */
+/* silu_mul (kernels.h) in every tier against the scalar reference (libm expf) and a double
+ * precision silu: the error bound, the NULL multiplier, in-place use, NaN, and that an input's
+ * result does not depend on its position or the call's length (the vector tail). And matmul_f32
+ * as the attention's score GEMM (model/fwd_attn.c: K rows as weight rows, a KV head's queries as
+ * tokens, calls split along the rows at KV block edges): against a double sum, and each element
+ * alone bitwise equal to it inside the call. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -79,18 +81,18 @@ static void test_tier(const cllm_kern_ops *k, const char *tier) {
     CHECK(keep == 7.0f);
 }
 
-static void test_dot_rows(const cllm_kern_ops *k, const char *tier) {
+static void test_scores(const cllm_kern_ops *k, const char *tier) {
     for (int iter = 0; iter < 12; iter++) {
         int n = 1 + test_irand(37), nq = 1 + test_irand(11), d = 1 + test_irand(300);
         if (iter < 3) d = 256, nq = 8; /* the Qwen3.5 head: 8 query heads per KV head */
         size_t ldk = (size_t)d + (size_t)test_irand(9), ldq = (size_t)d + (size_t)test_irand(9),
-               lds = (size_t)nq + (size_t)test_irand(3);
+               lds = (size_t)n + (size_t)test_irand(3); /* S [query][row] */
         float *K = malloc(((size_t)n * ldk + 1) * sizeof(float));
         float *Q = malloc(((size_t)nq * ldq + 1) * sizeof(float));
-        float *S = malloc((size_t)n * lds * sizeof(float)), *S1 = malloc(sizeof(float));
+        float *S = malloc((size_t)nq * lds * sizeof(float)), *S1 = malloc(sizeof(float));
         for (size_t i = 0; i < (size_t)n * ldk + 1; i++) K[i] = test_frand();
         for (size_t i = 0; i < (size_t)nq * ldq + 1; i++) Q[i] = test_frand();
-        k->dot_rows(K + 1, ldk, n, Q + 1, ldq, nq, d, S, lds); /* +1: unaligned rows */
+        k->matmul_f32(K + 1, ldk, n, Q + 1, ldq, nq, d, S, lds); /* +1: unaligned rows */
         double worst = 0.0;
         int split = 0;
         for (int i = 0; i < n; i++)
@@ -98,17 +100,16 @@ static void test_dot_rows(const cllm_kern_ops *k, const char *tier) {
                 double e = 0.0;
                 for (int j = 0; j < d; j++)
                     e += (double)K[1 + (size_t)i * ldk + j] * Q[1 + (size_t)h * ldq + j];
-                double err = fabs(e - S[(size_t)i * lds + h]);
+                double err = fabs(e - S[(size_t)h * lds + i]);
                 if (err > worst) worst = err;
                 /* the same element alone: bitwise */
-                k->dot_rows(K + 1 + (size_t)i * ldk, ldk, 1, Q + 1 + (size_t)h * ldq, ldq, 1, d, S1,
-                            1);
-                split += memcmp(S1, &S[(size_t)i * lds + h], 4) != 0;
+                k->matmul_f32(K + 1 + (size_t)i * ldk, ldk, 1, Q + 1 + (size_t)h * ldq, ldq, 1, d,
+                              S1, 1);
+                split += memcmp(S1, &S[(size_t)h * lds + i], 4) != 0;
             }
-        CHECK_MSG(worst <= 1e-5 * d, "%s dot_rows n %d nq %d d %d: error %g", tier, n, nq, d,
-                  worst);
-        CHECK_MSG(split == 0, "%s dot_rows n %d nq %d d %d: %d elements differ alone", tier, n, nq,
-                  d, split);
+        CHECK_MSG(worst <= 1e-5 * d, "%s scores n %d nq %d d %d: error %g", tier, n, nq, d, worst);
+        CHECK_MSG(split == 0, "%s scores n %d nq %d d %d: %d elements differ alone", tier, n, nq, d,
+                  split);
         free(K), free(Q), free(S), free(S1);
     }
 }
@@ -119,8 +120,8 @@ int main(void) {
     if (cllm_kern_avx512()) test_tier(cllm_kern_avx512(), "avx512");
     if (cllm_kern_neon()) test_tier(cllm_kern_neon(), cllm_kern_neon()->name);
     test_tier(cllm_kern(), "chosen");
-    test_dot_rows(cllm_kern_ref(), "ref");
-    if (cllm_kern_avx2()) test_dot_rows(cllm_kern_avx2(), "avx2");
-    if (cllm_kern_neon()) test_dot_rows(cllm_kern_neon(), cllm_kern_neon()->name);
+    test_scores(cllm_kern_ref(), "ref");
+    if (cllm_kern_avx2()) test_scores(cllm_kern_avx2(), "avx2");
+    if (cllm_kern_neon()) test_scores(cllm_kern_neon(), cllm_kern_neon()->name);
     return test_report("test_act");
 }
