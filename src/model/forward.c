@@ -65,12 +65,13 @@ static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
     return FWD_QA_FLOAT;
 }
 
-static size_t qact_size(const fwd_mm *m) {
+/* Bytes of n_tok tokens of job m's prepared activations. */
+static size_t qact_size(const fwd_mm *m, int n_tok) {
     const cllm_qweight *q = &m->w->q;
-    if (m->qa == FWD_QA_INT) return cllm_qact_bytes(q->K, q->group, m->n_tok);
+    if (m->qa == FWD_QA_INT) return cllm_qact_bytes(q->K, q->group, n_tok);
     if (m->qa == FWD_QA_INT16)
-        return cllm_qact16_bytes(q->K, cllm_qact16_group(q->bits, q->group), m->n_tok);
-    return (size_t)m->n_tok * (size_t)q->K * sizeof(float); /* a multiple of 8: K % 8 == 0 */
+        return cllm_qact16_bytes(q->K, cllm_qact16_group(q->bits, q->group), n_tok);
+    return (size_t)n_tok * (size_t)q->K * sizeof(float); /* a multiple of 8: K % 8 == 0 */
 }
 
 /* Tokens per activation-prep work item (a 1024-wide token takes well under a microsecond). */
@@ -130,7 +131,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
         }
         m->qa_prep = true;
         m->qa_off = need;
-        need += qact_size(m);
+        need += qact_size(m, m->n_tok);
         n_items += ((size_t)m->n_tok + PREP_TOK - 1) / PREP_TOK;
         elems += (size_t)m->n_tok * (size_t)q->K;
     }
@@ -194,11 +195,7 @@ static fwd_mm mm_tokens(const fwd_mm *j, int t0, int t1) {
     v.n_tok = t1 - t0;
     v.X += (size_t)t0 * j->ldx;
     v.Y += (size_t)t0 * j->ldy;
-    if (j->qa) {
-        v.n_tok = t0;
-        v.qa_off += qact_size(&v); /* the bytes of the tokens before t0 */
-        v.n_tok = t1 - t0;
-    }
+    if (j->qa) v.qa_off += qact_size(j, t0); /* past the tokens before t0 */
     return v;
 }
 
