@@ -18,7 +18,9 @@
 #   CLLM         the cllm binary (default build/cllm)
 #   MODEL        cllm W4A16 quarter model (default $PEER_DIR/cllm-quarter-w4a16; written with
 #                `cllm synth --scheme w4a16` when missing)
-#   EXTRA_MODELS more cllm model dirs, comma-separated, measured the same way (own columns)
+#   EXTRA_MODELS more cllm model dirs, comma-separated, measured the same way (own columns); an
+#                entry DIR@VAR=VALUE runs DIR with that environment variable set (e.g.
+#                quarter-w4a16@CLLM_ACT16=int8: int8 activations, README "Speed knobs")
 #   ROUNDS (3), THREADS (2), OUT (results folder, default a new /tmp/bench-peer.* folder)
 #   REPORT_ONLY  set (with OUT = an earlier run's folder and the same MODEL/EXTRA_MODELS): run
 #                nothing, print that run's table again
@@ -108,9 +110,12 @@ for r in $(seq 1 "$ROUNDS"); do
     fi
     run bw2 "$r" "$BW" "$T" 2 10
     for i in "${!MODELS[@]}"; do
-        run "cllm$i-bench" "$r" "$CLLM" bench "${MODELS[$i]}" -t "$T" -p 512 -n 128 -r 1 --no-sweep
-        run "cllm$i-batched" "$r" "$CLLM" bench "${MODELS[$i]}" -t "$T" -p 128 -n 32 -b 1,2,4,8 \
-            --no-table
+        dir=${MODELS[$i]%%@*} envs=()
+        [ "$dir" != "${MODELS[$i]}" ] && envs=("${MODELS[$i]#*@}")
+        run "cllm$i-bench" "$r" env "${envs[@]}" "$CLLM" bench "$dir" -t "$T" -p 512 -n 128 -r 1 \
+            --no-sweep
+        run "cllm$i-batched" "$r" env "${envs[@]}" "$CLLM" bench "$dir" -t "$T" -p 128 -n 32 \
+            -b 1,2,4,8 --no-table
     done
 done
 [ "$ROUNDS" -gt 0 ] && uptime >"$OUT/uptime.end"
@@ -171,7 +176,9 @@ def cllm_bench(name, r):
 engines = [("llama.cpp", "llama-bench", "llama-batched", llama_bench)]
 if have_ik: engines.append(("ik_llama.cpp", "ik-bench", "ik-batched", llama_bench))
 for i, m in enumerate(models):
-    engines.append((f"cllm {os.path.basename(m.rstrip('/'))}", f"cllm{i}-bench", f"cllm{i}-batched", cllm_bench))
+    d, _, e = m.partition("@")
+    label = os.path.basename(d.rstrip('/')) + (f" {e}" if e else "")
+    engines.append((f"cllm {label}", f"cllm{i}-bench", f"cllm{i}-batched", cllm_bench))
 B = [1, 2, 4, 8]
 rows = {}  # metric -> engine -> [per round]
 bws = []
@@ -211,7 +218,8 @@ for metric, per in rows.items():
 print("| weight GB read per decoded token | " + " | ".join(fmt(bytes_per[n], 3) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
 size = {n: os.path.getsize(gguf) / 1e9 if os.path.exists(gguf) else None for n in peers}
 for i, m in enumerate(models):
-    size[names[len(peers) + i]] = sum(os.path.getsize(f) for f in glob.glob(f"{m}/*.safetensors")) / 1e9
+    d = m.partition("@")[0]
+    size[names[len(peers) + i]] = sum(os.path.getsize(f) for f in glob.glob(f"{d}/*.safetensors")) / 1e9
 rss_m = {n: med(rows["peak RSS GB"].get(n, [])) for n in names}
 print("| weight file GB | " + " | ".join(fmt(size[n], 2) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
 print("| peak RSS / weight file | " + " | ".join(fmt(rss_m[n] / size[n]) if rss_m[n] and size[n] else "-" for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")

@@ -60,9 +60,18 @@ static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
     if (!w->q.bits) return FWD_QA_NONE;
     /* 16-bit activations: int16 codes per group (kernels.h, cllm_qact16_group), quantized once
      * per distinct input like W4A8's, unless CLLM_ACT16=float asks for the float kernels */
-    if (w->q.act_bits >= 16) return c->act16_float ? FWD_QA_NONE : FWD_QA_INT16;
+    if (w->q.act_bits >= 16) {
+        if (c->act16 == FWD_A16_FLOAT) return FWD_QA_NONE;
+        return c->act16 == FWD_A16_INT8 && w->q.bits == 4 ? FWD_QA_INT : FWD_QA_INT16;
+    }
     if (w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4)) return FWD_QA_INT;
     return FWD_QA_FLOAT;
+}
+
+/* The activation bits a FWD_QA_INT job's codes are quantized to: the model's, or 8 for a
+ * 16-bit-activation int4 matrix under CLLM_ACT16=int8. */
+static int qact_bits(const cllm_qweight *q) {
+    return q->act_bits >= 16 ? 8 : q->act_bits;
 }
 
 /* Bytes of n_tok tokens of job m's prepared activations. */
@@ -87,7 +96,7 @@ static void prep_worker(void *vc, size_t b, size_t e, int tid) {
         const cllm_qweight *q = &j->w->q;
         if (j->qa == FWD_QA_INT) {
             c->k->qact_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, q->group,
-                            q->act_bits,
+                            qact_bits(q),
                             c->qact + j->qa_off + cllm_qact_bytes(q->K, q->group, it->r0));
             continue;
         }
@@ -291,12 +300,15 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
     c->prof_prefill = c->prof_env && strcmp(pe, "prefill") == 0;
     const char *a16 = getenv("CLLM_ACT16");
-    if (a16 && *a16 && strcmp(a16, "int") != 0 && strcmp(a16, "float") != 0) {
+    if (a16 && *a16 && strcmp(a16, "int") != 0 && strcmp(a16, "float") != 0 &&
+        strcmp(a16, "int8") != 0) {
         cllm_free_aligned(c->thr);
         free(c);
-        return cllm_err_set(err, CLLM_EINVAL, "CLLM_ACT16=%s: expected int or float", a16);
+        return cllm_err_set(err, CLLM_EINVAL, "CLLM_ACT16=%s: expected int, int8 or float", a16);
     }
-    c->act16_float = a16 && strcmp(a16, "float") == 0;
+    c->act16 = !a16 || !*a16 || !strcmp(a16, "int") ? FWD_A16_INT16
+               : !strcmp(a16, "float")              ? FWD_A16_FLOAT
+                                                    : FWD_A16_INT8;
     if (!c->thr) {
         free(c);
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");

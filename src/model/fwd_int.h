@@ -95,8 +95,14 @@ struct cllm_model {
 };
 
 /* FWD_QA_INT16: act_bits 16 on int16 codes (qact16_prep + matmul_q_qact16), the default for
- * 16-bit-activation GPTQ weights unless CLLM_ACT16=float (cllm_fwd_ctx.act16_float). */
+ * 16-bit-activation GPTQ weights unless CLLM_ACT16 says float or int8 (cllm_fwd_ctx.act16). */
 enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16 };
+
+/* CLLM_ACT16 (cllm_fwd_ctx.act16): int (default) = int16 codes; float = the float kernels, for
+ * A/B checks; int8 = int4 matrices of a 16-bit-activation model run W4A8's int8 codes and
+ * kernels (FWD_QA_INT with act_bits 8), an opt-in quality trade for speed (int8 matrices such as
+ * the default lm_head keep int16 codes). */
+enum { FWD_A16_INT16, FWD_A16_FLOAT, FWD_A16_INT8 };
 
 /* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token per
  * sequence: batched decode too), summed
@@ -178,9 +184,8 @@ struct cllm_fwd_ctx {
     /* tensor parallel scratch (forward_tp.c) */
     float *tp_acc, *tp_lg;
     size_t tp_acc_cap, tp_lg_cap;
-    /* CLLM_ACT16=float: act_bits 16 GPTQ matmuls on float activations (matmul_q) instead of
-     * int16 codes (FWD_QA_INT16); for A/B checks */
-    bool act16_float;
+    /* CLLM_ACT16: how act_bits 16 GPTQ matmuls take their activations (FWD_A16_*) */
+    int act16;
     /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
     bool prof_env, prof_on, prof_prefill;
     int prof_tag;

@@ -4,7 +4,8 @@
 # with int16 activation codes (default) are within the code rounding of the float kernels
 # (CLLM_ACT16=float): max |d| per row <= 1e-3 x max |logit| of the row (observed ~1e-5); prefill
 # in pieces of 7 and of 1 == one call, bitwise (batch invariance on the integer path); a bad
-# CLLM_ACT16 value is refused naming it. (The kernel tiers agree bitwise: tests/kernels/
+# CLLM_ACT16 value is refused naming it; CLLM_ACT16=int8 on a w4a16 file == the w4a8 file of the
+# same weights, bitwise. (The kernel tiers agree bitwise: tests/kernels/
 # test_q16_kern.c; whole-model tiers differ by the float kernels' rounding.)
 set -u
 . "$CLLM_SRC/tests/lib/check.sh"
@@ -48,6 +49,25 @@ for spec in "tiny:w4a16:32:int8" "tiny-moe:w8a16:16:bf16"; do
       bad "$cfg: prefill in pieces of $c differs"
   done
 done
+# CLLM_ACT16=int8: a 16-bit-activation model's int4 matrices run W4A8's int8 codes and kernels.
+# Independent check: the same seed's w4a8 file (identical weights, bf16 lm_head so no int8 matrix
+# is left on either side) gives bitwise the same logits; pieces of 7 and 1 == one call.
+for s in w4a16 w4a8; do
+  expect_rc 0 "synth tiny --scheme $s --lm-head bf16" "$BIN" synth -q --config "$SRC/configs/tiny.json" \
+    --scheme "$s" --group-size 32 --lm-head bf16 --seed 7 "$T/lmbf-$s"
+done
+cmp -s "$T/lmbf-w4a16/model.safetensors" "$T/lmbf-w4a8/model.safetensors" &&
+  ok "w4a16 and w4a8 synth files of one seed hold the same weights" || bad "synth weights differ"
+"$BIN" eval "$T/lmbf-w4a8" --tokens "$TOK" --dump-logits "$T/a8.bin" >/dev/null 2>&1
+for c in 0 7 1; do
+  CLLM_ACT16=int8 "$BIN" eval "$T/lmbf-w4a16" --tokens "$TOK" --prefill-chunk "$c" \
+    --dump-logits "$T/i8.c$c.bin" >/dev/null 2>"$T/err" || { bad "eval CLLM_ACT16=int8 chunk $c"; cat "$T/err"; }
+  cmp -s "$T/a8.bin" "$T/i8.c$c.bin" && ok "CLLM_ACT16=int8 w4a16 == w4a8 file, bitwise (prefill chunk $c)" ||
+    bad "CLLM_ACT16=int8 differs from the w4a8 file (prefill chunk $c)"
+done
+"$BIN" eval "$T/lmbf-w4a16" --tokens "$TOK" --dump-logits "$T/i16.bin" >/dev/null 2>&1
+cmp -s "$T/i16.bin" "$T/i8.c0.bin" && bad "CLLM_ACT16=int8 changed nothing" ||
+  ok "CLLM_ACT16=int8 differs from the int16 default"
 CLLM_ACT16=fast "$BIN" eval "$T/tiny-w4a16" --tokens 1,2,3 >"$T/out" 2>&1
 rc=$?
 [ $rc != 0 ] && grep -q "CLLM_ACT16=fast" "$T/out" && ok "CLLM_ACT16=fast refused (rc $rc)" ||
