@@ -10,7 +10,7 @@
  * even/odd words, an int16 add and vpmaddwd by 1 give sum_j q_j a_j per lane in int32. The zero
  * point is folded in once per group: sum q a - z sum a, exact in int32, so every tier and tile
  * shape gives the same integer; the conversion acc = fma(w_scale * a_scale, (float)isum, acc)
- * is the reference's sequence. Tiles of 4 (decode) or 2 column blocks x 1..3 tokens only decide
+ * is the reference's sequence. Tiles of 4 (decode) or 2 column blocks x 1..4 tokens only decide
  * which accumulators share registers: batch invariant and bitwise equal to the scalar tier. */
 #include <immintrin.h>
 #include <stdint.h>
@@ -46,11 +46,11 @@ AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy,
     const int G = w->group, NG = w->K / G;
     const size_t N = (size_t)w->N;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    __m256 acc[4][3];
+    __m256 acc[4][4];
     for (int b = 0; b < NB; b++)
         for (int t = 0; t < TT; t++) acc[b][t] = _mm256_setzero_ps();
     for (int g = 0; g < NG; g++) {
-        __m256i isum[4][3];
+        __m256i isum[4][4];
         for (int b = 0; b < NB; b++)
             for (int t = 0; t < TT; t++) isum[b][t] = _mm256_setzero_si256();
         const int k8e = (g + 1) * G / 8;
@@ -146,7 +146,15 @@ void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group
 void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
                               float *Y, size_t ldy) {
     const int K = w->K, NG = K / w->group;
-    for (int t = 0; t < n_tok; t += 3) {
+    int t = 0;
+    for (; t + 4 <= n_tok; t += 4) {
+        qtok A[4];
+        for (int i = 0; i < 4; i++) A[i] = qtok_at(Ap, K, NG, t + i);
+        int n = n0;
+        for (; n + 16 <= n1; n += 16) tile(w, n, A, Y + (size_t)t * ldy, ldy, 2, 4);
+        for (; n < n1; n += 8) tile(w, n, A, Y + (size_t)t * ldy, ldy, 1, 4);
+    }
+    for (; t < n_tok; t += 3) {
         int tn = n_tok - t < 3 ? n_tok - t : 3;
         qtok A[3];
         for (int i = 0; i < tn; i++) A[i] = qtok_at(Ap, K, NG, t + i);
