@@ -30,14 +30,18 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 : "${PEER_DIR:?set PEER_DIR to the llama.cpp peer folder (see ../shared/peer/README.md)}"
+PEER_DIR=$(realpath -m "$PEER_DIR") # every run starts in OUT (ik's llama-batched-bench
+# writes llama.log into its working directory), so paths are made absolute first
 RECIPE=${PEER_RECIPE:-$SRC/../shared/peer}
-IK_BUILD=${IK_BUILD:-$PEER_DIR/ik/build}
-CLLM=${CLLM:-$SRC/build/cllm}
-MODEL=${MODEL:-$PEER_DIR/cllm-quarter-w4a16}
+IK_BUILD=$(realpath -m "${IK_BUILD:-$PEER_DIR/ik/build}")
+CLLM=$(realpath -m "${CLLM:-$SRC/build/cllm}")
+MODEL=$(realpath -m "${MODEL:-$PEER_DIR/cllm-quarter-w4a16}")
 ROUNDS=${ROUNDS:-3}
 T=${THREADS:-2}
 OUT=${OUT:-$(mktemp -d /tmp/bench-peer.XXXXXX)}
 mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+LOCK=${LOCK:+$(realpath -m "$LOCK")}
 LB=$PEER_DIR/llama.cpp-src/build/bin
 GGUF=$PEER_DIR/models/q35-L10-q4_0.gguf
 log() { echo "bench-peer: $*" >&2; }
@@ -82,7 +86,12 @@ if [ ! -f "$MODEL/config.json" ]; then
 fi
 MODELS=("$MODEL")
 IFS=',' read -r -a extra <<<"${EXTRA_MODELS:-}"
-for m in "${extra[@]}"; do [ -n "$m" ] && MODELS+=("$m"); done
+for m in "${extra[@]}"; do
+    [ -z "$m" ] && continue
+    d=$(realpath -m "${m%%@*}")
+    [ "$m" != "${m%%@*}" ] && d="$d@${m#*@}"
+    MODELS+=("$d")
+done
 
 run() { # name round cmd...: stdout to OUT/name.rROUND.txt, stderr to .err, time -v to .time
     local name=$1 r=$2
@@ -90,9 +99,11 @@ run() { # name round cmd...: stdout to OUT/name.rROUND.txt, stderr to .err, time
     local f="$OUT/$name.r$r"
     log "round $r: $name"
     if [ -n "${LOCK:-}" ]; then
-        flock "$LOCK" /usr/bin/time -v -o "$f.time" "$@" >"$f.txt" 2>"$f.err" || log "$name failed (see $f.err)"
+        (cd "$OUT" && flock "$LOCK" /usr/bin/time -v -o "$f.time" "$@" >"$f.txt" 2>"$f.err") ||
+            log "$name failed (see $f.err)"
     else
-        /usr/bin/time -v -o "$f.time" "$@" >"$f.txt" 2>"$f.err" || log "$name failed (see $f.err)"
+        (cd "$OUT" && /usr/bin/time -v -o "$f.time" "$@" >"$f.txt" 2>"$f.err") ||
+            log "$name failed (see $f.err)"
     fi
 }
 
