@@ -5,7 +5,8 @@
  *  - 6 sequences (37..1 tokens) each alone, one call, 1 thread: the reference logits;
  *  - all of them in one prefill batch (106 tokens, ~53 per expert) on 2 and 3 threads;
  *  - prefixes in one batch, then all last tokens together (a decode-like batch of 6), 2 threads;
- * each == alone, bitwise. */
+ * each == alone, bitwise; with the default int16 activation codes and under CLLM_ACT16=int8. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,12 +88,12 @@ static int run_batch(rig *r, const piece *p, int n, float *out[NSEQ]) {
     return 0;
 }
 
-static int differs(float *a[NSEQ], float *b[NSEQ], int V) {
+static int differs(float *a[NSEQ], float *b[NSEQ], int V, bool say) {
     int bad = 0;
     for (int s = 0; s < NSEQ; s++)
         for (int q = 0; q < seq_len[s]; q++)
             if (memcmp(a[s] + (size_t)q * V, b[s] + (size_t)q * V, V * sizeof(float))) {
-                if (!bad) fprintf(stderr, "seq %d pos %d differs\n", s, q);
+                if (!bad && say) fprintf(stderr, "seq %d pos %d differs\n", s, q);
                 bad++;
             }
     return bad;
@@ -164,38 +165,55 @@ int main(void) {
     int V = cllm_model_config(m)->vocab_size;
     for (int s = 0; s < NSEQ; s++)
         for (int i = 0; i < seq_len[s]; i++) toks[s][i] = (int32_t)((i * 97 + s * 31 + 5) % V);
-    float *alone[NSEQ], *got[NSEQ];
+    float *alone[NSEQ], *got[NSEQ], *a16[NSEQ];
     for (int s = 0; s < NSEQ; s++) {
         alone[s] = calloc((size_t)seq_len[s] * V, sizeof(float));
         got[s] = calloc((size_t)seq_len[s] * V, sizeof(float));
+        a16[s] = calloc((size_t)seq_len[s] * V, sizeof(float));
     }
-    rig r;
-    CHECK(rig_open(&r, m, 1) == 0);
-    for (int s = 0; s < NSEQ; s++) {
-        piece p = {s, 0, seq_len[s]};
-        CHECK(run_batch(&r, &p, 1, alone) == 0);
-    }
-    rig_close(&r);
-    piece all[NSEQ], pre[NSEQ], last[NSEQ];
-    int npre = 0;
-    for (int s = 0; s < NSEQ; s++) {
-        all[s] = (piece){s, 0, seq_len[s]};
-        last[s] = (piece){s, seq_len[s] - 1, seq_len[s]};
-        if (seq_len[s] > 1) pre[npre++] = (piece){s, 0, seq_len[s] - 1};
-    }
-    for (int th = 2; th <= 3; th++) {
-        CHECK(rig_open(&r, m, th) == 0);
-        CHECK(run_batch(&r, all, NSEQ, got) == 0);
-        CHECK_MSG(differs(alone, got, V) == 0, "one prefill batch on %d threads != alone", th);
+    /* the default int16 codes, then CLLM_ACT16=int8 (W4A8's kernels; the context reads it) */
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode)
+            setenv("CLLM_ACT16", "int8", 1);
+        else
+            unsetenv("CLLM_ACT16");
+        const char *mname = mode ? "int8" : "int16";
+        rig r;
+        CHECK(rig_open(&r, m, 1) == 0);
+        for (int s = 0; s < NSEQ; s++) {
+            piece p = {s, 0, seq_len[s]};
+            CHECK(run_batch(&r, &p, 1, alone) == 0);
+        }
         rig_close(&r);
+        piece all[NSEQ], pre[NSEQ], last[NSEQ];
+        int npre = 0;
+        for (int s = 0; s < NSEQ; s++) {
+            all[s] = (piece){s, 0, seq_len[s]};
+            last[s] = (piece){s, seq_len[s] - 1, seq_len[s]};
+            if (seq_len[s] > 1) pre[npre++] = (piece){s, 0, seq_len[s] - 1};
+        }
+        for (int th = 2; th <= 3; th++) {
+            CHECK(rig_open(&r, m, th) == 0);
+            CHECK(run_batch(&r, all, NSEQ, got) == 0);
+            CHECK_MSG(differs(alone, got, V, true) == 0,
+                      "%s: one prefill batch on %d threads != alone", mname, th);
+            rig_close(&r);
+        }
+        CHECK(rig_open(&r, m, 2) == 0);
+        for (int s = 0; s < NSEQ; s++) memset(got[s], 0, (size_t)seq_len[s] * V * sizeof(float));
+        CHECK(run_batch(&r, pre, npre, got) == 0);
+        CHECK(run_batch(&r, last, NSEQ, got) == 0);
+        CHECK_MSG(differs(alone, got, V, true) == 0, "%s: prefix batch + decode batch != alone",
+                  mname);
+        rig_close(&r);
+        if (!mode)
+            for (int s = 0; s < NSEQ; s++)
+                memcpy(a16[s], alone[s], (size_t)seq_len[s] * V * sizeof(float));
+        else /* the knob took effect: some logit moved */
+            CHECK_MSG(differs(a16, alone, V, false) > 0, "CLLM_ACT16=int8 gave the int16 logits");
     }
-    CHECK(rig_open(&r, m, 2) == 0);
-    for (int s = 0; s < NSEQ; s++) memset(got[s], 0, (size_t)seq_len[s] * V * sizeof(float));
-    CHECK(run_batch(&r, pre, npre, got) == 0);
-    CHECK(run_batch(&r, last, NSEQ, got) == 0);
-    CHECK_MSG(differs(alone, got, V) == 0, "prefix batch + decode batch != alone");
-    rig_close(&r);
-    for (int s = 0; s < NSEQ; s++) free(alone[s]), free(got[s]);
+    unsetenv("CLLM_ACT16");
+    for (int s = 0; s < NSEQ; s++) free(alone[s]), free(got[s]), free(a16[s]);
     cllm_model_free(m);
     return test_report("test_moe_batch");
 }
