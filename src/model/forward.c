@@ -320,6 +320,7 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
 static void free_bufs(cllm_fwd_ctx *c) {
     free(c->tok_seq);
     free(c->tok_pos);
+    free(c->att_blk);
     cllm_free_aligned(c->x);
     cllm_free_aligned(c->xn);
     cllm_free_aligned(c->proj);
@@ -334,7 +335,7 @@ static void free_bufs(cllm_fwd_ctx *c) {
     cllm_free_aligned(c->xg);
     cllm_free_aligned(c->gu);
     cllm_free_aligned(c->dn);
-    c->tok_seq = c->tok_pos = c->top_id = c->pos_of = c->slot_at = NULL;
+    c->tok_seq = c->tok_pos = c->att_blk = c->top_id = c->pos_of = c->slot_at = NULL;
     c->x = c->xn = c->proj = c->proj2 = c->o = c->tmp = c->rope_cs = c->top_w = NULL;
     c->xg = c->gu = c->dn = NULL;
     c->cap = 0;
@@ -408,6 +409,7 @@ static cllm_status grow(cllm_fwd_ctx *c, int T) {
     size_t t = (size_t)T, tk = t * (size_t)k;
     c->tok_seq = malloc(t * sizeof(int));
     c->tok_pos = malloc(t * sizeof(int));
+    c->att_blk = malloc((t + 1) * sizeof(int));
     c->x = cllm_alloc_aligned(t * H * sizeof(float));
     c->xn = cllm_alloc_aligned(t * H * sizeof(float));
     c->proj = cllm_alloc_aligned(t * proj * sizeof(float));
@@ -422,9 +424,9 @@ static cllm_status grow(cllm_fwd_ctx *c, int T) {
     c->xg = cllm_alloc_aligned(tk * H * sizeof(float));
     c->gu = cllm_alloc_aligned(tk * I2 * sizeof(float));
     c->dn = cllm_alloc_aligned(tk * H * sizeof(float));
-    if (!c->tok_seq || !c->tok_pos || !c->x || !c->xn || !c->proj || !c->proj2 || !c->o ||
-        !c->tmp || !c->rope_cs || !c->top_id || !c->top_w || !c->pos_of || !c->slot_at || !c->xg ||
-        !c->gu || !c->dn) {
+    if (!c->tok_seq || !c->tok_pos || !c->att_blk || !c->x || !c->xn || !c->proj || !c->proj2 ||
+        !c->o || !c->tmp || !c->rope_cs || !c->top_id || !c->top_w || !c->pos_of || !c->slot_at ||
+        !c->xg || !c->gu || !c->dn) {
         free_bufs(c);
         return CLLM_ENOMEM;
     }

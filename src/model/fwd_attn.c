@@ -2,10 +2,10 @@
  *
  * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
  * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;
- * then one work item per (token, KV head) runs online-softmax attention over positions 0..pos of
- * its sequence for that KV head's query heads. Positions are visited in tiles of ATT_TILE aligned
- * to absolute position 0 (one rescale per tile), so the result depends neither on the batch nor
- * on the KV block size. */
+ * then one work item per (block of consecutive query tokens, KV head) runs online-softmax
+ * attention over positions 0..pos of each token's sequence for that KV head's query heads.
+ * Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one rescale per tile),
+ * so the result depends neither on the batch nor on the KV block size. */
 #include <math.h>
 #include <string.h>
 
@@ -13,6 +13,7 @@
 #include "model/fwd_int.h"
 
 #define ATT_TILE 32
+#define ATT_QB   16 /* query tokens per work item */
 
 static inline void *kv_at(const cllm_kv_pool *p, int block, int layer, int which, int row) {
     size_t idx =
@@ -88,20 +89,47 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
 size_t fwd_attn_scratch(const cllm_config *f) {
     if (f->n_kv_heads <= 0) return 0;
     size_t group = (size_t)(f->n_heads / f->n_kv_heads), hd = (size_t)f->head_dim;
-    return 2 * (size_t)ATT_TILE * hd + group * (ATT_TILE + hd + 3); /* see attn_worker */
+    return 2 * (size_t)ATT_TILE * hd + ATT_QB * group * (ATT_TILE + hd + 3); /* attn_worker */
 }
 
-/* One item per (token, KV head): the query heads sharing that KV head (8 on Qwen3.5) take each
- * tile of ATT_TILE positions together: scores [group x tile] through matmul_f32 (the K rows as the
- * weight rows, the group's queries as its tokens) straight from the pool's K rows (fp32 pools;
- * bf16 rows are converted once into a tile), then after the per-head online-softmax update acc
- * [group x hd] = acc * corr + P V through gemm_f32 over the tile's V rows copied contiguous. Each
- * K/V row is read once for all of the group's heads, where a dot / axpy call per head and position
- * read it 8 times. Scratch: kt, vt [ATT_TILE][hd], sc [group][ATT_TILE], acc [group][hd], mx, l,
- * corr [group]. The tiles are
- * aligned to absolute position 0, the scores are split only along positions (their per-element
- * sequence depends on hd alone) and the V GEMM runs over the whole tile, so a result depends
- * neither on the batch, the chunking of the prompt nor the KV block size. */
+/* Rows [0, rows) of one tile (a row = one query head of one token) that all see its first n
+ * positions, scores in sc: the online-softmax update (the running max, the correction of l and
+ * acc), the scores turned into weights, then acc += P V in one GEMM (its per-element sequence
+ * depends on n only, not on rows). */
+static void tile_update(const cllm_kern_ops *k, float *sc, float *acc, float *mx, float *l,
+                        float *corr, int rows, int n, int hd, float scale, const float *vt) {
+    for (int r = 0; r < rows; r++) {
+        float *sh = sc + (size_t)r * ATT_TILE, tmx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            sh[i] *= scale;
+            if (sh[i] > tmx) tmx = sh[i];
+        }
+        float nmx = tmx > mx[r] ? tmx : mx[r];
+        corr[r] = expf(mx[r] - nmx); /* 0 on the first tile (mx = -inf) */
+        l[r] *= corr[r];
+        for (int i = 0; i < n; i++) { /* the score becomes its weight */
+            sh[i] = expf(sh[i] - nmx);
+            l[r] += sh[i];
+        }
+        mx[r] = nmx;
+        float *ah = acc + (size_t)r * hd;
+        for (int d = 0; d < hd; d++) ah[d] *= corr[r];
+    }
+    k->gemm_f32(rows, hd, n, sc, ATT_TILE, vt, (size_t)hd, acc, (size_t)hd, CLLM_GEMM_ADD);
+}
+
+/* One item per (query block, KV head): a block is up to ATT_QB consecutive positions of one
+ * sequence in this batch (fwd_attention), each with the query heads sharing that KV head (8 on
+ * Qwen3.5). Positions are visited in tiles of ATT_TILE aligned to absolute position 0. Each
+ * tile's K rows are converted (bf16 pools) and its V rows copied contiguous once for the whole
+ * block, where one item per token did both per token: at 2048 positions that was ~2 GB of V
+ * copies per KV head and layer. Per query the operations are those of a query alone: its scores
+ * [group x n] through matmul_f32 straight from the pool's K rows (fp32; split at KV blocks, which
+ * matmul_f32 allows) or the converted tile, its own n positions of each tile (the diagonal tiles:
+ * fewer than ATT_TILE), and the softmax update + P V of tile_update, where the queries that see a
+ * whole tile share one GEMM. So a result depends neither on the batch, the block a query falls
+ * in, the chunking of the prompt nor the KV block size. Scratch: kt, vt [ATT_TILE][hd], then per
+ * row (ATT_QB x group) sc [ATT_TILE], acc [hd], mx, l, corr. */
 static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
@@ -113,68 +141,78 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     int group = f->n_heads / nkv, bs = kv->block_size, L = j->L->sub;
     bool f32 = kv->dtype == CLLM_KV_F32;
     float scale = (float)(1.0 / sqrt((double)hd));
+    size_t RM = (size_t)ATT_QB * group;
     float *kt = c->thr + (size_t)tid * c->thr_stride, *vt = kt + (size_t)ATT_TILE * hd;
-    float *sc = vt + (size_t)ATT_TILE * hd, *acc = sc + (size_t)group * ATT_TILE;
-    float *mx = acc + (size_t)group * hd, *l = mx + group, *corr = l + group;
+    float *sc = vt + (size_t)ATT_TILE * hd, *acc = sc + RM * ATT_TILE;
+    float *mx = acc + RM * hd, *l = mx + RM, *corr = l + RM;
     for (size_t it = b; it < e; it++) {
-        size_t t = it / (size_t)nkv;
-        int g = (int)(it % (size_t)nkv);
-        const float *q0 = c->proj + t * j->ldp + (size_t)g * group * qs;
-        const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
-        int pos = c->tok_pos[t];
-        for (int h = 0; h < group; h++) mx[h] = -INFINITY, l[h] = 0.0f;
-        for (size_t i = 0; i < (size_t)group * hd; i++) acc[i] = 0.0f;
-        for (int p0 = 0; p0 <= pos; p0 += ATT_TILE) {
-            int n = pos + 1 - p0 < ATT_TILE ? pos + 1 - p0 : ATT_TILE;
-            if (f32) { /* K rows in place: one GEMM per run of the tile inside one KV block */
-                for (int i = 0; i < n;) {
-                    int p = p0 + i, seg = bs - p % bs < n - i ? bs - p % bs : n - i;
-                    const float *kr =
-                        (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) + g * hd;
-                    k->matmul_f32(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd, sc + i,
-                                  ATT_TILE);
-                    i += seg;
-                }
-            } else {
-                for (int i = 0; i < n; i++)
+        int blk = (int)(it / (size_t)nkv), g = (int)(it % (size_t)nkv);
+        int t0 = c->att_blk[blk], nq = c->att_blk[blk + 1] - t0;
+        const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t0]];
+        int pos0 = c->tok_pos[t0], last = pos0 + nq - 1, R = nq * group;
+        for (int r = 0; r < R; r++) mx[r] = -INFINITY, l[r] = 0.0f;
+        for (size_t i = 0; i < (size_t)R * hd; i++) acc[i] = 0.0f;
+        for (int p0 = 0; p0 <= last; p0 += ATT_TILE) {
+            int nt = last + 1 - p0 < ATT_TILE ? last + 1 - p0 : ATT_TILE; /* rows any query sees */
+            if (!f32)
+                for (int i = 0; i < nt; i++)
                     kv_row(kv, sq, L, 0, p0 + i, g * hd, hd, kt + (size_t)i * hd);
-                k->matmul_f32(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, sc, ATT_TILE);
-            }
-            for (int i = 0; i < n; i++) {
+            for (int i = 0; i < nt; i++) {
                 float *vd = vt + (size_t)i * hd;
                 const float *vr = kv_row(kv, sq, L, 1, p0 + i, g * hd, hd, vd);
                 if (vr != vd) memcpy(vd, vr, (size_t)hd * sizeof(float));
             }
+            int qa = nq; /* queries [qa, nq) see the whole tile */
+            for (int q = 0; q < nq; q++) {
+                int n = pos0 + q + 1 - p0;
+                if (n <= 0) continue;
+                if (n >= ATT_TILE && q < qa) qa = q;
+                n = n < ATT_TILE ? n : ATT_TILE;
+                const float *q0 = c->proj + (size_t)(t0 + q) * j->ldp + (size_t)g * group * qs;
+                float *sq0 = sc + (size_t)q * group * ATT_TILE;
+                if (f32) { /* K rows in place: one call per run of the tile inside one KV block */
+                    for (int i = 0; i < n;) {
+                        int p = p0 + i, seg = bs - p % bs < n - i ? bs - p % bs : n - i;
+                        const float *kr =
+                            (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) +
+                            g * hd;
+                        k->matmul_f32(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd,
+                                      sq0 + i, ATT_TILE);
+                        i += seg;
+                    }
+                } else {
+                    k->matmul_f32(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, sq0, ATT_TILE);
+                }
+            }
+            for (int q = 0; q < qa; q++) { /* the diagonal: each query its own n */
+                int n = pos0 + q + 1 - p0;
+                if (n <= 0) continue;
+                size_t r0 = (size_t)q * group;
+                tile_update(k, sc + r0 * ATT_TILE, acc + r0 * hd, mx + r0, l + r0, corr + r0, group,
+                            n, hd, scale, vt);
+            }
+            if (qa < nq) {
+                size_t r0 = (size_t)qa * group;
+                tile_update(k, sc + r0 * ATT_TILE, acc + r0 * hd, mx + r0, l + r0, corr + r0,
+                            (nq - qa) * group, ATT_TILE, hd, scale, vt);
+            }
+        }
+        for (int q = 0; q < nq; q++)
             for (int h = 0; h < group; h++) {
-                float *sh = sc + h * ATT_TILE, tmx = -INFINITY;
-                for (int i = 0; i < n; i++) {
-                    sh[i] *= scale;
-                    if (sh[i] > tmx) tmx = sh[i];
+                size_t r = (size_t)q * group + h;
+                const float *qv =
+                    c->proj + (size_t)(t0 + q) * j->ldp + (size_t)(g * group + h) * qs;
+                const float *ah = acc + r * hd;
+                float *o = c->o + (size_t)(t0 + q) * (size_t)(f->n_heads * hd) +
+                           (size_t)(g * group + h) * hd;
+                float inv = 1.0f / l[r];
+                if (f->attn_output_gate) {
+                    const float *gate = qv + hd;
+                    for (int i = 0; i < hd; i++) o[i] = ah[i] * inv * fwd_sigmoid(gate[i]);
+                } else {
+                    for (int i = 0; i < hd; i++) o[i] = ah[i] * inv;
                 }
-                float nmx = tmx > mx[h] ? tmx : mx[h];
-                corr[h] = expf(mx[h] - nmx); /* 0 on the first tile (mx = -inf) */
-                l[h] *= corr[h];
-                for (int i = 0; i < n; i++) { /* the score becomes its weight */
-                    sh[i] = expf(sh[i] - nmx);
-                    l[h] += sh[i];
-                }
-                mx[h] = nmx;
-                float *ah = acc + (size_t)h * hd;
-                for (int d = 0; d < hd; d++) ah[d] *= corr[h];
             }
-            k->gemm_f32(group, hd, n, sc, ATT_TILE, vt, (size_t)hd, acc, (size_t)hd, CLLM_GEMM_ADD);
-        }
-        for (int h = 0; h < group; h++) {
-            const float *q = q0 + (size_t)h * qs, *ah = acc + (size_t)h * hd;
-            float *o = c->o + t * (size_t)(f->n_heads * hd) + (size_t)(g * group + h) * hd;
-            float inv = 1.0f / l[h];
-            if (f->attn_output_gate) {
-                const float *gate = q + hd;
-                for (int i = 0; i < hd; i++) o[i] = ah[i] * inv * fwd_sigmoid(gate[i]);
-            } else {
-                for (int i = 0; i < hd; i++) o[i] = ah[i] * inv;
-            }
-        }
     }
 }
 
@@ -188,9 +226,16 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
+    /* query blocks: runs of consecutive positions of one sequence, at most ATT_QB tokens */
+    int nb = 0;
+    for (int t = 0; t < T; t++)
+        if (!t || c->tok_seq[t] != c->tok_seq[t - 1] || c->tok_pos[t] != c->tok_pos[t - 1] + 1 ||
+            t - c->att_blk[nb - 1] == ATT_QB)
+            c->att_blk[nb++] = t;
+    c->att_blk[nb] = T;
     /* handed out one at a time: a later position's item has more tiles (a static split gave the
      * second thread the prompt's expensive half) */
-    cllm_pool_for_dyn(c->pool, (size_t)T * f->n_kv_heads, attn_worker, &j);
+    cllm_pool_for_dyn(c->pool, (size_t)nb * f->n_kv_heads, attn_worker, &j);
     if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;

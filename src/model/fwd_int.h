@@ -151,6 +151,7 @@ struct cllm_fwd_ctx {
     int cap_assign;
     /* per token */
     int *tok_seq, *tok_pos;
+    int *att_blk; /* [T + 1]: first token of each attention query block (fwd_attn.c) */
     float *x, *xn, *proj, *proj2, *o, *tmp, *rope_cs;
     /* MoE, per (token, slot) */
     int *top_id;            /* [T][k] */
