@@ -89,7 +89,7 @@ static const float *kv_row(const cllm_kv_pool *kv, const cllm_seq_batch *sq, int
 size_t fwd_attn_scratch(const cllm_config *f) {
     if (f->n_kv_heads <= 0) return 0;
     size_t group = (size_t)(f->n_heads / f->n_kv_heads), hd = (size_t)f->head_dim;
-    return 2 * (size_t)ATT_TILE * hd + ATT_QB * group * (ATT_TILE + hd + 3); /* attn_worker */
+    return 2 * (size_t)ATT_TILE * hd + ATT_QB * group * (ATT_TILE + 2 * hd + 3); /* attn_worker */
 }
 
 /* Rows [0, rows) of one tile (a row = one query head of one token) that all see its first n
@@ -129,7 +129,8 @@ static void tile_update(const cllm_kern_ops *k, float *sc, float *acc, float *mx
  * fewer than ATT_TILE), and the softmax update + P V of tile_update, where the queries that see a
  * whole tile share one GEMM. So a result depends neither on the batch, the block a query falls
  * in, the chunking of the prompt nor the KV block size. Scratch: kt, vt [ATT_TILE][hd], then per
- * row (ATT_QB x group) sc [ATT_TILE], acc [hd], mx, l, corr. */
+ * row (ATT_QB x group) sc [ATT_TILE], acc [hd], mx, l, corr, and the block's query rows copied
+ * contiguous [hd] (one matmul_f32 call takes the whole-tile queries' scores). */
 static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     attn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
@@ -144,7 +145,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     size_t RM = (size_t)ATT_QB * group;
     float *kt = c->thr + (size_t)tid * c->thr_stride, *vt = kt + (size_t)ATT_TILE * hd;
     float *sc = vt + (size_t)ATT_TILE * hd, *acc = sc + RM * ATT_TILE;
-    float *mx = acc + RM * hd, *l = mx + RM, *corr = l + RM;
+    float *mx = acc + RM * hd, *l = mx + RM, *corr = l + RM, *qb = corr + RM;
     for (size_t it = b; it < e; it++) {
         int blk = (int)(it / (size_t)nkv), g = (int)(it % (size_t)nkv);
         int t0 = c->att_blk[blk], nq = c->att_blk[blk + 1] - t0;
@@ -152,6 +153,11 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
         int pos0 = c->tok_pos[t0], last = pos0 + nq - 1, R = nq * group;
         for (int r = 0; r < R; r++) mx[r] = -INFINITY, l[r] = 0.0f;
         for (size_t i = 0; i < (size_t)R * hd; i++) acc[i] = 0.0f;
+        for (int r = 0; r < R; r++) /* the block's query rows contiguous: one scores call */
+            memcpy(qb + (size_t)r * hd,
+                   c->proj + (size_t)(t0 + r / group) * j->ldp +
+                       (size_t)(g * group + r % group) * qs,
+                   (size_t)hd * sizeof(float));
         for (int p0 = 0; p0 <= last; p0 += ATT_TILE) {
             int nt = last + 1 - p0 < ATT_TILE ? last + 1 - p0 : ATT_TILE; /* rows any query sees */
             if (!f32)
@@ -163,12 +169,14 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
                 if (vr != vd) memcpy(vd, vr, (size_t)hd * sizeof(float));
             }
             int qa = nq; /* queries [qa, nq) see the whole tile */
-            for (int q = 0; q < nq; q++) {
-                int n = pos0 + q + 1 - p0;
+            for (int q = 0; q < nq && qa == nq; q++)
+                if (pos0 + q + 1 - p0 >= ATT_TILE) qa = q;
+            /* scores: each diagonal query alone over its n rows, the rest in one call */
+            for (int q = 0; q <= qa && q < nq; q++) {
+                int n = q < qa ? pos0 + q + 1 - p0 : ATT_TILE;
+                int rows = q < qa ? group : (nq - qa) * group;
                 if (n <= 0) continue;
-                if (n >= ATT_TILE && q < qa) qa = q;
-                n = n < ATT_TILE ? n : ATT_TILE;
-                const float *q0 = c->proj + (size_t)(t0 + q) * j->ldp + (size_t)g * group * qs;
+                const float *q0 = qb + (size_t)q * group * hd;
                 float *sq0 = sc + (size_t)q * group * ATT_TILE;
                 if (f32) { /* K rows in place: one call per run of the tile inside one KV block */
                     for (int i = 0; i < n;) {
@@ -176,12 +184,12 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
                         const float *kr =
                             (const float *)kv_at(kv, sq->block_table[p / bs], L, 0, p % bs) +
                             g * hd;
-                        k->matmul_f32(kr, (size_t)kv->kv_dim, seg, q0, (size_t)qs, group, hd,
+                        k->matmul_f32(kr, (size_t)kv->kv_dim, seg, q0, (size_t)hd, rows, hd,
                                       sq0 + i, ATT_TILE);
                         i += seg;
                     }
                 } else {
-                    k->matmul_f32(kt, (size_t)hd, n, q0, (size_t)qs, group, hd, sq0, ATT_TILE);
+                    k->matmul_f32(kt, (size_t)hd, n, q0, (size_t)hd, rows, hd, sq0, ATT_TILE);
                 }
             }
             for (int q = 0; q < qa; q++) { /* the diagonal: each query its own n */
