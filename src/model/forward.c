@@ -242,9 +242,12 @@ static cllm_status mm_run(cllm_fwd_ctx *c);
 
 cllm_status fwd_mm_run(cllm_fwd_ctx *c) {
     if (!c->prof_on) return mm_run(c);
-    double t0 = cllm_time_s();
+    double t0 = cllm_time_s(), w0 = 0.0, w1 = 0.0;
+    cllm_pool_profile(c->pool, 1, NULL, &w0);
     cllm_status s = mm_run(c);
+    cllm_pool_profile(c->pool, 1, NULL, &w1);
     c->prof[c->prof_tag] += cllm_time_s() - t0;
+    c->prof_wait[c->prof_tag] += w1 - w0;
     if (c->prof_tag == FWD_P_MOE_RS || c->prof_tag == FWD_P_MOE_GU) c->prof_tag++;
     return s;
 }
@@ -366,8 +369,13 @@ static void prof_report(cllm_fwd_ctx *c) {
              1e3 * c->prof_total / n, c->n_threads);
     for (int i = 0; i < FWD_P_N; i++) {
         sum += c->prof[i];
-        LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
-                 100.0 * c->prof[i] / c->prof_total);
+        if (c->prof_wait[i] > 0.0)
+            LOG_INFO("profile: %-38s %8.3f ms %5.1f%%  (matmul waits %.3f ms)", prof_names[i],
+                     1e3 * c->prof[i] / n, 100.0 * c->prof[i] / c->prof_total,
+                     1e3 * c->prof_wait[i] / n);
+        else
+            LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
+                     100.0 * c->prof[i] / c->prof_total);
     }
     LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", "unaccounted (residual adds, loop)",
              1e3 * (c->prof_total - sum) / n, 100.0 * (c->prof_total - sum) / c->prof_total);

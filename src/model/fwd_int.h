@@ -191,6 +191,7 @@ struct cllm_fwd_ctx {
     bool prof_env, prof_on, prof_prefill;
     int prof_tag;
     double prof[FWD_P_N];
+    double prof_wait[FWD_P_N]; /* of prof: the caller waiting for workers in matmul regions */
     long prof_steps, prof_tokens;
     double prof_total;
 };
