@@ -7,6 +7,7 @@
  * routing) is independent per row; sequence-coupled math (attention over the KV blocks, the GDN
  * conv and recurrence) runs per sequence in position order. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -303,15 +304,15 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
     c->prof_prefill = c->prof_env && strcmp(pe, "prefill") == 0;
     const char *a16 = getenv("CLLM_ACT16");
-    if (a16 && *a16 && strcmp(a16, "int") != 0 && strcmp(a16, "float") != 0 &&
-        strcmp(a16, "int8") != 0) {
+    c->act16 = !a16 || !*a16 || !strcmp(a16, "int") ? FWD_A16_INT16
+               : !strcmp(a16, "float")              ? FWD_A16_FLOAT
+               : !strcmp(a16, "int8")               ? FWD_A16_INT8
+                                                    : -1;
+    if (c->act16 < 0) {
         cllm_free_aligned(c->thr);
         free(c);
         return cllm_err_set(err, CLLM_EINVAL, "CLLM_ACT16=%s: expected int, int8 or float", a16);
     }
-    c->act16 = !a16 || !*a16 || !strcmp(a16, "int") ? FWD_A16_INT16
-               : !strcmp(a16, "float")              ? FWD_A16_FLOAT
-                                                    : FWD_A16_INT8;
     if (!c->thr) {
         free(c);
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
@@ -369,13 +370,11 @@ static void prof_report(cllm_fwd_ctx *c) {
              1e3 * c->prof_total / n, c->n_threads);
     for (int i = 0; i < FWD_P_N; i++) {
         sum += c->prof[i];
+        char waits[48] = ""; /* matmul families only: the others run no matmul region */
         if (c->prof_wait[i] > 0.0)
-            LOG_INFO("profile: %-38s %8.3f ms %5.1f%%  (matmul waits %.3f ms)", prof_names[i],
-                     1e3 * c->prof[i] / n, 100.0 * c->prof[i] / c->prof_total,
-                     1e3 * c->prof_wait[i] / n);
-        else
-            LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", prof_names[i], 1e3 * c->prof[i] / n,
-                     100.0 * c->prof[i] / c->prof_total);
+            snprintf(waits, sizeof(waits), "  (matmul waits %.3f ms)", 1e3 * c->prof_wait[i] / n);
+        LOG_INFO("profile: %-38s %8.3f ms %5.1f%%%s", prof_names[i], 1e3 * c->prof[i] / n,
+                 100.0 * c->prof[i] / c->prof_total, waits);
     }
     LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", "unaccounted (residual adds, loop)",
              1e3 * (c->prof_total - sum) / n, 100.0 * (c->prof_total - sum) / c->prof_total);
