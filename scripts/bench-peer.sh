@@ -20,7 +20,7 @@
 #                `cllm synth --scheme w4a16` when missing)
 #   EXTRA_MODELS more cllm model dirs, comma-separated, measured the same way (own columns); an
 #                entry DIR@VAR=VALUE runs DIR with that environment variable set (e.g.
-#                quarter-w4a16@CLLM_ACT16=int8: int8 activations, README "Speed knobs")
+#                quarter-w4a16@CLLM_ACT16=int8: int8 activations, see README on CLLM_ACT16)
 #   ROUNDS (3), THREADS (2), OUT (results folder, default a new /tmp/bench-peer.* folder)
 #   REPORT_ONLY  set (with OUT = an earlier run's folder and the same MODEL/EXTRA_MODELS): run
 #                nothing, print that run's table again
@@ -186,8 +186,8 @@ def cllm_bench(name, r):
 
 engines = [("llama.cpp", "llama-bench", "llama-batched", llama_bench)]
 if have_ik: engines.append(("ik_llama.cpp", "ik-bench", "ik-batched", llama_bench))
-for i, m in enumerate(models):
-    d, _, e = m.partition("@")
+specs = [m.partition("@") for m in models]  # (dir, "@", VAR=VALUE or "")
+for i, (d, _, e) in enumerate(specs):
     label = os.path.basename(d.rstrip('/')) + (f" {e}" if e else "")
     engines.append((f"cllm {label}", f"cllm{i}-bench", f"cllm{i}-batched", cllm_bench))
 B = [1, 2, 4, 8]
@@ -228,8 +228,7 @@ for metric, per in rows.items():
     print(f"| {metric} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
 print("| weight GB read per decoded token | " + " | ".join(fmt(bytes_per[n], 3) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
 size = {n: os.path.getsize(gguf) / 1e9 if os.path.exists(gguf) else None for n in peers}
-for i, m in enumerate(models):
-    d = m.partition("@")[0]
+for i, (d, _, _) in enumerate(specs):
     size[names[len(peers) + i]] = sum(os.path.getsize(f) for f in glob.glob(f"{d}/*.safetensors")) / 1e9
 rss_m = {n: med(rows["peak RSS GB"].get(n, [])) for n in names}
 print("| weight file GB | " + " | ".join(fmt(size[n], 2) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
