@@ -43,9 +43,11 @@ typedef struct gdn_job {
 } gdn_job;
 
 /* Conv over channels [b, e) for every sequence, in blocks of CONV_CB channels: per token the
- * block's outputs are computed across channels (vectorisable; per channel the same ops in the same
- * order as one channel alone: y = 0, + w[r] s[r] for r in order, + w[k1] x), then SiLU on the
- * block. The block's state and taps are copied into channel-major rows first. */
+ * block's outputs are computed across channels (loops innermost over channels, so they
+ * vectorise; per channel the same ops in the same order as one channel alone: y = 0, + w[r] s[r]
+ * for r in order oldest first, + w[k1] x), then SiLU on the block. A block's taps are copied into
+ * tap-major rows once for all sequences; each sequence's state into a ring of tap-major rows (the
+ * newest input overwrites the oldest, so nothing shifts per token). */
 #define CONV_CB   64
 #define CONV_KMAX 64 /* config.c caps linear_conv_kernel_dim at 64 */
 static void conv_worker(void *vj, size_t b, size_t e, int tid) {
@@ -54,31 +56,37 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
     const cllm_batch *bt = c->batch;
     cllm_state_pool *st = c->st;
     int K = st->conv_k1 + 1, k1 = st->conv_k1;
-    float sv[CONV_KMAX][CONV_CB], wv[CONV_KMAX][CONV_CB], y[CONV_CB];
-    for (int q = 0; q < bt->n_seqs; q++) {
-        const cllm_seq_batch *sq = &bt->seqs[q];
-        float *base = st->conv + ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) *
-                                     st->conv_ch * k1;
-        for (size_t c0 = b; c0 < e; c0 += CONV_CB) {
-            int nc = e - c0 < CONV_CB ? (int)(e - c0) : CONV_CB;
-            for (int i = 0; i < nc; i++) {
-                const float *w = j->L->conv_w + (c0 + i) * K;
-                for (int r = 0; r < k1; r++) sv[r][i] = base[(c0 + i) * k1 + r];
-                for (int r = 0; r < K; r++) wv[r][i] = w[r];
-            }
+    float sv[CONV_KMAX][CONV_CB], wv[CONV_KMAX][CONV_CB], acc[CONV_CB];
+    for (size_t c0 = b; c0 < e; c0 += CONV_CB) {
+        int nc = e - c0 < CONV_CB ? (int)(e - c0) : CONV_CB;
+        for (int i = 0; i < nc; i++)
+            for (int r = 0; r < K; r++) wv[r][i] = j->L->conv_w[(c0 + i) * K + r];
+        for (int q = 0; q < bt->n_seqs; q++) {
+            const cllm_seq_batch *sq = &bt->seqs[q];
+            float *base =
+                st->conv +
+                ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * st->conv_ch * k1 +
+                c0 * k1;
+            for (int i = 0; i < nc; i++)
+                for (int r = 0; r < k1; r++) sv[r][i] = base[i * k1 + r];
+            int head = 0; /* ring row of the oldest input */
             for (int t = 0; t < sq->n_tokens; t++) {
                 float *xp = c->proj + (size_t)(c->seq_tok0[q] + t) * j->ldp + c0;
-                for (int i = 0; i < nc; i++) {
-                    float x = xp[i], acc = 0.0f;
-                    for (int r = 0; r < k1; r++) acc += wv[r][i] * sv[r][i];
-                    y[i] = acc + wv[k1][i] * x;
-                    for (int r = 0; r + 1 < k1; r++) sv[r][i] = sv[r + 1][i];
-                    if (k1 > 0) sv[k1 - 1][i] = x;
+                for (int i = 0; i < nc; i++) acc[i] = 0.0f;
+                for (int r = 0; r < k1; r++) {
+                    const float *w = wv[r], *s = sv[(head + r) % k1];
+                    for (int i = 0; i < nc; i++) acc[i] += w[i] * s[i];
                 }
-                c->k->silu_mul(xp, y, NULL, nc);
+                for (int i = 0; i < nc; i++) {
+                    float x = xp[i];
+                    acc[i] += wv[k1][i] * x;
+                    if (k1 > 0) sv[head][i] = x;
+                }
+                if (k1 > 0) head = (head + 1) % k1;
+                c->k->silu_mul(xp, acc, NULL, nc);
             }
             for (int i = 0; i < nc; i++)
-                for (int r = 0; r < k1; r++) base[(c0 + i) * k1 + r] = sv[r][i];
+                for (int r = 0; r < k1; r++) base[i * k1 + r] = sv[(head + r) % k1][i];
         }
     }
 }
