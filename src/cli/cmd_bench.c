@@ -2,7 +2,8 @@
  * benchmarks through the engine (engine.h), the same path the server takes:
  *  - a llama-bench style table (lists as llama-bench takes them: one row per value of -p / -n,
  *    one engine per -t value): ppP (prefill of P random tokens, one request) and tgN (decode of
- *    N tokens after a 1-token prompt), mean ± stddev over -r runs, with llama-bench's size and
+ *    N tokens after a 1-token prompt), mean ± stddev over -r runs after one untimed warmup run
+ *    per test (--no-warmup: none; llama-bench's habit), with llama-bench's size and
  *    params columns and the decode GB/s achieved (weight bytes per decoded token x tok/s);
  *  - a llama-batched-bench style sweep over B parallel sequences of PP prompt + TG generated
  * tokens: PP TG B N_KV T_PP S_PP T_TG S_TG T S (T_PP = until every sequence has its first token);
@@ -215,7 +216,7 @@ typedef struct bench_args {
     const char *model, *plist, *nlist, *tlist, *blist;
     long reps, block, seed, budget;
     long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
-    bool json, mt, no_table, no_sweep, kv_bf16, no_prefault;
+    bool json, mt, no_table, no_sweep, kv_bf16, no_prefault, no_warmup;
     uint64_t kv_bytes;
     int p[16], n[16], t[16], b[64];
     int np, nn, nt, nb;
@@ -262,6 +263,8 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         {"--kv-bf16", NULL, CLI_FLAG, &a->kv_bf16, "KV cache in bf16"},
         {"--no-prefault", NULL, CLI_FLAG, &a->no_prefault,
          "do not page in every weight before the runs (cold pages are then timed)"},
+        {"--no-warmup", NULL, CLI_FLAG, &a->no_warmup,
+         "skip each table test's untimed warmup run (llama-bench's flag of the same name)"},
         {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
         {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
         {"--no-sweep", NULL, CLI_FLAG, &a->no_sweep, "skip the batched sweep"},
@@ -446,6 +449,14 @@ static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *b
         bool is_pp = k < a->np;
         int L = is_pp ? a->p[k] : a->n[k - a->np];
         double *x = is_pp ? pp : tg;
+        /* llama-bench warms each test up untimed: a prompt run of the test's full length (so the
+         * first timed run does not pay for growing the step buffers and first-touch page faults
+         * at that size) or one generated token; the same here, so the two tables compare alike */
+        if (!a->no_warmup) {
+            w->lens[0] = is_pp ? L : 1;
+            rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
+            if (run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : 2, w->res) < 0) return 1;
+        }
         for (int r = 0; r < reps; r++) {
             w->lens[0] = is_pp ? L : 1;
             rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);

@@ -36,6 +36,8 @@ assert mt["reuse_share"] >= 0.9, mt
 assert mt["shared_prefix_tokens"] > 0
 PY
 
+"$BIN" bench "$T/m" -p 16 -n 4 -r 1 -t 1 --no-sweep --no-warmup >"$T/nw" 2>&1 &&
+  grep -q "| pp16 |" "$T/nw" && ok "--no-warmup runs the table" || bad "--no-warmup: $(tail -2 "$T/nw")"
 "$BIN" bench "$T/m" -b 0 >/dev/null 2>&1; [ $? = 2 ] && ok "bad -b rc 2" || bad "bad -b not a usage error"
 "$BIN" bench >/dev/null 2>&1; [ $? = 2 ] && ok "no model rc 2" || bad "no model not a usage error"
 "$BIN" bench "$T/nope" >/dev/null 2>&1; [ $? = 1 ] && ok "missing model rc 1" || bad "missing model rc"
