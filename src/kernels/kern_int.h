@@ -10,8 +10,9 @@ void kern_matmul_f16_ref(const void *W, size_t ldw, int n_rows, const float *X, 
                          int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_bf16_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                           int n_tok, int K, float *Y, size_t ldy);
-void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float decay,
-                       float beta, float *o, float *tmp, int dk, int dv);
+void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, const float *decay,
+                       const float *beta, size_t ld, float *o, size_t ldo, int T, float *tmp,
+                       int dk, int dv);
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                         int dk, int dv, float *work);
@@ -77,8 +78,9 @@ void kern_q_gemm8_avx2(const cllm_qweight *w, int n0, int n1, const float *X, si
 /* kernels/x86/matmul_q_dec_avx2.c: matmul_q's float core for one token (y[n], n in [n0, n1)),
  * bits 4 or 8, act_bits ignored; bitwise the multi-token tiles' result. */
 void kern_matmul_q_dec_avx2(const cllm_qweight *w, int n0, int n1, const float *x, float *y);
-void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v, float decay,
-                        float beta, float *o, float *tmp, int dk, int dv);
+void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v,
+                        const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                        int T, float *tmp, int dk, int dv);
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);
@@ -110,8 +112,9 @@ void kern_matmul_f16_neon(const void *W, size_t ldw, int n_rows, const float *X,
                           int n_tok, int K, float *Y, size_t ldy);
 void kern_matmul_bf16_neon(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                            int n_tok, int K, float *Y, size_t ldy);
-void kern_gdn_step_neon(float *S, const float *q, const float *k, const float *v, float decay,
-                        float beta, float *o, float *tmp, int dk, int dv);
+void kern_gdn_step_neon(float *S, const float *q, const float *k, const float *v,
+                        const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                        int T, float *tmp, int dk, int dv);
 void kern_gdn_chunk_neon(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);

@@ -54,11 +54,15 @@ typedef struct cllm_qweight {
 typedef void (*cllm_matmul_q_fn)(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx,
                                  int n_tok, float *Y, size_t ldy);
 
-/* One Gated DeltaNet recurrence step for one value head (docs/model.md §2.4), state S [dk][dv] fp32
- * in place: S *= decay; u = S^T k; d = (v - u) * beta; S += k d^T; o = S^T q. q, k [dk] (already
- * l2-normalised, q scaled), v, o [dv]; tmp [dv] scratch. */
+/* T Gated DeltaNet recurrence steps for one value head (docs/model.md §2.4), in token order, state
+ * S [dk][dv] fp32 in place; per token t: S *= decay; u = S^T k; d = (v - u) * beta; S += k d^T;
+ * o = S^T q, with q + t*ld, k + t*ld [dk] (already l2-normalised, q scaled), v + t*ld [dv],
+ * decay[t*ld], beta[t*ld] (one stride: they are rows of one projection matrix) and o + t*ldo
+ * [dv]; tmp [dv] scratch. Bitwise the same as T calls of one token each (columns of S evolve
+ * independently, so a tier may run all T tokens over one block of columns before the next). */
 typedef void (*cllm_gdn_step_fn)(float *S, const float *q, const float *k, const float *v,
-                                 float decay, float beta, float *o, float *tmp, int dk, int dv);
+                                 const float *decay, const float *beta, size_t ld, float *o,
+                                 size_t ldo, int T, float *tmp, int dk, int dv);
 
 /* Gated DeltaNet chunked WY form (docs/model.md §2.4) for one value head over T tokens, in chunks
  * of CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g, L/A

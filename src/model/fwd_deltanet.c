@@ -153,6 +153,27 @@ static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, flo
     }
 }
 
+/* Tokens [t0, t0 + n) of value head h through the recurrence (one kernel call: all tokens per
+ * block of state columns), then the gated norm of each. */
+static void rec_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, float *tmp) {
+    cllm_fwd_ctx *c = j->c;
+    const cllm_config *f = &c->m->cfg;
+    int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads;
+    float eps = (float)f->rms_norm_eps;
+    const float *P = c->proj + t0 * j->ldp;
+    const float *bb = P + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
+    float *o0 = c->o + t0 * j->vd + (size_t)h * dv;
+    c->k->gdn_step(S, P + (size_t)kh * dk, P + j->kd + (size_t)kh * dk,
+                   P + 2 * (size_t)j->kd + (size_t)h * dv, bb + Hv + h, bb + h, (size_t)j->ldp, o0,
+                   (size_t)j->vd, n, tmp, dk, dv);
+    for (int i = 0; i < n; i++) {
+        const float *z = P + (size_t)i * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
+        float *o = o0 + (size_t)i * j->vd;
+        fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
+        c->k->silu_mul(o, z, o, dv);
+    }
+}
+
 /* One item per (sequence, value head): the recurrence over the sequence's tokens + gated norm. */
 static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     gdn_job *j = vj;
@@ -160,7 +181,6 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     const cllm_config *f = &c->m->cfg;
     cllm_state_pool *st = c->st;
     int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads, rep = Hv / f->lin_n_k_heads;
-    float eps = (float)f->rms_norm_eps;
     float *tmp = c->thr + (size_t)tid * c->thr_stride;
     for (size_t it = b; it < e; it++) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
@@ -168,29 +188,17 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
         float *S =
             st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) *
                           (size_t)dk * dv;
-        int ca = 0, cb = 0; /* tokens [ca, cb) run chunked: whole 64-aligned position chunks */
+        size_t t0 = (size_t)c->seq_tok0[q];
+        int ca = sq->n_tokens, cb = sq->n_tokens; /* [ca, cb) run chunked: 64-aligned chunks */
         if (c->gdn_prefill == CLLM_GDN_CHUNKED) {
             const int C = CLLM_GDN_CHUNK;
             ca = (C - sq->start_pos % C) % C;
             cb = ca < sq->n_tokens ? ca + (sq->n_tokens - ca) / C * C : ca;
+            if (cb <= ca) ca = cb = sq->n_tokens;
         }
-        for (int i = 0; i < sq->n_tokens; i++) {
-            size_t t = (size_t)(c->seq_tok0[q] + i);
-            if (i == ca && cb > ca) {
-                chunk_run(j, h, kh, S, t, cb - ca, tmp);
-                i = cb - 1;
-                continue;
-            }
-            const float *P = c->proj + t * j->ldp;
-            const float *qv = P + (size_t)kh * dk, *kv = P + j->kd + (size_t)kh * dk;
-            const float *vv = P + 2 * (size_t)j->kd + (size_t)h * dv;
-            const float *z = P + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
-            const float *bb = P + 2 * (size_t)j->kd + 2 * (size_t)j->vd;
-            float *o = c->o + t * j->vd + (size_t)h * dv;
-            c->k->gdn_step(S, qv, kv, vv, bb[Hv + h], bb[h], o, tmp, dk, dv);
-            fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
-            c->k->silu_mul(o, z, o, dv);
-        }
+        if (ca > 0) rec_run(j, h, kh, S, t0, ca, tmp);
+        if (cb > ca) chunk_run(j, h, kh, S, t0 + (size_t)ca, cb - ca, tmp);
+        if (sq->n_tokens > cb) rec_run(j, h, kh, S, t0 + (size_t)cb, sq->n_tokens - cb, tmp);
     }
 }
 

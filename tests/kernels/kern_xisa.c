@@ -77,11 +77,20 @@ int main(void) {
             for (int step = 0; step < 3; step++) {
                 for (int i = 0; i < dk; i++) q[i] = 0.3f * frand(), kk[i] = 0.3f * frand();
                 for (int i = 0; i < dv; i++) v[i] = frand();
-                tiers[ti]->gdn_step(S, q, kk, v, 0.9f, 0.6f, o, tmp, dk, dv);
+                float dec = 0.9f, beta = 0.6f;
+                tiers[ti]->gdn_step(S, q, kk, v, &dec, &beta, 0, o, 0, 1, tmp, dk, dv);
                 hg = hash(hg, o, (size_t)dv * 4);
             }
+            /* then 4 tokens in one call, rows [q k v decay beta] of stride 2 dk + dv + 2 */
+            size_t ld = 2 * (size_t)dk + dv + 2;
+            float *P = malloc(4 * ld * 4), *o4 = malloc(4 * (size_t)dv * 4);
+            for (size_t i = 0; i < 4 * ld; i++) P[i] = 0.3f * frand();
+            for (int t = 0; t < 4; t++) P[t * ld + 2 * dk + dv] = 0.85f + 0.1f * frand();
+            tiers[ti]->gdn_step(S, P, P + dk, P + 2 * dk, P + 2 * dk + dv, P + 2 * dk + dv + 1, ld,
+                                o4, (size_t)dv, 4, tmp, dk, dv);
+            hg = hash(hg, o4, 4 * (size_t)dv * 4);
             hg = hash(hg, S, (size_t)dk * dv * 4);
-            free(S), free(q), free(kk), free(v), free(o), free(tmp);
+            free(S), free(q), free(kk), free(v), free(o), free(tmp), free(P), free(o4);
         }
         /* GPTQ int4, random codes / zeros / f16 scales, group 32, K 96, N 24, 5 tokens */
         int G = 32, K = 96, N = 24, T = 5;

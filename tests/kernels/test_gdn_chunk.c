@@ -60,7 +60,8 @@ static void one_case(const cllm_kern_ops *k, const char *tier, int dk, int dv, i
     memcpy(S2, S, ns * 4);
     for (int t = 0; t < T; t++) {
         float *p = P + t * ldp;
-        ref->gdn_step(Sr, p, p + dk, p + 2 * dk, expf(g[t]), be[t], orf + t * ldo, tmp, dk, dv);
+        float dec = expf(g[t]);
+        ref->gdn_step(Sr, p, p + dk, p + 2 * dk, &dec, &be[t], 0, orf + t * ldo, 0, 1, tmp, dk, dv);
     }
     k->gdn_chunk(S, P, P + dk, ldp, P + 2 * dk, ldp, g, be, o, ldo, T, dk, dv, work);
     double eo = 0, es = 0;

@@ -94,8 +94,8 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
             for (int i = 0; i < dk; i++) q[i] = test_frand() * 0.3f, kk[i] = test_frand() * 0.3f;
             for (int i = 0; i < dv; i++) v[i] = test_frand();
             float decay = 0.5f + 0.5f * fabsf(test_frand()), beta = fabsf(test_frand());
-            k->gdn_step(S, q, kk, v, decay, beta, o, tmp, dk, dv);
-            ref->gdn_step(Sr, q, kk, v, decay, beta, or, tmp, dk, dv);
+            k->gdn_step(S, q, kk, v, &decay, &beta, 0, o, 0, 1, tmp, dk, dv);
+            ref->gdn_step(Sr, q, kk, v, &decay, &beta, 0, or, 0, 1, tmp, dk, dv);
             for (int i = 0; i < dv; i++) err = worse(err, fabs(o[i] - or [i]));
         }
         for (size_t i = 0; i < ns; i++) err = worse(err, fabs(S[i] - Sr[i]));
@@ -104,13 +104,45 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
     }
 }
 
+/* T tokens in one gdn_step call (strided rows, as the model passes them) == T calls of one token,
+ * bitwise, for every tier including ref; the 201-column case has 32- and 8-column blocks and a
+ * scalar tail. A kernel that ran the tokens in another order, or mixed the columns of two blocks,
+ * would differ. */
+static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
+    const int dims[][3] = {{128, 128, 9}, {20, 44, 5}, {16, 201, 3}, {3, 7, 1}};
+    for (int c = 0; c < 4; c++) {
+        int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
+        size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
+        float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
+        float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
+        for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
+        for (int t = 0; t < T; t++) {
+            P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand()); /* decay */
+            P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());           /* beta */
+        }
+        for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
+        const float *dec = P + 2 * dk + dv, *bet = dec + 1;
+        k->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+        for (int t = 0; t < T; t++) {
+            const float *p = P + t * ld;
+            k->gdn_step(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo, 0,
+                        1, tmp, dk, dv);
+        }
+        CHECK_MSG(!memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4),
+                  "%s gdn_step %d tokens in one call != one by one (dk %d dv %d)", tier, T, dk, dv);
+        free(P), free(S), free(S1), free(o), free(o1), free(tmp);
+    }
+}
+
 int main(void) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     test_matmul(ref, "ref");
+    test_gdn_multi(ref, "ref");
     const cllm_kern_ops *avx2 = cllm_kern_avx2();
     if (avx2) {
         test_matmul(avx2, "avx2");
         test_gdn(avx2, "avx2");
+        test_gdn_multi(avx2, "avx2");
     } else {
         fprintf(stderr, "test_kern: no AVX2 on this CPU, only the reference tier tested\n");
     }
@@ -118,6 +150,7 @@ int main(void) {
     if (neon) {
         test_matmul(neon, neon->name);
         test_gdn(neon, neon->name);
+        test_gdn_multi(neon, neon->name);
         fprintf(stderr, "test_kern: tier %s checked\n", neon->name);
     }
     CHECK(cllm_kern() != NULL);
