@@ -36,15 +36,17 @@ static void route_worker(void *vj, size_t b, size_t e, int tid) {
         for (int i = 0; i < j->E; i++) lg[i] *= inv;
         int *id = c->top_id + t * j->k;
         float *w = c->top_w + t * j->k, tot = 0.0f;
+        /* one pass keeping the k best in order (value descending; an equal value goes after
+         * the lower ids already held, so ties go to the lower expert id) */
+        int n = 0;
+        for (int i = 0; i < j->E; i++) {
+            if (n == j->k && !(lg[i] > lg[id[n - 1]])) continue;
+            int p = n < j->k ? n++ : n - 1;
+            for (; p > 0 && lg[i] > lg[id[p - 1]]; p--) id[p] = id[p - 1];
+            id[p] = i;
+        }
         for (int s = 0; s < j->k; s++) {
-            int best = -1;
-            for (int i = 0; i < j->E; i++) {
-                bool taken = false;
-                for (int r = 0; r < s; r++) taken |= id[r] == i;
-                if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
-            }
-            id[s] = best;
-            w[s] = lg[best];
+            w[s] = lg[id[s]];
             tot += w[s];
         }
         if (renorm)
