@@ -50,6 +50,12 @@ typedef struct gdn_job {
  * newest input overwrites the oldest, so nothing shifts per token). */
 #define CONV_CB   64
 #define CONV_KMAX 64 /* config.c caps linear_conv_kernel_dim at 64 */
+/* acc[i] += w[i] * s[i]: a separate multiply and add (C11, no contraction), vectorised. Not
+ * inlined: inlined, gcc 12 jams the tap loop into it and emits scalar code. */
+__attribute__((noinline)) static void conv_tap(float *restrict acc, const float *restrict w,
+                                               const float *restrict s, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w[i] * s[i];
+}
 static void conv_worker(void *vj, size_t b, size_t e, int tid) {
     gdn_job *j = vj;
     cllm_fwd_ctx *c = j->c;
@@ -73,20 +79,18 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
             for (int t = 0; t < sq->n_tokens; t++) {
                 float *xp = c->proj + (size_t)(c->seq_tok0[q] + t) * j->ldp + c0;
                 for (int i = 0; i < nc; i++) acc[i] = 0.0f;
-                for (int r = 0; r < k1; r++) {
-                    const float *w = wv[r], *s = sv[(head + r) % k1];
-                    for (int i = 0; i < nc; i++) acc[i] += w[i] * s[i];
+                for (int r = 0; r < k1; r++) conv_tap(acc, wv[r], sv[(head + r) % k1], nc);
+                conv_tap(acc, wv[k1], xp, nc);
+                if (k1 > 0) {
+                    memcpy(sv[head], xp, (size_t)nc * sizeof(float));
+                    head = (head + 1) % k1;
                 }
-                for (int i = 0; i < nc; i++) {
-                    float x = xp[i];
-                    acc[i] += wv[k1][i] * x;
-                    if (k1 > 0) sv[head][i] = x;
-                }
-                if (k1 > 0) head = (head + 1) % k1;
                 c->k->silu_mul(xp, acc, NULL, nc);
             }
+            const float *ring[CONV_KMAX]; /* oldest first */
+            for (int r = 0; r < k1; r++) ring[r] = sv[(head + r) % k1];
             for (int i = 0; i < nc; i++)
-                for (int r = 0; r < k1; r++) base[i * k1 + r] = sv[(head + r) % k1][i];
+                for (int r = 0; r < k1; r++) base[i * k1 + r] = ring[r][i];
         }
     }
 }
