@@ -20,7 +20,7 @@
  * and token t+1's decay + S^T k share one pass over the block's rows (the updated row is decayed
  * by the next token's factor straight away, the value the next pass would load and scale), so
  * each row is loaded and stored once per token and the two tokens' sums are independent chains.
- * Per element the same operations as gdn_block token by token. */
+ * Per element the same operations as one token at a time (decay, S^T k, d, update, S^T q). */
 S8 void gdn_block_run(float *S, const float *q, const float *k, const float *v, const float *decay,
                       const float *beta, size_t ld, float *o, size_t ldo, int T, int dk, int dv,
                       int n0, const int NV) {
