@@ -125,9 +125,14 @@ fault_case() { # DESC SIGNAL [env...]
   up $job || return
   for i in 1 2; do
     curl -s -o "$T/f$i.json" -w '%{http_code}' $U/v1/completions \
-      -d "{\"prompt\":\"Once upon a time $i\",\"max_tokens\":1500,\"ignore_eos\":true}" >"$T/f$i.code" &
+      -d "{\"prompt\":\"Once upon a time $i\",\"max_tokens\":2000,\"ignore_eos\":true}" >"$T/f$i.code" &
   done
-  sleep 0.5
+  # the fault must land while both are generating: a fixed sleep raced them on a fast host (the
+  # tiny model decodes 2000 tokens in well under a second), so wait until the server runs both
+  for _ in $(seq 100); do
+    curl -s $U/metrics | grep -qE '^vllm:num_requests_running(\{[^}]*\})? 2(\.0)?$' && break
+    sleep 0.02
+  done
   v=$(rank1)
   [ -n "$v" ] || { bad "$desc: rank 1 not found"; return; }
   kill -"$sig" "$v"
