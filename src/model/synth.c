@@ -440,7 +440,12 @@ static cllm_status write_shards(const cllm_synth_opts *o, const cllm_config *cfg
              (double)total / 1e9, n_shards);
     cllm_progress prog;
     cllm_progress_init(&prog, o->progress ? stderr : NULL, o->tty, 10, 30, "synth");
-    cllm_status st = CLLM_OK;
+    /* The index goes first, so the last shard's rename is the commit point: `cllm verify`
+     * accepts shards without an index, and a run killed between its last shard and the index
+     * left a directory verify accepted that was not the run's output (tests/quant/kill_safety.sh).
+     * Now every interrupted run lacks a shard the index names. */
+    cllm_status st =
+        cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
     for (int sh = 0; sh < n_shards && !st; sh++) {
         char name[96], path[4200];
         cllm_st_shard_name(sh, n_shards, o->qwen_shard_names, name, sizeof(name));
@@ -448,8 +453,7 @@ static cllm_status write_shards(const cllm_synth_opts *o, const cllm_config *cfg
         st = write_shard(o, cfg, ot, ents, n_out, sh, path, &done_bytes, total, &prog, err);
     }
     cllm_progress_break(&prog);
-    if (st) return st;
-    return cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
+    return st;
 }
 
 cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {

@@ -38,6 +38,12 @@ expect_rc 0 "synth sharded" "$BIN" synth -q --config "$SRC/configs/small.json" -
 n=$(ls "$d"/model.safetensors-000*-of-000*.safetensors | wc -l)
 [ "$n" -gt 1 ] && ok "$n qwen-named shards" || bad "expected several shards, got $n"
 [ -f "$d/model.safetensors.index.json" ] && ok "index written" || bad "no index"
+# the index is written before the shards, so a run killed at any point lacks a shard it names
+# (verify accepts shards without an index); each shard is renamed into place after the index
+late=$(for s in "$d"/model.safetensors-000*.safetensors; do
+  [ "$(stat -c %.9Y "$s")" \< "$(stat -c %.9Y "$d/model.safetensors.index.json")" ] && echo "$s"
+done)
+[ -z "$late" ] && ok "index written before every shard" || bad "shards older than the index: $late"
 expect_rc 0 "verify sharded" "$BIN" verify "$d"
 expect_rc 0 "synth f32" "$BIN" synth -q --config "$SRC/configs/tiny.json" --dtype f32 "$T/f32"
 expect_rc 0 "verify f32" "$BIN" verify --json "$T/f32"
