@@ -90,7 +90,7 @@ void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group
                          void *A);
 void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
-/* kernels/x86/matmul_q16_avx2.c: the act_bits 16 integer path (also the avx512 tables') */
+/* kernels/x86/matmul_q16_avx2.c: the act_bits 16 integer path (its prep also the avx512 tables') */
 void kern_qact16_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
 void kern_matmul_q_qact16_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                float *Y, size_t ldy);
@@ -101,6 +101,11 @@ void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const voi
                                 float *Y, size_t ldy);
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy);
+/* kernels/x86/matmul_q16_avx512.c: the act_bits 16 path on kern_qact16_prep_avx2's layout */
+void kern_matmul_q_qact16_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                 float *Y, size_t ldy);
+void kern_matmul_q_qact16_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
+                                      int n_tok, float *Y, size_t ldy);
 #endif
 
 #if defined(__aarch64__)

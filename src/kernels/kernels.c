@@ -39,8 +39,8 @@ static const cllm_kern_ops avx2_ops = {
     .silu_mul = kern_silu_mul_avx2,
 };
 /* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
- * The two tables differ only in the W4A8 kernels (vpdpbusd or vpmaddubsw; bitwise the same
- * results). */
+ * The two tables differ only in the integer-activation kernels (VNNI's vpdpbusd / vpdpwssd or
+ * vpmaddubsw / vpmaddwd; bitwise the same results). */
 static const cllm_kern_ops avx512_ops = {
     .name = "avx512",
     .matmul_f32 = kern_matmul_f32_avx2,
@@ -52,7 +52,7 @@ static const cllm_kern_ops avx512_ops = {
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512,
     .qact16_prep = kern_qact16_prep_avx2,
-    .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
+    .matmul_q_qact16 = kern_matmul_q_qact16_avx512,
     .gemm_f32 = kern_gemm_f32_avx512,
     .silu_mul = kern_silu_mul_avx2,
 };
@@ -67,7 +67,7 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .qact_prep = kern_qact_prep_avx2,
     .matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni,
     .qact16_prep = kern_qact16_prep_avx2,
-    .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
+    .matmul_q_qact16 = kern_matmul_q_qact16_avx512_vnni,
     .gemm_f32 = kern_gemm_f32_avx512,
     .silu_mul = kern_silu_mul_avx2,
 };
