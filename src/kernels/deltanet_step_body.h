@@ -1,77 +1,110 @@
 /* Private: the Gated DeltaNet recurrence step (gdn_step, kernels.h: one value head, T tokens,
- * state updated in place), written once over kernels/simd8.h and compiled into each SIMD tier by
- * a file that defines GDN_STEP_FN and includes this (kernels/x86/deltanet_avx2.c,
- * kernels/arm/deltanet_neon.c), so both ISAs do the same lane operations (kern_xisa checks the
- * bits).
+ * state updated in place), written once over a lane-wise vector shim and compiled into each SIMD
+ * tier by a file that defines GDN_STEP_FN and includes this (kernels/x86/deltanet_avx2.c,
+ * kernels/arm/deltanet_neon.c over kernels/simd8.h; kernels/x86/deltanet_avx512.c maps the
+ * gv_* names to 16-lane AVX-512 first), so every ISA does the same lane operations (kern_xisa
+ * checks the bits, test_kern avx512 == avx2).
  *
  * Every column n of S evolves independently (u[n], d[n], o[n] only involve column n), so the
- * steps run per block of 32 columns (then 8, then a scalar tail of dv % 8), all tokens over one
- * block before the next: decay + S^T k over the block's rows, d, then the rank-1 update + S^T q
- * (fused with the next token's decay + S^T k), with u/d/o held in registers and the block of S
- * (dk x 32 fp32 = 16 KiB at dk = 128) staying in L1 across all tokens. Sums over the k dimension
- * run in index order: the result depends only on the inputs, never on the batch or the thread. */
+ * steps run per block of 4 vectors of columns (then single vectors, then on AVX-512 a masked
+ * 8-column one, then a scalar tail), all tokens over one block before the next: decay + S^T k
+ * over the block's rows, d, then the rank-1 update + S^T q (fused with the next token's decay +
+ * S^T k), with u/d/o held in registers and the block of S (dk x 32 fp32 = 16 KiB at dk = 128 and
+ * 8 lanes) staying in L1 across all tokens. Sums over the k dimension run in index order, per
+ * column: the result depends only on the inputs, never on the batch, the thread or the width. */
 #ifndef GDN_STEP_FN
 #error "define GDN_STEP_FN before including kernels/deltanet_step_body.h"
 #endif
 #include "kernels/kern_int.h"
-#include "kernels/simd8.h"
 
-/* Columns [n0, n0 + 8*NV) of S for T >= 1 tokens, software-pipelined: token t's update + S^T q
- * and token t+1's decay + S^T k share one pass over the block's rows (the updated row is decayed
- * by the next token's factor straight away, the value the next pass would load and scale), so
- * each row is loaded and stored once per token and the two tokens' sums are independent chains.
- * Per element the same operations as one token at a time (decay, S^T k, d, update, S^T q). */
-S8 void gdn_block_run(float *S, const float *q, const float *k, const float *v, const float *decay,
+#ifndef GDN_VL /* the 8-lane shim; GDN_HALF (a masked 8-lane vector) never taken */
+#include "kernels/simd8.h"
+#define GDN_VL 8
+#define GV     S8
+typedef f32x8 gv_t;
+GV gv_t gv_zero(void) {
+    return zero8();
+}
+GV gv_t gv_set(float x) {
+    return set8(x);
+}
+GV gv_t gv_ld(const float *p, const int half) {
+    (void)half;
+    return ld8(p);
+}
+GV void gv_st(float *p, gv_t v, const int half) {
+    (void)half;
+    st8(p, v);
+}
+GV gv_t gv_mul(gv_t a, gv_t b) {
+    return mul8(a, b);
+}
+GV gv_t gv_sub(gv_t a, gv_t b) {
+    return sub8(a, b);
+}
+GV gv_t gv_fmadd(gv_t a, gv_t b, gv_t c) {
+    return fmadd8(a, b, c);
+}
+#endif
+
+/* Columns [n0, n0 + GDN_VL*NV) of S (HALF: NV 1, 8 columns) for T >= 1 tokens, software-pipelined:
+ * token t's update + S^T q and token t+1's decay + S^T k share one pass over the block's rows (the
+ * updated row is decayed by the next token's factor straight away, the value the next pass would
+ * load and scale), so each row is loaded and stored once per token and the two tokens' sums are
+ * independent chains. Per element the same operations as one token at a time (decay, S^T k, d,
+ * update, S^T q). */
+GV void gdn_block_run(float *S, const float *q, const float *k, const float *v, const float *decay,
                       const float *beta, size_t ld, float *o, size_t ldo, int T, int dk, int dv,
-                      int n0, const int NV) {
-    f32x8 u[4], d[4], acc[4];
-    for (int i = 0; i < NV; i++) u[i] = zero8();
+                      int n0, const int NV, const int HALF) {
+    const int W = GDN_VL;
+    gv_t u[4], d[4], acc[4];
+    for (int i = 0; i < NV; i++) u[i] = gv_zero();
     {
-        const f32x8 vd = set8(decay[0]);
+        const gv_t vd = gv_set(decay[0]);
         for (int m = 0; m < dk; m++) {
             float *s = S + (size_t)m * (size_t)dv + n0;
-            const f32x8 km = set8(k[m]);
+            const gv_t km = gv_set(k[m]);
             for (int i = 0; i < NV; i++) {
-                f32x8 sv = mul8(ld8(s + 8 * i), vd);
-                st8(s + 8 * i, sv);
-                u[i] = fmadd8(sv, km, u[i]);
+                gv_t sv = gv_mul(gv_ld(s + W * i, HALF), vd);
+                gv_st(s + W * i, sv, HALF);
+                u[i] = gv_fmadd(sv, km, u[i]);
             }
         }
     }
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld, *kt = k + (size_t)t * ld;
-        const f32x8 vb = set8(beta[(size_t)t * ld]);
+        const gv_t vb = gv_set(beta[(size_t)t * ld]);
         for (int i = 0; i < NV; i++) {
-            d[i] = mul8(sub8(ld8(v + (size_t)t * ld + n0 + 8 * i), u[i]), vb);
-            acc[i] = zero8();
-            u[i] = zero8();
+            d[i] = gv_mul(gv_sub(gv_ld(v + (size_t)t * ld + n0 + W * i, HALF), u[i]), vb);
+            acc[i] = gv_zero();
+            u[i] = gv_zero();
         }
         if (t + 1 < T) {
             const float *kn = kt + ld;
-            const f32x8 vd = set8(decay[(size_t)(t + 1) * ld]);
+            const gv_t vd = gv_set(decay[(size_t)(t + 1) * ld]);
             for (int m = 0; m < dk; m++) {
                 float *s = S + (size_t)m * (size_t)dv + n0;
-                const f32x8 km = set8(kt[m]), qm = set8(qt[m]), kmn = set8(kn[m]);
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
                 for (int i = 0; i < NV; i++) {
-                    f32x8 sv = fmadd8(km, d[i], ld8(s + 8 * i));
-                    acc[i] = fmadd8(sv, qm, acc[i]);
-                    sv = mul8(sv, vd);
-                    st8(s + 8 * i, sv);
-                    u[i] = fmadd8(sv, kmn, u[i]);
+                    gv_t sv = gv_fmadd(km, d[i], gv_ld(s + W * i, HALF));
+                    acc[i] = gv_fmadd(sv, qm, acc[i]);
+                    sv = gv_mul(sv, vd);
+                    gv_st(s + W * i, sv, HALF);
+                    u[i] = gv_fmadd(sv, kmn, u[i]);
                 }
             }
         } else {
             for (int m = 0; m < dk; m++) {
                 float *s = S + (size_t)m * (size_t)dv + n0;
-                const f32x8 km = set8(kt[m]), qm = set8(qt[m]);
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
                 for (int i = 0; i < NV; i++) {
-                    f32x8 sv = fmadd8(km, d[i], ld8(s + 8 * i));
-                    st8(s + 8 * i, sv);
-                    acc[i] = fmadd8(sv, qm, acc[i]);
+                    gv_t sv = gv_fmadd(km, d[i], gv_ld(s + W * i, HALF));
+                    gv_st(s + W * i, sv, HALF);
+                    acc[i] = gv_fmadd(sv, qm, acc[i]);
                 }
             }
         }
-        for (int i = 0; i < NV; i++) st8(o + (size_t)t * ldo + n0 + 8 * i, acc[i]);
+        for (int i = 0; i < NV; i++) gv_st(o + (size_t)t * ldo + n0 + W * i, acc[i], HALF);
     }
 }
 
@@ -102,9 +135,14 @@ void GDN_STEP_FN(float *S, const float *q, const float *k, const float *v, const
                  const float *beta, size_t ld, float *o, size_t ldo, int T, float *tmp, int dk,
                  int dv) {
     int n = 0;
-    for (; n + 32 <= dv; n += 32)
-        gdn_block_run(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4);
-    for (; n + 8 <= dv; n += 8) gdn_block_run(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1);
+    for (; n + 4 * GDN_VL <= dv; n += 4 * GDN_VL)
+        gdn_block_run(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4, 0);
+    for (; n + GDN_VL <= dv; n += GDN_VL)
+        gdn_block_run(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 0);
+    if (GDN_VL > 8 && n + 8 <= dv) {
+        gdn_block_run(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 1);
+        n += 8;
+    }
     if (n < dv)
         for (int t = 0; t < T; t++) {
             size_t r = (size_t)t * ld;

@@ -101,6 +101,9 @@ void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const voi
                                 float *Y, size_t ldy);
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy);
+void kern_gdn_step_avx512(float *S, const float *q, const float *k, const float *v,
+                          const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                          int T, float *tmp, int dk, int dv);
 /* kernels/x86/matmul_q16_avx512.c: the act_bits 16 path on kern_qact16_prep_avx2's layout */
 void kern_matmul_q_qact16_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                  float *Y, size_t ldy);

@@ -38,7 +38,8 @@ static const cllm_kern_ops avx2_ops = {
     .gemm_f32 = kern_gemm_f32_avx2,
     .silu_mul = kern_silu_mul_avx2,
 };
-/* AVX-512: the GPTQ int kernels and gemm_f32; float matmuls, GDN and the vector helpers stay AVX2.
+/* AVX-512: the GPTQ int kernels, gemm_f32 and gdn_step; float matmuls, the chunked GDN and the
+ * vector helpers stay AVX2.
  * The two tables differ only in the integer-activation kernels (VNNI's vpdpbusd / vpdpwssd or
  * vpmaddubsw / vpmaddwd; bitwise the same results). */
 static const cllm_kern_ops avx512_ops = {
@@ -46,7 +47,7 @@ static const cllm_kern_ops avx512_ops = {
     .matmul_f32 = kern_matmul_f32_avx2,
     .matmul_f16 = kern_matmul_f16_avx2,
     .matmul_bf16 = kern_matmul_bf16_avx2,
-    .gdn_step = kern_gdn_step_avx2,
+    .gdn_step = kern_gdn_step_avx512,
     .gdn_chunk = kern_gdn_chunk_avx2,
     .matmul_q = kern_matmul_q_avx512,
     .qact_prep = kern_qact_prep_avx2,
@@ -61,7 +62,7 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .matmul_f32 = kern_matmul_f32_avx2,
     .matmul_f16 = kern_matmul_f16_avx2,
     .matmul_bf16 = kern_matmul_bf16_avx2,
-    .gdn_step = kern_gdn_step_avx2,
+    .gdn_step = kern_gdn_step_avx512,
     .gdn_chunk = kern_gdn_chunk_avx2,
     .matmul_q = kern_matmul_q_avx512,
     .qact_prep = kern_qact_prep_avx2,

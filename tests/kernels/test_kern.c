@@ -134,6 +134,31 @@ static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
     }
 }
 
+/* The avx512 gdn_step does the AVX2 tier's lane operations per column in 16-lane blocks: state
+ * and outputs bitwise equal, for T tokens per call, at every dv remainder (64/16-column blocks,
+ * the masked 8-column one, the scalar tail). */
+static void test_gdn_same(const cllm_kern_ops *a, const cllm_kern_ops *b) {
+    const int dims[][3] = {{128, 128, 7}, {16, 201, 3}, {20, 44, 2}, {8, 24, 1}, {5, 9, 4}};
+    for (int c = 0; c < 5; c++) {
+        int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
+        size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
+        float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
+        float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
+        for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
+        for (int t = 0; t < T; t++) {
+            P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand());
+            P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());
+        }
+        for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
+        const float *dec = P + 2 * dk + dv, *bet = dec + 1;
+        a->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+        b->gdn_step(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
+        CHECK_MSG(!memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4),
+                  "%s gdn_step != %s (dk %d dv %d T %d)", a->name, b->name, dk, dv, T);
+        free(P), free(S), free(S1), free(o), free(o1), free(tmp);
+    }
+}
+
 int main(void) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     test_matmul(ref, "ref");
@@ -145,6 +170,13 @@ int main(void) {
         test_gdn_multi(avx2, "avx2");
     } else {
         fprintf(stderr, "test_kern: no AVX2 on this CPU, only the reference tier tested\n");
+    }
+    const cllm_kern_ops *avx512 = cllm_kern_avx512();
+    if (avx512 && avx2) {
+        test_gdn(avx512, "avx512");
+        test_gdn_multi(avx512, "avx512");
+        test_gdn_same(avx512, avx2);
+        fprintf(stderr, "test_kern: tier avx512 checked\n");
     }
     const cllm_kern_ops *neon = cllm_kern_neon();
     if (neon) {
