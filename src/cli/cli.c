@@ -305,3 +305,7 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
     }
     return 0;
 }
+
+void cli_apply_act16(const char *value) {
+    if (value) setenv("CLLM_ACT16", value, 1); /* cli_parse checked it against the choices */
+}

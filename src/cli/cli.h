@@ -55,6 +55,20 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
  * directory, a Hugging Face id to download first, a missing path) and returns 1. */
 int cli_check_model_dir(const char *command, const char *path);
 
+/* --act16: how the GPTQ matmuls of a 16-bit-activation model (w4a16, w8a16, GPTQ checkpoints)
+ * take their activations (README, CLLM_ACT16): int16 codes (default), int8 codes on the int4
+ * matrices (W4A8's kernels: faster prefill and batched decode, a small quality cost), or the
+ * float kernels. Commands that run a model list it in their table with a const char * target. */
+#define CLI_ACT16_HELP                                                                             \
+    "activations of 16-bit-activation GPTQ matmuls: int16 codes, int8 codes on int4 matrices "     \
+    "(faster prefill), or float kernels (default: $CLLM_ACT16, else int)"
+#define CLI_ACT16_CHOICES "int|int8|float"
+/* Applies a parsed --act16 (NULL: not given, the environment stands) as CLLM_ACT16 for the whole
+ * process, before any model is opened: every forward context the command creates reads it (the
+ * engine's, eval's base and compared models), and under tensor parallel each rank parses the same
+ * argv. */
+void cli_apply_act16(const char *value);
+
 /* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
 bool cli_parse_size(const char *s, uint64_t *out);
 

@@ -213,7 +213,7 @@ static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int ms
 }
 
 typedef struct bench_args {
-    const char *model, *plist, *nlist, *tlist, *blist;
+    const char *model, *plist, *nlist, *tlist, *blist, *act16;
     long reps, block, seed, budget;
     long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
     bool json, mt, no_table, no_sweep, kv_bf16, no_prefault, no_warmup;
@@ -265,6 +265,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
          "do not page in every weight before the runs (cold pages are then timed)"},
         {"--no-warmup", NULL, CLI_FLAG, &a->no_warmup,
          "skip each table test's untimed warmup run (llama-bench's flag of the same name)"},
+        {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
         {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
         {"--no-sweep", NULL, CLI_FLAG, &a->no_sweep, "skip the batched sweep"},
@@ -291,6 +292,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? -1 : rc;
+    cli_apply_act16(a->act16);
     a->model = pos[0];
     struct {
         const char *flag, *s;

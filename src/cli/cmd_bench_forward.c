@@ -47,7 +47,7 @@ static double measure_bandwidth(cllm_pool *pool) {
 int cmd_bench_forward(int argc, char **argv) {
     long n_prompt = 512, n_gen = 32, threads = 0, seed = 1, block = 16, chunk = 0;
     bool no_prefault = false;
-    const char *gdn_mode = "recurrent";
+    const char *gdn_mode = "recurrent", *act16 = NULL;
     const cli_opt opts[] = {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (prefill)", NULL, 1, 1e7},
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
@@ -62,6 +62,7 @@ int cmd_bench_forward(int argc, char **argv) {
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
          "2.4)",
          "recurrent|chunked"},
+        {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {0}};
     const cli_spec spec = {
         "bench-forward",
@@ -73,6 +74,7 @@ int cmd_bench_forward(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    cli_apply_act16(act16);
     cllm_error err = {0};
     cllm_seq_runner r;
     double tl = cllm_time_s();

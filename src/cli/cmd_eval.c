@@ -55,7 +55,7 @@ static int ppl_text_ids(const char *model, const char *arg, bool quiet, char **i
 
 int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
-    const char *gdn_mode = "recurrent";
+    const char *gdn_mode = "recurrent", *act16 = NULL;
     long threads = 1, chunk = 0, block = 16;
     bool hash = false, quiet = false;
     /* quality evaluation (quant/qeval.c) */
@@ -75,6 +75,7 @@ int cmd_eval(int argc, char **argv) {
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
          "2.4)",
          "recurrent|chunked"},
+        {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--ppl", NULL, CLI_STR, &ppl,
          "perplexity over strided windows: a text FILE (tokenized), or token ids (@FILE or 1,2,3)"},
         {"--file", "-f", CLI_STR, &ppl_file, "text FILE for --ppl (as llama-perplexity -f)"},
@@ -100,6 +101,7 @@ int cmd_eval(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    cli_apply_act16(act16);
     if (cli_check_model_dir("eval", pos[0])) return 1;
     if (ppl_file && ppl && strcmp(ppl, ppl_file)) {
         fprintf(stderr, "cllm eval: give --ppl or -f, not both\n");

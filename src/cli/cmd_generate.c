@@ -194,7 +194,7 @@ static int decode(gen *g, int n_gen, bool print_ids, bool hash, int *made) {
 
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
-    const char *gdn_mode = "recurrent";
+    const char *gdn_mode = "recurrent", *act16 = NULL;
     const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0, rep_pen = 1.0, pres_pen = 0.0,
@@ -224,6 +224,7 @@ int cmd_generate(int argc, char **argv) {
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
          "2.4)",
          "recurrent|chunked"},
+        {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
          NULL, 0, 1e9},
         {"--ignore-eos", NULL, CLI_FLAG, &ignore_eos, "keep going after an end-of-sequence token"},
@@ -245,6 +246,7 @@ int cmd_generate(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    cli_apply_act16(act16);
     if (!!prompt == !!tokens) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
         return 2;

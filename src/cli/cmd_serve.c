@@ -36,8 +36,8 @@
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
-    const char *dtype, *kv_dtype, *gdn_prefill, *chat_template_arg, *tool_parser, *reasoning_parser,
-        *quant;
+    const char *dtype, *kv_dtype, *gdn_prefill, *act16, *chat_template_arg, *tool_parser,
+        *reasoning_parser, *quant;
     cli_list names;
     long port, max_model_len, max_seqs, max_batched, block, threads, max_queued, http_threads,
         max_logprobs, tp, pp, seed;
@@ -138,6 +138,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
         {"--kv-cache-dtype", NULL, CLI_CHOICE, &a->kv_dtype, "KV cache element type (auto = fp32)",
          "auto|fp32|float32|bfloat16|bf16"},
+        {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--gdn-prefill", NULL, CLI_CHOICE, &a->gdn_prefill,
          "Gated DeltaNet prefill: token-by-token recurrence (default) or the chunked form",
          "recurrent|chunked"},
@@ -225,6 +226,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     const char *pos[1] = {NULL};
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? -1 : rc;
+    cli_apply_act16(a->act16);
     if (np && a->model_flag && strcmp(pos[0], a->model_flag)) {
         fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos[0],
                 a->model_flag);

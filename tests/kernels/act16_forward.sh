@@ -68,6 +68,17 @@ done
 "$BIN" eval "$T/lmbf-w4a16" --tokens "$TOK" --dump-logits "$T/i16.bin" >/dev/null 2>&1
 cmp -s "$T/i16.bin" "$T/i8.c0.bin" && bad "CLLM_ACT16=int8 changed nothing" ||
   ok "CLLM_ACT16=int8 differs from the int16 default"
+# --act16 (the commands' flag) is CLLM_ACT16 for the process, and beats the environment
+"$BIN" eval "$T/lmbf-w4a16" --tokens "$TOK" --act16 int8 --dump-logits "$T/f8.bin" >/dev/null 2>&1
+cmp -s "$T/f8.bin" "$T/a8.bin" && ok "--act16 int8 == the w4a8 file, bitwise" || bad "--act16 int8 differs"
+CLLM_ACT16=int8 "$BIN" eval "$T/lmbf-w4a16" --tokens "$TOK" --act16 int --dump-logits "$T/f16.bin" >/dev/null 2>&1
+cmp -s "$T/f16.bin" "$T/i16.bin" && ok "--act16 int beats CLLM_ACT16=int8" || bad "--act16 int did not override CLLM_ACT16"
+"$BIN" eval "$T/tiny-w4a16" --tokens "$TOK" --act16 float --dump-logits "$T/ff.bin" >/dev/null 2>&1
+cmp -s "$T/ff.bin" "$T/tiny.float.bin" && ok "--act16 float == CLLM_ACT16=float" || bad "--act16 float differs"
+"$BIN" bench-forward "$T/lmbf-w4a16" --act16 int4 -p 4 -n 1 >"$T/out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q -- "--act16" "$T/out" && ok "--act16 int4 refused naming the flag (rc 2)" ||
+  { bad "--act16 int4: rc $rc"; cat "$T/out"; }
 CLLM_ACT16=fast "$BIN" eval "$T/tiny-w4a16" --tokens 1,2,3 >"$T/out" 2>&1
 rc=$?
 [ $rc != 0 ] && grep -q "CLLM_ACT16=fast" "$T/out" && ok "CLLM_ACT16=fast refused (rc $rc)" ||
