@@ -2,6 +2,8 @@
 #include "base/cpu.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,70 @@ static void probe(void) {
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx512bf16 = zmm_ok && ((a >> 5) & 1);
 }
+
+/* One instruction of each extension the kernels use (GNU as takes the mnemonics whatever -m
+ * flags the file has); only the scratch registers named in the clobbers are touched (k2 is
+ * call-clobbered in the SysV ABI), and vzeroupper leaves no dirty upper state behind. */
+static void run_avx2(void) {
+    __asm__ volatile("vpaddd %%ymm0, %%ymm0, %%ymm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_fma(void) {
+    __asm__ volatile("vfmadd231ps %%ymm0, %%ymm0, %%ymm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_f16c(void) {
+    __asm__ volatile("vcvtph2ps %%xmm0, %%ymm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_avx512f(void) {
+    __asm__ volatile("vpaddd %%zmm0, %%zmm0, %%zmm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_avx512bw(void) {
+    __asm__ volatile("vpaddw %%zmm0, %%zmm0, %%zmm0\n\tkmovq %%k1, %%k2\n\tvzeroupper" ::: "xmm0");
+}
+static void run_avx512vl(void) {
+    __asm__ volatile("vpandq %%ymm0, %%ymm0, %%ymm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_avx512dq(void) {
+    __asm__ volatile("vpmullq %%zmm0, %%zmm0, %%zmm0\n\tvzeroupper" ::: "xmm0");
+}
+static void run_avx512vnni(void) {
+    __asm__ volatile(
+        "vpdpwssd %%zmm0, %%zmm0, %%zmm1\n\tvpdpbusd %%zmm0, %%zmm0, %%zmm1\n\tvzeroupper" ::
+            : "xmm1");
+}
+static void run_avx512bf16(void) {
+    __asm__ volatile("vdpbf16ps %%zmm0, %%zmm0, %%zmm1\n\tvzeroupper" ::: "xmm1");
+}
+
+/* CPUID and XCR0 say what the CPU and the OS claim; some machines here advertise extensions
+ * (AMX among them) whose instructions then fault. So each claimed extension the kernels would use
+ * runs one instruction first, and one that raises SIGILL is dropped with a warning. */
+static void prove(void) {
+    struct {
+        int *on;
+        void (*fn)(void);
+        const char *name;
+    } list[] = {{&feats.avx2, run_avx2, "avx2"},
+                {&feats.fma, run_fma, "fma"},
+                {&feats.f16c, run_f16c, "f16c"},
+                {&feats.avx512f, run_avx512f, "avx512f"},
+                {&feats.avx512bw, run_avx512bw, "avx512bw"},
+                {&feats.avx512vl, run_avx512vl, "avx512vl"},
+                {&feats.avx512dq, run_avx512dq, "avx512dq"},
+                {&feats.avx512vnni, run_avx512vnni, "avx512vnni"},
+                {&feats.avx512bf16, run_avx512bf16, "avx512bf16"}};
+    for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++) {
+        /* the EVEX ones need avx512f to even decode; a VL/BW/DQ probe must not run without it */
+        if (!*list[i].on || (i > 3 && !feats.avx512f)) {
+            *list[i].on = 0;
+            continue;
+        }
+        if (!cllm_cpu_insn_runs(list[i].fn)) {
+            LOG_WARN("cpu: CPUID reports %s but its instructions fault here; not used",
+                     list[i].name);
+            *list[i].on = 0;
+        }
+    }
+}
 #else
 static void probe(void) {
 #if defined(__aarch64__)
@@ -56,6 +122,36 @@ static void probe(void) {
     feats.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif
 #endif
+}
+static void prove(void) {}
+#endif
+
+#if defined(__unix__) || defined(__APPLE__)
+static sigjmp_buf ill_jmp;
+
+static void on_ill(int sig) {
+    (void)sig;
+    siglongjmp(ill_jmp, 1);
+}
+
+bool cllm_cpu_insn_runs(void (*fn)(void)) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_ill;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGILL, &sa, &old) != 0) return false; /* cannot guard it: do not run it */
+    volatile bool ok = false;
+    if (!sigsetjmp(ill_jmp, 1)) {
+        fn();
+        ok = true;
+    }
+    sigaction(SIGILL, &old, NULL);
+    return ok;
+}
+#else
+bool cllm_cpu_insn_runs(void (*fn)(void)) {
+    fn();
+    return true;
 }
 #endif
 
@@ -70,6 +166,7 @@ static cllm_isa best_tier(void) {
 
 static void init(void) {
     probe();
+    prove();
     tier = best_tier();
     const char *env = getenv("CLLM_ISA");
     if (!env || !*env) return;

@@ -4,6 +4,7 @@
 #ifndef CLLM_BASE_CPU_H
 #define CLLM_BASE_CPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct cllm_cpu_features {
@@ -21,6 +22,11 @@ typedef enum cllm_isa {
 const cllm_cpu_features *cllm_cpu_features_get(void);
 cllm_isa cllm_cpu_tier(void);
 const char *cllm_cpu_tier_name(cllm_isa t);
+/* Runs fn with SIGILL caught: false when it raised SIGILL (then nothing after the faulting
+ * instruction ran), true when it returned. Feature detection runs one instruction of every
+ * extension CPUID claims through this and drops those that fault (some CPUs here advertise AMX
+ * and fault on it). Restores the previous SIGILL disposition; not for concurrent use. */
+bool cllm_cpu_insn_runs(void (*fn)(void));
 /* Writes a space-separated list of detected features ("avx2 fma f16c"). */
 void cllm_cpu_describe(char *buf, size_t cap);
 
