@@ -2,6 +2,7 @@
  * batch-invariance contract of kernels/kernels.h: a token's matmul outputs are bitwise the same
  * computed alone or inside any batch, in every tier. */
 #include <stdint.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "base/half.h"
@@ -104,34 +105,43 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
     }
 }
 
-/* T tokens in one gdn_step call (strided rows, as the model passes them) == T calls of one token,
- * bitwise, for every tier including ref; the 201-column case has 32- and 8-column blocks and a
- * scalar tail. A kernel that ran the tokens in another order, or mixed the columns of two blocks,
- * would differ. */
-static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
-    const int dims[][3] = {{128, 128, 9}, {20, 44, 5}, {16, 201, 3}, {3, 7, 1}};
-    for (int c = 0; c < 4; c++) {
-        int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
-        size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
-        float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
-        float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
-        for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
-        for (int t = 0; t < T; t++) {
-            P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand()); /* decay */
-            P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());           /* beta */
-        }
-        for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
-        const float *dec = P + 2 * dk + dv, *bet = dec + 1;
-        k->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+/* Runs a's gdn_step over T tokens in one call (strided rows, as the model passes them) and, on a
+ * copy of the state, b's in one call, or a's token by token when b is NULL; true when state and
+ * outputs agree bitwise. */
+static bool gdn_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, int dv, int T) {
+    size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
+    float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
+    float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
+    for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
+    for (int t = 0; t < T; t++) {
+        P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand()); /* decay */
+        P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());           /* beta */
+    }
+    for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
+    const float *dec = P + 2 * dk + dv, *bet = dec + 1;
+    a->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+    if (b)
+        b->gdn_step(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
+    else
         for (int t = 0; t < T; t++) {
             const float *p = P + t * ld;
-            k->gdn_step(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo, 0,
+            a->gdn_step(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo, 0,
                         1, tmp, dk, dv);
         }
-        CHECK_MSG(!memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4),
-                  "%s gdn_step %d tokens in one call != one by one (dk %d dv %d)", tier, T, dk, dv);
-        free(P), free(S), free(S1), free(o), free(o1), free(tmp);
-    }
+    bool same = !memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4);
+    free(P), free(S), free(S1), free(o), free(o1), free(tmp);
+    return same;
+}
+
+/* T tokens in one gdn_step call == T calls of one token, bitwise, for every tier including ref;
+ * the 201-column case has 32- and 8-column blocks and a scalar tail. A kernel that ran the tokens
+ * in another order, or mixed the columns of two blocks, would differ. */
+static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
+    const int dims[][3] = {{128, 128, 9}, {20, 44, 5}, {16, 201, 3}, {3, 7, 1}};
+    for (int c = 0; c < 4; c++)
+        CHECK_MSG(gdn_agree(k, NULL, dims[c][0], dims[c][1], dims[c][2]),
+                  "%s gdn_step %d tokens in one call != one by one (dk %d dv %d)", tier, dims[c][2],
+                  dims[c][0], dims[c][1]);
 }
 
 /* The avx512 gdn_step does the AVX2 tier's lane operations per column in 16-lane blocks: state
@@ -139,24 +149,10 @@ static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
  * the masked 8-column one, the scalar tail). */
 static void test_gdn_same(const cllm_kern_ops *a, const cllm_kern_ops *b) {
     const int dims[][3] = {{128, 128, 7}, {16, 201, 3}, {20, 44, 2}, {8, 24, 1}, {5, 9, 4}};
-    for (int c = 0; c < 5; c++) {
-        int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
-        size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
-        float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
-        float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
-        for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
-        for (int t = 0; t < T; t++) {
-            P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand());
-            P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());
-        }
-        for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
-        const float *dec = P + 2 * dk + dv, *bet = dec + 1;
-        a->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
-        b->gdn_step(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
-        CHECK_MSG(!memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4),
-                  "%s gdn_step != %s (dk %d dv %d T %d)", a->name, b->name, dk, dv, T);
-        free(P), free(S), free(S1), free(o), free(o1), free(tmp);
-    }
+    for (int c = 0; c < 5; c++)
+        CHECK_MSG(gdn_agree(a, b, dims[c][0], dims[c][1], dims[c][2]),
+                  "%s gdn_step != %s (dk %d dv %d T %d)", a->name, b->name, dims[c][0], dims[c][1],
+                  dims[c][2]);
 }
 
 int main(void) {
