@@ -17,7 +17,8 @@
 #endif
 #include "kernels/kern_int.h"
 
-#ifndef GDN_VL /* the 8-lane shim; GDN_HALF (a masked 8-lane vector) never taken */
+#ifndef GDN_VL /* the 8-lane shim: a vector is 8 columns, so the HALF (8-column) block never runs  \
+                */
 #include "kernels/simd8.h"
 #define GDN_VL 8
 #define GV     S8

@@ -43,7 +43,7 @@ static const cllm_kern_ops avx2_ops = {
  * The two tables differ only in the integer-activation kernels (VNNI's vpdpbusd / vpdpwssd or
  * vpmaddubsw / vpmaddwd; bitwise the same results). */
 static const cllm_kern_ops avx512_ops = {
-    .name = "avx512",
+    .name = "avx512bw",
     .matmul_f32 = kern_matmul_f32_avx2,
     .matmul_f16 = kern_matmul_f16_avx2,
     .matmul_bf16 = kern_matmul_bf16_avx2,
@@ -140,13 +140,20 @@ const cllm_kern_ops *cllm_kern_avx2(void) {
     return NULL;
 }
 
-const cllm_kern_ops *cllm_kern_avx512(void) {
+const cllm_kern_ops *cllm_kern_avx512_bw(void) {
 #ifdef KERN_HAVE_X86
     const cllm_cpu_features *f = cllm_cpu_features_get();
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq)
-        return f->avx512vnni ? &avx512_vnni_ops : &avx512_ops;
+        return &avx512_ops;
 #endif
     return NULL;
+}
+
+const cllm_kern_ops *cllm_kern_avx512(void) {
+#ifdef KERN_HAVE_X86
+    if (cllm_kern_avx512_bw() && cllm_cpu_features_get()->avx512vnni) return &avx512_vnni_ops;
+#endif
+    return cllm_kern_avx512_bw();
 }
 
 const cllm_kern_ops *cllm_kern_neon(void) {

@@ -177,6 +177,9 @@ const cllm_kern_ops *cllm_kern_avx2(void);
 /* The avx512 table; NULL when the CPU (AVX-512 F/BW/VL/DQ) or build lacks it. Its W4A8 kernels
  * use VNNI (vpdpbusd) when the CPU has it, AVX-512BW otherwise; same results bitwise. */
 const cllm_kern_ops *cllm_kern_avx512(void);
+/* The avx512 table without VNNI ("avx512bw": vpmaddubsw / vpmaddwd), the one CPUs without VNNI
+ * get, whether or not this one has it; NULL as cllm_kern_avx512. */
+const cllm_kern_ops *cllm_kern_avx512_bw(void);
 /* The NEON table ("neon", or "neon-dot" when the CPU has the dot-product extension, which its
  * W4A8 kernels then use); NULL off AArch64. Its float matmuls and GDN kernels do the
  * AVX2 tier's arithmetic per element (gdn_chunk: but for libm's expf). */

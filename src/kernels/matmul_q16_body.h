@@ -17,13 +17,13 @@
  * qweight rows, the running float sums in L1 (so the weights stream once per call). More tokens:
  * tiles of 2 vectors x 4 tokens over the whole K, token blocks of TB, 64-column chunks, so codes
  * stay in L2 and weights in L1. The shim supplies (W lanes; TAIL: only the low 8 lanes, AVX-512):
- *   qv_i, qv_f, QV_W; qv_izero, qv_iset, qv_load(p, TAIL), qv_pairs(v, j, BITS),
- *   qv_dot(acc, u, a, VNNI), qv_group_end(isum, z, asum, ws, s, acc), qv_zeros(w, g, n, BITS,
- *   TAIL), qv_scales(w, g, n, TAIL), qv_fzero, qv_fload(p, TAIL), qv_fstore(p, v, TAIL),
- *   QV_PIN(x) (an empty asm keeping a sum in a register where the compiler would otherwise spill),
- *   Q16_NB_SWEEP(TT) (column vectors per sweep tile for TT tokens), Q16_ONE_TREE (1: one token
- *   adds its pair products as a tree through qv_madd, for a tier without a fused multiply-add;
- *   0: two vpdpwssd chains per column vector). */
+ *   qv_i, qv_f, QV_W; qv_izero, qv_iset, qv_iadd, qv_load(p, TAIL), qv_pairs(v, j, BITS),
+ *   qv_madd(u, a) (pair products), qv_dot(acc, u, a, VNNI) (acc + pair products),
+ * qv_group_end(isum, z, asum, ws, s, acc), qv_zeros(w, g, n, BITS, TAIL), qv_scales(w, g, n, TAIL),
+ * qv_fzero, qv_fload(p, TAIL), qv_fstore(p, v, TAIL), QV_PIN(x) (an empty asm keeping a sum in a
+ * register where the compiler would otherwise spill), Q16_NB_SWEEP(TT) (column vectors per sweep
+ * tile for TT tokens), Q16_ONE_TREE (1: one token adds its pair products as a tree through qv_madd,
+ * for a tier without a fused multiply-add; 0: two vpdpwssd chains per column vector). */
 #if !defined(QV_W) || !defined(Q16_NB_SWEEP) || !defined(Q16_ONE_TREE)
 #error "define the q16 shim (QV_W, qv_*, Q16_NB_SWEEP) before including kernels/matmul_q16_body.h"
 #endif
@@ -54,12 +54,13 @@ static qtok qtok_at(const void *A, int K, int NH, int t) {
 /* ---- one to SW_MAX tokens: group-major sweep ---- */
 
 /* Activation group h of columns [n, n + QV_W NB) (TAIL: NB 1, 8 columns) for tokens A[0..TT):
- * acc[t * DEC_W + ...] (block-relative) updated. One token keeps two sums per column vector (even
- * and odd j), so twice as many independent chains. */
+ * acc[t * DEC_W + ...] (block-relative) updated. One token either adds its pair products as a tree
+ * (Q16_ONE_TREE) or keeps two sums per column vector (even and odd j: twice the chains). */
 Q16_AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, float *acc,
                   const int BITS, const int NB, const int TT, const int TAIL, const int VNNI) {
     const int per = 32 / BITS, J = BITS == 4 ? 4 : 2, g = h * AG / w->group;
     const size_t N = (size_t)w->N;
+    const int SPLIT = TT == 1 && !Q16_ONE_TREE;
     qv_i isum[4][SW_MAX], odd[4];
     for (int b = 0; b < NB; b++) {
         odd[b] = qv_izero();
@@ -95,11 +96,11 @@ Q16_AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, fl
             for (int t = 0; t < TT; t++) {
                 qv_i a = qv_iset(A[t].aw[kw + j]);
                 for (int b = 0; b < NB; b++) {
-                    if (TT == 1 && (j & 1)) { /* one token: its chains pipeline unpinned */
+                    if (SPLIT && (j & 1)) {
                         odd[b] = qv_dot(odd[b], u[b], a, VNNI);
                     } else {
                         isum[b][t] = qv_dot(isum[b][t], u[b], a, VNNI);
-                        if (TT > 1) QV_PIN(isum[b][t]);
+                        QV_PIN(isum[b][t]);
                     }
                 }
             }
@@ -109,7 +110,7 @@ Q16_AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, fl
         qv_i z = qv_zeros(w, g, n + QV_W * b, BITS, TAIL);
         qv_f ws = qv_scales(w, g, n + QV_W * b, TAIL);
         for (int t = 0; t < TT; t++) {
-            qv_i is = TT == 1 ? qv_iadd(isum[b][0], odd[b]) : isum[b][t];
+            qv_i is = SPLIT ? qv_iadd(isum[b][0], odd[b]) : isum[b][t];
             float *ac = acc + (size_t)t * DEC_W + QV_W * b;
             qv_f o = qv_group_end(is, z, A[t].sum[h], ws, A[t].s[h], qv_fload(ac, TAIL));
             qv_fstore(ac, o, TAIL);

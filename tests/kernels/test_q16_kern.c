@@ -242,27 +242,11 @@ static void extreme_case(int bits, int G, int K, int lo) {
     free(X), free(Yr), free(Ya);
 }
 
-/* The avx512 table uses VNNI's vpdpwssd when the CPU has it; the vpmaddwd kernel is checked too,
- * through a copy of the table with it swapped in. */
-static const cllm_kern_ops *avx512_bw(void) {
-#ifdef KERN_HAVE_X86
-    static cllm_kern_ops bw_ops;
-    const cllm_kern_ops *k = cllm_kern_avx512();
-    if (!k) return NULL;
-    bw_ops = *k;
-    bw_ops.name = "avx512bw";
-    bw_ops.matmul_q_qact16 = kern_matmul_q_qact16_avx512;
-    return &bw_ops;
-#else
-    return NULL;
-#endif
-}
-
 int main(void) {
     tiers[0] = cllm_kern_avx2();
     tiers[1] = cllm_kern_avx512();
     tiers[2] = cllm_kern_neon();
-    tiers[3] = avx512_bw();
+    tiers[3] = cllm_kern_avx512_bw();
     CHECK(cllm_qact16_group(4, 128) == 128 && cllm_qact16_group(4, 8192) == 4096);
     CHECK(cllm_qact16_group(8, 256) == 256 && cllm_qact16_group(8, 2048) == 256);
     CHECK(cllm_qact16_group(8, 1536) == 256 && cllm_qact16_group(8, 1000) == 200);

@@ -36,22 +36,6 @@ enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
  * sum_k |w[n][k] x_q[k]|: both are a few float roundings away from the exact value. */
 #define TOL 1e-5
 
-/* The avx512 table uses VNNI on this CPU when it has it; the AVX-512BW kernels are checked too,
- * through a copy of the table with them swapped in. */
-static const cllm_kern_ops *avx512_bw(void) {
-#ifdef KERN_HAVE_X86
-    static cllm_kern_ops bw_ops; /* inside the #ifdef: unused elsewhere, and -Werror */
-    const cllm_kern_ops *k = cllm_kern_avx512();
-    if (!k) return NULL;
-    bw_ops = *k;
-    bw_ops.name = "avx512bw";
-    bw_ops.matmul_q4_qact = kern_matmul_q4_qact_avx512;
-    return &bw_ops;
-#else
-    return NULL;
-#endif
-}
-
 /* Y = tier's prepared-activation path: qact_prep of all T tokens (or one at a time when
  * `single`), then matmul_q4_qact over columns [n0, n1). */
 static void run_qact(const cllm_kern_ops *k, const cllm_qweight *w, int n0, int n1, const float *X,
@@ -148,8 +132,8 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
     cllm_qweight w = cllm_qbuf_view(&q);
     w.act_bits = abits;
     const cllm_kern_ops *ref = cllm_kern_ref();
-    const cllm_kern_ops *tiers[] = {ref, cllm_kern_avx2(), cllm_kern_avx512(), avx512_bw(),
-                                    cllm_kern_neon()}; /* NULL: not here */
+    const cllm_kern_ops *tiers[] = {ref, cllm_kern_avx2(), cllm_kern_avx512(),
+                                    cllm_kern_avx512_bw(), cllm_kern_neon()}; /* NULL: not here */
     run_qact(ref, &w, 0, N, X, ldx, T, Yr, ldy, abits, 0);
     { /* the emulation: fake-quantized activations, then the float kernel */
         float *xq = malloc((size_t)T * K * 4);
@@ -225,7 +209,7 @@ int main(void) {
             for (int f = 0; f < 8; f++)
                 for (int abits = 4; abits <= 8; abits += 4)
                     one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f, abits);
-    const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), avx512_bw(),
+    const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), cllm_kern_avx512_bw(),
                                    cllm_kern_neon()};
     fprintf(stderr, "w4a8/w4a4 kernels: ref");
     for (int i = 0; i < 4; i++)

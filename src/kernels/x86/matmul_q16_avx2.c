@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/kern_int.h"
 #include "kernels/x86/q_avx2.h"
 
 /* ---- activation prep ---- */
