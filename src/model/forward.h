@@ -12,8 +12,9 @@
  *    K is stored after k_norm and RoPE. A sequence's block table maps position p to block
  *    table[p / block_size], row p % block_size. The engine allocates, shares and frees blocks.
  *  - cllm_state_pool: per-sequence recurrent state for the Gated DeltaNet layers, one slot per
- *    live sequence: conv[n_slots][n_gdn_layers][conv_channels][kernel-1] (last kernel-1 raw
- *    pre-conv inputs, oldest first) and rec[n_slots][n_gdn_layers][n_v_heads][dk][dv], both fp32.
+ *    live sequence: conv[n_slots][n_gdn_layers][kernel-1][conv_channels] (the last kernel-1 raw
+ *    pre-conv inputs, a ring of rows: the input at position p is row p % (kernel-1)) and
+ *    rec[n_slots][n_gdn_layers][n_v_heads][dk][dv], both fp32.
  *    A call whose start_pos is 0 zeroes the slot first; otherwise the slot must hold the state
  *    after position start_pos-1 (the engine copies slots for snapshots / prefix reuse).
  *
@@ -83,7 +84,7 @@ typedef struct cllm_state_pool {
     int n_slots, n_layers; /* n_layers = Gated DeltaNet layers of the model */
     int conv_ch, conv_k1;  /* conv channels (2*Hk*dk + Hv*dv), kernel - 1 */
     int n_v_heads, dk, dv;
-    float *conv; /* [n_slots][n_layers][conv_ch][conv_k1] */
+    float *conv; /* [n_slots][n_layers][conv_k1][conv_ch], a ring: position p in row p % k1 */
     float *rec;  /* [n_slots][n_layers][n_v_heads][dk][dv] */
 } cllm_state_pool;
 

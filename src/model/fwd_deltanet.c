@@ -42,14 +42,14 @@ typedef struct gdn_job {
     int ldp, kd, vd;
 } gdn_job;
 
-/* Conv over channels [b, e) for every sequence, in blocks of CONV_CB channels: per token the
- * block's outputs are computed across channels (loops innermost over channels, so they
- * vectorise; per channel the same ops in the same order as one channel alone: y = 0, + w[r] s[r]
- * for r in order oldest first, + w[k1] x), then SiLU on the block. A block's taps are copied into
- * tap-major rows once for all sequences; each sequence's state into a ring of tap-major rows (the
- * newest input overwrites the oldest, so nothing shifts per token). */
-#define CONV_CB   64
-#define CONV_KMAX 64 /* config.c caps linear_conv_kernel_dim at 64 */
+/* Conv over channels [b, e) for every sequence, in blocks of CONV_CB channels (the block's
+ * state rows stay in L1 over a prompt's tokens): per token the block's outputs are computed
+ * across channels (loops innermost over channels, so they vectorise; per channel the same ops in
+ * the same order as one channel alone: y = 0, + w[r] s[r] for r in order oldest first, + w[k1]
+ * x), then SiLU on the block. Taps and state are tap-major rows (forward.h): the state is a ring
+ * whose row p % k1 holds the input at position p, so the newest input overwrites the oldest in
+ * place and nothing is copied or shifted per token. */
+#define CONV_CB 256
 /* acc[i] += w[i] * s[i]: a separate multiply and add (C11, no contraction), vectorised. Not
  * inlined: inlined, gcc 12 jams the tap loop into it and emits scalar code. */
 __attribute__((noinline)) static void conv_tap(float *restrict acc, const float *restrict w,
@@ -61,36 +61,29 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = j->c;
     const cllm_batch *bt = c->batch;
     cllm_state_pool *st = c->st;
-    int K = st->conv_k1 + 1, k1 = st->conv_k1;
-    float sv[CONV_KMAX][CONV_CB], wv[CONV_KMAX][CONV_CB], acc[CONV_CB];
+    int k1 = st->conv_k1, ch = st->conv_ch;
+    const float *w = j->L->conv_w; /* [k1 + 1][ch] */
+    float acc[CONV_CB];
     for (size_t c0 = b; c0 < e; c0 += CONV_CB) {
         int nc = e - c0 < CONV_CB ? (int)(e - c0) : CONV_CB;
-        for (int i = 0; i < nc; i++)
-            for (int r = 0; r < K; r++) wv[r][i] = j->L->conv_w[(c0 + i) * K + r];
         for (int q = 0; q < bt->n_seqs; q++) {
             const cllm_seq_batch *sq = &bt->seqs[q];
-            float *base =
-                st->conv +
-                ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * st->conv_ch * k1 +
-                c0 * k1;
-            for (int i = 0; i < nc; i++)
-                for (int r = 0; r < k1; r++) sv[r][i] = base[i * k1 + r];
-            int head = 0; /* ring row of the oldest input */
+            float *ring = st->conv +
+                          ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * ch * k1 +
+                          c0;
+            int head = k1 > 0 ? sq->start_pos % k1 : 0; /* ring row of the oldest input */
             for (int t = 0; t < sq->n_tokens; t++) {
                 float *xp = c->proj + (size_t)(c->seq_tok0[q] + t) * j->ldp + c0;
                 for (int i = 0; i < nc; i++) acc[i] = 0.0f;
-                for (int r = 0; r < k1; r++) conv_tap(acc, wv[r], sv[(head + r) % k1], nc);
-                conv_tap(acc, wv[k1], xp, nc);
+                for (int r = 0, row = head; r < k1; r++, row = row + 1 == k1 ? 0 : row + 1)
+                    conv_tap(acc, w + (size_t)r * ch + c0, ring + (size_t)row * ch, nc);
+                conv_tap(acc, w + (size_t)k1 * ch + c0, xp, nc);
                 if (k1 > 0) {
-                    memcpy(sv[head], xp, (size_t)nc * sizeof(float));
-                    head = (head + 1) % k1;
+                    memcpy(ring + (size_t)head * ch, xp, (size_t)nc * sizeof(float));
+                    head = head + 1 == k1 ? 0 : head + 1;
                 }
                 c->k->silu_mul(xp, acc, NULL, nc);
             }
-            const float *ring[CONV_KMAX]; /* oldest first */
-            for (int r = 0; r < k1; r++) ring[r] = sv[(head + r) % k1];
-            for (int i = 0; i < nc; i++)
-                for (int r = 0; r < k1; r++) base[i * k1 + r] = ring[r][i];
         }
     }
 }

@@ -54,7 +54,7 @@ typedef struct fwd_layer {
     float *q_norm, *k_norm;          /* [head_dim], effective */
     /* Gated DeltaNet */
     fwd_wt qkv, z, b, a, out;
-    float *conv_w;  /* [conv_ch][kernel] */
+    float *conv_w;  /* [kernel][conv_ch]: tap-major (weights.c conv_tap_major) */
     float *A;       /* [Hv] = -exp(A_log) */
     float *dt_bias; /* [Hv] */
     float *gnorm;   /* [dv], plain w */

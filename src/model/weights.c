@@ -514,6 +514,25 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     return st;
 }
 
+/* The GDN conv taps, [conv_ch][kernel] in the checkpoint (and after the shard), become
+ * [kernel][conv_ch]: the conv (fwd_deltanet.c) then reads each tap as one contiguous row across
+ * channels, as it reads the state's ring rows, with no transpose per call. */
+static cllm_status conv_tap_major(cllm_model *m, cllm_error *err) {
+    int K = m->cfg.lin_conv_kernel, ch = m->conv_ch;
+    float *tmp = NULL;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        float *w = m->layers[l].conv_w;
+        if (!w) continue;
+        if (!tmp && !(tmp = malloc((size_t)ch * K * sizeof(float))))
+            return cllm_err_set(err, CLLM_ENOMEM, "out of memory (conv taps)");
+        for (int i = 0; i < ch; i++)
+            for (int r = 0; r < K; r++) tmp[(size_t)r * ch + i] = w[(size_t)i * K + r];
+        memcpy(w, tmp, (size_t)ch * K * sizeof(float));
+    }
+    free(tmp);
+    return CLLM_OK;
+}
+
 cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model **out,
                                cllm_error *err) {
     *out = NULL;
@@ -599,6 +618,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
     if ((st = B.st) != CLLM_OK) goto fail;
     if (size > 1 && (st = fwd_tp_shard(m, rank, size, err)) != CLLM_OK) goto fail;
     if ((st = model_panels(m, err)) != CLLM_OK) goto fail; /* after the shard: its slices */
+    if ((st = conv_tap_major(m, err)) != CLLM_OK) goto fail;
     *out = m;
     return CLLM_OK;
 fail:
