@@ -14,7 +14,8 @@
  */
 #define HDR      CLLM_ALIGN
 #define MMAP_MIN ((size_t)1 << 20)
-enum { BLK_HEAP = 0x68656170, BLK_MMAP = 0x6d6d6170 };
+#define HUGE_SZ  ((size_t)2 << 20)
+enum { BLK_HEAP = 0x68656170, BLK_MMAP = 0x6d6d6170, BLK_HUGE = 0x68756765 };
 
 typedef struct blk_hdr {
     uint32_t kind;
@@ -50,12 +51,32 @@ void *cllm_alloc_zeroed(size_t size) {
     return alloc_blk(size, 1);
 }
 
+void *cllm_alloc_huge(size_t size) {
+    if (size > SIZE_MAX - 2 * HUGE_SZ - HDR) return NULL;
+    size_t total = (size + HDR + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
+    /* map one huge page more, then trim to a 2 MiB-aligned start: mmap only promises 4 KiB */
+    unsigned char *raw =
+        mmap(NULL, total + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uintptr_t a = ((uintptr_t)raw + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1);
+    unsigned char *base = (unsigned char *)a;
+    if (base > raw) munmap(raw, (size_t)(base - raw));
+    if (raw + total + HUGE_SZ > base + total)
+        munmap(base + total, (size_t)(raw + total + HUGE_SZ - (base + total)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(base, total, MADV_HUGEPAGE); /* advice: refused (THP off) is fine */
+#endif
+    blk_hdr h = {BLK_HUGE, 0, total};
+    memcpy(base, &h, sizeof(h));
+    return base + HDR;
+}
+
 void cllm_free_aligned(void *p) {
     if (!p) return;
     unsigned char *base = (unsigned char *)p - HDR;
     blk_hdr h;
     memcpy(&h, base, sizeof(h));
-    if (h.kind == BLK_MMAP)
+    if (h.kind == BLK_MMAP || h.kind == BLK_HUGE)
         munmap(base, h.total);
     else
         free(base);

@@ -12,6 +12,11 @@
 void *cllm_alloc_aligned(size_t size);
 void *cllm_alloc_zeroed(size_t size);
 void cllm_free_aligned(void *p);
+/* Zeroed, like cllm_alloc_zeroed, but from a 2 MiB-aligned anonymous mapping that asks for
+ * transparent huge pages (MADV_HUGEPAGE; the kernel may still give 4 KiB pages). For buffers
+ * streamed end to end every step (weight panels, recurrent state): a 4 KiB page per 4 KiB read
+ * is a TLB miss each, where a 2 MiB page covers 512 of them. Free with cllm_free_aligned. */
+void *cllm_alloc_huge(size_t size);
 
 /* Overflow-checked size arithmetic: 0 on success, -1 on overflow. */
 static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {

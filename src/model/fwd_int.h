@@ -88,6 +88,8 @@ struct cllm_model {
     bool panel_all;
     void **allocs; /* owned fp32 vectors */
     size_t n_allocs, cap_allocs;
+    void **huge; /* owned huge-page arenas (weight panels), cllm_free_aligned */
+    size_t n_huge, cap_huge;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */
     int tp_rank, tp_size;
     int *tp_vsplit; /* [tp_size][2]: first lm_head row and row count of each rank */

@@ -57,7 +57,7 @@ cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_
     size_t nr = (size_t)n_slots * (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk *
                 (size_t)p->dv;
     p->conv = cllm_alloc_zeroed(nc * sizeof(float) + 4);
-    p->rec = cllm_alloc_zeroed(nr * sizeof(float));
+    p->rec = cllm_alloc_huge(nr * sizeof(float)); /* read + written whole every decode step */
     if (!p->conv || !p->rec) {
         cllm_state_pool_free(p);
         return cllm_err_set(err, CLLM_ENOMEM, "state pool: cannot allocate %d slots", n_slots);
