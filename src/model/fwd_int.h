@@ -86,10 +86,8 @@ struct cllm_model {
      * whether every GPTQ matrix was (the prefault then skips the checkpoint's GPTQ tensors) */
     size_t panel_bytes;
     bool panel_all;
-    void **allocs; /* owned fp32 vectors */
+    void **allocs; /* owned blocks (vectors, slices, panel arenas), cllm_free_aligned */
     size_t n_allocs, cap_allocs;
-    void **huge; /* owned huge-page arenas (weight panels), cllm_free_aligned */
-    size_t n_huge, cap_huge;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */
     int tp_rank, tp_size;
     int *tp_vsplit; /* [tp_size][2]: first lm_head row and row count of each rank */

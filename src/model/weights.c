@@ -72,7 +72,10 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
                              s->name, cllm_dtype_name(t->dtype));
 }
 
-static void *own(cllm_model *m, size_t bytes) {
+/* Zeroed memory the model owns until cllm_model_free: ordinary (vectors, sliced copies) or, for
+ * the weight panels, on huge pages (cllm_alloc_huge); every block is a base/mem.c one, so one
+ * list and one free serve both. */
+static void *own_with(cllm_model *m, size_t bytes, void *(*alloc)(size_t)) {
     if (m->n_allocs == m->cap_allocs) {
         size_t nc = m->cap_allocs ? 2 * m->cap_allocs : 64;
         void **na = realloc(m->allocs, nc * sizeof(*na));
@@ -80,23 +83,15 @@ static void *own(cllm_model *m, size_t bytes) {
         m->allocs = na;
         m->cap_allocs = nc;
     }
-    void *p = calloc(1, bytes ? bytes : 1);
+    void *p = alloc(bytes);
     if (p) m->allocs[m->n_allocs++] = p;
     return p;
 }
-
-/* A zeroed arena on huge pages (cllm_alloc_huge), freed with the model. */
+static void *own(cllm_model *m, size_t bytes) {
+    return own_with(m, bytes, cllm_alloc_zeroed);
+}
 static void *own_huge(cllm_model *m, size_t bytes) {
-    if (m->n_huge == m->cap_huge) {
-        size_t nc = m->cap_huge ? 2 * m->cap_huge : 16;
-        void **na = realloc(m->huge, nc * sizeof(*na));
-        if (!na) return NULL;
-        m->huge = na;
-        m->cap_huge = nc;
-    }
-    void *p = cllm_alloc_huge(bytes);
-    if (p) m->huge[m->n_huge++] = p;
-    return p;
+    return own_with(m, bytes, cllm_alloc_huge);
 }
 
 void *fwd_model_own(cllm_model *m, size_t bytes) {
@@ -456,9 +451,8 @@ static cllm_status panel_set(panel_plan *pl, fwd_wt **ws, size_t n, cllm_error *
     }
     /* huge pages: the panels are read end to end every step (about 5% more weight bandwidth
      * than on 4 KiB pages in a two-thread stream of the one-token kernel, Zen 4) */
-    char *arena = own_huge(pl->m, total + 64),
-         *p = (char *)(((uintptr_t)arena + 63) & ~(uintptr_t)63);
-    if (!arena) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
+    char *p = own_huge(pl->m, total); /* 64-byte aligned, as each panel's start must be */
+    if (!p) return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
     for (size_t i = 0; i < n; i++) {
         size_t b = panel_bytes(ws[i]);
         if (!b) continue;
@@ -645,10 +639,8 @@ fail:
 
 void cllm_model_free(cllm_model *m) {
     if (!m) return;
-    for (size_t i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
+    for (size_t i = 0; i < m->n_allocs; i++) cllm_free_aligned(m->allocs[i]);
     free(m->allocs);
-    for (size_t i = 0; i < m->n_huge; i++) cllm_free_aligned(m->huge[i]);
-    free(m->huge);
     free(m->layers);
     if (m->ckpt) cllm_ckpt_close(m->ckpt);
     cllm_config_free(&m->cfg);
