@@ -87,6 +87,9 @@ int cmd_bench_forward(int argc, char **argv) {
     const cllm_config *cf = cllm_model_config(r.m);
     int V = cf->vocab_size, ret = 0;
     int32_t *ids = malloc((size_t)n_prompt * sizeof(int32_t));
+    /* decode is greedy (the argmax below): only the best logit is needed (forward.h) */
+    r.logits_topk = 1;
+    r.logits_scale = 1.0f;
     float *logits = malloc((size_t)V * sizeof(float));
     if (!ids || !logits) {
         fprintf(stderr, "cllm bench-forward: out of memory\n");

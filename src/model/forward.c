@@ -393,6 +393,8 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->jobs);
     free(c->items);
     free(c->qact);
+    cllm_free_aligned(c->lm_buf);
+    free(c->lm_rowk);
     cllm_free_aligned(c->thr);
     fwd_tp_free(c);
     free(c);
@@ -668,12 +670,27 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     c->layer = -1;
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
+    if (m->lm_screen && c->cap_rowk < c->cap) {
+        int *nk = realloc(c->lm_rowk, (size_t)c->cap * sizeof(int));
+        if (!nk) return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
+        c->lm_rowk = nk;
+        c->cap_rowk = c->cap;
+    }
     for (int q = 0; q < b->n_seqs; q++) {
         const cllm_seq_batch *sq = &b->seqs[q];
         if (sq->logits == CLLM_LOGITS_ALL)
-            for (int i = 0; i < sq->n_tokens; i++) rows[R++] = c->seq_tok0[q] + i;
-        else if (sq->logits == CLLM_LOGITS_LAST)
+            for (int i = 0; i < sq->n_tokens; i++) {
+                if (m->lm_screen) c->lm_rowk[R] = 0;
+                rows[R++] = c->seq_tok0[q] + i;
+            }
+        else if (sq->logits == CLLM_LOGITS_LAST) {
+            /* the screened lm_head serves a row whose caller needs only its k best */
+            if (m->lm_screen)
+                c->lm_rowk[R] = sq->logits_topk > 0 && sq->logits_topk <= CLLM_LOGITS_TOPK_MAX
+                                    ? sq->logits_topk
+                                    : 0;
             rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
+        }
     }
     if (R == 0) return CLLM_OK;
     rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
@@ -682,8 +699,14 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         s = fwd_tp_lm_head(c, R, logits);
         return s == CLLM_OK ? s : cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
     }
-    if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) != CLLM_OK ||
-        fwd_mm_run(c) != CLLM_OK)
+    if (m->lm_screen) {
+        double t0 = c->prof_on ? cllm_time_s() : 0.0;
+        if (fwd_lm_screen(c, R, c->lm_rowk, logits) != CLLM_OK)
+            return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
+        if (c->prof_on) c->prof[FWD_P_LM_HEAD] += cllm_time_s() - t0;
+    } else if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) !=
+                   CLLM_OK ||
+               fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
     if (c->prof_on) {
         c->prof_steps++;

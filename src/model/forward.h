@@ -53,7 +53,8 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
 int cllm_model_tp_size(const cllm_model *m);
 const cllm_config *cllm_model_config(const cllm_model *m);
 /* Bytes of weights read per decoded token with one sequence (embedding row, every non-expert
- * matrix, top-k experts + shared expert per MoE layer, lm_head): the roofline numerator. */
+ * matrix, top-k experts + shared expert per MoE layer, lm_head; a screened lm_head as greedy decode
+ * reads it, model/fwd_lmhead.c): the roofline numerator. */
 uint64_t cllm_model_decode_bytes(const cllm_model *m);
 /* Touches every weight page once (maps the page-cache pages into this process, reading them
  * from disk if needed) so the first forward calls do not pay page faults; returns bytes touched.
@@ -110,12 +111,13 @@ typedef struct cllm_seq_batch {
     int n_table;
     int state_slot; /* slot in the state pool (distinct within a batch) */
     cllm_logits_mode logits;
-    /* Tensor parallel only (a one-process forward ignores both): with mode LAST and
-     * logits_topk in 1..CLLM_LOGITS_TOPK_MAX the caller needs only the logits_topk best entries
-     * of the row in the sampler's order (logit * logits_scale descending, then lowest id; see
-     * engine/sampler.h smp_reduce_k). Those come back exact, every other entry may be -inf; each
-     * rank then sends its slice's best few instead of its whole slice (model/forward_tp.c).
-     * 0 = the exact row. */
+    /* With mode LAST and logits_topk in 1..CLLM_LOGITS_TOPK_MAX the caller needs only the
+     * logits_topk best entries of the row in the sampler's order (logit * logits_scale
+     * descending, then lowest id; see engine/sampler.h smp_reduce_k). Those come back exact,
+     * every other entry may be -inf: under tensor parallel each rank then sends its slice's best
+     * few instead of its whole slice (model/forward_tp.c); one process with a screened int8
+     * lm_head estimates the row from half its bytes and computes the best candidates exactly
+     * (model/fwd_lmhead.c). 0 = the exact row. */
     int logits_topk;
     float logits_scale; /* > 0 when logits_topk > 0 */
 } cllm_seq_batch;

@@ -86,6 +86,12 @@ struct cllm_model {
      * whether every GPTQ matrix was (the prefault then skips the checkpoint's GPTQ tensors) */
     size_t panel_bytes;
     bool panel_all;
+    /* The screened int8 lm_head (weights.c lm_screen_plan, fwd_lmhead.c): lm_screen candidates
+     * per row (0 = plain); its panels hold two int4 planes, hi (lm_hi, an int4 panel array with
+     * its own zeros, the int8 scales) then lo (lm_lo); lm_head keeps the int8 zeros and scales */
+    int lm_screen;
+    fwd_wt lm_hi;
+    const int32_t *lm_lo;
     void **allocs; /* owned blocks (vectors, slices, panel arenas), cllm_free_aligned */
     size_t n_allocs, cap_allocs;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */
@@ -185,6 +191,11 @@ struct cllm_fwd_ctx {
     /* tensor parallel scratch (forward_tp.c) */
     float *tp_acc, *tp_lg;
     size_t tp_acc_cap, tp_lg_cap;
+    /* the screened lm_head's buffers (fwd_lmhead.c) and each logits row's k (0 = exact) */
+    char *lm_buf;
+    size_t cap_lm;
+    int *lm_rowk;
+    int cap_rowk;
     /* CLLM_ACT16: how act_bits 16 GPTQ matmuls take their activations (FWD_A16_*) */
     int act16;
     /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
@@ -218,6 +229,9 @@ size_t fwd_gdn_scratch(const cllm_config *f);
 /* Floats of per-thread scratch the attention needs (fwd_attn.c). */
 size_t fwd_attn_scratch(const cllm_config *f);
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+/* The screened int8 lm_head (m->lm_screen > 0): logits [R][vocab] of the R normed rows in c->xn;
+ * row t exact when row_k[t] is 0, else its row_k[t] best exact and the rest -inf (fwd_lmhead.c). */
+cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits);
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 
 /* Tensor parallel (forward_tp.c, weights_tp.c): begin points c->x at a zeroed accumulator the

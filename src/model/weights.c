@@ -388,7 +388,40 @@ static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
     if (!fwd_ckpt_drop(ck, p, n)) drop_pages(p, n);
 }
 
-static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
+/* The screened lm_head (forward's fwd_lm_screen): an int8 panel's codes q = 16 hi + lo stored as
+ * two int4 planes, hi of every panel first ([np][K/8][P], an int4 GPTQ panel array: m->lm_hi),
+ * then lo (m->lm_lo), in the bytes the int8 codes took. The screen reads the hi plane alone (half
+ * the bytes); a chosen panel's int8 codes are put back together (fwd_lm_join) for the int8
+ * kernel, so its logits are the unsplit matrix's bit for bit. Word r of a panel's int8 rows
+ * holds k = 4r..4r+3 in its bytes, word r8 of a plane k = 8r8..8r8+7 in its nibbles. */
+static uint32_t nib_pack(uint32_t b) { /* low nibbles of 4 bytes -> 16 bits */
+    b &= 0x0F0F0F0Fu;
+    return (b & 0xF) | (b >> 4 & 0xF0) | (b >> 8 & 0xF00) | (b >> 12 & 0xF000);
+}
+
+static void lm_split_panel(const int32_t *q8, size_t kw8, size_t wd, int32_t *hi, int32_t *lo) {
+    for (size_t r8 = 0; r8 < kw8; r8++)
+        for (size_t c = 0; c < wd; c++) {
+            uint32_t w0 = (uint32_t)q8[(2 * r8) * wd + c], w1 = (uint32_t)q8[(2 * r8 + 1) * wd + c];
+            hi[r8 * wd + c] = (int32_t)(nib_pack(w0 >> 4) | nib_pack(w1 >> 4) << 16);
+            lo[r8 * wd + c] = (int32_t)(nib_pack(w0) | nib_pack(w1) << 16);
+        }
+}
+
+/* The hi plane's int4 zero per (group, column), in halves of a unit: the screen computes
+ * isum_hi - Z2 * (asum / 2) ~ isum_hi - ((z8 - 7.5) / 16) asum, the int8 code's expected value
+ * given its hi nibble (lo uniform in 0..15); 0 when no int4 zero (1..16) holds it. */
+static int lm_hi_zero2(int z8eff) {
+    int z2 = (2 * z8eff - 7) / 16; /* round((z8eff - 7.5) / 8) for z8eff >= 4 */
+    return z8eff >= 4 && z2 >= 1 && z2 <= 16 ? z2 : 0;
+}
+
+typedef struct lm_split {
+    int32_t *tmp; /* one panel's int8 codes */
+    int32_t *z4;  /* the hi plane's zeros, zeroed */
+} lm_split;
+
+static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split *ls) {
     const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = PANEL_W;
     const size_t kw = (size_t)K / per, ng = (size_t)K / G, np = ((size_t)N + P - 1) / P;
     int32_t *qw = (int32_t *)(void *)dst;
@@ -404,7 +437,23 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
         const size_t c0 = p * P, wd = (size_t)d.N;
         int32_t *dw = qw + (d.qweight - qw), *dz = qz + (d.qzeros - qz);
         uint16_t *ds = sc + (d.scales - sc);
-        for (size_t r = 0; r < kw; r++) memcpy(dw + r * wd, src.qweight + r * N + c0, wd * 4);
+        if (ls) { /* the screened lm_head (lm_screen_plan): int8 codes into two int4 planes */
+            for (size_t r = 0; r < kw; r++)
+                memcpy(ls->tmp + r * wd, src.qweight + r * N + c0, wd * 4);
+            int32_t *hi = qw + p * (kw / 2) * P;
+            lm_split_panel(ls->tmp, kw / 2, wd, hi, hi + np * (kw / 2) * P);
+            for (size_t g = 0; g < ng; g++)
+                for (size_t c = 0; c < wd; c++) {
+                    size_t n = c0 + c;
+                    int z8 =
+                        (int)((uint32_t)src.qzeros[g * (N / 4) + n / 4] >> (8 * (n % 4)) & 0xFF);
+                    uint32_t nib = (uint32_t)(lm_hi_zero2(z8 + 1) - 1) & 0xF;
+                    ls->z4[p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
+                        (int32_t)(nib << (4 * (c % 8)));
+                }
+        } else {
+            for (size_t r = 0; r < kw; r++) memcpy(dw + r * wd, src.qweight + r * N + c0, wd * 4);
+        }
         for (size_t g = 0; g < ng; g++) {
             memcpy(dz + g * (wd / per), src.qzeros + g * (N / per) + c0 / per, wd / per * 4);
             memcpy(ds + g * wd, src.scales + g * N + c0, wd * 2);
@@ -423,6 +472,7 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst) {
 typedef struct panel_job {
     fwd_wt *w;
     char *dst;
+    const lm_split *ls; /* the screened lm_head's; NULL for every other matrix */
 } panel_job;
 
 typedef struct panel_plan {
@@ -456,7 +506,7 @@ static cllm_status panel_set(panel_plan *pl, fwd_wt **ws, size_t n, cllm_error *
     for (size_t i = 0; i < n; i++) {
         size_t b = panel_bytes(ws[i]);
         if (!b) continue;
-        pl->jobs[pl->n_jobs++] = (panel_job){ws[i], p};
+        pl->jobs[pl->n_jobs++] = (panel_job){ws[i], p, NULL};
         p += b;
     }
     pl->m->panel_bytes += total;
@@ -466,7 +516,8 @@ static cllm_status panel_set(panel_plan *pl, fwd_wt **ws, size_t n, cllm_error *
 static void panel_worker(void *vp, size_t b, size_t e, int tid) {
     (void)tid;
     panel_plan *pl = vp;
-    for (size_t i = b; i < e; i++) panel_fill(pl->m->ckpt, pl->jobs[i].w, pl->jobs[i].dst);
+    for (size_t i = b; i < e; i++)
+        panel_fill(pl->m->ckpt, pl->jobs[i].w, pl->jobs[i].dst, pl->jobs[i].ls);
 }
 
 typedef struct mat_list {
@@ -479,6 +530,53 @@ static void list_mat(void *vl, const fwd_wt *w, int expert) {
     mat_list *l = vl;
     /* the model is model_panels' own, writable: fwd_layer_mats only hands out its pointers */
     if (l->n < l->cap) l->ws[l->n++] = (fwd_wt *)w;
+}
+
+/* CLLM_LM_SCREEN (docs: README): auto (default) screens an int8 lm_head of at least
+ * LM_SCREEN_MIN_VOCAB rows with LM_SCREEN_AUTO candidates, N forces N candidates at any size, 0
+ * keeps the plain int8 lm_head. Sets m->lm_screen and the split's buffers when it applies. */
+#define LM_SCREEN_AUTO      32
+#define LM_SCREEN_MIN_VOCAB 65536
+
+static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) {
+    const char *env = getenv("CLLM_LM_SCREEN"), *a16 = getenv("CLLM_ACT16");
+    long n = LM_SCREEN_AUTO;
+    bool forced = false;
+    if (env && *env && strcmp(env, "auto")) {
+        char *end;
+        n = strtol(env, &end, 10);
+        if (*end || n < 0 || n > 4096)
+            return cllm_err_set(err, CLLM_EINVAL, "CLLM_LM_SCREEN=%s: expected auto, 0 or 1..4096",
+                                env);
+        forced = n > 0;
+    }
+    const fwd_wt *h = &m->lm_head;
+    const cllm_qweight *q = &h->q;
+    if (!n || (!forced && q->N < LM_SCREEN_MIN_VOCAB)) return CLLM_OK;
+    const char *why = NULL;
+    if (q->bits != 8 || q->act_bits < 16 || !q->qweight || h->panel)
+        why = "the lm_head is not an int8 W*A16 GPTQ matrix";
+    else if (m->tp_size > 1)
+        why = "tensor parallel (each rank's slice is plain int8)";
+    else if (a16 && !strcmp(a16, "float"))
+        why = "CLLM_ACT16=float";
+    else if (!panel_bytes(h) || q->K % 8 || q->group % 8)
+        why = "its shape takes no panels";
+    const size_t ng = q->group ? (size_t)q->K / q->group : 0;
+    for (size_t i = 0; !why && i < ng * ((size_t)q->N / 4); i++)
+        for (int j = 0; j < 4; j++)
+            if (!lm_hi_zero2((int)((uint32_t)q->qzeros[i] >> (8 * j) & 0xFF) + 1))
+                why = "a zero point far from the middle of the int8 range";
+    if (why) {
+        if (forced) LOG_INFO("CLLM_LM_SCREEN=%s: lm_head not screened: %s", env, why);
+        return CLLM_OK;
+    }
+    const size_t np = ((size_t)q->N + PANEL_W - 1) / PANEL_W;
+    ls->tmp = own(m, (size_t)q->K / 4 * PANEL_W * 4);
+    ls->z4 = own(m, np * ng * (PANEL_W / 8) * 4);
+    if (!ls->tmp || !ls->z4) return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
+    m->lm_screen = (int)n;
+    return CLLM_OK;
 }
 
 static cllm_status model_panels(cllm_model *m, cllm_error *err) {
@@ -502,9 +600,13 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         st = panel_set(&pl, ml.ws, ml.n, err);
     }
     fwd_wt *head = &m->lm_head;
-    if (st == CLLM_OK && !(lm && !strcmp(lm, "0")))
+    lm_split ls = {NULL, NULL};
+    if (st == CLLM_OK && !(lm && !strcmp(lm, "0")) &&
+        (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
+        size_t j0 = pl.n_jobs;
         st = panel_set(&pl, &head, 1, err);
-    else if (head->q.bits && !head->panel)
+        if (st == CLLM_OK && m->lm_screen && pl.n_jobs > j0) pl.jobs[j0].ls = &ls;
+    } else if (head->q.bits && !head->panel)
         pl.left++;
     free(ml.ws);
     if (st == CLLM_OK && pl.n_jobs) {
@@ -521,6 +623,18 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
                   (double)m->panel_bytes / 1e9, PANEL_W, cllm_time_s() - t0);
     }
     free(pl.jobs);
+    if (st == CLLM_OK && m->lm_screen) { /* the views fwd_lm_screen reads */
+        const cllm_qweight *q = &head->q;
+        m->lm_hi = *head;
+        m->lm_hi.q.bits = 4;
+        m->lm_hi.q.qzeros = ls.z4;
+        m->lm_lo =
+            q->qweight + ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
+        LOG_DEBUG("lm_head: int8 codes in two int4 planes, screened with %d candidates",
+                  m->lm_screen);
+    } else {
+        m->lm_screen = 0;
+    }
     m->panel_all = st == CLLM_OK && !pl.left && m->panel_bytes > 0;
     return st;
 }
@@ -678,7 +792,15 @@ static void add_decode(void *vs, const fwd_wt *w, int expert) {
 
 uint64_t cllm_model_decode_bytes(const cllm_model *m) {
     const cllm_config *c = &m->cfg;
-    decode_sum s = {(uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + wbytes(&m->lm_head),
+    /* a screened lm_head (fwd_lmhead.c) reads its hi plane, then at most lm_screen whole int8
+     * panels of 32 rows (greedy decode, the case this figure is for) */
+    uint64_t lm = wbytes(&m->lm_head);
+    if (m->lm_screen)
+        lm = wbytes(&m->lm_hi) +
+             (uint64_t)m->lm_screen *
+                 (cllm_qformat_bytes(8, m->lm_head.q.group, m->lm_head.cols, PANEL_W) -
+                  4ull * m->lm_head.cols);
+    decode_sum s = {(uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + lm,
                     c->n_experts_per_tok};
     for (int l = 0; l < c->n_layers; l++)
         fwd_layer_mats(&m->layers[l], c->n_experts, add_decode, &s);

@@ -1,0 +1,307 @@
+/* The screened int8 lm_head (m->lm_screen > 0; weights.c lm_screen_plan splits its codes).
+ *
+ * Decode reads the lm_head more than anything else: the default W4A16 file's int8 lm_head is 0.52
+ * of the 0.85 GB a quarter-shape token streams. A row whose caller needs only its k best logits
+ * (cllm_seq_batch.logits_topk: greedy k = 1, top-k sampling k = top_k) reads about half of it:
+ *  1. every vocabulary entry is estimated from the hi nibbles of its int8 codes (lm_hi, an int4
+ *     GPTQ panel array whose zero sits at the int8 code's expected value given its hi nibble) by
+ *     the int4 kernel: about the error of an int4 RTN lm_head;
+ *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate panels of 32
+ *     entries; each panel's int8 codes are rebuilt from its two planes (lm_join) and its logits
+ *     computed by the int8 kernel, the unsplit lm_head's bits;
+ *  3. while the k-th best exact logit is not above every estimate left, the best estimate left
+ *     has its panel rescored (bounded by the slots);
+ *  4. every entry outside the rescored panels becomes -inf (forward.h allows it for such rows).
+ * The k best are then the plain int8 lm_head's unless an estimate was off by more than the gap
+ * between the true k-th best and the candidates' tail, several times an int4 matrix's error.
+ * Every other row (logits_topk 0: logprobs, penalties, plain sampling, eval) is exact: each
+ * panel is rebuilt once per call and run through the int8 kernel, bit for bit the unsplit
+ * matrix's logits. Each row's result depends on its own values only: batch and thread
+ * invariance hold. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "model/fwd_int.h"
+
+#define LM_P         32 /* panel width (weights.c PANEL_W) */
+#define LM_ITEM_PANS 8  /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
+
+typedef struct lm_job {
+    cllm_fwd_ctx *c;
+    const cllm_model *m;
+    int R, V, K, np;
+    const int *row_k; /* [R] logits_topk of the row; 0 = exact row */
+    int S;            /* candidate slots per row */
+    size_t b4, b8;    /* bytes of one token's int16 codes for the int4 / int8 layouts */
+    char *a4, *a8;
+    float *logits;
+    int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
+    int *ncand; /* [R] */
+    float *thr; /* [R] the smallest estimate kept by pick */
+    int *items; /* rescore items: (row, panel) pairs, panel-major */
+    char *scr;  /* [n_threads][scr_stride] rebuilt int8 panels */
+    size_t scr_stride;
+    int *scr_pan;  /* [n_threads] panel held in scr, -1 none */
+    uint8_t *mark; /* [np] settle's rescored-panel map */
+    float *vals;   /* [S * LM_P] settle's exact values */
+} lm_job;
+
+/* int8 codes of a panel from its planes: word r of the int8 rows holds k = 4r..4r+3 in bytes,
+ * word r8 of a plane k = 8r8..8r8+7 in nibbles (weights.c lm_split_panel, the inverse). The
+ * column loop is plain 32-bit lane arithmetic, which the compiler vectorizes. */
+static inline uint32_t nib_spread(uint32_t x) { /* 4 nibbles -> the low nibbles of 4 bytes */
+    return (x & 0xF) | (x & 0xF0) << 4 | (x & 0xF00) << 8 | (x & 0xF000) << 12;
+}
+
+static void lm_join(const int32_t *restrict hi, const int32_t *restrict lo, size_t kw8, size_t wd,
+                    int32_t *restrict q8) {
+    for (size_t r8 = 0; r8 < kw8; r8++) {
+        const uint32_t *h = (const uint32_t *)hi + r8 * wd, *l = (const uint32_t *)lo + r8 * wd;
+        uint32_t *d0 = (uint32_t *)q8 + 2 * r8 * wd, *d1 = d0 + wd;
+        for (size_t c = 0; c < wd; c++) {
+            d0[c] = nib_spread(h[c] & 0xFFFF) << 4 | nib_spread(l[c] & 0xFFFF);
+            d1[c] = nib_spread(h[c] >> 16) << 4 | nib_spread(l[c] >> 16);
+        }
+    }
+}
+
+/* Panel p as an int8 matrix whose codes are thread tid's scratch, rebuilt unless held. */
+static cllm_qweight joined(lm_job *j, int p, int tid) {
+    const cllm_model *m = j->m;
+    cllm_qweight q8 = fwd_panel(&m->lm_head.q, LM_P, p);
+    int32_t *s = (int32_t *)(void *)(j->scr + (size_t)tid * j->scr_stride);
+    if (j->scr_pan[tid] != p) {
+        const int32_t *hi = fwd_panel(&m->lm_hi.q, LM_P, p).qweight;
+        lm_join(hi, m->lm_lo + (hi - m->lm_hi.q.qweight), (size_t)j->K / 8, (size_t)q8.N, s);
+        j->scr_pan[tid] = p;
+    }
+    q8.qweight = s;
+    return q8;
+}
+
+/* Work item i: panels [8i, 8i + 8): estimates of the screened rows, exact logits of the others,
+ * each over runs of consecutive rows of the same kind (the kernels take contiguous tokens). */
+static void pass_worker(void *vj, size_t b, size_t e, int tid) {
+    lm_job *j = vj;
+    const cllm_kern_ops *k = j->c->k;
+    for (size_t i = b; i < e; i++) {
+        int p1 = (int)(i + 1) * LM_ITEM_PANS < j->np ? (int)(i + 1) * LM_ITEM_PANS : j->np;
+        for (int p = (int)i * LM_ITEM_PANS; p < p1; p++)
+            for (int t0 = 0, t1; t0 < j->R; t0 = t1) {
+                const bool est = j->row_k[t0] > 0;
+                for (t1 = t0 + 1; t1 < j->R && (j->row_k[t1] > 0) == est; t1++) {
+                }
+                float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
+                if (est) {
+                    cllm_qweight q = fwd_panel(&j->m->lm_hi.q, LM_P, p);
+                    k->matmul_q_qact16(&q, 0, q.N, j->a4 + (size_t)t0 * j->b4, t1 - t0, Y,
+                                       (size_t)j->V);
+                    for (int t = 0; t < t1 - t0; t++) /* the planes' scale: codes are 16 hi + lo */
+                        for (int n = 0; n < q.N; n++) Y[(size_t)t * j->V + n] *= 16.0f;
+                } else {
+                    cllm_qweight q8 = joined(j, p, tid);
+                    k->matmul_q_qact16(&q8, 0, q8.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
+                                       (size_t)j->V);
+                }
+            }
+    }
+}
+
+static int heap_size(const lm_job *j, int t) {
+    int C = j->m->lm_screen > 2 * j->row_k[t] ? j->m->lm_screen : 2 * j->row_k[t];
+    return C < j->V ? C : j->V;
+}
+
+/* Screened row t's C largest estimates (a min-heap; an equal later value does not displace an
+ * earlier one, so ties go to the lower id) -> its candidate panels, ascending, and threshold. */
+static void pick_worker(void *vj, size_t b, size_t e, int tid) {
+    (void)tid;
+    lm_job *j = vj;
+    float hv[2 * CLLM_LOGITS_TOPK_MAX > 4096 ? 2 * CLLM_LOGITS_TOPK_MAX : 4096];
+    int hid[sizeof(hv) / sizeof(*hv)];
+    for (size_t t = b; t < e; t++) {
+        if (j->row_k[t] <= 0) continue;
+        const float *y = j->logits + t * (size_t)j->V;
+        const int C = heap_size(j, (int)t);
+        int n = 0;
+        for (int v = 0; v < j->V; v++) {
+            float x = y[v];
+            if (n == C && !(x > hv[0])) continue;
+            int s;
+            if (n < C) { /* insert: sift up */
+                for (s = n++; s > 0 && x < hv[(s - 1) / 2]; s = (s - 1) / 2) {
+                    hv[s] = hv[(s - 1) / 2];
+                    hid[s] = hid[(s - 1) / 2];
+                }
+            } else { /* replace the root: sift down */
+                for (s = 0;;) {
+                    int c = 2 * s + 1;
+                    if (c >= n) break;
+                    if (c + 1 < n && hv[c + 1] < hv[c]) c++;
+                    if (!(hv[c] < x)) break;
+                    hv[s] = hv[c];
+                    hid[s] = hid[c];
+                    s = c;
+                }
+            }
+            hv[s] = x;
+            hid[s] = v;
+        }
+        j->thr[t] = hv[0];
+        int *cd = j->cand + t * (size_t)j->S, u = 0;
+        for (int i = 0; i < n; i++) cd[i] = hid[i] / LM_P;
+        for (int i = 1; i < n; i++) /* ascending (insertion sort: n is small), then unique */
+            for (int q = i; q > 0 && cd[q - 1] > cd[q]; q--) {
+                int x = cd[q];
+                cd[q] = cd[q - 1];
+                cd[q - 1] = x;
+            }
+        for (int i = 0; i < n; i++)
+            if (!u || cd[u - 1] != cd[i]) cd[u++] = cd[i];
+        j->ncand[t] = u;
+    }
+}
+
+static void rescore(lm_job *j, int t, int p, int tid) {
+    cllm_qweight q8 = joined(j, p, tid);
+    j->c->k->matmul_q_qact16(&q8, 0, q8.N, j->a8 + (size_t)t * j->b8, 1,
+                             j->logits + (size_t)t * j->V + (size_t)p * LM_P, (size_t)j->V);
+}
+
+static void rescore_worker(void *vj, size_t b, size_t e, int tid) {
+    lm_job *j = vj;
+    for (size_t i = b; i < e; i++) rescore(j, j->items[2 * i], j->items[2 * i + 1], tid);
+}
+
+static int desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* The k-th best exact value of row t (its rescored panels). */
+static float kth_exact(lm_job *j, int t) {
+    const float *y = j->logits + (size_t)t * j->V;
+    const int *cd = j->cand + (size_t)t * j->S, k = j->row_k[t];
+    int n = 0;
+    float best = -INFINITY;
+    for (int i = 0; i < j->ncand[t]; i++) {
+        int v1 = (cd[i] + 1) * LM_P < j->V ? (cd[i] + 1) * LM_P : j->V;
+        for (int v = cd[i] * LM_P; v < v1; v++) {
+            best = y[v] > best ? y[v] : best;
+            j->vals[n++] = y[v];
+        }
+    }
+    if (k == 1) return best;
+    qsort(j->vals, (size_t)n, sizeof(float), desc);
+    return k <= n ? j->vals[k - 1] : -INFINITY;
+}
+
+/* Steps 3 and 4 for screened row t (serial: step 3 is rare). */
+static void settle(lm_job *j, int t) {
+    float *y = j->logits + (size_t)t * j->V;
+    int *cd = j->cand + (size_t)t * j->S;
+    memset(j->mark, 0, (size_t)j->np);
+    for (int i = 0; i < j->ncand[t]; i++) j->mark[cd[i]] = 1;
+    float kth = kth_exact(j, t);
+    if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best ones left */
+        while (j->ncand[t] < j->S) {
+            int arg = -1;
+            for (int v = 0; v < j->V; v++)
+                if (!j->mark[v / LM_P] && (arg < 0 || y[v] > y[arg])) arg = v;
+            if (arg < 0 || y[arg] < kth) break;
+            j->mark[arg / LM_P] = 1;
+            cd[j->ncand[t]++] = arg / LM_P;
+            rescore(j, t, arg / LM_P, 0);
+            kth = kth_exact(j, t);
+        }
+    for (int v = 0; v < j->V; v++)
+        if (!j->mark[v / LM_P]) y[v] = -INFINITY;
+}
+
+static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
+    const int *x = a, *y = b;
+    return x[1] != y[1] ? (x[1] > y[1]) - (x[1] < y[1]) : (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits) {
+    const cllm_model *m = c->m;
+    const cllm_qweight *q = &m->lm_head.q;
+    lm_job j = {.c = c, .m = m, .R = R, .V = q->N, .K = q->K, .row_k = row_k, .logits = logits};
+    j.np = (j.V + LM_P - 1) / LM_P;
+    int n_scr = 0, cmax = 0;
+    for (int t = 0; t < R; t++)
+        if (row_k[t] > 0) {
+            n_scr++;
+            cmax = heap_size(&j, t) > cmax ? heap_size(&j, t) : cmax;
+        }
+    j.S = 2 * cmax < j.np ? 2 * cmax : j.np;
+    const int ag4 = cllm_qact16_group(4, q->group), ag8 = cllm_qact16_group(8, q->group);
+    j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
+    j.b8 = cllm_qact16_bytes(j.K, ag8, 1);
+    j.scr_stride = ((size_t)j.K / 4 * LM_P * 4 + 63) & ~(size_t)63;
+    const size_t sizes[] = {(size_t)c->n_threads * j.scr_stride,
+                            (size_t)R * j.b4,
+                            (size_t)R * j.b8,
+                            (size_t)R * j.S * sizeof(int),
+                            (size_t)R * j.S * 2 * sizeof(int),
+                            (size_t)R * sizeof(int),
+                            (size_t)R * sizeof(float),
+                            (size_t)c->n_threads * sizeof(int),
+                            (size_t)j.np,
+                            (size_t)j.S * LM_P * sizeof(float)};
+    enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
+    size_t need = 0;
+    for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
+    if (need > c->cap_lm) {
+        cllm_free_aligned(c->lm_buf);
+        c->cap_lm = 0;
+        if (!(c->lm_buf = cllm_alloc_aligned(need))) return CLLM_ENOMEM;
+        c->cap_lm = need;
+    }
+    char *at[N_BUF], *p = c->lm_buf;
+    for (int i = 0; i < N_BUF; i++) {
+        at[i] = p;
+        p += (sizes[i] + 63) & ~(size_t)63;
+    }
+    j.scr = at[0];
+    j.a4 = at[1];
+    j.a8 = at[2];
+    j.cand = (int *)(void *)at[3];
+    j.items = (int *)(void *)at[4];
+    j.ncand = (int *)(void *)at[5];
+    j.thr = (float *)(void *)at[6];
+    j.scr_pan = (int *)(void *)at[7];
+    j.mark = (uint8_t *)at[8];
+    j.vals = (float *)(void *)at[9];
+    for (int i = 0; i < c->n_threads; i++) j.scr_pan[i] = -1;
+    const int H = m->cfg.hidden_size;
+    if (n_scr) {
+        c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
+        /* the hi plane's zero is in halves (weights.c lm_hi_zero2): halve the code sums */
+        const int nh = j.K / ag4;
+        for (int t = 0; t < R; t++) {
+            char *tok = j.a4 + (size_t)t * j.b4;
+            int32_t *sum = (int32_t *)(void *)(tok + 2 * (size_t)j.K + 4 * (size_t)nh);
+            for (int h = 0; h < nh; h++) sum[h] /= 2;
+        }
+    }
+    c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag8, 8, j.a8);
+    cllm_pool_for_dyn(c->pool, (size_t)((j.np + LM_ITEM_PANS - 1) / LM_ITEM_PANS), pass_worker, &j);
+    if (!n_scr) return CLLM_OK;
+    cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_worker, &j);
+    size_t n_it = 0;
+    for (int t = 0; t < R; t++)
+        for (int i = 0; row_k[t] > 0 && i < j.ncand[t]; i++) {
+            j.items[2 * n_it] = t;
+            j.items[2 * n_it + 1] = j.cand[(size_t)t * j.S + i];
+            n_it++;
+        }
+    if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* each panel rebuilt once */
+    for (int i = 0; i < c->n_threads; i++) j.scr_pan[i] = -1;
+    cllm_pool_for(c->pool, n_it, rescore_worker, &j);
+    for (int t = 0; t < R; t++)
+        if (row_k[t] > 0) settle(&j, t);
+    return CLLM_OK;
+}

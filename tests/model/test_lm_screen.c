@@ -1,0 +1,179 @@
+/* The screened int8 lm_head (model/fwd_lmhead.c) against the plain one, on a quantized tiny
+ * model (per-group scales; vocabulary 1000 = 31 panels of 32 + one of 8), CLLM_LM_SCREEN=8:
+ *  - rows that need every logit (eval's LOGITS_ALL, logits_topk 0) are bitwise the plain rows;
+ *  - greedy rows (logits_topk 1): every finite entry is bitwise the plain row's, the screen did
+ *    drop entries to -inf, and the argmax is the same over 40 decode steps;
+ *  - top-k rows (k 5): the 5 best ids and values are the plain row's;
+ *  - 1 and 2 threads give the same bytes (-inf pattern included);
+ *  - CLLM_LM_SCREEN=abc is refused with a message naming it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/seq_runner.h"
+#include "model/synth.h"
+#include "quant/quantize.h"
+#include "test.h"
+
+#define NP 13 /* prompt tokens */
+#define NG 40 /* decode steps */
+
+static int write_config(const char *src, const char *dst) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/configs/tiny.json", src);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *key = "\"vocab_size\": 512";
+    char *v = strstr(buf, key);
+    if (!v) return -1;
+    static char out[1 << 16];
+    snprintf(out, sizeof(out), "%.*s\"vocab_size\": 1000%s", (int)(v - buf), buf, v + strlen(key));
+    f = fopen(dst, "wb");
+    if (!f) return -1;
+    int ok = fputs(out, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int open_runner(cllm_seq_runner *r, const char *dir, const char *screen, int threads) {
+    setenv("CLLM_LM_SCREEN", screen, 1);
+    cllm_error err = {0};
+    cllm_status s = cllm_seq_runner_open(r, dir, threads, NP + NG + 8, 16, CLLM_KV_F32, &err);
+    unsetenv("CLLM_LM_SCREEN");
+    CHECK_MSG(s == CLLM_OK, "open (CLLM_LM_SCREEN=%s): %s", screen, err.msg);
+    return s == CLLM_OK ? 0 : -1;
+}
+
+static int step(cllm_seq_runner *r, const int32_t *t, int n, cllm_logits_mode mode, float *y) {
+    cllm_error err = {0};
+    cllm_status s = cllm_seq_runner_step(r, t, n, mode, y, &err);
+    CHECK_MSG(s == CLLM_OK, "step: %s", err.msg);
+    return s == CLLM_OK ? 0 : -1;
+}
+
+static int argmax(const float *y, int V) {
+    int a = 0;
+    for (int v = 1; v < V; v++)
+        if (y[v] > y[a]) a = v;
+    return a;
+}
+
+/* The k best of y (value descending, then lowest id) into ids. */
+static void topk(const float *y, int V, int k, int *ids) {
+    for (int i = 0; i < k; i++) {
+        int b = -1;
+        for (int v = 0; v < V; v++) {
+            int used = 0;
+            for (int q = 0; q < i; q++) used |= ids[q] == v;
+            if (!used && (b < 0 || y[v] > y[b])) b = v;
+        }
+        ids[i] = b;
+    }
+}
+
+int main(void) {
+    const char *src = test_src(), *tmp = test_tmp();
+    mkdir(tmp, 0755);
+    char cfg[1024], bf[1024], q8[1024], rm[2200];
+    snprintf(cfg, sizeof(cfg), "%s/lmscreen.json", tmp);
+    snprintf(bf, sizeof(bf), "%s/lmscreen-bf16", tmp);
+    snprintf(q8, sizeof(q8), "%s/lmscreen-w4", tmp);
+    CHECK(write_config(src, cfg) == 0);
+    cllm_error err;
+    cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 21, .dtype = CLLM_DT_BF16};
+    CHECK_MSG(cllm_synth(&so, &err) == CLLM_OK, "synth: %s", err.msg);
+    snprintf(rm, sizeof(rm), "rm -rf '%s'", q8);
+    CHECK(system(rm) == 0);
+    FILE *devnull = fopen("/dev/null", "w");
+    cllm_quant_opts qo = {.in_dir = bf,
+                          .out_dir = q8,
+                          .scheme = "w4a16",
+                          .group = 32,
+                          .lm_head_bits = 8,
+                          .method = "rtn",
+                          .threads = 1,
+                          .out = devnull};
+    CHECK_MSG(cllm_quantize(&qo, &err) == CLLM_OK, "quantize: %s", err.msg);
+    if (devnull) fclose(devnull);
+
+    cllm_seq_runner plain, scr, scr1;
+    if (open_runner(&plain, q8, "0", 2) || open_runner(&scr, q8, "8", 2) ||
+        open_runner(&scr1, q8, "8", 1))
+        return test_report("test_lm_screen");
+    const int V = cllm_model_config(plain.m)->vocab_size;
+    CHECK(V == 1000);
+    int32_t prompt[NP];
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 389 + 17) % V);
+    float *ya = malloc((size_t)NP * V * sizeof(float)),
+          *yb = malloc((size_t)NP * V * sizeof(float));
+    float *yc = malloc((size_t)V * sizeof(float));
+    if (!ya || !yb || !yc) return 1;
+
+    /* exact rows: the whole prompt's logits */
+    if (step(&plain, prompt, NP, CLLM_LOGITS_ALL, ya) ||
+        step(&scr, prompt, NP, CLLM_LOGITS_ALL, yb) ||
+        step(&scr1, prompt, NP, CLLM_LOGITS_NONE, NULL))
+        return test_report("test_lm_screen");
+    CHECK_MSG(memcmp(ya, yb, (size_t)NP * V * sizeof(float)) == 0,
+              "LOGITS_ALL rows differ from the plain lm_head");
+
+    /* greedy rows */
+    scr.logits_topk = scr1.logits_topk = 1;
+    scr.logits_scale = scr1.logits_scale = 1.0f;
+    int32_t tok = (int32_t)argmax(ya + (size_t)(NP - 1) * V, V);
+    int same_arg = 0, finite_ok = 0, dropped = 0, thr_same = 0;
+    for (int g = 0; g < NG; g++) {
+        if (step(&plain, &tok, 1, CLLM_LOGITS_LAST, ya) ||
+            step(&scr, &tok, 1, CLLM_LOGITS_LAST, yb) || step(&scr1, &tok, 1, CLLM_LOGITS_LAST, yc))
+            return test_report("test_lm_screen");
+        int fin = 0, eq = 1;
+        for (int v = 0; v < V; v++)
+            if (yb[v] > -INFINITY) {
+                fin++;
+                eq &= memcmp(&yb[v], &ya[v], sizeof(float)) == 0;
+            }
+        finite_ok += eq && fin >= 32;
+        dropped += fin < V;
+        same_arg += argmax(ya, V) == argmax(yb, V);
+        thr_same += memcmp(yb, yc, (size_t)V * sizeof(float)) == 0;
+        tok = (int32_t)argmax(ya, V);
+    }
+    CHECK_MSG(finite_ok == NG, "greedy rows: %d of %d with every finite entry exact", finite_ok,
+              NG);
+    CHECK_MSG(dropped == NG, "greedy rows: %d of %d screened (entries at -inf)", dropped, NG);
+    CHECK_MSG(same_arg == NG, "greedy rows: argmax the plain one's in %d of %d", same_arg, NG);
+    CHECK_MSG(thr_same == NG, "greedy rows: 1 and 2 threads the same in %d of %d", thr_same, NG);
+
+    /* a top-k row */
+    scr.logits_topk = 5;
+    scr.logits_scale = 1.0f / 0.7f;
+    if (step(&plain, &tok, 1, CLLM_LOGITS_LAST, ya) || step(&scr, &tok, 1, CLLM_LOGITS_LAST, yb))
+        return test_report("test_lm_screen");
+    int ia[5], ib[5], same = 1;
+    topk(ya, V, 5, ia);
+    topk(yb, V, 5, ib);
+    for (int i = 0; i < 5; i++) same &= ia[i] == ib[i] && memcmp(&ya[ia[i]], &yb[ib[i]], 4) == 0;
+    CHECK_MSG(same, "top-5 row: ids %d %d %d %d %d vs %d %d %d %d %d", ia[0], ia[1], ia[2], ia[3],
+              ia[4], ib[0], ib[1], ib[2], ib[3], ib[4]);
+    cllm_seq_runner_close(&plain);
+    cllm_seq_runner_close(&scr);
+    cllm_seq_runner_close(&scr1);
+
+    /* refusal */
+    cllm_seq_runner bad;
+    setenv("CLLM_LM_SCREEN", "abc", 1);
+    memset(&err, 0, sizeof(err));
+    cllm_status s = cllm_seq_runner_open(&bad, q8, 1, 8, 16, CLLM_KV_F32, &err);
+    unsetenv("CLLM_LM_SCREEN");
+    CHECK_MSG(s != CLLM_OK && strstr(err.msg, "CLLM_LM_SCREEN=abc"), "CLLM_LM_SCREEN=abc: %d %s",
+              (int)s, err.msg);
+    if (s == CLLM_OK) cllm_seq_runner_close(&bad);
+    free(ya);
+    free(yb);
+    free(yc);
+    return test_report("test_lm_screen");
+}
