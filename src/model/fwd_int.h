@@ -87,11 +87,11 @@ struct cllm_model {
     size_t panel_bytes;
     bool panel_all;
     /* The screened int8 lm_head (weights.c lm_screen_plan, fwd_lmhead.c): lm_screen candidates
-     * per row (0 = plain); its panels hold two int4 planes, hi (lm_hi, an int4 panel array with
-     * its own zeros, the int8 scales) then lo (lm_lo); lm_head keeps the int8 zeros and scales */
+     * per row (0 = plain). Its panels hold two int4 planes, which three int4 panel arrays read
+     * (the int8 scales, zeros of their own): lm_hi the hi plane for the estimate, lm_hx the hi
+     * and lm_lx the lo plane for exact logits (16 lm_hx + lm_lx); lm_head keeps the int8 zeros */
     int lm_screen;
-    fwd_wt lm_hi;
-    const int32_t *lm_lo;
+    fwd_wt lm_hi, lm_hx, lm_lx;
     void **allocs; /* owned blocks (vectors, slices, panel arenas), cllm_free_aligned */
     size_t n_allocs, cap_allocs;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */

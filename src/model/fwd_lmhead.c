@@ -7,17 +7,18 @@
  *     GPTQ panel array whose zero sits at the int8 code's expected value given its hi nibble) by
  *     the int4 kernel: about the error of an int4 RTN lm_head;
  *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate panels of 32
- *     entries; each panel's int8 codes are rebuilt from its two planes (lm_join) and its logits
- *     computed by the int8 kernel, the unsplit lm_head's bits;
+ *     entries, whose logits are then computed exactly (below);
  *  3. while the k-th best exact logit is not above every estimate left, the best estimate left
  *     has its panel rescored (bounded by the slots);
  *  4. every entry outside the rescored panels becomes -inf (forward.h allows it for such rows).
  * The k best are then the plain int8 lm_head's unless an estimate was off by more than the gap
  * between the true k-th best and the candidates' tail, several times an int4 matrix's error.
- * Every other row (logits_topk 0: logprobs, penalties, plain sampling, eval) is exact: each
- * panel is rebuilt once per call and run through the int8 kernel, bit for bit the unsplit
- * matrix's logits. Each row's result depends on its own values only: batch and thread
- * invariance hold. */
+ * Every other row (logits_topk 0: logprobs, penalties, plain sampling, eval) is exact. An exact
+ * logit is 16 x (the hi plane at zero zh, lm_hx) + (the lo plane at zero zl, lm_lx), two int4
+ * kernel calls whose integer group sums are the int8 codes' (16 zh + zl = the int8 zero), then
+ * one fused multiply-add: it differs from the unsplit int8 kernel by float rounding only (the
+ * per-group float ops run per plane), and is the same op sequence for candidates and exact rows.
+ * Each row's result depends on its own values only: batch and thread invariance hold. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,51 +35,31 @@ typedef struct lm_job {
     int R, V, K, np;
     const int *row_k; /* [R] logits_topk of the row; 0 = exact row */
     int S;            /* candidate slots per row */
-    size_t b4, b8;    /* bytes of one token's int16 codes for the int4 / int8 layouts */
-    char *a4, *a8;
+    size_t b4;        /* bytes of one token's int16 codes (int4 layout) */
+    char *a4, *a4h;   /* codes; the same with halved sums (the estimate's half-unit zero) */
     float *logits;
     int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
     int *ncand; /* [R] */
     float *thr; /* [R] the smallest estimate kept by pick */
     int *items; /* rescore items: (row, panel) pairs, panel-major */
-    char *scr;  /* [n_threads][scr_stride] rebuilt int8 panels */
+    float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;
-    int *scr_pan;  /* [n_threads] panel held in scr, -1 none */
     uint8_t *mark; /* [np] settle's rescored-panel map */
     float *vals;   /* [S * LM_P] settle's exact values */
 } lm_job;
 
-/* int8 codes of a panel from its planes: word r of the int8 rows holds k = 4r..4r+3 in bytes,
- * word r8 of a plane k = 8r8..8r8+7 in nibbles (weights.c lm_split_panel, the inverse). The
- * column loop is plain 32-bit lane arithmetic, which the compiler vectorizes. */
-static inline uint32_t nib_spread(uint32_t x) { /* 4 nibbles -> the low nibbles of 4 bytes */
-    return (x & 0xF) | (x & 0xF0) << 4 | (x & 0xF00) << 8 | (x & 0xF000) << 12;
-}
-
-static void lm_join(const int32_t *restrict hi, const int32_t *restrict lo, size_t kw8, size_t wd,
-                    int32_t *restrict q8) {
-    for (size_t r8 = 0; r8 < kw8; r8++) {
-        const uint32_t *h = (const uint32_t *)hi + r8 * wd, *l = (const uint32_t *)lo + r8 * wd;
-        uint32_t *d0 = (uint32_t *)q8 + 2 * r8 * wd, *d1 = d0 + wd;
-        for (size_t c = 0; c < wd; c++) {
-            d0[c] = nib_spread(h[c] & 0xFFFF) << 4 | nib_spread(l[c] & 0xFFFF);
-            d1[c] = nib_spread(h[c] >> 16) << 4 | nib_spread(l[c] >> 16);
-        }
-    }
-}
-
-/* Panel p as an int8 matrix whose codes are thread tid's scratch, rebuilt unless held. */
-static cllm_qweight joined(lm_job *j, int p, int tid) {
-    const cllm_model *m = j->m;
-    cllm_qweight q8 = fwd_panel(&m->lm_head.q, LM_P, p);
-    int32_t *s = (int32_t *)(void *)(j->scr + (size_t)tid * j->scr_stride);
-    if (j->scr_pan[tid] != p) {
-        const int32_t *hi = fwd_panel(&m->lm_hi.q, LM_P, p).qweight;
-        lm_join(hi, m->lm_lo + (hi - m->lm_hi.q.qweight), (size_t)j->K / 8, (size_t)q8.N, s);
-        j->scr_pan[tid] = p;
-    }
-    q8.qweight = s;
-    return q8;
+/* Exact logits of panel p for rows [t0, t0 + nt): 16 x hi + lo (see the top). */
+static void exact(lm_job *j, int p, int t0, int nt, int tid) {
+    const cllm_kern_ops *k = j->c->k;
+    float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
+    float *h = j->scr + (size_t)tid * j->scr_stride;
+    const char *A = j->a4 + (size_t)t0 * j->b4;
+    cllm_qweight hx = fwd_panel(&j->m->lm_hx.q, LM_P, p), lx = fwd_panel(&j->m->lm_lx.q, LM_P, p);
+    k->matmul_q_qact16(&hx, 0, hx.N, A, nt, h, LM_P);
+    k->matmul_q_qact16(&lx, 0, lx.N, A, nt, Y, (size_t)j->V);
+    for (int t = 0; t < nt; t++)
+        for (int n = 0; n < hx.N; n++)
+            Y[(size_t)t * j->V + n] = fmaf(16.0f, h[t * LM_P + n], Y[(size_t)t * j->V + n]);
 }
 
 /* Work item i: panels [8i, 8i + 8): estimates of the screened rows, exact logits of the others,
@@ -96,14 +77,12 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
                 float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
                 if (est) {
                     cllm_qweight q = fwd_panel(&j->m->lm_hi.q, LM_P, p);
-                    k->matmul_q_qact16(&q, 0, q.N, j->a4 + (size_t)t0 * j->b4, t1 - t0, Y,
+                    k->matmul_q_qact16(&q, 0, q.N, j->a4h + (size_t)t0 * j->b4, t1 - t0, Y,
                                        (size_t)j->V);
                     for (int t = 0; t < t1 - t0; t++) /* the planes' scale: codes are 16 hi + lo */
                         for (int n = 0; n < q.N; n++) Y[(size_t)t * j->V + n] *= 16.0f;
                 } else {
-                    cllm_qweight q8 = joined(j, p, tid);
-                    k->matmul_q_qact16(&q8, 0, q8.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
-                                       (size_t)j->V);
+                    exact(j, p, t0, t1 - t0, tid);
                 }
             }
     }
@@ -165,9 +144,7 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
 }
 
 static void rescore(lm_job *j, int t, int p, int tid) {
-    cllm_qweight q8 = joined(j, p, tid);
-    j->c->k->matmul_q_qact16(&q8, 0, q8.N, j->a8 + (size_t)t * j->b8, 1,
-                             j->logits + (size_t)t * j->V + (size_t)p * LM_P, (size_t)j->V);
+    exact(j, p, t, 1, tid);
 }
 
 static void rescore_worker(void *vj, size_t b, size_t e, int tid) {
@@ -237,18 +214,16 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
             cmax = heap_size(&j, t) > cmax ? heap_size(&j, t) : cmax;
         }
     j.S = 2 * cmax < j.np ? 2 * cmax : j.np;
-    const int ag4 = cllm_qact16_group(4, q->group), ag8 = cllm_qact16_group(8, q->group);
+    const int ag4 = cllm_qact16_group(4, q->group);
     j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
-    j.b8 = cllm_qact16_bytes(j.K, ag8, 1);
-    j.scr_stride = ((size_t)j.K / 4 * LM_P * 4 + 63) & ~(size_t)63;
-    const size_t sizes[] = {(size_t)c->n_threads * j.scr_stride,
+    j.scr_stride = (size_t)R * LM_P;
+    const size_t sizes[] = {(size_t)c->n_threads * j.scr_stride * sizeof(float),
                             (size_t)R * j.b4,
-                            (size_t)R * j.b8,
+                            (size_t)R * j.b4,
                             (size_t)R * j.S * sizeof(int),
                             (size_t)R * j.S * 2 * sizeof(int),
                             (size_t)R * sizeof(int),
                             (size_t)R * sizeof(float),
-                            (size_t)c->n_threads * sizeof(int),
                             (size_t)j.np,
                             (size_t)j.S * LM_P * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
@@ -265,29 +240,27 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
         at[i] = p;
         p += (sizes[i] + 63) & ~(size_t)63;
     }
-    j.scr = at[0];
+    j.scr = (float *)(void *)at[0];
     j.a4 = at[1];
-    j.a8 = at[2];
+    j.a4h = at[2];
     j.cand = (int *)(void *)at[3];
     j.items = (int *)(void *)at[4];
     j.ncand = (int *)(void *)at[5];
     j.thr = (float *)(void *)at[6];
-    j.scr_pan = (int *)(void *)at[7];
-    j.mark = (uint8_t *)at[8];
-    j.vals = (float *)(void *)at[9];
-    for (int i = 0; i < c->n_threads; i++) j.scr_pan[i] = -1;
+    j.mark = (uint8_t *)at[7];
+    j.vals = (float *)(void *)at[8];
     const int H = m->cfg.hidden_size;
+    c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
     if (n_scr) {
-        c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
-        /* the hi plane's zero is in halves (weights.c lm_hi_zero2): halve the code sums */
+        /* the estimate's zero is in halves (weights.c lm_zeros): the same codes, halved sums */
+        memcpy(j.a4h, j.a4, (size_t)R * j.b4);
         const int nh = j.K / ag4;
         for (int t = 0; t < R; t++) {
-            char *tok = j.a4 + (size_t)t * j.b4;
+            char *tok = j.a4h + (size_t)t * j.b4;
             int32_t *sum = (int32_t *)(void *)(tok + 2 * (size_t)j.K + 4 * (size_t)nh);
             for (int h = 0; h < nh; h++) sum[h] /= 2;
         }
     }
-    c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag8, 8, j.a8);
     cllm_pool_for_dyn(c->pool, (size_t)((j.np + LM_ITEM_PANS - 1) / LM_ITEM_PANS), pass_worker, &j);
     if (!n_scr) return CLLM_OK;
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_worker, &j);
@@ -298,8 +271,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
             j.items[2 * n_it + 1] = j.cand[(size_t)t * j.S + i];
             n_it++;
         }
-    if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* each panel rebuilt once */
-    for (int i = 0; i < c->n_threads; i++) j.scr_pan[i] = -1;
+    if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a panel's rows together */
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
     for (int t = 0; t < R; t++)
         if (row_k[t] > 0) settle(&j, t);

@@ -388,12 +388,13 @@ static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
     if (!fwd_ckpt_drop(ck, p, n)) drop_pages(p, n);
 }
 
-/* The screened lm_head (forward's fwd_lm_screen): an int8 panel's codes q = 16 hi + lo stored as
- * two int4 planes, hi of every panel first ([np][K/8][P], an int4 GPTQ panel array: m->lm_hi),
- * then lo (m->lm_lo), in the bytes the int8 codes took. The screen reads the hi plane alone (half
- * the bytes); a chosen panel's int8 codes are put back together (fwd_lm_join) for the int8
- * kernel, so its logits are the unsplit matrix's bit for bit. Word r of a panel's int8 rows
- * holds k = 4r..4r+3 in its bytes, word r8 of a plane k = 8r8..8r8+7 in its nibbles. */
+/* The screened lm_head (model/fwd_lmhead.c): an int8 panel's codes q = 16 hi + lo stored as two
+ * int4 planes, hi of every panel first ([np][K/8][P]) then lo, in the bytes the int8 codes
+ * took; each plane read as an int4 GPTQ panel array with zeros of its own (lm_zeros). The
+ * screen's estimate reads the hi plane alone (half the bytes); an exact logit is 16 x (hi plane
+ * at zero zh) + (lo plane at zero zl) with 16 zh + zl = the int8 zero, the same integers as the
+ * int8 codes'. Word r of a panel's int8 rows holds k = 4r..4r+3 in its bytes, word r8 of a
+ * plane k = 8r8..8r8+7 in its nibbles. */
 static uint32_t nib_pack(uint32_t b) { /* low nibbles of 4 bytes -> 16 bits */
     b &= 0x0F0F0F0Fu;
     return (b & 0xF) | (b >> 4 & 0xF0) | (b >> 8 & 0xF00) | (b >> 12 & 0xF000);
@@ -408,17 +409,24 @@ static void lm_split_panel(const int32_t *q8, size_t kw8, size_t wd, int32_t *hi
         }
 }
 
-/* The hi plane's int4 zero per (group, column), in halves of a unit: the screen computes
- * isum_hi - Z2 * (asum / 2) ~ isum_hi - ((z8 - 7.5) / 16) asum, the int8 code's expected value
- * given its hi nibble (lo uniform in 0..15); 0 when no int4 zero (1..16) holds it. */
-static int lm_hi_zero2(int z8eff) {
-    int z2 = (2 * z8eff - 7) / 16; /* round((z8eff - 7.5) / 8) for z8eff >= 4 */
-    return z8eff >= 4 && z2 >= 1 && z2 <= 16 ? z2 : 0;
+/* The planes' int4 zeros for int8 effective zero z8 (est 0 when they cannot hold it): est, in
+ * halves of a unit (the estimate computes isum_hi - est * (asum / 2) ~ isum_hi - ((z8 - 7.5) /
+ * 16) asum, the int8 code's expected value given its hi nibble, lo uniform in 0..15); zh and zl
+ * with 16 zh + zl = z8, each an effective int4 zero (1..16). */
+typedef struct lm_zeros {
+    int est, zh, zl;
+} lm_zeros;
+
+static lm_zeros lm_zeros_of(int z8) {
+    lm_zeros z = {(2 * z8 - 7) / 16, (z8 - 1) / 16, 0}; /* est = round((z8 - 7.5) / 8) */
+    z.zl = z8 - 16 * z.zh;
+    if (z8 < 17 || z.est < 1 || z.est > 16 || z.zh < 1 || z.zl < 1 || z.zl > 16) z.est = 0;
+    return z;
 }
 
 typedef struct lm_split {
-    int32_t *tmp; /* one panel's int8 codes */
-    int32_t *z4;  /* the hi plane's zeros, zeroed */
+    int32_t *tmp;  /* one panel's int8 codes */
+    int32_t *z[3]; /* the est, hi and lo views' zeros (zeroed) */
 } lm_split;
 
 static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split *ls) {
@@ -447,9 +455,11 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split
                     size_t n = c0 + c;
                     int z8 =
                         (int)((uint32_t)src.qzeros[g * (N / 4) + n / 4] >> (8 * (n % 4)) & 0xFF);
-                    uint32_t nib = (uint32_t)(lm_hi_zero2(z8 + 1) - 1) & 0xF;
-                    ls->z4[p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
-                        (int32_t)(nib << (4 * (c % 8)));
+                    lm_zeros z = lm_zeros_of(z8 + 1);
+                    const int zv[3] = {z.est, z.zh, z.zl};
+                    for (int i = 0; i < 3; i++)
+                        ls->z[i][p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
+                            (int32_t)(((uint32_t)(zv[i] - 1) & 0xF) << (4 * (c % 8)));
                 }
         } else {
             for (size_t r = 0; r < kw; r++) memcpy(dw + r * wd, src.qweight + r * N + c0, wd * 4);
@@ -565,7 +575,7 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
     const size_t ng = q->group ? (size_t)q->K / q->group : 0;
     for (size_t i = 0; !why && i < ng * ((size_t)q->N / 4); i++)
         for (int j = 0; j < 4; j++)
-            if (!lm_hi_zero2((int)((uint32_t)q->qzeros[i] >> (8 * j) & 0xFF) + 1))
+            if (!lm_zeros_of((int)((uint32_t)q->qzeros[i] >> (8 * j) & 0xFF) + 1).est)
                 why = "a zero point far from the middle of the int8 range";
     if (why) {
         if (forced) LOG_INFO("CLLM_LM_SCREEN=%s: lm_head not screened: %s", env, why);
@@ -573,8 +583,10 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
     }
     const size_t np = ((size_t)q->N + PANEL_W - 1) / PANEL_W;
     ls->tmp = own(m, (size_t)q->K / 4 * PANEL_W * 4);
-    ls->z4 = own(m, np * ng * (PANEL_W / 8) * 4);
-    if (!ls->tmp || !ls->z4) return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
+    for (int i = 0; i < 3; i++)
+        if (!(ls->z[i] = own(m, np * ng * (PANEL_W / 8) * 4)))
+            return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
+    if (!ls->tmp) return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
     m->lm_screen = (int)n;
     return CLLM_OK;
 }
@@ -600,7 +612,7 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         st = panel_set(&pl, ml.ws, ml.n, err);
     }
     fwd_wt *head = &m->lm_head;
-    lm_split ls = {NULL, NULL};
+    lm_split ls = {NULL, {NULL, NULL, NULL}};
     if (st == CLLM_OK && !(lm && !strcmp(lm, "0")) &&
         (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
         size_t j0 = pl.n_jobs;
@@ -625,11 +637,14 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     free(pl.jobs);
     if (st == CLLM_OK && m->lm_screen) { /* the views fwd_lm_screen reads */
         const cllm_qweight *q = &head->q;
-        m->lm_hi = *head;
-        m->lm_hi.q.bits = 4;
-        m->lm_hi.q.qzeros = ls.z4;
-        m->lm_lo =
-            q->qweight + ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
+        fwd_wt *views[3] = {&m->lm_hi, &m->lm_hx, &m->lm_lx};
+        for (int v = 0; v < 3; v++) {
+            *views[v] = *head;
+            views[v]->q.bits = 4;
+            views[v]->q.qzeros = ls.z[v];
+        }
+        m->lm_lx.q.qweight += ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
+        m->lm_lx.data = m->lm_lx.q.qweight;
         LOG_DEBUG("lm_head: int8 codes in two int4 planes, screened with %d candidates",
                   m->lm_screen);
     } else {
