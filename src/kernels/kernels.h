@@ -85,8 +85,10 @@ static inline size_t cllm_gdn_chunk_work(int dk, int dv) {
  * quantized on kern_fake_quant_act's grid for act_bits (8: absmax / 127; 4: absmax / 7, codes
  * -7..7; round to nearest even), stored as int8 codes + fp32 scale + int32 code sum per group.
  * The code order inside a token is the tier's own: only the tier that prepared a buffer may read
- * it. Token t starts at byte t * cllm_qact_bytes(K, group, 1); the caller owns A (any alignment
- * of 8 bytes). K % group == 0, group % 8 == 0. */
+ * it. In every tier a token is [K] codes, then [K/group] scales, then [K/group] sums (the screened
+ * lm_head, model/fwd_lmhead.c, halves the sums in place). Token t starts at byte t *
+ * cllm_qact_bytes(K, group, 1); the caller owns A (any alignment of 8 bytes). K % group == 0, group
+ * % 8 == 0. */
 static inline size_t cllm_qact_bytes(int K, int group, int n_tok) {
     return (size_t)n_tok * ((size_t)K + 8 * (size_t)(K / group));
 }
@@ -117,7 +119,8 @@ static inline int cllm_qact16_group(int bits, int group) {
         if (group % ag == 0) return ag;
     return 8;
 }
-/* Bytes of n_tok prepared tokens (int16 codes, fp32 scales, int32 sums); token t starts at
+/* Bytes of n_tok prepared tokens ([K] int16 codes, then [K/ag] fp32 scales, then [K/ag] int32
+ * sums, in every tier); token t starts at
  * t * cllm_qact16_bytes(K, ag, 1). The code order inside a token is the tier's own and depends
  * on the weight bits it was prepared for: only matmuls of that tier and bits may read it. */
 static inline size_t cllm_qact16_bytes(int K, int ag, int n_tok) {

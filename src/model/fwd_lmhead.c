@@ -5,7 +5,7 @@
  * (cllm_seq_batch.logits_topk: greedy k = 1, top-k sampling k = top_k) reads about half of it:
  *  1. every vocabulary entry is estimated from the hi nibbles of its int8 codes (lm_hi, an int4
  *     GPTQ panel array whose zero sits at the int8 code's expected value given its hi nibble) by
- *     the int4 kernel: about the error of an int4 RTN lm_head;
+ *     the W4A8 kernel on int8 activation codes: about the error of an int4 RTN lm_head;
  *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate panels of 32
  *     entries, whose logits are then computed exactly (below);
  *  3. while the k-th best exact logit is not above every estimate left, the best estimate left
@@ -35,8 +35,8 @@ typedef struct lm_job {
     int R, V, K, np;
     const int *row_k; /* [R] logits_topk of the row; 0 = exact row */
     int S;            /* candidate slots per row */
-    size_t b4;        /* bytes of one token's int16 codes (int4 layout) */
-    char *a4, *a4h;   /* codes; the same with halved sums (the estimate's half-unit zero) */
+    size_t b4, b8;    /* bytes per token: int16 codes (int4 layout), the estimate's int8 codes */
+    char *a4, *a8;    /* exact logits' codes; the estimate's (sums halved: its half-unit zero) */
     float *logits;
     int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
     int *ncand; /* [R] */
@@ -44,8 +44,8 @@ typedef struct lm_job {
     int *items; /* rescore items: (row, panel) pairs, panel-major */
     float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;
-    uint8_t *mark; /* [np] settle's rescored-panel map */
-    float *vals;   /* [S * LM_P] settle's exact values */
+    uint8_t *mark; /* [n_threads][np] settle's rescored-panel maps */
+    float *vals;   /* [n_threads][S * LM_P] settle's exact values */
 } lm_job;
 
 /* Exact logits of panel p for rows [t0, t0 + nt): 16 x hi + lo (see the top). */
@@ -77,8 +77,8 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
                 float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
                 if (est) {
                     cllm_qweight q = fwd_panel(&j->m->lm_hi.q, LM_P, p);
-                    k->matmul_q_qact16(&q, 0, q.N, j->a4h + (size_t)t0 * j->b4, t1 - t0, Y,
-                                       (size_t)j->V);
+                    k->matmul_q4_qact(&q, 0, q.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
+                                      (size_t)j->V);
                     for (int t = 0; t < t1 - t0; t++) /* the planes' scale: codes are 16 hi + lo */
                         for (int n = 0; n < q.N; n++) Y[(size_t)t * j->V + n] *= 16.0f;
                 } else {
@@ -158,7 +158,7 @@ static int desc(const void *a, const void *b) {
 }
 
 /* The k-th best exact value of row t (its rescored panels). */
-static float kth_exact(lm_job *j, int t) {
+static float kth_exact(lm_job *j, int t, float *vals) {
     const float *y = j->logits + (size_t)t * j->V;
     const int *cd = j->cand + (size_t)t * j->S, k = j->row_k[t];
     int n = 0;
@@ -167,34 +167,44 @@ static float kth_exact(lm_job *j, int t) {
         int v1 = (cd[i] + 1) * LM_P < j->V ? (cd[i] + 1) * LM_P : j->V;
         for (int v = cd[i] * LM_P; v < v1; v++) {
             best = y[v] > best ? y[v] : best;
-            j->vals[n++] = y[v];
+            vals[n++] = y[v];
         }
     }
     if (k == 1) return best;
-    qsort(j->vals, (size_t)n, sizeof(float), desc);
-    return k <= n ? j->vals[k - 1] : -INFINITY;
+    qsort(vals, (size_t)n, sizeof(float), desc);
+    return k <= n ? vals[k - 1] : -INFINITY;
 }
 
-/* Steps 3 and 4 for screened row t (serial: step 3 is rare). */
-static void settle(lm_job *j, int t) {
-    float *y = j->logits + (size_t)t * j->V;
-    int *cd = j->cand + (size_t)t * j->S;
-    memset(j->mark, 0, (size_t)j->np);
-    for (int i = 0; i < j->ncand[t]; i++) j->mark[cd[i]] = 1;
-    float kth = kth_exact(j, t);
-    if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best ones left */
-        while (j->ncand[t] < j->S) {
-            int arg = -1;
-            for (int v = 0; v < j->V; v++)
-                if (!j->mark[v / LM_P] && (arg < 0 || y[v] > y[arg])) arg = v;
-            if (arg < 0 || y[arg] < kth) break;
-            j->mark[arg / LM_P] = 1;
-            cd[j->ncand[t]++] = arg / LM_P;
-            rescore(j, t, arg / LM_P, 0);
-            kth = kth_exact(j, t);
-        }
-    for (int v = 0; v < j->V; v++)
-        if (!j->mark[v / LM_P]) y[v] = -INFINITY;
+/* Steps 3 and 4 for the screened rows (step 3 is rare). */
+static void settle_worker(void *vj, size_t b, size_t e, int tid) {
+    lm_job *j = vj;
+    uint8_t *mark = j->mark + (size_t)tid * j->np;
+    float *vals = j->vals + (size_t)tid * j->S * LM_P;
+    for (size_t tt = b; tt < e; tt++) {
+        const int t = (int)tt;
+        if (j->row_k[t] <= 0) continue;
+        float *y = j->logits + (size_t)t * j->V;
+        int *cd = j->cand + (size_t)t * j->S;
+        memset(mark, 0, (size_t)j->np);
+        for (int i = 0; i < j->ncand[t]; i++) mark[cd[i]] = 1;
+        float kth = kth_exact(j, t, vals);
+        if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best left */
+            while (j->ncand[t] < j->S) {
+                int arg = -1;
+                for (int v = 0; v < j->V; v++)
+                    if (!mark[v / LM_P] && (arg < 0 || y[v] > y[arg])) arg = v;
+                if (arg < 0 || y[arg] < kth) break;
+                mark[arg / LM_P] = 1;
+                cd[j->ncand[t]++] = arg / LM_P;
+                rescore(j, t, arg / LM_P, tid);
+                kth = kth_exact(j, t, vals);
+            }
+        for (int p = 0; p < j->np; p++)
+            if (!mark[p]) {
+                int v1 = (p + 1) * LM_P < j->V ? (p + 1) * LM_P : j->V;
+                for (int v = p * LM_P; v < v1; v++) y[v] = -INFINITY;
+            }
+    }
 }
 
 static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
@@ -216,16 +226,17 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     j.S = 2 * cmax < j.np ? 2 * cmax : j.np;
     const int ag4 = cllm_qact16_group(4, q->group);
     j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
+    j.b8 = cllm_qact_bytes(j.K, q->group, 1);
     j.scr_stride = (size_t)R * LM_P;
     const size_t sizes[] = {(size_t)c->n_threads * j.scr_stride * sizeof(float),
                             (size_t)R * j.b4,
-                            (size_t)R * j.b4,
+                            (size_t)R * j.b8,
                             (size_t)R * j.S * sizeof(int),
                             (size_t)R * j.S * 2 * sizeof(int),
                             (size_t)R * sizeof(int),
                             (size_t)R * sizeof(float),
-                            (size_t)j.np,
-                            (size_t)j.S * LM_P * sizeof(float)};
+                            (size_t)c->n_threads * j.np,
+                            (size_t)c->n_threads * j.S * LM_P * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
@@ -242,7 +253,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     }
     j.scr = (float *)(void *)at[0];
     j.a4 = at[1];
-    j.a4h = at[2];
+    j.a8 = at[2];
     j.cand = (int *)(void *)at[3];
     j.items = (int *)(void *)at[4];
     j.ncand = (int *)(void *)at[5];
@@ -252,13 +263,16 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     const int H = m->cfg.hidden_size;
     c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
     if (n_scr) {
-        /* the estimate's zero is in halves (weights.c lm_zeros): the same codes, halved sums */
-        memcpy(j.a4h, j.a4, (size_t)R * j.b4);
-        const int nh = j.K / ag4;
+        /* int8 codes (W4A8's, kernels.h): the estimate is int4-accurate, and they run twice the
+         * int16 codes' multiply-adds per instruction where a batch of rows makes it compute
+         * bound. Its zero is in halves (weights.c lm_zeros): halve the code sums, which every
+         * tier stores after the codes and scales (kernels.h, qact_prep) */
+        c->k->qact_prep(c->xn, (size_t)H, R, j.K, q->group, 8, j.a8);
+        const int ng = j.K / q->group;
         for (int t = 0; t < R; t++) {
-            char *tok = j.a4h + (size_t)t * j.b4;
-            int32_t *sum = (int32_t *)(void *)(tok + 2 * (size_t)j.K + 4 * (size_t)nh);
-            for (int h = 0; h < nh; h++) sum[h] /= 2;
+            char *tok = j.a8 + (size_t)t * j.b8;
+            int32_t *sum = (int32_t *)(void *)(tok + (size_t)j.K + 4 * (size_t)ng);
+            for (int g = 0; g < ng; g++) sum[g] /= 2;
         }
     }
     cllm_pool_for_dyn(c->pool, (size_t)((j.np + LM_ITEM_PANS - 1) / LM_ITEM_PANS), pass_worker, &j);
@@ -273,7 +287,6 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
         }
     if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a panel's rows together */
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
-    for (int t = 0; t < R; t++)
-        if (row_k[t] > 0) settle(&j, t);
+    cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, settle_worker, &j);
     return CLLM_OK;
 }
