@@ -55,11 +55,11 @@ typedef struct smp_input {
  * token first, then the top ones by raw logit. */
 int smp_sample(smp_scratch *s, const cllm_sampling *p, const smp_input *in, cllm_token_logprob *lp);
 
-/* Tensor parallel (model/forward.h, cllm_seq_batch.logits_topk): the k for which smp_sample
- * picks the same token from a row that is exact only at its k best entries (logit * *scale
- * descending, then lowest id) and -inf elsewhere, or 0 when it needs the whole row. Greedy is
- * k = 1 at scale 1. Top-k sampling (1 <= top_k <= CLLM_LOGITS_TOPK_MAX) is k = top_k at scale
- * 1 / temperature, the factor applied before ordering, so ties fall the same way; top-p and
+/* Tensor parallel and the screened lm_head (model/forward.h, cllm_seq_batch.logits_topk): the k
+ * for which smp_sample picks the same token from a row that is exact only at its k best entries
+ * (logit * *scale descending, then lowest id) and -inf elsewhere, or 0 when it needs the whole row.
+ * Greedy is k = 1 at scale 1. Top-k sampling (1 <= top_k <= CLLM_LOGITS_TOPK_MAX) is k = top_k at
+ * scale 1 / temperature, the factor applied before ordering, so ties fall the same way; top-p and
  * min-p then act on those k only. Logprobs, logit_bias, forbidden ids (forbid), a grammar mask
  * (mask) and the penalties read or change entries outside the best k: 0. So does sampling
  * without top_k, where every token has a weight. */

@@ -547,8 +547,9 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->n_table = e->n_table;
     b->state_slot = e->slot;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
-    /* tensor parallel: a sample that needs only the row's best k lets each rank send its best k
-     * instead of its slice (forward.h; ignored on one process). The same tests as sched_sample. */
+    /* a sample that needs only the row's best k lets each tensor-parallel rank send its best k
+     * instead of its slice, and a screened lm_head compute only its best candidates exactly
+     * (forward.h). The same tests as sched_sample. */
     b->logits_topk = 0;
     if (t->logits) {
         const eng_req *q = e->req;

@@ -21,7 +21,8 @@ typedef struct cllm_seq_runner {
     int32_t *table;
     int n_table;
     int pos; /* tokens already in the cache */
-    /* copied into the batch of every LAST step (forward.h; tensor parallel only): 0 = exact */
+    /* copied into the batch of every LAST step (forward.h: tensor parallel, the screened lm_head):
+     * 0 = exact */
     int logits_topk;
     float logits_scale;
 } cllm_seq_runner;
