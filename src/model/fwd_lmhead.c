@@ -26,17 +26,16 @@
 #include "base/mem.h"
 #include "model/fwd_int.h"
 
-#define LM_P         32 /* panel width (weights.c PANEL_W) */
-#define LM_ITEM_PANS 8  /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
+#define LM_ITEM_PANS 8 /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
 
 typedef struct lm_job {
     cllm_fwd_ctx *c;
     const cllm_model *m;
-    int R, V, K, np;
-    const int *row_k; /* [R] logits_topk of the row; 0 = exact row */
-    int S;            /* candidate slots per row */
-    size_t b4, b8;    /* bytes per token: int16 codes (int4 layout), the estimate's int8 codes */
-    char *a4, *a8;    /* exact logits' codes; the estimate's (sums halved: its half-unit zero) */
+    int R, V, K, P, np; /* P: panel width (fwd_wt.panel) */
+    const int *row_k;   /* [R] logits_topk of the row; 0 = exact row */
+    int S;              /* candidate slots per row */
+    size_t b4, b8;      /* bytes per token: int16 codes (int4 layout), the estimate's int8 codes */
+    char *a4, *a8;      /* exact logits' codes; the estimate's (sums halved: its half-unit zero) */
     float *logits;
     int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
     int *ncand; /* [R] */
@@ -45,21 +44,21 @@ typedef struct lm_job {
     float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;
     uint8_t *mark; /* [n_threads][np] settle's rescored-panel maps */
-    float *vals;   /* [n_threads][S * LM_P] settle's exact values */
+    float *vals;   /* [n_threads][S * j->P] settle's exact values */
 } lm_job;
 
 /* Exact logits of panel p for rows [t0, t0 + nt): 16 x hi + lo (see the top). */
 static void exact(lm_job *j, int p, int t0, int nt, int tid) {
     const cllm_kern_ops *k = j->c->k;
-    float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
+    float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * j->P;
     float *h = j->scr + (size_t)tid * j->scr_stride;
     const char *A = j->a4 + (size_t)t0 * j->b4;
-    cllm_qweight hx = fwd_panel(&j->m->lm_hx.q, LM_P, p), lx = fwd_panel(&j->m->lm_lx.q, LM_P, p);
-    k->matmul_q_qact16(&hx, 0, hx.N, A, nt, h, LM_P);
+    cllm_qweight hx = fwd_panel(&j->m->lm_hx.q, j->P, p), lx = fwd_panel(&j->m->lm_lx.q, j->P, p);
+    k->matmul_q_qact16(&hx, 0, hx.N, A, nt, h, j->P);
     k->matmul_q_qact16(&lx, 0, lx.N, A, nt, Y, (size_t)j->V);
     for (int t = 0; t < nt; t++)
         for (int n = 0; n < hx.N; n++)
-            Y[(size_t)t * j->V + n] = fmaf(16.0f, h[t * LM_P + n], Y[(size_t)t * j->V + n]);
+            Y[(size_t)t * j->V + n] = fmaf(16.0f, h[t * j->P + n], Y[(size_t)t * j->V + n]);
 }
 
 /* Work item i: panels [8i, 8i + 8): estimates of the screened rows, exact logits of the others,
@@ -74,9 +73,9 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
                 const bool est = j->row_k[t0] > 0;
                 for (t1 = t0 + 1; t1 < j->R && (j->row_k[t1] > 0) == est; t1++) {
                 }
-                float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * LM_P;
+                float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * j->P;
                 if (est) {
-                    cllm_qweight q = fwd_panel(&j->m->lm_hi.q, LM_P, p);
+                    cllm_qweight q = fwd_panel(&j->m->lm_hi.q, j->P, p);
                     k->matmul_q4_qact(&q, 0, q.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
                                       (size_t)j->V);
                     for (int t = 0; t < t1 - t0; t++) /* the planes' scale: codes are 16 hi + lo */
@@ -130,7 +129,7 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
         }
         j->thr[t] = hv[0];
         int *cd = j->cand + t * (size_t)j->S, u = 0;
-        for (int i = 0; i < n; i++) cd[i] = hid[i] / LM_P;
+        for (int i = 0; i < n; i++) cd[i] = hid[i] / j->P;
         for (int i = 1; i < n; i++) /* ascending (insertion sort: n is small), then unique */
             for (int q = i; q > 0 && cd[q - 1] > cd[q]; q--) {
                 int x = cd[q];
@@ -143,13 +142,9 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-static void rescore(lm_job *j, int t, int p, int tid) {
-    exact(j, p, t, 1, tid);
-}
-
 static void rescore_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
-    for (size_t i = b; i < e; i++) rescore(j, j->items[2 * i], j->items[2 * i + 1], tid);
+    for (size_t i = b; i < e; i++) exact(j, j->items[2 * i + 1], j->items[2 * i], 1, tid);
 }
 
 static int desc(const void *a, const void *b) {
@@ -164,8 +159,8 @@ static float kth_exact(lm_job *j, int t, float *vals) {
     int n = 0;
     float best = -INFINITY;
     for (int i = 0; i < j->ncand[t]; i++) {
-        int v1 = (cd[i] + 1) * LM_P < j->V ? (cd[i] + 1) * LM_P : j->V;
-        for (int v = cd[i] * LM_P; v < v1; v++) {
+        int v1 = (cd[i] + 1) * j->P < j->V ? (cd[i] + 1) * j->P : j->V;
+        for (int v = cd[i] * j->P; v < v1; v++) {
             best = y[v] > best ? y[v] : best;
             vals[n++] = y[v];
         }
@@ -179,7 +174,7 @@ static float kth_exact(lm_job *j, int t, float *vals) {
 static void settle_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
     uint8_t *mark = j->mark + (size_t)tid * j->np;
-    float *vals = j->vals + (size_t)tid * j->S * LM_P;
+    float *vals = j->vals + (size_t)tid * j->S * j->P;
     for (size_t tt = b; tt < e; tt++) {
         const int t = (int)tt;
         if (j->row_k[t] <= 0) continue;
@@ -192,17 +187,17 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
             while (j->ncand[t] < j->S) {
                 int arg = -1;
                 for (int v = 0; v < j->V; v++)
-                    if (!mark[v / LM_P] && (arg < 0 || y[v] > y[arg])) arg = v;
+                    if (!mark[v / j->P] && (arg < 0 || y[v] > y[arg])) arg = v;
                 if (arg < 0 || y[arg] < kth) break;
-                mark[arg / LM_P] = 1;
-                cd[j->ncand[t]++] = arg / LM_P;
-                rescore(j, t, arg / LM_P, tid);
+                mark[arg / j->P] = 1;
+                cd[j->ncand[t]++] = arg / j->P;
+                exact(j, arg / j->P, t, 1, tid);
                 kth = kth_exact(j, t, vals);
             }
         for (int p = 0; p < j->np; p++)
             if (!mark[p]) {
-                int v1 = (p + 1) * LM_P < j->V ? (p + 1) * LM_P : j->V;
-                for (int v = p * LM_P; v < v1; v++) y[v] = -INFINITY;
+                int v1 = (p + 1) * j->P < j->V ? (p + 1) * j->P : j->V;
+                for (int v = p * j->P; v < v1; v++) y[v] = -INFINITY;
             }
     }
 }
@@ -215,8 +210,10 @@ static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
 cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits) {
     const cllm_model *m = c->m;
     const cllm_qweight *q = &m->lm_head.q;
-    lm_job j = {.c = c, .m = m, .R = R, .V = q->N, .K = q->K, .row_k = row_k, .logits = logits};
-    j.np = (j.V + LM_P - 1) / LM_P;
+    lm_job j = {.c = c, .m = m, .R = R, .V = q->N, .K = q->K, .P = m->lm_head.panel};
+    j.row_k = row_k;
+    j.logits = logits;
+    j.np = (j.V + j.P - 1) / j.P;
     int n_scr = 0, cmax = 0;
     for (int t = 0; t < R; t++)
         if (row_k[t] > 0) {
@@ -227,7 +224,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     const int ag4 = cllm_qact16_group(4, q->group);
     j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
     j.b8 = cllm_qact_bytes(j.K, q->group, 1);
-    j.scr_stride = (size_t)R * LM_P;
+    j.scr_stride = (size_t)R * j.P;
     const size_t sizes[] = {(size_t)c->n_threads * j.scr_stride * sizeof(float),
                             (size_t)R * j.b4,
                             (size_t)R * j.b8,
@@ -236,7 +233,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
                             (size_t)R * sizeof(int),
                             (size_t)R * sizeof(float),
                             (size_t)c->n_threads * j.np,
-                            (size_t)c->n_threads * j.S * LM_P * sizeof(float)};
+                            (size_t)c->n_threads * j.S * j.P * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;

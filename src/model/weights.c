@@ -400,13 +400,25 @@ static uint32_t nib_pack(uint32_t b) { /* low nibbles of 4 bytes -> 16 bits */
     return (b & 0xF) | (b >> 4 & 0xF0) | (b >> 8 & 0xF00) | (b >> 12 & 0xF000);
 }
 
-static void lm_split_panel(const int32_t *q8, size_t kw8, size_t wd, int32_t *hi, int32_t *lo) {
+/* int8 rows q8 (row stride ld words) of a panel wd columns wide -> its kw8 rows of each plane. */
+static void lm_split_panel(const int32_t *q8, size_t ld, size_t kw8, size_t wd, int32_t *hi,
+                           int32_t *lo) {
     for (size_t r8 = 0; r8 < kw8; r8++)
         for (size_t c = 0; c < wd; c++) {
-            uint32_t w0 = (uint32_t)q8[(2 * r8) * wd + c], w1 = (uint32_t)q8[(2 * r8 + 1) * wd + c];
+            uint32_t w0 = (uint32_t)q8[(2 * r8) * ld + c], w1 = (uint32_t)q8[(2 * r8 + 1) * ld + c];
             hi[r8 * wd + c] = (int32_t)(nib_pack(w0 >> 4) | nib_pack(w1 >> 4) << 16);
             lo[r8 * wd + c] = (int32_t)(nib_pack(w0) | nib_pack(w1) << 16);
         }
+}
+
+/* Words from the hi planes' start to the lo planes' (every panel's hi plane comes first). */
+static size_t lm_lo_offset(const cllm_qweight *q) {
+    return ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
+}
+
+/* Effective zero (stored + 1) of column n, group g of an int8 GPTQ matrix N columns wide. */
+static int int8_zero(const int32_t *qzeros, size_t N, size_t g, size_t n) {
+    return (int)((uint32_t)qzeros[g * (N / 4) + n / 4] >> (8 * (n % 4)) & 0xFF) + 1;
 }
 
 /* The planes' int4 zeros for int8 effective zero z8 (est 0 when they cannot hold it): est, in
@@ -425,7 +437,6 @@ static lm_zeros lm_zeros_of(int z8) {
 }
 
 typedef struct lm_split {
-    int32_t *tmp;  /* one panel's int8 codes */
     int32_t *z[3]; /* the est, hi and lo views' zeros (zeroed) */
 } lm_split;
 
@@ -446,16 +457,11 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split
         int32_t *dw = qw + (d.qweight - qw), *dz = qz + (d.qzeros - qz);
         uint16_t *ds = sc + (d.scales - sc);
         if (ls) { /* the screened lm_head (lm_screen_plan): int8 codes into two int4 planes */
-            for (size_t r = 0; r < kw; r++)
-                memcpy(ls->tmp + r * wd, src.qweight + r * N + c0, wd * 4);
             int32_t *hi = qw + p * (kw / 2) * P;
-            lm_split_panel(ls->tmp, kw / 2, wd, hi, hi + np * (kw / 2) * P);
+            lm_split_panel(src.qweight + c0, (size_t)N, kw / 2, wd, hi, hi + lm_lo_offset(&src));
             for (size_t g = 0; g < ng; g++)
                 for (size_t c = 0; c < wd; c++) {
-                    size_t n = c0 + c;
-                    int z8 =
-                        (int)((uint32_t)src.qzeros[g * (N / 4) + n / 4] >> (8 * (n % 4)) & 0xFF);
-                    lm_zeros z = lm_zeros_of(z8 + 1);
+                    lm_zeros z = lm_zeros_of(int8_zero(src.qzeros, (size_t)N, g, c0 + c));
                     const int zv[3] = {z.est, z.zh, z.zl};
                     for (int i = 0; i < 3; i++)
                         ls->z[i][p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
@@ -573,20 +579,18 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
     else if (!panel_bytes(h) || q->K % 8 || q->group % 8)
         why = "its shape takes no panels";
     const size_t ng = q->group ? (size_t)q->K / q->group : 0;
-    for (size_t i = 0; !why && i < ng * ((size_t)q->N / 4); i++)
-        for (int j = 0; j < 4; j++)
-            if (!lm_zeros_of((int)((uint32_t)q->qzeros[i] >> (8 * j) & 0xFF) + 1).est)
+    for (size_t g = 0; !why && g < ng; g++)
+        for (size_t col = 0; !why && col < (size_t)q->N; col++)
+            if (!lm_zeros_of(int8_zero(q->qzeros, (size_t)q->N, g, col)).est)
                 why = "a zero point far from the middle of the int8 range";
     if (why) {
         if (forced) LOG_INFO("CLLM_LM_SCREEN=%s: lm_head not screened: %s", env, why);
         return CLLM_OK;
     }
     const size_t np = ((size_t)q->N + PANEL_W - 1) / PANEL_W;
-    ls->tmp = own(m, (size_t)q->K / 4 * PANEL_W * 4);
     for (int i = 0; i < 3; i++)
         if (!(ls->z[i] = own(m, np * ng * (PANEL_W / 8) * 4)))
             return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
-    if (!ls->tmp) return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
     m->lm_screen = (int)n;
     return CLLM_OK;
 }
@@ -612,7 +616,7 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         st = panel_set(&pl, ml.ws, ml.n, err);
     }
     fwd_wt *head = &m->lm_head;
-    lm_split ls = {NULL, {NULL, NULL, NULL}};
+    lm_split ls = {{NULL, NULL, NULL}};
     if (st == CLLM_OK && !(lm && !strcmp(lm, "0")) &&
         (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
         size_t j0 = pl.n_jobs;
@@ -636,14 +640,13 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     }
     free(pl.jobs);
     if (st == CLLM_OK && m->lm_screen) { /* the views fwd_lm_screen reads */
-        const cllm_qweight *q = &head->q;
         fwd_wt *views[3] = {&m->lm_hi, &m->lm_hx, &m->lm_lx};
         for (int v = 0; v < 3; v++) {
             *views[v] = *head;
             views[v]->q.bits = 4;
             views[v]->q.qzeros = ls.z[v];
         }
-        m->lm_lx.q.qweight += ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
+        m->lm_lx.q.qweight += lm_lo_offset(&head->q);
         m->lm_lx.data = m->lm_lx.q.qweight;
         LOG_DEBUG("lm_head: int8 codes in two int4 planes, screened with %d candidates",
                   m->lm_screen);
