@@ -14,31 +14,11 @@
 
 #include "model/seq_runner.h"
 #include "model/synth.h"
-#include "quant/quantize.h"
 #include "test.h"
+#include "test_model.h"
 
 #define NP 13 /* prompt tokens */
 #define NG 40 /* decode steps */
-
-static int write_config(const char *src, const char *dst) {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/configs/tiny.json", src);
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *key = "\"vocab_size\": 512";
-    char *v = strstr(buf, key);
-    if (!v) return -1;
-    static char out[1 << 16];
-    snprintf(out, sizeof(out), "%.*s\"vocab_size\": 1000%s", (int)(v - buf), buf, v + strlen(key));
-    f = fopen(dst, "wb");
-    if (!f) return -1;
-    int ok = fputs(out, f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
 
 static int open_runner(cllm_seq_runner *r, const char *dir, const char *screen, int threads) {
     setenv("CLLM_LM_SCREEN", screen, 1);
@@ -79,27 +59,17 @@ static void topk(const float *y, int V, int k, int *ids) {
 int main(void) {
     const char *src = test_src(), *tmp = test_tmp();
     mkdir(tmp, 0755);
-    char cfg[1024], bf[1024], q8[1024], rm[2200];
+    char cfg[1024], bf[1024], q8[1024];
     snprintf(cfg, sizeof(cfg), "%s/lmscreen.json", tmp);
     snprintf(bf, sizeof(bf), "%s/lmscreen-bf16", tmp);
     snprintf(q8, sizeof(q8), "%s/lmscreen-w4", tmp);
-    CHECK(write_config(src, cfg) == 0);
+    static const char *const from[] = {"\"vocab_size\": 512"}, *const to[] = {
+                                                                   "\"vocab_size\": 1000"};
+    CHECK(tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0);
     cllm_error err;
     cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 21, .dtype = CLLM_DT_BF16};
     CHECK_MSG(cllm_synth(&so, &err) == CLLM_OK, "synth: %s", err.msg);
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", q8);
-    CHECK(system(rm) == 0);
-    FILE *devnull = fopen("/dev/null", "w");
-    cllm_quant_opts qo = {.in_dir = bf,
-                          .out_dir = q8,
-                          .scheme = "w4a16",
-                          .group = 32,
-                          .lm_head_bits = 8,
-                          .method = "rtn",
-                          .threads = 1,
-                          .out = devnull};
-    CHECK_MSG(cllm_quantize(&qo, &err) == CLLM_OK, "quantize: %s", err.msg);
-    if (devnull) fclose(devnull);
+    CHECK_MSG(tm_quantize_w4a16(bf, q8, 32, 8, &err) == CLLM_OK, "quantize: %s", err.msg);
 
     cllm_seq_runner plain, exa, scr, scr1;
     if (open_runner(&plain, q8, "0", 2) || open_runner(&exa, q8, "8", 2) ||

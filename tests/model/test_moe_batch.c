@@ -15,8 +15,8 @@
 #include "base/threadpool.h"
 #include "model/forward.h"
 #include "model/synth.h"
-#include "quant/quantize.h"
 #include "test.h"
+#include "test_model.h"
 
 #define NSEQ 6
 #define MAXL 37
@@ -99,33 +99,6 @@ static int differs(float *a[NSEQ], float *b[NSEQ], int V, bool say) {
     return bad;
 }
 
-/* configs/tiny-moe.json with 4 experts, top-2 and widths the int4 groups of 32 divide. */
-static int write_config(const char *src, const char *path) {
-    char in[1024];
-    snprintf(in, sizeof(in), "%s/configs/tiny-moe.json", src);
-    FILE *f = fopen(in, "rb");
-    if (!f) return -1;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    static const char *const from[] = {"\"num_experts\": 64", "\"num_experts_per_tok\": 8",
-                                       "\"moe_intermediate_size\": 16",
-                                       "\"shared_expert_intermediate_size\": 16"};
-    static const char *const to[] = {"\"num_experts\":  4", "\"num_experts_per_tok\": 2",
-                                     "\"moe_intermediate_size\": 64",
-                                     "\"shared_expert_intermediate_size\": 32"};
-    for (int i = 0; i < 4; i++) {
-        char *p = strstr(buf, from[i]);
-        if (!p || strlen(from[i]) != strlen(to[i])) return -1;
-        memcpy(p, to[i], strlen(to[i]));
-    }
-    f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = fwrite(buf, 1, n, f) == n;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
-
 int main(void) {
     const char *src = getenv("CLLM_SRC"), *tmp = getenv("CLLM_TMP");
     if (!src) src = ".";
@@ -135,7 +108,14 @@ int main(void) {
     snprintf(cfg, sizeof(cfg), "%s/moe4.json", tmp);
     snprintf(bf, sizeof(bf), "%s/moe4-bf16", tmp);
     snprintf(q4, sizeof(q4), "%s/moe4-w4", tmp);
-    CHECK(write_config(src, cfg) == 0);
+    /* configs/tiny-moe.json with 4 experts, top-2 and widths the int4 groups of 32 divide */
+    static const char *const from[] = {"\"num_experts\": 64", "\"num_experts_per_tok\": 8",
+                                       "\"moe_intermediate_size\": 16",
+                                       "\"shared_expert_intermediate_size\": 16"};
+    static const char *const to[] = {"\"num_experts\": 4", "\"num_experts_per_tok\": 2",
+                                     "\"moe_intermediate_size\": 64",
+                                     "\"shared_expert_intermediate_size\": 32"};
+    CHECK(tm_write_config(src, "tiny-moe.json", cfg, from, to, 4) == 0);
     cllm_error err;
     cllm_synth_opts so = {.config_path = cfg,
                           .out_dir = bf,
@@ -143,20 +123,7 @@ int main(void) {
                           .dtype = CLLM_DT_BF16,
                           .layout = CLLM_EXPERTS_FUSED};
     CHECK_MSG(cllm_synth(&so, &err) == CLLM_OK, "synth: %s", err.msg);
-    char rm[2200];
-    snprintf(rm, sizeof(rm), "rm -rf '%s'", q4);
-    CHECK(system(rm) == 0);
-    FILE *devnull = fopen("/dev/null", "w");
-    cllm_quant_opts qo = {.in_dir = bf,
-                          .out_dir = q4,
-                          .scheme = "w4a16",
-                          .group = 32,
-                          .lm_head_bits = 16,
-                          .method = "rtn",
-                          .threads = 1,
-                          .out = devnull};
-    CHECK_MSG(cllm_quantize(&qo, &err) == CLLM_OK, "quantize: %s", err.msg);
-    if (devnull) fclose(devnull);
+    CHECK_MSG(tm_quantize_w4a16(bf, q4, 32, 16, &err) == CLLM_OK, "quantize: %s", err.msg);
     cllm_model *m;
     if (cllm_model_load(q4, &m, &err) != CLLM_OK) {
         CHECK_MSG(0, "load: %s", err.msg);
