@@ -39,7 +39,7 @@ typedef struct lm_job {
     float *logits;
     int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
     int *ncand; /* [R] */
-    float *thr; /* [R] the smallest estimate kept by pick */
+    float *thr; /* [R] the smallest estimate kept by pick, x 16 (logit units) */
     int *items; /* rescore items: (row, panel) pairs, panel-major */
     float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;
@@ -76,10 +76,10 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
                 float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * j->P;
                 if (est) {
                     cllm_qweight q = fwd_panel(&j->m->lm_hi.q, j->P, p);
+                    /* in hi-plane units: 1/16 of a logit's (codes are 16 hi + lo); pick and
+                     * settle scale by 16, exactly, where they compare with exact logits */
                     k->matmul_q4_qact(&q, 0, q.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
                                       (size_t)j->V);
-                    for (int t = 0; t < t1 - t0; t++) /* the planes' scale: codes are 16 hi + lo */
-                        for (int n = 0; n < q.N; n++) Y[(size_t)t * j->V + n] *= 16.0f;
                 } else {
                     exact(j, p, t0, t1 - t0, tid);
                 }
@@ -127,7 +127,7 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
             hv[s] = x;
             hid[s] = v;
         }
-        j->thr[t] = hv[0];
+        j->thr[t] = 16.0f * hv[0];
         int *cd = j->cand + t * (size_t)j->S, u = 0;
         for (int i = 0; i < n; i++) cd[i] = hid[i] / j->P;
         for (int i = 1; i < n; i++) /* ascending (insertion sort: n is small), then unique */
@@ -188,7 +188,7 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
                 int arg = -1;
                 for (int v = 0; v < j->V; v++)
                     if (!mark[v / j->P] && (arg < 0 || y[v] > y[arg])) arg = v;
-                if (arg < 0 || y[arg] < kth) break;
+                if (arg < 0 || 16.0f * y[arg] < kth) break;
                 mark[arg / j->P] = 1;
                 cd[j->ncand[t]++] = arg / j->P;
                 exact(j, arg / j->P, t, 1, tid);
