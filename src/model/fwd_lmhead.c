@@ -26,7 +26,8 @@
 #include "base/mem.h"
 #include "model/fwd_int.h"
 
-#define LM_ITEM_PANS 8 /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
+#define LM_ITEM_PANS 8  /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
+#define PICK_BLOCK   64 /* entries pick skips at once when none can enter the heap */
 
 typedef struct lm_job {
     cllm_fwd_ctx *c;
@@ -105,6 +106,21 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
         const int C = heap_size(j, (int)t);
         int n = 0;
         for (int v = 0; v < j->V; v++) {
+            /* a full heap's root rises fast: most blocks of 64 hold nothing above it, and their
+             * maximum is cheaper than a compare and branch per entry (0.33 -> 0.12 ms a row) */
+            if (n == C && (v & (PICK_BLOCK - 1)) == 0 && v + PICK_BLOCK <= j->V) {
+                float m8[8]; /* eight chains: a max's latency per entry otherwise; a NaN never
+                              * passes the root test below, so the max skips it too */
+                for (int l = 0; l < 8; l++) m8[l] = -INFINITY;
+                for (int i = 0; i < PICK_BLOCK; i += 8)
+                    for (int l = 0; l < 8; l++) m8[l] = y[v + i + l] > m8[l] ? y[v + i + l] : m8[l];
+                float mx = m8[0];
+                for (int l = 1; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+                if (!(mx > hv[0])) {
+                    v += PICK_BLOCK - 1;
+                    continue;
+                }
+            }
             float x = y[v];
             if (n == C && !(x > hv[0])) continue;
             int s;
