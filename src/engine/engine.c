@@ -335,6 +335,31 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
         if (k > 4096) k = 4096;
         n_snap = (int)k;
     }
+    /* The state slots' pages are touched as sequences take them, so a plan beyond the RAM left
+     * after the weights only fails under load (the full 35B-A3B shape on 24 GiB: 256 live slots +
+     * 64 snapshots of 62.8 MiB beside 19 GB of weights). Cut it to 90% of what is available now
+     * (the model is loaded), snapshots to a quarter of it at most, and say so. */
+    uint64_t avail = cllm_mem_available(), kv = n_blocks * (uint64_t)block_bytes;
+    uint64_t fit = slot_bytes && avail > kv ? (avail - kv) / 10 * 9 / slot_bytes : 0;
+    if (avail && slot_bytes && (uint64_t)n_live + (uint64_t)n_snap > fit) {
+        int snap = n_snap < (int)(fit / 4) ? n_snap : (int)(fit / 4);
+        int live = (uint64_t)n_live < fit - (uint64_t)snap ? n_live : (int)(fit - (uint64_t)snap);
+        if (live < 1)
+            return cllm_err_set(
+                err, CLLM_ENOMEM,
+                "engine: one %.1f MiB state slot does not fit beside %.2f GB of KV cache in "
+                "the %.2f GB of RAM available after loading the weights; lower "
+                "--kv-cache-memory",
+                (double)slot_bytes / 1048576.0, (double)kv / 1e9, (double)avail / 1e9);
+        LOG_WARN("engine: %d live state slots + %d snapshots (%.1f MiB each) do not fit beside "
+                 "%.2f GB of KV cache in the %.2f GB of RAM available after loading the weights: "
+                 "using %d + %d (at most %d sequences run at once; --max-num-seqs and "
+                 "--kv-cache-memory set the balance)",
+                 n_live, n_snap, (double)slot_bytes / 1048576.0, (double)kv / 1e9,
+                 (double)avail / 1e9, live, snap, live);
+        n_live = live;
+        n_snap = snap;
+    }
     *pp = (pool_plan){n_blocks, kv_budget, block_bytes, slot_bytes, max_len, n_live, n_snap};
     return CLLM_OK;
 }
