@@ -22,26 +22,15 @@ json.dump(c, open(sys.argv[2], "w"), indent=1)
 EOF
 "$BIN" synth -q --config "$T/config.json" --seed 1 "$T/m" || { bad "synth"; exit 1; }
 
-PORT=$((20000 + RANDOM % 20000))
-U="http://127.0.0.1:$PORT"
-"$BIN" serve "$T/m" --port $PORT --threads 2 --skip-tokenizer-init --kv-cache-memory 64MiB \
-  >"$T/server.log" 2>&1 &
-SPID=$!
-trap 'kill $SPID 2>/dev/null; wait $SPID 2>/dev/null' EXIT
-for _ in $(seq 600); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && break
-  kill -0 $SPID 2>/dev/null || break
-  sleep 0.1
-done
-[ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] || {
-  bad "server did not start"; cat "$T/server.log"; exit 1; }
+. "$SRC/tests/lib/serve.sh"
+start_serve "$T/m" --skip-tokenizer-init || { bad "server did not start"; exit 1; }
 
-if grep -q "256 live state slots + 64 snapshots (.* MiB each) do not fit" "$T/server.log"; then
+if grep -q "256 live state slots + 64 snapshots (.* MiB each) do not fit" "$T/serve.log"; then
   ok "the cut is logged with the plan it replaced"
 else
-  bad "no cut logged"; cat "$T/server.log"
+  bad "no cut logged"; cat "$T/serve.log"
 fi
-line=$(grep -o "state slots: [0-9]* live + [0-9]* snapshots" "$T/server.log" | head -1)
+line=$(grep -o "state slots: [0-9]* live + [0-9]* snapshots" "$T/serve.log" | head -1)
 live=$(echo "$line" | awk '{print $3}') snap=$(echo "$line" | awk '{print $6}')
 if [ -n "$live" ] && [ "$live" -ge 1 ] && [ "$live" -lt 256 ]; then
   ok "live slots cut to $live"
@@ -49,12 +38,12 @@ else
   bad "live slots [$live]"
 fi
 # what is kept fits in the RAM that was available before the server started
-mib=$(grep -o "snapshots ([0-9.]* MiB each)" "$T/server.log" | head -1 | grep -o "[0-9]*\.[0-9]" | cut -d. -f1)
+mib=$(grep -o "snapshots ([0-9.]* MiB each)" "$T/serve.log" | head -1 | grep -o "[0-9]*\.[0-9]" | cut -d. -f1)
 kept_kb=$(((live + snap) * ${mib:-0} * 1024))
 if [ "$kept_kb" -le "$avail_kb" ]; then ok "$live + $snap slots fit ($kept_kb of $avail_kb kB)"
 else bad "$live + $snap slots = $kept_kb kB above the $avail_kb kB available"; fi
 
-code=$(curl -s -o "$T/resp" -w '%{http_code}' $U/v1/completions \
+code=$(curl -s -o "$T/resp" -w '%{http_code}' -H "$H" $U/v1/completions \
   -d '{"prompt":[1,2,3,4],"max_tokens":3,"temperature":0}')
 expect_eq "a completion on the cut pool" "$code" 200
 grep -q '"completion_tokens":3' "$T/resp" && ok "3 tokens" || { bad "response"; cat "$T/resp"; }
