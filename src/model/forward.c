@@ -376,6 +376,11 @@ static void prof_report(cllm_fwd_ctx *c) {
         LOG_INFO("profile: %-38s %8.3f ms %5.1f%%%s", prof_names[i], 1e3 * c->prof[i] / n,
                  100.0 * c->prof[i] / c->prof_total, waits);
     }
+    if (c->prof_lm[0] > 0.0) /* the screened lm_head's passes (steps with a screened row) */
+        LOG_INFO("profile:   of lm_head, screened: estimate pass %.3f, pick %.3f, rescore %.3f, "
+                 "settle %.3f ms",
+                 1e3 * c->prof_lm[0] / n, 1e3 * c->prof_lm[1] / n, 1e3 * c->prof_lm[2] / n,
+                 1e3 * c->prof_lm[3] / n);
     LOG_INFO("profile: %-38s %8.3f ms %5.1f%%", "unaccounted (residual adds, loop)",
              1e3 * (c->prof_total - sum) / n, 100.0 * (c->prof_total - sum) / c->prof_total);
     LOG_INFO("profile: parallel regions %.1f per step; caller waiting for workers %.3f ms per step "

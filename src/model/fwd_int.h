@@ -203,6 +203,7 @@ struct cllm_fwd_ctx {
     int prof_tag;
     double prof[FWD_P_N];
     double prof_wait[FWD_P_N]; /* of prof: the caller waiting for workers in matmul regions */
+    double prof_lm[4]; /* of prof[FWD_P_LM_HEAD], the screened lm_head's passes (fwd_lmhead.c) */
     long prof_steps, prof_tokens;
     double prof_total;
 };

@@ -288,9 +288,12 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
             for (int g = 0; g < ng; g++) sum[g] /= 2;
         }
     }
+    double tp[5] = {c->prof_on ? cllm_time_s() : 0.0};
     cllm_pool_for_dyn(c->pool, (size_t)((j.np + LM_ITEM_PANS - 1) / LM_ITEM_PANS), pass_worker, &j);
     if (!n_scr) return CLLM_OK;
+    if (c->prof_on) tp[1] = cllm_time_s();
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_worker, &j);
+    if (c->prof_on) tp[2] = cllm_time_s();
     size_t n_it = 0;
     for (int t = 0; t < R; t++)
         for (int i = 0; row_k[t] > 0 && i < j.ncand[t]; i++) {
@@ -300,6 +303,11 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
         }
     if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a panel's rows together */
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
+    if (c->prof_on) tp[3] = cllm_time_s();
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, settle_worker, &j);
+    if (c->prof_on) {
+        tp[4] = cllm_time_s();
+        for (int i = 0; i < 4; i++) c->prof_lm[i] += tp[i + 1] - tp[i];
+    }
     return CLLM_OK;
 }
