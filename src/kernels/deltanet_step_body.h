@@ -72,7 +72,7 @@ GV void gdn_block_run(float *S, const float *q, const float *k, const float *v, 
             float *s = S + (size_t)m * (size_t)dv + n0;
             const gv_t km = gv_set(k[m]);
             /* the same lines of the state that follows (the caller's next head, or the next
-             * layer's first): read from memory while this one computes (see GDN_PF_LINES) */
+             * layer's first): read from memory while this one computes (see GDN_PF_STEP) */
             for (int i = 0; i < NV; i += GDN_PF_STEP)
                 __builtin_prefetch(s + (size_t)dk * dv + W * i, 1, 2);
             for (int i = 0; i < NV; i++) {
