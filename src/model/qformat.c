@@ -42,13 +42,18 @@ float cllm_qweight_scale(const cllm_qweight *w, int g, int n) {
     return dec_scale(w->scale_bf16, w->scales[(size_t)g * w->N + n]);
 }
 
+int cllm_qweight_zero(const cllm_qweight *w, int g, int n) {
+    int per = 32 / w->bits;
+    uint32_t zw = (uint32_t)w->qzeros[(size_t)g * (w->N / per) + n / per];
+    return (int)((zw >> ((n % per) * w->bits)) & ((1u << w->bits) - 1)) + 1;
+}
+
 void cllm_qformat_dequant_row(const cllm_qweight *w, int n, float *dst) {
     int per = 32 / w->bits;
     uint32_t mask = (1u << w->bits) - 1;
     for (int k = 0; k < w->K; k++) {
         int g = k / w->group;
-        uint32_t zw = (uint32_t)w->qzeros[(size_t)g * (w->N / per) + n / per];
-        int z = (int)((zw >> ((n % per) * w->bits)) & mask) + 1;
+        int z = cllm_qweight_zero(w, g, n);
         uint32_t v = (uint32_t)w->qweight[(size_t)(k / per) * w->N + n];
         int qv = (int)((v >> ((k % per) * w->bits)) & mask);
         dst[k] = cllm_qweight_scale(w, g, n) * (float)(qv - z);

@@ -42,6 +42,8 @@ bool cllm_qformat_is_qtensor(const char *name);
 
 /* Scale of (group g, output n) as float, whatever its stored dtype. */
 float cllm_qweight_scale(const cllm_qweight *w, int g, int n);
+/* Effective zero (stored + 1) of (group g, output n). */
+int cllm_qweight_zero(const cllm_qweight *w, int g, int n);
 /* Dequantized row n of a quantized matrix into dst [K]. */
 void cllm_qformat_dequant_row(const cllm_qweight *w, int n, float *dst);
 

@@ -416,11 +416,6 @@ static size_t lm_lo_offset(const cllm_qweight *q) {
     return ((size_t)q->N + PANEL_W - 1) / PANEL_W * ((size_t)q->K / 8) * PANEL_W;
 }
 
-/* Effective zero (stored + 1) of column n, group g of an int8 GPTQ matrix N columns wide. */
-static int int8_zero(const int32_t *qzeros, size_t N, size_t g, size_t n) {
-    return (int)((uint32_t)qzeros[g * (N / 4) + n / 4] >> (8 * (n % 4)) & 0xFF) + 1;
-}
-
 /* The planes' int4 zeros for int8 effective zero z8 (est 0 when they cannot hold it): est, in
  * halves of a unit (the estimate computes isum_hi - est * (asum / 2) ~ isum_hi - ((z8 - 7.5) /
  * 16) asum, the int8 code's expected value given its hi nibble, lo uniform in 0..15); zh and zl
@@ -461,7 +456,7 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split
             lm_split_panel(src.qweight + c0, (size_t)N, kw / 2, wd, hi, hi + lm_lo_offset(&src));
             for (size_t g = 0; g < ng; g++)
                 for (size_t c = 0; c < wd; c++) {
-                    lm_zeros z = lm_zeros_of(int8_zero(src.qzeros, (size_t)N, g, c0 + c));
+                    lm_zeros z = lm_zeros_of(cllm_qweight_zero(&src, (int)g, (int)(c0 + c)));
                     const int zv[3] = {z.est, z.zh, z.zl};
                     for (int i = 0; i < 3; i++)
                         ls->z[i][p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
@@ -581,7 +576,7 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
     const size_t ng = q->group ? (size_t)q->K / q->group : 0;
     for (size_t g = 0; !why && g < ng; g++)
         for (size_t col = 0; !why && col < (size_t)q->N; col++)
-            if (!lm_zeros_of(int8_zero(q->qzeros, (size_t)q->N, g, col)).est)
+            if (!lm_zeros_of(cllm_qweight_zero(q, (int)g, (int)col)).est)
                 why = "a zero point far from the middle of the int8 range";
     if (why) {
         if (forced) LOG_INFO("CLLM_LM_SCREEN=%s: lm_head not screened: %s", env, why);
