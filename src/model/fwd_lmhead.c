@@ -48,6 +48,11 @@ typedef struct lm_job {
     float *vals;   /* [n_threads][S * j->P] settle's exact values */
 } lm_job;
 
+/* One past the last vocabulary entry of panel p (the last panel may be narrower). */
+static int panel_end(const lm_job *j, int p) {
+    return (p + 1) * j->P < j->V ? (p + 1) * j->P : j->V;
+}
+
 /* Exact logits of panel p for rows [t0, t0 + nt): 16 x hi + lo (see the top). */
 static void exact(lm_job *j, int p, int t0, int nt, int tid) {
     const cllm_kern_ops *k = j->c->k;
@@ -175,8 +180,7 @@ static float kth_exact(lm_job *j, int t, float *vals) {
     int n = 0;
     float best = -INFINITY;
     for (int i = 0; i < j->ncand[t]; i++) {
-        int v1 = (cd[i] + 1) * j->P < j->V ? (cd[i] + 1) * j->P : j->V;
-        for (int v = cd[i] * j->P; v < v1; v++) {
+        for (int v = cd[i] * j->P, v1 = panel_end(j, cd[i]); v < v1; v++) {
             best = y[v] > best ? y[v] : best;
             vals[n++] = y[v];
         }
@@ -211,10 +215,8 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
                 kth = kth_exact(j, t, vals);
             }
         for (int p = 0; p < j->np; p++)
-            if (!mark[p]) {
-                int v1 = (p + 1) * j->P < j->V ? (p + 1) * j->P : j->V;
-                for (int v = p * j->P; v < v1; v++) y[v] = -INFINITY;
-            }
+            if (!mark[p])
+                for (int v = p * j->P, v1 = panel_end(j, p); v < v1; v++) y[v] = -INFINITY;
     }
 }
 
