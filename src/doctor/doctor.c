@@ -143,6 +143,7 @@ typedef struct gauge {
     double last, peak; /* fraction 0..1 */
     double high_since; /* mono() when the current above-critical run began; < 0 if not above */
     double high_for;   /* longest above-critical run seen, s */
+    bool was_high;     /* some scrape read above crit_pct: high_for == 0 alone cannot say so */
 } gauge;
 
 static void gauge_update(gauge *g, bool present, double v, double now, double crit) {
@@ -152,6 +153,7 @@ static void gauge_update(gauge *g, bool present, double v, double now, double cr
     g->last = v;
     if (v > g->peak) g->peak = v;
     if (v * 100 > crit) {
+        g->was_high = true;
         if (g->high_since < 0) g->high_since = now;
         if (now - g->high_since > g->high_for) g->high_for = now - g->high_since;
     } else {
@@ -214,7 +216,9 @@ static void gauge_check(dr_report *r, const dr_opts *o, const char *name, const 
         return;
     }
     double last = 100 * g->last, peak = 100 * g->peak;
-    if (g->high_for >= o->sustain_s)
+    /* "above crit_pct for sustain_s" needs a reading above it: with sustain_s 0 (doctor --watch
+     * judges each round at once) an idle gauge's high_for of 0 would otherwise count as met */
+    if (g->was_high && g->high_for >= o->sustain_s)
         add(r, name, DR_CRIT, last, "%.1f%% used, above %.0f%% for %.1f s (critical after %.0f s)",
             last, o->crit_pct, g->high_for, o->sustain_s);
     else if (last > o->warn_pct || peak > o->crit_pct)

@@ -137,6 +137,24 @@ static void test_runs(const char *tmp) {
               find(&r, "kv_cache")->detail);
     CHECK(level_of(&r, "state_slots") == DR_SKIP);
     CHECK_MSG(r.elapsed_s >= 0.5 && r.elapsed_s < 2.0, "%f", r.elapsed_s);
+    /* sustain 0 (how doctor --watch judges a round): an idle server is ok, not "above 95% for
+     * 0 s"; a reading actually above 95% is critical at once */
+    script idle = {.kv = {0}, .n_kv = 1, .slots = 0, .req_per_scrape = 100};
+    stub sv0;
+    CHECK(stub_start(&sv0, &(stub_cfg){.metrics = metrics_cb, .metrics_ud = &idle}) == 0);
+    char url0[64];
+    snprintf(url0, sizeof(url0), "http://127.0.0.1:%d", sv0.port);
+    dr_opts o0 = fast_opts(url0);
+    o0.sustain_s = 0;
+    dr_run(&o0, &r);
+    CHECK_MSG(level_of(&r, "kv_cache") == DR_OK && level_of(&r, "state_slots") == DR_OK,
+              "%s / %s", find(&r, "kv_cache")->detail, find(&r, "state_slots")->detail);
+    CHECK(r.overall == DR_OK);
+    idle.kv[0] = 0.97;
+    dr_run(&o0, &r);
+    CHECK_MSG(level_of(&r, "kv_cache") == DR_CRIT && level_of(&r, "state_slots") == DR_OK, "%s",
+              find(&r, "kv_cache")->detail);
+    stub_stop(&sv0);
     /* no state-slot metric: skipped, and no waiting for a sustain window */
     script noslot = {.kv = {0.4}, .n_kv = 1, .slots = -1, .req_per_scrape = 100};
     run_script(&noslot, 200, &r, NULL, NULL);
@@ -214,6 +232,26 @@ static void test_cli(const char *tmp) {
         CHECK_MSG(rc == i, "scenario %d exit %d", i, rc);
         stub_stop(&sv);
     }
+    /* --watch on an idle server: every round ok, exit 0 (it forces sustain 0 per round) */
+    script idle = {.kv = {0}, .n_kv = 1, .slots = 0, .req_per_scrape = 100};
+    stub sw;
+    CHECK(stub_start(&sw, &(stub_cfg){.metrics = metrics_cb, .metrics_ud = &idle}) == 0);
+    char wmem[1024];
+    snprintf(wmem, sizeof(wmem), "%.900s/meminfo_ok", tmp);
+    FILE *mf = fopen(wmem, "w");
+    if (mf) fputs("MemTotal: 1000000 kB\nMemAvailable: 900000 kB\n", mf), fclose(mf);
+    snprintf(cmd, sizeof(cmd),
+             "%s doctor --url http://127.0.0.1:%d --watch 0.1 --rounds 2 --window 0.1 "
+             "--interval 0.05 --meminfo %s > %.900s/watch.out",
+             bin, sw.port, wmem, tmp);
+    int wrc = run_cli(cmd);
+    stub_stop(&sw);
+    char wpath[4096], wout[4096] = "";
+    snprintf(wpath, sizeof(wpath), "%s/watch.out", tmp);
+    FILE *wf = fopen(wpath, "r");
+    if (wf) wout[fread(wout, 1, sizeof(wout) - 1, wf)] = 0, fclose(wf);
+    CHECK_MSG(wrc == 0 && strstr(wout, "round 2: ok") && !strstr(wout, "critical"),
+              "watch exit %d: %s", wrc, wout);
     char path[4096];
     snprintf(path, sizeof(path), "%s/doc2.out", tmp);
     json_t *j = json_load_file(path, 0, NULL);
