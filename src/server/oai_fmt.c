@@ -202,7 +202,11 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     if (ev->finish != CLLM_FINISH_NONE) {
         cllm_outp_delta f;
         memset(&f, 0, sizeof(f));
-        cllm_outp_finish(c->parser, &f);
+        /* cut by max_tokens: an open tool call is unfinished and stays text, as generated */
+        if (ev->finish == CLLM_FINISH_LENGTH)
+            cllm_outp_finish_cut(c->parser, &f);
+        else
+            cllm_outp_finish(c->parser, &f);
         if (f.reasoning_len) {
             json_t *prev = json_object_get(delta, "reasoning_content");
             srv_buf t = {0};

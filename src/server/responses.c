@@ -361,22 +361,23 @@ static json_t *jtext(const char *p, size_t n) {
     return v;
 }
 
-static json_t *item_json(struct srv_resp_state *st) {
+/* status: "completed", or "incomplete" for the item max_output_tokens cut (as OpenAI's) */
+static json_t *item_json(struct srv_resp_state *st, const char *status) {
     json_t *t = jtext(st->text.p, st->text.len);
     if (st->open == ITEM_REASONING)
         return json_pack("{s:s, s:s, s:[], s:[{s:s, s:o}], s:s}", "type", "reasoning", "id",
                          st->item_id, "summary", "content", "type", "reasoning_text", "text", t,
-                         "status", "completed");
+                         "status", status);
     return json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:o, s:[], s:[]}]}", "type", "message", "id",
-                     st->item_id, "status", "completed", "role", "assistant", "content", "type",
+                     st->item_id, "status", status, "role", "assistant", "content", "type",
                      "output_text", "text", t, "annotations", "logprobs");
 }
 
-static void close_item(srv_req *r) {
+static void close_item(srv_req *r, const char *status) {
     struct srv_resp_state *st = r->resp;
     if (st->open == ITEM_NONE) return;
     int idx = (int)json_array_size(st->output);
-    json_t *item = item_json(st);
+    json_t *item = item_json(st, status);
     if (r->gen.stream) {
         json_t *t = jtext(st->text.p, st->text.len);
         if (st->open == ITEM_MESSAGE) {
@@ -406,7 +407,7 @@ static void add_text(srv_req *r, item_kind k, const char *p, size_t n) {
     struct srv_resp_state *st = r->resp;
     if (!n) return;
     if (st->open != k) {
-        close_item(r);
+        close_item(r, "completed");
         st->open = k;
         new_id(st->item_id, sizeof(st->item_id), k == ITEM_MESSAGE ? "msg" : "rs");
         if (r->gen.stream) {
@@ -443,7 +444,7 @@ static void add_tool_calls(srv_req *r, json_t *tcs) {
     size_t i;
     json_t *tc;
     json_array_foreach(tcs, i, tc) {
-        close_item(r);
+        close_item(r, "completed");
         char id[48], cid[48];
         new_id(id, sizeof(id), "fc");
         new_id(cid, sizeof(cid), "call");
@@ -561,8 +562,8 @@ static const char *final_status(const srv_choice *c) {
 
 static void finish(srv_req *r) {
     struct srv_resp_state *st = r->resp;
-    close_item(r);
     srv_choice *c = &r->choices[0];
+    close_item(r, c->finish == CLLM_FINISH_LENGTH ? "incomplete" : "completed");
     if (c->finish == CLLM_FINISH_ERROR || c->finish == CLLM_FINISH_ABORT) return;
     json_t *resp = response_json(r, final_status(c));
     if (st->store) {
@@ -592,7 +593,10 @@ void srv_resp_events(srv_req *r, srv_choice *c, srv_ev *ev) {
     feed_delta(r, &d);
     if (ev->finish == CLLM_FINISH_NONE) return;
     memset(&d, 0, sizeof(d));
-    cllm_outp_finish(c->parser, &d);
+    if (ev->finish == CLLM_FINISH_LENGTH)
+        cllm_outp_finish_cut(c->parser, &d); /* an open tool call stays text, as generated */
+    else
+        cllm_outp_finish(c->parser, &d);
     feed_delta(r, &d);
     finish(r);
 }

@@ -101,22 +101,29 @@ static int emit_text(cllm_outp *p, const char *s, size_t n) {
     return emit(p, p->st, s, n);
 }
 
-static int finish_tool(cllm_outp *p) {
-    json_t *call = outp_parse_tool_call(p->tool.p ? p->tool.p : "", p->tool.len, p->o.tools);
+/* How a tool call's body ended: at </tool_call>, at the end of the output (the model stopped
+ * without closing it), or cut off (max_tokens): a cut call is unfinished, so it is not parsed. */
+typedef enum { TOOL_CLOSED, TOOL_OPEN, TOOL_CUT } tool_end;
+
+static int finish_tool(cllm_outp *p, tool_end how) {
+    json_t *call = how == TOOL_CUT ? NULL
+                                   : outp_parse_tool_call(p->tool.p ? p->tool.p : "",
+                                                          p->tool.len, p->o.tools);
     int rc = 0;
     if (call) {
         rc = json_array_append(p->calls, call) || json_array_append(p->d_calls, call);
         json_decref(call);
-    } else { /* not a call we understand: give it back as text, tags included */
+    } else { /* not a call we understand: give it back as text, verbatim: only a closing tag the
+              * model wrote is given back */
         rc = emit(p, p->tool_from, "<tool_call>", 11) ||
              emit(p, p->tool_from, p->tool.p ? p->tool.p : "", p->tool.len) ||
-             emit(p, p->tool_from, "</tool_call>", 12);
+             (how == TOOL_CLOSED && emit(p, p->tool_from, "</tool_call>", 12));
     }
     p->tool.len = 0;
     return rc;
 }
 
-static int process(cllm_outp *p, bool final) {
+static int process(cllm_outp *p, bool final, bool was_cut) {
     for (;;) {
         const char *tags[3];
         int nt = tags_for(p, tags);
@@ -152,7 +159,7 @@ static int process(cllm_outp *p, bool final) {
                 p->tool_from = p->st, p->st = ST_TOOL;
             else if (!strcmp(tag, "</tool_call>")) {
                 p->st = p->tool_from;
-                if (finish_tool(p)) return -1;
+                if (finish_tool(p, TOOL_CLOSED)) return -1;
             }
             p->skip_nl = true;
             sb_consume(&p->pend, pre + strlen(tag));
@@ -187,17 +194,18 @@ static int process(cllm_outp *p, bool final) {
             if (p->pend.len && sb_put(&p->tool, p->pend.p, p->pend.len)) return -1;
             p->pend.len = 0;
             p->st = p->tool_from;
-            return finish_tool(p);
+            return finish_tool(p, was_cut ? TOOL_CUT : TOOL_OPEN);
         }
         return 0;
     }
 }
 
-static cllm_status run(cllm_outp *p, const char *text, size_t len, bool final, cllm_outp_delta *d) {
+static cllm_status run(cllm_outp *p, const char *text, size_t len, bool final, bool cut,
+                       cllm_outp_delta *d) {
     p->d_reasoning.len = p->d_content.len = 0;
     json_decref(p->d_calls);
     p->d_calls = json_array();
-    if (!p->d_calls || sb_put(&p->pend, text, len) || process(p, final) ||
+    if (!p->d_calls || sb_put(&p->pend, text, len) || process(p, final, cut) ||
         sb_put(&p->d_reasoning, "", 0) || sb_put(&p->d_content, "", 0))
         return CLLM_ENOMEM;
     if (d) {
@@ -211,11 +219,15 @@ static cllm_status run(cllm_outp *p, const char *text, size_t len, bool final, c
 }
 
 cllm_status cllm_outp_feed(cllm_outp *p, const char *text, size_t len, cllm_outp_delta *d) {
-    return run(p, text, len, false, d);
+    return run(p, text, len, false, false, d);
 }
 
 cllm_status cllm_outp_finish(cllm_outp *p, cllm_outp_delta *d) {
-    return run(p, "", 0, true, d);
+    return run(p, "", 0, true, false, d);
+}
+
+cllm_status cllm_outp_finish_cut(cllm_outp *p, cllm_outp_delta *d) {
+    return run(p, "", 0, true, true, d);
 }
 
 const char *cllm_outp_reasoning(const cllm_outp *p) {

@@ -10,7 +10,7 @@
  * </function>, values typed by the tool's JSON schema) or Qwen3 hermes JSON
  * ({"name": ..., "arguments": {...}}), including calls inside reasoning. Newlines right after a
  * tag or at the start, and right before a tag or the end, are dropped. A tool call that does not
- * parse is returned as content, verbatim.
+ * parse is returned as content, verbatim (with its closing tag only if the model wrote one).
  *
  * Streaming-safe: the concatenated deltas and the final result do not depend on how the text was
  * split into chunks (a suffix that could begin a tag is held back until it is decided). One
@@ -52,8 +52,13 @@ void cllm_outp_free(cllm_outp *p);
 /* Feeds the next chunk of generated text. */
 cllm_status cllm_outp_feed(cllm_outp *p, const char *text, size_t len, cllm_outp_delta *d);
 
-/* Ends the stream: flushes held-back text and an unterminated tool call. */
+/* Ends the stream: flushes held-back text and an unterminated tool call (parsed when it can be:
+ * the model may stop right after </function>). */
 cllm_status cllm_outp_finish(cllm_outp *p, cllm_outp_delta *d);
+
+/* Ends a stream that was cut off (max_tokens): as cllm_outp_finish, but an unterminated tool
+ * call is unfinished, so it is given back as text exactly as generated, never parsed. */
+cllm_status cllm_outp_finish_cut(cllm_outp *p, cllm_outp_delta *d);
 
 /* Everything so far: reasoning (NULL if none), content, tool calls (borrowed array). */
 const char *cllm_outp_reasoning(const cllm_outp *p);

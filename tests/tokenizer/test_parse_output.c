@@ -28,7 +28,8 @@ static void append(char **acc, const char *s, size_t n) {
 }
 
 /* Feeds text in chunks ending at the given cut points (sorted, last = len). */
-static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, int ncuts) {
+static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, int ncuts,
+               bool cut) {
     res r = {0};
     cllm_outp *p = cllm_outp_new(o);
     json_t *dcalls = json_array();
@@ -40,7 +41,10 @@ static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, in
             cllm_outp_feed(p, text + prev, end - prev, &d);
             prev = end;
         } else {
-            cllm_outp_finish(p, &d);
+            if (cut)
+                cllm_outp_finish_cut(p, &d);
+            else
+                cllm_outp_finish(p, &d);
         }
         append(&r.d_reasoning, d.reasoning, d.reasoning_len);
         append(&r.d_content, d.content, d.content_len);
@@ -84,6 +88,7 @@ int main(void) {
     struct {
         const cllm_outp_opts *o;
         const char *text, *reasoning, *content, *calls;
+        bool cut; /* ended by max_tokens: cllm_outp_finish_cut */
     } cases[] = {
         {&q35, "Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", "Let me think.\nStep 2.",
          "The answer is 4.", "[]"},
@@ -122,6 +127,14 @@ int main(void) {
          "text <tool_call>not a call</tool_call> after", "[]"},
         {&q3, "unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL,
          "unterminated ", "[{\"name\":\"get_weather\",\"arguments\":\"{}\"}]"},
+        /* unterminated and not a call: given back as generated, no closing tag invented */
+        {&q3, "x <tool_call>\n<function=get_weather>\n<parameter=ci", NULL,
+         "x <tool_call>\n<function=get_weather>\n<parameter=ci", "[]"},
+        /* cut off by max_tokens: even a call that would parse is unfinished, so it is text */
+        {&q3, "unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}", NULL,
+         "unterminated <tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}", "[]", true},
+        {&q35, "r\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "r",
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "[]", true},
         {&q35, "多语言推理 🤔\n</think>\n\n答案：四。\n", "多语言推理 🤔",
          "答案：四。", "[]"},
         {&q3, "<think></think>empty think", "", "empty think", "[]"},
@@ -130,7 +143,7 @@ int main(void) {
     for (size_t c = 0; c < sizeof(cases) / sizeof(*cases); c++) {
         const char *t = cases[c].text;
         size_t len = strlen(t);
-        res whole = run(cases[c].o, t, NULL, 0);
+        res whole = run(cases[c].o, t, NULL, 0, cases[c].cut);
         CHECK_MSG(streq(whole.reasoning, cases[c].reasoning), "case %zu reasoning: [%s]", c,
                   whole.reasoning ? whole.reasoning : "(null)");
         CHECK_MSG(streq(whole.content, cases[c].content), "case %zu content: [%s]", c,
@@ -152,7 +165,7 @@ int main(void) {
                 else
                     for (size_t i = 1; i < len; i++)
                         if (rnd(4) == 0) cuts[nc++] = i;
-                res part = run(cases[c].o, t, cuts, nc);
+                res part = run(cases[c].o, t, cuts, nc, cases[c].cut);
                 bool same = streq(part.reasoning, whole.reasoning) &&
                             streq(part.content, whole.content) && streq(part.calls, whole.calls) &&
                             streq(part.d_content, whole.d_content) &&
