@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/progress.h"
 #include "base/strmap.h"
+#include "base/tmp_sweep.h"
 #include "model/config.h"
 #include "model/qformat.h"
 #include "model/st_write.h"
@@ -188,7 +189,8 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
                                const char *path, uint64_t *done_bytes, uint64_t total_bytes,
                                cllm_progress *prog, cllm_error *err) {
     char tmp[4400];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (!cllm_tmp_path(tmp, sizeof(tmp), path))
+        return cllm_err_set(err, CLLM_EINVAL, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return cllm_err_set(err, CLLM_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     cllm_status st = cllm_st_write_header(f, ents, n, shard, NULL, tmp, err);
@@ -444,6 +446,10 @@ static cllm_status write_shards(const cllm_synth_opts *o, const cllm_config *cfg
      * accepts shards without an index, and a run killed between its last shard and the index
      * left a directory verify accepted that was not the run's output (tests/quant/kill_safety.sh).
      * Now every interrupted run lacks a shard the index names. */
+    /* shard temporaries (NAME.safetensors.tmp-PID) of runs killed before their rename */
+    cllm_tmp_sweep(&(cllm_tmp_sweep_spec){.dir = o->out_dir, .stem = ".safetensors",
+                                          .stem_is_suffix = true, .who = "synth"},
+                   NULL);
     cllm_status st =
         cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
     for (int sh = 0; sh < n_shards && !st; sh++) {

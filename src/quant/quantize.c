@@ -18,6 +18,7 @@
 #include "base/mem.h"
 #include "base/half.h"
 #include "base/progress.h"
+#include "base/tmp_sweep.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "quant/gptq.h"
@@ -675,6 +676,19 @@ static void print_plan(qrun *r) {
     fflush(r->out);
 }
 
+/* Removes OUT.tmp-PID folders that runs killed before their rename left beside OUT (their
+ * space counts in check_disk); a folder whose writer still runs is kept. */
+static void sweep_stale(const cllm_quant_opts *o) {
+    char pd[4096], bd[4096];
+    snprintf(pd, sizeof(pd), "%s", o->out_dir);
+    size_t n = strlen(pd);
+    while (n > 1 && pd[n - 1] == '/') pd[--n] = 0;
+    snprintf(bd, sizeof(bd), "%s", pd);
+    cllm_tmp_sweep_spec sp = {
+        .dir = dirname(pd), .stem = basename(bd), .folders = true, .who = "quantize"};
+    cllm_tmp_sweep(&sp, NULL);
+}
+
 /* 3. Refuses to start when the file system lacks the output's size (+1% and 16 MiB). */
 static cllm_status check_disk(qrun *r, cllm_error *err) {
     const cllm_quant_opts *o = r->o;
@@ -815,7 +829,10 @@ static cllm_status write_output(qrun *r, cllm_error *err) {
     cllm_status st = CLLM_OK;
     cllm_progress_init(&r->prog, o->progress ? stderr : NULL, o->tty, 10, 30, "quantize");
     r->loaded = -1;
-    snprintf(r->tmp, sizeof(r->tmp), "%s.tmp-%d", o->out_dir, (int)getpid());
+    if (!cllm_tmp_path(r->tmp, sizeof(r->tmp), o->out_dir)) {
+        r->tmp[0] = 0;
+        return cllm_err_set(err, CLLM_EINVAL, "%s: path too long", o->out_dir);
+    }
     if (mkdir(r->tmp, 0755)) {
         st = cllm_err_set(err, CLLM_EIO, "cannot create %s: %s", r->tmp, strerror(errno));
         r->tmp[0] = 0;
@@ -869,6 +886,7 @@ cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err) {
     if ((st = cllm_config_load(o->in_dir, &r.cfg, err))) return st;
     if (!(st = plan_tensors(&r, err)) && !(st = layout_shards(&r, err))) {
         print_plan(&r);
+        if (!o->dry_run) sweep_stale(o);
         if (!o->dry_run && !(st = check_disk(&r, err)) && !(st = calibrate(&r, err)))
             st = write_output(&r, err);
     }

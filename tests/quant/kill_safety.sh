@@ -3,8 +3,8 @@
 # moments leave nothing that looks complete unless it is complete. After each kill the output is
 # checked: if `cllm verify` accepts it (a model a user would load), it must be byte-identical to
 # an uninterrupted run's output; quantize's output directory must not exist at all unless so (it
-# appears by rename of OUT.tmp-PID). Leftover *.tmp files / OUT.tmp-PID directories are counted
-# (litter, not a model). KILL_RUNS (default 8) kills per command; the delays are uniform over
+# appears by rename of OUT.tmp-PID). Leftover NAME.tmp-PID files / OUT.tmp-PID directories are
+# counted (litter, not a model; the next run into the same place removes them: stale_tmp.sh). KILL_RUNS (default 8) kills per command; the delays are uniform over
 # 1.2x the uninterrupted run time, so some runs finish (kill after exit: must be complete).
 set -u
 T=${CLLM_TMP:-/tmp}/kill_safety
@@ -54,7 +54,7 @@ for i in $(seq $RUNS); do
             bad "synth killed at $d ms: verify accepts $o but it differs from the uninterrupted run"
         fi
     else syn_partial=$((syn_partial + 1)); fi
-    litter=$((litter + $(find "$T/syn$i" -name '*.tmp' 2> /dev/null | wc -l)))
+    litter=$((litter + $(find "$T/syn$i" -name '*.tmp-*' 2> /dev/null | wc -l)))
     rm -rf "$o"
 
     d=$((RANDOM % (t_q * 12 / 10 + 1)))
@@ -71,7 +71,7 @@ for i in $(seq $RUNS); do
 done
 echo "synth: $RUNS kills: $syn_complete complete (== uninterrupted), $syn_partial incomplete (verify refuses), $syn_bad bad"
 echo "quantize: $RUNS kills: $q_complete complete (== uninterrupted), $q_absent no output dir, $q_bad bad"
-echo "litter left by killed runs (*.tmp files, OUT.tmp-PID dirs): $litter"
+echo "litter left by killed runs (NAME.tmp-PID files, OUT.tmp-PID dirs): $litter"
 [ $syn_bad = 0 ] && ok "synth: nothing that looks complete unless complete" || true
 [ $q_bad = 0 ] && ok "quantize: nothing that looks complete unless complete" || true
 exit $fail
