@@ -106,9 +106,9 @@ static int emit_text(cllm_outp *p, const char *s, size_t n) {
 typedef enum { TOOL_CLOSED, TOOL_OPEN, TOOL_CUT } tool_end;
 
 static int finish_tool(cllm_outp *p, tool_end how) {
-    json_t *call = how == TOOL_CUT ? NULL
-                                   : outp_parse_tool_call(p->tool.p ? p->tool.p : "",
-                                                          p->tool.len, p->o.tools);
+    json_t *call = how == TOOL_CUT
+                       ? NULL
+                       : outp_parse_tool_call(p->tool.p ? p->tool.p : "", p->tool.len, p->o.tools);
     int rc = 0;
     if (call) {
         rc = json_array_append(p->calls, call) || json_array_append(p->d_calls, call);

@@ -147,8 +147,8 @@ static void test_runs(const char *tmp) {
     dr_opts o0 = fast_opts(url0);
     o0.sustain_s = 0;
     dr_run(&o0, &r);
-    CHECK_MSG(level_of(&r, "kv_cache") == DR_OK && level_of(&r, "state_slots") == DR_OK,
-              "%s / %s", find(&r, "kv_cache")->detail, find(&r, "state_slots")->detail);
+    CHECK_MSG(level_of(&r, "kv_cache") == DR_OK && level_of(&r, "state_slots") == DR_OK, "%s / %s",
+              find(&r, "kv_cache")->detail, find(&r, "state_slots")->detail);
     CHECK(r.overall == DR_OK);
     idle.kv[0] = 0.97;
     dr_run(&o0, &r);

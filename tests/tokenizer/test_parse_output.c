@@ -28,8 +28,7 @@ static void append(char **acc, const char *s, size_t n) {
 }
 
 /* Feeds text in chunks ending at the given cut points (sorted, last = len). */
-static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, int ncuts,
-               bool cut) {
+static res run(const cllm_outp_opts *o, const char *text, const size_t *cuts, int ncuts, bool cut) {
     res r = {0};
     cllm_outp *p = cllm_outp_new(o);
     json_t *dcalls = json_array();
