@@ -442,15 +442,15 @@ static cllm_status write_shards(const cllm_synth_opts *o, const cllm_config *cfg
              (double)total / 1e9, n_shards);
     cllm_progress prog;
     cllm_progress_init(&prog, o->progress ? stderr : NULL, o->tty, 10, 30, "synth");
-    /* The index goes first, so the last shard's rename is the commit point: `cllm verify`
-     * accepts shards without an index, and a run killed between its last shard and the index
-     * left a directory verify accepted that was not the run's output (tests/quant/kill_safety.sh).
-     * Now every interrupted run lacks a shard the index names. */
     /* shard temporaries (NAME.safetensors.tmp-PID) of runs killed before their rename */
     cllm_tmp_sweep(
         &(cllm_tmp_sweep_spec){
             .dir = o->out_dir, .stem = ".safetensors", .stem_is_suffix = true, .who = "synth"},
         NULL);
+    /* The index goes first, so the last shard's rename is the commit point: `cllm verify`
+     * accepts shards without an index, and a run killed between its last shard and the index
+     * left a directory verify accepted that was not the run's output (tests/quant/kill_safety.sh).
+     * Now every interrupted run lacks a shard the index names. */
     cllm_status st =
         cllm_st_write_index(o->out_dir, ents, n_out, n_shards, o->qwen_shard_names, err);
     for (int sh = 0; sh < n_shards && !st; sh++) {
