@@ -1,7 +1,8 @@
 /* `cllm quantize IN OUT`: streaming conversion of a 16/32-bit checkpoint into the GPTQ layout
  * (model/qformat.h). Reads the input through its mmap one tensor at a time, writes shards into
- * OUT.tmp-PID and renames to OUT at the end (an interrupted run leaves no OUT), refuses to start
- * when the file system lacks the space, prints the plan first and a summary after. */
+ * OUT.tmp-PID and renames to OUT at the end (an interrupted run leaves no OUT, and the next run to
+ * OUT removes the OUT.tmp-PID it left: base/tmp_sweep.h), refuses to start when the file system
+ * lacks the space, prints the plan first and a summary after. */
 #ifndef CLLM_QUANT_QUANTIZE_H
 #define CLLM_QUANT_QUANTIZE_H
 
