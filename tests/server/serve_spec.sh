@@ -2,6 +2,7 @@
 # `cllm serve --speculative-config` (models/tiny, real engine, n-gram drafts):
 #  - a greedy completion and a seeded sampled chat answer are byte-for-byte the answers of a server
 #    without speculation (ids and logprobs included), streamed and not;
+#  - the same under --tensor-parallel-size 2 (when mpirun is there and cllm has MPI);
 #  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted;
 #  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP (not
 #    implemented yet), k out of range, prompt_lookup_min > max, a benchmark-only key.
@@ -21,7 +22,7 @@ serve_one() { # serve_one NAME [flags]: starts, asks, writes $T/NAME.*, stops
     local u="http://127.0.0.1:$port"
     "$CLLM_BIN" serve "$M" --port $port "${COMMON[@]}" "$@" > "$T/$name.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' $u/health)" = 200 ] && break
         kill -0 $pid 2> /dev/null || break
         sleep 0.1
@@ -39,6 +40,7 @@ serve_one() { # serve_one NAME [flags]: starts, asks, writes $T/NAME.*, stops
     curl -s $u/metrics > "$T/$name.metrics"
     kill $pid 2> /dev/null
     wait $pid 2> /dev/null
+    pkill -f -- "--port $port " 2> /dev/null # tensor-parallel ranks
 }
 
 serve_one plain
@@ -51,9 +53,27 @@ for f in cmpl chat sse; do
         diff "$T/plain.$f" "$T/spec.$f" | head -5
     fi
 done
-acc=$(awk '/^vllm:spec_decode_num_accepted_tokens_total/ {print $2}' "$T/spec.metrics")
-drafts=$(awk '/^vllm:spec_decode_num_drafts_total/ {print $2}' "$T/spec.metrics")
-[ -n "$acc" ] && [ "${acc%.*}" -gt 0 ] && [ "${drafts%.*}" -gt 0 ] \
+if command -v mpirun > /dev/null \
+    && ! "$CLLM_BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 2>&1 | grep -q "built without MPI"; then
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    # tensor parallel sums in another order than one process: compare TP with TP
+    serve_one tp2plain --tensor-parallel-size 2
+    serve_one tp2 --tensor-parallel-size 2 --speculative-config "$SPEC"
+    for f in cmpl chat sse; do
+        if [ -s "$T/tp2plain.$f" ] && cmp -s "$T/tp2plain.$f" "$T/tp2.$f"; then
+            ok "$f: the same answer with speculation under tensor parallel 2"
+        else
+            bad "$f differs with speculation under TP 2:"
+            diff "$T/tp2plain.$f" "$T/tp2.$f" | head -5
+            tail -5 "$T/tp2.log"
+        fi
+    done
+else
+    echo "skip: tensor parallel part (no mpirun or no MPI build)"
+fi
+acc=$(awk '/^vllm:spec_decode_num_accepted_tokens_total/ {print $2 + 0}' "$T/spec.metrics")
+drafts=$(awk '/^vllm:spec_decode_num_drafts_total/ {print $2 + 0}' "$T/spec.metrics")
+[ -n "$acc" ] && [ -n "$drafts" ] && [ "$acc" -gt 0 ] && [ "$drafts" -gt 0 ] \
     && ok "metrics: $drafts verifies, $acc drafts accepted" \
     || { bad "spec metrics missing or nothing accepted"; grep spec_decode "$T/spec.metrics"; }
 grep -q 'vllm:spec_decode_num_accepted_tokens_per_pos_total{.*position="2"}' "$T/spec.metrics" \
