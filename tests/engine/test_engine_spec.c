@@ -11,6 +11,7 @@
 
 #include "test.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "model/config.h"
 #include "model/synth.h"
 
@@ -213,7 +214,7 @@ static void scenario(const char *name, const eng_cfg *base, const job *jobs, int
 
 /* reject: the case must see rejections too (the hybrid model's random weights give them; the
  * attention-only and trained models' greedy loops can be accepted whole) */
-static void test_model(const char *dir, bool has_tok, int V, bool reject) {
+static void test_model(const char *dir, bool has_tok, int V, bool reject, bool trained) {
     eng_cfg base = {.dir = dir, .caching = true};
     int32_t p1[96], p2[40], p3[1] = {5}, p4[64];
     int n1 = make_prompt(p1, 96, V), n2 = make_prompt(p2, 40, V), n4 = make_prompt(p4, 64, V);
@@ -260,6 +261,25 @@ static void test_model(const char *dir, bool has_tok, int V, bool reject) {
         st[0].sp.n_stop = 2;
         st[0].sp.max_tokens = 120;
         scenario("stop strings", &base, st, 1, false, false);
+        /* structured output: the mask applies at every verified position (the drafts come from
+         * the prompt and need not fit the grammar); on the trained model, whose answers run long
+         * enough under the mask for drafts to be proposed */
+        const char *re = "(the |and |of |LORD |unto |said )+(\\.|,)";
+        cllm_gm *gm = NULL;
+        cllm_error ge = {0};
+        CHECK_MSG(cllm_gm_from_regex(re, strlen(re), NULL, &gm, &ge) == CLLM_OK, "%s", ge.msg);
+        if (gm && trained) {
+            job gj[2] = {{p1, n1, g}, {p4, n4, g}};
+            gj[0].sp.grammar = gm;
+            gj[0].sp.max_tokens = 100;
+            gj[0].sp.logprobs = 1;
+            gj[1].sp.grammar = gm;
+            gj[1].sp.temperature = 0.7;
+            gj[1].sp.seed = 9;
+            gj[1].sp.has_seed = true;
+            scenario("grammar", &base, gj, 2, true, false);
+        }
+        cllm_gm_unref(gm);
     }
 
     /* synthetic acceptance: accept decisions drawn at 0.65 per position, the work still done */
@@ -315,11 +335,11 @@ int main(void) {
         int V = cf.vocab_size < 4000 ? cf.vocab_size : 4000;
         cllm_config_free(&cf);
         fprintf(stderr, "model %s\n", cfgs[k]);
-        test_model(dir, have_tok, V, k == 0);
+        test_model(dir, have_tok, V, k == 0, false);
     }
     /* the trained tiny model: real text, real repetition */
     snprintf(dir, sizeof(dir), "%s/models/tiny", src);
     fprintf(stderr, "model models/tiny\n");
-    test_model(dir, true, 4000, false);
+    test_model(dir, true, 4000, false, true);
     return test_report("test_engine_spec");
 }
