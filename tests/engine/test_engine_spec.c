@@ -4,12 +4,14 @@
  * max_tokens landing mid-draft, n > 1, stop strings, prefix-cache hits and preemption; on a
  * hybrid model (Gated DeltaNet state rolled back after rejections) and an attention-only one.
  * Each case also checks that drafts were accepted and rejected (the paths it claims to cover
- * ran). Synthetic acceptance: accepted share near the asked rate. */
+ * ran). Synthetic acceptance: accepted share near the asked rate. A W4A16 model with a screened
+ * int8 lm_head (CLLM_LM_SCREEN=8) covers verify rows through the screened path. */
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "test.h"
+#include "test_model.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "model/config.h"
@@ -336,6 +338,26 @@ int main(void) {
         cllm_config_free(&cf);
         fprintf(stderr, "model %s\n", cfgs[k]);
         test_model(dir, have_tok, V, k == 0, false);
+    }
+    /* W4A16 with an int8 lm_head, screened: greedy verify rows take the best-k path per row */
+    {
+        char cfg[1024], bf[1024], q[1024];
+        snprintf(cfg, sizeof(cfg), "%s/spec_screen.json", tmp);
+        snprintf(bf, sizeof(bf), "%s/spec_screen-bf16", tmp);
+        snprintf(q, sizeof(q), "%s/spec_screen-w4", tmp);
+        static const char *const from[] = {"\"vocab_size\": 512"},
+                                 *const to[] = {"\"vocab_size\": 1000"};
+        cllm_error err = {0};
+        cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 5, .dtype = CLLM_DT_BF16};
+        if (tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0 &&
+            cllm_synth(&so, &err) == CLLM_OK && tm_quantize_w4a16(bf, q, 32, 8, &err) == CLLM_OK) {
+            setenv("CLLM_LM_SCREEN", "8", 1);
+            fprintf(stderr, "model tiny w4a16, screened lm_head\n");
+            test_model(q, false, 1000, true, false);
+            unsetenv("CLLM_LM_SCREEN");
+        } else {
+            CHECK_MSG(0, "screened model: %s", err.msg);
+        }
     }
     /* the trained tiny model: real text, real repetition */
     snprintf(dir, sizeof(dir), "%s/models/tiny", src);
