@@ -5,7 +5,8 @@
 #  - the same under --tensor-parallel-size 2 (when mpirun is there and cllm has MPI);
 #  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted;
 #  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP (not
-#    implemented yet), k out of range, prompt_lookup_min > max, a benchmark-only key.
+#    implemented yet), k out of range, prompt_lookup_min > max, a benchmark-only key; generate and
+#    bench-forward (one sequence, no engine) refuse the flag.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_spec
 rm -rf "$T"
@@ -101,4 +102,10 @@ refused '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4
 refused '{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance": 0.6}' "'synthetic_acceptance' is for benchmarks only"
 refused '{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}' "key 'model' is not supported"
 refused 'ngram' "not a JSON object"
+for cmd in generate bench-forward; do
+    "$CLLM_BIN" $cmd "$M" -p hi --speculative-config "$SPEC" > "$T/out" 2>&1
+    rc=$?
+    [ $rc = 2 ] && grep -q "not supported here yet" "$T/out" && ok "$cmd refuses --speculative-config" \
+        || { bad "$cmd --speculative-config: rc $rc"; cat "$T/out"; }
+done
 exit $fail
