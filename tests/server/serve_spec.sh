@@ -103,7 +103,7 @@ refused '{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance"
 refused '{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}' "key 'model' is not supported"
 refused 'ngram' "not a JSON object"
 for cmd in generate bench-forward; do
-    "$CLLM_BIN" $cmd "$M" -p hi --speculative-config "$SPEC" > "$T/out" 2>&1
+    "$CLLM_BIN" $cmd "$M" --speculative-config "$SPEC" > "$T/out" 2>&1
     rc=$?
     [ $rc = 2 ] && grep -q "not supported here yet" "$T/out" && ok "$cmd refuses --speculative-config" \
         || { bad "$cmd --speculative-config: rc $rc"; cat "$T/out"; }
