@@ -33,16 +33,28 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
         json_decref(j);
         return fail(msg, cap, "--speculative-config: not a JSON object (%s)", je.text);
     }
-    static const char *const unsupported[] = {
-        "model",           "draft_tensor_parallel_size", "quantization", "max_model_len",
-        "revision",        "code_revision",              "speculative_token_tree",
-        "draft_model",     "acceptance_method",          "posterior_threshold",
-        "posterior_alpha", "disable_padded_drafter_batch", NULL};
+    static const char *const unsupported[] = {"model",
+                                              "draft_tensor_parallel_size",
+                                              "quantization",
+                                              "max_model_len",
+                                              "revision",
+                                              "code_revision",
+                                              "speculative_token_tree",
+                                              "draft_model",
+                                              "acceptance_method",
+                                              "posterior_threshold",
+                                              "posterior_alpha",
+                                              "disable_padded_drafter_batch",
+                                              NULL};
     static const char *const known[] = {"method",
                                         "num_speculative_tokens",
                                         "prompt_lookup_min",
                                         "prompt_lookup_max",
                                         "disable_by_batch_size",
+                                        "suffix_decoding_max_tree_depth",
+                                        "suffix_decoding_max_cached_requests",
+                                        "suffix_decoding_max_spec_factor",
+                                        "suffix_decoding_min_token_prob",
                                         "synthetic_acceptance",
                                         "fixed_k",
                                         NULL};
@@ -84,6 +96,8 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
     }
     if (!strcmp(ms, "ngram") || !strcmp(ms, "[ngram]")) {
         o->method = CLLM_SPEC_NGRAM;
+    } else if (!strcmp(ms, "suffix")) {
+        o->method = CLLM_SPEC_SUFFIX;
     } else if (!strcmp(ms, "mtp") || !strcmp(ms, "qwen3_5_mtp") || !strcmp(ms, "qwen3_next_mtp") ||
                !strcmp(ms, "deepseek_mtp")) {
         fail(msg, cap,
@@ -92,7 +106,9 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
              ms);
         goto out;
     } else {
-        fail(msg, cap, "--speculative-config: method '%s' is not supported (cllm supports \"ngram\")",
+        fail(msg, cap,
+             "--speculative-config: method '%s' is not supported (cllm supports \"ngram\" and "
+             "\"suffix\")",
              ms);
         goto out;
     }
@@ -103,6 +119,42 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
     if (o->num_speculative_tokens == 0) {
         fail(msg, cap, "--speculative-config: %s is required", "num_speculative_tokens");
         goto out;
+    }
+    /* keys of the other method are an error, not silently ignored */
+    static const char *const ngram_keys[] = {"prompt_lookup_min", "prompt_lookup_max", NULL};
+    static const char *const suffix_keys[] = {
+        "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+        "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", NULL};
+    const char *const *other = o->method == CLLM_SPEC_NGRAM ? suffix_keys : ngram_keys;
+    for (int i = 0; other[i]; i++)
+        if (json_object_get(j, other[i])) {
+            snprintf(msg, cap, "--speculative-config: '%s' does not apply to method '%s'", other[i],
+                     ms);
+            goto out;
+        }
+    if (json_object_get(j, "suffix_decoding_min_token_prob")) {
+        fail(msg, cap,
+             "--speculative-config: '%s' is not supported: cllm's suffix drafts take the most "
+             "recent continuation, not the most frequent",
+             "suffix_decoding_min_token_prob");
+        goto out;
+    }
+    o->suffix_max_depth = 24;
+    o->suffix_max_cached_requests = 10000;
+    o->suffix_max_spec_factor = 1.0;
+    if (get_int(j, "suffix_decoding_max_tree_depth", 1, 1024, &o->suffix_max_depth, msg, cap) < 0 ||
+        get_int(j, "suffix_decoding_max_cached_requests", 1, 1 << 20,
+                &o->suffix_max_cached_requests, msg, cap) < 0)
+        goto out;
+    json_t *sf = json_object_get(j, "suffix_decoding_max_spec_factor");
+    if (sf) {
+        double f = json_number_value(sf);
+        if (!json_is_number(sf) || !(f > 0 && f <= 64)) {
+            fail(msg, cap, "--speculative-config: %s must be a number in (0, 64]",
+                 "suffix_decoding_max_spec_factor");
+            goto out;
+        }
+        o->suffix_max_spec_factor = f;
     }
     int lmin = 0, lmax = 0, hmin, hmax;
     if ((hmin = get_int(j, "prompt_lookup_min", 1, 1024, &lmin, msg, cap)) < 0 ||

@@ -451,8 +451,8 @@ static void spec_note(cllm_engine *e, const cllm_engine_stats *st0, char *out, s
     double d = (double)(st.spec_drafts - st0->spec_drafts);
     double dt = (double)(st.spec_draft_tokens - st0->spec_draft_tokens);
     double acc = (double)(st.spec_accepted_tokens - st0->spec_accepted_tokens);
-    snprintf(out, cap, "%.0f verifies, %.2f drafts and %.2f tokens per verify, %.1f%% accepted",
-             d, d > 0 ? dt / d : 0, d > 0 ? 1 + acc / d : 0, dt > 0 ? 100 * acc / dt : 0);
+    snprintf(out, cap, "%.0f verifies, %.2f drafts and %.2f tokens per verify, %.1f%% accepted", d,
+             d > 0 ? dt / d : 0, d > 0 ? 1 + acc / d : 0, dt > 0 ? 100 * acc / dt : 0);
 }
 
 static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
@@ -604,8 +604,8 @@ static int bench_multi_turn(const bench_args *a, const bench_model *bm, int thre
 }
 
 /* An engine with `threads`, warmed up (the weights touched once). NULL on error (printed). */
-static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int threads,
-                                 bool spec, bench_bufs *w) {
+static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int threads, bool spec,
+                                 bench_bufs *w) {
     cllm_engine_opts o;
     bench_engine_opts(a, bm, threads, false, spec, &o);
     cllm_error err = {0};

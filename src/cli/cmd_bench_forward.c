@@ -79,9 +79,11 @@ int cmd_bench_forward(int argc, char **argv) {
     if (spec_json) {
         /* this command drives one sequence through the forward pass directly, without the
          * engine that drafts, verifies and rolls back */
-        fprintf(stderr, "cllm bench-forward: --speculative-config is not supported here yet; use `cllm bench "
-                        "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
-                        "or `cllm serve`\n");
+        fprintf(
+            stderr,
+            "cllm bench-forward: --speculative-config is not supported here yet; use `cllm bench "
+            "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
+            "or `cllm serve`\n");
         return 2;
     }
     cli_apply_act16(act16);

@@ -251,9 +251,10 @@ int cmd_generate(int argc, char **argv) {
     if (spec_json) {
         /* this command drives one sequence through the forward pass directly, without the
          * engine that drafts, verifies and rolls back */
-        fprintf(stderr, "cllm generate: --speculative-config is not supported here yet; use `cllm bench "
-                        "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
-                        "or `cllm serve`\n");
+        fprintf(stderr,
+                "cllm generate: --speculative-config is not supported here yet; use `cllm bench "
+                "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
+                "or `cllm serve`\n");
         return 2;
     }
     cli_apply_act16(act16);

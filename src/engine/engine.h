@@ -123,18 +123,25 @@ typedef struct cllm_engine_mirror {
  * sampler agrees with, plus the sampler's own token at the first disagreement: the sampler draws
  * each position exactly as without speculation (its randomness depends only on seed, sample and
  * step), so greedy and seeded output is bitwise the output without it. */
-typedef enum cllm_spec_method { CLLM_SPEC_NONE = 0, CLLM_SPEC_NGRAM } cllm_spec_method;
+typedef enum cllm_spec_method {
+    CLLM_SPEC_NONE = 0,
+    CLLM_SPEC_NGRAM, /* prompt lookup in the sequence's own tokens */
+    CLLM_SPEC_SUFFIX /* the same in its own tokens and recently finished outputs */
+} cllm_spec_method;
 #define CLLM_SPEC_MAX_K 16
 typedef struct cllm_spec_opts {
     cllm_spec_method method;
-    int num_speculative_tokens;                /* cap on drafts per step, 1..CLLM_SPEC_MAX_K */
-    int prompt_lookup_min, prompt_lookup_max;  /* ngram: n-gram lengths tried, longest first */
-    double synthetic_acceptance;               /* > 0: benchmarks only: each draft position is
-                                                  accepted with this probability (the draft token
-                                                  is then forced), whatever the model says; the
-                                                  output is not the model's */
+    int num_speculative_tokens;               /* cap on drafts per step, 1..CLLM_SPEC_MAX_K */
+    int prompt_lookup_min, prompt_lookup_max; /* ngram: n-gram lengths tried, longest first */
+    double synthetic_acceptance;              /* > 0: benchmarks only: each draft position is
+                                                 accepted with this probability (the draft token
+                                                 is then forced), whatever the model says; the
+                                                 output is not the model's */
     bool fixed_k; /* always draft num_speculative_tokens (no cost model): verify-cost curves */
     int disable_by_batch_size; /* > 0: no drafts while this many sequences or more run */
+    /* suffix: longest match looked for, requests remembered, drafts per matched token */
+    int suffix_max_depth, suffix_max_cached_requests;
+    double suffix_max_spec_factor;
 } cllm_spec_opts;
 
 typedef struct cllm_engine_opts {
@@ -157,7 +164,7 @@ typedef struct cllm_engine_opts {
     bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
     const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
-    cllm_spec_opts spec; /* method NONE = off */
+    cllm_spec_opts spec;              /* method NONE = off */
     bool no_prefault; /* skip touching every weight page at start-up (cllm_model_prefault): the
                          first requests then pay the page faults and disk reads, e.g. of cold
                          embedding rows (5 ms per decoded token on the quarter shape) */

@@ -331,6 +331,7 @@ static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
 
 /* Removes a finished sequence everywhere; frees the request when its last sample ends. */
 void sched_seq_finish(sched *s, eng_seq *e) {
+    sched_spec_seq_done(s, e);
     seq_release(s, e);
     if (e->state == SEQ_RUNNING)
         list_remove(s->running, &s->n_running, e);
@@ -379,7 +380,9 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
         blk_init(&s->blocks, cfg->n_blocks, cfg->block_size) ||
         slot_init(&s->slots, cfg->n_live_slots,
                   cfg->has_state && cfg->prefix_caching ? cfg->n_snap_slots : 0) ||
-        smp_init(&s->smp, cfg->vocab_size)) {
+        smp_init(&s->smp, cfg->vocab_size) ||
+        (cfg->spec.method == CLLM_SPEC_SUFFIX &&
+         spec_hist_init(&s->hist, cfg->spec.suffix_max_cached_requests, SPEC_HIST_TOKENS))) {
         sched_free(s);
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
     }
@@ -405,6 +408,7 @@ void sched_free(sched *s) {
     blk_free(&s->blocks);
     slot_free(&s->slots);
     smp_free(&s->smp);
+    spec_hist_free(&s->hist);
     cllm_gm_vocab_free(s->gmv);
     free(s->gmask);
     free(s);
@@ -585,8 +589,8 @@ static void batch_add_verify(sched *s, eng_seq *e, int n_pending) {
      * distribution: the tests are those of a row at the window's start, widened */
     const eng_req *q = e->req;
     bool forbid = e->n_tokens - e->n_prompt < q->sp.min_tokens && q->n_forbid > 0;
-    b->logits_topk = smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm != NULL,
-                                  &b->logits_scale);
+    b->logits_topk =
+        smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm != NULL, &b->logits_scale);
 }
 
 typedef struct pmatch {

@@ -7,6 +7,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sched.h"
+#include "engine/spec_suffix.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -64,8 +65,8 @@ struct eng_seq {
     /* speculative decoding (sched_spec.c) */
     int32_t draft[CLLM_SPEC_MAX_K]; /* this step's drafts, also written after tokens[n_tokens) */
     int n_draft;
-    int spec_slot;           /* during a verify of a hybrid model: the slot holding the state
-                                before it (the live slot runs the verify), else -1 */
+    int spec_slot;               /* during a verify of a hybrid model: the slot holding the state
+                                    before it (the live slot runs the verify), else -1 */
     double acc_hits, acc_trials; /* decayed counts of accepted / tried draft positions */
     int spec_idle;               /* steps since this sequence last drafted */
 };
@@ -82,6 +83,9 @@ typedef struct sched_ent {
 /* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
  * 1 MB); past a few rows a verify does not pay anyway. */
 #define SPEC_VERIFY_ROWS 16
+/* Tokens of finished outputs the suffix drafter remembers (a linear scan per draft: 64k tokens
+ * take tens of microseconds). */
+#define SPEC_HIST_TOKENS 65536
 typedef struct spec_cost {
     double t[SPEC_COST_N + 1]; /* seconds per step of T tokens, decayed mean; 0 = not seen */
 } spec_cost;
@@ -127,9 +131,10 @@ struct sched {
     double t_forward;
     uint64_t tokens_computed, steps;
     spec_cost cost;
+    spec_hist hist;       /* suffix drafts: recently finished outputs */
     int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
     int logit_rows_extra; /* verify rows still free in the step being planned */
-    int spec_k_step; /* drafts per row chosen for the current step (sched_spec.c) */
+    int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
 };
 
 /* sched.c */
@@ -161,6 +166,8 @@ void sched_spec_record(sched *s, int step_tokens, double seconds);
 void sched_spec_accept(sched *s, const sched_ent *t, const float *rows);
 /* Gives back a sequence's verify slot (finish, preempt). */
 void sched_spec_release(sched *s, eng_seq *e);
+/* A sequence ended: its output joins the suffix history. */
+void sched_spec_seq_done(sched *s, const eng_seq *e);
 /* sched_out.c */
 /* Samples the next token from logits (forced >= 0: that token instead of a draw, the synthetic
  * acceptance of benchmarks) and emits its event. Returns false when the sequence ended (it is

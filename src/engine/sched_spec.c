@@ -23,15 +23,16 @@
 #include "base/log.h"
 #include "engine/sched_int.h"
 #include "engine/spec_ngram.h"
+#include "engine/spec_suffix.h"
 
 /* Pending tokens beyond which a row is replayed plainly first: after many rejections in a row the
  * pending run would make the verify a prefill. */
 #define SPEC_MAX_PENDING (2 * CLLM_SPEC_MAX_K + 1)
 /* Prior acceptance (weight 2 positions) for a row that has not drafted yet; the decay per verify
  * keeps the estimate to about the last 10 draft positions. */
-#define SPEC_PRIOR 0.5
+#define SPEC_PRIOR   0.5
 #define SPEC_PRIOR_W 2.0
-#define SPEC_DECAY 0.9
+#define SPEC_DECAY   0.9
 
 static bool spec_on(const sched *s) {
     return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
@@ -146,6 +147,9 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     if (o->method == CLLM_SPEC_NGRAM)
         nd = spec_ngram_propose(e->tokens, e->n_tokens, o->prompt_lookup_min, o->prompt_lookup_max,
                                 k, e->draft);
+    else if (o->method == CLLM_SPEC_SUFFIX)
+        nd = spec_suffix_propose(&s->hist, e->tokens, e->n_tokens, o->suffix_max_depth,
+                                 o->suffix_max_spec_factor, k, e->draft);
     if (o->synthetic_acceptance > 0) /* benchmarks: always k drafts, the real verify work */
         while (nd < k) {
             e->draft[nd] = e->tokens[e->n_tokens - 1];
@@ -157,10 +161,11 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     }
     /* room: blocks without preempting anyone, the token array, a slot for the state copy */
     int bs = s->cfg.block_size;
-    while (nd > 0 && (e->n_computed + P + nd + bs - 1) / bs - e->n_table > blk_available(&s->blocks))
+    while (nd > 0 &&
+           (e->n_computed + P + nd + bs - 1) / bs - e->n_table > blk_available(&s->blocks))
         nd--;
-    if (nd == 0 || sched_grow((void **)&e->tokens, &e->cap_tokens, e->n_tokens + nd + 1,
-                              sizeof(int32_t)))
+    if (nd == 0 ||
+        sched_grow((void **)&e->tokens, &e->cap_tokens, e->n_tokens + nd + 1, sizeof(int32_t)))
         return 0;
     int need = (e->n_computed + P + nd + bs - 1) / bs;
     if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return 0;
@@ -180,6 +185,11 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     e->n_draft = nd;
     e->spec_idle = 0;
     return nd;
+}
+
+void sched_spec_seq_done(sched *s, const eng_seq *e) {
+    if (s->cfg.spec.method == CLLM_SPEC_SUFFIX && e->n_tokens > e->n_prompt)
+        spec_hist_add(&s->hist, e->tokens + e->n_prompt, e->n_tokens - e->n_prompt);
 }
 
 void sched_spec_release(sched *s, eng_seq *e) {

@@ -230,8 +230,7 @@ char *srv_metrics_render(cllm_server *s) {
         head(&b, "vllm:spec_decode_num_drafts_total", "counter",
              "Number of spec decoding drafts (verify rows).");
         sample(&b, "vllm:spec_decode_num_drafts_total", L, NULL, (double)st.spec_drafts);
-        head(&b, "vllm:spec_decode_num_draft_tokens_total", "counter",
-             "Number of draft tokens.");
+        head(&b, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
         sample(&b, "vllm:spec_decode_num_draft_tokens_total", L, NULL,
                (double)st.spec_draft_tokens);
         head(&b, "vllm:spec_decode_num_accepted_tokens_total", "counter",

@@ -8,6 +8,8 @@
  *  - synthetic acceptance 0.5 at k = 4: rejections at every draft position, the state always the
  *    accepted history's, nothing leaked when everything ends;
  *  - cancel in the middle of speculating frees the verify slot;
+ *  - suffix drafts: a request that repeats an earlier one's answer drafts from the history of
+ *    finished outputs; outputs equal to no speculation;
  *  - distribution: 20000 seeded samples of the first three tokens at temperature 1 through verify
  *    rows match the target's exact joint distribution (chi-square over the 512 cells). */
 #include <math.h>
@@ -54,7 +56,8 @@ static void run_all(sched *s) {
     for (int steps = 0; sched_has_work(s) && steps < 100000; steps++) {
         sched_step(s);
         const char *bad = sched_check(s);
-        if (bad && bad_invariants++ < 5) fprintf(stderr, "invariant after step %d: %s\n", steps, bad);
+        if (bad && bad_invariants++ < 5)
+            fprintf(stderr, "invariant after step %d: %s\n", steps, bad);
     }
 }
 
@@ -276,7 +279,62 @@ static void test_distribution(bool spec) {
     fake_free(&f);
 }
 
+/* Suffix method: the same prompt twice in a row (the second answer is the first's, drafted from
+ * the history), then other prompts; everything equal to no speculation. */
+static void test_suffix(bool has_state) {
+    enum { V = 4096 };
+    static fake_out want[6], got[6];
+    int32_t pa[20], pb[20];
+    for (int i = 0; i < 20; i++) {
+        pa[i] = (int32_t)(rnd() % V);
+        pb[i] = (int32_t)(rnd() % V);
+    }
+    uint64_t accepted = 0, drafted = 0;
+    for (int spec = 0; spec < 2; spec++) {
+        fake_model f;
+        fake_init(&f, V, 400, 4, 8 + 32, has_state);
+        /* not Markov: with 4096 tokens a greedy answer barely repeats itself, so the drafts that
+         * get accepted come from the earlier answer */
+        sched_cfg c = fake_cfg(V, 400, 4, 4, 64, has_state, true);
+        c.n_live_slots = 8;
+        if (spec) {
+            c.spec.method = CLLM_SPEC_SUFFIX;
+            c.spec.num_speculative_tokens = 4;
+            c.spec.suffix_max_depth = 24;
+            c.spec.suffix_max_cached_requests = 100;
+            c.spec.suffix_max_spec_factor = 2.0;
+            c.spec.fixed_k = true;
+        }
+        sched *s = NULL;
+        cllm_error err = {0};
+        CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+        if (!s) return;
+        fake_out *o = spec ? got : want;
+        memset(o, 0, sizeof(fake_out) * 6);
+        const int32_t *ps[6] = {pa, pa, pb, pa, pb, pb};
+        for (int i = 0; i < 6; i++) { /* one after the other: each sees the earlier answers */
+            submit(s, &c, ps[i], 20, sp_greedy(50), &o[i]);
+            run_all(s);
+        }
+        if (spec) {
+            accepted = s->stats.spec_accepted_tokens;
+            drafted = s->stats.spec_draft_tokens;
+        }
+        CHECK_MSG(f.errors == 0, "suffix: fake model: %s", f.last_error);
+        sched_free(s);
+        fake_free(&f);
+    }
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(same_out(&want[i], &got[i]), "suffix (state %d): request %d differs", has_state,
+                  i);
+    /* requests 1, 3, 4, 5 repeat an earlier answer: most of their 4 x 49 decode tokens */
+    CHECK_MSG(accepted > 100, "suffix (state %d): %llu of %llu drafts accepted", has_state,
+              (unsigned long long)accepted, (unsigned long long)drafted);
+}
+
 int main(void) {
+    test_suffix(false);
+    test_suffix(true);
     test_distribution(false);
     test_distribution(true);
     for (int st = 0; st < 2; st++) {

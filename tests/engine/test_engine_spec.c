@@ -345,8 +345,8 @@ int main(void) {
         snprintf(cfg, sizeof(cfg), "%s/spec_screen.json", tmp);
         snprintf(bf, sizeof(bf), "%s/spec_screen-bf16", tmp);
         snprintf(q, sizeof(q), "%s/spec_screen-w4", tmp);
-        static const char *const from[] = {"\"vocab_size\": 512"},
-                                 *const to[] = {"\"vocab_size\": 1000"};
+        static const char *const from[] = {"\"vocab_size\": 512"}, *const to[] = {
+                                                                       "\"vocab_size\": 1000"};
         cllm_error err = {0};
         cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 5, .dtype = CLLM_DT_BF16};
         if (tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0 &&

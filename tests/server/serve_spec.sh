@@ -2,6 +2,7 @@
 # `cllm serve --speculative-config` (models/tiny, real engine, n-gram drafts):
 #  - a greedy completion and a seeded sampled chat answer are byte-for-byte the answers of a server
 #    without speculation (ids and logprobs included), streamed and not;
+#  - the same with the suffix method (drafts from earlier answers too);
 #  - the same under --tensor-parallel-size 2 (when mpirun is there and cllm has MPI);
 #  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted;
 #  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP (not
@@ -46,13 +47,16 @@ serve_one() { # serve_one NAME [flags]: starts, asks, writes $T/NAME.*, stops
 
 serve_one plain
 serve_one spec --speculative-config "$SPEC"
-for f in cmpl chat sse; do
-    if [ -s "$T/plain.$f" ] && cmp -s "$T/plain.$f" "$T/spec.$f"; then
-        ok "$f: the same answer with speculation"
-    else
-        bad "$f differs with speculation:"
-        diff "$T/plain.$f" "$T/spec.$f" | head -5
-    fi
+serve_one suffix --speculative-config '{"method": "suffix", "num_speculative_tokens": 3}'
+for run in spec suffix; do
+    for f in cmpl chat sse; do
+        if [ -s "$T/plain.$f" ] && cmp -s "$T/plain.$f" "$T/$run.$f"; then
+            ok "$f: the same answer with $run speculation"
+        else
+            bad "$f differs with $run speculation:"
+            diff "$T/plain.$f" "$T/$run.$f" | head -5
+        fi
+    done
 done
 if command -v mpirun > /dev/null \
     && ! "$CLLM_BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 2>&1 | grep -q "built without MPI"; then
@@ -102,6 +106,10 @@ refused '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4
 refused '{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance": 0.6}' "'synthetic_acceptance' is for benchmarks only"
 refused '{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}' "key 'model' is not supported"
 refused 'ngram' "not a JSON object"
+refused '{"method": "suffix", "num_speculative_tokens": 2, "prompt_lookup_max": 3}' "'prompt_lookup_max' does not apply to method 'suffix'"
+refused '{"method": "ngram", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 3}' "'suffix_decoding_max_tree_depth' does not apply to method 'ngram'"
+refused '{"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_min_token_prob": 0.1}' "'suffix_decoding_min_token_prob' is not supported"
+refused '{"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_spec_factor": 0}' "suffix_decoding_max_spec_factor must be a number"
 for cmd in generate bench-forward; do
     "$CLLM_BIN" $cmd "$M" --speculative-config "$SPEC" > "$T/out" 2>&1
     rc=$?
