@@ -24,6 +24,7 @@
 #include "model/forward.h"
 #include "model/verify.h"
 #include "cli/cli.h"
+#include "cli/cli_spec.h"
 #include "cli/commands.h"
 #include "cli/serve_tp.h"
 #include "dist/dist.h"
@@ -213,7 +214,8 @@ static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int ms
 }
 
 typedef struct bench_args {
-    const char *model, *plist, *nlist, *tlist, *blist, *act16;
+    const char *model, *plist, *nlist, *tlist, *blist, *act16, *spec_json;
+    cllm_spec_opts spec; /* --speculative-config: tg rows and the sweep run with and without */
     long reps, block, seed, budget;
     long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
     bool json, mt, no_table, no_sweep, kv_bf16, no_prefault, no_warmup;
@@ -266,6 +268,9 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         {"--no-warmup", NULL, CLI_FLAG, &a->no_warmup,
          "skip each table test's untimed warmup run (llama-bench's flag of the same name)"},
         {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
+        {"--speculative-config", NULL, CLI_STR, &a->spec_json,
+         "also run the tg rows and the sweep with speculative decoding (vLLM's JSON; bench also "
+         "takes \"synthetic_acceptance\": 0.65 and \"fixed_k\": true)"},
         {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
         {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
         {"--no-sweep", NULL, CLI_FLAG, &a->no_sweep, "skip the batched sweep"},
@@ -366,7 +371,7 @@ static int bench_model_info(const bench_args *a, bench_model *bm) {
 }
 
 static void bench_engine_opts(const bench_args *a, const bench_model *bm, int threads, bool prefix,
-                              cllm_engine_opts *o) {
+                              bool spec, cllm_engine_opts *o) {
     long seq_len = a->maxP + a->maxN;
     long mt_len = a->mt_first + a->mt_turns * (a->mt_msg + a->mt_answer);
     long max_len = (a->mt && mt_len > seq_len ? mt_len : seq_len) + a->block;
@@ -390,6 +395,7 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
     }
     o->kv_cache_bytes = kv;
     o->enable_prefix_caching = prefix;
+    if (spec) o->spec = a->spec;
     if (cllm_dist_active()) o->mirror = serve_tp_mirror();
 }
 
@@ -414,7 +420,7 @@ static int bench_follow(const bench_args *a, const bench_model *bm) {
         if (cllm_dist_bcast_idle(&more, sizeof(more), 0) != CLLM_OK) return 1;
         if (!more) return 0;
         cllm_engine_opts o;
-        bench_engine_opts(a, bm, a->t[0], false, &o);
+        bench_engine_opts(a, bm, a->t[0], false, false, &o);
         o.skip_tokenizer_init = true;
         cllm_engine *e = NULL;
         cllm_error err = {0};
@@ -437,8 +443,20 @@ typedef struct bench_bufs {
 } bench_bufs;
 
 /* ppP and tgN for every P and N of the lists, -r runs each; rows printed as measured. */
+/* What a speculative run's row adds: drafts accepted since `st0`, as tokens per verify and the
+ * accepted share of draft positions. */
+static void spec_note(cllm_engine *e, const cllm_engine_stats *st0, char *out, size_t cap) {
+    cllm_engine_stats st;
+    cllm_engine_stats_get(e, &st);
+    double d = (double)(st.spec_drafts - st0->spec_drafts);
+    double dt = (double)(st.spec_draft_tokens - st0->spec_draft_tokens);
+    double acc = (double)(st.spec_accepted_tokens - st0->spec_accepted_tokens);
+    snprintf(out, cap, "%.0f verifies, %.2f drafts and %.2f tokens per verify, %.1f%% accepted", d,
+             d > 0 ? dt / d : 0, d > 0 ? 1 + acc / d : 0, dt > 0 ? 100 * acc / dt : 0);
+}
+
 static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
-                       bench_bufs *w, bool *first_json) {
+                       bool spec, bench_bufs *w, bool *first_json) {
     double pp[1000], tg[1000];
     int reps = (int)(a->reps < 1000 ? a->reps : 1000);
     char size[32], params[32];
@@ -447,8 +465,10 @@ static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *b
         snprintf(params, sizeof(params), "%.2f B", bm->params / 1e9);
     else
         snprintf(params, sizeof(params), "%.2f M", bm->params / 1e6);
-    for (int k = 0; k < a->np + a->nn; k++) {
+    for (int k = spec ? a->np : 0; k < a->np + a->nn; k++) {
         bool is_pp = k < a->np;
+        cllm_engine_stats st0;
+        cllm_engine_stats_get(e, &st0);
         int L = is_pp ? a->p[k] : a->n[k - a->np];
         double *x = is_pp ? pp : tg;
         /* llama-bench warms each test up untimed: a prompt run of the test's full length (so the
@@ -470,6 +490,8 @@ static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *b
         double mean, sd;
         mean_sd(x, reps, &mean, &sd);
         double gbps = is_pp ? 0 : mean * bm->decode_bytes / 1e9;
+        char note[160] = "";
+        if (spec) spec_note(e, &st0, note, sizeof(note));
         if (a->json) {
             printf("%s\n  {\"test\": \"%s%d\", \"%s\": %d, \"threads\": %d, \"avg_ts\": %.3f, "
                    "\"stddev_ts\": %.3f, \"model_size\": %llu, \"model_n_params\": %llu",
@@ -477,14 +499,17 @@ static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *b
                    nthreads, mean, sd, (unsigned long long)bm->file_bytes,
                    (unsigned long long)bm->params);
             if (!is_pp) printf(", \"decode_gbps\": %.3f", gbps);
+            if (spec) printf(", \"speculative\": \"%s\"", note);
             printf("}");
             *first_json = false;
         } else if (is_pp) {
-            printf("| %s | %s | %s | %d | pp%d | %.2f ± %.2f | |\n", bm->mtype, size, params,
+            printf("| %s | %s | %s | %d | pp%d | %.2f ± %.2f | | |\n", bm->mtype, size, params,
                    nthreads, L, mean, sd);
         } else {
-            printf("| %s | %s | %s | %d | tg%d | %.2f ± %.2f | %.2f |\n", bm->mtype, size, params,
-                   nthreads, L, mean, sd, gbps);
+            /* with speculation "decode GB/s" is the weight bytes of the tokens emitted: past the
+             * roofline is the point */
+            printf("| %s | %s | %s | %d | tg%d%s | %.2f ± %.2f | %.2f | %s |\n", bm->mtype, size,
+                   params, nthreads, L, spec ? " spec" : "", mean, sd, gbps, note);
         }
     }
     return 0;
@@ -535,7 +560,7 @@ static int bench_multi_turn(const bench_args *a, const bench_model *bm, int thre
     cllm_engine *e = NULL;
     cllm_engine_stats st;
     for (int pass = 0; pass < 2; pass++) {
-        bench_engine_opts(a, bm, threads, pass == 0, &o);
+        bench_engine_opts(a, bm, threads, pass == 0, false, &o);
         if (bench_engine_create(&o, &e, &err) != CLLM_OK) {
             fprintf(stderr, "cllm bench: %s\n", err.msg);
             return 1;
@@ -579,10 +604,10 @@ static int bench_multi_turn(const bench_args *a, const bench_model *bm, int thre
 }
 
 /* An engine with `threads`, warmed up (the weights touched once). NULL on error (printed). */
-static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int threads,
+static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int threads, bool spec,
                                  bench_bufs *w) {
     cllm_engine_opts o;
-    bench_engine_opts(a, bm, threads, false, &o);
+    bench_engine_opts(a, bm, threads, false, spec, &o);
     cllm_error err = {0};
     cllm_engine *e = NULL;
     if (bench_engine_create(&o, &e, &err) != CLLM_OK) {
@@ -603,16 +628,18 @@ static int bench_tables(const bench_args *a, const bench_model *bm, bench_bufs *
     if (a->json)
         printf(",\n \"tests\": [");
     else
-        printf("\n| model | size | params | threads | test | t/s | decode GB/s |\n"
-               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        printf("\n| model | size | params | threads | test | t/s | decode GB/s | speculative |\n"
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
     bool first = true;
     for (int ti = 0; ti < a->nt; ti++) {
         int nthreads = a->t[ti] > 0 ? a->t[ti] : (int)sysconf(_SC_NPROCESSORS_ONLN);
-        cllm_engine *e = bench_engine(a, bm, a->t[ti], w);
-        if (!e) return 1;
-        int rc = bench_table(e, a, bm, nthreads, w, &first);
-        cllm_engine_free(e);
-        if (rc) return 1;
+        for (int sp = 0; sp < (a->spec.method != CLLM_SPEC_NONE ? 2 : 1); sp++) {
+            cllm_engine *e = bench_engine(a, bm, a->t[ti], sp == 1, w);
+            if (!e) return 1;
+            int rc = bench_table(e, a, bm, nthreads, sp == 1, w, &first);
+            cllm_engine_free(e);
+            if (rc) return 1;
+        }
     }
     if (a->json) printf("]");
     return 0;
@@ -627,11 +654,15 @@ static int bench_sweeps(const bench_args *a, const bench_model *bm, bench_bufs *
                "      T s |    S t/s |\n"
                "|-------|--------|------|--------|----------|----------|----------|----------|--"
                "--------|----------|\n");
-    cllm_engine *e = bench_engine(a, bm, a->t[0], w);
-    if (!e) return 1;
     bool first = true;
-    int rc = bench_sweep(e, a, bm, w, &first);
-    cllm_engine_free(e);
+    int rc = 0;
+    for (int sp = 0; rc == 0 && sp < (a->spec.method != CLLM_SPEC_NONE ? 2 : 1); sp++) {
+        if (sp == 1 && !a->json) printf("with --speculative-config:\n");
+        cllm_engine *e = bench_engine(a, bm, a->t[0], sp == 1, w);
+        if (!e) return 1;
+        rc = bench_sweep(e, a, bm, w, &first);
+        cllm_engine_free(e);
+    }
     if (a->json) printf("]");
     return rc;
 }
@@ -641,6 +672,11 @@ int cmd_bench(int argc, char **argv) {
     int rc = bench_parse(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
     if (cli_check_model_dir("bench", a.model)) return 1;
+    char smsg[256];
+    if (cli_spec_parse(a.spec_json, true, &a.spec, smsg, sizeof(smsg)) != 0) {
+        fprintf(stderr, "cllm bench: %s\n", smsg);
+        return 2;
+    }
     bench_model bm;
     memset(&bm, 0, sizeof(bm));
     if (bench_model_info(&a, &bm)) return 1;

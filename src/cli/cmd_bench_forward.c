@@ -47,11 +47,13 @@ static double measure_bandwidth(cllm_pool *pool) {
 int cmd_bench_forward(int argc, char **argv) {
     long n_prompt = 512, n_gen = 32, threads = 0, seed = 1, block = 16, chunk = 0;
     bool no_prefault = false;
-    const char *gdn_mode = "recurrent", *act16 = NULL;
+    const char *gdn_mode = "recurrent", *act16 = NULL, *spec_json = NULL;
     const cli_opt opts[] = {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (prefill)", NULL, 1, 1e7},
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
+        {"--speculative-config", NULL, CLI_STR, &spec_json,
+         "not here yet: speculative decoding runs in the engine (serve, bench)"},
         {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
          NULL, 0, 1e9},
         {"--block-size", NULL, CLI_INT, &block, "KV block size", NULL, 1, 65536},
@@ -74,6 +76,16 @@ int cmd_bench_forward(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (spec_json) {
+        /* this command drives one sequence through the forward pass directly, without the
+         * engine that drafts, verifies and rolls back */
+        fprintf(
+            stderr,
+            "cllm bench-forward: --speculative-config is not supported here yet; use `cllm bench "
+            "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
+            "or `cllm serve`\n");
+        return 2;
+    }
     cli_apply_act16(act16);
     cllm_error err = {0};
     cllm_seq_runner r;

@@ -194,7 +194,7 @@ static int decode(gen *g, int n_gen, bool print_ids, bool hash, int *made) {
 
 int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
-    const char *gdn_mode = "recurrent", *act16 = NULL;
+    const char *gdn_mode = "recurrent", *act16 = NULL, *spec_json = NULL;
     const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
     double temperature = 0.0, top_p = 1.0, min_p = 0.0, rep_pen = 1.0, pres_pen = 0.0,
@@ -218,6 +218,8 @@ int cmd_generate(int argc, char **argv) {
         {"--seed", "-s", CLI_INT, &seed,
          "sampling seed (same seed as a server request's: same tokens)", NULL, 0, 9.2e18},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
+        {"--speculative-config", NULL, CLI_STR, &spec_json,
+         "not here yet: speculative decoding runs in the engine (serve, bench)"},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
@@ -246,6 +248,15 @@ int cmd_generate(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
+    if (spec_json) {
+        /* this command drives one sequence through the forward pass directly, without the
+         * engine that drafts, verifies and rolls back */
+        fprintf(stderr,
+                "cllm generate: --speculative-config is not supported here yet; use `cllm bench "
+                "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
+                "or `cllm serve`\n");
+        return 2;
+    }
     cli_apply_act16(act16);
     if (!!prompt == !!tokens) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");

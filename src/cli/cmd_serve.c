@@ -29,6 +29,7 @@
 #include "model/forward.h"
 #include "server/server.h"
 #include "cli/cli.h"
+#include "cli/cli_spec.h"
 #include "cli/commands.h"
 #include "cli/serve_card.h"
 #include "cli/serve_tp.h"
@@ -51,6 +52,8 @@ typedef struct serve_args {
     char *chat_template; /* file contents (malloc) */
     const char *alias_ptrs[CLI_LIST_MAX];
     char base_name[256];
+    const char *spec_json; /* --speculative-config */
+    cllm_spec_opts spec;
 } serve_args;
 
 /* Runs during the drain: a second SIGINT ends the process at once (the operator pressed Ctrl-C
@@ -139,6 +142,9 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         {"--kv-cache-dtype", NULL, CLI_CHOICE, &a->kv_dtype, "KV cache element type (auto = fp32)",
          "auto|fp32|float32|bfloat16|bf16"},
         {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
+        {"--speculative-config", NULL, CLI_STR, &a->spec_json,
+         "speculative decoding as vLLM's JSON, e.g. '{\"method\": \"ngram\", "
+         "\"num_speculative_tokens\": 4}' (docs/internals/spec.md)"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &a->gdn_prefill,
          "Gated DeltaNet prefill: token-by-token recurrence (default) or the chunked form",
          "recurrent|chunked"},
@@ -361,6 +367,9 @@ static void log_no_ops(const serve_args *a) {
 }
 
 static int serve_check(serve_args *a) {
+    char smsg[256];
+    if (cli_spec_parse(a->spec_json, false, &a->spec, smsg, sizeof(smsg)) != 0)
+        return refuse("%s", smsg);
     if (cli_check_model_dir("serve", a->model)) return 1;
     if (a->pp > 1)
         return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "
@@ -424,6 +433,7 @@ static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     eo->kv_cache_bf16 =
         a->kv_dtype && (!strcmp(a->kv_dtype, "bfloat16") || !strcmp(a->kv_dtype, "bf16"));
     if (a->gdn_prefill) eo->gdn_prefill = cllm_gdn_prefill_parse(a->gdn_prefill);
+    eo->spec = a->spec;
 }
 
 /* ---- tensor parallel (cli/serve_tp.h) ---- */

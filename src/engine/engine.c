@@ -408,6 +408,7 @@ static void fill_sched_cfg(cllm_engine *e, const pool_plan *pp) {
     c->prefix_caching = o.enable_prefix_caching;
     c->snapshot_interval = o.state_snapshot_interval;
     c->tok = e->tok;
+    c->spec = o.spec;
     for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++)
         c->eos_ids[c->n_eos++] = cf->eos_ids[i];
     for (int i = 0; i < e->gen.n_eos; i++) add_eos(c, e->gen.eos_ids[i]);
@@ -418,6 +419,19 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     *out = NULL;
     cllm_engine_opts o = *opts;
     if (!o.model_dir) return cllm_err_set(err, CLLM_EINVAL, "engine: no model directory");
+    if (o.spec.method != CLLM_SPEC_NONE &&
+        (o.spec.num_speculative_tokens < 1 || o.spec.num_speculative_tokens > CLLM_SPEC_MAX_K ||
+         (o.spec.method == CLLM_SPEC_NGRAM &&
+          (o.spec.prompt_lookup_min < 1 || o.spec.prompt_lookup_max < o.spec.prompt_lookup_min)) ||
+         (o.spec.method == CLLM_SPEC_SUFFIX &&
+          (o.spec.suffix_max_depth < 1 || o.spec.suffix_max_cached_requests < 1 ||
+           !(o.spec.suffix_max_spec_factor > 0))) ||
+         o.spec.synthetic_acceptance < 0 || o.spec.synthetic_acceptance > 1))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "engine: speculative decoding needs 1 <= num_speculative_tokens <= %d, "
+                            "1 <= prompt_lookup_min <= prompt_lookup_max (ngram) and positive "
+                            "suffix limits (suffix)",
+                            CLLM_SPEC_MAX_K);
     engine_defaults(&o);
     cllm_engine *e = calloc(1, sizeof(*e));
     if (!e) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");

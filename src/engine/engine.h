@@ -118,6 +118,32 @@ typedef struct cllm_engine_mirror {
     void (*explain)(void *user, cllm_error *err);
 } cllm_engine_mirror;
 
+/* Speculative decoding (docs/internals/spec.md). Drafts are proposed per decoding sequence,
+ * verified in one forward over the k + 1 positions and accepted as the longest prefix the
+ * sampler agrees with, plus the sampler's own token at the first disagreement: the sampler draws
+ * each position exactly as without speculation (its randomness depends only on seed, sample and
+ * step), so greedy and seeded output is bitwise the output without it. */
+typedef enum cllm_spec_method {
+    CLLM_SPEC_NONE = 0,
+    CLLM_SPEC_NGRAM, /* prompt lookup in the sequence's own tokens */
+    CLLM_SPEC_SUFFIX /* the same in its own tokens and recently finished outputs */
+} cllm_spec_method;
+#define CLLM_SPEC_MAX_K 16
+typedef struct cllm_spec_opts {
+    cllm_spec_method method;
+    int num_speculative_tokens;               /* cap on drafts per step, 1..CLLM_SPEC_MAX_K */
+    int prompt_lookup_min, prompt_lookup_max; /* ngram: n-gram lengths tried, longest first */
+    double synthetic_acceptance;              /* > 0: benchmarks only: each draft position is
+                                                 accepted with this probability (the draft token
+                                                 is then forced), whatever the model says; the
+                                                 output is not the model's */
+    bool fixed_k; /* always draft num_speculative_tokens (no cost model): verify-cost curves */
+    int disable_by_batch_size; /* > 0: no drafts while this many sequences or more run */
+    /* suffix: longest match looked for, requests remembered, drafts per matched token */
+    int suffix_max_depth, suffix_max_cached_requests;
+    double suffix_max_spec_factor;
+} cllm_spec_opts;
+
 typedef struct cllm_engine_opts {
     const char *model_dir;
     int n_threads;               /* 0 = all cores */
@@ -138,6 +164,7 @@ typedef struct cllm_engine_opts {
     bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
     const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
+    cllm_spec_opts spec;              /* method NONE = off */
     bool no_prefault; /* skip touching every weight page at start-up (cllm_model_prefault): the
                          first requests then pay the page faults and disk reads, e.g. of cold
                          embedding rows (5 ms per decoded token on the quarter shape) */
@@ -183,6 +210,11 @@ typedef struct cllm_engine_stats {
     double grammar_s;
     uint64_t grammar_masks;
     double grammar_prep_s; /* spent preparing grammars on the helper thread (not the batch's) */
+    /* speculative decoding (vLLM's vllm:spec_decode_*): verify rows run, draft tokens proposed,
+     * drafts accepted, and accepted drafts by position (0 = the first draft) */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    uint64_t spec_accepted_per_pos[CLLM_SPEC_MAX_K];
+    int spec_k; /* num_speculative_tokens (0 = off) */
 } cllm_engine_stats;
 
 /* vLLM's bucket bounds for tokens per engine step. */

@@ -177,6 +177,7 @@ static eng_seq *seq_new(sched *s, eng_req *q, int index) {
     e->req = q;
     e->index = index;
     e->slot = -1;
+    e->spec_slot = -1;
     e->pend_snap = -1;
     e->n_prompt = q->n_prompt;
     if (sched_grow((void **)&e->tokens, &e->cap_tokens, q->n_prompt + 16, sizeof(int32_t))) {
@@ -301,6 +302,7 @@ static void seq_cache_partial(sched *s, eng_seq *e) {
 
 /* Frees the blocks (last first, so the tail is evicted first) and the live slot. */
 static void seq_release(sched *s, eng_seq *e) {
+    sched_spec_release(s, e);
     seq_commit_pending(s, e);
     seq_cache_partial(s, e);
     for (int i = e->n_table - 1; i >= 0; i--) blk_unref(&s->blocks, e->table[i]);
@@ -329,6 +331,7 @@ static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
 
 /* Removes a finished sequence everywhere; frees the request when its last sample ends. */
 void sched_seq_finish(sched *s, eng_seq *e) {
+    sched_spec_seq_done(s, e);
     seq_release(s, e);
     if (e->state == SEQ_RUNNING)
         list_remove(s->running, &s->n_running, e);
@@ -367,12 +370,19 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
     s->batch_cap = cfg->max_num_seqs;
     s->bseq = calloc((size_t)s->batch_cap, sizeof(cllm_seq_batch));
     s->bent = calloc((size_t)s->batch_cap, sizeof(sched_ent));
-    s->logits = malloc((size_t)s->batch_cap * (size_t)cfg->vocab_size * sizeof(float));
+    /* verify rows add up to k rows each for at most SPEC_VERIFY_ROWS sequences of a step */
+    s->logit_rows_cap = s->batch_cap;
+    if (cfg->spec.method != CLLM_SPEC_NONE)
+        s->logit_rows_cap += cfg->spec.num_speculative_tokens *
+                             (s->batch_cap < SPEC_VERIFY_ROWS ? s->batch_cap : SPEC_VERIFY_ROWS);
+    s->logits = malloc((size_t)s->logit_rows_cap * (size_t)cfg->vocab_size * sizeof(float));
     if (!s->bseq || !s->bent || !s->logits ||
         blk_init(&s->blocks, cfg->n_blocks, cfg->block_size) ||
         slot_init(&s->slots, cfg->n_live_slots,
                   cfg->has_state && cfg->prefix_caching ? cfg->n_snap_slots : 0) ||
-        smp_init(&s->smp, cfg->vocab_size)) {
+        smp_init(&s->smp, cfg->vocab_size) ||
+        (cfg->spec.method == CLLM_SPEC_SUFFIX &&
+         spec_hist_init(&s->hist, cfg->spec.suffix_max_cached_requests, SPEC_HIST_TOKENS))) {
         sched_free(s);
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
     }
@@ -398,6 +408,7 @@ void sched_free(sched *s) {
     blk_free(&s->blocks);
     slot_free(&s->slots);
     smp_free(&s->smp);
+    spec_hist_free(&s->hist);
     cllm_gm_vocab_free(s->gmv);
     free(s->gmask);
     free(s);
@@ -490,6 +501,7 @@ void sched_stats(const sched *s, cllm_engine_stats *st) {
     st->block_size = s->cfg.block_size;
     st->max_model_len = s->cfg.max_model_len;
     st->prefix_caching = s->cfg.prefix_caching;
+    st->spec_k = s->cfg.spec.method != CLLM_SPEC_NONE ? s->cfg.spec.num_speculative_tokens : 0;
     gm_prep *p = (gm_prep *)&s->prep; /* the mutex, not the state, is written */
     pthread_mutex_lock(&p->mu);
     st->grammar_prep_s = p->prep_s;
@@ -547,6 +559,8 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->n_table = e->n_table;
     b->state_slot = e->slot;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
+    b->logits_n = 0;
+    t->n_draft = 0;
     /* a sample that needs only the row's best k lets each tensor-parallel rank send its best k
      * instead of its slice, and a screened lm_head compute only its best candidates exactly
      * (forward.h). The same tests as sched_sample. */
@@ -558,6 +572,25 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
             smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm && e->gm_on, &b->logits_scale);
     }
     s->n_batch++;
+}
+
+/* A verify row (sched_spec.c): the pending tokens, then the e->n_draft drafts written after
+ * them, with logits for the last pending position and every draft. */
+static void batch_add_verify(sched *s, eng_seq *e, int n_pending) {
+    int nd = e->n_draft;
+    sched_ent *t = &s->bent[s->n_batch];
+    cllm_seq_batch *b = &s->bseq[s->n_batch];
+    batch_add(s, e, n_pending + nd);
+    t->n_draft = nd;
+    b->logits = CLLM_LOGITS_LAST;
+    b->logits_n = nd + 1;
+    if (e->spec_slot >= 0) b->state_slot = e->spec_slot;
+    /* rows past min_tokens or a grammar that switches on inside the window need the exact
+     * distribution: the tests are those of a row at the window's start, widened */
+    const eng_req *q = e->req;
+    bool forbid = e->n_tokens - e->n_prompt < q->sp.min_tokens && q->n_forbid > 0;
+    b->logits_topk =
+        smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm != NULL, &b->logits_scale);
 }
 
 typedef struct pmatch {
@@ -610,6 +643,8 @@ static int plan(sched *s) {
     int budget = s->cfg.max_num_batched_tokens;
     bool preempted = false;
     s->n_batch = 0;
+    s->logit_rows_extra = s->logit_rows_cap - s->batch_cap;
+    sched_spec_begin_step(s);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         eng_seq *e = s->running[i];
         int n_new = e->n_tokens - e->n_computed;
@@ -629,8 +664,12 @@ static int plan(sched *s) {
         }
         if (self) break;
         if (!grow_table(s, e, e->n_computed + n_new)) continue; /* OOM on the table array: skip */
-        batch_add(s, e, n_new);
-        budget -= n_new;
+        int nd = n_new == e->n_tokens - e->n_computed ? sched_spec_plan(s, e, budget) : 0;
+        if (nd > 0)
+            batch_add_verify(s, e, n_new);
+        else
+            batch_add(s, e, n_new);
+        budget -= n_new + nd;
     }
     if (preempted) return s->n_batch;
     while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 &&
@@ -689,7 +728,7 @@ static int plan(sched *s) {
 
 /* ---- after the forward ---- */
 
-static void after_compute(sched *s, eng_seq *e, int n_new) {
+void sched_after_compute(sched *s, eng_seq *e, int n_new, bool decode) {
     int bs = s->cfg.block_size;
     int before = e->n_computed;
     e->n_computed += n_new;
@@ -706,7 +745,7 @@ static void after_compute(sched *s, eng_seq *e, int n_new) {
     }
     if (!snapshots_on(s) || e->n_computed % bs != 0 || e->n_hashes < full1) return;
     blk_hash h = e->hashes[full1 - 1];
-    if (n_new > 1 || e->n_computed <= e->n_prompt) {
+    if (!decode && (n_new > 1 || e->n_computed <= e->n_prompt)) {
         /* prefill chunk ending on a boundary: commit now (every snapshot_interval blocks, and
          * always at the last boundary before the final token) */
         bool last = e->n_computed == ((e->n_tokens - 1) / bs) * bs;
@@ -788,7 +827,8 @@ int sched_step(sched *s) {
     cllm_error err = {0};
     double t0 = cllm_time_s();
     cllm_status st = s->ops.forward(s->mctx, &b, s->logits, &err);
-    s->t_forward += cllm_time_s() - t0;
+    double dt = cllm_time_s() - t0;
+    s->t_forward += dt;
     s->steps++;
     if (st != CLLM_OK) {
         LOG_ERROR("forward failed: %s", err.msg);
@@ -815,11 +855,17 @@ int sched_step(sched *s) {
         s->stats.iter_tokens_counts[bk]++;
         s->stats.iter_tokens_sum += step_tokens;
         s->stats.iter_steps++;
+        sched_spec_record(s, (int)step_tokens, dt);
     }
     for (int i = 0; i < n; i++) {
         eng_seq *e = s->bent[i].seq;
         s->tokens_computed += (uint64_t)s->bent[i].n_new;
-        after_compute(s, e, s->bent[i].n_new);
+        if (s->bent[i].n_draft > 0) {
+            sched_spec_accept(s, &s->bent[i], s->logits + (size_t)row * s->cfg.vocab_size);
+            row += s->bent[i].n_draft + 1;
+            continue;
+        }
+        sched_after_compute(s, e, s->bent[i].n_new, false);
         if (!s->bent[i].logits) continue;
         const float *lg = s->logits + (size_t)row * s->cfg.vocab_size;
         row++;

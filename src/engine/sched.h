@@ -37,6 +37,7 @@ typedef struct sched_cfg {
     int eos_ids[CLLM_MAX_EOS];
     int n_eos;
     const struct cllm_tok *tok; /* may be NULL: no text, stop strings never match */
+    cllm_spec_opts spec;        /* speculative decoding; method NONE = off */
 } sched_cfg;
 
 typedef struct eng_req eng_req;

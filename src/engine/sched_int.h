@@ -7,6 +7,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sched.h"
+#include "engine/spec_suffix.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,13 +62,33 @@ struct eng_seq {
     cllm_token_logprob *lp; /* [1 + logprobs] of the latest token */
     cllm_gm_matcher *gm;    /* structured output state, NULL when unconstrained */
     bool gm_on;             /* the constraint applies (after sp.grammar_after, if set) */
+    /* speculative decoding (sched_spec.c) */
+    int32_t draft[CLLM_SPEC_MAX_K]; /* this step's drafts, also written after tokens[n_tokens) */
+    int n_draft;
+    int spec_slot;               /* during a verify of a hybrid model: the slot holding the state
+                                    before it (the live slot runs the verify), else -1 */
+    double acc_hits, acc_trials; /* decayed counts of accepted / tried draft positions */
+    int spec_idle;               /* steps since this sequence last drafted */
 };
 
 typedef struct sched_ent {
     eng_seq *seq;
     int n_new;
     bool logits;
+    int n_draft; /* > 0: a verify row; its last n_draft + 1 positions give logits */
 } sched_ent;
+
+/* Measured forward time by tokens in the step (sched_spec.c's cost model for choosing k). */
+#define SPEC_COST_N 256
+/* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
+ * 1 MB); past a few rows a verify does not pay anyway. */
+#define SPEC_VERIFY_ROWS 16
+/* Tokens of finished outputs the suffix drafter remembers (a linear scan per draft: 64k tokens
+ * take tens of microseconds). */
+#define SPEC_HIST_TOKENS 65536
+typedef struct spec_cost {
+    double t[SPEC_COST_N + 1]; /* seconds per step of T tokens, decayed mean; 0 = not seen */
+} spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */
 typedef struct gm_prep {
@@ -109,6 +130,11 @@ struct sched {
     cllm_engine_stats stats;
     double t_forward;
     uint64_t tokens_computed, steps;
+    spec_cost cost;
+    spec_hist hist;       /* suffix drafts: recently finished outputs */
+    int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
+    int logit_rows_extra; /* verify rows still free in the step being planned */
+    int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
 };
 
 /* sched.c */
@@ -124,7 +150,29 @@ int sched_gm_admit(sched *s);             /* queues the held requests now prepar
 bool sched_gm_cancel(sched *s, uint64_t id);
 void sched_gm_idle_wait(sched *s, double max_s); /* until a preparation ends, at most max_s */
 const cllm_gm_vocab *sched_gm_vocab(sched *s);
+/* Appends a row's computed tokens to the cache bookkeeping: n_computed, prompt-token stats, block
+ * hashes and GDN snapshots (decode: the latest boundary is kept pending, not committed). */
+void sched_after_compute(sched *s, eng_seq *e, int n_new, bool decode);
+/* sched_spec.c */
+/* Drafts for a running sequence that is decoding; returns the drafts to verify with it this
+ * step (0: a plain decode row) and, for hybrid models, has copied its state to e->spec_slot. */
+int sched_spec_plan(sched *s, eng_seq *e, int budget);
+/* Chooses the step's draft count from the cost model and the rows' acceptance (before plan). */
+void sched_spec_begin_step(sched *s);
+/* Records a forward's time for the cost model. */
+void sched_spec_record(sched *s, int step_tokens, double seconds);
+/* Samples a verify row's k + 1 logits rows, accepts the drafts the sampler agrees with, and
+ * leaves the sequence's cache at its accepted tokens (rolling the GDN state back if needed). */
+void sched_spec_accept(sched *s, const sched_ent *t, const float *rows);
+/* Gives back a sequence's verify slot (finish, preempt). */
+void sched_spec_release(sched *s, eng_seq *e);
+/* A sequence ended: its output joins the suffix history. */
+void sched_spec_seq_done(sched *s, const eng_seq *e);
 /* sched_out.c */
+/* Samples the next token from logits (forced >= 0: that token instead of a draw, the synthetic
+ * acceptance of benchmarks) and emits its event. Returns false when the sequence ended (it is
+ * freed then). */
+bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced);
 void sched_sample(sched *s, eng_seq *e, const float *logits);
 void sched_emit_final(sched *s, eng_seq *e, cllm_finish fin, const char *msg);
 void sched_emit_unstarted(sched *s, eng_req *q, int index, cllm_finish fin, const char *msg);

@@ -68,6 +68,10 @@ static bool has_id(const int *ids, int n, int t) {
 }
 
 void sched_sample(sched *s, eng_seq *e, const float *logits) {
+    sched_sample_tok(s, e, logits, -1);
+}
+
+bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced) {
     eng_req *q = e->req;
     const cllm_sampling *p = &q->sp;
     int n_out = e->n_tokens - e->n_prompt;
@@ -90,11 +94,15 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
             /* the structure is complete and nothing (not even EOS) may follow */
             sched_emit_final(s, e, CLLM_FINISH_STOP, NULL);
             sched_seq_finish(s, e);
-            return;
+            return false;
         }
         in.allow = s->gmask;
     }
     int tok = smp_sample(&s->smp, p, &in, p->logprobs >= 0 ? e->lp : NULL);
+    if (forced >= 0) {
+        tok = forced;
+        if (p->logprobs >= 0) e->lp[0].token = tok;
+    }
     bool gm_done = false;
     if (e->gm && e->gm_on) {
         t_gm = cllm_time_s();
@@ -107,7 +115,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
                                    "(4096 stacks); the grammar is too ambiguous"
                                  : "structured output: sampled token rejected");
             sched_seq_finish(s, e);
-            return;
+            return false;
         }
         gm_done = cllm_gm_matcher_is_done(e->gm);
     } else if (e->gm && tok == p->grammar_after) {
@@ -119,7 +127,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
         if (!t) {
             sched_emit_final(s, e, CLLM_FINISH_ERROR, "out of memory");
             sched_seq_finish(s, e);
-            return;
+            return false;
         }
         e->tokens = t;
         e->cap_tokens = nc;
@@ -145,7 +153,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
         if (d && text_append(e, d, n) != 0) {
             sched_emit_final(s, e, CLLM_FINISH_ERROR, "out of memory");
             sched_seq_finish(s, e);
-            return;
+            return false;
         }
         if (fin == CLLM_FINISH_NONE && p->n_stop > 0 && min_ok && e->text_len > prev) {
             size_t ml = (size_t)q->max_stop_len;
@@ -207,5 +215,9 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
     }
     if (fin != CLLM_FINISH_NONE) fill_usage(s, e, &ev);
     q->on_event(q->user, &ev);
-    if (fin != CLLM_FINISH_NONE) sched_seq_finish(s, e);
+    if (fin != CLLM_FINISH_NONE) {
+        sched_seq_finish(s, e);
+        return false;
+    }
+    return true;
 }

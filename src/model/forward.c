@@ -463,12 +463,16 @@ static cllm_status grow(cllm_fwd_ctx *c, int T) {
     return CLLM_OK;
 }
 
+int cllm_seq_last_rows(const cllm_seq_batch *q) {
+    return q->logits_n > 1 ? q->logits_n : 1;
+}
+
 size_t cllm_batch_logit_rows(const cllm_batch *b) {
     size_t n = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const cllm_seq_batch *q = &b->seqs[s];
         n += q->logits == CLLM_LOGITS_ALL    ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
-             : q->logits == CLLM_LOGITS_LAST ? 1
+             : q->logits == CLLM_LOGITS_LAST ? (size_t)cllm_seq_last_rows(q)
                                              : 0;
     }
     return n;
@@ -490,6 +494,9 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
         if (q->logits != CLLM_LOGITS_LAST && q->logits != CLLM_LOGITS_ALL &&
             q->logits != CLLM_LOGITS_NONE)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits mode", s);
+        if (q->logits_n < 0 || q->logits_n > q->n_tokens)
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: logits_n %d outside 0..%d", s,
+                                q->logits_n, q->n_tokens);
         if (q->start_pos < 0)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: negative start position", s);
         long end = (long)q->start_pos + q->n_tokens;
@@ -690,11 +697,14 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
             }
         else if (sq->logits == CLLM_LOGITS_LAST) {
             /* the screened lm_head serves a row whose caller needs only its k best */
-            if (m->lm_screen)
-                c->lm_rowk[R] = sq->logits_topk > 0 && sq->logits_topk <= CLLM_LOGITS_TOPK_MAX
-                                    ? sq->logits_topk
-                                    : 0;
-            rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
+            int nl = cllm_seq_last_rows(sq);
+            for (int i = sq->n_tokens - nl; i < sq->n_tokens; i++) {
+                if (m->lm_screen)
+                    c->lm_rowk[R] = sq->logits_topk > 0 && sq->logits_topk <= CLLM_LOGITS_TOPK_MAX
+                                        ? sq->logits_topk
+                                        : 0;
+                rows[R++] = c->seq_tok0[q] + i;
+            }
         }
     }
     if (R == 0) return CLLM_OK;

@@ -120,6 +120,10 @@ typedef struct cllm_seq_batch {
      * (model/fwd_lmhead.c). 0 = the exact row. */
     int logits_topk;
     float logits_scale; /* > 0 when logits_topk > 0 */
+    /* With mode LAST: the last max(1, logits_n) positions' rows, ascending, each treated as the
+     * last row is (logits_topk). A speculative verify asks for its k + 1 draft positions only,
+     * the tokens replayed before them need none. 0 or 1 = the last row. */
+    int logits_n;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
 
@@ -175,7 +179,9 @@ typedef struct cllm_fwd_hooks {
 /* Copies *h into the context (NULL = all off); applies to the following calls. */
 void cllm_fwd_ctx_set_hooks(cllm_fwd_ctx *c, const cllm_fwd_hooks *h);
 
-/* Rows of logits the batch asks for (sum over sequences: 1, n_tokens or 0). */
+/* Rows a LAST-mode sequence asks for: max(1, logits_n). */
+int cllm_seq_last_rows(const cllm_seq_batch *q);
+/* Rows of logits the batch asks for (sum over sequences: cllm_seq_last_rows, n_tokens or 0). */
 size_t cllm_batch_logit_rows(const cllm_batch *b);
 
 /* Runs the batch. logits receives cllm_batch_logit_rows(b) rows of vocab_size floats, sequences

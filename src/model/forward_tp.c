@@ -100,8 +100,9 @@ static bool rows_next(tp_rows *w) {
     while (w->left <= 0) {
         if (++w->q >= w->b->n_seqs) return false;
         w->sq = &w->b->seqs[w->q];
-        w->left =
-            w->sq->logits == CLLM_LOGITS_ALL ? w->sq->n_tokens : w->sq->logits == CLLM_LOGITS_LAST;
+        w->left = w->sq->logits == CLLM_LOGITS_ALL    ? w->sq->n_tokens
+                  : w->sq->logits == CLLM_LOGITS_LAST ? cllm_seq_last_rows(w->sq)
+                                                      : 0;
         w->k = row_k(w->sq, w->vmax);
     }
     w->left--;
@@ -239,7 +240,8 @@ cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err) {
             (q->logits_topk > 0 && !(q->logits_scale > 0 && isfinite(q->logits_scale))))
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits_topk %d / scale %g", s,
                                 q->logits_topk, (double)q->logits_scale);
-        int32_t hdr[5] = {q->n_tokens, q->start_pos, (int32_t)q->logits, q->logits_topk, 0};
+        int32_t hdr[6] = {q->n_tokens, q->start_pos, (int32_t)q->logits, q->logits_topk,
+                          0,           q->logits_n};
         if (q->logits_topk > 0) memcpy(&hdr[4], &q->logits_scale, sizeof(float));
         const unsigned char *p = (const unsigned char *)hdr;
         for (size_t i = 0; i < sizeof(hdr); i++) h = (h ^ p[i]) * 0x100000001b3ull;

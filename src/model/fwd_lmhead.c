@@ -98,6 +98,14 @@ static int heap_size(const lm_job *j, int t) {
     return C < j->V ? C : j->V;
 }
 
+/* Candidate panels row t may hold, rescores included. From the row's own k only: a bound shared
+ * by the batch (its largest k) let a greedy row beside a top-k row rescore more panels than
+ * alone, so where the estimate had missed its best entry the row's argmax depended on its batch
+ * (found by tests/engine/test_engine_spec.c at CLLM_LM_SCREEN=8). */
+static int row_slots(const lm_job *j, int t) {
+    return 2 * heap_size(j, t) < j->np ? 2 * heap_size(j, t) : j->np;
+}
+
 /* Screened row t's C largest estimates (a min-heap; an equal later value does not displace an
  * earlier one, so ties go to the lower id) -> its candidate panels, ascending, and threshold. */
 static void pick_worker(void *vj, size_t b, size_t e, int tid) {
@@ -204,7 +212,7 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
         for (int i = 0; i < j->ncand[t]; i++) mark[cd[i]] = 1;
         float kth = kth_exact(j, t, vals);
         if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best left */
-            while (j->ncand[t] < j->S) {
+            while (j->ncand[t] < row_slots(j, t)) {
                 int arg = -1;
                 for (int v = 0; v < j->V; v++)
                     if (!mark[v / j->P] && (arg < 0 || y[v] > y[arg])) arg = v;

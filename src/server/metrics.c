@@ -226,6 +226,26 @@ char *srv_metrics_render(cllm_server *s) {
     head(&b, "vllm:num_preemptions_total", "counter",
          "Cumulative number of preemption from the engine.");
     sample(&b, "vllm:num_preemptions_total", L, NULL, (double)st.preemptions);
+    if (st.spec_k > 0) { /* vLLM exports these only with --speculative-config */
+        head(&b, "vllm:spec_decode_num_drafts_total", "counter",
+             "Number of spec decoding drafts (verify rows).");
+        sample(&b, "vllm:spec_decode_num_drafts_total", L, NULL, (double)st.spec_drafts);
+        head(&b, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
+        sample(&b, "vllm:spec_decode_num_draft_tokens_total", L, NULL,
+               (double)st.spec_draft_tokens);
+        head(&b, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+             "Number of accepted tokens.");
+        sample(&b, "vllm:spec_decode_num_accepted_tokens_total", L, NULL,
+               (double)st.spec_accepted_tokens);
+        head(&b, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+             "Accepted tokens per draft position.");
+        for (int i = 0; i < st.spec_k && i < CLLM_SPEC_MAX_K; i++) {
+            char pos[32];
+            snprintf(pos, sizeof(pos), "position=\"%d\"", i);
+            sample(&b, "vllm:spec_decode_num_accepted_tokens_per_pos_total", L, pos,
+                   (double)st.spec_accepted_per_pos[i]);
+        }
+    }
 
     srv_buf cfg = {0};
     srv_buf_printf(&cfg,

@@ -5,7 +5,8 @@
  * walking the sequence's block table and checks it against the state slot and the positions, so a
  * wrong block table, a stale or wrongly copied snapshot, or a shared block overwritten by another
  * sequence shows up as a counted error. Logits are a pure function of the token history, so the
- * greedy continuation of any prompt is known without the engine (fake_expected). */
+ * greedy continuation of any prompt is known without the engine (fake_expected). A LAST-mode
+ * sequence gets the rows of its last max(1, logits_n) positions (speculative verify rows). */
 #ifndef CLLM_TEST_ENGINE_FAKE_H
 #define CLLM_TEST_ENGINE_FAKE_H
 
@@ -25,6 +26,9 @@ typedef struct fake_model {
     char last_error[256];
     uint64_t calls, tokens;
     int max_seqs_in_batch;
+    /* logits from the last token only (a Markov chain: greedy output cycles, so n-gram drafts
+     * get accepted); the KV / state checks still fold the whole history */
+    bool markov;
 } fake_model;
 
 static inline uint64_t fake_mix(uint64_t z) {
@@ -109,19 +113,26 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             else if (f->st_hash[s->state_slot] != h)
                 fake_err(f, "state slot differs from the KV history");
         }
+        int nl = s->logits == CLLM_LOGITS_LAST ? (s->logits_n > 1 ? s->logits_n : 1) : 0;
+        if (nl > s->n_tokens) {
+            fake_err(f, "logits_n beyond the call's tokens");
+            return cllm_err_set(err, CLLM_EINVAL, "logits_n");
+        }
         for (int k = 0; k < s->n_tokens; k++) {
             int p = s->start_pos + k;
             int blk = s->block_table[p / f->bs], r = p % f->bs;
             f->kv_tok[blk * f->bs + r] = s->tokens[k];
             f->kv_pos[blk * f->bs + r] = p;
             h = fake_fold(h, s->tokens[k]);
+            if (k >= s->n_tokens - nl)
+                fake_logits(f->V, f->markov ? fake_fold(0, s->tokens[k]) : h,
+                            logits + (size_t)row++ * f->V);
         }
         f->tokens += (uint64_t)s->n_tokens;
         if (f->has_state) {
             f->st_hash[s->state_slot] = h;
             f->st_len[s->state_slot] = end;
         }
-        if (s->logits == CLLM_LOGITS_LAST) fake_logits(f->V, h, logits + (size_t)row++ * f->V);
     }
     return CLLM_OK;
 }

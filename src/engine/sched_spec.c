@@ -1,0 +1,244 @@
+/* Speculative decoding in the scheduler (engine.h, docs/internals/spec.md): a decoding sequence's
+ * row may carry k draft tokens after its pending ones; one forward computes the k + 1 positions
+ * (the chunked-prefill path, batch-invariant kernels: each row's logits are bitwise the ones k + 1
+ * single steps would give), and the sampler draws position after position exactly as without
+ * speculation, stopping at the first draw that differs from the draft. So greedy and seeded
+ * sampling give the same tokens, logprobs and events as without speculation, and the output
+ * distribution is the target's (the drafts are deterministic: a draw that equals the draft is
+ * the acceptance, a draw that does not is the residual sample).
+ *
+ * Rollback. Attention KV rows of rejected drafts are simply overwritten later. Gated DeltaNet
+ * state cannot be rewound, so a hybrid model's verify runs on a copy of the live slot
+ * (e->spec_slot); when every draft is accepted the copy becomes the live slot, otherwise it is
+ * dropped and the accepted tokens stay pending: the next step's row recomputes them in front of
+ * its own drafts (a few more positions in one forward, no extra weight pass).
+ *
+ * Choosing k: per step, from the measured forward time by tokens in the step (spec_cost) and each
+ * row's decayed acceptance rate, the k that maximises expected tokens per second; rows whose
+ * acceptance does not pay, and large batches where a verify costs what it brings, draft nothing.
+ * Called by sched.c on the engine thread. */
+#include <math.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/sched_int.h"
+#include "engine/spec_ngram.h"
+#include "engine/spec_suffix.h"
+
+/* Pending tokens beyond which a row is replayed plainly first: after many rejections in a row the
+ * pending run would make the verify a prefill. */
+#define SPEC_MAX_PENDING (2 * CLLM_SPEC_MAX_K + 1)
+/* Prior acceptance (weight 2 positions) for a row that has not drafted yet; the decay per verify
+ * keeps the estimate to about the last 10 draft positions. */
+#define SPEC_PRIOR   0.5
+#define SPEC_PRIOR_W 2.0
+#define SPEC_DECAY   0.9
+
+static bool spec_on(const sched *s) {
+    return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
+}
+
+static double row_alpha(const eng_seq *e) {
+    return (e->acc_hits + SPEC_PRIOR * SPEC_PRIOR_W) / (e->acc_trials + SPEC_PRIOR_W);
+}
+
+/* Expected tokens a row emits with k drafts at per-position acceptance a: 1 + a + ... + a^k. */
+static double expect_tokens(double a, int k) {
+    double sum = 1.0, p = 1.0;
+    for (int i = 0; i < k; i++) sum += (p *= a);
+    return sum;
+}
+
+/* Forward seconds for a step of T tokens: the measured mean, else interpolated between the
+ * nearest measured sizes, else a prior of 10% of a one-token step per extra token (about the
+ * quarter shape's verify curve) scaled from the smallest measured size. */
+static double step_time(const sched *s, int T) {
+    if (T < 1) T = 1;
+    if (T > SPEC_COST_N) T = SPEC_COST_N;
+    const double *t = s->cost.t;
+    if (t[T] > 0) return t[T];
+    int lo = T - 1, hi = T + 1;
+    while (lo >= 1 && t[lo] <= 0) lo--;
+    while (hi <= SPEC_COST_N && t[hi] <= 0) hi++;
+    if (lo >= 1 && hi <= SPEC_COST_N)
+        return t[lo] + (t[hi] - t[lo]) * (double)(T - lo) / (double)(hi - lo);
+    if (lo >= 1) return t[lo] * (1.0 + 0.1 * (T - 1)) / (1.0 + 0.1 * (lo - 1));
+    if (hi <= SPEC_COST_N) return t[hi] * (1.0 + 0.1 * (T - 1)) / (1.0 + 0.1 * (hi - 1));
+    return 1.0 + 0.1 * (T - 1);
+}
+
+void sched_spec_record(sched *s, int step_tokens, double seconds) {
+    if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
+    double *t = &s->cost.t[step_tokens];
+    *t = *t > 0 ? 0.8 * *t + 0.2 * seconds : seconds;
+}
+
+static bool decoding(const eng_seq *e) {
+    return e->n_tokens > e->n_prompt && e->n_tokens - e->n_computed <= SPEC_MAX_PENDING;
+}
+
+void sched_spec_begin_step(sched *s) {
+    s->spec_k_step = 0;
+    if (!spec_on(s)) return;
+    int K = s->cfg.spec.num_speculative_tokens, B = 0;
+    double a = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (decoding(s->running[i])) {
+            a += row_alpha(s->running[i]);
+            B++;
+        }
+    if (B == 0) return;
+    int off = s->cfg.spec.disable_by_batch_size;
+    if (off > 0 && s->n_running >= off) return;
+    if (s->cfg.spec.fixed_k) {
+        s->spec_k_step = K;
+        return;
+    }
+    a /= B;
+    double best = B / step_time(s, B);
+    for (int k = 1; k <= K; k++) {
+        double r = B * expect_tokens(a, k) / step_time(s, B * (1 + k));
+        if (r > best) {
+            best = r;
+            s->spec_k_step = k;
+        }
+    }
+}
+
+int sched_spec_plan(sched *s, eng_seq *e, int budget) {
+    e->n_draft = 0;
+    e->spec_slot = -1;
+    if (!spec_on(s) || !decoding(e)) return 0;
+    const cllm_spec_opts *o = &s->cfg.spec;
+    eng_req *q = e->req;
+    int P = e->n_tokens - e->n_computed;
+    int n_out = e->n_tokens - e->n_prompt;
+    /* this row's k: the step's, cut where its own acceptance stops paying */
+    int k = s->spec_k_step;
+    if (k == 0) return 0;
+    if (!o->fixed_k) {
+        int B = 0;
+        for (int i = 0; i < s->n_running; i++) B += decoding(s->running[i]);
+        int base = (B - 1) * (1 + s->spec_k_step);
+        double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
+        int kk = 0;
+        for (int j = 1; j <= k; j++) {
+            double r = expect_tokens(a, j) / step_time(s, base + P + j);
+            if (r > best) {
+                best = r;
+                kk = j;
+            }
+        }
+        k = kk;
+    }
+    /* no drafts past what the request can still emit (the last token is the sampler's own) */
+    if (k > q->max_out - n_out - 1) k = q->max_out - n_out - 1;
+    if (k > s->cfg.max_model_len - e->n_tokens - 1) k = s->cfg.max_model_len - e->n_tokens - 1;
+    if (k > budget - P) k = budget - P;
+    if (k > s->logit_rows_extra) k = s->logit_rows_extra;
+    if (k <= 0) {
+        /* an idle row forgets its history slowly, so a row that stopped paying is retried */
+        e->acc_hits *= 0.97;
+        e->acc_trials *= 0.97;
+        e->spec_idle++;
+        return 0;
+    }
+    int nd = 0;
+    if (o->method == CLLM_SPEC_NGRAM)
+        nd = spec_ngram_propose(e->tokens, e->n_tokens, o->prompt_lookup_min, o->prompt_lookup_max,
+                                k, e->draft);
+    else if (o->method == CLLM_SPEC_SUFFIX)
+        nd = spec_suffix_propose(&s->hist, e->tokens, e->n_tokens, o->suffix_max_depth,
+                                 o->suffix_max_spec_factor, k, e->draft);
+    if (o->synthetic_acceptance > 0) /* benchmarks: always k drafts, the real verify work */
+        while (nd < k) {
+            e->draft[nd] = e->tokens[e->n_tokens - 1];
+            nd++;
+        }
+    if (nd == 0) {
+        e->spec_idle++;
+        return 0;
+    }
+    /* room: blocks without preempting anyone, the token array, a slot for the state copy */
+    int bs = s->cfg.block_size;
+    while (nd > 0 &&
+           (e->n_computed + P + nd + bs - 1) / bs - e->n_table > blk_available(&s->blocks))
+        nd--;
+    if (nd == 0 ||
+        sched_grow((void **)&e->tokens, &e->cap_tokens, e->n_tokens + nd + 1, sizeof(int32_t)))
+        return 0;
+    int need = (e->n_computed + P + nd + bs - 1) / bs;
+    if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return 0;
+    if (s->cfg.has_state) {
+        int sl = slot_live_alloc(&s->slots);
+        if (sl < 0) return 0;
+        s->ops.copy_state(s->mctx, sl, e->slot);
+        e->spec_slot = sl;
+    }
+    while (e->n_table < need) {
+        int b = blk_alloc(&s->blocks);
+        CLLM_ASSERT(b >= 0);
+        e->table[e->n_table++] = b;
+    }
+    memcpy(e->tokens + e->n_tokens, e->draft, (size_t)nd * sizeof(int32_t));
+    s->logit_rows_extra -= nd;
+    e->n_draft = nd;
+    e->spec_idle = 0;
+    return nd;
+}
+
+void sched_spec_seq_done(sched *s, const eng_seq *e) {
+    if (s->cfg.spec.method == CLLM_SPEC_SUFFIX && e->n_tokens > e->n_prompt)
+        spec_hist_add(&s->hist, e->tokens + e->n_prompt, e->n_tokens - e->n_prompt);
+}
+
+void sched_spec_release(sched *s, eng_seq *e) {
+    if (e->spec_slot >= 0) slot_live_release(&s->slots, e->spec_slot);
+    e->spec_slot = -1;
+    e->n_draft = 0;
+}
+
+void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
+    eng_seq *e = t->seq;
+    eng_req *q = e->req;
+    const cllm_spec_opts *o = &s->cfg.spec;
+    int nd = t->n_draft, P = t->n_new - nd, V = s->cfg.vocab_size;
+    bool st = s->cfg.has_state;
+    s->stats.spec_drafts++;
+    s->stats.spec_draft_tokens += (uint64_t)nd;
+    /* attention-only: the pending tokens' KV is final now; each accepted draft's follows */
+    if (!st) sched_after_compute(s, e, P, true);
+    int j = 0;
+    for (int i = 0; i <= nd; i++) {
+        int forced = -1;
+        if (o->synthetic_acceptance > 0 && i < nd) {
+            double u = smp_uniform(q->seed ^ 0x5bd1e995ull, e->index, e->n_tokens - e->n_prompt);
+            if (u < o->synthetic_acceptance) forced = e->draft[i];
+        }
+        if (!sched_sample_tok(s, e, rows + (size_t)i * V, forced)) {
+            /* the sequence ended (released with its cache at the accepted tokens) */
+            s->stats.spec_accepted_tokens += (uint64_t)j;
+            return;
+        }
+        if (i == nd) break;
+        int tok = e->tokens[e->n_tokens - 1];
+        if (o->synthetic_acceptance > 0 ? forced < 0 : tok != e->draft[i]) break;
+        s->stats.spec_accepted_per_pos[i]++;
+        j++;
+        if (!st) sched_after_compute(s, e, 1, true);
+    }
+    s->stats.spec_accepted_tokens += (uint64_t)j;
+    e->acc_hits = SPEC_DECAY * e->acc_hits + j;
+    e->acc_trials = SPEC_DECAY * e->acc_trials + j + (j < nd);
+    if (st) {
+        if (j == nd) { /* the verify's state is exact at the last draft: it becomes the live one */
+            slot_live_release(&s->slots, e->slot);
+            e->slot = e->spec_slot;
+            e->spec_slot = -1;
+            sched_after_compute(s, e, P + nd, true);
+        } else {
+            sched_spec_release(s, e); /* rolled back: the accepted tokens stay pending */
+        }
+    }
+    e->n_draft = 0;
+}

@@ -1,0 +1,348 @@
+/* Speculative decoding in the scheduler over the fake model (test_engine_fake.h), whose every
+ * forward call checks the state slot against the hash of the KV history: a GDN state that was not
+ * rolled back exactly to the last accepted token, or a KV row left from a rejected draft and read
+ * as history, is a counted error. With the invariant check after every step:
+ *  - Markov fake (greedy cycles, n-gram drafts accepted): outputs with k = 1..4 equal the
+ *    outputs without speculation (greedy, seeded sampling, n = 2, mixed lengths), with and without
+ *    state, with a pool small enough to preempt, prefix caching on;
+ *  - synthetic acceptance 0.5 at k = 4: rejections at every draft position, the state always the
+ *    accepted history's, nothing leaked when everything ends;
+ *  - cancel in the middle of speculating frees the verify slot;
+ *  - suffix drafts: a request that repeats an earlier one's answer drafts from the history of
+ *    finished outputs; outputs equal to no speculation;
+ *  - distribution: 20000 seeded samples of the first three tokens at temperature 1 through verify
+ *    rows match the target's exact joint distribution (chi-square over the 512 cells). */
+#include <math.h>
+#include <string.h>
+
+#include "test.h"
+#include "test_engine_fake.h"
+#include "engine/sched_int.h"
+
+static uint64_t rs = 4242;
+static uint32_t rnd(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rs >> 33);
+}
+
+static cllm_sampling sp_greedy(int max_tokens) {
+    cllm_sampling p;
+    memset(&p, 0, sizeof(p));
+    p.top_p = 1;
+    p.repetition_penalty = 1;
+    p.max_tokens = max_tokens;
+    p.logprobs = -1;
+    p.n = 1;
+    p.ignore_eos = true;
+    return p;
+}
+
+static uint64_t next_id = 1;
+static int bad_invariants;
+
+static void submit(sched *s, const sched_cfg *c, const int32_t *prompt, int n, cllm_sampling sp,
+                   fake_out *o) {
+    cllm_request r = {(const int *)prompt, n, sp, fake_collect, o, NULL};
+    eng_req *q;
+    cllm_error err = {0};
+    if (sched_req_new(c, &r, next_id++, 0, &q, &err) != CLLM_OK) {
+        CHECK_MSG(0, "submit: %s", err.msg);
+        return;
+    }
+    sched_add(s, q);
+}
+
+static void run_all(sched *s) {
+    for (int steps = 0; sched_has_work(s) && steps < 100000; steps++) {
+        sched_step(s);
+        const char *bad = sched_check(s);
+        if (bad && bad_invariants++ < 5)
+            fprintf(stderr, "invariant after step %d: %s\n", steps, bad);
+    }
+}
+
+#define NJ 6
+typedef struct jobset {
+    int32_t prompt[NJ][80];
+    int len[NJ];
+    cllm_sampling sp[NJ];
+} jobset;
+
+static void make_jobs(jobset *j, int V) {
+    for (int i = 0; i < NJ; i++) {
+        j->len[i] = 1 + (int)(rnd() % 70);
+        for (int t = 0; t < j->len[i]; t++) j->prompt[i][t] = (int32_t)(rnd() % (uint32_t)V);
+        j->sp[i] = sp_greedy(20 + (int)(rnd() % 60));
+    }
+    j->sp[1].temperature = 0.9;
+    j->sp[1].seed = 17;
+    j->sp[1].has_seed = true;
+    j->sp[1].top_k = 8;
+    j->sp[2].n = 2;
+    j->sp[2].temperature = 1.0;
+    j->sp[2].seed = 5;
+    j->sp[2].has_seed = true;
+    j->sp[3].max_tokens = 3; /* ends inside the first draft window */
+}
+
+typedef struct run_cfg {
+    bool has_state, small_pool;
+    int k;
+    double synth;
+} run_cfg;
+
+/* Runs the jobs at once; outs[job * 2 + sample]; returns the scheduler's stats. */
+static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fake_out *outs) {
+    cllm_engine_stats st;
+    memset(&st, 0, sizeof(st));
+    int nb = rc->small_pool ? 40 : 400;
+    fake_model f;
+    fake_init(&f, V, nb, 4, 4 + 32, rc->has_state); /* live + snapshot slots */
+    f.markov = true;
+    sched_cfg c = fake_cfg(V, nb, 4, 4, 24, rc->has_state, true);
+    c.max_model_len = 160;
+    if (rc->k) {
+        c.spec.method = CLLM_SPEC_NGRAM;
+        c.spec.num_speculative_tokens = rc->k;
+        c.spec.prompt_lookup_min = 1;
+        c.spec.prompt_lookup_max = 3;
+        c.spec.fixed_k = true;
+        c.spec.synthetic_acceptance = rc->synth;
+    }
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+    if (!s) {
+        fake_free(&f);
+        return st;
+    }
+    memset(outs, 0, sizeof(fake_out) * NJ * 2);
+    for (int i = 0; i < NJ; i++) submit(s, &c, j->prompt[i], j->len[i], j->sp[i], &outs[i * 2]);
+    run_all(s);
+    sched_stats(s, &st);
+    CHECK_MSG(f.errors == 0, "fake model: %d errors, first: %s", f.errors, f.last_error);
+    CHECK_MSG(blk_used(&s->blocks) == 0 || c.prefix_caching, "blocks left in use");
+    CHECK_MSG(slot_live_used(&s->slots) == 0, "%d live slots left in use",
+              slot_live_used(&s->slots));
+    sched_free(s);
+    fake_free(&f);
+    return st;
+}
+
+static bool same_out(const fake_out *a, const fake_out *b) {
+    return a->n == b->n && a->fin == b->fin &&
+           !memcmp(a->toks, b->toks, (size_t)a->n * sizeof(int32_t));
+}
+
+static void test_equal(bool has_state, bool small_pool) {
+    enum { V = 48 };
+    static jobset j;
+    static fake_out want[NJ * 2], got[NJ * 2];
+    make_jobs(&j, V);
+    run_cfg base = {has_state, small_pool, 0, 0};
+    run_jobs(&j, V, &base, want);
+    for (int k = 1; k <= 4; k++) {
+        run_cfg rc = base;
+        rc.k = k;
+        cllm_engine_stats st = run_jobs(&j, V, &rc, got);
+        for (int i = 0; i < NJ; i++)
+            for (int n = 0; n < j.sp[i].n; n++)
+                CHECK_MSG(same_out(&want[i * 2 + n], &got[i * 2 + n]),
+                          "state %d small %d k %d: job %d sample %d differs (%d vs %d tokens)",
+                          has_state, small_pool, k, i, n, got[i * 2 + n].n, want[i * 2 + n].n);
+        CHECK_MSG(st.spec_accepted_tokens > 0 && st.spec_accepted_tokens < st.spec_draft_tokens,
+                  "state %d small %d k %d: %llu of %llu drafts accepted (want some, not all)",
+                  has_state, small_pool, k, (unsigned long long)st.spec_accepted_tokens,
+                  (unsigned long long)st.spec_draft_tokens);
+        if (small_pool) CHECK_MSG(st.preemptions > 0, "small pool: no preemption (k %d)", k);
+    }
+}
+
+/* Synthetic acceptance: rejections at every position, the state exact after each. */
+static void test_synthetic(bool has_state) {
+    enum { V = 64 };
+    static jobset j;
+    static fake_out got[NJ * 2];
+    make_jobs(&j, V);
+    for (int i = 0; i < NJ; i++) j.sp[i].max_tokens = 70;
+    run_cfg rc = {has_state, false, 4, 0.5};
+    cllm_engine_stats st = run_jobs(&j, V, &rc, got);
+    for (int i = 0; i < NJ; i++) CHECK(got[i * 2].n == 70 && got[i * 2].fin == CLLM_FINISH_LENGTH);
+    /* verifies reaching position p: accepted at p-1; rejections at p: reaching - accepted(p) */
+    uint64_t reach = st.spec_drafts;
+    for (int p = 0; p < 4; p++) {
+        uint64_t acc = st.spec_accepted_per_pos[p];
+        CHECK_MSG(acc > 0 && acc < reach, "position %d: %llu accepted of %llu reaching it", p,
+                  (unsigned long long)acc, (unsigned long long)reach);
+        reach = acc;
+    }
+}
+
+/* Cancel while rows are speculating: the verify slot and blocks come back. */
+static void test_cancel(void) {
+    enum { V = 48 };
+    fake_model f;
+    fake_init(&f, V, 200, 4, 4 + 32, true);
+    f.markov = true;
+    sched_cfg c = fake_cfg(V, 200, 4, 4, 24, true, false);
+    c.spec.method = CLLM_SPEC_NGRAM;
+    c.spec.num_speculative_tokens = 3;
+    c.spec.prompt_lookup_min = 1;
+    c.spec.prompt_lookup_max = 2;
+    c.spec.fixed_k = true;
+    c.spec.synthetic_acceptance = 0.5;
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+    if (!s) return;
+    static fake_out o[4];
+    int32_t p[8] = {1, 2, 3, 1, 2, 3, 1, 2};
+    uint64_t first = next_id;
+    for (int i = 0; i < 3; i++) submit(s, &c, p, 8, sp_greedy(200), &o[i]);
+    for (int i = 0; i < 12; i++) sched_step(s);
+    for (uint64_t id = first; id < first + 3; id++) sched_cancel(s, id);
+    CHECK(sched_check(s) == NULL);
+    CHECK(blk_used(&s->blocks) == 0);
+    CHECK(slot_live_used(&s->slots) == 0);
+    CHECK(o[0].fin == CLLM_FINISH_ABORT);
+    CHECK(s->stats.spec_drafts > 0);
+    sched_free(s);
+    fake_free(&f);
+}
+
+/* Temperature-1 samples (t0, t1, t2) after a fixed prompt on a Markov fake of 8 tokens, with
+ * n-gram drafts (the prompt holds every token, so each decode step verifies drafts): chi-square
+ * against p(t0 | last) p(t1 | t0) p(t2 | t1), p = softmax of the fake's logits. */
+static void test_distribution(bool spec) {
+    enum { V = 8, N = 20032 }; /* 313 rounds of 64 */
+    fake_model f;
+    fake_init(&f, V, 400, 4, 4 + 32, true);
+    f.markov = true;
+    sched_cfg c = fake_cfg(V, 400, 4, 4, 64, true, false);
+    c.n_live_slots = 8; /* a hybrid row verifies on a spare live slot */
+    if (spec) {
+        c.spec.method = CLLM_SPEC_NGRAM;
+        c.spec.num_speculative_tokens = 2;
+        c.spec.prompt_lookup_min = 1;
+        c.spec.prompt_lookup_max = 1;
+        c.spec.fixed_k = true;
+    }
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+    if (!s) return;
+    int32_t prompt[10] = {0, 1, 2, 3, 4, 5, 6, 7, 2, 5};
+    static fake_out o[64];
+    static double cnt[V * V * V];
+    memset(cnt, 0, sizeof(cnt));
+    for (int done = 0; done < N; done += 64) {
+        for (int i = 0; i < 64; i++) {
+            cllm_sampling sp = sp_greedy(3);
+            sp.temperature = 1.0;
+            sp.seed = (uint64_t)(done + i) * 7919 + 1;
+            sp.has_seed = true;
+            memset(&o[i], 0, sizeof(o[i]));
+            submit(s, &c, prompt, 10, sp, &o[i]);
+        }
+        run_all(s);
+        for (int i = 0; i < 64; i++)
+            if (o[i].n == 3) cnt[(o[i].toks[0] * V + o[i].toks[1]) * V + o[i].toks[2]] += 1;
+    }
+    double p[V][V];
+    for (int y = 0; y < V; y++) {
+        float lg[V];
+        fake_logits(V, fake_fold(0, y), lg);
+        double mx = -1e30, sum = 0;
+        for (int v = 0; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+        for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+        for (int v = 0; v < V; v++) p[y][v] = exp(lg[v] - mx) / sum;
+    }
+    double chi = 0, total = 0;
+    for (int a = 0; a < V; a++)
+        for (int b = 0; b < V; b++)
+            for (int d = 0; d < V; d++) {
+                double e = N * p[5][a] * p[a][b] * p[b][d];
+                double x = cnt[(a * V + b) * V + d];
+                total += x;
+                chi += (x - e) * (x - e) / e;
+            }
+    fprintf(stderr, "distribution (spec %d): chi-square %.1f, 511 degrees of freedom\n", spec, chi);
+    /* 511 degrees of freedom: the 0.999 quantile is about 611 */
+    CHECK_MSG(total == N && chi < 611, "spec %d: chi-square %.1f over 512 cells (%g samples)", spec,
+              chi, total);
+    if (spec)
+        CHECK_MSG(s->stats.spec_drafts > N / 2 && s->stats.spec_accepted_tokens > 0,
+                  "distribution test: %llu verifies, %llu accepted",
+                  (unsigned long long)s->stats.spec_drafts,
+                  (unsigned long long)s->stats.spec_accepted_tokens);
+    sched_free(s);
+    fake_free(&f);
+}
+
+/* Suffix method: the same prompt twice in a row (the second answer is the first's, drafted from
+ * the history), then other prompts; everything equal to no speculation. */
+static void test_suffix(bool has_state) {
+    enum { V = 4096 };
+    static fake_out want[6], got[6];
+    int32_t pa[20], pb[20];
+    for (int i = 0; i < 20; i++) {
+        pa[i] = (int32_t)(rnd() % V);
+        pb[i] = (int32_t)(rnd() % V);
+    }
+    uint64_t accepted = 0, drafted = 0;
+    for (int spec = 0; spec < 2; spec++) {
+        fake_model f;
+        fake_init(&f, V, 400, 4, 8 + 32, has_state);
+        /* not Markov: with 4096 tokens a greedy answer barely repeats itself, so the drafts that
+         * get accepted come from the earlier answer */
+        sched_cfg c = fake_cfg(V, 400, 4, 4, 64, has_state, true);
+        c.n_live_slots = 8;
+        if (spec) {
+            c.spec.method = CLLM_SPEC_SUFFIX;
+            c.spec.num_speculative_tokens = 4;
+            c.spec.suffix_max_depth = 24;
+            c.spec.suffix_max_cached_requests = 100;
+            c.spec.suffix_max_spec_factor = 2.0;
+            c.spec.fixed_k = true;
+        }
+        sched *s = NULL;
+        cllm_error err = {0};
+        CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+        if (!s) return;
+        fake_out *o = spec ? got : want;
+        memset(o, 0, sizeof(fake_out) * 6);
+        const int32_t *ps[6] = {pa, pa, pb, pa, pb, pb};
+        for (int i = 0; i < 6; i++) { /* one after the other: each sees the earlier answers */
+            submit(s, &c, ps[i], 20, sp_greedy(50), &o[i]);
+            run_all(s);
+        }
+        if (spec) {
+            accepted = s->stats.spec_accepted_tokens;
+            drafted = s->stats.spec_draft_tokens;
+        }
+        CHECK_MSG(f.errors == 0, "suffix: fake model: %s", f.last_error);
+        sched_free(s);
+        fake_free(&f);
+    }
+    for (int i = 0; i < 6; i++)
+        CHECK_MSG(same_out(&want[i], &got[i]), "suffix (state %d): request %d differs", has_state,
+                  i);
+    /* requests 1, 3, 4, 5 repeat an earlier answer: most of their 4 x 49 decode tokens */
+    CHECK_MSG(accepted > 100, "suffix (state %d): %llu of %llu drafts accepted", has_state,
+              (unsigned long long)accepted, (unsigned long long)drafted);
+}
+
+int main(void) {
+    test_suffix(false);
+    test_suffix(true);
+    test_distribution(false);
+    test_distribution(true);
+    for (int st = 0; st < 2; st++) {
+        test_equal(st, false);
+        test_equal(st, true);
+        test_synthetic(st);
+    }
+    test_cancel();
+    CHECK_MSG(bad_invariants == 0, "%d invariant violations", bad_invariants);
+    return test_report("test_engine_sched_spec");
+}
