@@ -148,6 +148,12 @@ char *srv_console_stats_json(cllm_server *s, size_t *len) {
                    st.state_slots_total, (unsigned long long)st.prefix_queries_tokens,
                    (unsigned long long)st.prefix_hits_tokens, (unsigned long long)st.prompt_tokens,
                    (unsigned long long)st.generation_tokens, (unsigned long long)st.preemptions);
+    srv_buf_printf(&b,
+                   ",\"spec_k\":%d,\"spec_drafts\":%llu,\"spec_draft_tokens\":%llu"
+                   ",\"spec_accepted_tokens\":%llu",
+                   st.spec_k, (unsigned long long)st.spec_drafts,
+                   (unsigned long long)st.spec_draft_tokens,
+                   (unsigned long long)st.spec_accepted_tokens);
     srv_metrics *m = &s->m;
     pthread_mutex_lock(&m->mu);
     uint64_t h4 = 0, h5 = 0, rej = 0;

@@ -4,7 +4,8 @@
 #    without speculation (ids and logprobs included), streamed and not;
 #  - the same with the suffix method (drafts from earlier answers too);
 #  - the same under --tensor-parallel-size 2 (when mpirun is there and cllm has MPI);
-#  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted;
+#  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted; /console/stats
+#    has them for the dashboard's card;
 #  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP (not
 #    implemented yet), k out of range, prompt_lookup_min > max, a benchmark-only key; generate and
 #    bench-forward (one sequence, no engine) refuse the flag.
@@ -40,6 +41,7 @@ serve_one() { # serve_one NAME [flags]: starts, asks, writes $T/NAME.*, stops
         -d "{\"prompt\": \"$p\", \"max_tokens\": 40, \"temperature\": 0, \"stream\": true}" \
         | grep -o '"text":"[^"]*"' | tr -d '\n' > "$T/$name.sse"
     curl -s $u/metrics > "$T/$name.metrics"
+    curl -s $u/console/stats > "$T/$name.stats"
     kill $pid 2> /dev/null
     wait $pid 2> /dev/null
     pkill -f -- "--port $port " 2> /dev/null # tensor-parallel ranks
@@ -83,6 +85,13 @@ drafts=$(awk '/^vllm:spec_decode_num_drafts_total/ {print $2 + 0}' "$T/spec.metr
     || { bad "spec metrics missing or nothing accepted"; grep spec_decode "$T/spec.metrics"; }
 grep -q 'vllm:spec_decode_num_accepted_tokens_per_pos_total{.*position="2"}' "$T/spec.metrics" \
     && ok "per-position counters" || bad "no per-position counter for position 2"
+/usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["spec_k"] == 3 and s["spec_drafts"] > 0 and 0 < s["spec_accepted_tokens"] <= s["spec_draft_tokens"], s
+p = json.load(open(sys.argv[2]))
+assert p["spec_k"] == 0 and p["spec_drafts"] == 0, p' "$T/spec.stats" "$T/plain.stats" \
+    && ok "console stats carry the acceptance (the dashboard card)" || bad "console stats spec fields"
 grep -q spec_decode "$T/plain.metrics" && bad "spec counters without --speculative-config" \
     || ok "no spec counters without speculation"
 

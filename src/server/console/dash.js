@@ -91,6 +91,10 @@
       ['Prefix hit (60 s)', v.hit === null ? '–' : C.fmt(v.hit, 1) + '%', '', 'hit'],
       ['TTFT p95', s.ttft_ms ? C.fmt(s.ttft_ms.p95, 0) + ' ms' : '–', '', 'ttft95'],
       ['Preemptions', String(s.preemptions), '', 'preemptions'],
+      // speculative decoding (only with --speculative-config): since start-up
+      ...(s.spec_k > 0 ? [['Spec decode accepted', s.spec_draft_tokens ? C.fmt(100 * s.spec_accepted_tokens / s.spec_draft_tokens, 1) + '%' : '–', '', 'spec',
+        (s.spec_drafts ? C.fmt(1 + s.spec_accepted_tokens / s.spec_drafts, 2) + ' tokens per verify, ' : '') +
+        s.spec_drafts + ' verifies, at most ' + s.spec_k + ' drafts each']] : []),
       ['429 responses', String(s.http_429), '', 'http429'],
       ['Cancelled (client gone)', String(s.cancelled_disconnect), '', 'cancelled'],
       ['Process CPU', C.fmt(v.pcpu, 0) + '%', '', 'pcpu'],
