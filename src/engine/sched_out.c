@@ -44,6 +44,7 @@ void sched_emit_final(sched *s, eng_seq *e, cllm_finish fin, const char *msg) {
     ev.finish = fin;
     ev.error = fin == CLLM_FINISH_ERROR ? (msg ? msg : "error") : NULL;
     fill_usage(s, e, &ev);
+    if (fin != CLLM_FINISH_ERROR && fin != CLLM_FINISH_ABORT) sched_score_attach(e->req, &ev);
     e->req->on_event(e->req->user, &ev);
 }
 
@@ -206,6 +207,7 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
         ev.stop_token = ev.has_stop_token ? tok : 0;
     }
     if (fin != CLLM_FINISH_NONE) fill_usage(s, e, &ev);
+    sched_score_attach(q, &ev);
     q->on_event(q->user, &ev);
     if (fin != CLLM_FINISH_NONE) sched_seq_finish(s, e);
 }

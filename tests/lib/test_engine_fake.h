@@ -24,6 +24,7 @@ typedef struct fake_model {
     int errors;
     char last_error[256];
     uint64_t calls, tokens;
+    uint64_t all_rows; /* rows returned for CLLM_LOGITS_ALL entries */
     int max_seqs_in_batch;
 } fake_model;
 
@@ -115,7 +116,10 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             f->kv_tok[blk * f->bs + r] = s->tokens[k];
             f->kv_pos[blk * f->bs + r] = p;
             h = fake_fold(h, s->tokens[k]);
+            /* every row: the logits after this position's history, as LAST gives the last */
+            if (s->logits == CLLM_LOGITS_ALL) fake_logits(f->V, h, logits + (size_t)row++ * f->V);
         }
+        if (s->logits == CLLM_LOGITS_ALL) f->all_rows += (uint64_t)s->n_tokens;
         f->tokens += (uint64_t)s->n_tokens;
         if (f->has_state) {
             f->st_hash[s->state_slot] = h;
