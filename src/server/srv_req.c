@@ -39,6 +39,7 @@ static void ev_free(srv_ev *e) {
         free(e->text);
         free(e->tokens);
         free(e->lp);
+        free(e->plp);
         free(e->error);
         free(e->stop_str);
         free(e);
@@ -76,6 +77,7 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->out);
     free(r->t_last_token);
     free(r->subs);
+    srv_plp_free(r);
     srv_resp_state_free(r->resp);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -107,6 +109,14 @@ static srv_ev *ev_copy(const cllm_event *ev) {
             memcpy(c->lp, ev->logprobs, sizeof(cllm_token_logprob) * n);
             c->n_top = ev->n_top_logprobs;
         }
+    }
+    if (ev->prompt_lp && ev->n_prompt_lp > 0) {
+        size_t n = (size_t)ev->n_prompt_lp * (size_t)(ev->n_prompt_top + 1);
+        c->plp = malloc(n * sizeof(cllm_prompt_logprob));
+        if (!c->plp) goto fail;
+        memcpy(c->plp, ev->prompt_lp, n * sizeof(cllm_prompt_logprob));
+        c->n_plp = ev->n_prompt_lp;
+        c->plp_top = ev->n_prompt_top;
     }
     if (ev->error) c->error = strdup(ev->error);
     if (ev->stop_str && !(c->stop_str = strdup(ev->stop_str))) goto fail;
@@ -278,7 +288,8 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     r->choices = calloc((size_t)g->n, sizeof(srv_choice));
     r->t_last_token = calloc((size_t)g->n, sizeof(double));
     r->subs = calloc((size_t)r->n_subs, sizeof(srv_sub));
-    if (!r->choices || !r->t_last_token || !r->subs) {
+    if (g->s.has_prompt_logprobs) r->plp = calloc((size_t)r->n_subs, sizeof(srv_plp));
+    if (!r->choices || !r->t_last_token || !r->subs || (g->s.has_prompt_logprobs && !r->plp)) {
         srv_err_set(e, 500, "InternalServerError", NULL, "out of memory");
         return false;
     }
