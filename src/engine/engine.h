@@ -44,7 +44,7 @@ typedef struct cllm_sampling {
     int n_stop;
     bool include_stop_str_in_output;
     bool skip_special_tokens;
-    int logprobs;              /* top logprobs to return per token; -1 = none, 0 = chosen only */
+    int logprobs; /* top logprobs to return per token; -1 = none, 0 = chosen only */
     /* prompt logprobs (vLLM's prompt_logprobs), when has_prompt_logprobs (false in a zeroed
      * struct): for every prompt token after the first, its logprob and rank plus the top
      * prompt_logprobs (0 = the token only) of the row before it. Computed from the prefill's

@@ -17,7 +17,7 @@
 /* Extra logits bytes a step may hold for scoring rows: 64 MiB is 67 rows of Qwen3.5's 248320
  * entries (a chunk of 67 prompt tokens per step) and the whole budget for small vocabularies. */
 #define SCORE_ROW_BYTES (64u << 20)
-#define SCORE_ROWS_MIN 16
+#define SCORE_ROWS_MIN  16
 
 cllm_status sched_score_alloc(eng_req *q, cllm_error *err) {
     if (!q->sp.has_prompt_logprobs || q->n_prompt < 2) {

@@ -69,9 +69,10 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
         if (r->route == SRV_CHAT) {
             json_t *tops = json_array();
             for (int k = 1; k <= ev->n_top && k - 1 < r->gen.logprobs; k++)
-                json_array_append_new(
-                    tops, json_pack("{s:o, s:f, s:o}", "token", srv_fmt_tok_str(r, row[k].token), "logprob",
-                                    (double)row[k].logprob, "bytes", tok_bytes(r, row[k].token)));
+                json_array_append_new(tops, json_pack("{s:o, s:f, s:o}", "token",
+                                                      srv_fmt_tok_str(r, row[k].token), "logprob",
+                                                      (double)row[k].logprob, "bytes",
+                                                      tok_bytes(r, row[k].token)));
             json_array_append_new(json_object_get(lp, "content"),
                                   json_pack("{s:o, s:f, s:o, s:o}", "token",
                                             srv_fmt_tok_str(r, row[0].token), "logprob",
@@ -421,7 +422,7 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             const char *reasoning = cllm_outp_reasoning(c->parser);
             json_t *msg = json_pack("{s:s}", "role", "assistant");
             json_t *cj = content && (*content || !c->n_tool_calls) ? jstr(content, strlen(content))
-                                                                    : json_null();
+                                                                   : json_null();
             if (r->gen.chat_echo) { /* vLLM: the last message's content, then the answer's */
                 srv_buf t = {0};
                 srv_buf_adds(&t, r->gen.chat_echo);
@@ -444,11 +445,12 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
         } else {
             if (!c->started && r->gen.echo && srv_gen_prompt_text(&r->gen, i))
                 srv_buf_adds(&c->text, srv_gen_prompt_text(&r->gen, i));
-            json_t *ch = json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "text",
-                                   jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs", lp,
-                                   "finish_reason", finish_str(r, c), "stop_reason",
-                                   stop_reason(c));
-            if (r->gen.show_prompt_lp) json_object_set_new(ch, "prompt_logprobs", srv_plp_json(r, i));
+            json_t *ch =
+                json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "text",
+                          jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs", lp,
+                          "finish_reason", finish_str(r, c), "stop_reason", stop_reason(c));
+            if (r->gen.show_prompt_lp)
+                json_object_set_new(ch, "prompt_logprobs", srv_plp_json(r, i));
             json_array_append_new(choices, ch);
         }
     }

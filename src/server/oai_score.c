@@ -137,7 +137,8 @@ void srv_plp_echo(srv_req *r, srv_choice *c, int choice, json_t *lp) {
         for (int k = 0; k <= p->top && (int)json_object_size(tops) <= want; k++) {
             json_t *ks = srv_fmt_tok_str(r, row[k].token);
             if (!json_object_get(tops, json_string_value(ks)))
-                json_object_set_new(tops, json_string_value(ks), json_real(clamp_lp(row[k].logprob)));
+                json_object_set_new(tops, json_string_value(ks),
+                                    json_real(clamp_lp(row[k].logprob)));
             json_decref(ks);
         }
         json_array_append_new(json_object_get(lp, "top_logprobs"), tops);

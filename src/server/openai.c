@@ -548,15 +548,17 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
         }
     }
     g->s.logprobs = g->logprobs;
-    if ((route == SRV_COMPLETIONS || route == SRV_CHAT) && !srv_parse_prompt_logprobs(s, body, g, e))
+    if ((route == SRV_COMPLETIONS || route == SRV_CHAT) &&
+        !srv_parse_prompt_logprobs(s, body, g, e))
         return false;
     long long max_tokens = -1;
     const char *mt_key = "max_tokens";
     if (route == SRV_CHAT && field(body, "max_completion_tokens")) mt_key = "max_completion_tokens";
     if (!get_int(body, mt_key, &max_tokens, 0, 1LL << 31, e)) return false;
     if (max_tokens == 0 && !(route == SRV_COMPLETIONS && g->echo))
-        return BAD(mt_key, "'%s' must be at least 1, got 0 (0 scores the prompt only with echo "
-                           "on /v1/completions)",
+        return BAD(mt_key,
+                   "'%s' must be at least 1, got 0 (0 scores the prompt only with echo "
+                   "on /v1/completions)",
                    mt_key);
     if (max_tokens == 0) {
         /* vLLM's echo without generation: one token is sampled and never shown */

@@ -224,7 +224,7 @@ struct srv_req {
     uint64_t engine_id; /* subs[0].id */
     srv_sub *subs;      /* [n_subs] */
     int n_subs;
-    struct srv_plp *plp; /* [n_subs] prompt logprobs per prompt (oai_score.c), or NULL */
+    struct srv_plp *plp;         /* [n_subs] prompt logprobs per prompt (oai_score.c), or NULL */
     struct srv_resp_state *resp; /* /v1/responses output state (responses.c) or NULL */
     srv_gen gen;
     srv_choice *choices; /* [gen.n] */

@@ -30,8 +30,8 @@ typedef struct fake_req {
     int ntok[8];
     bool done[8];
     int n, max_tokens, logprobs, prompt_len;
-    int32_t *prompt;     /* [prompt_len], for the prompt logprobs */
-    int prompt_top;      /* -1: no prompt logprobs */
+    int32_t *prompt; /* [prompt_len], for the prompt logprobs */
+    int prompt_top;  /* -1: no prompt logprobs */
     bool prompt_lp_sent;
     int delay_ms;
     bool cancelled, error;
