@@ -52,6 +52,9 @@ typedef struct cllm_sampling {
      * be computed), as vLLM does. Delivered once, on the request's first event. */
     bool has_prompt_logprobs;
     int prompt_logprobs;
+    /* pooling (/v1/embeddings): no sampling; the request's one event carries the last prompt
+     * token's final hidden state (vLLM's LAST pooling, not normalised) and ends it (n = 1) */
+    bool embed;
     const int *logit_bias_ids; /* parallel arrays, copied */
     const float *logit_bias_vals;
     int n_logit_bias;
@@ -94,6 +97,8 @@ typedef struct cllm_event {
      * best n_prompt_top (descending, lower id first on ties); NULL on every other event */
     const cllm_prompt_logprob *prompt_lp;
     int n_prompt_lp, n_prompt_top;
+    const float *embedding; /* sampling.embed: [n_embedding] on the final event, else NULL */
+    int n_embedding;
     cllm_finish finish; /* != NONE on the last event of this sample */
     const char *error;  /* CLLM_FINISH_ERROR only */
     /* why a CLLM_FINISH_STOP stopped (vLLM's stop_reason): the stop string matched, or the

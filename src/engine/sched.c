@@ -75,6 +75,11 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     if (p->logprobs > 20 || p->logprobs < -1)
         return cllm_err_set(err, CLLM_EINVAL, "logprobs must be between 0 and 20, got %d",
                             p->logprobs);
+    if (p->embed && (p->n != 1 || p->grammar || p->has_prompt_logprobs || cfg->hidden_size < 1 ||
+                     cfg->hidden_size > cfg->vocab_size))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "embeddings: one sample, no grammar or prompt logprobs, and a model "
+                            "whose hidden size fits a logits row");
     if (p->has_prompt_logprobs && (p->prompt_logprobs < 0 || p->prompt_logprobs > cfg->vocab_size))
         return cllm_err_set(err, CLLM_EINVAL, "prompt_logprobs must be between 0 and %d, got %d",
                             cfg->vocab_size, p->prompt_logprobs);
@@ -556,6 +561,7 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->state_slot = e->slot;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
     if (sched_score_wants(e)) b->logits = CLLM_LOGITS_ALL; /* prompt logprobs (sched_score.c) */
+    if (t->logits && e->req->sp.embed) b->logits = CLLM_LOGITS_HIDDEN; /* sched_out.c */
     /* a sample that needs only the row's best k lets each tensor-parallel rank send its best k
      * instead of its slice, and a screened lm_head compute only its best candidates exactly
      * (forward.h). The same tests as sched_sample. */

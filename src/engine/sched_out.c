@@ -68,9 +68,28 @@ static bool has_id(const int *ids, int n, int t) {
     return false;
 }
 
+/* Pooling: the row is the last prompt token's hidden state (CLLM_LOGITS_HIDDEN); one final
+ * event carries it. */
+static void emit_embedding(sched *s, eng_seq *e, const float *row) {
+    cllm_event ev = {0};
+    ev.request_id = e->req->id;
+    ev.text = "";
+    ev.finish = CLLM_FINISH_STOP;
+    ev.embedding = row;
+    ev.n_embedding = s->cfg.hidden_size;
+    if (e->t_first_token == 0) e->t_first_token = cllm_time_s();
+    fill_usage(s, e, &ev);
+    e->req->on_event(e->req->user, &ev);
+    sched_seq_finish(s, e);
+}
+
 void sched_sample(sched *s, eng_seq *e, const float *logits) {
     eng_req *q = e->req;
     const cllm_sampling *p = &q->sp;
+    if (p->embed) {
+        emit_embedding(s, e, logits);
+        return;
+    }
     int n_out = e->n_tokens - e->n_prompt;
     smp_input in = {.logits = logits,
                     .prompt = e->tokens,

@@ -100,8 +100,9 @@ static bool rows_next(tp_rows *w) {
     while (w->left <= 0) {
         if (++w->q >= w->b->n_seqs) return false;
         w->sq = &w->b->seqs[w->q];
-        w->left =
-            w->sq->logits == CLLM_LOGITS_ALL ? w->sq->n_tokens : w->sq->logits == CLLM_LOGITS_LAST;
+        w->left = w->sq->logits == CLLM_LOGITS_ALL
+                      ? w->sq->n_tokens
+                      : (w->sq->logits == CLLM_LOGITS_LAST || w->sq->logits == CLLM_LOGITS_HIDDEN);
         w->k = row_k(w->sq, w->vmax);
     }
     w->left--;

@@ -320,6 +320,10 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         } else {
             c->completion_tokens += ev->n_tokens;
         }
+        if (r->route == SRV_EMBEDDINGS) {
+            srv_embed_take(c, ev);
+            continue;
+        }
         json_t *lp = NULL;
         /* echo with logprobs: the prompt's tokens come first (oai_score.c) */
         bool echo_lp = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && want_lp(r);
@@ -401,6 +405,7 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             return NULL;
         }
     if (r->route == SRV_RESPONSES) return srv_resp_final(r, e);
+    if (r->route == SRV_EMBEDDINGS) return srv_embed_final(r, e);
     if (r->route == SRV_GENERATE) {
         json_t *arr = json_array();
         for (int i = 0; i < r->gen.n; i++) {

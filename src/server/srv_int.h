@@ -88,8 +88,9 @@ void srv_metrics_log_line(cllm_server *s);
 typedef enum srv_route {
     SRV_COMPLETIONS,
     SRV_CHAT,
-    SRV_GENERATE,  /* vLLM demo /generate */
-    SRV_RESPONSES, /* OpenAI Responses API (responses.c; parsed as chat) */
+    SRV_GENERATE,   /* vLLM demo /generate */
+    SRV_RESPONSES,  /* OpenAI Responses API (responses.c; parsed as chat) */
+    SRV_EMBEDDINGS, /* /v1/embeddings (srv_embed.c): one engine request per input, no sampling */
 } srv_route;
 
 typedef struct srv_gen {
@@ -119,7 +120,8 @@ typedef struct srv_gen {
      * token that is never shown); chat_echo = the last message's content echoed (chat echo) */
     bool show_prompt_lp, score_only;
     char *chat_echo;
-    json_t *tools; /* owned ref or NULL */
+    bool embed_base64, embed_normalize; /* /v1/embeddings: encoding_format, normalize */
+    json_t *tools;                      /* owned ref or NULL */
     bool parse_tools, parse_reasoning, starts_in_reasoning;
     char *cache_salt;
     struct cllm_gm *grammar; /* structured-output constraint (owned ref) or NULL; s.grammar */
@@ -159,6 +161,8 @@ typedef struct srv_ev {
     int n_top;
     cllm_prompt_logprob *plp; /* the prompt's rows (cllm_event.prompt_lp) or NULL */
     int n_plp, plp_top;
+    float *emb; /* cllm_event.embedding or NULL */
+    int n_emb;
     cllm_finish finish;
     char *error;
     char *stop_str; /* stop_reason: the matched stop string, or */
@@ -174,6 +178,8 @@ typedef struct srv_choice {
     json_t *tool_calls; /* chat, non-stream: accumulated [{id,type,function}] */
     int n_tool_calls;
     json_t *lp; /* accumulated logprobs for non-stream */
+    float *emb; /* /v1/embeddings: the input's vector */
+    int n_emb;
     int completion_tokens;
     int text_offset; /* completions logprobs text_offset */
     cllm_finish finish;
@@ -312,6 +318,11 @@ void srv_plp_echo(srv_req *r, srv_choice *c, int choice, json_t *lp);
 void srv_plp_free(srv_req *r);
 /* A token id as the text logprobs show (oai_fmt.c). */
 json_t *srv_fmt_tok_str(const srv_req *r, int id);
+
+/* srv_embed.c: /v1/embeddings */
+bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+void srv_embed_take(srv_choice *c, srv_ev *ev); /* keeps the event's vector (takes ev->emb) */
+json_t *srv_embed_final(srv_req *r, srv_err *e);
 
 /* openai.c formatting */
 void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */

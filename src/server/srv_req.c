@@ -40,6 +40,7 @@ static void ev_free(srv_ev *e) {
         free(e->tokens);
         free(e->lp);
         free(e->plp);
+        free(e->emb);
         free(e->error);
         free(e->stop_str);
         free(e);
@@ -57,6 +58,7 @@ static void choices_free(srv_req *r) {
         cllm_outp_free(c->parser);
         json_decref(c->tool_calls);
         json_decref(c->lp);
+        free(c->emb);
         free(c->error);
         free(c->stop_str);
     }
@@ -118,6 +120,12 @@ static srv_ev *ev_copy(const cllm_event *ev) {
         c->n_plp = ev->n_prompt_lp;
         c->plp_top = ev->n_prompt_top;
     }
+    if (ev->embedding && ev->n_embedding > 0) {
+        c->emb = malloc((size_t)ev->n_embedding * sizeof(float));
+        if (!c->emb) goto fail;
+        memcpy(c->emb, ev->embedding, (size_t)ev->n_embedding * sizeof(float));
+        c->n_emb = ev->n_embedding;
+    }
     if (ev->error) c->error = strdup(ev->error);
     if (ev->stop_str && !(c->stop_str = strdup(ev->stop_str))) goto fail;
     c->has_stop_token = ev->has_stop_token;
@@ -164,7 +172,7 @@ static void on_event(void *user, const cllm_event *ev) {
     double gap = -1;
 
     pthread_mutex_lock(&r->mu);
-    if (ev->n_tokens > 0) {
+    if (ev->n_tokens > 0 || ev->embedding) { /* an embedding is its request's "first token" */
         if (!r->first_token_seen) {
             first = true;
             r->t_first_token = now;

@@ -1,7 +1,9 @@
-/* Prompt logprobs in the scheduler (src/engine/sched_score.c) over the fake model: every row
- * equals an independent computation from the fake logits (log-softmax, rank, top N); chunked
- * prefill, a cached prefix, preemption, concurrent scoring requests beyond the step's row
- * budget and n > 1 give the same rows, delivered once; the generated tokens do not change. */
+/* Scoring requests in the scheduler over the fake model. Prompt logprobs (src/engine/
+ * sched_score.c): every row equals an independent computation from the fake logits
+ * (log-softmax, rank, top N); chunked prefill, a cached prefix, preemption, concurrent scoring
+ * requests beyond the step's row budget and n > 1 give the same rows, delivered once; the
+ * generated tokens do not change. Embeddings (sampling.embed, sched_out.c): one final event
+ * with the last token's hidden row, beside generating requests, cold or from the cache. */
 #include <string.h>
 
 #include "test.h"
@@ -12,6 +14,8 @@ typedef struct score_out {
     fake_out o[2];
     cllm_prompt_logprob *plp;
     int n_plp, top, deliveries;
+    float emb[64];
+    int n_emb, emb_events;
 } score_out;
 
 static void score_collect(void *user, const cllm_event *ev) {
@@ -24,6 +28,11 @@ static void score_collect(void *user, const cllm_event *ev) {
         memcpy(so->plp, ev->prompt_lp, n * sizeof(cllm_prompt_logprob));
         so->n_plp = ev->n_prompt_lp;
         so->top = ev->n_prompt_top;
+    }
+    if (ev->embedding) {
+        so->emb_events++;
+        so->n_emb = ev->n_embedding < 64 ? ev->n_embedding : 64;
+        memcpy(so->emb, ev->embedding, (size_t)so->n_emb * sizeof(float));
     }
     fake_collect(so->o, ev);
 }
@@ -234,7 +243,51 @@ static void test_validation(void) {
     CHECK(sched_req_new(&c, &r, 1, 0, &q, &err) == CLLM_EINVAL);
 }
 
+/* Embedding requests between generating ones: the vector is the fake hidden row after the
+ * prompt (cold and with the prefix cached), nothing is sampled, the generation is unchanged. */
+static void test_embed(void) {
+    int V = 53, H = 16;
+    fake_model f;
+    fake_init(&f, V, 64, 4, 4 + 32, true);
+    sched_cfg c = fake_cfg(V, 64, 4, 4, 16, true, true);
+    c.hidden_size = H;
+    sched *s;
+    CHECK(sched_create(&c, &fake_ops, &f, &s, NULL) == CLLM_OK);
+    int32_t p[30], q[12];
+    fill(p, 30, V, 5);
+    fill(q, 12, V, 6);
+    for (int round = 0; round < 2; round++) { /* the second finds the prompt cached */
+        score_out e = {0}, g = {0};
+        cllm_sampling sp = greedy(1, -1);
+        sp.embed = true;
+        submit(s, &c, q, 12, greedy(8, -1), &g);
+        submit(s, &c, p, 30, sp, &e);
+        run_all(s);
+        uint64_t h = 0;
+        for (int i = 0; i < 30; i++) h = fake_fold(h, p[i]);
+        float want[53];
+        fake_logits(V, h, want);
+        CHECK_MSG(e.emb_events == 1 && e.n_emb == H && !memcmp(e.emb, want, (size_t)H * 4),
+                  "round %d: %d events, %d floats", round, e.emb_events, e.n_emb);
+        CHECK(e.o[0].n == 0 && e.o[0].fin == CLLM_FINISH_STOP && e.o[0].prompt_tokens == 30);
+        CHECK(round == 0 || e.o[0].cached > 0);
+        int32_t exp[8];
+        fake_expected(V, q, 12, 8, exp);
+        CHECK(g.o[0].n == 8 && !memcmp(g.o[0].toks, exp, sizeof(exp)));
+    }
+    CHECK_MSG(f.errors == 0, "fake model: %s", f.last_error);
+    cllm_request r = {(const int *)p, 30, greedy(1, -1), score_collect, NULL, NULL};
+    r.sampling.embed = true;
+    r.sampling.n = 2;
+    eng_req *rq = NULL;
+    cllm_error err = {0};
+    CHECK(sched_req_new(&c, &r, 99, 0, &rq, &err) == CLLM_EINVAL); /* one sample only */
+    sched_free(s);
+    fake_free(&f);
+}
+
 int main(void) {
+    test_embed();
     test_alone();
     test_cached_prefix();
     test_crowd();

@@ -125,7 +125,9 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             f->st_hash[s->state_slot] = h;
             f->st_len[s->state_slot] = end;
         }
-        if (s->logits == CLLM_LOGITS_LAST) fake_logits(f->V, h, logits + (size_t)row++ * f->V);
+        /* a hidden-state row (embeddings): the same function of the history as a logits row */
+        if (s->logits == CLLM_LOGITS_LAST || s->logits == CLLM_LOGITS_HIDDEN)
+            fake_logits(f->V, h, logits + (size_t)row++ * f->V);
     }
     return CLLM_OK;
 }

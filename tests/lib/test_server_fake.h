@@ -8,7 +8,8 @@
  * Text is emitted in pieces of up to 3 bytes (never splitting a UTF-8 character), one piece per
  * step and sample; every step sleeps fake->step_us on a condition variable. Prompt logprobs, when
  * asked for, come on the request's first event: prompt token j (j >= 1) has logprob -0.5 * j and
- * rank j + 1, and the row's top k (k >= 1) are tokens 9 + k with logprob -0.125 * k and rank k. */
+ * rank j + 1, and the row's top k (k >= 1) are tokens 9 + k with logprob -0.125 * k and rank k.
+ * An embedding request (sampling.embed) gets one final event with the vector {3, 4, prompt_len}. */
 #ifndef CLLM_TESTS_TEST_SERVER_FAKE_H
 #define CLLM_TESTS_TEST_SERVER_FAKE_H
 
@@ -32,6 +33,7 @@ typedef struct fake_req {
     int n, max_tokens, logprobs, prompt_len;
     int32_t *prompt; /* [prompt_len], for the prompt logprobs */
     int prompt_top;  /* -1: no prompt logprobs */
+    bool embed;      /* sampling.embed: one final event with the vector {3, 4, prompt_len} */
     bool prompt_lp_sent;
     int delay_ms;
     bool cancelled, error;
@@ -135,6 +137,17 @@ static bool fake_step(fake_engine *f, fake_req *r, int i) {
         fake_emit(f, r, i, CLLM_FINISH_ABORT, "", 0);
         return true;
     }
+    if (r->embed) {
+        float v[3] = {3, 4, (float)r->prompt_len};
+        cllm_event ev = {.request_id = r->id,
+                         .text = "",
+                         .embedding = v,
+                         .n_embedding = 3,
+                         .finish = CLLM_FINISH_STOP,
+                         .prompt_tokens = r->prompt_len};
+        r->fn(r->user, &ev);
+        return true;
+    }
     size_t len = strlen(r->script), p = r->pos[i];
     if (!strcmp(r->script, "oops") && r->ntok[i] >= 1) {
         fake_emit(f, r, i, CLLM_FINISH_ERROR, "", 0);
@@ -231,6 +244,7 @@ static cllm_status fake_submit(void *ctx, const cllm_request *rq, uint64_t *id, 
     r->logprobs = rq->sampling.logprobs;
     r->prompt_len = rq->n_prompt;
     r->prompt_top = rq->sampling.has_prompt_logprobs ? rq->sampling.prompt_logprobs : -1;
+    r->embed = rq->sampling.embed;
     r->prompt = malloc((size_t)rq->n_prompt * sizeof(int32_t));
     if (r->prompt) memcpy(r->prompt, rq->prompt, (size_t)rq->n_prompt * sizeof(int32_t));
     pthread_mutex_lock(&f->mu);
