@@ -397,6 +397,7 @@ static void fill_sched_cfg(cllm_engine *e, const pool_plan *pp) {
     const cllm_config *cf = cllm_model_config(e->m);
     sched_cfg *c = &e->scfg;
     c->vocab_size = cf->vocab_size;
+    c->hidden_size = cf->hidden_size;
     c->has_state = cllm_model_n_gdn_layers(e->m) > 0;
     c->n_blocks = (int)pp->n_blocks;
     c->block_size = o.block_size;

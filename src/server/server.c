@@ -266,6 +266,8 @@ static void make_id(srv_req *r) {
         (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
     if (r->route == SRV_RESPONSES)
         snprintf(r->id, sizeof(r->id), "resp_%016llx", (unsigned long long)x);
+    else if (r->route == SRV_EMBEDDINGS)
+        snprintf(r->id, sizeof(r->id), "embd-%016llx", (unsigned long long)x);
     else
         snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
                  (unsigned long long)x);
@@ -275,8 +277,9 @@ static void make_id(srv_req *r) {
 static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_err e;
-    bool parsed = r->route == SRV_RESPONSES ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
-                                            : srv_parse_gen(s, r->route, body, &r->gen, &e);
+    bool parsed = r->route == SRV_RESPONSES    ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
+                  : r->route == SRV_EMBEDDINGS ? srv_parse_embed(s, body, &r->gen, &e)
+                                               : srv_parse_gen(s, r->route, body, &r->gen, &e);
     if (!parsed) return send_err(r, &e);
     make_id(r);
     if (!srv_req_submit(r, &e)) return send_err(r, &e);
@@ -319,6 +322,8 @@ static bool route_of(const char *url, srv_route *rt) {
         *rt = SRV_GENERATE;
     else if (!strcmp(url, "/v1/responses"))
         *rt = SRV_RESPONSES;
+    else if (!strcmp(url, "/v1/embeddings"))
+        *rt = SRV_EMBEDDINGS;
     else
         return false;
     return true;
