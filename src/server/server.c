@@ -342,7 +342,10 @@ static enum MHD_Result dispatch(srv_req *r) {
         return fail(r, 503, "service_unavailable", NULL, "%s", s->failed_msg);
     if (!strcmp(url, "/health")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        if (ready && !draining) return send_buf(r, 200, NULL, NULL, 0, 0);
+        /* vLLM's codes; llama-server's {"status":"ok"} body, and the word `healthy` that
+         * inspection scripts grep for (no 503 body contains it) */
+        if (ready && !draining)
+            return send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "health", "healthy"));
         return fail(r, 503, "service_unavailable", NULL, draining ? "draining" : "loading model");
     }
     if (!strcmp(url, "/ping")) return send_buf(r, ready && !draining ? 200 : 503, NULL, NULL, 0, 0);
