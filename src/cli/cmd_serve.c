@@ -250,8 +250,9 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
     const cli_spec spec = {"serve",
                            "MODEL [options]",
                            "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
-                           "/v1/chat/completions, /v1/responses, /v1/models, "
-                           "/tokenize, /detokenize, /generate, /health, /metrics, /version.",
+                           "/v1/chat/completions, /v1/responses, /v1/models[/ID], "
+                           "/tokenize, /detokenize, /generate, /health, /metrics, /version; "
+                           "llama-server's /completion, /props, /slots.",
                            all,
                            0,
                            1};
@@ -488,6 +489,7 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->chat_template = a->chat_template;
     so->has_default_seed = a->seed_set;
     so->default_seed = a->seed_set ? (uint64_t)a->seed : 0;
+    so->max_num_seqs = (int)a->max_seqs;
 }
 
 static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {

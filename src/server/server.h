@@ -68,6 +68,7 @@ typedef struct cllm_server_opts {
     const char *chat_template; /* Jinja text replacing the tokenizer's template (NULL = its own) */
     bool has_default_seed;     /* --seed: requests without a seed get default_seed + their number */
     uint64_t default_seed;
+    int max_num_seqs; /* the engine's --max-num-seqs: llama-server's slots in /props, /slots */
 } cllm_server_opts;
 
 void cllm_server_opts_defaults(cllm_server_opts *o);
