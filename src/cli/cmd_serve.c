@@ -235,7 +235,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         {"--console-log-prompts", NULL, CLI_FLAG, &a->console_prompts,
          "keep prompt text in the console's request log (default: counts and times only)"},
         {"--list-vllm-flags", NULL, CLI_CHOICE, &a->list_vllm,
-         "print every vLLM serve flag and what cllm does with it (md: docs/vllm-flags.md)",
+         "print every vLLM serve flag and what cllm does with it (md: docs/vllm-flags.md); the "
+         "ones not listed here are accepted as no-ops or refused with the reason",
          "md|tsv"},
         {0}};
     /* the vLLM flags cllm has no own meaning for follow the table above (serve_vllm.c) */

@@ -421,9 +421,8 @@ int serve_vllm_add_opts(cli_opt *opts, int *n, int cap, serve_vstate *st) {
             target = &st->lists[nl - 1];
             type = CLI_LIST;
         }
-        opts[(*n)++] = (cli_opt){f->name, f->alias, type, target,
-                                 f->noop ? "vLLM flag: accepted, no effect (--list-vllm-flags)"
-                                         : "vLLM flag: refused (--list-vllm-flags)"};
+        /* not in --help (two hundred lines of "no effect"): --list-vllm-flags lists them */
+        opts[(*n)++] = (cli_opt){f->name, f->alias, type, target, NULL};
     }
     opts[*n] = (cli_opt){0};
     return 0;

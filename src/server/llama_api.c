@@ -153,7 +153,8 @@ static bool take_bias(json_t *v, json_t *out, srv_err *e) {
 }
 
 /* The fields that are not passed through as they are. */
-static bool parse_own(const char *k, json_t *v, json_t *out, srv_gen_llama *L, srv_err *e) {
+static bool parse_own(cllm_server *s, const char *k, json_t *v, json_t *out, srv_gen_llama *L,
+                      srv_err *e) {
     if (!strcmp(k, "prompt")) {
         bool ids = json_is_array(v);
         for (size_t i = 0; ids && i < json_array_size(v); i++)
@@ -179,8 +180,10 @@ static bool parse_own(const char *k, json_t *v, json_t *out, srv_gen_llama *L, s
             return bad(e, "repeat_last_n", "'repeat_last_n' must be an integer >= -1");
         L->repeat_last_n = (int)json_integer_value(v);
     } else if (!strcmp(k, "n_probs")) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return bad(e, "n_probs", "'n_probs' must be an integer >= 0");
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > s->o.max_logprobs)
+            return bad(e, "n_probs", "'n_probs' must be an integer in [0, %d] (--max-logprobs)",
+                       s->o.max_logprobs);
         L->n_probs = (int)json_integer_value(v);
         if (L->n_probs > 0) json_object_set_new(out, "logprobs", json_integer(L->n_probs));
     } else if (!strcmp(k, "logit_bias")) {
@@ -234,7 +237,7 @@ bool srv_llama_parse(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
         } else if (f->kind == LF_PASS) {
             json_object_set(out, k, v);
         } else if (f->kind == LF_OWN) {
-            ok = parse_own(k, v, out, &L, e);
+            ok = parse_own(s, k, v, out, &L, e);
         } else if (f->kind == LF_NEUTRAL && !is_neutral(f, v)) {
             ok = bad(e, k, "'%s' is not supported here: %s (leave it out)", k, f->why);
         } else if (f->kind == LF_REFUSE && !json_is_null(v) &&
