@@ -5,7 +5,8 @@
 #    llama-server's {"status":"ok"}; 503 bodies never say healthy;
 #  - POST /completion: content / stop / stop_type / stopping_word / tokens_predicted / timings,
 #    a stop word from the engine, n_predict -1 running to an end token or the context, streaming
-#    as data: objects without [DONE], the same text streamed as returned whole;
+#    as data: objects without [DONE], the same text streamed as returned whole; n_probs and
+#    return_tokens;
 #  - /props reports -c and -np; /slots one entry per -np place; /v1/models/{id}.
 set -u
 T=${CLLM_TMP:-/tmp}/llama_compat
@@ -57,6 +58,11 @@ fi
 b3=$(curl -s $U/completion -d '{"prompt":"Once upon a time","temperature":0,"ignore_eos":false}')
 echo "$b3" | grep -qE '"stop_type":"(eos|limit)"' && ok "n_predict -1 ends at an end token or the context" ||
     bad "n_predict -1: $b3"
+
+b4=$(curl -s $U/completion -d '{"prompt":"Once upon a time","n_predict":5,"temperature":0,"n_probs":2,"return_tokens":true}')
+np=$(echo "$b4" | grep -o '"top_logprobs":\[' | wc -l)
+echo "$b4" | grep -q '"tokens":\[[0-9]*,[0-9]*,[0-9]*,[0-9]*,[0-9]*\]' && [ "$np" = 5 ] &&
+    ok "n_probs 2, return_tokens: 5 ids, 5 completion_probabilities" || bad "n_probs: $b4"
 
 # streaming: data: objects, a final stop:true object, no [DONE]; the same text as whole
 curl -sN $U/completion -d '{"prompt":"Once upon a time","n_predict":16,"temperature":0,"stream":true}' > "$T/stream.txt"
