@@ -40,7 +40,7 @@ typedef struct serve_args {
     const char *dtype, *kv_dtype, *gdn_prefill, *act16, *chat_template_arg, *tool_parser,
         *reasoning_parser, *quant;
     /* vLLM flags with an effect here (the rest: serve_vllm.c) */
-    const char *gen_config, *gen_override, *uvicorn_level, *list_vllm;
+    const char *gen_config, *gen_override, *uvicorn_level, *list_vllm, *access_skip;
     bool no_log_stats, no_uvicorn_access;
     serve_vstate vllm; /* the vLLM flags cllm accepts as no-ops or refuses */
     cli_list names;
@@ -213,6 +213,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "no access log line per request"},
         {"--disable-uvicorn-access-log", NULL, CLI_FLAG, &a->no_uvicorn_access,
          "no access log line per request (vLLM's name)"},
+        {"--disable-access-log-for-endpoints", NULL, CLI_STR, &a->access_skip,
+         "comma-separated paths with no access line, e.g. /health,/metrics"},
         {"--uvicorn-log-level", NULL, CLI_CHOICE, &a->uvicorn_level,
          "critical, error or warning turn the access log off (its lines are INFO); info, debug "
          "and trace keep it",
@@ -482,6 +484,7 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->max_logprobs = (int)a->max_logprobs;
     so->stats_interval_s = a->stats_interval;
     so->access_log = !a->no_log_requests;
+    so->access_log_skip = a->access_skip;
     so->n_threads = (int)a->http_threads;
     so->default_chat_template_kwargs = a->kwargs;
     so->console = !a->no_console;

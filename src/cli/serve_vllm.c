@@ -308,9 +308,7 @@ const serve_vflag serve_vflags[] = {
            "Unix-socket listening is not supported: use --host/--port"),
     NATIVE("--uvicorn-log-level", NULL),
     NATIVE("--disable-uvicorn-access-log", NULL),
-    NOOP("--disable-access-log-for-endpoints", NULL, "/health,/metrics",
-         "not implemented: every request gets its access line (--disable-log-requests turns "
-         "them off)"),
+    NATIVE("--disable-access-log-for-endpoints", NULL),
     NOOP("--allow-credentials", NULL, NULL,
          "CORS credentials follow --allowed-origins (see the CORS notes)"),
     NATIVE("--allowed-origins", NULL),

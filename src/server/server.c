@@ -535,7 +535,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_req *r = *con_cls;
     *con_cls = NULL;
     if (!r || (void *)r == &no_req) return;
-    if (s->o.access_log) {
+    if (s->o.access_log && !srv_path_listed(s->o.access_log_skip, r->url)) {
         char ip[64] = "-";
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);

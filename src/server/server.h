@@ -54,8 +54,9 @@ typedef struct cllm_server_opts {
     int max_n;                  /* default 128 */
     double stats_interval_s;    /* the periodic stats log line; default 5, <= 0 = off */
     bool access_log;            /* one line per HTTP request (default true) */
-    int n_threads;              /* MHD worker threads, default 2 */
-    unsigned connection_limit;  /* default 1024 */
+    const char *access_log_skip; /* comma-separated paths that get no access line, or NULL */
+    int n_threads;               /* MHD worker threads, default 2 */
+    unsigned connection_limit;   /* default 1024 */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
     /* web console (console.h): on by default; its request log keeps counts and times only
      * unless console_log_prompts */

@@ -273,6 +273,9 @@ struct cllm_server {
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
 };
 
+/* path is one of the comma-separated entries of list (NULL: none). */
+bool srv_path_listed(const char *list, const char *path);
+
 /* name is one of the served model names, or the model directory as given (vLLM accepts it). */
 bool srv_model_known(const cllm_server *s, const char *name);
 

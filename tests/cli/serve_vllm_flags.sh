@@ -8,7 +8,8 @@
 #    becomes ready, with exactly one INFO line per no-op flag;
 #  - the flags that take effect: --generation-config auto|vllm|DIR and
 #    --override-generation-config change the sampling defaults as in vLLM, --uvicorn-log-level
-#    warning and --disable-uvicorn-access-log drop the access lines, --disable-log-stats the
+#    warning and --disable-uvicorn-access-log drop the access lines (and
+#    --disable-access-log-for-endpoints those of the paths named), --disable-log-stats the
 #    throughput line, --kv-cache-dtype fp8 is refused by name, -m is --model.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_vllm_flags
@@ -129,6 +130,15 @@ for lvl in --uvicorn-log-level=warning --disable-uvicorn-access-log; do
         grep -q "access: " "$T/acc.log" && bad "$lvl: access line written" || ok "$lvl: no access line"
     fi
 done
+
+if start "$T/skip.log" "$M" --disable-access-log-for-endpoints /health,/metrics --stats-interval 0 "${COMMON[@]}"; then
+    curl -s -o /dev/null $U/metrics
+    curl -s -o /dev/null $U/v1/completions -d '{"prompt":"Hello","max_tokens":2}'
+    stop
+    ! grep -q '"GET /health"\|"GET /metrics"' "$T/skip.log" && grep -q '"POST /v1/completions"' "$T/skip.log" &&
+        ok "--disable-access-log-for-endpoints /health,/metrics: only the completion logged" ||
+        { bad "access log skip"; grep access "$T/skip.log"; }
+fi
 
 # sampling defaults: models/tiny's generation_config.json samples (temperature 0.7, top_k 20)
 sampled() { # sampled: 0 when some seeded request without temperature differs from greedy
