@@ -41,7 +41,7 @@ typedef struct serve_args {
         *reasoning_parser, *quant;
     /* vLLM flags with an effect here (the rest: serve_vllm.c) */
     const char *gen_config, *gen_override, *uvicorn_level, *list_vllm, *access_skip;
-    bool no_log_stats, no_uvicorn_access;
+    bool no_log_stats, no_uvicorn_access, force_usage;
     serve_vstate vllm; /* the vLLM flags cllm accepts as no-ops or refuses */
     cli_list names;
     long port, max_model_len, max_seqs, max_batched, block, threads, max_queued, http_threads,
@@ -219,6 +219,9 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "critical, error or warning turn the access log off (its lines are INFO); info, debug "
          "and trace keep it",
          "critical|error|warning|info|debug|trace"},
+        {"--enable-force-include-usage", NULL, CLI_FLAG, &a->force_usage,
+         "every completions/chat stream ends with a usage chunk, as with "
+         "stream_options.include_usage"},
         {"--disable-log-stats", NULL, CLI_FLAG, &a->no_log_stats,
          "no periodic throughput line (as --stats-interval 0; /metrics is unaffected)"},
         {"--stats-interval", NULL, CLI_FLOAT, &a->stats_interval,
@@ -485,6 +488,7 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->stats_interval_s = a->stats_interval;
     so->access_log = !a->no_log_requests;
     so->access_log_skip = a->access_skip;
+    so->force_include_usage = a->force_usage;
     so->n_threads = (int)a->http_threads;
     so->default_chat_template_kwargs = a->kwargs;
     so->console = !a->no_console;

@@ -300,6 +300,9 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
                   : r->route == SRV_LLAMA   ? srv_llama_parse(s, body, &r->gen, &e)
                                             : srv_parse_gen(s, r->route, body, &r->gen, &e);
     if (!parsed) return send_err(r, &e);
+    /* vLLM's --enable-force-include-usage: as if stream_options.include_usage were true */
+    if (s->o.force_include_usage && (r->route == SRV_COMPLETIONS || r->route == SRV_CHAT))
+        r->gen.include_usage = true;
     make_id(r);
     if (!srv_req_submit(r, &e)) return send_err(r, &e);
     if (!r->gen.stream) {

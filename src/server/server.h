@@ -55,6 +55,7 @@ typedef struct cllm_server_opts {
     double stats_interval_s;    /* the periodic stats log line; default 5, <= 0 = off */
     bool access_log;            /* one line per HTTP request (default true) */
     const char *access_log_skip; /* comma-separated paths that get no access line, or NULL */
+    bool force_include_usage;    /* streams end with a usage chunk even without include_usage */
     int n_threads;               /* MHD worker threads, default 2 */
     unsigned connection_limit;   /* default 1024 */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */

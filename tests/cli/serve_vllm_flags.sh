@@ -9,7 +9,8 @@
 #  - the flags that take effect: --generation-config auto|vllm|DIR and
 #    --override-generation-config change the sampling defaults as in vLLM, --uvicorn-log-level
 #    warning and --disable-uvicorn-access-log drop the access lines (and
-#    --disable-access-log-for-endpoints those of the paths named), --disable-log-stats the
+#    --disable-access-log-for-endpoints those of the paths named), --enable-force-include-usage
+#    adds the usage chunk to every stream, --disable-log-stats the
 #    throughput line, --kv-cache-dtype fp8 is refused by name, -m is --model.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_vllm_flags
@@ -138,6 +139,14 @@ if start "$T/skip.log" "$M" --disable-access-log-for-endpoints /health,/metrics 
     ! grep -q '"GET /health"\|"GET /metrics"' "$T/skip.log" && grep -q '"POST /v1/completions"' "$T/skip.log" &&
         ok "--disable-access-log-for-endpoints /health,/metrics: only the completion logged" ||
         { bad "access log skip"; grep access "$T/skip.log"; }
+fi
+
+if start "$T/usage.log" "$M" --enable-force-include-usage --stats-interval 0 "${COMMON[@]}"; then
+    curl -sN $U/v1/completions -d '{"prompt":"Hello","max_tokens":2,"stream":true}' > "$T/usage.txt"
+    stop
+    grep -q '"choices":\[\],"usage":{"prompt_tokens":' "$T/usage.txt" &&
+        ok "--enable-force-include-usage: a stream without stream_options ends with usage" ||
+        { bad "force include usage"; cat "$T/usage.txt"; }
 fi
 
 # sampling defaults: models/tiny's generation_config.json samples (temperature 0.7, top_k 20)
