@@ -186,7 +186,12 @@ typedef struct cllm_engine_opts {
     bool kv_cache_bf16;        /* KV cache in bf16 instead of fp32 (half the memory; logits differ
                                   slightly) */
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
-    bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
+    /* sampling defaults and end tokens (vLLM's --generation-config): NULL or "auto" the model's
+     * generation_config.json, "vllm" neutral sampling (end tokens still the model's), else a
+     * folder holding the generation_config.json to use */
+    const char *generation_config;
+    const char *override_generation_config; /* JSON object over it, or NULL */
+    bool skip_tokenizer_init;               /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
     const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
     cllm_spec_opts spec;              /* method NONE = off */

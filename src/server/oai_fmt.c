@@ -103,6 +103,7 @@ static json_t *lp_new(const srv_req *r) {
 }
 
 static bool want_lp(const srv_req *r) {
+    if (r->route == SRV_LLAMA) return false; /* its own layout (llama_api.c) */
     return r->route == SRV_CHAT ? r->gen.chat_logprobs : r->gen.logprobs >= 0;
 }
 
@@ -340,6 +341,9 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         if (r->route == SRV_RESPONSES) {
             json_decref(lp);
             srv_resp_events(r, c, ev);
+        } else if (r->route == SRV_LLAMA) {
+            json_decref(lp);
+            srv_llama_events(r, c, ev);
         } else if (r->route == SRV_CHAT) {
             if (r->gen.stream && !c->started) role_chunk(r, idx);
             chat_text(r, idx, c, ev, lp);
@@ -389,7 +393,8 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
 }
 
 void srv_fmt_trailer(srv_req *r) {
-    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES) return; /* no [DONE] there */
+    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES || r->route == SRV_LLAMA)
+        return; /* no [DONE] there */
     if (r->gen.include_usage) {
         json_t *o = chunk_head(r);
         json_object_set_new(o, "usage", usage_json(r));
@@ -410,6 +415,7 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
         }
     if (r->route == SRV_RESPONSES) return srv_resp_final(r, e);
     if (r->route == SRV_EMBEDDINGS) return srv_embed_final(r, e);
+    if (r->route == SRV_LLAMA) return srv_llama_final(r, e);
     if (r->route == SRV_GENERATE) {
         json_t *arr = json_array();
         for (int i = 0; i < r->gen.n; i++) {

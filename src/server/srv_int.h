@@ -91,7 +91,16 @@ typedef enum srv_route {
     SRV_GENERATE,   /* vLLM demo /generate */
     SRV_RESPONSES,  /* OpenAI Responses API (responses.c; parsed as chat) */
     SRV_EMBEDDINGS, /* /v1/embeddings (srv_embed.c): one engine request per input, no sampling */
+    SRV_LLAMA,      /* llama-server's /completion (llama_api.c; parsed as completions) */
 } srv_route;
+
+/* llama-server /completion options with no /v1/completions equivalent (llama_api.c). */
+typedef struct srv_gen_llama {
+    long long n_predict; /* as given (-1: to the end of the context) */
+    int n_probs;         /* top tokens per generated token in completion_probabilities */
+    int repeat_last_n;
+    bool return_tokens, timings_per_token;
+} srv_gen_llama;
 
 typedef struct srv_gen {
     srv_route route;
@@ -125,6 +134,7 @@ typedef struct srv_gen {
     bool parse_tools, parse_reasoning, starts_in_reasoning;
     char *cache_salt;
     struct cllm_gm *grammar; /* structured-output constraint (owned ref) or NULL; s.grammar */
+    srv_gen_llama llama;     /* SRV_LLAMA only */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -277,6 +287,9 @@ struct cllm_server {
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
 };
 
+/* path is one of the comma-separated entries of list (NULL: none). */
+bool srv_path_listed(const char *list, const char *path);
+
 /* name is one of the served model names, or the model directory as given (vLLM accepts it). */
 bool srv_model_known(const cllm_server *s, const char *name);
 
@@ -348,5 +361,15 @@ json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e); /* NULL: 
 void srv_resp_state_free(struct srv_resp_state *st);
 void srv_resp_store_free(struct srv_resp_store *st);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);
+
+/* llama_api.c: llama-server's /completion, /props, /slots */
+bool srv_llama_parse(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+/* One event of choice c (after oai_fmt.c's bookkeeping): an SSE object per event, or kept in c
+ * (c->lp holds {"tokens", "probs"}) for the final body. */
+void srv_llama_events(srv_req *r, srv_choice *c, const srv_ev *ev);
+json_t *srv_llama_final(srv_req *r, srv_err *e);
+json_t *srv_llama_props(cllm_server *s);
+/* Takes s->mu. *free_slots: places not running a sequence. */
+json_t *srv_llama_slots(cllm_server *s, int *free_slots);
 
 #endif
