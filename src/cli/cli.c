@@ -48,6 +48,7 @@ static void print_help(const cli_spec *spec) {
     printf("usage: cllm %s %s\n%s\n", spec->command, spec->usage, spec->summary);
     if (spec->opts && spec->opts[0].name) printf("\noptions:\n");
     for (const cli_opt *o = spec->opts; o && o->name; o++) {
+        if (!o->help) continue; /* accepted but not listed (see cli_opt.help) */
         char left[64];
         const char *arg = o->type == CLI_FLAG     ? ""
                           : o->type == CLI_INT    ? " N"

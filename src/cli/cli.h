@@ -33,7 +33,7 @@ typedef struct cli_opt {
     const char *alias; /* "-t" or NULL */
     cli_type type;
     void *target;
-    const char *help;    /* one line */
+    const char *help;    /* one line; NULL: parsed but not listed by --help */
     const char *choices; /* CLI_CHOICE only */
     double min, max;     /* CLI_INT / CLI_FLOAT bounds when min < max */
 } cli_opt;

@@ -1,7 +1,10 @@
-/* `cllm eval MODEL --tokens IDS|@FILE [--dump-logits OUT] [--logits-hash] [--prefill-chunk N]`:
- * runs a token sequence through the forward pass and writes the logits of every position as raw
- * float32 [n_tokens][vocab] (+ OUT.shape "rows vocab"), the format tools/ref/ref_forward.py
- * writes, so cllm can be compared with the reference, another build or another engine. */
+/* `cllm eval MODEL --tokens IDS|@FILE [--dump-logits OUT] [--logits-hash] [--prefill-chunk N]
+ * [--logprobs]`: runs a token sequence through the forward pass and writes the logits of every
+ * position as raw float32 [n_tokens][vocab] (+ OUT.shape "rows vocab"), the format
+ * tools/ref/ref_forward.py writes, so cllm can be compared with the reference, another build or
+ * another engine; --logprobs prints each token's logprob given the ones before it (the offline
+ * side of the server's prompt_logprobs / echo, tests/server/lm_eval_client.py). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +56,23 @@ static int ppl_text_ids(const char *model, const char *arg, bool quiet, char **i
     return rc;
 }
 
+/* "POS TOKEN LOGPROB" for positions 1..n-1: log-softmax of row POS-1 in double, summed in index
+ * order. */
+static void print_logprobs(const float *logits, const int32_t *ids, int n, int V) {
+    for (int i = 1; i < n; i++) {
+        const float *x = logits + (size_t)(i - 1) * V;
+        double mx = x[0], s = 0;
+        for (int v = 1; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+        for (int v = 0; v < V; v++) s += exp(x[v] - mx);
+        printf("%d %d %.17g\n", i, ids[i], x[ids[i]] - (mx + log(s)));
+    }
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *tokens = NULL, *dump = NULL, *kvd = "f32";
     const char *gdn_mode = "recurrent", *act16 = NULL;
     long threads = 1, chunk = 0, block = 16;
-    bool hash = false, quiet = false;
+    bool hash = false, quiet = false, logprobs = false;
     /* quality evaluation (quant/qeval.c) */
     const char *ppl = NULL, *compare = NULL, *table = NULL, *ppl_file = NULL;
     long ctx = 128, stride = 64, n_prompts = 8, prompt_len = 16, gen_len = 32;
@@ -66,6 +81,8 @@ int cmd_eval(int argc, char **argv) {
         {"--dump-logits", NULL, CLI_STR, &dump,
          "write float32 [n_tokens][vocab] logits here (+ .shape)"},
         {"--logits-hash", NULL, CLI_FLAG, &hash, "print an xxh64 hash of all logits"},
+        {"--logprobs", NULL, CLI_FLAG, &logprobs,
+         "print 'POS TOKEN LOGPROB' of every token after the first"},
         {"--prefill-chunk", NULL, CLI_INT, &chunk,
          "feed the prompt in calls of N tokens (0 = one call)", NULL, 0, 1e9},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
@@ -177,6 +194,7 @@ int cmd_eval(int argc, char **argv) {
         if (f && fclose(f)) ret = 1;
         if (g && fclose(g)) ret = 1;
     }
+    if (logprobs && cllm_dist_rank() == 0) print_logprobs(logits, ids, n, V);
     if (hash)
         printf("logits-hash %016llx (%d x %d)\n",
                (unsigned long long)XXH64(logits, (size_t)n * V * sizeof(float), 0), n, V);

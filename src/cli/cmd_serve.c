@@ -33,12 +33,17 @@
 #include "cli/commands.h"
 #include "cli/serve_card.h"
 #include "cli/serve_tp.h"
+#include "cli/serve_vllm.h"
 #include "dist/dist.h"
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
     const char *dtype, *kv_dtype, *gdn_prefill, *act16, *chat_template_arg, *tool_parser,
         *reasoning_parser, *quant;
+    /* vLLM flags with an effect here (the rest: serve_vllm.c) */
+    const char *gen_config, *gen_override, *uvicorn_level, *list_vllm, *access_skip;
+    bool no_log_stats, no_uvicorn_access, force_usage;
+    serve_vstate vllm; /* the vLLM flags cllm accepts as no-ops or refuses */
     cli_list names;
     long port, max_model_len, max_seqs, max_batched, block, threads, max_queued, http_threads,
         max_logprobs, tp, pp, seed;
@@ -115,7 +120,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
                       .shutdown_timeout = 30,
                       .stats_interval = -1};
     const cli_opt opts[] = {
-        {"--model", NULL, CLI_STR, &a->model_flag, "model directory (same as the MODEL argument)"},
+        {"--model", "-m", CLI_STR, &a->model_flag,
+         "model directory (same as the MODEL argument; -m as llama-server)"},
         {"--tokenizer", NULL, CLI_STR, &a->tokenizer,
          "directory with tokenizer.json (default: the model directory)"},
         {"--skip-tokenizer-init", NULL, CLI_FLAG, &a->skip_tokenizer,
@@ -137,10 +143,16 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "token budget per engine step (default 2048)", NULL, 1, 1e9},
         {"--block-size", NULL, CLI_INT, &a->block, "KV block size in tokens (default 16)", NULL, 1,
          65536},
-        {"--kv-cache-memory", NULL, CLI_SIZE, &a->kv_bytes,
+        {"--kv-cache-memory", "--kv-cache-memory-bytes", CLI_SIZE, &a->kv_bytes,
          "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
-        {"--kv-cache-dtype", NULL, CLI_CHOICE, &a->kv_dtype, "KV cache element type (auto = fp32)",
-         "auto|fp32|float32|bfloat16|bf16"},
+        {"--kv-cache-dtype", NULL, CLI_STR, &a->kv_dtype,
+         "KV cache element type: auto (= float32), float32/fp32, bfloat16/bf16; fp8 and int8 "
+         "are refused"},
+        {"--generation-config", NULL, CLI_STR, &a->gen_config,
+         "sampling defaults: auto (the model's generation_config.json), vllm (neutral), or a "
+         "folder with a generation_config.json"},
+        {"--override-generation-config", NULL, CLI_STR, &a->gen_override,
+         "JSON object over the generation config, e.g. '{\"temperature\": 0.6}'"},
         {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--speculative-config", NULL, CLI_STR, &a->spec_json,
          "speculative decoding as vLLM's JSON, e.g. '{\"method\": \"ngram\", "
@@ -205,6 +217,19 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
         {"--disable-log-requests", NULL, CLI_FLAG, &a->no_log_requests,
          "no access log line per request"},
+        {"--disable-uvicorn-access-log", NULL, CLI_FLAG, &a->no_uvicorn_access,
+         "no access log line per request (vLLM's name)"},
+        {"--disable-access-log-for-endpoints", NULL, CLI_STR, &a->access_skip,
+         "comma-separated paths with no access line, e.g. /health,/metrics"},
+        {"--uvicorn-log-level", NULL, CLI_CHOICE, &a->uvicorn_level,
+         "critical, error or warning turn the access log off (its lines are INFO); info, debug "
+         "and trace keep it",
+         "critical|error|warning|info|debug|trace"},
+        {"--enable-force-include-usage", NULL, CLI_FLAG, &a->force_usage,
+         "every completions/chat stream ends with a usage chunk, as with "
+         "stream_options.include_usage"},
+        {"--disable-log-stats", NULL, CLI_FLAG, &a->no_log_stats,
+         "no periodic throughput line (as --stats-interval 0; /metrics is unaffected)"},
         {"--stats-interval", NULL, CLI_FLOAT, &a->stats_interval,
          "seconds between throughput log lines (default 5, env VLLM_LOG_STATS_INTERVAL; 0 = off)",
          NULL, 0, 86400},
@@ -220,18 +245,36 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "requests kept for the console's request log (default 1000)", NULL, 1, 1000000},
         {"--console-log-prompts", NULL, CLI_FLAG, &a->console_prompts,
          "keep prompt text in the console's request log (default: counts and times only)"},
+        {"--list-vllm-flags", NULL, CLI_CHOICE, &a->list_vllm,
+         "print every vLLM serve flag and what cllm does with it (md: docs/vllm-flags.md); the "
+         "ones not listed here are accepted as no-ops or refused with the reason",
+         "md|tsv"},
         {0}};
+    /* the vLLM flags cllm has no own meaning for follow the table above (serve_vllm.c) */
+    enum { N_OWN = sizeof(opts) / sizeof(opts[0]) - 1 };
+    cli_opt all[N_OWN + 256];
+    memcpy(all, opts, sizeof(opts));
+    int n_all = N_OWN;
+    if (serve_vllm_add_opts(all, &n_all, (int)(sizeof(all) / sizeof(all[0])), &a->vllm)) {
+        fprintf(stderr, "cllm serve: the vLLM flag table does not fit\n");
+        return 1;
+    }
     const cli_spec spec = {"serve",
                            "MODEL [options]",
                            "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
-                           "/v1/chat/completions, /v1/responses, /v1/models, "
-                           "/tokenize, /detokenize, /generate, /health, /metrics, /version.",
-                           opts,
+                           "/v1/chat/completions, /v1/responses, /v1/models[/ID], "
+                           "/tokenize, /detokenize, /generate, /health, /metrics, /version; "
+                           "llama-server's /completion, /props, /slots.",
+                           all,
                            0,
                            1};
     const char *pos[1] = {NULL};
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? -1 : rc;
+    if (a->list_vllm) {
+        if (serve_vllm_print(opts, !strcmp(a->list_vllm, "tsv"))) return 1;
+        return -1;
+    }
     cli_apply_act16(a->act16);
     if (np && a->model_flag && strcmp(pos[0], a->model_flag)) {
         fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos[0],
@@ -245,8 +288,14 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         return 2;
     }
     if (a->log_format) cllm_log_set_format_name(a->log_format);
+    if (a->no_log_stats) a->stats_interval = 0;
     bool stats_flag = a->stats_interval >= 0;
     if (!stats_flag) a->stats_interval = 5;
+    if (a->no_uvicorn_access) a->no_log_requests = true;
+    if (a->uvicorn_level &&
+        (!strcmp(a->uvicorn_level, "critical") || !strcmp(a->uvicorn_level, "error") ||
+         !strcmp(a->uvicorn_level, "warning")))
+        a->no_log_requests = true;
     a->seed_set = a->seed >= 0;
     serve_env(a, stats_flag);
     return 0;
@@ -366,11 +415,51 @@ static void log_no_ops(const serve_args *a) {
         LOG_INFO("tool calls: parsed whenever a request has tools (Qwen3 XML and hermes JSON)");
 }
 
+/* --kv-cache-dtype: vLLM's names for what the engine stores (float32, bfloat16); fp8 and int8
+ * KV are not implemented, so those are refused by name rather than silently run in float32. */
+static int check_kv_dtype(serve_args *a) {
+    const char *v = a->kv_dtype;
+    if (!v) return 0;
+    static const char *const ok[] = {"auto", "fp32", "float32", "float", "bfloat16", "bf16"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (!strcmp(v, ok[i])) return 0;
+    if (!strncmp(v, "fp8", 3) || !strcmp(v, "int8") || !strcmp(v, "int4"))
+        return refuse("--kv-cache-dtype %s: quantized KV caches (fp8, int8) are not implemented on "
+                      "the CPU; use auto (float32) or bfloat16 (half the memory)",
+                      v);
+    return refuse("--kv-cache-dtype %s: unknown; use auto (float32), float32 or bfloat16", v);
+}
+
+/* --generation-config DIR must hold a generation_config.json (vLLM would fall back to its
+ * neutral defaults without a word); --override-generation-config is checked on a scratch copy so
+ * a bad one fails before the server listens. */
+static int check_gen_config(serve_args *a) {
+    const char *g = a->gen_config;
+    if (g && strcmp(g, "auto") && strcmp(g, "vllm")) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/generation_config.json", g);
+        if (access(path, R_OK) != 0)
+            return refuse("--generation-config %s: no readable generation_config.json there (use "
+                          "auto, vllm, or a folder that has one)",
+                          g);
+    }
+    if (a->gen_override) {
+        cllm_gen_config scratch;
+        cllm_gen_config_neutral(&scratch);
+        cllm_error err = {0};
+        if (cllm_gen_config_override(&scratch, a->gen_override, &err) != CLLM_OK)
+            return refuse("%s", err.msg);
+    }
+    return 0;
+}
+
 static int serve_check(serve_args *a) {
     char smsg[256];
     if (cli_spec_parse(a->spec_json, false, &a->spec, smsg, sizeof(smsg)) != 0)
         return refuse("%s", smsg);
+    if (serve_vllm_check(&a->vllm)) return 1;
     if (cli_check_model_dir("serve", a->model)) return 1;
+    if (check_kv_dtype(a) || check_gen_config(a)) return 1;
     if (a->pp > 1)
         return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "
                       "--pipeline-parallel-size 1)",
@@ -407,6 +496,8 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->max_logprobs = (int)a->max_logprobs;
     so->stats_interval_s = a->stats_interval;
     so->access_log = !a->no_log_requests;
+    so->access_log_skip = a->access_skip;
+    so->force_include_usage = a->force_usage;
     so->n_threads = (int)a->http_threads;
     so->default_chat_template_kwargs = a->kwargs;
     so->console = !a->no_console;
@@ -415,6 +506,7 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->chat_template = a->chat_template;
     so->has_default_seed = a->seed_set;
     so->default_seed = a->seed_set ? (uint64_t)a->seed : 0;
+    so->max_num_seqs = (int)a->max_seqs;
 }
 
 static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
@@ -432,6 +524,8 @@ static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     eo->enable_prefix_caching = !a->no_prefix;
     eo->kv_cache_bf16 =
         a->kv_dtype && (!strcmp(a->kv_dtype, "bfloat16") || !strcmp(a->kv_dtype, "bf16"));
+    eo->generation_config = a->gen_config;
+    eo->override_generation_config = a->gen_override;
     if (a->gdn_prefill) eo->gdn_prefill = cllm_gdn_prefill_parse(a->gdn_prefill);
     eo->spec = a->spec;
 }

@@ -256,7 +256,14 @@ static cllm_status load_model(cllm_engine *e, cllm_error *err) {
     if (!o.skip_tokenizer_init && file_exists(tok_dir, "tokenizer.json") &&
         (rc = cllm_tok_load(tok_dir, &e->tok, err)) != CLLM_OK)
         return rc;
-    if ((rc = cllm_gen_config_load(o.model_dir, &e->gen, err)) != CLLM_OK) return rc;
+    const char *gc = o.generation_config;
+    bool neutral = gc && !strcmp(gc, "vllm");
+    const char *gdir = gc && !neutral && strcmp(gc, "auto") ? gc : o.model_dir;
+    if ((rc = cllm_gen_config_load(gdir, &e->gen, err)) != CLLM_OK) return rc;
+    if (neutral) cllm_gen_config_neutral(&e->gen);
+    if (o.override_generation_config &&
+        (rc = cllm_gen_config_override(&e->gen, o.override_generation_config, err)) != CLLM_OK)
+        return rc;
     return CLLM_OK;
 }
 
@@ -397,6 +404,7 @@ static void fill_sched_cfg(cllm_engine *e, const pool_plan *pp) {
     const cllm_config *cf = cllm_model_config(e->m);
     sched_cfg *c = &e->scfg;
     c->vocab_size = cf->vocab_size;
+    c->hidden_size = cf->hidden_size;
     c->has_state = cllm_model_n_gdn_layers(e->m) > 0;
     c->n_blocks = (int)pp->n_blocks;
     c->block_size = o.block_size;

@@ -44,7 +44,17 @@ typedef struct cllm_sampling {
     int n_stop;
     bool include_stop_str_in_output;
     bool skip_special_tokens;
-    int logprobs;              /* top logprobs to return per token; -1 = none, 0 = chosen only */
+    int logprobs; /* top logprobs to return per token; -1 = none, 0 = chosen only */
+    /* prompt logprobs (vLLM's prompt_logprobs), when has_prompt_logprobs (false in a zeroed
+     * struct): for every prompt token after the first, its logprob and rank plus the top
+     * prompt_logprobs (0 = the token only) of the row before it. Computed from the prefill's
+     * logits rows (one prefill); such a request does not read the prefix cache (its rows must
+     * be computed), as vLLM does. Delivered once, on the request's first event. */
+    bool has_prompt_logprobs;
+    int prompt_logprobs;
+    /* pooling (/v1/embeddings): no sampling; the request's one event carries the last prompt
+     * token's final hidden state (vLLM's LAST pooling, not normalised) and ends it (n = 1) */
+    bool embed;
     const int *logit_bias_ids; /* parallel arrays, copied */
     const float *logit_bias_vals;
     int n_logit_bias;
@@ -65,6 +75,14 @@ typedef struct cllm_token_logprob {
     float logprob;
 } cllm_token_logprob;
 
+/* One entry of a prompt-logprob row; double, so a sum over a long prompt keeps the precision
+ * of an offline evaluation (`cllm eval --logprobs`). */
+typedef struct cllm_prompt_logprob {
+    int token;
+    int rank; /* 1 + entries of the row with a logit above the token's (ties count), as vLLM */
+    double logprob;
+} cllm_prompt_logprob;
+
 typedef struct cllm_event {
     uint64_t request_id;
     int index;        /* which of the n samples */
@@ -74,6 +92,13 @@ typedef struct cllm_event {
     int n_tokens;
     const cllm_token_logprob *logprobs; /* [n_tokens][1 + top] when requested, else NULL */
     int n_top_logprobs;
+    /* sampling.has_prompt_logprobs: on the request's first event (of any sample), rows for
+     * prompt tokens 1..n_prompt-1, each [1 + n_prompt_top]: the prompt token, then the row's
+     * best n_prompt_top (descending, lower id first on ties); NULL on every other event */
+    const cllm_prompt_logprob *prompt_lp;
+    int n_prompt_lp, n_prompt_top;
+    const float *embedding; /* sampling.embed: [n_embedding] on the final event, else NULL */
+    int n_embedding;
     cllm_finish finish; /* != NONE on the last event of this sample */
     const char *error;  /* CLLM_FINISH_ERROR only */
     /* why a CLLM_FINISH_STOP stopped (vLLM's stop_reason): the stop string matched, or the
@@ -161,7 +186,12 @@ typedef struct cllm_engine_opts {
     bool kv_cache_bf16;        /* KV cache in bf16 instead of fp32 (half the memory; logits differ
                                   slightly) */
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
-    bool skip_tokenizer_init;  /* no tokenizer even if one exists (token ids only) */
+    /* sampling defaults and end tokens (vLLM's --generation-config): NULL or "auto" the model's
+     * generation_config.json, "vllm" neutral sampling (end tokens still the model's), else a
+     * folder holding the generation_config.json to use */
+    const char *generation_config;
+    const char *override_generation_config; /* JSON object over it, or NULL */
+    bool skip_tokenizer_init;               /* no tokenizer even if one exists (token ids only) */
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
     const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
     cllm_spec_opts spec;              /* method NONE = off */

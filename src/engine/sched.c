@@ -40,6 +40,7 @@ void sched_req_free(eng_req *q) {
     free(q->bias_vals);
     free(q->forbid);
     free(q->seqs);
+    free(q->plp);
     cllm_gm_unref(q->sp.grammar);
     free(q);
 }
@@ -74,6 +75,14 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     if (p->logprobs > 20 || p->logprobs < -1)
         return cllm_err_set(err, CLLM_EINVAL, "logprobs must be between 0 and 20, got %d",
                             p->logprobs);
+    if (p->embed && (p->n != 1 || p->grammar || p->has_prompt_logprobs || cfg->hidden_size < 1 ||
+                     cfg->hidden_size > cfg->vocab_size))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "embeddings: one sample, no grammar or prompt logprobs, and a model "
+                            "whose hidden size fits a logits row");
+    if (p->has_prompt_logprobs && (p->prompt_logprobs < 0 || p->prompt_logprobs > cfg->vocab_size))
+        return cllm_err_set(err, CLLM_EINVAL, "prompt_logprobs must be between 0 and %d, got %d",
+                            cfg->vocab_size, p->prompt_logprobs);
     if (p->max_tokens > 0 && p->min_tokens > p->max_tokens)
         return cllm_err_set(err, CLLM_EINVAL, "min_tokens (%d) must be <= max_tokens (%d)",
                             p->min_tokens, p->max_tokens);
@@ -125,6 +134,10 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
     q->sp.n_stop = 0;
     if (!q->prompt || !q->seqs || !q->stop || !q->stop_ids || !q->bias_ids || !q->bias_vals)
         goto oom;
+    if (sched_score_alloc(q, err) != CLLM_OK) {
+        sched_req_free(q);
+        return CLLM_ENOMEM;
+    }
     for (int i = 0; i < r->n_prompt; i++) q->prompt[i] = r->prompt[i];
     for (int i = 0; i < p->n_stop; i++) {
         if (!(q->stop[i] = dup_str(p->stop[i]))) goto oom;
@@ -561,11 +574,13 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
     b->logits_n = 0;
     t->n_draft = 0;
+    if (sched_score_wants(e)) b->logits = CLLM_LOGITS_ALL; /* prompt logprobs (sched_score.c) */
+    if (t->logits && e->req->sp.embed) b->logits = CLLM_LOGITS_HIDDEN; /* sched_out.c */
     /* a sample that needs only the row's best k lets each tensor-parallel rank send its best k
      * instead of its slice, and a screened lm_head compute only its best candidates exactly
      * (forward.h). The same tests as sched_sample. */
     b->logits_topk = 0;
-    if (t->logits) {
+    if (b->logits == CLLM_LOGITS_LAST) {
         const eng_req *q = e->req;
         bool forbid = e->n_tokens - e->n_prompt < q->sp.min_tokens && q->n_forbid > 0;
         b->logits_topk =
@@ -606,7 +621,7 @@ typedef struct pmatch {
 static void prefix_match(sched *s, eng_seq *e, pmatch *pm) {
     pm->k = pm->r = 0;
     pm->part_blk = pm->snap = -1;
-    if (!s->cfg.prefix_caching) return;
+    if (!s->cfg.prefix_caching || sched_score_wants(e)) return; /* cached blocks hold no logits */
     if (s->cfg.has_state && s->slots.n_snap == 0) return;
     int bs = s->cfg.block_size;
     int n_full = (e->n_tokens - 1) / bs;
@@ -649,7 +664,7 @@ static int plan(sched *s) {
         eng_seq *e = s->running[i];
         int n_new = e->n_tokens - e->n_computed;
         if (n_new > budget) n_new = budget;
-        n_new = align_cut(s, e, n_new);
+        n_new = sched_score_cut(s, e, align_cut(s, e, n_new));
         bool self = false;
         for (;;) {
             int need = blocks_for(e->n_computed + n_new, bs) - e->n_table;
@@ -718,7 +733,7 @@ static int plan(sched *s) {
         s->stats.prefill_tokens_saved += (uint64_t)hit;
         e->state = SEQ_RUNNING;
         s->running[s->n_running++] = e;
-        n_new = align_cut(s, e, n_new);
+        n_new = sched_score_cut(s, e, align_cut(s, e, n_new));
         grow_table(s, e, e->n_computed + n_new);
         batch_add(s, e, n_new);
         budget -= n_new;
@@ -866,8 +881,14 @@ int sched_step(sched *s) {
             continue;
         }
         sched_after_compute(s, e, s->bent[i].n_new, false);
-        if (!s->bent[i].logits) continue;
         const float *lg = s->logits + (size_t)row * s->cfg.vocab_size;
+        if (s->bseq[i].logits == CLLM_LOGITS_ALL) { /* a scoring chunk: a row per token */
+            sched_score_rows(s, e, &s->bseq[i], lg);
+            row += s->bent[i].n_new - 1;
+            lg += (size_t)(s->bent[i].n_new - 1) * s->cfg.vocab_size;
+            if (!s->bent[i].logits) row++;
+        }
+        if (!s->bent[i].logits) continue;
         row++;
         eng_req *q = e->req;
         if (q->sp.n > 1 && !q->forked && e->index == 0) {

@@ -28,7 +28,8 @@ typedef struct eng_model_ops {
 
 typedef struct sched_cfg {
     int vocab_size;
-    bool has_state; /* model has GDN layers: prefix reuse needs a state snapshot */
+    int hidden_size; /* embeddings' width (0: no embeddings); <= vocab_size (a logits row) */
+    bool has_state;  /* model has GDN layers: prefix reuse needs a state snapshot */
     int n_blocks, block_size;
     int n_live_slots, n_snap_slots;
     int max_num_seqs, max_num_batched_tokens, max_model_len;

@@ -32,6 +32,11 @@ struct eng_req {
     float *bias_vals;
     int *forbid; /* EOS (unless ignore_eos) + stop ids: masked before min_tokens */
     int n_forbid;
+    /* prompt logprobs (sched_score.c), when sp.has_prompt_logprobs: row j describes prompt
+     * token j + 1, [n_prompt - 1][1 + sp.prompt_logprobs] */
+    cllm_prompt_logprob *plp;
+    bool plp_ready; /* every row is filled: the prompt's logits are no longer needed */
+    bool plp_sent;  /* went out on an event */
     eng_seq **seqs; /* [sp.n]; NULL once a sample ended or before the fork */
     bool forked;    /* samples 1..n-1 exist (or ended) */
     int n_done, n_live;
@@ -121,7 +126,8 @@ struct sched {
     cllm_seq_batch *bseq; /* [batch_cap] the step's batch */
     sched_ent *bent;      /* [batch_cap] */
     int batch_cap, n_batch;
-    float *logits;      /* [batch_cap][vocab_size] */
+    float *logits;      /* [batch_cap + score_rows][vocab_size] */
+    int score_rows;     /* extra rows for scoring prefill chunks (sched_score.c), grown lazily */
     cllm_gm_vocab *gmv; /* token trie when the preparation thread could not start (fallback) */
     gm_prep prep;
     eng_req **gm_wait; /* constrained requests waiting for their grammar's preparation */
@@ -168,6 +174,16 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows);
 void sched_spec_release(sched *s, eng_seq *e);
 /* A sequence ended: its output joins the suffix history. */
 void sched_spec_seq_done(sched *s, const eng_seq *e);
+/* sched_score.c: prompt logprobs from the rows of a CLLM_LOGITS_ALL prefill chunk */
+cllm_status sched_score_alloc(eng_req *q, cllm_error *err); /* q->plp, at request creation */
+bool sched_score_wants(const eng_seq *e); /* the next prefill chunk must return every row */
+/* Cuts a scoring chunk to the rows the step can still hold (growing s->logits once, lazily);
+ * other sequences' n_new is returned unchanged. */
+int sched_score_cut(sched *s, const eng_seq *e, int n_new);
+/* Fills q->plp from the chunk's rows (b: its batch entry, rows [b->n_tokens][vocab_size]). */
+void sched_score_rows(sched *s, eng_seq *e, const cllm_seq_batch *b, const float *rows);
+/* Puts the prompt logprobs on ev when they are complete and not sent yet. */
+void sched_score_attach(eng_req *q, cllm_event *ev);
 /* sched_out.c */
 /* Samples the next token from logits (forced >= 0: that token instead of a draw, the synthetic
  * acceptance of benchmarks) and emits its event. Returns false when the sequence ended (it is

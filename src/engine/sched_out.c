@@ -44,6 +44,7 @@ void sched_emit_final(sched *s, eng_seq *e, cllm_finish fin, const char *msg) {
     ev.finish = fin;
     ev.error = fin == CLLM_FINISH_ERROR ? (msg ? msg : "error") : NULL;
     fill_usage(s, e, &ev);
+    if (fin != CLLM_FINISH_ERROR && fin != CLLM_FINISH_ABORT) sched_score_attach(e->req, &ev);
     e->req->on_event(e->req->user, &ev);
 }
 
@@ -67,6 +68,21 @@ static bool has_id(const int *ids, int n, int t) {
     return false;
 }
 
+/* Pooling: the row is the last prompt token's hidden state (CLLM_LOGITS_HIDDEN); one final
+ * event carries it. */
+static void emit_embedding(sched *s, eng_seq *e, const float *row) {
+    cllm_event ev = {0};
+    ev.request_id = e->req->id;
+    ev.text = "";
+    ev.finish = CLLM_FINISH_STOP;
+    ev.embedding = row;
+    ev.n_embedding = s->cfg.hidden_size;
+    if (e->t_first_token == 0) e->t_first_token = cllm_time_s();
+    fill_usage(s, e, &ev);
+    e->req->on_event(e->req->user, &ev);
+    sched_seq_finish(s, e);
+}
+
 void sched_sample(sched *s, eng_seq *e, const float *logits) {
     sched_sample_tok(s, e, logits, -1);
 }
@@ -74,6 +90,10 @@ void sched_sample(sched *s, eng_seq *e, const float *logits) {
 bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced) {
     eng_req *q = e->req;
     const cllm_sampling *p = &q->sp;
+    if (p->embed) {
+        emit_embedding(s, e, logits);
+        return false; /* the request ends with its vector */
+    }
     int n_out = e->n_tokens - e->n_prompt;
     smp_input in = {.logits = logits,
                     .prompt = e->tokens,
@@ -214,6 +234,7 @@ bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced) {
         ev.stop_token = ev.has_stop_token ? tok : 0;
     }
     if (fin != CLLM_FINISH_NONE) fill_usage(s, e, &ev);
+    sched_score_attach(q, &ev);
     q->on_event(q->user, &ev);
     if (fin != CLLM_FINISH_NONE) {
         sched_seq_finish(s, e);

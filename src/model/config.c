@@ -447,3 +447,62 @@ cllm_status cllm_gen_config_load(const char *dir, cllm_gen_config *g, cllm_error
     free(buf);
     return st;
 }
+
+void cllm_gen_config_neutral(cllm_gen_config *g) {
+    g->do_sample = false;
+    g->temperature = 1.0;
+    g->top_p = 1.0;
+    g->min_p = 0.0;
+    g->repetition_penalty = 1.0;
+    g->presence_penalty = 0.0;
+    g->top_k = 0;
+}
+
+cllm_status cllm_gen_config_override(cllm_gen_config *g, const char *json, cllm_error *err) {
+    static const char *const keys[] = {"temperature",        "top_p",           "top_k", "min_p",
+                                       "repetition_penalty", "presence_penalty"};
+    const char *label = "--override-generation-config";
+    json_error_t je;
+    json_t *o = json_loads(json, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "%s: expected a JSON object like "
+                            "'{\"temperature\": 0.6}'",
+                            label);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) known |= !strcmp(k, keys[i]);
+        if (!known) {
+            cllm_status st = cllm_err_set(err, CLLM_EINVAL,
+                                          "%s: '%.60s' is not supported (temperature, top_p, "
+                                          "top_k, min_p, repetition_penalty, presence_penalty)",
+                                          label, k);
+            json_decref(o);
+            return st;
+        }
+    }
+    reader r = {label, err, CLLM_OK};
+    rd_num(&r, o, "temperature", g->temperature, &g->temperature);
+    rd_num(&r, o, "top_p", g->top_p, &g->top_p);
+    rd_num(&r, o, "min_p", g->min_p, &g->min_p);
+    rd_num(&r, o, "repetition_penalty", g->repetition_penalty, &g->repetition_penalty);
+    rd_num(&r, o, "presence_penalty", g->presence_penalty, &g->presence_penalty);
+    rd_int(&r, o, "top_k", g->top_k, -1, 1 << 24, &g->top_k);
+    json_decref(o);
+    if (r.st) return r.st;
+    if (g->temperature < 0 || g->top_p <= 0 || g->top_p > 1 || g->min_p < 0 || g->min_p > 1 ||
+        g->repetition_penalty <= 0)
+        return cllm_err_set(err, CLLM_ERANGE,
+                            "%s: a value is out of range (temperature >= 0, 0 < top_p <= 1, "
+                            "0 <= min_p <= 1, repetition_penalty > 0)",
+                            label);
+    if (g->top_k < 0) g->top_k = 0; /* vLLM's -1: no top-k */
+    /* vLLM applies these whatever do_sample says; here they are the defaults from now on */
+    g->present = true;
+    g->do_sample = true;
+    return CLLM_OK;
+}

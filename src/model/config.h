@@ -89,6 +89,14 @@ cllm_status cllm_gen_config_load(const char *dir, cllm_gen_config *gen, cllm_err
 cllm_status cllm_gen_config_parse(const char *json, size_t len, const char *label,
                                   cllm_gen_config *gen, cllm_error *err);
 
+/* vLLM's `--generation-config vllm`: the sampling defaults become neutral (greedy unless a
+ * request says otherwise); the end tokens stay. */
+void cllm_gen_config_neutral(cllm_gen_config *gen);
+/* vLLM's `--override-generation-config JSON`: temperature, top_p, top_k, min_p,
+ * repetition_penalty, presence_penalty over gen (they become the defaults, as in vLLM, whatever
+ * do_sample says); any other key is CLLM_EINVAL naming it. */
+cllm_status cllm_gen_config_override(cllm_gen_config *gen, const char *json, cllm_error *err);
+
 const char *cllm_arch_name(cllm_arch a);
 
 /* Number of layers of each type. */

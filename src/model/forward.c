@@ -471,9 +471,10 @@ size_t cllm_batch_logit_rows(const cllm_batch *b) {
     size_t n = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const cllm_seq_batch *q = &b->seqs[s];
-        n += q->logits == CLLM_LOGITS_ALL    ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
-             : q->logits == CLLM_LOGITS_LAST ? (size_t)cllm_seq_last_rows(q)
-                                             : 0;
+        n += q->logits == CLLM_LOGITS_ALL      ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
+             : q->logits == CLLM_LOGITS_LAST   ? (size_t)cllm_seq_last_rows(q)
+             : q->logits == CLLM_LOGITS_HIDDEN ? 1
+                                               : 0;
     }
     return n;
 }
@@ -492,11 +493,15 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
         if (q->n_tokens < 1 || !q->tokens)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: empty prompt (no tokens)", s);
         if (q->logits != CLLM_LOGITS_LAST && q->logits != CLLM_LOGITS_ALL &&
-            q->logits != CLLM_LOGITS_NONE)
+            q->logits != CLLM_LOGITS_NONE && q->logits != CLLM_LOGITS_HIDDEN)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits mode", s);
         if (q->logits_n < 0 || q->logits_n > q->n_tokens)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: logits_n %d outside 0..%d", s,
                                 q->logits_n, q->n_tokens);
+        if (q->logits == CLLM_LOGITS_HIDDEN && f->hidden_size > f->vocab_size)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "sequence %d: a hidden-state row needs hidden_size <= vocab_size",
+                                s);
         if (q->start_pos < 0)
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: negative start position", s);
         long end = (long)q->start_pos + q->n_tokens;
@@ -592,6 +597,8 @@ static void rope_tables(cllm_fwd_ctx *c, int T) {
         }
     }
 }
+
+static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits);
 
 cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
                          cllm_state_pool *st, float *logits, cllm_error *err) {
@@ -695,7 +702,10 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
                 if (m->lm_screen) c->lm_rowk[R] = 0;
                 rows[R++] = c->seq_tok0[q] + i;
             }
-        else if (sq->logits == CLLM_LOGITS_LAST) {
+        else if (sq->logits == CLLM_LOGITS_HIDDEN) {
+            if (m->lm_screen) c->lm_rowk[R] = 0;
+            rows[R++] = c->seq_tok0[q] + sq->n_tokens - 1;
+        } else if (sq->logits == CLLM_LOGITS_LAST) {
             /* the screened lm_head serves a row whose caller needs only its k best */
             int nl = cllm_seq_last_rows(sq);
             for (int i = sq->n_tokens - nl; i < sq->n_tokens; i++) {
@@ -710,23 +720,47 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     if (R == 0) return CLLM_OK;
     rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
     if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
-    if (m->tp_size > 1) {
-        s = fwd_tp_lm_head(c, R, logits);
-        return s == CLLM_OK ? s : cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
+    s = fwd_logit_rows(c, b, R, logits);
+    if (s != CLLM_OK) return cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
+    /* hidden-state rows: the normed row itself over the lm_head's output (the lm_head ran on it
+     * only when the batch has logits rows too) */
+    for (int q = 0, r = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        if (sq->logits == CLLM_LOGITS_HIDDEN)
+            memcpy(logits + (size_t)r * f->vocab_size, c->xn + (size_t)r * H,
+                   (size_t)H * sizeof(float));
+        r += sq->logits == CLLM_LOGITS_ALL    ? sq->n_tokens
+             : sq->logits == CLLM_LOGITS_LAST ? cllm_seq_last_rows(sq)
+             : sq->logits == CLLM_LOGITS_NONE ? 0
+                                              : 1;
     }
-    if (m->lm_screen) {
-        double t0 = c->prof_on ? cllm_time_s() : 0.0;
-        if (fwd_lm_screen(c, R, c->lm_rowk, logits) != CLLM_OK)
-            return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
-        if (c->prof_on) c->prof[FWD_P_LM_HEAD] += cllm_time_s() - t0;
-    } else if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) !=
-                   CLLM_OK ||
-               fwd_mm_run(c) != CLLM_OK)
-        return cllm_err_set(err, CLLM_ENOMEM, "forward: out of memory");
     if (c->prof_on) {
         c->prof_steps++;
         c->prof_tokens += T;
         c->prof_total += cllm_time_s() - tp0;
     }
+    return CLLM_OK;
+}
+
+/* The lm_head over the R normed rows in c->xn (the screened or plain kernels, or the tensor-
+ * parallel split), unless every row is a hidden-state row. */
+static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int H = f->hidden_size;
+    bool any = false;
+    for (int q = 0; q < b->n_seqs; q++)
+        any |= b->seqs[q].logits == CLLM_LOGITS_ALL || b->seqs[q].logits == CLLM_LOGITS_LAST;
+    if (!any) return CLLM_OK;
+    if (m->tp_size > 1) return fwd_tp_lm_head(c, R, logits);
+    if (m->lm_screen) {
+        double t0 = c->prof_on ? cllm_time_s() : 0.0;
+        if (fwd_lm_screen(c, R, c->lm_rowk, logits) != CLLM_OK) return CLLM_ENOMEM;
+        if (c->prof_on) c->prof[FWD_P_LM_HEAD] += cllm_time_s() - t0;
+        return CLLM_OK;
+    }
+    if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, logits, (size_t)f->vocab_size) != CLLM_OK ||
+        fwd_mm_run(c) != CLLM_OK)
+        return CLLM_ENOMEM;
     return CLLM_OK;
 }

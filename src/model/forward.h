@@ -101,6 +101,10 @@ typedef enum cllm_logits_mode {
     CLLM_LOGITS_LAST = 0, /* one row: the sequence's last token (default) */
     CLLM_LOGITS_ALL,      /* n_tokens rows (evaluation) */
     CLLM_LOGITS_NONE,     /* no rows (a prefill chunk that is not the last) */
+    /* one row holding the last token's hidden state after the final norm (hidden_size floats
+     * at the row's start, the rest of the row undefined; needs hidden_size <= vocab_size):
+     * what an embedding's last-token pooling reads */
+    CLLM_LOGITS_HIDDEN,
 } cllm_logits_mode;
 
 typedef struct cllm_seq_batch {

@@ -100,9 +100,10 @@ static bool rows_next(tp_rows *w) {
     while (w->left <= 0) {
         if (++w->q >= w->b->n_seqs) return false;
         w->sq = &w->b->seqs[w->q];
-        w->left = w->sq->logits == CLLM_LOGITS_ALL    ? w->sq->n_tokens
-                  : w->sq->logits == CLLM_LOGITS_LAST ? cllm_seq_last_rows(w->sq)
-                                                      : 0;
+        w->left = w->sq->logits == CLLM_LOGITS_ALL      ? w->sq->n_tokens
+                  : w->sq->logits == CLLM_LOGITS_LAST   ? cllm_seq_last_rows(w->sq)
+                  : w->sq->logits == CLLM_LOGITS_HIDDEN ? 1
+                                                        : 0;
         w->k = row_k(w->sq, w->vmax);
     }
     w->left--;

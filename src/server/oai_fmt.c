@@ -41,7 +41,7 @@ static json_t *jstr(const char *s, size_t n) {
     return v;
 }
 
-static json_t *tok_str(const srv_req *r, int id) {
+json_t *srv_fmt_tok_str(const srv_req *r, int id) {
     size_t n = 0;
     const char *b = r->srv->tok ? cllm_tok_token_bytes(r->srv->tok, id, &n) : NULL;
     if (!b) {
@@ -69,16 +69,17 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
         if (r->route == SRV_CHAT) {
             json_t *tops = json_array();
             for (int k = 1; k <= ev->n_top && k - 1 < r->gen.logprobs; k++)
-                json_array_append_new(
-                    tops, json_pack("{s:o, s:f, s:o}", "token", tok_str(r, row[k].token), "logprob",
-                                    (double)row[k].logprob, "bytes", tok_bytes(r, row[k].token)));
+                json_array_append_new(tops, json_pack("{s:o, s:f, s:o}", "token",
+                                                      srv_fmt_tok_str(r, row[k].token), "logprob",
+                                                      (double)row[k].logprob, "bytes",
+                                                      tok_bytes(r, row[k].token)));
             json_array_append_new(json_object_get(lp, "content"),
                                   json_pack("{s:o, s:f, s:o, s:o}", "token",
-                                            tok_str(r, row[0].token), "logprob",
+                                            srv_fmt_tok_str(r, row[0].token), "logprob",
                                             (double)row[0].logprob, "bytes",
                                             tok_bytes(r, row[0].token), "top_logprobs", tops));
         } else {
-            json_t *ts = tok_str(r, row[0].token);
+            json_t *ts = srv_fmt_tok_str(r, row[0].token);
             size_t tl = json_string_length(ts);
             json_array_append_new(json_object_get(lp, "tokens"), ts);
             json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(row[0].logprob));
@@ -86,7 +87,7 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
             c->text_offset += (int)tl;
             json_t *tops = json_object();
             for (int k = 0; k <= ev->n_top && k <= r->gen.logprobs; k++) {
-                json_t *k_s = tok_str(r, row[k].token);
+                json_t *k_s = srv_fmt_tok_str(r, row[k].token);
                 json_object_set_new(tops, json_string_value(k_s), json_real(row[k].logprob));
                 json_decref(k_s);
             }
@@ -102,6 +103,7 @@ static json_t *lp_new(const srv_req *r) {
 }
 
 static bool want_lp(const srv_req *r) {
+    if (r->route == SRV_LLAMA) return false; /* its own layout (llama_api.c) */
     return r->route == SRV_CHAT ? r->gen.chat_logprobs : r->gen.logprobs >= 0;
 }
 
@@ -167,6 +169,14 @@ static void role_chunk(srv_req *r, int i) {
     add_usage_if(r, o);
     emit(r, o);
     r->choices[i].started = true;
+    if (r->gen.chat_echo) { /* vLLM sends the echoed message as its own chunk */
+        o = chunk_head(r);
+        json_array_append_new(json_object_get(o, "choices"),
+                              json_pack("{s:i, s:{s:s}, s:n, s:n}", "index", i, "delta", "content",
+                                        r->gen.chat_echo, "logprobs", "finish_reason"));
+        add_usage_if(r, o);
+        emit(r, o);
+    }
 }
 
 static void stream_error(srv_req *r, const char *msg) {
@@ -286,6 +296,17 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         int idx = ev->index;
         srv_choice *c = &r->choices[idx];
         if (c->finish != CLLM_FINISH_NONE) continue; /* nothing after a final */
+        srv_plp_take(r, idx, ev);
+        if (r->gen.score_only) {
+            /* max_tokens 0: the one sampled token is not part of the answer */
+            ev->text_len = 0;
+            ev->n_tokens = 0;
+            ev->completion_tokens = 0;
+            if (ev->finish == CLLM_FINISH_STOP) ev->finish = CLLM_FINISH_LENGTH;
+            free(ev->stop_str);
+            ev->stop_str = NULL;
+            ev->has_stop_token = false;
+        }
         if (ev->finish != CLLM_FINISH_NONE) {
             c->finish = ev->finish;
             c->completion_tokens = ev->completion_tokens;
@@ -304,19 +325,25 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         } else {
             c->completion_tokens += ev->n_tokens;
         }
+        if (r->route == SRV_EMBEDDINGS) {
+            srv_embed_take(c, ev);
+            continue;
+        }
         json_t *lp = NULL;
-        if (want_lp(r) && ev->lp) {
-            if (r->gen.stream) {
-                lp = lp_new(r);
-                lp_add(r, c, lp, ev);
-            } else {
-                if (!c->lp) c->lp = lp_new(r);
-                lp_add(r, c, c->lp, ev);
-            }
+        /* echo with logprobs: the prompt's tokens come first (oai_score.c) */
+        bool echo_lp = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && want_lp(r);
+        bool gen_lp = want_lp(r) && ev->lp && ev->n_tokens > 0;
+        if (echo_lp || gen_lp) {
+            json_t *dst = r->gen.stream ? (lp = lp_new(r)) : (c->lp ? c->lp : (c->lp = lp_new(r)));
+            if (echo_lp) srv_plp_echo(r, c, idx, dst);
+            if (gen_lp) lp_add(r, c, dst, ev);
         }
         if (r->route == SRV_RESPONSES) {
             json_decref(lp);
             srv_resp_events(r, c, ev);
+        } else if (r->route == SRV_LLAMA) {
+            json_decref(lp);
+            srv_llama_events(r, c, ev);
         } else if (r->route == SRV_CHAT) {
             if (r->gen.stream && !c->started) role_chunk(r, idx);
             chat_text(r, idx, c, ev, lp);
@@ -366,7 +393,8 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
 }
 
 void srv_fmt_trailer(srv_req *r) {
-    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES) return; /* no [DONE] there */
+    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES || r->route == SRV_LLAMA)
+        return; /* no [DONE] there */
     if (r->gen.include_usage) {
         json_t *o = chunk_head(r);
         json_object_set_new(o, "usage", usage_json(r));
@@ -386,6 +414,8 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             return NULL;
         }
     if (r->route == SRV_RESPONSES) return srv_resp_final(r, e);
+    if (r->route == SRV_EMBEDDINGS) return srv_embed_final(r, e);
+    if (r->route == SRV_LLAMA) return srv_llama_final(r, e);
     if (r->route == SRV_GENERATE) {
         json_t *arr = json_array();
         for (int i = 0; i < r->gen.n; i++) {
@@ -406,10 +436,17 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
             const char *content = cllm_outp_content(c->parser);
             const char *reasoning = cllm_outp_reasoning(c->parser);
             json_t *msg = json_pack("{s:s}", "role", "assistant");
-            json_object_set_new(msg, "content",
-                                content && (*content || !c->n_tool_calls)
-                                    ? jstr(content, strlen(content))
-                                    : json_null());
+            json_t *cj = content && (*content || !c->n_tool_calls) ? jstr(content, strlen(content))
+                                                                   : json_null();
+            if (r->gen.chat_echo) { /* vLLM: the last message's content, then the answer's */
+                srv_buf t = {0};
+                srv_buf_adds(&t, r->gen.chat_echo);
+                if (json_is_string(cj)) srv_buf_adds(&t, json_string_value(cj));
+                json_decref(cj);
+                cj = jstr(t.p ? t.p : "", t.len);
+                srv_buf_free(&t);
+            }
+            json_object_set_new(msg, "content", cj);
             /* an empty think block is no reasoning: null, as vLLM sends */
             json_t *rs = reasoning && *reasoning ? jstr(reasoning, strlen(reasoning)) : json_null();
             json_object_set(msg, "reasoning_content", rs);
@@ -423,13 +460,18 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
         } else {
             if (!c->started && r->gen.echo && srv_gen_prompt_text(&r->gen, i))
                 srv_buf_adds(&c->text, srv_gen_prompt_text(&r->gen, i));
-            json_array_append_new(choices,
-                                  json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "text",
-                                            jstr(c->text.p ? c->text.p : "", c->text.len),
-                                            "logprobs", lp, "finish_reason", finish_str(r, c),
-                                            "stop_reason", stop_reason(c)));
+            json_t *ch =
+                json_pack("{s:i, s:o, s:o, s:s, s:o}", "index", i, "text",
+                          jstr(c->text.p ? c->text.p : "", c->text.len), "logprobs", lp,
+                          "finish_reason", finish_str(r, c), "stop_reason", stop_reason(c));
+            if (r->gen.show_prompt_lp)
+                json_object_set_new(ch, "prompt_logprobs", srv_plp_json(r, i));
+            json_array_append_new(choices, ch);
         }
     }
+    /* chat: vLLM puts them beside the choices (one prompt) */
+    if (r->route == SRV_CHAT && r->gen.show_prompt_lp)
+        json_object_set_new(o, "prompt_logprobs", srv_plp_json(r, 0));
     json_object_set_new(o, "usage", usage_json(r));
     return o;
 }

@@ -28,6 +28,7 @@ void srv_gen_free(srv_gen *g) {
     free(g->batch_text);
     json_decref(g->tools);
     free(g->cache_salt);
+    free(g->chat_echo);
     cllm_gm_unref(g->grammar);
     memset(g, 0, sizeof(*g));
 }
@@ -254,7 +255,18 @@ static bool parse_one_prompt(cllm_server *s, json_t *p, int flags, srv_gen *g, s
         if (!g->prompt_text) return BAD("prompt", "out of memory");
         return encode(s, json_string_value(p), json_string_length(p), flags, g, e);
     }
-    if (json_is_array(p)) return take_ids(s, p, g, e);
+    if (json_is_array(p)) {
+        if (!take_ids(s, p, g, e)) return false;
+        if (g->echo && s->tok) {
+            /* echo shows the prompt as text, as vLLM decodes a prompt given as ids */
+            size_t n;
+            cllm_error ce = {0};
+            if (cllm_tok_decode(s->tok, g->prompt.ids, g->prompt.n, false, &g->prompt_text, &n,
+                                &ce) != CLLM_OK)
+                return BAD("prompt", "echo: cannot decode the prompt: %s", ce.msg);
+        }
+        return true;
+    }
     return BAD("prompt", "'prompt' must be a string, an array of token ids, or an array of those");
 }
 
@@ -450,6 +462,16 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
         json_decref(msgs);
         return false;
     }
+    if (g->echo) {
+        /* vLLM's chat echo: the last message's content, when it has the answer's role (the
+         * assistant's with add_generation_prompt, else whatever role it has) */
+        json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+        const char *role = json_string_value(json_object_get(last, "role"));
+        json_t *content = json_object_get(last, "content");
+        if (role && (!add_gen || !strcmp(role, "assistant")) && json_is_string(content) &&
+            json_string_length(content))
+            g->chat_echo = strdup(json_string_value(content));
+    }
     cllm_chat_opts co = {.tools = g->tools,
                          .add_generation_prompt = add_gen,
                          .enable_thinking = thinking,
@@ -510,6 +532,7 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
             return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
         g->chat_logprobs = lp;
         g->logprobs = lp ? (int)top : -1;
+        if (!get_bool(body, "echo", &g->echo, e)) return false;
     } else {
         long long lp = -1;
         json_t *v = field(body, "logprobs");
@@ -525,10 +548,24 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
         }
     }
     g->s.logprobs = g->logprobs;
+    if ((route == SRV_COMPLETIONS || route == SRV_CHAT) &&
+        !srv_parse_prompt_logprobs(s, body, g, e))
+        return false;
     long long max_tokens = -1;
     const char *mt_key = "max_tokens";
     if (route == SRV_CHAT && field(body, "max_completion_tokens")) mt_key = "max_completion_tokens";
-    if (!get_int(body, mt_key, &max_tokens, 1, 1LL << 31, e)) return false;
+    if (!get_int(body, mt_key, &max_tokens, 0, 1LL << 31, e)) return false;
+    if (max_tokens == 0 && !(route == SRV_COMPLETIONS && g->echo))
+        return BAD(mt_key,
+                   "'%s' must be at least 1, got 0 (0 scores the prompt only with echo "
+                   "on /v1/completions)",
+                   mt_key);
+    if (max_tokens == 0) {
+        /* vLLM's echo without generation: one token is sampled and never shown */
+        if (g->s.min_tokens > 0)
+            return BAD("min_tokens", "min_tokens (%d) must be <= max_tokens (0)", g->s.min_tokens);
+        g->score_only = true;
+    }
     if (route == SRV_CHAT) {
         if (!parse_chat(s, body, g, e)) return false;
     } else if (!parse_prompt(s, body, g, e)) {
@@ -571,7 +608,7 @@ bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, sr
             "of requested output tokens.",
             mml, max_tokens, plen, max_tokens + plen);
     }
-    g->s.max_tokens = (int)max_tokens;
+    g->s.max_tokens = g->score_only ? 1 : (int)max_tokens;
     return true;
 }
 

@@ -198,6 +198,27 @@ static enum MHD_Result route_models(srv_req *r) {
     return send_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
+/* GET /v1/models/{id} (OpenAI's retrieve), llama-server's /props and /slots (llama_api.c). */
+static enum MHD_Result route_llama_info(srv_req *r) {
+    cllm_server *s = r->srv;
+    const char *url = r->url;
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (!srv_model_known(s, url + 11))
+            return fail(r, 404, "NotFoundError", "model", "The model `%.200s` does not exist.",
+                        url + 11);
+        return send_json(r, 200, model_card(s, url + 11));
+    }
+    if (!strcmp(url, "/props")) return send_json(r, 200, srv_llama_props(s));
+    int free_slots = 0;
+    json_t *slots = srv_llama_slots(s, &free_slots);
+    const char *f = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    if (f && strcmp(f, "0") && !free_slots) {
+        json_decref(slots);
+        return fail(r, 503, "unavailable_error", NULL, "no slot available");
+    }
+    return send_json(r, 200, slots);
+}
+
 static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_gen g;
@@ -266,6 +287,8 @@ static void make_id(srv_req *r) {
         (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
     if (r->route == SRV_RESPONSES)
         snprintf(r->id, sizeof(r->id), "resp_%016llx", (unsigned long long)x);
+    else if (r->route == SRV_EMBEDDINGS)
+        snprintf(r->id, sizeof(r->id), "embd-%016llx", (unsigned long long)x);
     else
         snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
                  (unsigned long long)x);
@@ -275,9 +298,14 @@ static void make_id(srv_req *r) {
 static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_err e;
-    bool parsed = r->route == SRV_RESPONSES ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
-                                            : srv_parse_gen(s, r->route, body, &r->gen, &e);
+    bool parsed = r->route == SRV_RESPONSES    ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
+                  : r->route == SRV_EMBEDDINGS ? srv_parse_embed(s, body, &r->gen, &e)
+                  : r->route == SRV_LLAMA      ? srv_llama_parse(s, body, &r->gen, &e)
+                                               : srv_parse_gen(s, r->route, body, &r->gen, &e);
     if (!parsed) return send_err(r, &e);
+    /* vLLM's --enable-force-include-usage: as if stream_options.include_usage were true */
+    if (s->o.force_include_usage && (r->route == SRV_COMPLETIONS || r->route == SRV_CHAT))
+        r->gen.include_usage = true;
     make_id(r);
     if (!srv_req_submit(r, &e)) return send_err(r, &e);
     if (!r->gen.stream) {
@@ -319,6 +347,10 @@ static bool route_of(const char *url, srv_route *rt) {
         *rt = SRV_GENERATE;
     else if (!strcmp(url, "/v1/responses"))
         *rt = SRV_RESPONSES;
+    else if (!strcmp(url, "/v1/embeddings"))
+        *rt = SRV_EMBEDDINGS;
+    else if (!strcmp(url, "/completion") || !strcmp(url, "/completions"))
+        *rt = SRV_LLAMA; /* llama-server's native route and its alias */
     else
         return false;
     return true;
@@ -342,7 +374,10 @@ static enum MHD_Result dispatch(srv_req *r) {
         return fail(r, 503, "service_unavailable", NULL, "%s", s->failed_msg);
     if (!strcmp(url, "/health")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        if (ready && !draining) return send_buf(r, 200, NULL, NULL, 0, 0);
+        /* vLLM's codes; llama-server's {"status":"ok"} body, and the word `healthy` that
+         * inspection scripts grep for (no 503 body contains it) */
+        if (ready && !draining)
+            return send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "health", "healthy"));
         return fail(r, 503, "service_unavailable", NULL, draining ? "draining" : "loading model");
     }
     if (!strcmp(url, "/ping")) return send_buf(r, ready && !draining ? 200 : 503, NULL, NULL, 0, 0);
@@ -360,6 +395,10 @@ static enum MHD_Result dispatch(srv_req *r) {
     if (!strcmp(url, "/v1/models")) {
         if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
         return route_models(r);
+    }
+    if (!strncmp(url, "/v1/models/", 11) || !strcmp(url, "/props") || !strcmp(url, "/slots")) {
+        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
+        return route_llama_info(r);
     }
     if (!strncmp(url, "/v1/responses/", 14) && srv_resp_is_cancel(url + 14)) {
         if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
@@ -504,7 +543,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_req *r = *con_cls;
     *con_cls = NULL;
     if (!r || (void *)r == &no_req) return;
-    if (s->o.access_log) {
+    if (s->o.access_log && !srv_path_listed(s->o.access_log_skip, r->url)) {
         char ip[64] = "-";
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);

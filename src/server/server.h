@@ -54,8 +54,10 @@ typedef struct cllm_server_opts {
     int max_n;                  /* default 128 */
     double stats_interval_s;    /* the periodic stats log line; default 5, <= 0 = off */
     bool access_log;            /* one line per HTTP request (default true) */
-    int n_threads;              /* MHD worker threads, default 2 */
-    unsigned connection_limit;  /* default 1024 */
+    const char *access_log_skip; /* comma-separated paths that get no access line, or NULL */
+    bool force_include_usage;    /* streams end with a usage chunk even without include_usage */
+    int n_threads;               /* MHD worker threads, default 2 */
+    unsigned connection_limit;   /* default 1024 */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
     /* web console (console.h): on by default; its request log keeps counts and times only
      * unless console_log_prompts */
@@ -68,6 +70,7 @@ typedef struct cllm_server_opts {
     const char *chat_template; /* Jinja text replacing the tokenizer's template (NULL = its own) */
     bool has_default_seed;     /* --seed: requests without a seed get default_seed + their number */
     uint64_t default_seed;
+    int max_num_seqs; /* the engine's --max-num-seqs: llama-server's slots in /props, /slots */
 } cllm_server_opts;
 
 void cllm_server_opts_defaults(cllm_server_opts *o);

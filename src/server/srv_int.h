@@ -88,9 +88,19 @@ void srv_metrics_log_line(cllm_server *s);
 typedef enum srv_route {
     SRV_COMPLETIONS,
     SRV_CHAT,
-    SRV_GENERATE,  /* vLLM demo /generate */
-    SRV_RESPONSES, /* OpenAI Responses API (responses.c; parsed as chat) */
+    SRV_GENERATE,   /* vLLM demo /generate */
+    SRV_RESPONSES,  /* OpenAI Responses API (responses.c; parsed as chat) */
+    SRV_EMBEDDINGS, /* /v1/embeddings (srv_embed.c): one engine request per input, no sampling */
+    SRV_LLAMA,      /* llama-server's /completion (llama_api.c; parsed as completions) */
 } srv_route;
+
+/* llama-server /completion options with no /v1/completions equivalent (llama_api.c). */
+typedef struct srv_gen_llama {
+    long long n_predict; /* as given (-1: to the end of the context) */
+    int n_probs;         /* top tokens per generated token in completion_probabilities */
+    int repeat_last_n;
+    bool return_tokens, timings_per_token;
+} srv_gen_llama;
 
 typedef struct srv_gen {
     srv_route route;
@@ -114,10 +124,17 @@ typedef struct srv_gen {
     size_t prompt_total; /* tokens over all prompts */
     int logprobs;        /* completions: top N (-1 none); chat: top_logprobs when chat_logprobs */
     bool chat_logprobs;
-    json_t *tools; /* owned ref or NULL */
+    /* scoring (oai_score.c): prompt_logprobs asked for (or implied by echo + logprobs) and shown
+     * in the answer; score_only = completions max_tokens 0 with echo (the engine samples one
+     * token that is never shown); chat_echo = the last message's content echoed (chat echo) */
+    bool show_prompt_lp, score_only;
+    char *chat_echo;
+    bool embed_base64, embed_normalize; /* /v1/embeddings: encoding_format, normalize */
+    json_t *tools;                      /* owned ref or NULL */
     bool parse_tools, parse_reasoning, starts_in_reasoning;
     char *cache_salt;
     struct cllm_gm *grammar; /* structured-output constraint (owned ref) or NULL; s.grammar */
+    srv_gen_llama llama;     /* SRV_LLAMA only */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -152,6 +169,10 @@ typedef struct srv_ev {
     int n_tokens;
     cllm_token_logprob *lp; /* [n_tokens][1 + n_top] or NULL */
     int n_top;
+    cllm_prompt_logprob *plp; /* the prompt's rows (cllm_event.prompt_lp) or NULL */
+    int n_plp, plp_top;
+    float *emb; /* cllm_event.embedding or NULL */
+    int n_emb;
     cllm_finish finish;
     char *error;
     char *stop_str; /* stop_reason: the matched stop string, or */
@@ -167,6 +188,8 @@ typedef struct srv_choice {
     json_t *tool_calls; /* chat, non-stream: accumulated [{id,type,function}] */
     int n_tool_calls;
     json_t *lp; /* accumulated logprobs for non-stream */
+    float *emb; /* /v1/embeddings: the input's vector */
+    int n_emb;
     int completion_tokens;
     int text_offset; /* completions logprobs text_offset */
     cllm_finish finish;
@@ -217,6 +240,7 @@ struct srv_req {
     uint64_t engine_id; /* subs[0].id */
     srv_sub *subs;      /* [n_subs] */
     int n_subs;
+    struct srv_plp *plp;         /* [n_subs] prompt logprobs per prompt (oai_score.c), or NULL */
     struct srv_resp_state *resp; /* /v1/responses output state (responses.c) or NULL */
     srv_gen gen;
     srv_choice *choices; /* [gen.n] */
@@ -263,6 +287,9 @@ struct cllm_server {
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
 };
 
+/* path is one of the comma-separated entries of list (NULL: none). */
+bool srv_path_listed(const char *list, const char *path);
+
 /* name is one of the served model names, or the model directory as given (vLLM accepts it). */
 bool srv_model_known(const cllm_server *s, const char *name);
 
@@ -283,6 +310,32 @@ char *srv_req_final_json(srv_req *r, size_t *len, unsigned *status);
 ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
 void srv_req_stream_free(void *cls);
 void srv_req_conn_done(srv_req *r);
+
+/* oai_score.c: prompt logprobs and echo of the prompt's tokens */
+typedef struct srv_plp {
+    cllm_prompt_logprob *rows; /* [n][1 + top], owned */
+    int n, top;
+} srv_plp;
+/* The body's prompt_logprobs (vLLM's checks and words) for completions and chat; call after
+ * stream, logprobs and echo are parsed. */
+bool srv_parse_prompt_logprobs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+/* The token ids of prompt b (a batch's, or the only one). */
+const cllm_tok_ids *srv_gen_prompt_ids(const srv_gen *g, int b);
+/* Keeps an event's prompt rows for its prompt (takes ev->plp). */
+void srv_plp_take(srv_req *r, int choice, srv_ev *ev);
+/* vLLM's prompt_logprobs list of choice's prompt: [null, {"id": {logprob, rank, decoded_token}},
+ * ...], or null when the rows never came (the request failed first). */
+json_t *srv_plp_json(srv_req *r, int choice);
+/* Completions echo with logprobs: the prompt's tokens first in lp (null logprob for the first). */
+void srv_plp_echo(srv_req *r, srv_choice *c, int choice, json_t *lp);
+void srv_plp_free(srv_req *r);
+/* A token id as the text logprobs show (oai_fmt.c). */
+json_t *srv_fmt_tok_str(const srv_req *r, int id);
+
+/* srv_embed.c: /v1/embeddings */
+bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+void srv_embed_take(srv_choice *c, srv_ev *ev); /* keeps the event's vector (takes ev->emb) */
+json_t *srv_embed_final(srv_req *r, srv_err *e);
 
 /* openai.c formatting */
 void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */
@@ -308,5 +361,15 @@ json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e); /* NULL: 
 void srv_resp_state_free(struct srv_resp_state *st);
 void srv_resp_store_free(struct srv_resp_store *st);
 json_t *srv_fmt_final(srv_req *r, srv_err *e);
+
+/* llama_api.c: llama-server's /completion, /props, /slots */
+bool srv_llama_parse(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+/* One event of choice c (after oai_fmt.c's bookkeeping): an SSE object per event, or kept in c
+ * (c->lp holds {"tokens", "probs"}) for the final body. */
+void srv_llama_events(srv_req *r, srv_choice *c, const srv_ev *ev);
+json_t *srv_llama_final(srv_req *r, srv_err *e);
+json_t *srv_llama_props(cllm_server *s);
+/* Takes s->mu. *free_slots: places not running a sequence. */
+json_t *srv_llama_slots(cllm_server *s, int *free_slots);
 
 #endif

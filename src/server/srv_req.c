@@ -39,6 +39,8 @@ static void ev_free(srv_ev *e) {
         free(e->text);
         free(e->tokens);
         free(e->lp);
+        free(e->plp);
+        free(e->emb);
         free(e->error);
         free(e->stop_str);
         free(e);
@@ -56,6 +58,7 @@ static void choices_free(srv_req *r) {
         cllm_outp_free(c->parser);
         json_decref(c->tool_calls);
         json_decref(c->lp);
+        free(c->emb);
         free(c->error);
         free(c->stop_str);
     }
@@ -76,6 +79,7 @@ void srv_req_unref(srv_req *r) {
     srv_buf_free(&r->out);
     free(r->t_last_token);
     free(r->subs);
+    srv_plp_free(r);
     srv_resp_state_free(r->resp);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -107,6 +111,20 @@ static srv_ev *ev_copy(const cllm_event *ev) {
             memcpy(c->lp, ev->logprobs, sizeof(cllm_token_logprob) * n);
             c->n_top = ev->n_top_logprobs;
         }
+    }
+    if (ev->prompt_lp && ev->n_prompt_lp > 0) {
+        size_t n = (size_t)ev->n_prompt_lp * (size_t)(ev->n_prompt_top + 1);
+        c->plp = malloc(n * sizeof(cllm_prompt_logprob));
+        if (!c->plp) goto fail;
+        memcpy(c->plp, ev->prompt_lp, n * sizeof(cllm_prompt_logprob));
+        c->n_plp = ev->n_prompt_lp;
+        c->plp_top = ev->n_prompt_top;
+    }
+    if (ev->embedding && ev->n_embedding > 0) {
+        c->emb = malloc((size_t)ev->n_embedding * sizeof(float));
+        if (!c->emb) goto fail;
+        memcpy(c->emb, ev->embedding, (size_t)ev->n_embedding * sizeof(float));
+        c->n_emb = ev->n_embedding;
     }
     if (ev->error) c->error = strdup(ev->error);
     if (ev->stop_str && !(c->stop_str = strdup(ev->stop_str))) goto fail;
@@ -154,7 +172,7 @@ static void on_event(void *user, const cllm_event *ev) {
     double gap = -1;
 
     pthread_mutex_lock(&r->mu);
-    if (ev->n_tokens > 0) {
+    if (ev->n_tokens > 0 || ev->embedding) { /* an embedding is its request's "first token" */
         if (!r->first_token_seen) {
             first = true;
             r->t_first_token = now;
@@ -278,7 +296,8 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
     r->choices = calloc((size_t)g->n, sizeof(srv_choice));
     r->t_last_token = calloc((size_t)g->n, sizeof(double));
     r->subs = calloc((size_t)r->n_subs, sizeof(srv_sub));
-    if (!r->choices || !r->t_last_token || !r->subs) {
+    if (g->s.has_prompt_logprobs) r->plp = calloc((size_t)r->n_subs, sizeof(srv_plp));
+    if (!r->choices || !r->t_last_token || !r->subs || (g->s.has_prompt_logprobs && !r->plp)) {
         srv_err_set(e, 500, "InternalServerError", NULL, "out of memory");
         return false;
     }

@@ -91,6 +91,18 @@ char *srv_fmt_error_json(const srv_err *e) {
     return s;
 }
 
+bool srv_path_listed(const char *list, const char *path) {
+    size_t n = strlen(path);
+    for (const char *p = list; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t l = comma ? (size_t)(comma - p) : strlen(p);
+        if (l == n && !strncmp(p, path, n)) return true;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return false;
+}
+
 bool srv_model_known(const cllm_server *s, const char *name) {
     if (!strcmp(name, s->model_name)) return true;
     for (int i = 0; i < s->o.n_model_aliases; i++)

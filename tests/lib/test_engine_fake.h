@@ -25,6 +25,7 @@ typedef struct fake_model {
     int errors;
     char last_error[256];
     uint64_t calls, tokens;
+    uint64_t all_rows; /* rows returned for CLLM_LOGITS_ALL entries */
     int max_seqs_in_batch;
     /* logits from the last token only (a Markov chain: greedy output cycles, so n-gram drafts
      * get accepted); the KV / state checks still fold the whole history */
@@ -124,15 +125,20 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             f->kv_tok[blk * f->bs + r] = s->tokens[k];
             f->kv_pos[blk * f->bs + r] = p;
             h = fake_fold(h, s->tokens[k]);
-            if (k >= s->n_tokens - nl)
+            /* ALL: every row; LAST: the last max(1, logits_n) rows (verify rows) */
+            if (s->logits == CLLM_LOGITS_ALL ||
+                (s->logits == CLLM_LOGITS_LAST && k >= s->n_tokens - nl))
                 fake_logits(f->V, f->markov ? fake_fold(0, s->tokens[k]) : h,
                             logits + (size_t)row++ * f->V);
         }
+        if (s->logits == CLLM_LOGITS_ALL) f->all_rows += (uint64_t)s->n_tokens;
         f->tokens += (uint64_t)s->n_tokens;
         if (f->has_state) {
             f->st_hash[s->state_slot] = h;
             f->st_len[s->state_slot] = end;
         }
+        /* a hidden-state row (embeddings): the same function of the history as a logits row */
+        if (s->logits == CLLM_LOGITS_HIDDEN) fake_logits(f->V, h, logits + (size_t)row++ * f->V);
     }
     return CLLM_OK;
 }

@@ -6,7 +6,10 @@
  * answer SCRIPT=slow   the default text, 50 ms/token SCRIPT=error  fails after one token
  *   SCRIPT=long   200 tokens, 20 ms each        (default)     "Hello world! How are you?"
  * Text is emitted in pieces of up to 3 bytes (never splitting a UTF-8 character), one piece per
- * step and sample; every step sleeps fake->step_us on a condition variable. */
+ * step and sample; every step sleeps fake->step_us on a condition variable. Prompt logprobs, when
+ * asked for, come on the request's first event: prompt token j (j >= 1) has logprob -0.5 * j and
+ * rank j + 1, and the row's top k (k >= 1) are tokens 9 + k with logprob -0.125 * k and rank k.
+ * An embedding request (sampling.embed) gets one final event with the vector {3, 4, prompt_len}. */
 #ifndef CLLM_TESTS_TEST_SERVER_FAKE_H
 #define CLLM_TESTS_TEST_SERVER_FAKE_H
 
@@ -28,6 +31,10 @@ typedef struct fake_req {
     int ntok[8];
     bool done[8];
     int n, max_tokens, logprobs, prompt_len;
+    int32_t *prompt; /* [prompt_len], for the prompt logprobs */
+    int prompt_top;  /* -1: no prompt logprobs */
+    bool embed;      /* sampling.embed: one final event with the vector {3, 4, prompt_len} */
+    bool prompt_lp_sent;
     int delay_ms;
     bool cancelled, error;
     double t_next;
@@ -86,7 +93,24 @@ static void fake_emit(fake_engine *f, fake_req *r, int i, cllm_finish fin, const
     int tok[1] = {100 + (int)(r->pos[i] % 50)};
     cllm_token_logprob lp[1 + 20];
     for (int k = 0; k <= 20; k++) lp[k] = (cllm_token_logprob){tok[0] + k, -0.25f * (float)(k + 1)};
+    cllm_prompt_logprob *plp = NULL;
+    int n_plp = 0;
+    if (r->prompt_top >= 0 && !r->prompt_lp_sent && fin != CLLM_FINISH_ABORT &&
+        fin != CLLM_FINISH_ERROR) {
+        r->prompt_lp_sent = true;
+        n_plp = r->prompt_len - 1;
+        int w = r->prompt_top + 1;
+        plp = calloc((size_t)(n_plp > 0 ? n_plp : 1) * (size_t)w, sizeof(*plp));
+        for (int j = 0; plp && j < n_plp; j++) {
+            plp[j * w] = (cllm_prompt_logprob){r->prompt[j + 1], j + 2, -0.5 * (j + 1)};
+            for (int k = 1; k < w; k++)
+                plp[j * w + k] = (cllm_prompt_logprob){10 + k - 1, k, -0.125 * k};
+        }
+    }
     cllm_event ev = {.request_id = r->id,
+                     .prompt_lp = plp,
+                     .n_prompt_lp = plp ? n_plp : 0,
+                     .n_prompt_top = r->prompt_top,
                      .index = i,
                      .text = text,
                      .text_len = len,
@@ -104,12 +128,24 @@ static void fake_emit(fake_engine *f, fake_req *r, int i, cllm_finish fin, const
                      .t_first_token = 1.01,
                      .t_finished = 1.1};
     r->fn(r->user, &ev);
+    free(plp);
 }
 
 /* One step for one sample; returns true when the sample finished. */
 static bool fake_step(fake_engine *f, fake_req *r, int i) {
     if (r->cancelled) {
         fake_emit(f, r, i, CLLM_FINISH_ABORT, "", 0);
+        return true;
+    }
+    if (r->embed) {
+        float v[3] = {3, 4, (float)r->prompt_len};
+        cllm_event ev = {.request_id = r->id,
+                         .text = "",
+                         .embedding = v,
+                         .n_embedding = 3,
+                         .finish = CLLM_FINISH_STOP,
+                         .prompt_tokens = r->prompt_len};
+        r->fn(r->user, &ev);
         return true;
     }
     size_t len = strlen(r->script), p = r->pos[i];
@@ -160,6 +196,7 @@ static void *fake_main(void *arg) {
             if (all) {
                 *pp = r->next;
                 free(r->script);
+                free(r->prompt);
                 free(r);
                 f->finished++;
             } else {
@@ -179,6 +216,7 @@ static void *fake_main(void *arg) {
         for (int i = 0; i < r->n; i++)
             if (!r->done[i]) fake_emit(f, r, i, CLLM_FINISH_ABORT, "", 0);
         free(r->script);
+        free(r->prompt);
         free(r);
     }
     pthread_mutex_unlock(&f->mu);
@@ -205,10 +243,15 @@ static cllm_status fake_submit(void *ctx, const cllm_request *rq, uint64_t *id, 
     r->max_tokens = rq->sampling.max_tokens;
     r->logprobs = rq->sampling.logprobs;
     r->prompt_len = rq->n_prompt;
+    r->prompt_top = rq->sampling.has_prompt_logprobs ? rq->sampling.prompt_logprobs : -1;
+    r->embed = rq->sampling.embed;
+    r->prompt = malloc((size_t)rq->n_prompt * sizeof(int32_t));
+    if (r->prompt) memcpy(r->prompt, rq->prompt, (size_t)rq->n_prompt * sizeof(int32_t));
     pthread_mutex_lock(&f->mu);
     if (f->draining) {
         pthread_mutex_unlock(&f->mu);
         free(r->script);
+        free(r->prompt);
         free(r);
         return cllm_err_set(err, CLLM_EBUSY, "draining");
     }

@@ -452,7 +452,9 @@ static void test_drain(int port, cllm_server *s) {
     free(a.body);
     http_res r;
     http_do(port, "GET", "/health", NULL, NULL, 0, &r);
-    CHECK_MSG(r.status == 503, "health while draining %ld", r.status);
+    /* `curl -s /health | grep -q healthy` must fail while draining */
+    CHECK_MSG(r.status == 503 && !strstr(r.body, "healthy"), "health while draining %ld %s",
+              r.status, r.body);
     http_free(&r);
     http_post(port, "/v1/completions", KEY, "{\"prompt\":\"hi\"}", &r);
     CHECK_MSG(r.status == 503 && strcasestr(r.headers, "Retry-After"),
@@ -633,7 +635,8 @@ int main(void) {
 
     http_res r;
     http_do(port, "GET", "/health", NULL, NULL, 0, &r);
-    CHECK_MSG(r.status == 503, "health while loading: %ld", r.status);
+    CHECK_MSG(r.status == 503 && !strstr(r.body, "healthy"), "health while loading: %ld %s",
+              r.status, r.body);
     http_free(&r);
     http_post(port, "/v1/completions", KEY, "{\"prompt\":\"hi\"}", &r);
     CHECK_MSG(r.status == 503, "completion while loading: %ld", r.status);
