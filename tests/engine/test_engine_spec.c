@@ -146,6 +146,10 @@ static bool same_res(const res *a, const res *b, bool lp) {
     return true;
 }
 
+/* k = 1..4 on the hybrid model (whose rollback has the most to get wrong), k = 1, 3 on the others
+ * (the suite's time under ASan) */
+static int g_k_step = 1;
+
 static uint64_t rs = 7;
 static int32_t rtok(int V) {
     rs = rs * 6364136223846793005ull + 1442695040888963407ull;
@@ -186,7 +190,7 @@ static void scenario(const char *name, const eng_cfg *base, const job *jobs, int
     }
     run_jobs(e, jobs, n, want);
     cllm_engine_free(e);
-    for (int k = 1; k <= 4; k++) {
+    for (int k = 1; k <= 4; k += g_k_step) {
         eng_cfg c = *base;
         c.spec_k = k;
         e = open_eng(&c);
@@ -337,6 +341,7 @@ int main(void) {
         int V = cf.vocab_size < 4000 ? cf.vocab_size : 4000;
         cllm_config_free(&cf);
         fprintf(stderr, "model %s\n", cfgs[k]);
+        g_k_step = k == 0 ? 1 : 2;
         test_model(dir, have_tok, V, k == 0, false);
     }
     /* W4A16 with an int8 lm_head, screened: greedy verify rows take the best-k path per row */
@@ -353,6 +358,7 @@ int main(void) {
             cllm_synth(&so, &err) == CLLM_OK && tm_quantize_w4a16(bf, q, 32, 8, &err) == CLLM_OK) {
             setenv("CLLM_LM_SCREEN", "8", 1);
             fprintf(stderr, "model tiny w4a16, screened lm_head\n");
+            g_k_step = 2;
             test_model(q, false, 1000, true, false);
             unsetenv("CLLM_LM_SCREEN");
         } else {
