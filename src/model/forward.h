@@ -136,7 +136,8 @@ typedef struct cllm_seq_batch {
     int logits_n;
     /* NULL, or [n_tokens][hidden_size] floats: the final-normed hidden state of every token of
      * the call (positions ascending), whatever the logits mode: the MTP head's input
-     * (cllm_forward_mtp). Logits are the same bits with or without it. */
+     * (cllm_forward_mtp). Logits are the same bits with or without it. Not written by a
+     * calibration call that stops early (cllm_fwd_hooks.stop_layer). */
     float *hidden_out;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
@@ -228,7 +229,8 @@ typedef struct cllm_mtp_seq {
     int logits_topk; /* as cllm_seq_batch: the screened lm_head's rows */
     float logits_scale;
     float *hidden_out; /* NULL, or [n_tokens][hidden_size]: the MTP's normed output (mtp.norm),
-                        * the hidden input of the next chained draft */
+                        * the hidden input of the next chained draft; may be `hidden` itself
+                        * (all rows' inputs are read before any output is written) */
 } cllm_mtp_seq;
 
 /* Runs the MTP head over n_seqs sequences: fc(concat(pre_fc_norm_embedding(embed(token)),

@@ -8,7 +8,8 @@
  *    chained draft rows fed the MTP's own output; f32 weights on 1 thread with 16-position
  *    blocks, bf16 per-expert weights on 2 threads with 5-position blocks; max |c - ref| <=
  *    2e-5 * max(1, max |ref|), the golden tests' bound;
- *  - the same rows in one call == those calls, bitwise (logits and hidden_out);
+ *  - the same rows in one call == those calls, bitwise (logits and hidden_out), also with
+ *    hidden_out = hidden (in place);
  *  - the main forward's logits are bitwise the same with hidden_out set or NULL and on an
  *    MTP-extended pool or a plain one; NONE calls still fill hidden_out;
  *  - the screened int8 lm_head (a W4A16 copy, CLLM_LM_SCREEN=8): MTP rows with logits_topk 5
@@ -250,6 +251,21 @@ static void test_model(const char *tmp, const char *name, const char *dtype, con
         }
         free(ml1);
         free(mh1);
+    }
+    { /* hidden_out may be the hidden input itself */
+        float *io = malloc(rA * H * 4);
+        memcpy(io, hA3, rA * H * 4);
+        cllm_mtp_seq q = {.hidden = io,
+                          .tokens = ma,
+                          .n_tokens = RA,
+                          .block_table = r.tab[0],
+                          .n_table = TAB,
+                          .logits = CLLM_LOGITS_NONE,
+                          .hidden_out = io};
+        cllm_error err = {0};
+        CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, NULL, &err) == CLLM_OK);
+        CHECK_MSG(!memcmp(io, mhA, rA * H * 4), "%s: MTP in place differs", name);
+        free(io);
     }
     free(hA3);
     if (have_ref) {
