@@ -15,8 +15,8 @@
  *  - the screened int8 lm_head (a W4A16 copy, CLLM_LM_SCREEN=8): MTP rows with logits_topk 5
  *    have the exact row's 5 best ids and values, bitwise, and the screen did drop entries;
  *  - errors: no MTP head, a pool without the MTP layer, NULL hidden, a bad token, a short block
- *    table, logits_n past the rows. Without /usr/bin/python3 + numpy the reference part is
- *    skipped (the rest still runs). */
+ *    table, logits_n past the rows (the pool untouched); two MTP layers (EUNSUPPORTED). Without
+ * /usr/bin/python3 + numpy the reference part is skipped (the rest still runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,7 +315,7 @@ out:
 }
 
 static void test_errors(const char *tmp) {
-    char dir[512], cmd[2048];
+    char dir[512], cmd[4096];
     cllm_error err = {0};
     /* a model without the head */
     snprintf(dir, sizeof dir, "%s/test_mtp/nomtp", tmp);
@@ -380,6 +380,23 @@ static void test_errors(const char *tmp) {
     CHECK_MSG(strstr(err.msg, "out of range") != NULL, "message: %s", err.msg);
     CHECK_MSG(!memcmp(snap, r.kv.data, bytes), "a refused MTP call wrote into the kv pool");
     free(snap);
+    free(hid), free(lg);
+    rig_close(&r);
+    /* two MTP layers: vLLM runs layer (step % 2) per draft step, not both; refused by name */
+    snprintf(dir, sizeof dir, "%s/test_mtp/mtp2", tmp);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && sed 's/\"mtp_num_hidden_layers\": 1/"
+             "\"mtp_num_hidden_layers\": 2/' '%s/configs/tiny-mtp.json' > '%s/c.json' && '%s' "
+             "synth --config '%s/c.json' '%s/m' --seed 5 -q 2>/dev/null",
+             dir, dir, test_src(), dir, getenv("CLLM_BIN"), dir, dir);
+    if (sh(cmd)) return;
+    strncat(dir, "/m", sizeof dir - strlen(dir) - 1);
+    if (rig_open(&r, dir, 1, 16)) return;
+    CHECK(r.kv.n_layers == cllm_model_n_attn_layers(r.m) + 2);
+    hid = calloc((size_t)4 * H, 4), lg = malloc((size_t)4 * V * 4);
+    q = (cllm_mtp_seq){hid, tk, 2, 0, r.tab[0], TAB, CLLM_LOGITS_ALL, 0, 0, 0.0f, NULL};
+    CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, lg, &err) == CLLM_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "mtp_num_hidden_layers 2") != NULL, "message: %s", err.msg);
     free(hid), free(lg);
     rig_close(&r);
 }
