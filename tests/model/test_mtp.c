@@ -6,7 +6,8 @@
  *    of every row of two sequences, run as a one-row call, a chunk crossing a KV block
  *    boundary batched with the other sequence, a LAST (logits_n 3) + NONE batch, and two
  *    chained draft rows fed the MTP's own output; f32 weights on 1 thread with 16-position
- *    blocks, bf16 per-expert weights on 2 threads with 5-position blocks; max |c - ref| <=
+ *    blocks, bf16 per-expert weights on 2 threads with 5-position blocks, and a variant with one
+ *    KV head and the lm_head tied to the embedding; max |c - ref| <=
  *    2e-5 * max(1, max |ref|), the golden tests' bound;
  *  - the same rows in one call == those calls, bitwise (logits and hidden_out), also with
  *    hidden_out = hidden (in place);
@@ -176,14 +177,16 @@ static int mtp_call(rig *r, const piece *p, int n, const float *hin[2], const in
     return st == CLLM_OK ? 0 : -1;
 }
 
-static void test_model(const char *tmp, const char *name, const char *dtype, const char *layout,
-                       int threads, int block) {
-    char dir[512], cmd[8192], a[1024], b[1024];
+/* cfg: a config file, or NULL for configs/tiny-mtp.json */
+static void test_model(const char *tmp, const char *name, const char *cfg, const char *dtype,
+                       const char *layout, int threads, int block) {
+    char dir[512], cmd[8192], a[1024], b[1024], def[1024];
     snprintf(dir, sizeof dir, "%s/test_mtp/%s", tmp, name);
+    snprintf(def, sizeof def, "%s/configs/tiny-mtp.json", test_src());
     snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && '%s' synth --config '%s/configs/tiny-mtp.json' '%s' --seed 5 "
-             "--dtype %s --experts %s -q 2>/dev/null",
-             dir, getenv("CLLM_BIN"), test_src(), dir, dtype, layout);
+             "rm -rf '%s' && '%s' synth --config '%s' '%s' --seed 5 --dtype %s --experts %s -q "
+             "2>/dev/null",
+             dir, getenv("CLLM_BIN"), cfg ? cfg : def, dir, dtype, layout);
     if (sh(cmd)) return;
     rig r;
     if (rig_open(&r, dir, threads, block)) return;
@@ -476,8 +479,17 @@ int main(void) {
     ma[NA - 1] = 77, ma[NA] = 123, ma[NA + 1] = 301;
     for (int i = 0; i + 1 < NB; i++) mb[i] = tb[i + 1];
     mb[NB - 1] = 9;
-    test_model(tmp, "f32", "f32", "fused", 1, 16);
-    test_model(tmp, "bf16", "bf16", "per-expert", 2, 5);
+    test_model(tmp, "f32", NULL, "f32", "fused", 1, 16);
+    test_model(tmp, "bf16", NULL, "bf16", "per-expert", 2, 5);
+    /* one KV head for four query heads, lm_head tied to the embedding (the MTP shares both) */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/test_mtp/tied.json", tmp);
+    const char *from[] = {"\"num_key_value_heads\": 2", "\"tie_word_embeddings\": false",
+                          "\"tie_word_embeddings\": false"};
+    const char *to[] = {"\"num_key_value_heads\": 1", "\"tie_word_embeddings\": true",
+                        "\"tie_word_embeddings\": true"};
+    CHECK(tm_write_config(test_src(), "tiny-mtp.json", cfg, from, to, 3) == 0);
+    test_model(tmp, "tied", cfg, "f32", "fused", 2, 16);
     test_errors(tmp);
     test_screened(tmp);
     return test_report("test_mtp");
