@@ -400,6 +400,8 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->qact);
     cllm_free_aligned(c->lm_buf);
     free(c->lm_rowk);
+    cllm_free_aligned(c->mtp_in);
+    free(c->mtp_sb);
     cllm_free_aligned(c->thr);
     fwd_tp_free(c);
     free(c);
@@ -479,13 +481,19 @@ size_t cllm_batch_logit_rows(const cllm_batch *b) {
     return n;
 }
 
-static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm_kv_pool *kv,
-                            const cllm_state_pool *st, int *T_out, cllm_error *err) {
+cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv_pool *kv,
+                         const cllm_state_pool *st, bool with_state, int *T_out, cllm_error *err) {
     const cllm_config *f = &m->cfg;
     if (!b || b->n_seqs < 1 || !b->seqs) return cllm_err_set(err, CLLM_EINVAL, "empty batch");
-    if (m->n_attn > 0 && (!kv || kv->n_layers != m->n_attn || kv->kv_dim != m->kv_dim || !kv->data))
+    /* a pool made by cllm_kv_pool_init_mtp has the MTP layers after the attention layers */
+    if (m->n_attn > 0 &&
+        (!kv ||
+         (kv->n_layers != m->n_attn && !(m->has_mtp && kv->n_layers == m->n_attn + m->n_mtp)) ||
+         kv->kv_dim != m->kv_dim || !kv->data))
         return cllm_err_set(err, CLLM_EINVAL, "kv pool does not match the model");
-    if (m->n_gdn > 0 && (!st || st->n_layers != m->n_gdn || st->conv_ch != m->conv_ch || !st->rec))
+    if (!with_state) st = NULL;
+    if (with_state && m->n_gdn > 0 &&
+        (!st || st->n_layers != m->n_gdn || st->conv_ch != m->conv_ch || !st->rec))
         return cllm_err_set(err, CLLM_EINVAL, "state pool does not match the model");
     long T = 0;
     for (int s = 0; s < b->n_seqs; s++) {
@@ -530,7 +538,7 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
                                         "[0, %d)",
                                         s, q->block_table[i], kv->n_blocks);
         }
-        if (m->n_gdn > 0) {
+        if (with_state && m->n_gdn > 0) {
             if (q->state_slot < 0 || q->state_slot >= st->n_slots)
                 return cllm_err_set(err, CLLM_EINVAL,
                                     "sequence %d: state slot %d out of range "
@@ -549,7 +557,7 @@ static cllm_status validate(const cllm_model *m, const cllm_batch *b, const cllm
     return CLLM_OK;
 }
 
-static void embed_row(const fwd_wt *e, int id, float *dst) {
+void fwd_embed_row(const fwd_wt *e, int id, float *dst) {
     size_t es = cllm_dtype_size(e->dt);
     const void *row = (const char *)e->data + (size_t)id * e->cols * es;
     if (e->dt == CLLM_DT_F32)
@@ -578,13 +586,13 @@ static void norm_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-static void rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
-                         const int *rows, int n) {
+void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
+                      const int *rows, int n) {
     norm_job j = {c, w, src, dst, rows};
     cllm_pool_for(c->pool, (size_t)n, norm_worker, &j);
 }
 
-static void rope_tables(cllm_fwd_ctx *c, int T) {
+void fwd_rope_tables(cllm_fwd_ctx *c, int T) {
     const cllm_config *f = &c->m->cfg;
     int half = f->rotary_dim / 2;
     for (int t = 0; t < T; t++) {
@@ -600,14 +608,7 @@ static void rope_tables(cllm_fwd_ctx *c, int T) {
 
 static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits);
 
-cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
-                         cllm_state_pool *st, float *logits, cllm_error *err) {
-    const cllm_model *m = c->m;
-    const cllm_config *f = &m->cfg;
-    int T = 0;
-    cllm_status s = validate(m, b, kv, st, &T, err);
-    if (s == CLLM_OK && m->tp_size > 1) s = fwd_tp_check_batch(b, err);
-    if (s != CLLM_OK) return s;
+cllm_status fwd_prepare(cllm_fwd_ctx *c, const cllm_batch *b, int T, cllm_error *err) {
     if (grow(c, T) != CLLM_OK || b->n_seqs > c->cap_seqs) {
         free(c->seq_tok0);
         c->seq_tok0 = malloc((size_t)b->n_seqs * sizeof(int));
@@ -617,76 +618,66 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     }
     c->batch = b;
     c->n_jobs = 0; /* nothing left over from a call that failed half-way */
-    /* decode: one token per sequence; CLLM_PROFILE=prefill: the other steps */
-    c->prof_on = c->prof_env && (T == b->n_seqs) != c->prof_prefill;
-    if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
-    double tp0 = c->prof_on ? cllm_time_s() : 0.0, tpr = 0.0;
-    c->kv = kv;
-    c->st = st;
+    return CLLM_OK;
+}
+
+cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cllm_error *err) {
+    const cllm_model *m = c->m;
+    double tpr = 0.0;
+    cllm_status s;
+    c->layer = l;
+    /* tensor parallel: each block adds its partial output into a zeroed accumulator that
+     * is all-reduced into the residual (forward_tp.c); blocks must not read c->x */
+    float *xr = NULL;
+    bool tp = m->tp_size > 1;
+    if (c->prof_on) tpr = cllm_time_s();
+    fwd_rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
+    if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
+    if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
+        return cllm_err_set(err, s, "forward: out of memory");
+    c->prof_tag = L->type == CLLM_LAYER_FULL_ATTN ? FWD_P_ATTN_PROJ : FWD_P_GDN_PROJ;
+    double before = c->prof[c->prof_tag];
+    if (c->prof_on) tpr = cllm_time_s();
+    s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
+    if (c->prof_on && L->type == CLLM_LAYER_FULL_ATTN)
+        c->prof[FWD_P_ATTN_CORE] += cllm_time_s() - tpr - (c->prof[FWD_P_ATTN_PROJ] - before);
+    if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
+    if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+    if (c->prof_on) tpr = cllm_time_s();
+    fwd_rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
+    if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
+    if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
+        return cllm_err_set(err, s, "forward: out of memory");
+    c->prof_tag = FWD_P_MOE_RS;
+    before = c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN];
+    if (c->prof_on) tpr = cllm_time_s();
+    s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
+    if (c->prof_on)
+        c->prof[FWD_P_MOE_REST] +=
+            cllm_time_s() - tpr -
+            (c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN] - before);
+    if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
+    if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
+    return CLLM_OK;
+}
+
+cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, float *logits,
+                     cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    const cllm_batch *b = c->batch;
     int H = f->hidden_size;
-    int t = 0;
-    for (int q = 0; q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        c->seq_tok0[q] = t;
-        if (m->n_gdn > 0 && sq->start_pos == 0) cllm_state_slot_clear(st, sq->state_slot);
-        for (int i = 0; i < sq->n_tokens; i++, t++) {
-            c->tok_seq[t] = q;
-            c->tok_pos[t] = sq->start_pos + i;
-            embed_row(&m->embed, sq->tokens[i], c->x + (size_t)t * H);
-        }
-    }
-    if (m->n_attn > 0) rope_tables(c, T);
-    if (c->prof_on) c->prof[FWD_P_EMBED] += cllm_time_s() - tp0;
-    const cllm_fwd_hooks *hk = &c->hooks; /* calibration (model/forward.h); off when serving */
-    int n_run = hk->stop_layer > 0 && hk->stop_layer < f->n_layers ? hk->stop_layer : f->n_layers;
-    int l0 = 0;
-    if (hk->resid && hk->resid_in > 0 && hk->resid_in < n_run) {
-        l0 = hk->resid_in;
-        memcpy(c->x, hk->resid, (size_t)T * H * sizeof(float));
-    }
-    for (int l = l0; l < n_run; l++) {
-        const fwd_layer *L = &m->layers[l];
-        c->layer = l;
-        if (hk->resid && l == hk->resid_out) memcpy(hk->resid, c->x, (size_t)T * H * sizeof(float));
-        /* tensor parallel: each block adds its partial output into a zeroed accumulator that
-         * is all-reduced into the residual (forward_tp.c); blocks must not read c->x */
-        float *xr = NULL;
-        bool tp = m->tp_size > 1;
-        if (c->prof_on) tpr = cllm_time_s();
-        rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
-        if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
-        if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
-            return cllm_err_set(err, s, "forward: out of memory");
-        c->prof_tag = L->type == CLLM_LAYER_FULL_ATTN ? FWD_P_ATTN_PROJ : FWD_P_GDN_PROJ;
-        double before = c->prof[c->prof_tag];
-        if (c->prof_on) tpr = cllm_time_s();
-        s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
-        if (c->prof_on && L->type == CLLM_LAYER_FULL_ATTN)
-            c->prof[FWD_P_ATTN_CORE] += cllm_time_s() - tpr - (c->prof[FWD_P_ATTN_PROJ] - before);
-        if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
-        if (s != CLLM_OK)
-            return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
-        if (c->prof_on) tpr = cllm_time_s();
-        rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
-        if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
-        if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
-            return cllm_err_set(err, s, "forward: out of memory");
-        c->prof_tag = FWD_P_MOE_RS;
-        before = c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN];
-        if (c->prof_on) tpr = cllm_time_s();
-        s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
-        if (c->prof_on)
-            c->prof[FWD_P_MOE_REST] +=
-                cllm_time_s() - tpr -
-                (c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN] - before);
-        if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
-        if (s != CLLM_OK)
-            return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
-    }
-    if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
+    cllm_status s;
+    double tpr = 0.0;
     if (c->prof_on) tpr = cllm_time_s();
     c->prof_tag = FWD_P_LM_HEAD;
     c->layer = -1;
+    /* every token's normed hidden state for the sequences that ask (the MTP head's input):
+     * the same fwd_rmsnorm of the same rows as the logits' below, so those keep their bits */
+    for (int q = 0; q < b->n_seqs; q++)
+        if (b->seqs[q].hidden_out)
+            fwd_rmsnorm_rows(c, norm_w, c->x + (size_t)c->seq_tok0[q] * H, b->seqs[q].hidden_out,
+                             NULL, b->seqs[q].n_tokens);
     /* Final norm and lm_head on the requested rows only (row list reuses pos_of: T*k >= T). */
     int *rows = c->pos_of, R = 0;
     if (m->lm_screen && c->cap_rowk < c->cap) {
@@ -718,7 +709,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         }
     }
     if (R == 0) return CLLM_OK;
-    rmsnorm_rows(c, m->final_norm, c->x, c->xn, rows, R);
+    fwd_rmsnorm_rows(c, norm_w, c->x, c->xn, rows, R);
     if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
     s = fwd_logit_rows(c, b, R, logits);
     if (s != CLLM_OK) return cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
@@ -763,4 +754,48 @@ static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, f
         fwd_mm_run(c) != CLLM_OK)
         return CLLM_ENOMEM;
     return CLLM_OK;
+}
+
+cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
+                         cllm_state_pool *st, float *logits, cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    int T = 0;
+    cllm_status s = fwd_validate(m, b, kv, st, true, &T, err);
+    if (s == CLLM_OK && m->tp_size > 1) s = fwd_tp_check_batch(b, err);
+    if (s == CLLM_OK) s = fwd_prepare(c, b, T, err);
+    if (s != CLLM_OK) return s;
+    /* decode: one token per sequence; CLLM_PROFILE=prefill: the other steps */
+    c->prof_on = c->prof_env && (T == b->n_seqs) != c->prof_prefill;
+    if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
+    double tp0 = c->prof_on ? cllm_time_s() : 0.0;
+    c->kv = kv;
+    c->st = st;
+    int H = f->hidden_size;
+    int t = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        c->seq_tok0[q] = t;
+        if (m->n_gdn > 0 && sq->start_pos == 0) cllm_state_slot_clear(st, sq->state_slot);
+        for (int i = 0; i < sq->n_tokens; i++, t++) {
+            c->tok_seq[t] = q;
+            c->tok_pos[t] = sq->start_pos + i;
+            fwd_embed_row(&m->embed, sq->tokens[i], c->x + (size_t)t * H);
+        }
+    }
+    if (m->n_attn > 0) fwd_rope_tables(c, T);
+    if (c->prof_on) c->prof[FWD_P_EMBED] += cllm_time_s() - tp0;
+    const cllm_fwd_hooks *hk = &c->hooks; /* calibration (model/forward.h); off when serving */
+    int n_run = hk->stop_layer > 0 && hk->stop_layer < f->n_layers ? hk->stop_layer : f->n_layers;
+    int l0 = 0;
+    if (hk->resid && hk->resid_in > 0 && hk->resid_in < n_run) {
+        l0 = hk->resid_in;
+        memcpy(c->x, hk->resid, (size_t)T * H * sizeof(float));
+    }
+    for (int l = l0; l < n_run; l++) {
+        if (hk->resid && l == hk->resid_out) memcpy(hk->resid, c->x, (size_t)T * H * sizeof(float));
+        if ((s = fwd_run_layer(c, &m->layers[l], l, T, err)) != CLLM_OK) return s;
+    }
+    if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
+    return fwd_head(c, m->final_norm, T, tp0, logits, err);
 }

@@ -9,6 +9,7 @@
  *  - cllm_kv_pool: attention K/V in fixed-size blocks. Block b holds, for every full-attention
  *    layer, K then V for block_size consecutive positions of one sequence:
  *      data[n_blocks][n_attn_layers][2][block_size][n_kv_heads * head_dim]   (fp32 or bf16)
+ *    (n_attn_layers + n_mtp_layers for a pool that also holds the MTP head's KV).
  *    K is stored after k_norm and RoPE. A sequence's block table maps position p to block
  *    table[p / block_size], row p % block_size. The engine allocates, shares and frees blocks.
  *  - cllm_state_pool: per-sequence recurrent state for the Gated DeltaNet layers, one slot per
@@ -39,8 +40,8 @@ typedef struct cllm_model cllm_model; /* bound weights + config; read-only after
 
 /* Opens dir (config.json + safetensors), checks every tensor of the plan (name, shape, dtype
  * F32/F16/BF16) and binds it in place in the mmap. Fused and per-expert expert layouts load;
- * MTP tensors are bound if present (not used yet); vision tensors are skipped with a log line.
- * Errors name the tensor and the expected and actual shape. */
+ * MTP tensors are bound if present (cllm_forward_mtp runs them); vision tensors are skipped with a
+ * log line. Errors name the tensor and the expected and actual shape. */
 cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err);
 void cllm_model_free(cllm_model *m);
 /* Tensor parallel: binds rank `rank` of `size` (model/tp_shard.h: its heads, intermediate rows and
@@ -68,8 +69,10 @@ typedef enum cllm_kv_dtype { CLLM_KV_F32 = 0, CLLM_KV_BF16 = 1 } cllm_kv_dtype;
 
 typedef struct cllm_kv_pool {
     int n_blocks, block_size;
-    int n_layers; /* full-attention layers of the model */
-    int kv_dim;   /* n_kv_heads * head_dim */
+    /* full-attention layers of the model, plus its MTP layers for a pool made by
+     * cllm_kv_pool_init_mtp (those come last: layer n_attn + j is MTP layer j) */
+    int n_layers;
+    int kv_dim; /* n_kv_heads * head_dim */
     cllm_kv_dtype dtype;
     size_t elem_size; /* 4 or 2 */
     void *data;       /* [n_blocks][n_layers][2][block_size][kv_dim] */
@@ -77,8 +80,15 @@ typedef struct cllm_kv_pool {
 
 cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks, int block_size,
                               cllm_kv_dtype dtype, cllm_error *err);
+/* The same pool with room for the MTP head's layers after the attention layers
+ * (n_layers = n_attn + n_mtp): a block then holds, for its block_size positions, the main
+ * model's K/V and the MTP layer's (cllm_forward_mtp), under the sequence's one block table.
+ * cllm_forward accepts both kinds and uses layers [0, n_attn) only. EINVAL when the model has
+ * no MTP head. */
+cllm_status cllm_kv_pool_init_mtp(cllm_kv_pool *p, const cllm_model *m, int n_blocks,
+                                  int block_size, cllm_kv_dtype dtype, cllm_error *err);
 void cllm_kv_pool_free(cllm_kv_pool *p);
-/* Bytes per block (all layers, K and V). */
+/* Bytes per block (all layers, K and V; MTP layers included). */
 size_t cllm_kv_pool_block_bytes(const cllm_kv_pool *p);
 
 typedef struct cllm_state_pool {
@@ -128,6 +138,11 @@ typedef struct cllm_seq_batch {
      * last row is (logits_topk). A speculative verify asks for its k + 1 draft positions only,
      * the tokens replayed before them need none. 0 or 1 = the last row. */
     int logits_n;
+    /* NULL, or [n_tokens][hidden_size] floats: the final-normed hidden state of every token of
+     * the call (positions ascending), whatever the logits mode: the MTP head's input
+     * (cllm_forward_mtp). Logits are the same bits with or without it. Not written by a
+     * calibration call that stops early (cllm_fwd_hooks.stop_layer). */
+    float *hidden_out;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
 
@@ -198,5 +213,43 @@ size_t cllm_batch_logit_rows(const cllm_batch *b);
  * only if their calls never touch the same blocks or slots concurrently. */
 cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
                          cllm_state_pool *st, float *logits, cllm_error *err);
+
+/* The MTP head (docs/model.md §2.7): true when the checkpoint's mtp.* tensors are bound. */
+bool cllm_model_has_mtp(const cllm_model *m);
+
+/* One sequence of an MTP call. Row i (position start_pos + i) reads the target model's
+ * final-normed hidden state at that position (cllm_seq_batch.hidden_out) -- or, for a chained
+ * draft, the MTP's own output of the row before (cllm_mtp_seq.hidden_out) -- and the token at
+ * the next position, t_{p+1}; its logits predict t_{p+2}. */
+typedef struct cllm_mtp_seq {
+    const float *hidden;        /* [n_tokens][hidden_size] */
+    const int32_t *tokens;      /* [n_tokens]: t_{p+1} for the rows p = start_pos .. */
+    int n_tokens;               /* >= 1 */
+    int start_pos;              /* position of row 0; the MTP KV of positions < start_pos is read */
+    const int32_t *block_table; /* the sequence's main block table; covers start_pos + n_tokens */
+    int n_table;
+    cllm_logits_mode logits; /* as cllm_seq_batch: LAST (the last max(1, logits_n)), ALL, NONE */
+    int logits_n;
+    int logits_topk; /* as cllm_seq_batch: the screened lm_head's rows */
+    float logits_scale;
+    float *hidden_out; /* NULL, or [n_tokens][hidden_size]: the MTP's normed output (mtp.norm),
+                        * the hidden input of the next chained draft; may be `hidden` itself
+                        * (all rows' inputs are read before any output is written) */
+} cllm_mtp_seq;
+
+/* Runs the MTP head over n_seqs sequences: fc(concat(pre_fc_norm_embedding(embed(token)),
+ * pre_fc_norm_hidden(hidden))), the MTP decoder layer at each row's position (its K/V written
+ * into the pool's MTP layer slot of the sequence's blocks, its attention over the MTP K/V of
+ * positions 0..p), mtp.norm, the shared lm_head. logits as cllm_forward: the rows each sequence
+ * asks for, sequences in order, positions ascending. kv must come from cllm_kv_pool_init_mtp.
+ * Errors (before anything is written): EINVAL naming what is wrong (no MTP head, a pool without
+ * the MTP layer, bad tokens / positions / block tables / logits modes, NULL hidden);
+ * EUNSUPPORTED under tensor parallel and for mtp_num_hidden_layers > 1. Same threading and
+ * determinism contract as cllm_forward (a row's results do not depend on the batch or on how
+ * rows are split into calls). */
+cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, float *logits, cllm_error *err);
+/* Rows of logits an MTP call asks for. */
+size_t cllm_mtp_logit_rows(const cllm_mtp_seq *seqs, int n_seqs);
 
 #endif

@@ -77,9 +77,9 @@ struct cllm_model {
     int n_attn, n_gdn;
     int conv_ch, q_rows, kv_dim;
     bool has_mtp;
-    /* MTP head, bound when present, not used by cllm_forward yet */
+    /* MTP head, bound when present, run by cllm_forward_mtp (fwd_mtp.c) */
     int n_mtp;
-    fwd_layer *mtp_layers; /* [n_mtp], sub = -1 */
+    fwd_layer *mtp_layers; /* [n_mtp], sub = n_attn + j: KV layer of an MTP pool */
     fwd_wt mtp_fc;         /* [H][2H] */
     float *mtp_norm, *mtp_pre_emb, *mtp_pre_hidden;
     /* GPTQ matrices repacked into panels at load (weights.c model_panels): their bytes, and
@@ -196,6 +196,11 @@ struct cllm_fwd_ctx {
     size_t cap_lm;
     int *lm_rowk;
     int cap_rowk;
+    /* cllm_forward_mtp (fwd_mtp.c): the fc's input [T][2H] and the call's sequences as a batch */
+    float *mtp_in;
+    size_t cap_mtp_in;
+    cllm_seq_batch *mtp_sb;
+    int cap_mtp_sb;
     /* CLLM_ACT16: how act_bits 16 GPTQ matmuls take their activations (FWD_A16_*) */
     int act16;
     /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
@@ -207,6 +212,28 @@ struct cllm_fwd_ctx {
     long prof_steps, prof_tokens;
     double prof_total;
 };
+
+/* The pieces of cllm_forward that cllm_forward_mtp (fwd_mtp.c) runs too (forward.c).
+ * fwd_validate: the batch checks of cllm_forward (with_state = false: no state pool, slots not
+ * checked); a kv pool with or without the MTP layers passes. fwd_prepare: scratch for T tokens
+ * and c->batch = b. fwd_run_layer: one decoder layer over c->x (input norm, mixer, post norm,
+ * MLP/MoE) as layer index l (the hooks' and error messages' number). fwd_head: for every
+ * sequence with hidden_out its tokens' rows of c->x normed by norm_w, then the logits rows the
+ * batch asks for (normed by norm_w, lm_head plain, screened or TP); tp0 = the call's start for
+ * CLLM_PROFILE. */
+cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv_pool *kv,
+                         const cllm_state_pool *st, bool with_state, int *T_out, cllm_error *err);
+cllm_status fwd_prepare(cllm_fwd_ctx *c, const cllm_batch *b, int T, cllm_error *err);
+cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cllm_error *err);
+cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, float *logits,
+                     cllm_error *err);
+/* The embedding row of token id as fp32 [H]. */
+void fwd_embed_row(const fwd_wt *e, int id, float *dst);
+/* dst row i = rmsnorm(src row rows[i] (i when rows is NULL), w), n rows over the pool. */
+void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
+                      const int *rows, int n);
+/* RoPE cos/sin rows of the T tokens at c->tok_pos. */
+void fwd_rope_tables(cllm_fwd_ctx *c, int T);
 
 /* Queue a matmul job; fwd_mm_run runs all queued jobs in one parallel region and clears them. */
 cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ldx, int n_tok,

@@ -6,8 +6,8 @@
 #include "base/mem.h"
 #include "model/fwd_int.h"
 
-cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks, int block_size,
-                              cllm_kv_dtype dtype, cllm_error *err) {
+static cllm_status pool_init(cllm_kv_pool *p, const cllm_model *m, int n_layers, int n_blocks,
+                             int block_size, cllm_kv_dtype dtype, cllm_error *err) {
     memset(p, 0, sizeof(*p));
     if (n_blocks < 1 || block_size < 1)
         return cllm_err_set(err, CLLM_EINVAL,
@@ -17,7 +17,7 @@ cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks
         return cllm_err_set(err, CLLM_EINVAL, "kv pool: unknown dtype %d", (int)dtype);
     p->n_blocks = n_blocks;
     p->block_size = block_size;
-    p->n_layers = m->n_attn;
+    p->n_layers = n_layers;
     p->kv_dim = m->kv_dim;
     p->dtype = dtype;
     p->elem_size = dtype == CLLM_KV_F32 ? 4 : 2;
@@ -29,6 +29,22 @@ cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks
     if (!p->data)
         return cllm_err_set(err, CLLM_ENOMEM, "kv pool: cannot allocate %zu bytes", bytes);
     return CLLM_OK;
+}
+
+cllm_status cllm_kv_pool_init(cllm_kv_pool *p, const cllm_model *m, int n_blocks, int block_size,
+                              cllm_kv_dtype dtype, cllm_error *err) {
+    return pool_init(p, m, m->n_attn, n_blocks, block_size, dtype, err);
+}
+
+cllm_status cllm_kv_pool_init_mtp(cllm_kv_pool *p, const cllm_model *m, int n_blocks,
+                                  int block_size, cllm_kv_dtype dtype, cllm_error *err) {
+    if (!m->has_mtp) {
+        memset(p, 0, sizeof(*p));
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "kv pool: the model has no MTP head (no mtp.* tensors, or "
+                            "mtp_num_hidden_layers 0 in its config)");
+    }
+    return pool_init(p, m, m->n_attn + m->n_mtp, n_blocks, block_size, dtype, err);
 }
 
 void cllm_kv_pool_free(cllm_kv_pool *p) {

@@ -707,9 +707,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
                      check_one, &cc);
     if ((st = cc.st) != CLLM_OK) goto fail;
     m->has_mtp = c->mtp_num_hidden_layers > 0 && cc.n_optional_found > 0;
-    if (m->has_mtp)
-        LOG_INFO("%s: MTP head present (%zu tensors bound, not used yet)", dir,
-                 cc.n_optional_found);
+    if (m->has_mtp) LOG_INFO("%s: MTP head present (%zu tensors bound)", dir, cc.n_optional_found);
     size_t n_vis = 0;
     cllm_ckpt_foreach(m->ckpt, count_vision, &n_vis);
     if (n_vis) LOG_INFO("%s: skipping %zu vision tensors (text-only forward pass)", dir, n_vis);
@@ -735,7 +733,7 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
                    fused, true);
     }
     if (m->has_mtp && B.st == CLLM_OK) {
-        /* MTP head (docs/model.md §2.7): bound for a later speculative decoder, unused by
+        /* MTP head (docs/model.md §2.7): run by cllm_forward_mtp (fwd_mtp.c), never by
          * cllm_forward. Its experts are per-expert tensors in official checkpoints even when the
          * main layers are fused (the plan pass above already checked which layout is present). */
         m->n_mtp = c->mtp_num_hidden_layers;
@@ -751,6 +749,8 @@ cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model *
             snprintf(n, sizeof(n), "%smlp.experts.gate_up_proj", lp);
             bind_layer(&B, &m->mtp_layers[l], lp, CLLM_LAYER_FULL_ATTN, true,
                        cllm_ckpt_get(m->ckpt, n) != NULL, false);
+            /* its KV slot in a pool from cllm_kv_pool_init_mtp: after the attention layers */
+            m->mtp_layers[l].sub = m->n_attn + l;
         }
     }
     if ((st = B.st) != CLLM_OK) goto fail;
@@ -782,6 +782,9 @@ int cllm_model_n_attn_layers(const cllm_model *m) {
 }
 int cllm_model_n_gdn_layers(const cllm_model *m) {
     return m->n_gdn;
+}
+bool cllm_model_has_mtp(const cllm_model *m) {
+    return m->has_mtp;
 }
 
 static uint64_t wbytes(const fwd_wt *w) {

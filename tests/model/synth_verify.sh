@@ -99,6 +99,29 @@ expect_rc 2 "no command" "$BIN"
 for cmd in $("$BIN" --help | awk '/^commands:/{f=1;next} f&&/^  [a-z]/{print $1}'); do
   expect_rc 0 "$cmd --help" "$BIN" "$cmd" --help
 done
+# configs/tiny-mtp.json (tiny with mtp_num_hidden_layers 1): synth writes the MTP head (mtp.fc,
+# its three norms and one full-attention MoE layer with a shared expert, experts per expert as in
+# the official checkpoints: 41 tensors at this size), verify accepts it, the loader binds all 41;
+# --no-mtp leaves the head out and the checkpoint still verifies (the head is optional).
+for layout in fused per-expert; do
+  d="$T/tiny-mtp-$layout"
+  expect_rc 0 "synth tiny-mtp $layout" "$BIN" synth -q --config "$SRC/configs/tiny-mtp.json" --experts $layout --seed 7 "$d"
+  expect_rc 0 "verify tiny-mtp $layout" "$BIN" verify --full "$d"
+  grep -q "^OK" "$T/out" || bad "verify tiny-mtp $layout did not print OK"
+  grep -q "+ MTP" "$T/out" || bad "verify tiny-mtp $layout does not mention the MTP head"
+  n=$(grep -ao '"mtp\.[A-Za-z0-9_.]*"' "$d/model.safetensors" | sort -u | wc -l)
+  expect_eq "tiny-mtp $layout: mtp.* tensors written" "$n" 41
+  n=$(grep -ao '"mtp\.layers\.0\.mlp\.experts\.[0-9]*\.down_proj\.weight"' "$d/model.safetensors" | sort -u | wc -l)
+  expect_eq "tiny-mtp $layout: MTP experts per expert" "$n" 8
+  expect_rc 0 "load tiny-mtp $layout" "$BIN" eval "$d" --tokens 1,2,3 --logits-hash
+  grep -q "MTP head present (41 tensors bound)" "$T/out" || bad "tiny-mtp $layout: MTP head not bound"
+done
+d="$T/tiny-mtp-none"
+expect_rc 0 "synth tiny-mtp --no-mtp" "$BIN" synth -q --config "$SRC/configs/tiny-mtp.json" --no-mtp --seed 7 "$d"
+n=$(grep -ao '"mtp\.[A-Za-z0-9_.]*"' "$d/model.safetensors" | sort -u | wc -l)
+expect_eq "tiny-mtp --no-mtp: no mtp.* tensors" "$n" 0
+expect_rc 0 "verify tiny-mtp --no-mtp" "$BIN" verify "$d"
+
 expect_rc 0 "--version" "$BIN" --version
 grep -q "cpu features:" "$T/out" && ok "version shows features" || bad "version lacks features"
 

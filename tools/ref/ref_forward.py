@@ -155,6 +155,8 @@ def parse_config(raw):
         c.shared_intermediate = int(t.get("shared_expert_intermediate_size", 0) or 0) if is35 else 0
         if c.top_k > c.num_experts:
             raise ValueError("config.json: num_experts_per_tok > num_experts")
+    # MTP head (§2.7): its layers are full-attention MoE layers under "mtp.layers.N."
+    c.mtp_layers = int(t.get("mtp_num_hidden_layers", 0) or 0) if is35 else 0
     return c
 
 
@@ -381,6 +383,40 @@ class Model:
                     e[m + "shared_expert.up_proj.weight"] = (S, H)
                     e[m + "shared_expert.down_proj.weight"] = (H, S)
                     e[m + "shared_expert_gate.weight"] = (1, H)
+        if c.mtp_layers and "mtp.fc.weight" in self.st:   # §2.7, checked when present
+            for n in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
+                      "mtp.norm.weight"):
+                e[n] = (H,)
+            e["mtp.fc.weight"] = (H, 2 * H)
+            for j in range(c.mtp_layers):
+                p = f"mtp.layers.{j}."
+                for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+                    e[p + n] = (H,)
+                a = p + "self_attn."
+                qrows = c.n_heads * hd * (2 if c.attn_output_gate else 1)
+                e[a + "q_proj.weight"] = (qrows, H)
+                e[a + "k_proj.weight"] = (c.n_kv * hd, H)
+                e[a + "v_proj.weight"] = (c.n_kv * hd, H)
+                e[a + "o_proj.weight"] = (H, c.n_heads * hd)
+                e[a + "q_norm.weight"] = (hd,)
+                e[a + "k_norm.weight"] = (hd,)
+                m, E, I = p + "mlp.", c.num_experts, c.moe_intermediate
+                e[m + "gate.weight"] = (E, H)
+                if (m + "experts.gate_up_proj") in self.st:
+                    e[m + "experts.gate_up_proj"] = (E, 2 * I, H)
+                    e[m + "experts.down_proj"] = (E, H, I)
+                else:
+                    for x in range(E):
+                        ep = f"{m}experts.{x}."
+                        e[ep + "gate_proj.weight"] = (I, H)
+                        e[ep + "up_proj.weight"] = (I, H)
+                        e[ep + "down_proj.weight"] = (H, I)
+                if c.shared_intermediate:
+                    S = c.shared_intermediate
+                    e[m + "shared_expert.gate_proj.weight"] = (S, H)
+                    e[m + "shared_expert.up_proj.weight"] = (S, H)
+                    e[m + "shared_expert.down_proj.weight"] = (H, S)
+                    e[m + "shared_expert_gate.weight"] = (1, H)
         return e, opt
 
     def _validate(self):
@@ -402,7 +438,7 @@ class Model:
     # -- weight access (float64)
     def w(self, name, optional=False):
         """Tensor under the decoder prefix (or top-level lm_head), as float64, cached."""
-        full = name if name == self.lm_head_name else self.prefix + name
+        full = name if name == self.lm_head_name or name.startswith("mtp.") else self.prefix + name
         if full not in self._cache:
             if optional and full not in self.st:
                 return None
@@ -414,9 +450,10 @@ class Model:
         rows 0..I-1 are the gate, I..2I-1 the up projection (§2.5); down_proj[e] is [H, I]."""
         key = ("expert", L, e)
         if key not in self._cache:
-            m = f"{self.prefix}layers.{L}.mlp.experts."
+            m = (L if isinstance(L, str) else f"{self.prefix}layers.{L}.") + "mlp.experts."
             I = self.cfg.moe_intermediate
-            if self.fused_experts[L]:
+            fused = (m + "gate_up_proj") in self.st if isinstance(L, str) else self.fused_experts[L]
+            if fused:
                 gu = self.st.get(m + "gate_up_proj", index=e)
                 G, U = gu[:I], gu[I:]
                 D = self.st.get(m + "down_proj", index=e)
@@ -426,6 +463,12 @@ class Model:
                 D = self.st.get(f"{m}{e}.down_proj.weight")
             self._cache[key] = (G, U, D)
         return self._cache[key]
+
+
+def layer_prefix(L):
+    """Tensor-name prefix of decoder layer L: an index into the main stack, or an MTP layer's
+    own prefix ("mtp.layers.0.", §2.7: always full attention + MoE)."""
+    return L if isinstance(L, str) else f"layers.{L}."
 
 
 def linear(x, W, b=None):
@@ -468,7 +511,7 @@ def attention(model, L, x, state):
     """§2.3 gated full attention (qwen3_5_moe) / plain Qwen3 attention (no gate, plain-w norms,
     rotary over the whole head). x: [T, H] normed input; appends to state's K/V."""
     c = model.cfg
-    a = f"layers.{L}.self_attn."
+    a = layer_prefix(L) + "self_attn."
     T, nh, nkv, hd = x.shape[0], c.n_heads, c.n_kv, c.head_dim
     qa = linear(x, model.w(a + "q_proj.weight"), model.w(a + "q_proj.bias", True))
     if c.attn_output_gate:
@@ -555,10 +598,10 @@ def mlp(model, L, x, trace=None):
     """Dense SwiGLU MLP or §2.5 MoE block (softmax -> top-k -> optional renormalise, routed
     experts, plus the sigmoid-gated shared expert where present). x: [T, H] normed input."""
     c = model.cfg
-    m = f"layers.{L}.mlp."
+    m = layer_prefix(L) + "mlp."
     T = x.shape[0]
     out = np.zeros_like(x)
-    if c.mlp_types[L] == "dense":
+    if not isinstance(L, str) and c.mlp_types[L] == "dense":
         G, U, D = (model.w(m + "gate_proj.weight"), model.w(m + "up_proj.weight"),
                    model.w(m + "down_proj.weight"))
         for t in range(T):
@@ -637,6 +680,61 @@ def forward_split(model, tokens, split=0, **kw):
     return np.concatenate(out, axis=0)
 
 
+# ----------------------------------------------------------------------------- MTP head (§2.7)
+
+class MtpState:
+    """The MTP layers' own K/V (after k_norm + RoPE) and the next MTP position."""
+
+    def __init__(self, model):
+        c = model.cfg
+        self.pos = 0
+        self.k = {f"mtp.layers.{j}.": np.zeros((0, c.n_kv, c.head_dim)) for j in range(c.mtp_layers)}
+        self.v = {L: a.copy() for L, a in self.k.items()}
+
+
+def mtp_forward(model, hidden, tokens, state):
+    """§2.7, as vLLM's qwen3_5_mtp.py (Qwen3_5MultiTokenPredictor.forward): row p reads the
+    target's final-normed hidden state h_p [H] and the token t_{p+1};
+    x = fc(concat(pre_fc_norm_embedding(embed(t_{p+1})), pre_fc_norm_hidden(h_p))) (embedding
+    first), one full-attention MoE decoder layer at position p over the MTP's own K/V, then
+    mtp.norm; logits = the shared lm_head of that, predicting t_{p+2}. The MTP norms are
+    Qwen3_5RMSNorm ((1 + w)). Returns (logits [T, vocab], normed output [T, H]); the normed output
+    is the hidden input of the next chained draft (vLLM feeds it back for non-DeepSeek MTP)."""
+    c = model.cfg
+    if c.mtp_layers != 1:
+        raise ValueError(f"mtp: mtp_num_hidden_layers {c.mtp_layers}: the reference runs 1 "
+                         "(vLLM uses layer step % N per draft step)")
+    if "mtp.fc.weight" not in model.st:
+        raise ValueError("mtp: the checkpoint has no mtp.* tensors")
+    tokens = np.asarray(tokens, dtype=np.int64)
+    hidden = np.asarray(hidden, dtype=np.float64).reshape(len(tokens), c.hidden)
+    e = model.w("embed_tokens.weight")[tokens]
+    en = rmsnorm(e, model.w("mtp.pre_fc_norm_embedding.weight"), c.eps, True)
+    hn = rmsnorm(hidden, model.w("mtp.pre_fc_norm_hidden.weight"), c.eps, True)
+    h = linear(np.concatenate([en, hn], axis=1), model.w("mtp.fc.weight"))
+    L = "mtp.layers.0."
+    xn = rmsnorm(h, model.w(L + "input_layernorm.weight"), c.eps, c.norm_one_plus)
+    h = h + attention(model, L, xn, state)                  # positions state.pos ..
+    xn = rmsnorm(h, model.w(L + "post_attention_layernorm.weight"), c.eps, c.norm_one_plus)
+    h = h + mlp(model, L, xn)
+    out = rmsnorm(h, model.w("mtp.norm.weight"), c.eps, True)
+    state.pos += len(tokens)
+    return out @ model.w(model.lm_head_name).T, out
+
+
+def mtp_rows(model, target_hidden, mtp_tokens):
+    """MTP rows 0..len(mtp_tokens)-1, one at a time: row p reads mtp_tokens[p] and
+    target_hidden[p] while p < len(target_hidden), past that (a chained draft) the MTP's own
+    output of row p-1. Returns (logits [R, vocab], hidden [R, H])."""
+    st, lg, hs = MtpState(model), [], []
+    for p, tok in enumerate(mtp_tokens):
+        h_in = target_hidden[p] if p < len(target_hidden) else hs[-1]
+        l1, o1 = mtp_forward(model, h_in[None, :], [tok], st)
+        lg.append(l1[0])
+        hs.append(o1[0])
+    return np.array(lg), np.array(hs)
+
+
 # ----------------------------------------------------------------------------- CLI
 
 def parse_tokens(s):
@@ -666,6 +764,13 @@ def main(argv=None):
                     help="write the residual stream as float32 [n_tokens][hidden]: "
                          "h_embed.f32, h_layer_NN.f32, h_final_norm.f32")
     ap.add_argument("--print-routing", action="store_true", help="print MoE top-k choices")
+    ap.add_argument("--mtp-tokens", metavar="IDS",
+                    help="run the MTP head (§2.7) after the forward: row p reads this list's "
+                         "token p and the final-normed hidden state of position p (rows past "
+                         "the prompt: the MTP's own output of the row before)")
+    ap.add_argument("--mtp-out", metavar="FILE", help="MTP logits, float32 [rows][vocab]")
+    ap.add_argument("--mtp-hidden-out", metavar="FILE",
+                    help="MTP normed output (mtp.norm), float32 [rows][hidden]")
     args = ap.parse_args(argv)
 
     model = Model(args.model_dir)
@@ -695,6 +800,18 @@ def main(argv=None):
     else:
         logits, _ = forward(model, toks, gdn_mode=args.gdn, chunk=args.chunk,
                             hidden_out=hidden, trace=trace)
+    if args.mtp_tokens:
+        if hidden is None:
+            hl = []
+            forward(model, toks, gdn_mode=args.gdn, chunk=args.chunk, hidden_out=hl)
+            target = hl[-1]
+        else:
+            target = hidden[-1]
+        ml, mh = mtp_rows(model, target, parse_tokens(args.mtp_tokens))
+        if args.mtp_out:
+            ml.astype("<f4").tofile(args.mtp_out)
+        if args.mtp_hidden_out:
+            mh.astype("<f4").tofile(args.mtp_hidden_out)
     if not np.all(np.isfinite(logits)):
         print("# WARNING: non-finite logits", file=sys.stderr)
     rows = logits[-1:] if args.last_only else logits

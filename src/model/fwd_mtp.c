@@ -1,0 +1,137 @@
+/* cllm_forward_mtp(): the checkpoint's multi-token-prediction head (docs/model.md §2.7) over a
+ * ragged batch; the speculative decoder's MTP drafter calls it (engine/), after cllm_forward
+ * gave it the target's final-normed hidden states (cllm_seq_batch.hidden_out).
+ *
+ * Per row (a sequence's position p): x = mtp.fc(concat(pre_fc_norm_embedding(embed(t_{p+1})),
+ * pre_fc_norm_hidden(h_p))), embedding first as vLLM's qwen3_5_mtp.py concatenates; then the MTP
+ * decoder layer(s) at position p through the main forward's own layer code (forward.c
+ * fwd_run_layer: gated attention over the pool's MTP layer slot, MoE with the shared expert);
+ * then mtp.norm and the shared lm_head (forward.c fwd_head, so the screened lm_head and the
+ * LAST/ALL/NONE row selection are the main forward's). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mem.h"
+#include "model/fwd_int.h"
+
+size_t cllm_mtp_logit_rows(const cllm_mtp_seq *seqs, int n_seqs) {
+    size_t n = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const cllm_mtp_seq *q = &seqs[s];
+        n += q->logits == CLLM_LOGITS_ALL    ? (size_t)(q->n_tokens > 0 ? q->n_tokens : 0)
+             : q->logits == CLLM_LOGITS_LAST ? (size_t)(q->logits_n > 1 ? q->logits_n : 1)
+                                             : 0;
+    }
+    return n;
+}
+
+typedef struct mtp_job {
+    cllm_fwd_ctx *c;
+    const cllm_mtp_seq *seqs;
+} mtp_job;
+
+/* Row t of the fc input: [pre_fc_norm_embedding(embed(token)) | pre_fc_norm_hidden(hidden)]. */
+static void input_worker(void *vj, size_t b, size_t e, int tid) {
+    mtp_job *j = vj;
+    cllm_fwd_ctx *c = j->c;
+    const cllm_model *m = c->m;
+    int H = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_norm_eps;
+    for (size_t t = b; t < e; t++) {
+        int q = c->tok_seq[t], i = (int)t - c->seq_tok0[q];
+        const cllm_mtp_seq *sq = &j->seqs[q];
+        float *row = c->mtp_in + t * 2 * (size_t)H;
+        fwd_embed_row(&m->embed, sq->tokens[i], row + H); /* the hidden half is written last */
+        fwd_rmsnorm(row, row + H, m->mtp_pre_emb, H, eps);
+        fwd_rmsnorm(row + H, sq->hidden + (size_t)i * H, m->mtp_pre_hidden, H, eps);
+    }
+}
+
+static cllm_status check_call(const cllm_model *m, const cllm_fwd_ctx *c, const cllm_mtp_seq *seqs,
+                              int n_seqs, const cllm_kv_pool *kv, cllm_error *err) {
+    if (!m->has_mtp)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "forward_mtp: the model has no MTP head (no mtp.* tensors, or "
+                            "mtp_num_hidden_layers 0 in its config)");
+    if (m->tp_size > 1)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "forward_mtp: the MTP head does not run under tensor parallel "
+                            "(tensor-parallel-size %d)",
+                            m->tp_size);
+    if (m->n_mtp != 1) /* vLLM runs layer (draft step % N) per step, not N stacked layers */
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "forward_mtp: mtp_num_hidden_layers %d: only 1 is supported", m->n_mtp);
+    if (c->hooks.on_matmul || c->hooks.stop_layer > 0 || c->hooks.resid)
+        return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: calibration hooks are set");
+    if (!kv || kv->n_layers != m->n_attn + m->n_mtp)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "forward_mtp: the kv pool has %d layers, this model's MTP pool has %d "
+                            "(cllm_kv_pool_init_mtp)",
+                            kv ? kv->n_layers : 0, m->n_attn + m->n_mtp);
+    if (n_seqs < 1 || !seqs) return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: empty batch");
+    for (int s = 0; s < n_seqs; s++)
+        if (!seqs[s].hidden)
+            return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: sequence %d: no hidden states", s);
+    return CLLM_OK;
+}
+
+cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
+    cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
+    if (s != CLLM_OK) return s;
+    if (n_seqs > c->cap_mtp_sb) {
+        cllm_seq_batch *nb = realloc(c->mtp_sb, (size_t)n_seqs * sizeof(*nb));
+        if (!nb) return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+        c->mtp_sb = nb;
+        c->cap_mtp_sb = n_seqs;
+    }
+    /* the rows as a batch of the main forward's kind: its checks, attention's block tables and
+     * fwd_head's row selection read it */
+    for (int q = 0; q < n_seqs; q++) {
+        const cllm_mtp_seq *sq = &seqs[q];
+        c->mtp_sb[q] = (cllm_seq_batch){.tokens = sq->tokens,
+                                        .n_tokens = sq->n_tokens,
+                                        .start_pos = sq->start_pos,
+                                        .block_table = sq->block_table,
+                                        .n_table = sq->n_table,
+                                        .logits = sq->logits,
+                                        .logits_topk = sq->logits_topk,
+                                        .logits_scale = sq->logits_scale,
+                                        .logits_n = sq->logits_n,
+                                        .hidden_out = sq->hidden_out};
+    }
+    cllm_batch b = {c->mtp_sb, n_seqs};
+    int T = 0, H = f->hidden_size;
+    if ((s = fwd_validate(m, &b, kv, NULL, false, &T, err)) != CLLM_OK) return s;
+    if ((s = fwd_prepare(c, &b, T, err)) != CLLM_OK) return s;
+    size_t need = (size_t)T * 2 * (size_t)H;
+    if (need > c->cap_mtp_in) {
+        cllm_free_aligned(c->mtp_in);
+        c->mtp_in = cllm_alloc_aligned(need * sizeof(float));
+        c->cap_mtp_in = c->mtp_in ? need : 0;
+        if (!c->mtp_in) return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+    }
+    c->prof_on = false; /* CLLM_PROFILE reports the main forward's steps only */
+    c->kv = kv;
+    c->st = NULL;
+    int t = 0;
+    for (int q = 0; q < n_seqs; q++) {
+        c->seq_tok0[q] = t;
+        for (int i = 0; i < seqs[q].n_tokens; i++, t++) {
+            c->tok_seq[t] = q;
+            c->tok_pos[t] = seqs[q].start_pos + i;
+        }
+    }
+    mtp_job j = {c, seqs};
+    cllm_pool_for(c->pool, (size_t)T, input_worker, &j);
+    c->layer = f->n_layers;
+    if (fwd_mm_add(c, &m->mtp_fc, c->mtp_in, 2 * (size_t)H, T, c->x, (size_t)H) != CLLM_OK ||
+        fwd_mm_run(c) != CLLM_OK)
+        return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+    fwd_rope_tables(c, T);
+    for (int l = 0; l < m->n_mtp; l++)
+        if ((s = fwd_run_layer(c, &m->mtp_layers[l], f->n_layers + l, T, err)) != CLLM_OK) return s;
+    return fwd_head(c, m->mtp_norm, T, 0.0, logits, err);
+}
