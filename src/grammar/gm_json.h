@@ -35,6 +35,12 @@ int sc_integer_generic(gm_sc *c);
 /* Literal JSON text of a value (compact); raw: a string's content without quotes. */
 int sc_literal(gm_sc *c, json_t *v, bool raw);
 
+/* gm_schema_keys.c: an object's members (n >= 1) in order, member i optional unless
+ * required[i], keys as JSON text (quotes included), values val[i]; tail0 / tail1 follow the
+ * last member written (tail0 when none was). Returns the members' expression (no braces). */
+int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *klen,
+                      const bool *required, const int *val, int tail0, int tail1);
+
 /* gm_schema_num.c */
 /* Decimal integers in [lo, hi]; has_lo/has_hi false = unbounded on that side. */
 int sc_int_range(gm_builder *b, bool has_lo, long long lo, bool has_hi, long long hi);

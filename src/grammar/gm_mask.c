@@ -425,7 +425,23 @@ int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask) {
 }
 
 int cllm_gm_matcher_mask(cllm_gm_matcher *m, uint32_t *mask) {
-    return gm_mask_fill(m, mask);
+    if (m->broken) return -1;
+    bool was = m->capped;
+    m->capped = false;
+    int cnt = gm_mask_fill(m, mask);
+    bool hit = m->capped;
+    m->capped |= was;
+    if (!hit) return cnt;
+    /* a cap refused some tokens: the mask is a subset of the language's. While it still allows
+     * some text the output stays valid; allowing nothing (or only the end) would read as "the
+     * structure is complete" and stop the output short, so that is an error instead */
+    const cllm_gm_vocab *v = m->v;
+    int eos = 0;
+    for (int i = 0; i < v->n_eos; i++) {
+        int e = v->eos[i];
+        if (e >= 0 && e < v->V && mask[e >> 5] >> (e & 31) & 1) eos++;
+    }
+    return cnt - eos > 0 ? cnt : -1;
 }
 
 void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v) {

@@ -121,6 +121,17 @@ static json_t *resolve_ptr(gm_sc *c, const char *ref) {
     return *p ? NULL : cur;
 }
 
+/* The error for a $ref that resolve_ptr could not follow: a remote reference is unsupported, a
+ * local pointer to nothing is an invalid schema (naming the pointer, not the feature). */
+static bool ref_missing(gm_sc *c, json_t *ref, const char *ptr) {
+    const char *r = json_string_value(ref);
+    if (!r) return invalid(c, "$ref", ptr, "must be a string");
+    if (r[0] != '#')
+        return unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported");
+    return gb_error(c->b, CLLM_EINVAL,
+                    "invalid schema: '$ref' at %s: '%.120s' does not exist in the schema", ptr, r);
+}
+
 /* ---- allOf merging ---- */
 
 static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth);
@@ -170,7 +181,7 @@ static json_t *flatten(gm_sc *c, json_t *s, const char *ptr, int depth) {
         json_t *t = json_is_string(ref) ? resolve_ptr(c, json_string_value(ref)) : NULL;
         if (!t) {
             json_decref(acc);
-            unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported");
+            ref_missing(c, ref, ptr);
             return NULL;
         }
         json_t *ft = flatten(c, t, ptr, depth + 1);
@@ -383,6 +394,50 @@ typedef struct member {
     char ptr[PTR_MAX];
 } member;
 
+/* From this many members on, the members take gm_schema_keys.c's form (a chain of rules, one
+ * stack per optional member at a key's start, gets slow and then past the matcher's cap). */
+enum { OBJ_MANY = 32 };
+
+static int many_members(gm_sc *c, const member *m, int n, bool extras, int extra_kv, int depth) {
+    gm_builder *b = c->b;
+    char **keys = calloc((size_t)n, sizeof(char *));
+    size_t *klen = malloc((size_t)n * sizeof(size_t));
+    bool *req = malloc((size_t)n * sizeof(bool));
+    int *val = malloc((size_t)n * sizeof(int));
+    int x = -1;
+    if (!keys || !klen || !req || !val) {
+        gb_error(b, CLLM_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int j = 0; j < n && !b->failed; j++) {
+        json_t *ks = json_string(m[j].key);
+        keys[j] = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!keys[j]) {
+            gb_error(b, CLLM_ENOMEM, "out of memory");
+            goto out;
+        }
+        klen[j] = strlen(keys[j]);
+        req[j] = m[j].required;
+        val[j] = m[j].schema ? sc_schema(c, m[j].schema, m[j].ptr, depth + 1, false) : sc_any(c);
+    }
+    int tail[2];
+    for (int s2 = 0; s2 < 2; s2++) {
+        if (extras) {
+            int more = gb_rep(b, gb_seq2(b, sc_sep(c, ','), extra_kv), 0, -1);
+            tail[s2] = s2 ? more : gb_opt(b, gb_seq2(b, extra_kv, more));
+        } else {
+            tail[s2] = gb_empty(b);
+        }
+    }
+    if (!b->failed)
+        x = sc_object_members(c, n, (const char *const *)keys, klen, req, val, tail[0], tail[1]);
+out:
+    for (int j = 0; keys && j < n; j++) free(keys[j]);
+    free(keys), free(klen), free(req), free(val);
+    return x;
+}
+
 static int compile_object(gm_sc *c, json_t *s, const char *ptr, int depth) {
     gm_builder *b = c->b;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
@@ -446,6 +501,11 @@ static int compile_object(gm_sc *c, json_t *s, const char *ptr, int depth) {
         snprintf(pp, PTR_MAX, "%s/additionalProperties", ptr);
         int val = json_is_object(addl) ? sc_schema(c, addl, pp, depth + 1, false) : sc_any(c);
         extra_kv = gb_seq3(b, extra_key(c, props, req), sc_sep(c, ':'), val);
+    }
+    if (n >= OBJ_MANY) {
+        int body = many_members(c, m, n, extras, extra_kv, depth);
+        free(m);
+        return gb_seq(b, (int[]){gb_lits(b, "{"), sc_ws(c), body, sc_ws(c), gb_lits(b, "}")}, 5);
     }
     /* rules A[i][s]: members i.. given s (something was already written) */
     int *A = malloc((size_t)(n + 1) * 2 * sizeof(int));
@@ -753,8 +813,12 @@ static int ref_rule(gm_sc *c, const char *ref, const char *ptr, int depth) {
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ptr, ref)) return gb_ref(c->b, c->refs[i].rule);
     json_t *t = resolve_ptr(c, ref);
-    if (!t)
-        return unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported"), -1;
+    if (!t) {
+        json_t *r = json_string(ref);
+        ref_missing(c, r, ptr);
+        json_decref(r);
+        return -1;
+    }
     if (c->n_refs == c->cap_refs) {
         int nc = c->cap_refs ? c->cap_refs * 2 : 8;
         struct sc_ref *r = realloc(c->refs, (size_t)nc * sizeof(*r));
@@ -922,8 +986,9 @@ cllm_status cllm_gm_from_json_schema(const char *schema, size_t len, const cllm_
     gb_init(&b, opts, err);
     *out = NULL;
     if ((long)len > b.o.max_source) {
+        int cap = b.o.max_source; /* read before gb_free clears the options */
         gb_free(&b);
-        return cllm_err_set(err, CLLM_ERANGE, "schema longer than %d bytes", b.o.max_source);
+        return cllm_err_set(err, CLLM_ERANGE, "schema longer than %d bytes", cap);
     }
     int root = gb_rule(&b, "root");
     gb_rule_set(&b, root, gm_json_schema_expr(&b, schema, len, false));
