@@ -44,6 +44,11 @@ int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *kle
 /* gm_schema_num.c */
 /* Decimal integers in [lo, hi]; has_lo/has_hi false = unbounded on that side. */
 int sc_int_range(gm_builder *b, bool has_lo, long long lo, bool has_hi, long long hi);
+/* Decimal numbers x with lo <= x <= hi (lo_x / hi_x: the bound itself excluded; has_*: bounded
+ * on that side), exactly: I[.F] with I without leading zeros and F of up to max(6, a bound's
+ * fraction digits + 1) digits, no exponent. ptr names the schema for errors. */
+int sc_decimal_range(gm_builder *b, bool has_lo, double lo, bool lo_x, bool has_hi, double hi,
+                     bool hi_x, const char *ptr);
 /* A string format's content (inside the quotes); -1 with an error when unknown. */
 int sc_format(gm_sc *c, const char *fmt, const char *ptr);
 

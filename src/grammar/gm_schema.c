@@ -5,8 +5,8 @@
  * additionalProperties (absent = no extra properties, as OpenAI's strict mode and xgrammar do;
  * true or a schema = extra keys that differ from the named ones), items / prefixItems /
  * additionalItems (draft-4 tuples too), minItems / maxItems, minLength / maxLength, pattern,
- * format (gm_schema_num.c), minimum / maximum / exclusive* (integers exactly; numbers as
- * integers in range plus fractions where the whole unit interval fits), anyOf / oneOf (as anyOf),
+ * format (gm_schema_num.c), minimum / maximum / exclusive* (integers and bounded decimals
+ * exactly, gm_schema_num.c), anyOf / oneOf (as anyOf),
  * allOf by merging, $ref to local JSON pointers (recursion through rules), nullable, and boolean
  * schemas. Properties come out in schema order. Objects and arrays compile to dedicated rules. */
 #include <math.h>
@@ -697,16 +697,8 @@ static int compile_number(gm_sc *c, json_t *s, const char *ptr, bool integer) {
         if (Hx && f == H) f -= 1;
         ihi = (long long)f, has_hi = true;
     }
-    int ints = sc_int_range(b, has_lo, ilo, has_hi, ihi);
-    if (integer) return ints;
-    /* fractions i.d+ for non-negative i with [i, i+1) inside the bounds */
-    long long flo = has_lo ? (ilo > 0 ? ilo : 0) : 0;
-    if (has_lo && Lx && (double)flo == L) flo++; /* i.0 would equal an exclusive bound */
-    long long fhi = has_hi ? (long long)floor(H) - 1 : 0;
-    if (has_hi && fhi < flo) return ints;
-    int frac = gb_seq3(b, sc_int_range(b, true, flo, has_hi, fhi), gb_lits(b, "."),
-                       gb_rep(b, gb_range(b, '0', '9'), 1, 6));
-    return gb_alt2(b, ints, frac);
+    if (integer) return sc_int_range(b, has_lo, ilo, has_hi, ihi);
+    return sc_decimal_range(b, L != -INFINITY, L, Lx, H != INFINITY, H, Hx, ptr);
 }
 
 /* ---- schemas ---- */
