@@ -354,7 +354,7 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     if (!prod[g->root_start]) {
         free(prod), free(rprod), free(null);
         st = fail(b, CLLM_EINVAL, "the grammar matches nothing (no way to finish the root rule)",
-                  NULL);
+                  b->empty_hint[0] ? b->empty_hint : NULL);
         goto done;
     }
     for (int i = 0; i < M; i++) { /* prune edges into dead ends */

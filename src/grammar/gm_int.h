@@ -40,6 +40,7 @@ typedef struct gm_builder {
     bool failed;
     long budget;    /* NFA nodes the expressions may expand to (a size cap before compiling) */
     int trie_depth; /* inside gm_trie.c: gb_alt does not merge literal branches again */
+    char empty_hint[200]; /* why the grammar may match nothing, appended to that error */
 } gm_builder;
 
 void gb_init(gm_builder *b, const cllm_gm_opts *o, cllm_error *err);

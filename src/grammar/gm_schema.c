@@ -7,7 +7,8 @@
  * additionalItems (draft-4 tuples too), minItems / maxItems, minLength / maxLength, pattern,
  * format (gm_schema_num.c), minimum / maximum / exclusive* (integers and bounded decimals
  * exactly, gm_schema_num.c), anyOf / oneOf (as anyOf),
- * allOf by merging, $ref to local JSON pointers (recursion through rules), nullable, and boolean
+ * allOf by merging (a branch's additionalProperties applies to the other branches' keys), $ref to
+ * local JSON pointers (recursion through rules), nullable, and boolean
  * schemas. Properties come out in schema order. Objects and arrays compile to dedicated rules. */
 #include <math.h>
 #include <stdio.h>
@@ -135,6 +136,7 @@ static bool ref_missing(gm_sc *c, json_t *ref, const char *ptr) {
 /* ---- allOf merging ---- */
 
 static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth);
+static bool merge_members(gm_sc *c, json_t *a, json_t *b, json_t *out, const char *ptr);
 
 static json_t *type_set(json_t *t) {
     json_t *a = json_array();
@@ -191,6 +193,9 @@ static json_t *flatten(gm_sc *c, json_t *s, const char *ptr, int depth) {
         acc = m;
     }
     if (all && acc) {
+        if (!c->b->empty_hint[0])
+            snprintf(c->b->empty_hint, sizeof(c->b->empty_hint),
+                     "(allOf at %.80s: its subschemas may have no instance in common)", ptr);
         if (!json_is_array(all) || !json_array_size(all)) {
             json_decref(acc);
             invalid(c, "allOf", ptr, "must be a non-empty array");
@@ -225,6 +230,7 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             continue;
         }
         if (json_equal(va, vb) || in_list(ANNOTATIONS, k)) continue;
+        if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue; /* below */
         if (!strcmp(k, "type")) {
             json_t *sa = type_set(va), *sb = type_set(vb), *r = json_array();
             size_t i;
@@ -238,18 +244,6 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             }
             json_decref(sa), json_decref(sb);
             json_object_set_new(out, k, r);
-        } else if (!strcmp(k, "properties") && json_is_object(va) && json_is_object(vb)) {
-            json_t *pr = json_deep_copy(va);
-            const char *pk;
-            json_t *pv;
-            json_object_foreach(vb, pk, pv) {
-                json_t *pa = json_object_get(pr, pk);
-                if (!pa)
-                    json_object_set(pr, pk, pv);
-                else
-                    json_object_set_new(pr, pk, json_pack("{s:[O,O]}", "allOf", pa, pv));
-            }
-            json_object_set_new(out, k, pr);
         } else if (!strcmp(k, "required") && json_is_array(va) && json_is_array(vb)) {
             json_t *r = json_deep_copy(va);
             size_t i, j;
@@ -304,8 +298,61 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             return NULL;
         }
     }
+    if (!merge_members(c, a, fb, out, ptr)) {
+        json_decref(out);
+        out = NULL;
+    }
     json_decref(fb);
     return out;
+}
+
+/* Both schemas, or false when either is false (allOf of two property schemas). */
+static json_t *both(json_t *x, json_t *y) {
+    if (!x) return json_incref(y);
+    if (!y || json_equal(x, y)) return json_incref(x);
+    if (json_is_false(x) || json_is_false(y)) return json_false();
+    if (json_is_true(x)) return json_incref(y);
+    if (json_is_true(y)) return json_incref(x);
+    return json_pack("{s:[O,O]}", "allOf", x, y);
+}
+
+/* properties and additionalProperties of allOf branches a and b into out, with JSON Schema's
+ * meaning: a branch's additionalProperties (when it states one) applies to every key outside
+ * its own properties, the other branch's keys too, so {"properties": {"a"}, "additionalProperties":
+ * false} in one branch forbids the other branch's "b" (a required "b" then makes the object
+ * impossible). A branch without the keyword constrains nothing; the merged object then has the
+ * stated ones' intersection, or none (this compiler's default: no keys beyond the properties). */
+static bool merge_members(gm_sc *c, json_t *a, json_t *b, json_t *out, const char *ptr) {
+    json_t *ap = json_object_get(a, "properties"), *bp = json_object_get(b, "properties");
+    json_t *aa = json_object_get(a, "additionalProperties");
+    json_t *ba = json_object_get(b, "additionalProperties");
+    if ((ap && !json_is_object(ap)) || (bp && !json_is_object(bp)))
+        return invalid(c, "properties", ptr, "must be an object");
+    if (!ap && !bp && !aa && !ba) return true;
+    json_t *m = json_object();
+    for (int side = 0; side < 2; side++) {
+        json_t *mine = side ? bp : ap;
+        const char *k;
+        json_t *v;
+        json_object_foreach(mine, k, v) {
+            if (json_object_get(m, k)) continue;
+            json_t *x = json_object_get(ap, k), *y = json_object_get(bp, k);
+            if (!x) x = aa; /* NULL: branch a says nothing of k */
+            if (!y) y = ba;
+            json_object_set_new(m, k, both(x, y));
+        }
+    }
+    if (json_object_size(m))
+        json_object_set_new(out, "properties", m);
+    else
+        json_decref(m), json_object_del(out, "properties");
+    if (aa || ba) json_object_set_new(out, "additionalProperties", both(aa, ba));
+    if (json_is_false(aa) || json_is_false(ba))
+        snprintf(c->b->empty_hint, sizeof(c->b->empty_hint),
+                 "(allOf at %s: a branch's additionalProperties false forbids the keys the other "
+                 "branches name, which may leave no instance)",
+                 ptr);
+    return true;
 }
 
 /* ---- objects ---- */
