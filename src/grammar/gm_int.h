@@ -158,6 +158,7 @@ struct cllm_gm {
     const cllm_gm_vocab *cache_vocab;
     gm_cache *cache;               /* [n_nodes] */
     const cllm_gm_vocab *prepared; /* every cache filled for this vocabulary (cllm_gm_prepare) */
+    int prep_next;                 /* nodes below this one are prepared (cllm_gm_prepare_some) */
 };
 
 /* ---- vocabulary trie (gm_vocab.c) ---- */

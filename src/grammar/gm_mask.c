@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "grammar/gm_int.h"
 
 enum { UNC_WALK = 4096 }; /* above this many uncertain tokens a real-context walk is cheaper */
@@ -453,13 +454,38 @@ void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v) {
 }
 
 void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes) {
-    cllm_gm_matcher *m = g->n_nodes <= max_nodes ? cllm_gm_matcher_new(g, v) : NULL;
-    for (int i = 0; m && i < g->n_nodes && !(stop && *stop); i++)
-        if (g->nodes[i].ne) get_cache(m, i);
-    cllm_gm_matcher_free(m);
+    if (g->n_nodes <= max_nodes)
+        while (!(stop && *stop) && !cllm_gm_prepare_some(g, v, 0.05)) {
+        }
     pthread_mutex_lock(&g->mu);
     g->prepared = v;
     pthread_mutex_unlock(&g->mu);
+}
+
+bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s) {
+    pthread_mutex_lock(&g->mu);
+    int i = g->prep_next;
+    bool done = g->prepared == v;
+    pthread_mutex_unlock(&g->mu);
+    if (done) return true;
+    cllm_gm_matcher *m = cllm_gm_matcher_new(g, v);
+    double t0 = cllm_time_s();
+    /* out of memory: the caches fill on first use instead */
+    for (int k = 0; m && i < g->n_nodes; i++, k++) {
+        if (g->nodes[i].ne) get_cache(m, i);
+        if ((k & 15) == 15 && cllm_time_s() - t0 > max_s) {
+            i++;
+            break;
+        }
+    }
+    if (!m) i = g->n_nodes;
+    cllm_gm_matcher_free(m);
+    pthread_mutex_lock(&g->mu);
+    if (i > g->prep_next) g->prep_next = i;
+    done = g->prep_next >= g->n_nodes;
+    if (done) g->prepared = v;
+    pthread_mutex_unlock(&g->mu);
+    return done;
 }
 
 bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v) {

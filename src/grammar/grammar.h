@@ -122,6 +122,10 @@ void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v);
  * g prepared for v. Thread-safe against matchers using g. */
 void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes);
 bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v);
+/* One slice of that preparation: fills caches from where the last slice stopped for about max_s
+ * seconds; true when every node is done (g is then prepared for v). A preparation thread that
+ * takes its jobs in turn, a slice each, keeps a large grammar from holding up small ones. */
+bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s);
 
 /* Compiled grammars by source key (kind + options + text, built by the caller), least recently
  * used evicted past cap. A cached grammar keeps its mask caches, so a repeated schema is neither
