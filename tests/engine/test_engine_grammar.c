@@ -200,6 +200,53 @@ static void test_prep_fair(int eos, int V) {
     cllm_gm_unref(small);
 }
 
+/* A state past the matcher's caps ends the request with an error (issue 32, item 7): after
+ * '{"a":' the array of 5,000 object shapes makes one stack per shape; the mask then allows
+ * nothing, which used to read as "the structure is complete" and stop with '{"a":'. */
+static void test_cap_error(int eos, int V) {
+    json_t *any = json_array();
+    for (int i = 0; i < 5000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        json_array_append_new(any,
+                              json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
+                                        key, "type", "integer", "required", key));
+    }
+    json_t *arr =
+        json_pack("{s:s,s:{s:o},s:i}", "type", "array", "items", "anyOf", any, "minItems", 1);
+    json_t *sch =
+        json_pack("{s:s,s:{s:o},s:[s]}", "type", "object", "properties", "a", arr, "required", "a");
+    char *text = json_dumps(sch, JSON_COMPACT);
+    json_decref(sch);
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    CHECK_MSG(cllm_gm_from_json_schema(text, strlen(text), NULL, &g, &e) == CLLM_OK, "%s", e.msg);
+    free(text);
+    if (!g) return;
+    fake_model f;
+    fake_init(&f, V, 256, 4, 16 + 32, true);
+    sched_cfg c = fake_cfg(V, 256, 4, 16, 64, true, true);
+    c.tok = TOK;
+    c.eos_ids[0] = eos;
+    c.n_eos = 1;
+    sched *s = NULL;
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &e) == CLLM_OK);
+    if (!s) return;
+    int32_t prompt[8] = {21, 22, 23, 24, 25, 26, 27, 28};
+    static fake_out o[1];
+    memset(o, 0, sizeof(o));
+    submit(s, &c, prompt, 8, sampling(g, 40, 1, 5), o);
+    for (int steps = 0; sched_has_work(s) && steps < 200000; steps++) {
+        sched_step(s);
+        if (!s->n_running) sched_gm_idle_wait(s, 0.005);
+    }
+    CHECK_MSG(o[0].fin == CLLM_FINISH_ERROR, "fin %d after '%s' (want an error, not a stop)",
+              o[0].fin, o[0].text);
+    sched_free(s);
+    fake_free(&f);
+    cllm_gm_unref(g);
+}
+
 /* The constraint starts after grammar_after: the free part is whatever the model says. */
 static void test_after(int eos, int V) {
     const char *ch[] = {"yes", "no"};
@@ -274,6 +321,7 @@ int main(void) {
     test_schema(eos, V);
     test_after(eos, V);
     test_prep_fair(eos, V);
+    test_cap_error(eos, V);
     cllm_tok_free(tok);
     return test_report("test_engine_grammar");
 }
