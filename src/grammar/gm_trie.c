@@ -46,12 +46,12 @@ static bool is_stop(const tnode *t) {
 int gb_trie(gm_builder *b, const char *const *s, const size_t *len, const int *tail, int n) {
     if (b->failed) return -1;
     if (n <= 0) return gb_fail(b);
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += len[i];
+    size_t maxlen = 0, cap_t = 256;
+    for (int i = 0; i < n; i++) maxlen = len[i] > maxlen ? len[i] : maxlen;
     tstr *v = malloc((size_t)n * sizeof(tstr));
-    tnode *t = malloc((total + 1) * sizeof(tnode));
+    tnode *t = malloc(cap_t * sizeof(tnode)); /* grows: shared prefixes make far fewer nodes */
     int *ends = malloc((size_t)n * 2 * sizeof(int)); /* pairs (tail, next) */
-    int *path = malloc((total + 1) * sizeof(int));
+    int *path = malloc((maxlen + 1) * sizeof(int));
     int cap_xs = 264, *xs = malloc((size_t)cap_xs * sizeof(int));
     int *bytes_x = NULL;
     int r = -1;
@@ -71,6 +71,15 @@ int gb_trie(gm_builder *b, const char *const *s, const size_t *len, const int *t
             size_t m = v[i].len < v[i - 1].len ? v[i].len : v[i - 1].len;
             while (k < m && v[i].s[k] == v[i - 1].s[k]) k++;
             if (k > plen) k = plen;
+        }
+        if ((size_t)nn + (v[i].len - k) > cap_t) {
+            while ((size_t)nn + (v[i].len - k) > cap_t) cap_t *= 2;
+            tnode *nt = cap_t < (size_t)INT32_MAX ? realloc(t, cap_t * sizeof(tnode)) : NULL;
+            if (!nt) {
+                gb_error(b, CLLM_ENOMEM, "out of memory building the grammar");
+                goto out;
+            }
+            t = nt;
         }
         for (size_t d = k; d < v[i].len; d++) {
             int p = path[d], c = nn++;

@@ -146,6 +146,67 @@ static void t_choice(void) {
         cllm_gm_unref(g);
         free_strs(s, l, n);
     }
+    /* the empty string, duplicates, a choice that is a prefix of another */
+    const char *odd[] = {"", "ab", "a", "ab", "abc"};
+    size_t ol[] = {0, 2, 1, 2, 3};
+    cllm_gm *go = NULL;
+    cllm_error eo = {0};
+    CHECK(cllm_gm_from_choice(odd, ol, 5, NULL, &go, &eo) == CLLM_OK);
+    static const struct {
+        const char *s;
+        bool ok;
+    } oc[] = {{"", true}, {"a", true}, {"ab", true}, {"abc", true}, {"b", false}, {"abcd", false}};
+    for (size_t i = 0; go && i < sizeof(oc) / sizeof(*oc); i++) {
+        cllm_gm_matcher *m = cllm_gm_matcher_new(go, V);
+        bool ok = cllm_gm_matcher_accept_bytes(m, oc[i].s, strlen(oc[i].s)) &&
+                  cllm_gm_matcher_is_accepting(m);
+        CHECK_MSG(ok == oc[i].ok, "choice {'', a, ab, abc}: '%s' %d", oc[i].s, ok);
+        cllm_gm_matcher_free(m);
+    }
+    cllm_gm_unref(go);
+    /* 3,000 choices, each a prefix of the next ("a", "aa", ...): a trie 3,000 branch points
+     * deep (nested rules every few dozen levels keep the expressions shallow) */
+    {
+        int nd = 3000;
+        char **ds = malloc((size_t)nd * sizeof(char *));
+        size_t *dl = malloc((size_t)nd * sizeof(size_t));
+        char *as = malloc((size_t)nd + 1);
+        memset(as, 'a', (size_t)nd);
+        for (int i = 0; i < nd; i++) ds[i] = as, dl[i] = (size_t)i + 1;
+        CHECK(cllm_gm_from_choice((const char *const *)ds, dl, nd, NULL, &go, &eo) == CLLM_OK);
+        if (go) {
+            cllm_gm_matcher *m = cllm_gm_matcher_new(go, V);
+            CHECK(cllm_gm_matcher_accept_bytes(m, as, 1234) && cllm_gm_matcher_is_accepting(m));
+            CHECK(cllm_gm_matcher_accept_bytes(m, as, (size_t)nd - 1234));
+            CHECK(cllm_gm_matcher_is_done(m) && !cllm_gm_matcher_can_accept_bytes(m, "a", 1));
+            cllm_gm_matcher_free(m);
+            for (int rep = 0; rep < 4; rep++) free(walk(go, 50, 10, 2));
+        }
+        cllm_gm_unref(go);
+        free(as), free(ds), free(dl);
+    }
+    /* an alternation of 20 words and a class: the words merge into a trie beside the class */
+    char re[512] = "(";
+    for (int i = 0; i < 20; i++) snprintf(re + strlen(re), sizeof(re) - strlen(re), "w%d|", i);
+    strcat(re, "[0-9]+)");
+    CHECK(cllm_gm_from_regex(re, strlen(re), NULL, &go, &eo) == CLLM_OK);
+    static const struct {
+        const char *s;
+        bool ok;
+    } rc[] = {{"w0", true}, {"w19", true},  {"w1", true},   {"123", true},
+              {"w", false}, {"w20", false}, {"w0x", false}, {"", false}};
+    for (size_t i = 0; go && i < sizeof(rc) / sizeof(*rc); i++) {
+        cllm_gm_matcher *m = cllm_gm_matcher_new(go, V);
+        bool ok = cllm_gm_matcher_accept_bytes(m, rc[i].s, strlen(rc[i].s)) &&
+                  cllm_gm_matcher_is_accepting(m);
+        CHECK_MSG(ok == rc[i].ok, "regex %s: '%s' %d", re, rc[i].s, ok);
+        cllm_gm_matcher_free(m);
+    }
+    for (int rep = 0; go && rep < 8; rep++) {
+        char *o = walk(go, 20, 20, 3);
+        free(o);
+    }
+    cllm_gm_unref(go);
     /* past the limit: refused, naming it (item 10) */
     size_t *l;
     char **s = numbered("opt_%d", 20000, &l);
