@@ -238,7 +238,7 @@ static void t_random(void) {
         r.hi_x = test_irand(2);
         rand_dec(r.lo, sizeof(r.lo), t & 1 ? 3 : 40, 3, true);
         if (kind == 3) {
-            snprintf(r.hi, sizeof(r.hi), "%s%s", r.lo, strchr(r.lo, '.') ? "7" : ".007");
+            snprintf(r.hi, sizeof(r.hi), "%.20s%s", r.lo, strchr(r.lo, '.') ? "7" : ".007");
             if (r.lo[0] == '-') { /* -a.b7 is below -a.b: swap */
                 char t2[32];
                 snprintf(t2, sizeof(t2), "%s", r.lo);
