@@ -37,9 +37,12 @@ int sc_literal(gm_sc *c, json_t *v, bool raw);
 
 /* gm_schema_keys.c: an object's members (n >= 1) in order, member i optional unless
  * required[i], keys as JSON text (quotes included), values val[i]; tail0 / tail1 follow the
- * last member written (tail0 when none was). Returns the members' expression (no braces). */
+ * last member written (tail0 when none was). json: ':' after a key and ',' between members
+ * (else keys and values are written as given, nothing between). Returns the members'
+ * expression (no braces). Objects of SC_MANY_MEMBERS members or more take this form. */
 int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *klen,
-                      const bool *required, const int *val, int tail0, int tail1);
+                      const bool *required, const int *val, int tail0, int tail1, bool json);
+enum { SC_MANY_MEMBERS = 32 };
 
 /* gm_schema_num.c */
 /* Decimal integers in [lo, hi]; has_lo/has_hi false = unbounded on that side. */

@@ -441,10 +441,6 @@ typedef struct member {
     char ptr[PTR_MAX];
 } member;
 
-/* From this many members on, the members take gm_schema_keys.c's form (a chain of rules, one
- * stack per optional member at a key's start, gets slow and then past the matcher's cap). */
-enum { OBJ_MANY = 32 };
-
 static int many_members(gm_sc *c, const member *m, int n, bool extras, int extra_kv, int depth) {
     gm_builder *b = c->b;
     char **keys = calloc((size_t)n, sizeof(char *));
@@ -478,7 +474,8 @@ static int many_members(gm_sc *c, const member *m, int n, bool extras, int extra
         }
     }
     if (!b->failed)
-        x = sc_object_members(c, n, (const char *const *)keys, klen, req, val, tail[0], tail[1]);
+        x = sc_object_members(c, n, (const char *const *)keys, klen, req, val, tail[0], tail[1],
+                              true);
 out:
     for (int j = 0; keys && j < n; j++) free(keys[j]);
     free(keys), free(klen), free(req), free(val);
@@ -549,7 +546,9 @@ static int compile_object(gm_sc *c, json_t *s, const char *ptr, int depth) {
         int val = json_is_object(addl) ? sc_schema(c, addl, pp, depth + 1, false) : sc_any(c);
         extra_kv = gb_seq3(b, extra_key(c, props, req), sc_sep(c, ':'), val);
     }
-    if (n >= OBJ_MANY) {
+    /* many members: gm_schema_keys.c's form (the chain below keeps one stack per optional
+     * member at a key's start, which gets slow and then past the matcher's cap) */
+    if (n >= SC_MANY_MEMBERS) {
         int body = many_members(c, m, n, extras, extra_kv, depth);
         free(m);
         return gb_seq(b, (int[]){gb_lits(b, "{"), sc_ws(c), body, sc_ws(c), gb_lits(b, "}")}, 5);

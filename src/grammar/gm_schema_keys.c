@@ -10,7 +10,8 @@
  * trie of its keys (gm_trie.c), whose leaf for member i continues with V[i] = ':' value_i
  * A[i+1]. The matcher follows one stack per block (at most 2 (KEY_FANOUT - 1) per level), each
  * key appears in one trie per level, and the language is exactly the plain form's.
- * Called by compile_object (gm_schema.c). */
+ * Called by compile_object (gm_schema.c) and, without the JSON punctuation, for the
+ * <parameter=...> blocks of a forced tool call (gm_tools.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,7 +67,7 @@ static int keys_between(keyset *k, int a, int z) {
 }
 
 int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *klen,
-                      const bool *required, const int *val, int tail0, int tail1) {
+                      const bool *required, const int *val, int tail0, int tail1, bool json) {
     gm_builder *b = c->b;
     keyset k = {.c = c, .n = n, .key = key, .klen = klen};
     k.span[0] = 1;
@@ -87,7 +88,8 @@ int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *kle
     for (int j = 0; j <= n; j++) A[2 * j] = gb_rule(b, NULL), A[2 * j + 1] = gb_rule(b, NULL);
     for (int i = 0; i < n; i++) {
         V[i] = gb_rule(b, NULL);
-        gb_rule_set(b, V[i], gb_seq3(b, sc_sep(c, ':'), val[i], gb_ref(b, A[2 * (i + 1) + 1])));
+        int colon = json ? sc_sep(c, ':') : gb_empty(b);
+        gb_rule_set(b, V[i], gb_seq3(b, colon, val[i], gb_ref(b, A[2 * (i + 1) + 1])));
     }
     k.vrule = V;
     next_req[n] = n;
@@ -98,7 +100,7 @@ int sc_object_members(gm_sc *c, int n, const char *const *key, const size_t *kle
         int z = next_req[j] < n ? next_req[j] : n - 1;
         for (int s = 0; s < 2; s++) {
             int keys = keys_between(&k, j, z);
-            int with = s ? gb_seq2(b, sc_sep(c, ','), keys) : keys;
+            int with = s && json ? gb_seq2(b, sc_sep(c, ','), keys) : keys;
             /* no required member left: the object may also end (or go on with extras) here */
             int body = next_req[j] == n ? gb_alt2(b, with, gb_ref(b, A[2 * n + s])) : with;
             gb_rule_set(b, A[2 * j + s], body);

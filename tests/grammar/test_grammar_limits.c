@@ -1,6 +1,7 @@
 /* Grammar engine at and past its limits (issue 32, items 7 and 10):
  *  - many alternatives (guided_choice, JSON Schema enum, GBNF alternation at 4,097 and 20,000)
- *    and many optional properties (5,000) compile, keep a handful of parse stacks, give masks
+ *    and many optional properties (5,000, as JSON object members and as forced tool-call
+ *    parameters) compile, keep a handful of parse stacks, give masks
  *    equal to brute force, and every output they allow is one of the alternatives / a valid
  *    object with its keys in schema order;
  *  - a grammar whose state cannot be held is refused at compile time when its start shows it,
@@ -352,6 +353,47 @@ static void t_properties(void) {
     free(text);
 }
 
+/* A forced tool call with 5,000 optional parameters: the blocks come in schema order. */
+static void t_tool_params(void) {
+    int n = 5000;
+    json_t *props = json_object();
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "field_%d", i);
+        json_object_set_new(props, key, json_pack("{s:s}", "type", "integer"));
+    }
+    json_t *tools = json_pack("[{s:s,s:{s:s,s:{s:s,s:o}}}]", "type", "function", "function", "name",
+                              "f", "parameters", "type", "object", "properties", props);
+    char *text = json_dumps(tools, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(tools);
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    cllm_status st = cllm_gm_from_tools(text, strlen(text), NULL, 1, 1, NULL, &g, &e);
+    CHECK_MSG(st == CLLM_OK, "tools with %d parameters: %s", n, e.msg);
+    free(text);
+    int ended = 0;
+    for (int rep = 0; g && rep < 12; rep++) {
+        char *o = walk(g, 300, 8, 200);
+        if (!o) continue;
+        ended++;
+        const char *head = "<tool_call>\n<function=f>\n", *tail = "</function>\n</tool_call>";
+        size_t ol = strlen(o), tl = strlen(tail);
+        CHECK_MSG(!strncmp(o, head, strlen(head)) && ol >= tl && !strcmp(o + ol - tl, tail),
+                  "tool call '%.200s'", o);
+        int last = -1;
+        for (const char *p = strstr(o, "<parameter="); p; p = strstr(p + 1, "<parameter=")) {
+            char name[32] = "";
+            sscanf(p, "<parameter=%31[^>]>", name);
+            int i = index_of(name, "field_", n);
+            CHECK_MSG(i > last, "parameter '%s' out of order in '%.200s'", name, o);
+            last = i > last ? i : last;
+        }
+        free(o);
+    }
+    CHECK_MSG(!g || ended > 0, "no tool-call walk ended");
+    cllm_gm_unref(g);
+}
+
 /* Alternatives that are not plain strings and share a prefix stay one stack each: at the start
  * that is known when compiling (a 400), deeper in the output the mask says -1. */
 static void t_ambiguous(void) {
@@ -439,6 +481,7 @@ int main(void) {
     t_choice();
     t_enum_gbnf();
     t_properties();
+    t_tool_params();
     t_ambiguous();
     vocab_free();
     return test_report("test_grammar_limits");
