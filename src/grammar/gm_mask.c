@@ -470,7 +470,6 @@ bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s) {
     if (done) return true;
     cllm_gm_matcher *m = cllm_gm_matcher_new(g, v);
     double t0 = cllm_time_s();
-    /* out of memory: the caches fill on first use instead */
     for (int k = 0; m && i < g->n_nodes; i++, k++) {
         if (g->nodes[i].ne) get_cache(m, i);
         if ((k & 15) == 15 && cllm_time_s() - t0 > max_s) {
@@ -478,7 +477,7 @@ bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s) {
             break;
         }
     }
-    if (!m) i = g->n_nodes;
+    if (!m) i = g->n_nodes; /* out of memory: the caches fill on first use instead */
     cllm_gm_matcher_free(m);
     pthread_mutex_lock(&g->mu);
     if (i > g->prep_next) g->prep_next = i;
