@@ -250,7 +250,7 @@ int sc_decimal_range(gm_builder *b, bool has_lo, double lo, bool lo_x, bool has_
     if ((has_lo && !dec_of(lo, &L)) || (has_hi && !dec_of(hi, &H)))
         return gb_error(b, CLLM_ERANGE,
                         "minimum/maximum at %s has more than %d digits after the point", ptr,
-                        DEC_FRAC_MAX - 1),
+                        DEC_FRAC_MAX),
                -1;
     if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_x || hi_x)))) return gb_fail(b);
     /* fraction digits: 6, or one more than a bound has (so that numbers strictly inside an

@@ -212,6 +212,9 @@ static void t_named(void) {
         {"0.1", "0.2", false, false, "0.15", "0.21"},
         {"0", "1", false, false, "1", "1.5"},
         {"0.999", "1", true, true, "0.9995", "0.999"},
+        /* bounds with 7 fraction digits, exclusive: the numbers between need 8 */
+        {"0.1234567", "0.1234568", true, true, "0.12345675", "0.1234567"},
+        {"-0.0000001", "0", true, false, "-0.00000005", "-0.0000001"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
         bounds r = {.has_lo = true, .has_hi = true, .lo_x = cases[i].lo_x, .hi_x = cases[i].hi_x};
