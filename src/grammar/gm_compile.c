@@ -422,9 +422,9 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
         cllm_gm_unref(g);
         g = NULL;
         st = fail(b, CLLM_ERANGE,
-                  "grammar too ambiguous: more than 4096 parse stacks live at the start of the "
-                  "output or after its first byte (too many alternatives that share a prefix "
-                  "and are not plain strings)",
+                  "grammar too ambiguous: more than 4096 parse stacks live at once early in the "
+                  "output (too many alternatives that share a prefix and are not plain "
+                  "strings)",
                   NULL);
         goto done;
     }

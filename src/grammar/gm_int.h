@@ -237,8 +237,9 @@ void gm_stk_rollback(gm_stk *st, int n_f);
 bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next);
 /* The initial set of stacks for node with parent frame (0 or BOTTOM). */
 bool gm_start(cllm_gm_matcher *m, int node, int parent, gm_set *out);
-/* false when the start state or the state after some first byte is past the matcher's caps
- * (gb_finish refuses such a grammar: every request with it would fail at its start). */
+/* false when the start state, or a state one byte past the start or past a short greedy walk
+ * (the byte leaving the most stacks, each time), is past the matcher's caps: gb_finish refuses
+ * such a grammar (a request reaching that state could only fail). */
 bool gm_probe_start(cllm_gm *g);
 void gm_set_free(gm_set *s);
 bool gm_set_copy(gm_set *dst, const gm_set *src);

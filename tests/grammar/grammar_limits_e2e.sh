@@ -2,9 +2,10 @@
 # Structured outputs at their limits through the server (issue 32, items 7 and 11), on
 # models/tiny: a small guided_regex sent while a 3,000-property schema waits for its preparation
 # (vllm:num_requests_waiting >= 1) is not held up by it (the preparation thread takes its jobs in
-# turn; a FIFO made a regex wait for the whole preparation: 5.4 s of 5.8 s at 2,000 properties); guided_choice of 4,097 options and an enum of
-# 20,000 strings answer one of them; a grammar whose state outgrows the caps mid-output is a 500
-# with the reason, never a 200 cut short with finish_reason "stop".
+# turn; a FIFO made a regex wait for the whole preparation: 5.4 s of 5.8 s at 2,000 properties);
+# guided_choice of 4,097 options and an enum of 20,000 strings answer one of them; a grammar whose
+# state outgrows the caps is a 400 when the compile-time probe reaches that state, else a 500
+# with the reason when the output does, never a 200 cut short with finish_reason "stop".
 set -u
 BIN=${CLLM_BIN:-build/cllm}
 SRC=${CLLM_SRC:-.}
@@ -42,8 +43,11 @@ req("enum", max_tokens=32, guided_json={"type": "object", "properties": {"city":
     "enum": [f"city_{i}" for i in range(20000)]}}, "required": ["city"]})
 shapes = [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
           for i in range(5000)]
-req("cap", guided_json={"type": "object", "properties": {"a": {"type": "array", "items": {
-    "anyOf": shapes}, "minItems": 1}}, "required": ["a"]})
+arr = {"type": "array", "items": {"anyOf": shapes}, "minItems": 1}
+req("cap400", guided_json={"type": "object", "properties": {"a": arr}, "required": ["a"]})
+# behind a constant longer than the compile-time probe's walk: found only at run time
+req("cap", max_tokens=200, guided_json={"type": "object", "properties": {
+    "s": {"const": "x" * 80}, "a": arr}, "required": ["s", "a"]})
 PY
 post "$T/big.json" "$T/big.out" > "$T/big.rc" &
 BPID=$!
@@ -91,6 +95,7 @@ PY
 }
 check choice 'code == "200" and j["choices"][0]["text"] in [f"opt_{i}" for i in range(4097)]'
 check enum 'code == "200" and (j["choices"][0]["finish_reason"] == "length" or json.loads(j["choices"][0]["text"])["city"] in [f"city_{i}" for i in range(20000)])'
+check cap400 'code == "400" and "too ambiguous" in j["error"]["message"]'
 check cap 'code == "500" and "outgrew its caps" in j["error"]["message"]'
 kill -0 $SPID 2> /dev/null || { echo "server died"; cat "$T/server.log"; fail=1; }
 exit $fail

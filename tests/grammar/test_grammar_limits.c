@@ -410,31 +410,46 @@ static void t_ambiguous(void) {
     cllm_gm_unref(g);
     free(gb);
     /* {"a": [ {one of 5000 object shapes}, ... ]} with at least one item: at '{"a":' the "["
-     * makes every shape a stack of its own (their "{") */
-    json_t *any = json_array();
-    for (int i = 0; i < n; i++) {
-        char key[32];
-        snprintf(key, sizeof(key), "k%d", i);
-        json_array_append_new(any,
-                              json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
-                                        key, "type", "integer", "required", key));
-    }
-    json_t *arr =
-        json_pack("{s:s,s:{s:o},s:i}", "type", "array", "items", "anyOf", any, "minItems", 1);
-    json_t *sch =
-        json_pack("{s:s,s:{s:o},s:[s]}", "type", "object", "properties", "a", arr, "required", "a");
-    char *text = json_dumps(sch, JSON_COMPACT);
-    json_decref(sch);
-    st = cllm_gm_from_json_schema(text, strlen(text), NULL, &g, &e);
-    free(text);
-    CHECK_MSG(st == CLLM_OK, "anyOf of %d objects: %s", n, e.msg);
-    if (g) {
+     * makes every shape a stack of its own (their "{"). The compile-time probe walks there (a
+     * 400); behind an 80-byte constant, past the probe's walk, the mask says -1 at run time */
+    for (int hidden = 0; hidden < 2; hidden++) {
+        json_t *any = json_array();
+        for (int i = 0; i < n; i++) {
+            char key[32];
+            snprintf(key, sizeof(key), "k%d", i);
+            json_array_append_new(any,
+                                  json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
+                                            "properties", key, "type", "integer", "required", key));
+        }
+        json_t *arr =
+            json_pack("{s:s,s:{s:o},s:i}", "type", "array", "items", "anyOf", any, "minItems", 1);
+        char pad[81];
+        memset(pad, 'x', 80);
+        pad[80] = 0;
+        json_t *sch =
+            hidden ? json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object", "properties", "s",
+                               "const", pad, "a", arr, "required", "s", "a")
+                   : json_pack("{s:s,s:{s:o},s:[s]}", "type", "object", "properties", "a", arr,
+                               "required", "a");
+        char *text = json_dumps(sch, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(sch);
+        st = cllm_gm_from_json_schema(text, strlen(text), NULL, &g, &e);
+        free(text);
+        if (!hidden) {
+            CHECK_MSG(st == CLLM_ERANGE && strstr(e.msg, "4096"), "anyOf of %d objects: %d '%s'", n,
+                      st, e.msg);
+            cllm_gm_unref(g);
+            continue;
+        }
+        CHECK_MSG(st == CLLM_OK, "anyOf of %d objects behind a constant: %s", n, e.msg);
+        if (!g) continue;
         cllm_gm_matcher *m = cllm_gm_matcher_new(g, V);
         uint32_t *mask = calloc((size_t)(NV + 31) / 32, 4);
-        CHECK(cllm_gm_matcher_accept_bytes(m, "{\"a\":", 5));
+        char pre[128];
+        snprintf(pre, sizeof(pre), "{\"s\":\"%s\",\"a\":", pad);
+        CHECK(cllm_gm_matcher_accept_bytes(m, pre, strlen(pre)));
         int cnt = cllm_gm_matcher_mask(m, mask);
         CHECK_MSG(cnt == -1, "mask past the cap: %d (want -1, not a complete output)", cnt);
-
         CHECK(cllm_gm_matcher_hit_cap(m));
         free(mask);
         cllm_gm_matcher_free(m);
