@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (cllm_gm_matcher_hit_cap(m)) break;
             abort();
         }
-        if (!c1) break;
+        if (c1 <= 0) break;
         int pick = (int)(data[step % size] % (unsigned)c1), t = 0;
         for (t = 0; t < cllm_gm_vocab_size(v); t++)
             if (a[t >> 5] >> (t & 31) & 1 && pick-- == 0) break;

@@ -168,7 +168,7 @@ int cmd_bench_grammar(int argc, char **argv) {
             double a = cllm_time_s();
             int cnt = cllm_gm_matcher_mask(m, mask);
             ts[n] = cllm_time_s() - a;
-            if (cnt == 0) break;
+            if (cnt <= 0) break;
             /* uniform among allowed tokens; end when allowed (1 in 3) so outputs stay short */
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             bool end = cllm_gm_matcher_is_accepting(m) && rng % 3 == 0;

@@ -156,7 +156,13 @@ static int decode(gen *g, int n_gen, bool print_ids, bool hash, int *made) {
                         .index = 0,
                         .step = k};
         if (g->gmm) {
-            if (cllm_gm_matcher_mask(g->gmm, g->allow) == 0) break; /* complete: nothing follows */
+            int allowed = cllm_gm_matcher_mask(g->gmm, g->allow);
+            if (allowed == 0) break; /* complete: nothing follows */
+            if (allowed < 0) {
+                fprintf(stderr, "\ncllm generate: structured output: the grammar's state outgrew "
+                                "its caps (4096 stacks); the grammar is too ambiguous\n");
+                return 1;
+            }
             in.allow = g->allow;
         }
         int32_t next = smp_sample(&g->sm, &g->sp, &in, NULL);

@@ -110,6 +110,13 @@ bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced) {
         int allowed = cllm_gm_matcher_mask(e->gm, s->gmask);
         s->stats.grammar_s += cllm_time_s() - t_gm;
         s->stats.grammar_masks++;
+        if (allowed < 0) {
+            sched_emit_final(s, e, CLLM_FINISH_ERROR,
+                             "structured output: the grammar's state outgrew its caps (4096 "
+                             "stacks); the grammar is too ambiguous");
+            sched_seq_finish(s, e);
+            return;
+        }
         if (allowed == 0) {
             /* the structure is complete and nothing (not even EOS) may follow */
             sched_emit_final(s, e, CLLM_FINISH_STOP, NULL);

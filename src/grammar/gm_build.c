@@ -130,6 +130,7 @@ int gb_seq3(gm_builder *b, int x, int y, int z) {
 int gb_alt(gm_builder *b, const int *xs, int n) {
     if (n == 0) return gb_fail(b);
     if (n == 1) return xs[0];
+    if (n >= GB_ALT_TRIE && !b->trie_depth && !b->failed) return gb_alt_trie(b, xs, n);
     return add_kids(b, GX_ALT, xs, n);
 }
 

@@ -354,7 +354,7 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     if (!prod[g->root_start]) {
         free(prod), free(rprod), free(null);
         st = fail(b, CLLM_EINVAL, "the grammar matches nothing (no way to finish the root rule)",
-                  NULL);
+                  b->empty_hint[0] ? b->empty_hint : NULL);
         goto done;
     }
     for (int i = 0; i < M; i++) { /* prune edges into dead ends */
@@ -417,6 +417,17 @@ cllm_status gb_finish(gm_builder *b, cllm_gm **out) {
     if (st != CLLM_OK) goto done;
     g->refs = 1;
     pthread_mutex_init(&g->mu, NULL);
+    if (!gm_probe_start(g)) {
+        /* known now, so a 400 instead of a request that fails (or stops short) at its start */
+        cllm_gm_unref(g);
+        g = NULL;
+        st = fail(b, CLLM_ERANGE,
+                  "grammar too ambiguous: more than 4096 parse stacks live at once early in the "
+                  "output (too many alternatives that share a prefix and are not plain "
+                  "strings)",
+                  NULL);
+        goto done;
+    }
     *out = g;
     g = NULL;
 done:

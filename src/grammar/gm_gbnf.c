@@ -326,8 +326,9 @@ cllm_status cllm_gm_from_gbnf(const char *text, size_t len, const cllm_gm_opts *
     gb_init(&b, opts, err);
     *out = NULL;
     if ((long)len > b.o.max_source) {
+        int cap = b.o.max_source; /* read before gb_free clears the options */
         gb_free(&b);
-        return cllm_err_set(err, CLLM_ERANGE, "grammar longer than %d bytes", b.o.max_source);
+        return cllm_err_set(err, CLLM_ERANGE, "grammar longer than %d bytes", cap);
     }
     gb_rule(&b, "root"); /* rule 0 is the start rule */
     gp p = {.b = &b, .s = text, .n = len};

@@ -38,7 +38,9 @@ typedef struct gm_builder {
     cllm_gm_opts o;
     cllm_error *err;
     bool failed;
-    long budget; /* NFA nodes the expressions may expand to (a size cap before compiling) */
+    long budget;    /* NFA nodes the expressions may expand to (a size cap before compiling) */
+    int trie_depth; /* inside gm_trie.c: gb_alt does not merge literal branches again */
+    char empty_hint[200]; /* why the grammar may match nothing, appended to that error */
 } gm_builder;
 
 void gb_init(gm_builder *b, const cllm_gm_opts *o, cllm_error *err);
@@ -52,6 +54,12 @@ int gb_seq2(gm_builder *b, int x, int y);
 int gb_seq3(gm_builder *b, int x, int y, int z);
 int gb_alt(gm_builder *b, const int *xs, int n);
 int gb_alt2(gm_builder *b, int x, int y);
+/* Alternatives of literal strings as a trie (gm_trie.c); tail[i] (NULL: none; -1: none) is an
+ * expression that follows string i. n == 0: matches nothing. */
+int gb_trie(gm_builder *b, const char *const *s, const size_t *len, const int *tail, int n);
+/* gb_alt with its literal branches merged into one trie (gb_alt calls it past GB_ALT_TRIE). */
+int gb_alt_trie(gm_builder *b, const int *xs, int n);
+enum { GB_ALT_TRIE = 16 }; /* literal branches from which gb_alt merges them */
 int gb_rep(gm_builder *b, int x, int min, int max);
 int gb_opt(gm_builder *b, int x);
 /* Appends x to the growable id list *xs (n used of cap, doubled when full). On out of memory
@@ -150,6 +158,7 @@ struct cllm_gm {
     const cllm_gm_vocab *cache_vocab;
     gm_cache *cache;               /* [n_nodes] */
     const cllm_gm_vocab *prepared; /* every cache filled for this vocabulary (cllm_gm_prepare) */
+    int prep_next;                 /* nodes below this one are prepared (cllm_gm_prepare_some) */
 };
 
 /* ---- vocabulary trie (gm_vocab.c) ---- */
@@ -228,6 +237,10 @@ void gm_stk_rollback(gm_stk *st, int n_f);
 bool gm_step(cllm_gm_matcher *m, const gm_set *cur, int byte, gm_set *next);
 /* The initial set of stacks for node with parent frame (0 or BOTTOM). */
 bool gm_start(cllm_gm_matcher *m, int node, int parent, gm_set *out);
+/* false when the start state, or a state one byte past the start or past a short greedy walk
+ * (the byte leaving the most stacks, each time), is past the matcher's caps: gb_finish refuses
+ * such a grammar (a request reaching that state could only fail). */
+bool gm_probe_start(cllm_gm *g);
 void gm_set_free(gm_set *s);
 bool gm_set_copy(gm_set *dst, const gm_set *src);
 #define GM_BOTTOM 1

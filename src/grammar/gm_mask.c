@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "grammar/gm_int.h"
 
 enum { UNC_WALK = 4096 }; /* above this many uncertain tokens a real-context walk is cheaper */
@@ -425,7 +426,23 @@ int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask) {
 }
 
 int cllm_gm_matcher_mask(cllm_gm_matcher *m, uint32_t *mask) {
-    return gm_mask_fill(m, mask);
+    if (m->broken) return -1;
+    bool was = m->capped;
+    m->capped = false;
+    int cnt = gm_mask_fill(m, mask);
+    bool hit = m->capped;
+    m->capped |= was;
+    if (!hit) return cnt;
+    /* a cap refused some tokens: the mask is a subset of the language's. While it still allows
+     * some text the output stays valid; allowing nothing (or only the end) would read as "the
+     * structure is complete" and stop the output short, so that is an error instead */
+    const cllm_gm_vocab *v = m->v;
+    int eos = 0;
+    for (int i = 0; i < v->n_eos; i++) {
+        int e = v->eos[i];
+        if (e >= 0 && e < v->V && mask[e >> 5] >> (e & 31) & 1) eos++;
+    }
+    return cnt - eos > 0 ? cnt : -1;
 }
 
 void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v) {
@@ -437,13 +454,37 @@ void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v) {
 }
 
 void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes) {
-    cllm_gm_matcher *m = g->n_nodes <= max_nodes ? cllm_gm_matcher_new(g, v) : NULL;
-    for (int i = 0; m && i < g->n_nodes && !(stop && *stop); i++)
-        if (g->nodes[i].ne) get_cache(m, i);
-    cllm_gm_matcher_free(m);
+    if (g->n_nodes <= max_nodes)
+        while (!(stop && *stop) && !cllm_gm_prepare_some(g, v, 0.05)) {
+        }
     pthread_mutex_lock(&g->mu);
     g->prepared = v;
     pthread_mutex_unlock(&g->mu);
+}
+
+bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s) {
+    pthread_mutex_lock(&g->mu);
+    int i = g->prep_next;
+    bool done = g->prepared == v;
+    pthread_mutex_unlock(&g->mu);
+    if (done) return true;
+    cllm_gm_matcher *m = cllm_gm_matcher_new(g, v);
+    double t0 = cllm_time_s();
+    for (int k = 0; m && i < g->n_nodes; i++, k++) {
+        if (g->nodes[i].ne) get_cache(m, i);
+        if ((k & 15) == 15 && cllm_time_s() - t0 > max_s) {
+            i++;
+            break;
+        }
+    }
+    if (!m) i = g->n_nodes; /* out of memory: the caches fill on first use instead */
+    cllm_gm_matcher_free(m);
+    pthread_mutex_lock(&g->mu);
+    if (i > g->prep_next) g->prep_next = i;
+    done = g->prep_next >= g->n_nodes;
+    if (done) g->prepared = v;
+    pthread_mutex_unlock(&g->mu);
+    return done;
 }
 
 bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v) {

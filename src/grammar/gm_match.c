@@ -285,7 +285,7 @@ cllm_gm_matcher *cllm_gm_matcher_new(cllm_gm *g, const cllm_gm_vocab *v) {
         m->wacc = malloc((size_t)(v->max_depth + 2));
         if (!m->scratch || !m->woff || !m->wacc) goto fail;
     }
-    if (!gm_start(m, g->root_start, 0, &m->cur)) m->broken = true;
+    if (!gm_start(m, g->root_start, 0, &m->cur)) m->broken = m->capped = true;
     return m;
 fail:
     cllm_gm_matcher_free(m);
@@ -308,6 +308,33 @@ void cllm_gm_matcher_free(cllm_gm_matcher *m) {
     free(m->scratch);
     cllm_gm_unref(m->g);
     free(m);
+}
+
+enum { PROBE_DEPTH = 64 }; /* bytes of the greedy walk: 64 x 256 steps, a few ms at most */
+
+bool gm_probe_start(cllm_gm *g) {
+    cllm_gm_matcher *m = cllm_gm_matcher_new(g, NULL);
+    if (!m) return true; /* out of memory: not a verdict on the grammar */
+    bool ok = !m->broken;
+    /* every byte from each state of a walk that follows the byte leaving the most stacks: the
+     * first bytes, and the way into a large alternation behind a fixed prefix ('{"a":[' before
+     * 5,000 object shapes), are where a grammar outgrows the caps */
+    for (int d = 0; ok && d < PROBE_DEPTH; d++) {
+        int best = -1, most = 0;
+        for (int byte = 0; ok && byte < 256; byte++) {
+            int mark = m->st.n_f;
+            ok = gm_step(m, &m->cur, byte, &m->tmp);
+            if (ok && m->tmp.n > most) most = m->tmp.n, best = byte;
+            gm_stk_rollback(&m->st, mark);
+        }
+        if (!ok || best < 0) break;
+        if (!gm_step(m, &m->cur, best, &m->tmp)) break; /* out of memory */
+        gm_set t = m->cur;
+        m->cur = m->tmp;
+        m->tmp = t;
+    }
+    cllm_gm_matcher_free(m);
+    return ok;
 }
 
 /* Runs bytes from cur; *ok_end tells whether they were all consumed with a live or accepting

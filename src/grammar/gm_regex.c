@@ -459,14 +459,12 @@ cllm_status cllm_gm_from_choice(const char *const *choices, const size_t *lens, 
         gb_free(&b);
         return cllm_err_set(err, CLLM_EINVAL, "choice: the list is empty");
     }
-    int *xs = malloc((size_t)n * sizeof(int));
-    if (!xs) {
+    if (n > CLLM_GM_MAX_CHOICES) {
         gb_free(&b);
-        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+        return cllm_err_set(err, CLLM_ERANGE, "choice: %d strings, more than the limit of %d", n,
+                            CLLM_GM_MAX_CHOICES);
     }
-    for (int i = 0; i < n; i++) xs[i] = gb_lit(&b, choices[i], lens[i]);
-    gb_rule_set(&b, root, gb_alt(&b, xs, n));
-    free(xs);
+    gb_rule_set(&b, root, gb_trie(&b, choices, lens, NULL, n));
     cllm_status st = gb_finish(&b, out);
     gb_free(&b);
     return st;

@@ -5,9 +5,10 @@
  * additionalProperties (absent = no extra properties, as OpenAI's strict mode and xgrammar do;
  * true or a schema = extra keys that differ from the named ones), items / prefixItems /
  * additionalItems (draft-4 tuples too), minItems / maxItems, minLength / maxLength, pattern,
- * format (gm_schema_num.c), minimum / maximum / exclusive* (integers exactly; numbers as
- * integers in range plus fractions where the whole unit interval fits), anyOf / oneOf (as anyOf),
- * allOf by merging, $ref to local JSON pointers (recursion through rules), nullable, and boolean
+ * format (gm_schema_num.c), minimum / maximum / exclusive* (integers and bounded decimals
+ * exactly, gm_schema_num.c), anyOf / oneOf (as anyOf),
+ * allOf by merging (a branch's additionalProperties applies to the other branches' keys), $ref to
+ * local JSON pointers (recursion through rules), nullable, and boolean
  * schemas. Properties come out in schema order. Objects and arrays compile to dedicated rules. */
 #include <math.h>
 #include <stdio.h>
@@ -121,9 +122,21 @@ static json_t *resolve_ptr(gm_sc *c, const char *ref) {
     return *p ? NULL : cur;
 }
 
+/* The error for a $ref that resolve_ptr could not follow: a remote reference is unsupported, a
+ * local pointer to nothing is an invalid schema (naming the pointer, not the feature). */
+static bool ref_missing(gm_sc *c, json_t *ref, const char *ptr) {
+    const char *r = json_string_value(ref);
+    if (!r) return invalid(c, "$ref", ptr, "must be a string");
+    if (r[0] != '#')
+        return unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported");
+    return gb_error(c->b, CLLM_EINVAL,
+                    "invalid schema: '$ref' at %s: '%.120s' does not exist in the schema", ptr, r);
+}
+
 /* ---- allOf merging ---- */
 
 static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth);
+static bool merge_members(gm_sc *c, json_t *a, json_t *b, json_t *out, const char *ptr);
 
 static json_t *type_set(json_t *t) {
     json_t *a = json_array();
@@ -170,7 +183,7 @@ static json_t *flatten(gm_sc *c, json_t *s, const char *ptr, int depth) {
         json_t *t = json_is_string(ref) ? resolve_ptr(c, json_string_value(ref)) : NULL;
         if (!t) {
             json_decref(acc);
-            unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported");
+            ref_missing(c, ref, ptr);
             return NULL;
         }
         json_t *ft = flatten(c, t, ptr, depth + 1);
@@ -180,6 +193,9 @@ static json_t *flatten(gm_sc *c, json_t *s, const char *ptr, int depth) {
         acc = m;
     }
     if (all && acc) {
+        if (!c->b->empty_hint[0])
+            snprintf(c->b->empty_hint, sizeof(c->b->empty_hint),
+                     "(allOf at %.80s: its subschemas may have no instance in common)", ptr);
         if (!json_is_array(all) || !json_array_size(all)) {
             json_decref(acc);
             invalid(c, "allOf", ptr, "must be a non-empty array");
@@ -214,6 +230,7 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             continue;
         }
         if (json_equal(va, vb) || in_list(ANNOTATIONS, k)) continue;
+        if (!strcmp(k, "properties") || !strcmp(k, "additionalProperties")) continue; /* below */
         if (!strcmp(k, "type")) {
             json_t *sa = type_set(va), *sb = type_set(vb), *r = json_array();
             size_t i;
@@ -227,18 +244,6 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             }
             json_decref(sa), json_decref(sb);
             json_object_set_new(out, k, r);
-        } else if (!strcmp(k, "properties") && json_is_object(va) && json_is_object(vb)) {
-            json_t *pr = json_deep_copy(va);
-            const char *pk;
-            json_t *pv;
-            json_object_foreach(vb, pk, pv) {
-                json_t *pa = json_object_get(pr, pk);
-                if (!pa)
-                    json_object_set(pr, pk, pv);
-                else
-                    json_object_set_new(pr, pk, json_pack("{s:[O,O]}", "allOf", pa, pv));
-            }
-            json_object_set_new(out, k, pr);
         } else if (!strcmp(k, "required") && json_is_array(va) && json_is_array(vb)) {
             json_t *r = json_deep_copy(va);
             size_t i, j;
@@ -293,8 +298,61 @@ static json_t *merge(gm_sc *c, json_t *a, json_t *b, const char *ptr, int depth)
             return NULL;
         }
     }
+    if (!merge_members(c, a, fb, out, ptr)) {
+        json_decref(out);
+        out = NULL;
+    }
     json_decref(fb);
     return out;
+}
+
+/* Both schemas, or false when either is false (allOf of two property schemas). */
+static json_t *both(json_t *x, json_t *y) {
+    if (!x) return json_incref(y);
+    if (!y || json_equal(x, y)) return json_incref(x);
+    if (json_is_false(x) || json_is_false(y)) return json_false();
+    if (json_is_true(x)) return json_incref(y);
+    if (json_is_true(y)) return json_incref(x);
+    return json_pack("{s:[O,O]}", "allOf", x, y);
+}
+
+/* properties and additionalProperties of allOf branches a and b into out, with JSON Schema's
+ * meaning: a branch's additionalProperties (when it states one) applies to every key outside
+ * its own properties, the other branch's keys too, so {"properties": {"a"}, "additionalProperties":
+ * false} in one branch forbids the other branch's "b" (a required "b" then makes the object
+ * impossible). A branch without the keyword constrains nothing; the merged object then has the
+ * stated ones' intersection, or none (this compiler's default: no keys beyond the properties). */
+static bool merge_members(gm_sc *c, json_t *a, json_t *b, json_t *out, const char *ptr) {
+    json_t *ap = json_object_get(a, "properties"), *bp = json_object_get(b, "properties");
+    json_t *aa = json_object_get(a, "additionalProperties");
+    json_t *ba = json_object_get(b, "additionalProperties");
+    if ((ap && !json_is_object(ap)) || (bp && !json_is_object(bp)))
+        return invalid(c, "properties", ptr, "must be an object");
+    if (!ap && !bp && !aa && !ba) return true;
+    json_t *m = json_object();
+    for (int side = 0; side < 2; side++) {
+        json_t *mine = side ? bp : ap;
+        const char *k;
+        json_t *v;
+        json_object_foreach(mine, k, v) {
+            if (json_object_get(m, k)) continue;
+            json_t *x = json_object_get(ap, k), *y = json_object_get(bp, k);
+            if (!x) x = aa; /* NULL: branch a says nothing of k */
+            if (!y) y = ba;
+            json_object_set_new(m, k, both(x, y));
+        }
+    }
+    if (json_object_size(m))
+        json_object_set_new(out, "properties", m);
+    else
+        json_decref(m), json_object_del(out, "properties");
+    if (aa || ba) json_object_set_new(out, "additionalProperties", both(aa, ba));
+    if (json_is_false(aa) || json_is_false(ba))
+        snprintf(c->b->empty_hint, sizeof(c->b->empty_hint),
+                 "(allOf at %s: a branch's additionalProperties false forbids the keys the other "
+                 "branches name, which may leave no instance)",
+                 ptr);
+    return true;
 }
 
 /* ---- objects ---- */
@@ -383,6 +441,47 @@ typedef struct member {
     char ptr[PTR_MAX];
 } member;
 
+static int many_members(gm_sc *c, const member *m, int n, bool extras, int extra_kv, int depth) {
+    gm_builder *b = c->b;
+    char **keys = calloc((size_t)n, sizeof(char *));
+    size_t *klen = malloc((size_t)n * sizeof(size_t));
+    bool *req = malloc((size_t)n * sizeof(bool));
+    int *val = malloc((size_t)n * sizeof(int));
+    int x = -1;
+    if (!keys || !klen || !req || !val) {
+        gb_error(b, CLLM_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int j = 0; j < n && !b->failed; j++) {
+        json_t *ks = json_string(m[j].key);
+        keys[j] = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(ks);
+        if (!keys[j]) {
+            gb_error(b, CLLM_ENOMEM, "out of memory");
+            goto out;
+        }
+        klen[j] = strlen(keys[j]);
+        req[j] = m[j].required;
+        val[j] = m[j].schema ? sc_schema(c, m[j].schema, m[j].ptr, depth + 1, false) : sc_any(c);
+    }
+    int tail[2];
+    for (int s2 = 0; s2 < 2; s2++) {
+        if (extras) {
+            int more = gb_rep(b, gb_seq2(b, sc_sep(c, ','), extra_kv), 0, -1);
+            tail[s2] = s2 ? more : gb_opt(b, gb_seq2(b, extra_kv, more));
+        } else {
+            tail[s2] = gb_empty(b);
+        }
+    }
+    if (!b->failed)
+        x = sc_object_members(c, n, (const char *const *)keys, klen, req, val, tail[0], tail[1],
+                              true);
+out:
+    for (int j = 0; keys && j < n; j++) free(keys[j]);
+    free(keys), free(klen), free(req), free(val);
+    return x;
+}
+
 static int compile_object(gm_sc *c, json_t *s, const char *ptr, int depth) {
     gm_builder *b = c->b;
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
@@ -446,6 +545,13 @@ static int compile_object(gm_sc *c, json_t *s, const char *ptr, int depth) {
         snprintf(pp, PTR_MAX, "%s/additionalProperties", ptr);
         int val = json_is_object(addl) ? sc_schema(c, addl, pp, depth + 1, false) : sc_any(c);
         extra_kv = gb_seq3(b, extra_key(c, props, req), sc_sep(c, ':'), val);
+    }
+    /* many members: gm_schema_keys.c's form (the chain below keeps one stack per optional
+     * member at a key's start, which gets slow and then past the matcher's cap) */
+    if (n >= SC_MANY_MEMBERS) {
+        int body = many_members(c, m, n, extras, extra_kv, depth);
+        free(m);
+        return gb_seq(b, (int[]){gb_lits(b, "{"), sc_ws(c), body, sc_ws(c), gb_lits(b, "}")}, 5);
     }
     /* rules A[i][s]: members i.. given s (something was already written) */
     int *A = malloc((size_t)(n + 1) * 2 * sizeof(int));
@@ -637,16 +743,8 @@ static int compile_number(gm_sc *c, json_t *s, const char *ptr, bool integer) {
         if (Hx && f == H) f -= 1;
         ihi = (long long)f, has_hi = true;
     }
-    int ints = sc_int_range(b, has_lo, ilo, has_hi, ihi);
-    if (integer) return ints;
-    /* fractions i.d+ for non-negative i with [i, i+1) inside the bounds */
-    long long flo = has_lo ? (ilo > 0 ? ilo : 0) : 0;
-    if (has_lo && Lx && (double)flo == L) flo++; /* i.0 would equal an exclusive bound */
-    long long fhi = has_hi ? (long long)floor(H) - 1 : 0;
-    if (has_hi && fhi < flo) return ints;
-    int frac = gb_seq3(b, sc_int_range(b, true, flo, has_hi, fhi), gb_lits(b, "."),
-                       gb_rep(b, gb_range(b, '0', '9'), 1, 6));
-    return gb_alt2(b, ints, frac);
+    if (integer) return sc_int_range(b, has_lo, ilo, has_hi, ihi);
+    return sc_decimal_range(b, L != -INFINITY, L, Lx, H != INFINITY, H, Hx, ptr);
 }
 
 /* ---- schemas ---- */
@@ -753,8 +851,12 @@ static int ref_rule(gm_sc *c, const char *ref, const char *ptr, int depth) {
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ptr, ref)) return gb_ref(c->b, c->refs[i].rule);
     json_t *t = resolve_ptr(c, ref);
-    if (!t)
-        return unsupported(c, "$ref", ptr, "only local JSON pointers (#/...) are supported"), -1;
+    if (!t) {
+        json_t *r = json_string(ref);
+        ref_missing(c, r, ptr);
+        json_decref(r);
+        return -1;
+    }
     if (c->n_refs == c->cap_refs) {
         int nc = c->cap_refs ? c->cap_refs * 2 : 8;
         struct sc_ref *r = realloc(c->refs, (size_t)nc * sizeof(*r));
@@ -922,8 +1024,9 @@ cllm_status cllm_gm_from_json_schema(const char *schema, size_t len, const cllm_
     gb_init(&b, opts, err);
     *out = NULL;
     if ((long)len > b.o.max_source) {
+        int cap = b.o.max_source; /* read before gb_free clears the options */
         gb_free(&b);
-        return cllm_err_set(err, CLLM_ERANGE, "schema longer than %d bytes", b.o.max_source);
+        return cllm_err_set(err, CLLM_ERANGE, "schema longer than %d bytes", cap);
     }
     int root = gb_rule(&b, "root");
     gb_rule_set(&b, root, gm_json_schema_expr(&b, schema, len, false));

@@ -110,3 +110,167 @@ int sc_format(gm_sc *c, const char *fmt, const char *ptr) {
     gb_error(c->b, CLLM_EUNSUPPORTED, "unsupported keyword value: format '%.60s' at %s", fmt, ptr);
     return -1;
 }
+
+/* ---- bounded decimals ---- */
+
+/* A bound as the shortest decimal that reads back as the same double (the text the schema most
+ * likely had: 0.1, not 0.1000000000000000055): integer part and fraction digits (no trailing
+ * zeros) of |v|. False when the fraction needs more than DEC_FRAC_MAX digits. */
+enum { DEC_FRAC_MAX = 40, DEC_FRAC_MIN = 6 };
+
+typedef struct dec {
+    unsigned long long ip;
+    char frac[DEC_FRAC_MAX + 1];
+    int nf;
+} dec;
+
+static bool dec_of(double v, dec *d) {
+    if (v < 0) v = -v;
+    char buf[64];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof(buf), "%.*e", p - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    /* buf: d[.ddd]e[+-]XX */
+    char mant[24];
+    int nm = 0;
+    const char *q = buf;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9') mant[nm++] = *q;
+    int e = *q == 'e' ? atoi(q + 1) : 0;
+    d->ip = 0;
+    d->nf = 0;
+    for (int i = 0; i < nm; i++) {
+        int pos = e - i; /* power of ten of digit i */
+        if (pos >= 0) {
+            d->ip = d->ip * 10 + (unsigned long long)(mant[i] - '0');
+            continue;
+        }
+        int fi = -pos - 1;
+        if (fi >= DEC_FRAC_MAX) return false;
+        while (d->nf < fi) d->frac[d->nf++] = '0';
+        d->frac[d->nf++] = mant[i];
+    }
+    for (int pos = e - nm; pos >= 0; pos--) d->ip *= 10; /* mantissa digits end above 10^0 */
+    while (d->nf && d->frac[d->nf - 1] == '0') d->nf--;
+    d->frac[d->nf] = 0;
+    return true;
+}
+
+/* The fraction digits f (1..D of them, or none: no '.' at all, value 0) with lo <= 0.f <= hi.
+ * lo / hi: digit strings, NULL = no bound (0 <= and < 1); *_in: the bound itself allowed.
+ * tl / th: the digits so far equal lo's / hi's (a DFA over positions: at most 4 states per
+ * position, and the free state is one repetition). */
+static int frac_from(gm_builder *b, const char *lo, bool lo_in, const char *hi, bool hi_in, int p,
+                     int D, bool tl, bool th) {
+    /* past a bound's last digit its digits are 0 */
+    int lo_d = tl && lo && lo[p] ? lo[p] - '0' : 0;
+    int hi_d = th && hi ? (hi[p] ? hi[p] - '0' : 0) : 9;
+    /* may the fraction end after p digits? */
+    bool end_ok = true;
+    if (tl && lo) {
+        bool rest = false; /* lo has nonzero digits past p: 0.f < lo */
+        for (const char *r = lo + p; *r; r++) rest |= *r != '0';
+        end_ok &= !rest && lo_in;
+    }
+    if (th && hi) {
+        bool rest = false;
+        for (const char *r = hi + p; *r; r++) rest |= *r != '0';
+        end_ok &= rest || hi_in;
+    }
+    if (!tl && !th) { /* free: any digits up to D in all */
+        int any = gb_rep(b, gb_range(b, '0', '9'), 0, D - p);
+        return p ? any
+                 : gb_opt(b, gb_seq2(b, gb_lits(b, "."), gb_rep(b, gb_range(b, '0', '9'), 1, D)));
+    }
+    int digits = -1; /* the next digit and what follows it */
+    if (p < D) {
+        int a[4], na = 0;
+        bool lt = tl && lo, ht = th && hi; /* the bounds that still constrain */
+        int lo_eff = lt ? lo_d : 0, hi_eff = ht ? hi_d : 9;
+        if (lo_eff <= hi_eff) {
+            /* digits strictly between the tight ones: free */
+            int mlo = lt ? lo_eff + 1 : lo_eff, mhi = ht ? hi_eff - 1 : hi_eff;
+            if (lt && ht && lo_eff == hi_eff) {
+                a[na++] = gb_seq2(b, gb_range(b, '0' + lo_eff, '0' + lo_eff),
+                                  frac_from(b, lo, lo_in, hi, hi_in, p + 1, D, true, true));
+            } else {
+                if (lt)
+                    a[na++] = gb_seq2(b, gb_range(b, '0' + lo_eff, '0' + lo_eff),
+                                      frac_from(b, lo, lo_in, hi, hi_in, p + 1, D, true, false));
+                if (mlo <= mhi)
+                    a[na++] = gb_seq2(b, gb_range(b, '0' + mlo, '0' + mhi),
+                                      frac_from(b, lo, lo_in, hi, hi_in, p + 1, D, false, false));
+                if (ht)
+                    a[na++] = gb_seq2(b, gb_range(b, '0' + hi_eff, '0' + hi_eff),
+                                      frac_from(b, lo, lo_in, hi, hi_in, p + 1, D, false, true));
+            }
+        }
+        if (na) digits = gb_alt(b, a, na);
+    }
+    /* at the start, ending is the bare integer and a digit needs the '.' first */
+    if (!p && digits >= 0) digits = gb_seq2(b, gb_lits(b, "."), digits);
+    if (digits < 0) return end_ok ? gb_empty(b) : gb_fail(b);
+    return end_ok ? gb_alt2(b, gb_empty(b), digits) : digits;
+}
+
+static int frac_range(gm_builder *b, const char *lo, bool lo_in, const char *hi, bool hi_in,
+                      int D) {
+    return frac_from(b, lo, lo_in, hi, hi_in, 0, D, lo != NULL, hi != NULL);
+}
+
+static int uint_lit(gm_builder *b, unsigned long long v) {
+    char s[24];
+    snprintf(s, sizeof(s), "%llu", v);
+    return gb_lits(b, s);
+}
+
+/* Non-negative decimals x with a <= x <= z (a_in / z_in: the bound itself allowed; !has_z: no
+ * upper bound), written I[.F]: I without leading zeros (up to 18 digits when unbounded, as
+ * sc_int_range), F of 1..D digits. */
+static int nonneg_range(gm_builder *b, const dec *a, bool a_in, bool has_z, const dec *z, bool z_in,
+                        int D) {
+    const char *af = a->frac, *zf = has_z ? z->frac : NULL;
+    if (has_z && a->ip == z->ip)
+        return gb_seq2(b, uint_lit(b, a->ip), frac_range(b, af, a_in, zf, z_in, D));
+    if (has_z && a->ip > z->ip) return gb_fail(b);
+    int alts[3], n = 0;
+    alts[n++] = gb_seq2(b, uint_lit(b, a->ip), frac_range(b, af, a_in, NULL, false, D));
+    if (!has_z || z->ip > a->ip + 1)
+        alts[n++] =
+            gb_seq2(b, sc_int_range(b, true, (long long)a->ip + 1, has_z, (long long)z->ip - 1),
+                    frac_range(b, NULL, true, NULL, false, D));
+    if (has_z) alts[n++] = gb_seq2(b, uint_lit(b, z->ip), frac_range(b, NULL, true, zf, z_in, D));
+    return gb_alt(b, alts, n);
+}
+
+int sc_decimal_range(gm_builder *b, bool has_lo, double lo, bool lo_x, bool has_hi, double hi,
+                     bool hi_x, const char *ptr) {
+    dec L = {0}, H = {0}, zero = {0};
+    if ((has_lo && !dec_of(lo, &L)) || (has_hi && !dec_of(hi, &H)))
+        return gb_error(b, CLLM_ERANGE,
+                        "minimum/maximum at %s has more than %d digits after the point", ptr,
+                        DEC_FRAC_MAX),
+               -1;
+    if (has_lo && has_hi && (lo > hi || (lo == hi && (lo_x || hi_x)))) return gb_fail(b);
+    /* fraction digits: 6, or one more than a bound has (so that numbers strictly inside an
+     * exclusive bound with many digits still exist) */
+    int D = DEC_FRAC_MIN;
+    if (has_lo && L.nf + 1 > D) D = L.nf + 1;
+    if (has_hi && H.nf + 1 > D) D = H.nf + 1;
+    int alts[2], n = 0;
+    /* x >= 0 */
+    if (!has_hi || hi > 0 || (hi == 0 && !hi_x)) {
+        bool from_lo = has_lo && lo >= 0;
+        alts[n++] =
+            nonneg_range(b, from_lo ? &L : &zero, from_lo ? !lo_x : true, has_hi, &H, !hi_x, D);
+    }
+    /* x < 0: "-" y with y > 0, y >= -hi (when hi < 0), y <= -lo */
+    if (!has_lo || lo < 0) {
+        bool from_hi = has_hi && hi < 0;
+        int y =
+            nonneg_range(b, from_hi ? &H : &zero, from_hi ? !hi_x : false, has_lo, &L, !lo_x, D);
+        alts[n++] = gb_seq2(b, gb_lits(b, "-"), y);
+    }
+    return gb_alt(b, alts, n);
+}

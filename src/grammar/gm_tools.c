@@ -56,7 +56,17 @@ static int one_function(gm_sc *c, json_t *fn, int idx) {
     snprintf(head, hl, "<tool_call>\n<function=%s>\n", name);
     xs[j++] = gb_lits(b, head);
     free(head);
+    /* many parameters: the openers are keys of gm_schema_keys.c's form (one optional block
+     * after another keeps a stack per block at each '<') */
+    bool many = n >= SC_MANY_MEMBERS;
+    char **keys = many ? calloc((size_t)n + 1, sizeof(char *)) : NULL;
+    size_t *klen = many ? malloc(((size_t)n + 1) * sizeof(size_t)) : NULL;
+    bool *rq = many ? malloc(((size_t)n + 1) * sizeof(bool)) : NULL;
+    int *vals = many ? malloc(((size_t)n + 1) * sizeof(int)) : NULL;
+    if (many && (!keys || !klen || !rq || !vals)) gb_error(b, CLLM_ENOMEM, "out of memory");
+    int m = 0;
     json_object_foreach(props, k, v) {
+        if (b->failed) break;
         bool r = false;
         json_t *x;
         json_array_foreach(req, i, x) r |= !strcmp(json_string_value(x), k);
@@ -68,12 +78,23 @@ static int one_function(gm_sc *c, json_t *fn, int idx) {
         char *open = malloc(ol);
         if (!open) break;
         snprintf(open, ol, "<parameter=%s>\n", k);
-        int val = sc_schema(c, v, pp, 1, raw);
-        int blk = gb_seq3(b, gb_lits(b, open), val, gb_lits(b, "\n</parameter>\n"));
+        int val = gb_seq2(b, sc_schema(c, v, pp, 1, raw), gb_lits(b, "\n</parameter>\n"));
+        if (many) {
+            keys[m] = open, klen[m] = strlen(open), rq[m] = r, vals[m++] = val;
+            continue;
+        }
+        int blk = gb_seq2(b, gb_lits(b, open), val);
         free(open);
         xs[j++] = r ? blk : gb_opt(b, blk);
     }
-    xs[j++] = gb_lits(b, "</function>\n</tool_call>");
+    int end = gb_lits(b, "</function>\n</tool_call>");
+    if (many && !b->failed)
+        xs[j++] =
+            sc_object_members(c, m, (const char *const *)keys, klen, rq, vals, end, end, false);
+    else
+        xs[j++] = end;
+    for (int q = 0; keys && q < m; q++) free(keys[q]);
+    free(keys), free(klen), free(rq), free(vals);
     int x = gb_seq(b, xs, j);
     free(xs);
     return x;

@@ -51,7 +51,10 @@ cllm_status cllm_gm_json_object(const cllm_gm_opts *opts, cllm_gm **out, cllm_er
  * or anchors other than a leading ^ / trailing $). */
 cllm_status cllm_gm_from_regex(const char *re, size_t len, const cllm_gm_opts *opts, cllm_gm **out,
                                cllm_error *err);
-/* The output is exactly one of the strings. */
+/* The output is exactly one of the strings (at most CLLM_GM_MAX_CHOICES of them, else
+ * CLLM_ERANGE naming the limit). Shared prefixes are merged (a trie), so the matcher follows one
+ * stack whatever the number of choices. */
+enum { CLLM_GM_MAX_CHOICES = 10000 };
 cllm_status cllm_gm_from_choice(const char *const *choices, const size_t *lens, int n,
                                 const cllm_gm_opts *opts, cllm_gm **out, cllm_error *err);
 /* GBNF (llama.cpp / xgrammar EBNF): `name ::= ...` rules, start rule `root`. */
@@ -90,7 +93,10 @@ int cllm_gm_vocab_size(const cllm_gm_vocab *v);
 /* A matcher for one output; holds a reference on g. v must outlive it. NULL on ENOMEM. */
 cllm_gm_matcher *cllm_gm_matcher_new(cllm_gm *g, const cllm_gm_vocab *v);
 void cllm_gm_matcher_free(cllm_gm_matcher *m);
-/* Fills mask[(V + 31) / 32]: bit t set when token t may come next. Returns the number allowed. */
+/* Fills mask[(V + 31) / 32]: bit t set when token t may come next. Returns the number allowed
+ * (0: the output is complete and nothing, not even EOS, may follow), or -1 when the grammar's
+ * state is past the matcher's caps and no text may follow: the constraint cannot be held, and the
+ * output must end with an error, not as complete. */
 int cllm_gm_matcher_mask(cllm_gm_matcher *m, uint32_t *mask);
 /* Advances on a sampled token; false (state unchanged) when the token is not allowed. An eos id is
  * allowed only in an accepting state and ends the matcher. */
@@ -116,6 +122,10 @@ void cllm_gm_precompute(cllm_gm *g, const cllm_gm_vocab *v);
  * g prepared for v. Thread-safe against matchers using g. */
 void cllm_gm_prepare(cllm_gm *g, const cllm_gm_vocab *v, const volatile bool *stop, int max_nodes);
 bool cllm_gm_is_prepared(cllm_gm *g, const cllm_gm_vocab *v);
+/* One slice of that preparation: fills caches from where the last slice stopped for about max_s
+ * seconds; true when every node is done (g is then prepared for v). A preparation thread that
+ * takes its jobs in turn, a slice each, keeps a large grammar from holding up small ones. */
+bool cllm_gm_prepare_some(cllm_gm *g, const cllm_gm_vocab *v, double max_s);
 
 /* Compiled grammars by source key (kind + options + text, built by the caller), least recently
  * used evicted past cap. A cached grammar keeps its mask caches, so a repeated schema is neither

@@ -127,8 +127,13 @@ static bool schema_grammar(json_t *schema, const cllm_gm_opts *o, const char *pa
 static bool choice_grammar(json_t *ch, const cllm_gm_opts *o, const char *param, cllm_gm **g,
                            srv_err *e) {
     size_t n = json_array_size(ch);
-    if (!json_is_array(ch) || n == 0 || n > 10000)
+    if (!json_is_array(ch) || n == 0)
         return bad(e, param, "the choice must be a non-empty array of strings");
+    if (n > CLLM_GM_MAX_CHOICES) {
+        srv_err_set(e, 400, "invalid_request_error", param,
+                    "%s: %zu choices, more than the limit of %d", param, n, CLLM_GM_MAX_CHOICES);
+        return false;
+    }
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(ch, i);

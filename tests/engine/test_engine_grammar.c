@@ -137,6 +137,119 @@ static void test_schema(int eos, int V) {
     cllm_gm_unref(g);
 }
 
+/* Preparation takes its jobs in turn (issue 32, item 11): a small grammar queued behind a large
+ * one is prepared, and its request admitted and finished, while the large one is still being
+ * prepared (a FIFO thread prepared the small one only after the large one). The large one's
+ * request then finishes too. */
+static void test_prep_fair(int eos, int V) {
+    json_t *props = json_object();
+    for (int i = 0; i < 4000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "field_%d", i);
+        json_object_set_new(props, key, json_pack("{s:s}", "type", "integer"));
+    }
+    json_t *sch = json_pack("{s:s,s:o}", "type", "object", "properties", props);
+    char *text = json_dumps(sch, JSON_COMPACT);
+    json_decref(sch);
+    cllm_gm *big = NULL, *small = NULL;
+    cllm_error e = {0};
+    CHECK_MSG(cllm_gm_from_json_schema(text, strlen(text), NULL, &big, &e) == CLLM_OK, "%s", e.msg);
+    free(text);
+    CHECK(cllm_gm_from_regex("(yes|no)", 8, NULL, &small, &e) == CLLM_OK);
+    if (!big || !small) {
+        cllm_gm_unref(big), cllm_gm_unref(small);
+        return;
+    }
+    fake_model f;
+    fake_init(&f, V, 256, 4, 16 + 32, true);
+    sched_cfg c = fake_cfg(V, 256, 4, 16, 64, true, true);
+    c.tok = TOK;
+    c.eos_ids[0] = eos;
+    c.n_eos = 1;
+    sched *s = NULL;
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &e) == CLLM_OK);
+    if (!s) return;
+    int32_t prompt[8] = {11, 12, 13, 14, 15, 16, 17, 18};
+    static fake_out ob[1], os[1];
+    memset(ob, 0, sizeof(ob));
+    memset(os, 0, sizeof(os));
+    submit(s, &c, prompt, 8, sampling(big, 40, 1, 3), ob);
+    submit(s, &c, prompt, 8, sampling(small, 10, 1, 4), os);
+    bool big_first = false;
+    for (int steps = 0; sched_has_work(s) && steps < 200000 && !os[0].fin; steps++) {
+        sched_step(s);
+        if (!sched_has_work(s)) break;
+        if (!os[0].fin && !s->n_running) sched_gm_idle_wait(s, 0.005);
+    }
+    const cllm_gm_vocab *v = sched_gm_vocab(s);
+    big_first = v && cllm_gm_is_prepared(big, v);
+    CHECK_MSG(os[0].fin == CLLM_FINISH_STOP, "small request fin %d", os[0].fin);
+    CHECK_MSG(!big_first, "the small grammar waited for the large one's whole preparation");
+    CHECK_MSG(in_grammar(small, os[0].text, os[0].text_len, true), "'%s'", os[0].text);
+    for (int steps = 0; sched_has_work(s) && steps < 200000; steps++) {
+        sched_step(s);
+        if (!s->n_running) sched_gm_idle_wait(s, 0.005);
+    }
+    CHECK_MSG(ob[0].fin == CLLM_FINISH_STOP || ob[0].fin == CLLM_FINISH_LENGTH, "big fin %d",
+              ob[0].fin);
+    CHECK_MSG(in_grammar(big, ob[0].text, ob[0].text_len, ob[0].fin == CLLM_FINISH_STOP), "'%s'",
+              ob[0].text);
+    sched_free(s);
+    fake_free(&f);
+    cllm_gm_unref(big);
+    cllm_gm_unref(small);
+}
+
+/* A state past the matcher's caps ends the request with an error (issue 32, item 7): after
+ * '{"s":"xxx...","a":' the array of 5,000 object shapes makes one stack per shape; the mask then
+ * allows nothing, which used to read as "the structure is complete" and stop there. */
+static void test_cap_error(int eos, int V) {
+    json_t *any = json_array();
+    for (int i = 0; i < 5000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k%d", i);
+        json_array_append_new(any,
+                              json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object", "properties",
+                                        key, "type", "integer", "required", key));
+    }
+    json_t *arr =
+        json_pack("{s:s,s:{s:o},s:i}", "type", "array", "items", "anyOf", any, "minItems", 1);
+    char pad[81]; /* a constant longer than the compile-time probe's walk (gm_match.c) */
+    memset(pad, 'x', 80);
+    pad[80] = 0;
+    json_t *sch = json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object", "properties", "s",
+                            "const", pad, "a", arr, "required", "s", "a");
+    char *text = json_dumps(sch, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(sch);
+    cllm_gm *g = NULL;
+    cllm_error e = {0};
+    CHECK_MSG(cllm_gm_from_json_schema(text, strlen(text), NULL, &g, &e) == CLLM_OK, "%s", e.msg);
+    free(text);
+    if (!g) return;
+    fake_model f;
+    fake_init(&f, V, 256, 4, 16 + 32, true);
+    sched_cfg c = fake_cfg(V, 256, 4, 16, 64, true, true);
+    c.tok = TOK;
+    c.eos_ids[0] = eos;
+    c.n_eos = 1;
+    sched *s = NULL;
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &e) == CLLM_OK);
+    if (!s) return;
+    int32_t prompt[8] = {21, 22, 23, 24, 25, 26, 27, 28};
+    static fake_out o[1];
+    memset(o, 0, sizeof(o));
+    submit(s, &c, prompt, 8, sampling(g, 200, 1, 5), o);
+    for (int steps = 0; sched_has_work(s) && steps < 200000; steps++) {
+        sched_step(s);
+        if (!s->n_running) sched_gm_idle_wait(s, 0.005);
+    }
+    CHECK_MSG(o[0].fin == CLLM_FINISH_ERROR && strstr(o[0].text, "\"a\":"),
+              "fin %d after '%s' (want an error after '\"a\":', not a stop)", o[0].fin, o[0].text);
+    sched_free(s);
+    fake_free(&f);
+    cllm_gm_unref(g);
+}
+
 /* The constraint starts after grammar_after: the free part is whatever the model says. */
 static void test_after(int eos, int V) {
     const char *ch[] = {"yes", "no"};
@@ -210,6 +323,8 @@ int main(void) {
     int eos = cllm_tok_token_id(tok, "<|im_end|>", 10), V = cllm_tok_n_vocab(tok);
     test_schema(eos, V);
     test_after(eos, V);
+    test_prep_fair(eos, V);
+    test_cap_error(eos, V);
     cllm_tok_free(tok);
     return test_report("test_engine_grammar");
 }

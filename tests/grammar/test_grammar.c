@@ -45,7 +45,7 @@ static char *gen(cllm_gm *g, cllm_gm_vocab *v, int max_steps, bool check, size_t
                 }
             }
         }
-        if (cnt == 0) break;
+        if (cnt <= 0) break; /* -1: past the caps */
         int pick = test_irand(cnt), t = 0;
         for (t = 0; t < V; t++)
             if (a[t >> 5] >> (t & 31) & 1 && pick-- == 0) break;
