@@ -115,7 +115,7 @@ bool sched_sample_tok(sched *s, eng_seq *e, const float *logits, int forced) {
                              "structured output: the grammar's state outgrew its caps (4096 "
                              "stacks); the grammar is too ambiguous");
             sched_seq_finish(s, e);
-            return;
+            return false;
         }
         if (allowed == 0) {
             /* the structure is complete and nothing (not even EOS) may follow */
