@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_model.h"
 #include "base/mem.h"
 #include "engine/engine.h"
 #include "model/config.h"
@@ -300,21 +301,13 @@ int main(void) {
     const char *tmp = test_tmp();
     const char *src = test_src();
     mkdir(tmp, 0755);
-    char dir[1024], cfgp[1024], tokdir[1024];
-    snprintf(tokdir, sizeof(tokdir), "%s/models/tiny", src);
+    char dir[1024];
     const char *cfgs[2] = {"tiny.json", "tiny-qwen3.json"};
     for (int k = 0; k < 2; k++) {
         snprintf(dir, sizeof(dir), "%s/engine_real_%s", tmp, cfgs[k]);
-        snprintf(cfgp, sizeof(cfgp), "%s/configs/%s", src, cfgs[k]);
-        struct stat sb;
-        bool have_tok = stat(tokdir, &sb) == 0;
-        cllm_synth_opts so = {.config_path = cfgp,
-                              .out_dir = dir,
-                              .seed = 1,
-                              .dtype = CLLM_DT_F32,
-                              .tokenizer_dir = have_tok ? tokdir : NULL};
+        bool have_tok;
         cllm_error err = {0};
-        if (cllm_synth(&so, &err) != CLLM_OK) {
+        if (tm_synth_f32(src, cfgs[k], dir, &have_tok, &err) != CLLM_OK) {
             CHECK_MSG(0, "synth %s: %s", cfgs[k], err.msg);
             continue;
         }

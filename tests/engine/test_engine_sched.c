@@ -18,15 +18,7 @@ static int rnd_in(int lo, int hi) {
 }
 
 static cllm_sampling greedy(int max_tokens) {
-    cllm_sampling p;
-    memset(&p, 0, sizeof(p));
-    p.top_p = 1;
-    p.repetition_penalty = 1;
-    p.max_tokens = max_tokens;
-    p.logprobs = -1;
-    p.n = 1;
-    p.ignore_eos = true;
-    return p;
+    return fake_greedy(max_tokens);
 }
 
 static uint64_t next_id = 1;

@@ -38,14 +38,7 @@ static void score_collect(void *user, const cllm_event *ev) {
 }
 
 static cllm_sampling greedy(int max_tokens, int prompt_top) {
-    cllm_sampling p;
-    memset(&p, 0, sizeof(p));
-    p.top_p = 1;
-    p.repetition_penalty = 1;
-    p.max_tokens = max_tokens;
-    p.logprobs = -1;
-    p.n = 1;
-    p.ignore_eos = true;
+    cllm_sampling p = fake_greedy(max_tokens);
     p.has_prompt_logprobs = prompt_top >= 0;
     p.prompt_logprobs = prompt_top >= 0 ? prompt_top : 0;
     return p;

@@ -179,6 +179,19 @@ static inline void fake_free(fake_model *f) {
     free(f->st_len);
 }
 
+/* Greedy sampling of max_tokens tokens, EOS ignored, no logprobs: the scheduler tests' default. */
+static inline cllm_sampling fake_greedy(int max_tokens) {
+    cllm_sampling p;
+    memset(&p, 0, sizeof(p));
+    p.top_p = 1;
+    p.repetition_penalty = 1;
+    p.max_tokens = max_tokens;
+    p.logprobs = -1;
+    p.n = 1;
+    p.ignore_eos = true;
+    return p;
+}
+
 /* A scheduler config over the fake model. */
 static inline sched_cfg fake_cfg(int V, int n_blocks, int bs, int max_seqs, int budget,
                                  bool has_state, bool caching) {

@@ -7,7 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/synth.h"
 #include "quant/quantize.h"
+
+/* Writes configs/<name> of the source tree src as a random f32 model (seed 1) into out_dir, with
+ * models/tiny's tokenizer when the tree has it (*have_tok says so). */
+static inline cllm_status tm_synth_f32(const char *src, const char *name, const char *out_dir,
+                                       bool *have_tok, cllm_error *err) {
+    char cfg[1024], tok[1024];
+    snprintf(cfg, sizeof(cfg), "%s/configs/%s", src, name);
+    snprintf(tok, sizeof(tok), "%s/models/tiny/tokenizer.json", src);
+    FILE *t = fopen(tok, "rb");
+    *have_tok = t != NULL;
+    if (t) fclose(t);
+    snprintf(tok, sizeof(tok), "%s/models/tiny", src);
+    cllm_synth_opts so = {.config_path = cfg,
+                          .out_dir = out_dir,
+                          .seed = 1,
+                          .dtype = CLLM_DT_F32,
+                          .tokenizer_dir = *have_tok ? tok : NULL};
+    return cllm_synth(&so, err);
+}
 
 /* configs/<name> of the source tree src with the first occurrence of each from[i] replaced by
  * to[i], written to dst. 0, or -1 when a file fails or a from[i] is missing. */
