@@ -204,7 +204,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "seconds to let in-flight requests finish on SIGTERM (default 30; 0 = abort)", NULL, 0,
          1e9},
         {"--allowed-origins", NULL, CLI_STR, &a->origins,
-         "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
+         "CORS Access-Control-Allow-Origin value: '*' (no credentials) or one origin (with "
+         "Allow-Credentials); default no CORS"},
         {"--disable-log-requests", NULL, CLI_FLAG, &a->no_log_requests,
          "no access log line per request"},
         {"--stats-interval", NULL, CLI_FLOAT, &a->stats_interval,
