@@ -117,7 +117,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
                       .max_conns = 1024,
                       .header_timeout = 60,
                       .body_timeout = 60,
-                      .keepalive_timeout = 5,
+                      .keepalive_timeout = 20,
                       .send_timeout = 30};
     const cli_opt opts[] = {
         {"--model", NULL, CLI_STR, &a->model_flag, "model directory (same as the MODEL argument)"},
@@ -226,7 +226,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         {"--client-body-timeout", NULL, CLI_FLOAT, &a->body_timeout,
          "seconds for a whole request body after its head (default 60; 0 = none)", NULL, 0, 1e6},
         {"--timeout-keep-alive", NULL, CLI_FLOAT, &a->keepalive_timeout,
-         "seconds an idle connection stays open (default 5, as vLLM's uvicorn)", NULL, 1, 1e6},
+         "seconds an idle connection stays open (default 20; vLLM's uvicorn: 5)", NULL, 1, 1e6},
         {"--send-timeout", NULL, CLI_FLOAT, &a->send_timeout,
          "seconds a client may accept no byte of a response; a stream is then cancelled "
          "(default 30)",

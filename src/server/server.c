@@ -34,10 +34,13 @@ void cllm_server_opts_defaults(cllm_server_opts *o) {
     o->access_log = true;
     o->n_threads = 2;
     o->connection_limit = 1024;
-    o->header_timeout_s = 60;   /* nginx's client_header_timeout */
-    o->body_timeout_s = 60;     /* nginx's client_body_timeout (whole body here, not per read) */
-    o->keepalive_timeout_s = 5; /* uvicorn's --timeout-keep-alive, which vLLM uses */
-    o->send_timeout_s = 30;     /* nginx's send_timeout is 60; a stalled stream holds a sequence */
+    o->header_timeout_s = 60; /* nginx's client_header_timeout */
+    o->body_timeout_s = 60;   /* nginx's client_body_timeout (whole body here, not per read) */
+    /* uvicorn's (vLLM's) 5 s races the pools of node's fetch (4 s, coarse timers) and httpx (5 s):
+     * they reuse a connection the server is closing and do not retry the POST (seen in
+     * tests/grammar/grammar_e2e.sh); 20 s outlasts them, aiohttp's 15 s too */
+    o->keepalive_timeout_s = 20;
+    o->send_timeout_s = 30; /* nginx's send_timeout is 60; a stalled stream holds a sequence */
     o->console = true;
     o->console_requests = 1000;
 }
