@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -698,6 +699,23 @@ static void *house_main(void *arg) {
 
 /* ---- lifecycle ---- */
 
+/* Each connection is a file descriptor: a soft open-file limit below --max-connections (1024 is
+ * a common default) would refuse connections before MHD's limit does, so raise it toward the hard
+ * limit (as Go's runtime does) and say so when even that is short. */
+static void fit_nofile(unsigned conn_limit) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)conn_limit + 128; /* model files, logs, pipes */
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+        LOG_WARN(
+            "open-file limit %llu is below --max-connections %u + 128: connections past it are "
+            "refused (raise it with ulimit -n)",
+            (unsigned long long)rl.rlim_cur, conn_limit);
+}
+
 /* Why MHD could not listen: binds a probe socket to the same address (MHD does not say). */
 static int bind_errno(const struct addrinfo *ai) {
     int fd = socket(ai->ai_family, SOCK_STREAM, 0);
@@ -748,6 +766,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_DUAL_STACK; /* "::" also takes IPv4 */
     unsigned conn_limit = o->connection_limit ? o->connection_limit : 1024;
+    fit_nofile(conn_limit);
     unsigned per_ip = o->per_ip_connection_limit ? o->per_ip_connection_limit
                       : conn_limit >= 4          ? conn_limit / 4
                                                  : 1;
