@@ -564,7 +564,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     srv_conn_enter(s, c, SRV_CONN_HEAD); /* the next request's head deadline starts now */
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) /* kept alive: idle until the next one */
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, secs(s->o.keepalive_timeout_s));
-    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) {
+    bool watched = false; /* srv_conn.c's stall watch cut it (and counted it) first */
+    if (r && (void *)r != &no_req) {
+        pthread_mutex_lock(&r->mu);
+        watched = r->watch_cancelled;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !watched) {
         /* MHD's inactivity timeout: in the head, the body, or a response nobody reads */
         int why = !r ? SRV_DL_HEADER : !r->status && !r->submitted ? SRV_DL_BODY : SRV_DL_SEND;
         pthread_mutex_lock(&s->m.mu);
