@@ -10,11 +10,15 @@
 #   multi-turn  cllm bench-serve --multi-turn over chat (prefix-cache churn)
 #   misbehaving scripts/soak_clients.py: n=2, stop strings, streams abandoned mid-way, requests
 #               closed before their first token, over-length prompts, malformed bodies, slowloris
+#               connections (cut by --client-header-timeout, 10 s here), streams never read
+#               (cancelled by --send-timeout, 5 s here)
 # It samples /metrics and the server's RSS every SOAK_SAMPLE_S seconds (samples.tsv, rss.png with
 # gnuplot) and at the end asserts:
 #   - no 5xx at all (no drain happens during the run, so not even 503s)
 #   - every 429 is an admission rejection counted with its reason (the limits were hit)
-#   - no unexpected outcome in the misbehaving clients (each style's documented answer)
+#   - no unexpected outcome in the misbehaving clients (each style's documented answer); runs of
+#     30 s or more: the slowloris connections were cut by the header deadline, and a never-read
+#     stream was cut by the send deadline
 #   - at idle: nothing running, waiting or in flight (no stuck request), KV blocks and state
 #     slots used back to 0, no request finished with "error"
 #   - RSS growth after warm-up < SOAK_RSS_PCT_PER_10MIN (default 1) % per 10 minutes; runs shorter
@@ -37,6 +41,8 @@ RSS_RATE_MAX=${SOAK_RSS_PCT_PER_10MIN:-1}
 RSS_SHORT_MAX=${SOAK_RSS_PCT_SHORT:-10}
 PORT=${SOAK_PORT:-$((20000 + RANDOM % 20000))}
 MML=1024
+HDR_T=10
+SEND_T=5
 U="http://127.0.0.1:$PORT"
 mkdir -p "$OUT"
 fail=0
@@ -51,7 +57,8 @@ trap cleanup EXIT
 
 "$BIN" serve "$MODEL" --port "$PORT" --served-model-name soak --max-model-len $MML \
     --kv-cache-memory 1MiB --max-num-seqs 4 --max-num-queued-reqs 16 --threads 1 \
-    --shutdown-timeout 20 --stats-interval 30 --disable-log-requests > "$OUT/server.log" 2>&1 &
+    --shutdown-timeout 20 --stats-interval 30 --disable-log-requests \
+    --client-header-timeout $HDR_T --send-timeout $SEND_T > "$OUT/server.log" 2>&1 &
 SPID=$!
 for _ in $(seq 300); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && break
@@ -84,7 +91,8 @@ pids+=($!)
     --save-result "$OUT/multiturn.json" > "$OUT/multiturn.txt" 2>&1 &
 pids+=($!)
 /usr/bin/python3 "$SRC/scripts/soak_clients.py" "$PORT" "$DUR" "$OUT/clients.json" \
-    --workers 3 --slowloris 2 --max-model-len $MML > "$OUT/clients.txt" 2>&1 &
+    --workers 3 --slowloris 4 --nonreaders 2 --send-timeout $SEND_T --max-model-len $MML \
+    > "$OUT/clients.txt" 2>&1 &
 pids+=($!)
 
 # sampler: t, RSS, gauges and counters, every $SAMPLE s while the drivers run
@@ -132,6 +140,13 @@ errs=$(metric 'finished_reason="error"')
 [ "$errs" = 0 ] && ok "no request finished with error" || bad "$errs requests finished with error"
 unexp=$(/usr/bin/python3 -c "import json; print(json.load(open('$OUT/clients.json'))['n_unexpected'])" 2> /dev/null)
 [ "${unexp:-x}" = 0 ] && ok "misbehaving clients: every answer as documented" || bad "misbehaving clients: ${unexp:-no result} unexpected (see $OUT/clients.json)"
+if [ "$DUR" -ge 30 ]; then
+    hdr=$(metric 'cllm_http_deadline_closes_total.*reason="header_timeout"')
+    snd=$(metric 'cllm_http_deadline_closes_total.*reason="send_timeout"')
+    cut=$(/usr/bin/python3 -c "import json; print(json.load(open('$OUT/clients.json'))['counts'].get('nonreader', {}).get('cut_by_server', 0))" 2> /dev/null)
+    [ "$hdr" -gt 0 ] && ok "slowloris: $hdr connections cut by --client-header-timeout" || bad "slowloris: no connection cut by the header deadline"
+    [ "$snd" -gt 0 ] && [ "${cut:-0}" -gt 0 ] && ok "never-read streams: $snd cut by --send-timeout" || bad "never-read streams: $snd send_timeout cuts, ${cut:-?} seen by the clients"
+fi
 
 # RSS after warm-up
 /usr/bin/python3 - "$OUT" "$DUR" "$RSS_RATE_MAX" "$RSS_SHORT_MAX" > "$OUT/rss.txt" << 'EOF'
@@ -191,6 +206,7 @@ print("server (from /metrics at the end; the start-up /health polls are in metri
 print("  HTTP responses by code: " + by("cllm_http_responses_total", "code"))
 print("  finished by reason: " + by("vllm:request_success_total", "finished_reason"))
 print(f"  cancelled on client disconnect: {s('^cllm_requests_cancelled_on_disconnect_total')}")
+print("  connections cut by a deadline: " + by("cllm_http_deadline_closes_total", "reason"))
 print("  admission rejections (429): " + by("cllm_admission_rejections_total", "reason"))
 print(f"  preemptions: {s('^vllm:num_preemptions_total')}")
 tot = s('^cllm_http_responses_total')

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The misbehaving half of scripts/soak.sh: clients cllm bench-serve does not model.
 
-    soak_clients.py PORT DURATION_S OUT.json [--workers N] [--slowloris N] [--max-model-len N]
+    soak_clients.py PORT DURATION_S OUT.json [--workers N] [--slowloris N] [--nonreaders N]
+                    [--send-timeout S] [--max-model-len N]
 
 Each worker loops until DURATION_S, picking one style per request:
   n2         completions n=2: 200 with two choices (or 429)
@@ -12,7 +13,9 @@ Each worker loops until DURATION_S, picking one style per request:
   overlen    prompt + max_tokens over --max-model-len: 400 naming max_tokens
   malformed  broken bodies (truncated JSON, wrong types, bad roles, bad UTF-8): 400
 plus N slowloris connections that dribble one header byte every 0.5 s and are replaced when the
-server drops them. Writes the counts by style and outcome; an outcome that is not one of the
+server drops them (--client-header-timeout), and N non-readers: a long stream with a 4 KiB receive
+buffer that is never read until --send-timeout + 5 s have passed; by then the server must have
+cut it (no [DONE]: the engine request was cancelled) unless it finished inside the buffers. Writes the counts by style and outcome; an outcome that is not one of the
 expected ones is listed under "unexpected" with the response head. Standard library only.
 """
 import json
@@ -31,6 +34,7 @@ def opt(name, default):
 
 
 WORKERS, SLOW, MML = opt("--workers", 3), opt("--slowloris", 2), opt("--max-model-len", 1024)
+NONREAD, SEND_TIMEOUT = opt("--nonreaders", 0), opt("--send-timeout", 30)
 T_END = time.time() + DURATION
 lock = threading.Lock()
 counts = {}
@@ -257,8 +261,37 @@ def slowloris(seed):
             time.sleep(rng.uniform(0.5, 1))
 
 
+def nonreader(seed):
+    rng = random.Random(seed)
+    while time.time() < T_END - SEND_TIMEOUT - 10:
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(60)
+            s.connect(("127.0.0.1", PORT))
+            s.sendall(request("/v1/completions", {"prompt": text(20, rng), "max_tokens": 800,
+                                                  "ignore_eos": True, "stream": True,
+                                                  "logprobs": 5}))
+            time.sleep(SEND_TIMEOUT + 5)
+            r = read_all(s)
+            s.close()
+        except OSError as e:
+            count("nonreader", "socket_error", repr(e))
+            continue
+        st = status_of(r)
+        if st == 429:
+            count("nonreader", "429")
+        elif st == 200 and b"data: [DONE]" not in r:
+            count("nonreader", "cut_by_server")
+        elif st == 200:
+            count("nonreader", "finished_in_buffers")
+        else:
+            count("nonreader", f"http_{st}", r[:400].decode("latin1"))
+
+
 ths = [threading.Thread(target=worker, args=(i,)) for i in range(WORKERS)]
 ths += [threading.Thread(target=slowloris, args=(100 + i,)) for i in range(SLOW)]
+ths += [threading.Thread(target=nonreader, args=(200 + i,)) for i in range(NONREAD)]
 for t in ths:
     t.start()
 for t in ths:

@@ -53,6 +53,9 @@ typedef struct serve_args {
     long console_requests;            /* 0 = the server's default (1000) */
     bool prefix, no_prefix, no_log_requests, auth_all, enforce_eager, trust_remote_code,
         auto_tool_choice, skip_tokenizer, seed_set;
+    /* connection limits against hostile clients (server/srv_conn.c) */
+    long max_conns, max_conns_ip;
+    double header_timeout, body_timeout, keepalive_timeout, send_timeout;
     /* derived by serve_check */
     char *chat_template; /* file contents (malloc) */
     const char *alias_ptrs[CLI_LIST_MAX];
@@ -118,7 +121,12 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
                       .gpu_mem_util = -1,
                       .swap_space = -1,
                       .shutdown_timeout = 30,
-                      .stats_interval = -1};
+                      .stats_interval = -1,
+                      .max_conns = 1024,
+                      .header_timeout = 60,
+                      .body_timeout = 60,
+                      .keepalive_timeout = 20,
+                      .send_timeout = 30};
     const cli_opt opts[] = {
         {"--model", "-m", CLI_STR, &a->model_flag,
          "model directory (same as the MODEL argument; -m as llama-server)"},
@@ -214,7 +222,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "seconds to let in-flight requests finish on SIGTERM (default 30; 0 = abort)", NULL, 0,
          1e9},
         {"--allowed-origins", NULL, CLI_STR, &a->origins,
-         "CORS Access-Control-Allow-Origin value (e.g. '*'); default no CORS"},
+         "CORS Access-Control-Allow-Origin value: '*' (no credentials) or one origin (with "
+         "Allow-Credentials); default no CORS"},
         {"--disable-log-requests", NULL, CLI_FLAG, &a->no_log_requests,
          "no access log line per request"},
         {"--disable-uvicorn-access-log", NULL, CLI_FLAG, &a->no_uvicorn_access,
@@ -235,6 +244,24 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          NULL, 0, 86400},
         {"--http-threads", NULL, CLI_INT, &a->http_threads, "HTTP event-loop threads (default 2)",
          NULL, 1, 256},
+        /* connection limits (README "Connection limits and deadlines") */
+        {"--max-connections", NULL, CLI_INT, &a->max_conns,
+         "open HTTP connections; more are closed at accept (default 1024)", NULL, 1, 1e6},
+        {"--max-connections-per-ip", NULL, CLI_INT, &a->max_conns_ip,
+         "open connections per client address (default a quarter of --max-connections)", NULL, 0,
+         1e6},
+        {"--client-header-timeout", NULL, CLI_FLOAT, &a->header_timeout,
+         "seconds for a whole request head, from connect or the previous response (default 60; "
+         "0 = none)",
+         NULL, 0, 1e6},
+        {"--client-body-timeout", NULL, CLI_FLOAT, &a->body_timeout,
+         "seconds for a whole request body after its head (default 60; 0 = none)", NULL, 0, 1e6},
+        {"--timeout-keep-alive", NULL, CLI_FLOAT, &a->keepalive_timeout,
+         "seconds an idle connection stays open (default 20; vLLM's uvicorn: 5)", NULL, 1, 1e6},
+        {"--send-timeout", NULL, CLI_FLOAT, &a->send_timeout,
+         "seconds a client may accept no byte of a response; a stream is then cancelled "
+         "(default 30)",
+         NULL, 1, 1e6},
         {"--auth-health", NULL, CLI_FLAG, &a->auth_all,
          "require the API key on /health, /metrics and /version too"},
         {"--log-format", NULL, CLI_CHOICE, &a->log_format, "log lines as text or JSON objects",
@@ -495,6 +522,12 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->max_queued_tokens = a->max_queued_tokens;
     so->max_logprobs = (int)a->max_logprobs;
     so->stats_interval_s = a->stats_interval;
+    so->connection_limit = (unsigned)a->max_conns;
+    so->per_ip_connection_limit = (unsigned)a->max_conns_ip;
+    so->header_timeout_s = a->header_timeout;
+    so->body_timeout_s = a->body_timeout;
+    so->keepalive_timeout_s = a->keepalive_timeout;
+    so->send_timeout_s = a->send_timeout;
     so->access_log = !a->no_log_requests;
     so->access_log_skip = a->access_skip;
     so->force_include_usage = a->force_usage;

@@ -328,6 +328,16 @@ char *srv_metrics_render(cllm_server *s) {
          "Requests aborted because the client went away.");
     sample(&b, "cllm_requests_cancelled_on_disconnect_total", L, NULL,
            (double)m->requests_cancelled_disconnect);
+    head(&b, "cllm_http_deadline_closes_total", "counter",
+         "Connections cut by a deadline: request head (--client-header-timeout), body "
+         "(--client-body-timeout), or a response the client stopped reading (--send-timeout).");
+    static const char *const dl_label[SRV_DL_COUNT] = {"header_timeout", "body_timeout",
+                                                       "send_timeout"};
+    for (int i = 0; i < SRV_DL_COUNT; i++) {
+        char rl[48];
+        snprintf(rl, sizeof(rl), "reason=\"%s\"", dl_label[i]);
+        sample(&b, "cllm_http_deadline_closes_total", L, rl, (double)m->deadline_closes[i]);
+    }
     pthread_mutex_unlock(&m->mu);
 
     head(&b, "cllm_state_slots_used", "gauge", "Gated DeltaNet recurrent-state slots in use.");

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,18 +35,30 @@ void cllm_server_opts_defaults(cllm_server_opts *o) {
     o->access_log = true;
     o->n_threads = 2;
     o->connection_limit = 1024;
+    o->header_timeout_s = 60; /* nginx's client_header_timeout */
+    o->body_timeout_s = 60;   /* nginx's client_body_timeout (whole body here, not per read) */
+    /* uvicorn's (vLLM's) 5 s races the pools of node's fetch (4 s, coarse timers) and httpx (5 s):
+     * they reuse a connection the server is closing and do not retry the POST (seen in
+     * tests/grammar/grammar_e2e.sh); 20 s outlasts them, aiohttp's 15 s too */
+    o->keepalive_timeout_s = 20;
+    o->send_timeout_s = 30; /* nginx's send_timeout is 60; a stalled stream holds a sequence */
     o->console = true;
     o->console_requests = 1000;
 }
 
 /* ---- responses ---- */
 
-static void common_headers(cllm_server *s, struct MHD_Response *resp) {
+/* close: the request's framing is not to be trusted, so nothing after it on the connection is */
+static void common_headers(cllm_server *s, struct MHD_Response *resp, bool close) {
     if (s->o.allowed_origins) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.allowed_origins);
-        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+        /* browsers refuse credentials with the wildcard origin: only with a named one */
+        if (strcmp(s->o.allowed_origins, "*")) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+            MHD_add_response_header(resp, "Vary", "Origin");
+        }
     }
-    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
+    if (close || __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
         MHD_add_response_header(resp, "Connection", "close");
 }
 
@@ -70,7 +83,8 @@ static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, 
         MHD_add_response_header(resp, "Retry-After", ra);
     }
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-    common_headers(s, resp);
+    common_headers(s, resp, r->close_conn);
+    srv_conn_enter(s, r->conn, SRV_CONN_BUSY);
     enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -295,6 +309,8 @@ static void make_id(srv_req *r) {
     r->created = (long)time(NULL);
 }
 
+#define STREAM_SNDBUF (32 * 1024)
+
 static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_err e;
@@ -315,6 +331,14 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
         json_t *o = srv_fmt_final(r, &fe);
         return o ? send_json(r, 200, o) : send_err(r, &fe);
     }
+    /* The kernel grows a socket's send buffer to megabytes on a fast link, and every byte of it
+     * a client that stopped reading absorbs before --send-timeout can start counting (its own
+     * receive buffer, 64-128 KiB by default, absorbs the rest). 32 KiB (the kernel doubles it)
+     * still carries 300 KiB/s at 200 ms RTT, far above any token stream. */
+    const union MHD_ConnectionInfo *fdi =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int sndbuf = STREAM_SNDBUF;
+    if (fdi) setsockopt(fdi->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     /* no bytes before the first token (the role chunk goes with it: oai_fmt.c) */
     pthread_mutex_lock(&r->mu);
     r->refs++; /* the response's reference */
@@ -330,7 +354,7 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
                                                      : "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    common_headers(s, resp);
+    common_headers(s, resp, false);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);
     r->status = 200;
@@ -465,6 +489,28 @@ static enum MHD_Result answer_no_memory(cllm_server *s, struct MHD_Connection *c
     return ret;
 }
 
+static unsigned secs(double t) {
+    return t <= 0 ? 0 : t < 1 ? 1 : (unsigned)(t + 0.5);
+}
+
+/* A chunked body (its size unknown at the head) passed --max-body-size: MHD queues no response
+ * while it reads a body, so the 413 goes straight to the socket and MHD closes the connection
+ * (MHD_NO) instead of reading the rest. */
+static enum MHD_Result refuse_body(srv_req *r) {
+    cllm_server *s = r->srv;
+    srv_err e;
+    srv_err_set(&e, 413, "invalid_request_error", NULL,
+                "request body over --max-body-size (%llu bytes)",
+                (unsigned long long)s->o.max_body_size);
+    char *j = srv_fmt_error_json(&e);
+    srv_conn_write_raw(r->conn, 413, j);
+    r->status = 413;
+    r->bytes_sent = j ? strlen(j) : 0;
+    free(j);
+    srv_metrics_http(&s->m, 413);
+    return MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
@@ -478,6 +524,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = srv_req_new(s, c, method, url);
         if (!r) return answer_no_memory(s, c, con_cls);
         *con_cls = r;
+        /* until the response is written, a pause of --send-timeout (not the shorter keep-alive
+         * timeout) ends the connection; on_completed sets it back */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, secs(s->o.send_timeout_s));
+        if (!srv_conn_enter(s, c, SRV_CONN_BODY)) return MHD_NO; /* a deadline cut it */
+        char hm[160];
+        unsigned hs = srv_conn_check_head(c, version, hm, sizeof(hm));
+        if (hs) {
+            r->close_conn = true;
+            return fail(r, hs, "invalid_request_error", NULL, "%s", hm);
+        }
         srv_route rt = SRV_COMPLETIONS;
         if (route_of(url, &rt)) {
             r->is_gen = true;
@@ -493,7 +549,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                     "Authorization, Content-Type");
             MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-            common_headers(s, resp);
+            common_headers(s, resp, false);
+            srv_conn_enter(s, c, SRV_CONN_BUSY);
             enum MHD_Result ret = MHD_queue_response(c, 204, resp);
             MHD_destroy_response(resp);
             r->status = 204;
@@ -508,10 +565,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_err(r, &e);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size)
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size) {
+            r->close_conn = true;
             return fail(r, 413, "invalid_request_error", NULL,
                         "request body over --max-body-size (%llu bytes)",
                         (unsigned long long)s->o.max_body_size);
+        }
         return MHD_YES;
     }
     if (r->status) { /* a response is queued already (early 4xx): discard the rest */
@@ -519,10 +578,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (r->body.len + *upload_size > s->o.max_body_size)
-            r->body_too_large = true;
-        else
-            srv_buf_add(&r->body, upload_data, *upload_size);
+        if (r->body.len + *upload_size > s->o.max_body_size) return refuse_body(r);
+        srv_buf_add(&r->body, upload_data, *upload_size);
         if (r->body.oom) r->body_too_large = true;
         *upload_size = 0;
         return MHD_YES;
@@ -534,6 +591,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         json_t *o = srv_fmt_final(r, &fe);
         return o ? send_json(r, 200, o) : send_err(r, &fe);
     }
+    if (!srv_conn_enter(s, c, SRV_CONN_BUSY)) return MHD_NO; /* --client-body-timeout cut it */
     return dispatch(r);
 }
 
@@ -542,7 +600,34 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     cllm_server *s = cls;
     srv_req *r = *con_cls;
     *con_cls = NULL;
-    if (!r || (void *)r == &no_req) return;
+    srv_conn_enter(s, c, SRV_CONN_HEAD); /* the next request's head deadline starts now */
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) /* kept alive: idle until the next one */
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, secs(s->o.keepalive_timeout_s));
+    bool watched = false; /* srv_conn.c's stall watch cut it (and counted it) first */
+    if (r && (void *)r != &no_req) {
+        pthread_mutex_lock(&r->mu);
+        watched = r->watch_cancelled;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && !watched) {
+        /* MHD's inactivity timeout: in the head, the body, or a response nobody reads */
+        int why = !r ? SRV_DL_HEADER : !r->status && !r->submitted ? SRV_DL_BODY : SRV_DL_SEND;
+        pthread_mutex_lock(&s->m.mu);
+        s->m.deadline_closes[why]++;
+        pthread_mutex_unlock(&s->m.mu);
+    }
+    if ((void *)r == &no_req) return;
+    if (!r || !r->status) {
+        /* a response MHD made itself (its HTML errors: a malformed head or chunk, a chunk line
+         * longer than its buffer): counted like ours */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        if (ci && ci->http_status) {
+            srv_metrics_http(&s->m, ci->http_status);
+            if (r) r->status = ci->http_status;
+        }
+    }
+    if (!r) return;
     if (s->o.access_log && !srv_path_listed(s->o.access_log_skip, r->url)) {
         char ip[64] = "-";
         const union MHD_ConnectionInfo *ci =
@@ -568,6 +653,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         pthread_mutex_unlock(&s->mu);
     }
     srv_req_unref(r);
+}
+
+/* Registered only so that MHD reports (on_completed) the requests it answers itself after the
+ * request line; the request state is still made by the first on_request call. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls, (void)uri, (void)c;
+    return NULL;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -639,6 +731,7 @@ static void *house_main(void *arg) {
         if (s->stop_stats) break;
         pthread_mutex_unlock(&s->mu);
         watch_disconnects(s);
+        srv_conn_watch(s);
         if (s->o.stats_interval_s > 0 && srv_now() >= next_stats) {
             srv_metrics_log_line(s);
             next_stats = srv_now() + s->o.stats_interval_s;
@@ -650,6 +743,23 @@ static void *house_main(void *arg) {
 }
 
 /* ---- lifecycle ---- */
+
+/* Each connection is a file descriptor: a soft open-file limit below --max-connections (1024 is
+ * a common default) would refuse connections before MHD's limit does, so raise it toward the hard
+ * limit (as Go's runtime does) and say so when even that is short. */
+static void fit_nofile(unsigned conn_limit) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)conn_limit + 128; /* model files, logs, pipes */
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+        LOG_WARN(
+            "open-file limit %llu is below --max-connections %u + 128: connections past it are "
+            "refused (raise it with ulimit -n)",
+            (unsigned long long)rl.rlim_cur, conn_limit);
+}
 
 /* Why MHD could not listen: binds a probe socket to the same address (MHD does not say). */
 static int bind_errno(const struct addrinfo *ai) {
@@ -670,6 +780,7 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     s->o = *o;
     s->ops = *ops;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->started = (long)time(NULL);
     s->model_name = strdup(o->served_model_name ? o->served_model_name : "cllm");
@@ -699,12 +810,21 @@ cllm_status cllm_server_start(const cllm_server_opts *o, const cllm_server_engin
     }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_DUAL_STACK; /* "::" also takes IPv4 */
+    unsigned conn_limit = o->connection_limit ? o->connection_limit : 1024;
+    fit_nofile(conn_limit);
+    unsigned per_ip = o->per_ip_connection_limit ? o->per_ip_connection_limit
+                      : conn_limit >= 4          ? conn_limit / 4
+                                                 : 1;
+    /* MHD refuses connections over both limits at accept (it closes them unanswered); its
+     * inactivity timeout is the keep-alive one between requests (on_request raises it to
+     * --send-timeout for the request); srv_conn.c adds the header and body deadlines. */
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT,
-        o->connection_limit ? o->connection_limit : 1024, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)300, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify,
+        s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)(o->n_threads > 0 ? o->n_threads : 1), MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        secs(o->keepalive_timeout_s), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     /* No MHD_OPTION_LISTENING_ADDRESS_REUSE: it sets SO_REUSEPORT, and then a second server on
      * the same port starts and splits the traffic. MHD's default SO_REUSEADDR still lets a
      * restart bind while old connections sit in TIME_WAIT. */
@@ -864,6 +984,7 @@ void cllm_server_stop(cllm_server *s) {
     srv_console_free(s->console);
     free(s->model_name);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->conn_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

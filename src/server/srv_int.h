@@ -56,6 +56,8 @@ enum {
     SRV_H_COUNT
 };
 enum { SRV_REJ_QUEUE, SRV_REJ_TOKENS, SRV_REJ_ENGINE, SRV_REJ_DRAINING, SRV_REJ_COUNT };
+/* why srv_conn.c or MHD cut a connection short (cllm_http_deadline_closes_total{reason}) */
+enum { SRV_DL_HEADER, SRV_DL_BODY, SRV_DL_SEND, SRV_DL_COUNT };
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
@@ -66,6 +68,7 @@ typedef struct srv_metrics {
     uint64_t http[600]; /* responses by status code */
     uint64_t rejections[SRV_REJ_COUNT];
     uint64_t requests_cancelled_disconnect;
+    uint64_t deadline_closes[SRV_DL_COUNT];
     /* for the periodic log line */
     uint64_t last_prompt, last_gen;
     uint64_t last_pq, last_ph;
@@ -222,6 +225,7 @@ struct srv_req {
     bool first_token_seen;
     bool ev_oom;          /* an event copy failed: the request reports an error */
     bool watch_cancelled; /* the disconnect watch cancelled it (server.c) */
+    double t_drain;       /* srv_now() when the stream last had room for bytes (srv_conn.c) */
     double t_first_token; /* srv_now() of the first token (console's requests log) */
 
     /* connection side (MHD thread) */
@@ -231,7 +235,8 @@ struct srv_req {
     char method[16], url[256];
     srv_buf body;
     bool body_too_large;
-    bool is_gen; /* a generation route that counts against drain */
+    bool close_conn; /* the response says Connection: close (a head refused for its framing) */
+    bool is_gen;     /* a generation route that counts against drain */
     bool submitted;
     bool counted_in_flight;
     bool all_done; /* connection side has seen every final */
@@ -256,6 +261,38 @@ struct srv_req {
     bool queued_tokens_counted;
     srv_req *reg_prev, *reg_next; /* server's in-flight registry */
 };
+
+/* ---- connection guard (srv_conn.c) ----
+ * One per TCP connection (MHD's socket context): which part of a request it is in and since
+ * when, for the header and body deadlines libmicrohttpd does not have. */
+typedef enum srv_conn_phase {
+    SRV_CONN_HEAD, /* waiting for a complete request head (new or kept-alive connection) */
+    SRV_CONN_BODY, /* head seen, reading the body */
+    SRV_CONN_BUSY, /* request read: being answered */
+} srv_conn_phase;
+
+typedef struct srv_conn {
+    struct srv_conn *prev, *next; /* s->conns, under s->conn_mu */
+    int fd;
+    srv_conn_phase phase; /* under s->conn_mu */
+    double t_phase;       /* srv_now() when the phase began */
+    bool cut;             /* a deadline shut the socket down */
+} srv_conn;
+
+/* MHD_OPTION_NOTIFY_CONNECTION: registers / unregisters the connection. */
+void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* The connection moves to phase p (MHD thread). Returns false when a deadline cut it already. */
+bool srv_conn_enter(cllm_server *s, struct MHD_Connection *c, srv_conn_phase p);
+/* Housekeeping thread: shuts down connections past --client-header-timeout or
+ * --client-body-timeout, and cancels streams that accepted no byte for --send-timeout. */
+void srv_conn_watch(cllm_server *s);
+/* The request head's framing and Host checks (first access-handler call). Returns 0 when the
+ * head is acceptable, else the status to answer with msg filled. */
+unsigned srv_conn_check_head(struct MHD_Connection *c, const char *version, char *msg, size_t cap);
+/* Writes a complete response (status, JSON body, Connection: close) straight to the socket: for
+ * the one case MHD cannot queue one, a body refused while it is being read. Best effort. */
+void srv_conn_write_raw(struct MHD_Connection *c, unsigned status, const char *json);
 
 struct cllm_server {
     cllm_server_opts o;
@@ -285,6 +322,8 @@ struct cllm_server {
     struct srv_console *console;       /* web console (console.h); NULL when off */
     uint64_t seed_ctr;                 /* --seed: unseeded requests so far (atomic) */
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
+    pthread_mutex_t conn_mu;           /* conns and every srv_conn's phase */
+    srv_conn *conns;                   /* open connections (srv_conn.c) */
 };
 
 /* path is one of the comma-separated entries of list (NULL: none). */

@@ -29,7 +29,7 @@ srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *metho
     r->conn = c;
     snprintf(r->method, sizeof(r->method), "%s", method);
     snprintf(r->url, sizeof(r->url), "%s", url);
-    r->t_arrival = srv_now();
+    r->t_arrival = r->t_drain = srv_now();
     return r;
 }
 
@@ -199,6 +199,7 @@ static void on_event(void *user, const cllm_event *ev) {
     if (ev->finish != CLLM_FINISH_NONE) last = ++r->n_finished_engine == n;
     if (r->suspended && !r->conn_gone) {
         r->suspended = false;
+        r->t_drain = now; /* --send-timeout counts from here, not from the suspension */
         MHD_resume_connection(r->conn);
     }
     pthread_mutex_unlock(&r->mu);
@@ -429,6 +430,10 @@ static const char OOM_NDJSON[] = "{\"error\":{\"message\":\"out of memory while 
 
 ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_req *r = cls;
+    /* MHD asks for bytes only when its socket took the last ones: the client is reading */
+    pthread_mutex_lock(&r->mu);
+    r->t_drain = srv_now();
+    pthread_mutex_unlock(&r->mu);
     for (;;) {
         if (r->out.oom && !r->oom_tail) {
             /* a chunk could not be formatted: stop the request and end the stream with an error
