@@ -62,7 +62,7 @@ typedef struct cllm_server_opts {
     unsigned per_ip_connection_limit; /* per client address; 0 = a quarter of connection_limit */
     double header_timeout_s;          /* request head complete within this (default 60) */
     double body_timeout_s;            /* request body complete within this of its head (60) */
-    double keepalive_timeout_s;       /* idle connection closed after this (default 5) */
+    double keepalive_timeout_s;       /* idle connection closed after this (default 20) */
     double send_timeout_s;            /* no byte accepted for this long: response cut (30) */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
     /* web console (console.h): on by default; its request log keeps counts and times only
