@@ -157,16 +157,20 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
             hid[s] = v;
         }
         j->thr[t] = 16.0f * hv[0];
-        int *cd = j->cand + t * (size_t)j->S, u = 0;
-        for (int i = 0; i < n; i++) cd[i] = hid[i] / j->P;
+        /* the panels sort in the heap's own array: n may exceed the row's S slots (n > np where
+         * the vocabulary is small), only the unique panels (<= min(n, np) <= S) go to cand, which
+         * a sort there overran into the next row's slots (a race with its pick at 2 threads)
+         * and past the last row's into the counts and thresholds */
+        for (int i = 0; i < n; i++) hid[i] /= j->P;
         for (int i = 1; i < n; i++) /* ascending (insertion sort: n is small), then unique */
-            for (int q = i; q > 0 && cd[q - 1] > cd[q]; q--) {
-                int x = cd[q];
-                cd[q] = cd[q - 1];
-                cd[q - 1] = x;
+            for (int q = i; q > 0 && hid[q - 1] > hid[q]; q--) {
+                int x = hid[q];
+                hid[q] = hid[q - 1];
+                hid[q - 1] = x;
             }
+        int *cd = j->cand + t * (size_t)j->S, u = 0;
         for (int i = 0; i < n; i++)
-            if (!u || cd[u - 1] != cd[i]) cd[u++] = cd[i];
+            if (!u || cd[u - 1] != hid[i]) cd[u++] = hid[i];
         j->ncand[t] = u;
     }
 }

@@ -6,6 +6,11 @@
  *    the screen did drop entries to -inf, and the argmax is the plain one's over 40 steps;
  *  - top-k rows (k 5): the 5 best ids are the plain row's, their values the exact row's;
  *  - 1 and 2 threads give the same bytes (-inf pattern included);
+ *  - batch and thread invariance: each row of batches that mix row kinds (greedy, top-k 5, 20
+ *    and 256 with more candidates than the 32 panels, logits_n 2, exact LAST and ALL rows, a
+ *    NONE chunk) and sizes is bitwise its sequence's row alone, at 1 and 2 threads, repeated
+ *    (a top-k row's candidate list once overran into the next row's, a race at 2 threads, and
+ *    into the earlier rows' counts and thresholds past the last row's);
  *  - CLLM_LM_SCREEN=abc is refused with a message naming it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +59,164 @@ static void topk(const float *y, int V, int k, int *ids) {
         }
         ids[i] = b;
     }
+}
+
+/* One sequence of a batch-invariance case: kind g (greedy), f/t/T (top-k 5/20/256), v (greedy,
+ * logits_n 2), e (exact LAST), a (ALL), n (NONE); n_tok prompt tokens from position 0. */
+typedef struct inv_seq {
+    char kind;
+    int n_tok;
+} inv_seq;
+
+static cllm_seq_batch inv_batch_of(inv_seq q, const int32_t *tok, const int32_t *table, int slot) {
+    cllm_seq_batch b = {.tokens = tok,
+                        .n_tokens = q.n_tok,
+                        .block_table = table,
+                        .n_table = 1,
+                        .state_slot = slot,
+                        .logits = CLLM_LOGITS_LAST,
+                        .logits_scale = 1.0f};
+    switch (q.kind) {
+    case 'g':
+        b.logits_topk = 1;
+        break;
+    case 'f':
+        b.logits_topk = 5;
+        break;
+    case 't':
+        b.logits_topk = 20;
+        break;
+    case 'T':
+        b.logits_topk = CLLM_LOGITS_TOPK_MAX;
+        break;
+    case 'v':
+        b.logits_topk = 1, b.logits_n = 2;
+        break;
+    case 'a':
+        b.logits = CLLM_LOGITS_ALL;
+        break;
+    case 'n':
+        b.logits = CLLM_LOGITS_NONE;
+        break;
+    default:
+        break; /* e: the exact row */
+    }
+    return b;
+}
+
+/* Runs seqs [0, n) as one batch from position 0 (fresh state slots) into y. */
+static int inv_run(cllm_fwd_ctx *c, cllm_kv_pool *kv, cllm_state_pool *st, const inv_seq *q, int n,
+                   const int32_t (*tok)[8], float *y) {
+    cllm_seq_batch sb[16];
+    static const int32_t tables[16] = {3, 7, 1, 12, 5, 0, 9, 14, 2, 11, 6, 15, 4, 10, 8, 13};
+    for (int i = 0; i < n; i++) {
+        cllm_state_slot_clear(st, i);
+        sb[i] = inv_batch_of(q[i], tok[i], &tables[i], i);
+    }
+    cllm_batch b = {sb, n};
+    cllm_error err = {0};
+    cllm_status s = cllm_forward(c, &b, kv, st, y, &err);
+    CHECK_MSG(s == CLLM_OK, "forward: %s", err.msg);
+    return s == CLLM_OK ? 0 : -1;
+}
+
+/* Rows a sequence returns (cllm_batch_logit_rows of it alone). */
+static int inv_rows(inv_seq q) {
+    return q.kind == 'n' ? 0 : q.kind == 'a' ? q.n_tok : q.kind == 'v' ? 2 : 1;
+}
+
+static void batch_invariance(const char *dir) {
+    static const char *const cases[] = {"gtg",  "gT",       "Tgg",     "agtnTfe", "vtTg",
+                                        "eTtf", "ggggTtgg", "tgtgtgt", "nfTgav"};
+    setenv("CLLM_LM_SCREEN", "8", 1);
+    cllm_model *m = NULL;
+    cllm_error err = {0};
+    cllm_status s = cllm_model_load(dir, &m, &err);
+    unsetenv("CLLM_LM_SCREEN");
+    CHECK_MSG(s == CLLM_OK, "load: %s", err.msg);
+    if (s != CLLM_OK) return;
+    const int V = cllm_model_config(m)->vocab_size;
+    cllm_pool *pool = cllm_pool_create(2);
+    cllm_fwd_ctx *c1 = NULL, *c2 = NULL;
+    cllm_kv_pool kv = {0};
+    cllm_state_pool st = {0};
+    float *y = malloc((size_t)48 * V * sizeof(float)), *y1 = malloc((size_t)8 * V * sizeof(float));
+    float *ex = malloc((size_t)8 * V * sizeof(float));
+    CHECK(pool && y && y1 && ex);
+    if (!pool || !y || !y1 || !ex || cllm_fwd_ctx_create(m, NULL, &c1, &err) != CLLM_OK ||
+        cllm_fwd_ctx_create(m, pool, &c2, &err) != CLLM_OK ||
+        cllm_kv_pool_init(&kv, m, 16, 16, CLLM_KV_F32, &err) != CLLM_OK ||
+        cllm_state_pool_init(&st, m, 16, &err) != CLLM_OK) {
+        CHECK_MSG(0, "setup: %s", err.msg);
+        goto out;
+    }
+    int rows_ok = 0, rows_all = 0, screened = 0, exact_ok = 0, exact_all = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(*cases); ci++) {
+        const int n = (int)strlen(cases[ci]);
+        inv_seq q[16];
+        int32_t tok[16][8];
+        for (int i = 0; i < n; i++) {
+            q[i] = (inv_seq){cases[ci][i], 1 + (int)((ci * 7 + (size_t)i * 3) % 5)};
+            if (q[i].kind == 'v' && q[i].n_tok < 2) q[i].n_tok = 2;
+            for (int p = 0; p < q[i].n_tok; p++)
+                tok[i][p] = (int32_t)((ci * 131 + (size_t)i * 389 + (size_t)p * 97 + 11) % V);
+        }
+        for (int rep = 0; rep < 6; rep++) {
+            cllm_fwd_ctx *cb = rep % 3 ? c2 : c1; /* the batch at 1 thread once in three */
+            if (inv_run(cb, &kv, &st, q, n, tok, y)) goto out;
+            size_t at = 0;
+            for (int i = 0; i < n; i++) {
+                const int nr = inv_rows(q[i]);
+                /* alone at the other thread count than the batch, and its exact row */
+                if (nr && inv_run(cb == c1 ? c2 : c1, &kv, &st, &q[i], 1, &tok[i], y1)) goto out;
+                bool scr = strchr("gftTv", q[i].kind) != NULL;
+                if (nr && scr && rep == 0) {
+                    inv_seq qx = {'e', q[i].n_tok};
+                    if (q[i].kind == 'v') qx.kind = 'a';
+                    if (inv_run(c1, &kv, &st, &qx, 1, &tok[i], ex)) goto out;
+                    const float *exr = q[i].kind == 'v' ? ex + (size_t)(q[i].n_tok - 2) * V : ex;
+                    for (int r = 0; r < nr; r++) {
+                        int fin = 0, eq = 1;
+                        for (int v = 0; v < V; v++)
+                            if (y1[(size_t)r * V + v] > -INFINITY) {
+                                fin++;
+                                eq &=
+                                    memcmp(&y1[(size_t)r * V + v], &exr[(size_t)r * V + v], 4) == 0;
+                            }
+                        exact_ok += eq && fin >= 32;
+                        exact_all++;
+                        screened += fin < V;
+                    }
+                }
+                for (int r = 0; r < nr; r++, at++) {
+                    int same = !memcmp(y + at * V, y1 + (size_t)r * V, (size_t)V * sizeof(float));
+                    rows_ok += same;
+                    rows_all++;
+                    if (!same)
+                        fprintf(stderr,
+                                "case %s rep %d (%d threads): seq %d (%c) row %d differs "
+                                "from alone\n",
+                                cases[ci], rep, cb == c1 ? 1 : 2, i, q[i].kind, r);
+                }
+            }
+        }
+    }
+    CHECK_MSG(rows_all > 0 && rows_ok == rows_all, "batched rows: %d of %d bitwise alone's",
+              rows_ok, rows_all);
+    CHECK_MSG(exact_all > 0 && exact_ok == exact_all,
+              "screened rows alone: %d of %d with every finite entry the exact row's", exact_ok,
+              exact_all);
+    CHECK_MSG(screened > 0, "no screened row had entries at -inf");
+out:
+    cllm_kv_pool_free(&kv);
+    cllm_state_pool_free(&st);
+    cllm_fwd_ctx_free(c1);
+    cllm_fwd_ctx_free(c2);
+    cllm_pool_free(pool);
+    cllm_model_free(m);
+    free(y);
+    free(y1);
+    free(ex);
 }
 
 int main(void) {
@@ -150,6 +313,8 @@ int main(void) {
     cllm_seq_runner_close(&exa);
     cllm_seq_runner_close(&scr);
     cllm_seq_runner_close(&scr1);
+
+    batch_invariance(q8);
 
     /* refusal */
     cllm_seq_runner bad;
