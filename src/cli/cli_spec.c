@@ -76,7 +76,8 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
             fail(msg, cap, "--speculative-config: unknown key '%s'", key);
             goto out;
         }
-        if (!bench && (!strcmp(key, "synthetic_acceptance") || !strcmp(key, "fixed_k"))) {
+        /* fixed_k changes speed only; synthetic acceptance changes the tokens */
+        if (!bench && !strcmp(key, "synthetic_acceptance")) {
             fail(msg, cap,
                  "--speculative-config: '%s' is for benchmarks only (cllm bench); a server must "
                  "return the model's own tokens",

@@ -8,8 +8,8 @@
 
 #include "engine/engine.h"
 
-/* Parses json into *o (method NONE when json is NULL). bench: the benchmark-only keys
- * (synthetic_acceptance, fixed_k) are allowed; serve refuses them by name. Returns 0, or -1 with
+/* Parses json into *o (method NONE when json is NULL). bench: the benchmark-only key
+ * synthetic_acceptance is allowed; serve refuses it by name. Returns 0, or -1 with
  * a one-line message in msg naming the key or value at fault. */
 int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, size_t cap);
 

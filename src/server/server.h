@@ -56,8 +56,8 @@ typedef struct cllm_server_opts {
     bool access_log;            /* one line per HTTP request (default true) */
     const char *access_log_skip; /* comma-separated paths that get no access line, or NULL */
     bool force_include_usage;    /* streams end with a usage chunk even without include_usage */
-    int n_threads;              /* MHD worker threads, default 2 */
-    unsigned connection_limit;  /* --max-connections, default 1024 */
+    int n_threads;               /* MHD worker threads, default 2 */
+    unsigned connection_limit;   /* --max-connections, default 1024 */
     /* against clients that hold connections (srv_conn.c; README "Connection limits") */
     unsigned per_ip_connection_limit; /* per client address; 0 = a quarter of connection_limit */
     double header_timeout_s;          /* request head complete within this (default 60) */
