@@ -160,6 +160,11 @@ static void test_synthetic(bool has_state) {
     run_cfg rc = {has_state, false, 4, 0.5};
     cllm_engine_stats st = run_jobs(&j, V, &rc, got);
     for (int i = 0; i < NJ; i++) CHECK(got[i * 2].n == 70 && got[i * 2].fin == CLLM_FINISH_LENGTH);
+    /* per position 0.5, stop at the first reject: 0.5 + 0.25 + 0.125 + 0.0625 of 4 drafts */
+    double share = (double)st.spec_accepted_tokens / (double)st.spec_draft_tokens;
+    CHECK_MSG(share > 0.234 - 0.08 && share < 0.234 + 0.08,
+              "synthetic 0.5, k 4 (state %d): %llu verifies, accepted share %.3f (want 0.234)",
+              has_state, (unsigned long long)st.spec_drafts, share);
     /* verifies reaching position p: accepted at p-1; rejections at p: reaching - accepted(p) */
     uint64_t reach = st.spec_drafts;
     for (int p = 0; p < 4; p++) {
