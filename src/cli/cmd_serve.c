@@ -105,6 +105,36 @@ static void serve_env(serve_args *a, bool stats_flag) {
     }
 }
 
+/* After the flags: the model path (the MODEL argument pos0 or --model), the log format, and the
+ * flags that only switch others (--disable-log-stats, the uvicorn log flags). 0, or 2 on a usage
+ * error (printed). */
+static int serve_parsed(serve_args *a, const char *pos0) {
+    cli_apply_act16(a->act16);
+    if (pos0 && a->model_flag && strcmp(pos0, a->model_flag)) {
+        fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos0,
+                a->model_flag);
+        return 2;
+    }
+    a->model = pos0 ? pos0 : a->model_flag;
+    if (!a->model) {
+        fprintf(stderr, "cllm serve: missing MODEL (usage: cllm serve MODEL [options], or "
+                        "--model MODEL)\n");
+        return 2;
+    }
+    if (a->log_format) cllm_log_set_format_name(a->log_format);
+    if (a->no_log_stats) a->stats_interval = 0;
+    bool stats_flag = a->stats_interval >= 0;
+    if (!stats_flag) a->stats_interval = 5;
+    if (a->no_uvicorn_access) a->no_log_requests = true;
+    if (a->uvicorn_level &&
+        (!strcmp(a->uvicorn_level, "critical") || !strcmp(a->uvicorn_level, "error") ||
+         !strcmp(a->uvicorn_level, "warning")))
+        a->no_log_requests = true;
+    a->seed_set = a->seed >= 0;
+    serve_env(a, stats_flag);
+    return 0;
+}
+
 static int serve_parse(int argc, char **argv, serve_args *a) {
     *a = (serve_args){.host = "127.0.0.1",
                       .port = 8000,
@@ -302,30 +332,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         if (serve_vllm_print(opts, !strcmp(a->list_vllm, "tsv"))) return 1;
         return -1;
     }
-    cli_apply_act16(a->act16);
-    if (np && a->model_flag && strcmp(pos[0], a->model_flag)) {
-        fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos[0],
-                a->model_flag);
-        return 2;
-    }
-    a->model = np ? pos[0] : a->model_flag;
-    if (!a->model) {
-        fprintf(stderr, "cllm serve: missing MODEL (usage: cllm serve MODEL [options], or "
-                        "--model MODEL)\n");
-        return 2;
-    }
-    if (a->log_format) cllm_log_set_format_name(a->log_format);
-    if (a->no_log_stats) a->stats_interval = 0;
-    bool stats_flag = a->stats_interval >= 0;
-    if (!stats_flag) a->stats_interval = 5;
-    if (a->no_uvicorn_access) a->no_log_requests = true;
-    if (a->uvicorn_level &&
-        (!strcmp(a->uvicorn_level, "critical") || !strcmp(a->uvicorn_level, "error") ||
-         !strcmp(a->uvicorn_level, "warning")))
-        a->no_log_requests = true;
-    a->seed_set = a->seed >= 0;
-    serve_env(a, stats_flag);
-    return 0;
+    return serve_parsed(a, np ? pos[0] : NULL);
 }
 
 /* ---- phase 2: the refusals vLLM makes at start, before anything listens ---- */
