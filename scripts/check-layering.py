@@ -15,8 +15,10 @@ doc_path = os.path.join(root, "docs", "architecture.md")
 src = os.path.join(root, "src")
 
 
-def table(text, name):
+def table(text, name, optional=False):
     m = re.search(r"<!-- %s:begin -->\n(.*?)<!-- %s:end -->" % (name, name), text, re.S)
+    if not m and optional:
+        return []
     if not m:
         sys.exit("check-layering: %s: no <!-- %s:begin/end --> table" % (doc_path, name))
     rows = []
@@ -78,7 +80,7 @@ for (f, t), seen in exceptions.items():
 # comments, strings and character literals do not count. Known offenders are listed, with the way
 # out, in the long-functions table of docs/architecture.md; one that got short is an error too.
 MAX_FUNC = 200
-long_ok = {(c[0], c[1]): False for c in table(text, "long-functions")}
+long_ok = {(c[0], c[1]): False for c in table(text, "long-functions", optional=True)}
 strip = re.compile(r'//.*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
 for dirpath, _, files in os.walk(src):
     for f in sorted(files):

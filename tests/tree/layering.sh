@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The module layering of docs/architecture.md holds (scripts/check-layering.py), and the check
-# itself fails on a forbidden include, a private header, an unknown module and a stale exception.
+# itself fails on a forbidden include, a private header, an unknown module, a stale exception,
+# a function over 200 lines (unless listed) and a listed long function that got short.
 set -u
 . "$CLLM_SRC/tests/lib/check.sh"
 SRC=$CLLM_SRC
@@ -33,4 +34,19 @@ expect_rc 1 "unknown module refused" chk
 mk '| `src/kernels/k.c` | `base/gone.h` | old |'
 expect_rc 1 "stale exception refused" chk
 grep -q "no longer occurs" "$T/out" && ok "stale exception named" || bad "stale: $(cat "$T/out")"
+long_fn() { # long_fn N: src/base/f.c holds a function of N lines, with braces in a comment and a string
+  { echo 'int f(int x) {'; echo '    /* } not a close */'; echo '    const char *s = "}";'
+    for _ in $(seq $(($1 - 4))); do echo '    x++;'; done; echo '}'; } >"$T/r/src/base/f.c"
+}
+mk && long_fn 201
+expect_rc 1 "function of 201 lines refused" chk
+grep -q "src/base/f.c:1: f() is 201 lines" "$T/out" && ok "long function named" || bad "long: $(cat "$T/out")"
+mk && long_fn 200
+expect_rc 0 "function of 200 lines accepted" chk
+mk && long_fn 201 && printf '%s\n' '<!-- long-functions:begin -->' '| file | function | why |' '|---|---|---|' \
+  '| `src/base/f.c` | `f` | known |' '<!-- long-functions:end -->' >>"$T/r/docs/architecture.md"
+expect_rc 0 "listed long function accepted" chk
+mk && long_fn 50 && printf '%s\n' '<!-- long-functions:begin -->' '| file | function | why |' '|---|---|---|' \
+  '| `src/base/f.c` | `f` | known |' '<!-- long-functions:end -->' >>"$T/r/docs/architecture.md"
+expect_rc 1 "listed function that got short refused" chk
 exit $fail
