@@ -126,7 +126,7 @@ struct sched {
     cllm_seq_batch *bseq; /* [batch_cap] the step's batch */
     sched_ent *bent;      /* [batch_cap] */
     int batch_cap, n_batch;
-    float *logits;      /* [batch_cap + score_rows][vocab_size] */
+    float *logits;      /* [logit_rows_cap + score_rows][vocab_size] */
     int score_rows;     /* extra rows for scoring prefill chunks (sched_score.c), grown lazily */
     cllm_gm_vocab *gmv; /* token trie when the preparation thread could not start (fallback) */
     gm_prep prep;

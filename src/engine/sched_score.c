@@ -43,7 +43,9 @@ int sched_score_cut(sched *s, const eng_seq *e, int n_new) {
         if (want < SCORE_ROWS_MIN) want = SCORE_ROWS_MIN;
         if (want > (size_t)s->cfg.max_num_batched_tokens)
             want = (size_t)s->cfg.max_num_batched_tokens;
-        float *p = realloc(s->logits, ((size_t)s->batch_cap + want) * V * sizeof(float));
+        /* after the rows every step may already use: one per batch entry and the verify rows
+         * of speculative decoding (s->logit_rows_cap) */
+        float *p = realloc(s->logits, ((size_t)s->logit_rows_cap + want) * V * sizeof(float));
         if (p) {
             s->logits = p;
             s->score_rows = (int)want;

@@ -8,6 +8,7 @@
  *  - synthetic acceptance 0.5 at k = 4: rejections at every draft position, the state always the
  *    accepted history's, nothing leaked when everything ends;
  *  - cancel in the middle of speculating frees the verify slot;
+ *  - verify rows after a scoring request grew the logits buffer (a large vocabulary);
  *  - suffix drafts: a request that repeats an earlier one's answer drafts from the history of
  *    finished outputs; outputs equal to no speculation;
  *  - distribution: 20000 seeded samples of the first three tokens at temperature 1 through verify
@@ -175,6 +176,46 @@ static void test_synthetic(bool has_state) {
     }
 }
 
+/* Verify rows and scoring rows share the logits buffer: with a large vocabulary the scoring
+ * room (64 MiB of rows: 32 at 2^19 entries) is smaller than the verify rows' room (6 drafts for
+ * up to 8 rows), so a buffer regrown for scoring alone is overrun by the verify rows that follow
+ * (ASan; the fake model writes every row). Synthetic acceptance: every step drafts the cap. */
+static void test_with_scoring(void) {
+    enum { V = 1 << 19, NS = 8 };
+    static fake_out o[NS + 1];
+    fake_model f;
+    fake_init(&f, V, 400, 4, NS + 32, true);
+    sched_cfg c = fake_cfg(V, 400, 4, NS, 64, true, false);
+    c.max_model_len = 200;
+    c.spec.method = CLLM_SPEC_NGRAM;
+    c.spec.num_speculative_tokens = 6;
+    c.spec.prompt_lookup_min = 1;
+    c.spec.prompt_lookup_max = 2;
+    c.spec.fixed_k = true;
+    c.spec.synthetic_acceptance = 0.5;
+    c.n_live_slots = 2 * NS;
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+    if (!s) return;
+    memset(o, 0, sizeof(o));
+    int32_t ps[6] = {9, 8, 7, 6, 5, 4};
+    cllm_sampling sc = sp_greedy(2);
+    sc.has_prompt_logprobs = true;
+    sc.prompt_logprobs = 1;
+    submit(s, &c, ps, 6, sc, &o[NS]); /* grows the buffer for its scoring rows */
+    run_all(s);
+    int32_t pd[4] = {1, 2, 1, 2};
+    for (int i = 0; i < NS; i++) submit(s, &c, pd, 4, sp_greedy(12), &o[i]);
+    run_all(s);
+    for (int i = 0; i < NS; i++) CHECK(o[i].n == 12);
+    CHECK_MSG(s->stats.spec_draft_tokens >= 6 * NS, "scoring mix: %llu draft tokens",
+              (unsigned long long)s->stats.spec_draft_tokens);
+    CHECK_MSG(f.errors == 0, "scoring mix: fake model: %s", f.last_error);
+    sched_free(s);
+    fake_free(&f);
+}
+
 /* Cancel while rows are speculating: the verify slot and blocks come back. */
 static void test_cancel(void) {
     enum { V = 48 };
@@ -340,6 +381,7 @@ int main(void) {
         test_synthetic(st);
     }
     test_cancel();
+    test_with_scoring();
     CHECK_MSG(bad_invariants == 0, "%d invariant violations", bad_invariants);
     return test_report("test_engine_sched_spec");
 }
