@@ -94,18 +94,6 @@ static const lfield FIELDS[] = {
     {"id_task", LF_REFUSE, 0, "tasks cannot be named"},
 };
 
-static bool bad(srv_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool bad(srv_err *e, const char *param, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    srv_err_set(e, 400, "invalid_request_error", param, "%s", msg);
-    return false;
-}
-
 static const lfield *find_field(const char *k) {
     for (size_t i = 0; i < sizeof(FIELDS) / sizeof(FIELDS[0]); i++)
         if (!strcmp(FIELDS[i].name, k)) return &FIELDS[i];
@@ -134,17 +122,18 @@ static bool take_bias(json_t *v, json_t *out, srv_err *e) {
         return true;
     }
     if (!json_is_array(v))
-        return bad(e, "logit_bias", "'logit_bias' must be [[token_id, bias], ...] or an object");
+        return srv_bad(e, "logit_bias",
+                       "'logit_bias' must be [[token_id, bias], ...] or an object");
     size_t i;
     json_t *p;
     json_array_foreach(v, i, p) {
         json_t *id = json_array_get(p, 0), *b = json_array_get(p, 1);
         if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_integer(id) ||
             !(json_is_number(b) || json_is_false(b)))
-            return bad(e, "logit_bias",
-                       "logit_bias[%zu]: want [token_id, bias] or [token_id, false] (text keys "
-                       "are not supported)",
-                       i);
+            return srv_bad(e, "logit_bias",
+                           "logit_bias[%zu]: want [token_id, bias] or [token_id, false] (text keys "
+                           "are not supported)",
+                           i);
         char key[32];
         snprintf(key, sizeof(key), "%lld", (long long)json_integer_value(id));
         json_object_set_new(obj, key, json_is_false(b) ? json_real(-100) : json_deep_copy(b));
@@ -160,57 +149,59 @@ static bool parse_own(cllm_server *s, const char *k, json_t *v, json_t *out, srv
         for (size_t i = 0; ids && i < json_array_size(v); i++)
             if (!json_is_integer(json_array_get(v, i))) ids = false;
         if (!json_is_string(v) && !ids)
-            return bad(e, "prompt",
-                       "'prompt' must be a string or an array of token ids (several prompts, mixed "
-                       "arrays and multimodal objects: use /v1/completions)");
+            return srv_bad(
+                e, "prompt",
+                "'prompt' must be a string or an array of token ids (several prompts, mixed "
+                "arrays and multimodal objects: use /v1/completions)");
         json_object_set(out, "prompt", v);
     } else if (!strcmp(k, "n_predict")) {
         if (!json_is_integer(v) || json_integer_value(v) < -1)
-            return bad(e, "n_predict", "'n_predict' must be an integer >= -1 (-1: no limit)");
+            return srv_bad(e, "n_predict", "'n_predict' must be an integer >= -1 (-1: no limit)");
         if (json_integer_value(v) == 0)
-            return bad(e, "n_predict",
-                       "'n_predict' 0 (evaluate the prompt only) is not supported; use 1 or more");
+            return srv_bad(
+                e, "n_predict",
+                "'n_predict' 0 (evaluate the prompt only) is not supported; use 1 or more");
         L->n_predict = (long long)json_integer_value(v);
     } else if (!strcmp(k, "repeat_penalty")) {
         if (!json_is_number(v) || json_number_value(v) <= 0)
-            return bad(e, "repeat_penalty", "'repeat_penalty' must be a number > 0");
+            return srv_bad(e, "repeat_penalty", "'repeat_penalty' must be a number > 0");
         json_object_set(out, "repetition_penalty", v);
     } else if (!strcmp(k, "repeat_last_n")) {
         if (!json_is_integer(v) || json_integer_value(v) < -1)
-            return bad(e, "repeat_last_n", "'repeat_last_n' must be an integer >= -1");
+            return srv_bad(e, "repeat_last_n", "'repeat_last_n' must be an integer >= -1");
         L->repeat_last_n = (int)json_integer_value(v);
     } else if (!strcmp(k, "n_probs")) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > s->o.max_logprobs)
-            return bad(e, "n_probs", "'n_probs' must be an integer in [0, %d] (--max-logprobs)",
-                       s->o.max_logprobs);
+            return srv_bad(e, "n_probs", "'n_probs' must be an integer in [0, %d] (--max-logprobs)",
+                           s->o.max_logprobs);
         L->n_probs = (int)json_integer_value(v);
         if (L->n_probs > 0) json_object_set_new(out, "logprobs", json_integer(L->n_probs));
     } else if (!strcmp(k, "logit_bias")) {
         return take_bias(v, out, e);
     } else if (!strcmp(k, "grammar")) {
-        if (!json_is_string(v)) return bad(e, "grammar", "'grammar' must be a GBNF string");
+        if (!json_is_string(v)) return srv_bad(e, "grammar", "'grammar' must be a GBNF string");
         if (json_string_length(v)) json_object_set(out, "guided_grammar", v);
     } else if (!strcmp(k, "json_schema")) {
-        if (!json_is_object(v)) return bad(e, "json_schema", "'json_schema' must be an object");
+        if (!json_is_object(v)) return srv_bad(e, "json_schema", "'json_schema' must be an object");
         json_object_set(out, "guided_json", v);
     } else if (!strcmp(k, "return_tokens") || !strcmp(k, "timings_per_token")) {
-        if (!json_is_boolean(v)) return bad(e, k, "'%s' must be a boolean", k);
+        if (!json_is_boolean(v)) return srv_bad(e, k, "'%s' must be a boolean", k);
         if (k[0] == 'r')
             L->return_tokens = json_is_true(v);
         else
             L->timings_per_token = json_is_true(v);
     } else if (!strcmp(k, "id_slot")) {
         if (!json_is_integer(v) || json_integer_value(v) != -1)
-            return bad(e, "id_slot",
-                       "'id_slot': only -1 (any slot); the scheduler places sequences itself");
+            return srv_bad(e, "id_slot",
+                           "'id_slot': only -1 (any slot); the scheduler places sequences itself");
     } else if (!strcmp(k, "temperature")) {
-        if (!json_is_number(v)) return bad(e, "temperature", "'temperature' must be a number");
+        if (!json_is_number(v)) return srv_bad(e, "temperature", "'temperature' must be a number");
         /* llama-server: a negative temperature is greedy */
         json_object_set_new(out, "temperature",
                             json_real(json_number_value(v) < 0 ? 0 : json_number_value(v)));
     } else if (!strcmp(k, "seed")) {
-        if (!json_is_integer(v)) return bad(e, "seed", "'seed' must be an integer");
+        if (!json_is_integer(v)) return srv_bad(e, "seed", "'seed' must be an integer");
         /* -1 and 0xFFFFFFFF are llama-server's "random seed" */
         json_int_t sd = json_integer_value(v);
         if (sd != -1 && sd != 0xFFFFFFFFLL) json_object_set(out, "seed", v);
@@ -220,42 +211,43 @@ static bool parse_own(cllm_server *s, const char *k, json_t *v, json_t *out, srv
 
 bool srv_llama_parse(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     memset(g, 0, sizeof(*g));
-    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object");
+    if (!json_is_object(body)) return srv_bad(e, NULL, "the request body must be a JSON object");
     srv_gen_llama L = {.n_predict = -1, .repeat_last_n = -1};
     json_t *out = json_object();
-    if (!out) return bad(e, NULL, "out of memory");
+    if (!out) return srv_bad(e, NULL, "out of memory");
     const char *k;
     json_t *v;
     bool ok = true;
     json_object_foreach(body, k, v) {
         const lfield *f = find_field(k);
         if (!f) {
-            ok = bad(e, k,
-                     "unknown field '%.60s' for /completion (llama-server's fields are listed in "
-                     "the README, \"llama-server compatibility\")",
-                     k);
+            ok = srv_bad(
+                e, k,
+                "unknown field '%.60s' for /completion (llama-server's fields are listed in "
+                "the README, \"llama-server compatibility\")",
+                k);
         } else if (f->kind == LF_PASS) {
             json_object_set(out, k, v);
         } else if (f->kind == LF_OWN) {
             ok = parse_own(s, k, v, out, &L, e);
         } else if (f->kind == LF_NEUTRAL && !is_neutral(f, v)) {
-            ok = bad(e, k, "'%s' is not supported here: %s (leave it out)", k, f->why);
+            ok = srv_bad(e, k, "'%s' is not supported here: %s (leave it out)", k, f->why);
         } else if (f->kind == LF_REFUSE && !json_is_null(v) &&
                    !(json_is_array(v) && !json_array_size(v))) {
-            ok = bad(e, k, "'%s' is not supported here: %s", k, f->why);
+            ok = srv_bad(e, k, "'%s' is not supported here: %s", k, f->why);
         }
         if (!ok) break;
     }
-    if (ok && !json_object_get(out, "prompt")) ok = bad(e, "prompt", "'prompt' is required");
+    if (ok && !json_object_get(out, "prompt")) ok = srv_bad(e, "prompt", "'prompt' is required");
     /* the penalty here covers the whole prompt and output (vLLM's repetition_penalty): a window
      * of the last N tokens cannot be honoured, 0 turns it off */
     json_t *rp = json_object_get(out, "repetition_penalty");
     if (ok && L.repeat_last_n == 0) json_object_del(out, "repetition_penalty");
     if (ok && L.repeat_last_n > 0 && rp && json_number_value(rp) != 1.0)
-        ok = bad(e, "repeat_last_n",
-                 "'repeat_last_n' %d: the repetition penalty here covers the whole prompt and "
-                 "output; send -1 (all) or 0 (off)",
-                 L.repeat_last_n);
+        ok = srv_bad(e, "repeat_last_n",
+                     "'repeat_last_n' %d: the repetition penalty here covers the whole prompt and "
+                     "output; send -1 (all) or 0 (off)",
+                     L.repeat_last_n);
     if (ok) ok = srv_parse_gen(s, SRV_COMPLETIONS, out, g, e);
     json_decref(out);
     if (!ok) return false;

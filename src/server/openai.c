@@ -33,18 +33,7 @@ void srv_gen_free(srv_gen *g) {
     memset(g, 0, sizeof(*g));
 }
 
-static bool bad_(srv_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool bad_(srv_err *e, const char *param, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    srv_err_set(e, 400, "invalid_request_error", param, "%s", msg);
-    return false;
-}
-#define BAD(param, ...) bad_(e, param, __VA_ARGS__)
+#define BAD(param, ...) srv_bad(e, param, __VA_ARGS__)
 
 /* A present, non-null field. */
 static json_t *field(json_t *body, const char *key) {

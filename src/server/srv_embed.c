@@ -13,15 +13,11 @@
 
 #define EMBED_MAX_INPUTS 2048 /* vLLM takes any number; this caps the engine requests of one */
 
-static bool bad(srv_err *e, const char *param, const char *msg) {
-    srv_err_set(e, 400, "invalid_request_error", param, "%s", msg);
-    return false;
-}
-
 /* One input (a string or an array of token ids) into *out. */
 static bool one_input(cllm_server *s, json_t *x, int flags, cllm_tok_ids *out, srv_err *e) {
     if (json_is_string(x)) {
-        if (!s->tok) return bad(e, "input", "this model has no tokenizer; send token ids");
+        if (!s->tok)
+            return srv_bad(e, "input", "%s", "this model has no tokenizer; send token ids");
         cllm_error ce = {0};
         if (cllm_tok_encode(s->tok, json_string_value(x), json_string_length(x), flags, out, &ce) !=
             CLLM_OK) {
@@ -34,12 +30,13 @@ static bool one_input(cllm_server *s, json_t *x, int flags, cllm_tok_ids *out, s
     size_t n = json_array_size(x);
     int n_vocab = s->tok ? cllm_tok_n_vocab(s->tok) : 0x7fffffff;
     out->ids = malloc((n ? n : 1) * sizeof(int32_t));
-    if (!out->ids) return bad(e, "input", "out of memory");
+    if (!out->ids) return srv_bad(e, "input", "%s", "out of memory");
     out->cap = n ? n : 1;
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(x, i);
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
-            return bad(e, "input", "'input' token ids must be integers in the vocabulary");
+            return srv_bad(e, "input", "%s",
+                           "'input' token ids must be integers in the vocabulary");
         out->ids[out->n++] = (int32_t)json_integer_value(t);
     }
     return true;
@@ -50,19 +47,21 @@ static bool parse_inputs(cllm_server *s, json_t *in, int flags, srv_gen *g, srv_
     bool many = json_is_array(in) && json_array_size(in) > 0 &&
                 (json_is_string(json_array_get(in, 0)) || json_is_array(json_array_get(in, 0)));
     if (!json_is_string(in) && !json_is_array(in))
-        return bad(e, "input",
-                   "'input' must be a string, an array of strings, an array of token "
-                   "ids or an array of those");
+        return srv_bad(e, "input", "%s",
+                       "'input' must be a string, an array of strings, an array of token "
+                       "ids or an array of those");
     size_t n = many ? json_array_size(in) : 1;
-    if (n > EMBED_MAX_INPUTS) return bad(e, "input", "more than 2048 inputs in one request");
+    if (n > EMBED_MAX_INPUTS)
+        return srv_bad(e, "input", "%s", "more than 2048 inputs in one request");
     g->batch = calloc(n, sizeof(cllm_tok_ids));
     g->batch_text = calloc(n, sizeof(char *));
-    if (!g->batch || !g->batch_text) return bad(e, "input", "out of memory");
+    if (!g->batch || !g->batch_text) return srv_bad(e, "input", "%s", "out of memory");
     bool strings = many && json_is_string(json_array_get(in, 0));
     for (size_t i = 0; i < n; i++) {
         json_t *x = many ? json_array_get(in, i) : in;
         if (many && (strings ? !json_is_string(x) : !json_is_array(x)))
-            return bad(e, "input", "'input': a list is all strings or all token-id arrays");
+            return srv_bad(e, "input", "%s",
+                           "'input': a list is all strings or all token-id arrays");
         g->n_batch = (int)i + 1;
         if (!one_input(s, x, flags, &g->batch[i], e)) return false;
     }
@@ -73,10 +72,11 @@ bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     memset(g, 0, sizeof(*g));
     g->route = SRV_EMBEDDINGS;
     g->logprobs = -1;
-    if (!json_is_object(body)) return bad(e, NULL, "the request body must be a JSON object");
+    if (!json_is_object(body))
+        return srv_bad(e, NULL, "%s", "the request body must be a JSON object");
     json_t *model = json_object_get(body, "model");
     if (model && !json_is_null(model)) {
-        if (!json_is_string(model)) return bad(e, "model", "'model' must be a string");
+        if (!json_is_string(model)) return srv_bad(e, "model", "%s", "'model' must be a string");
         if (!srv_model_known(s, json_string_value(model))) {
             srv_err_set(e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.",
                         json_string_value(model));
@@ -85,44 +85,46 @@ bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
         }
     }
     if (json_object_get(body, "messages"))
-        return bad(e, "messages",
-                   "chat-style embedding requests (messages) are not supported; "
-                   "send the text as 'input'");
+        return srv_bad(e, "messages", "%s",
+                       "chat-style embedding requests (messages) are not supported; "
+                       "send the text as 'input'");
     json_t *dims = json_object_get(body, "dimensions");
     if (dims && !json_is_null(dims))
-        return bad(e, "dimensions",
-                   "Model does not support matryoshka representation, changing output "
-                   "dimensions will lead to poor results.");
+        return srv_bad(e, "dimensions", "%s",
+                       "Model does not support matryoshka representation, changing output "
+                       "dimensions will lead to poor results.");
     json_t *fmt = json_object_get(body, "encoding_format");
     if (fmt && !json_is_null(fmt)) {
         const char *f = json_string_value(fmt);
         if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
-            return bad(e, "encoding_format", "'encoding_format' must be 'float' or 'base64'");
+            return srv_bad(e, "encoding_format", "%s",
+                           "'encoding_format' must be 'float' or 'base64'");
         g->embed_base64 = !strcmp(f, "base64");
     }
     g->embed_normalize = true;
     json_t *v = json_object_get(body, "normalize");
     if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) return bad(e, "normalize", "'normalize' must be a boolean");
+        if (!json_is_boolean(v))
+            return srv_bad(e, "normalize", "%s", "'normalize' must be a boolean");
         g->embed_normalize = json_is_true(v);
     }
     bool add_special = true;
     v = json_object_get(body, "add_special_tokens");
     if (v && !json_is_null(v)) {
         if (!json_is_boolean(v))
-            return bad(e, "add_special_tokens", "'add_special_tokens' must be a boolean");
+            return srv_bad(e, "add_special_tokens", "%s", "'add_special_tokens' must be a boolean");
         add_special = json_is_true(v);
     }
     long long trunc = 0; /* vLLM's truncate_prompt_tokens: keep the last k (-1: max_model_len) */
     v = json_object_get(body, "truncate_prompt_tokens");
     if (v && !json_is_null(v)) {
         if (!json_is_integer(v) || (json_integer_value(v) < 1 && json_integer_value(v) != -1))
-            return bad(e, "truncate_prompt_tokens",
-                       "'truncate_prompt_tokens' must be -1 or a positive integer");
+            return srv_bad(e, "truncate_prompt_tokens", "%s",
+                           "'truncate_prompt_tokens' must be -1 or a positive integer");
         trunc = json_integer_value(v) == -1 ? s->max_model_len : json_integer_value(v);
     }
     json_t *in = json_object_get(body, "input");
-    if (!in || json_is_null(in)) return bad(e, "input", "'input' is required");
+    if (!in || json_is_null(in)) return srv_bad(e, "input", "%s", "'input' is required");
     if (!parse_inputs(s, in, add_special ? CLLM_TOK_ADD_SPECIAL : 0, g, e)) return false;
     int mml = s->max_model_len;
     for (int b = 0; b < g->n_batch; b++) {
@@ -131,7 +133,7 @@ bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
             memmove(t->ids, t->ids + (t->n - (size_t)trunc), (size_t)trunc * sizeof(int32_t));
             t->n = (size_t)trunc;
         }
-        if (t->n == 0) return bad(e, "input", "an input is empty (no tokens)");
+        if (t->n == 0) return srv_bad(e, "input", "%s", "an input is empty (no tokens)");
         /* the engine keeps one position for the (never sampled) next token */
         if (mml > 0 && (long long)t->n >= mml) {
             srv_err_set(e, 400, "invalid_request_error", "input",

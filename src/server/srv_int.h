@@ -153,6 +153,10 @@ typedef struct srv_err {
 
 void srv_err_set(srv_err *e, unsigned status, const char *type, const char *param, const char *fmt,
                  ...) __attribute__((format(printf, 5, 6)));
+/* A 400 invalid_request_error naming param; returns false, for `return srv_bad(...)` in the
+ * request parsers. */
+bool srv_bad(srv_err *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Parses a completions / chat / generate body into g. Returns false with e filled. */
 bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);

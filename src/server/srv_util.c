@@ -78,6 +78,18 @@ void srv_err_set(srv_err *e, unsigned status, const char *type, const char *para
     va_end(ap);
 }
 
+bool srv_bad(srv_err *e, const char *param, const char *fmt, ...) {
+    e->status = 400;
+    snprintf(e->type, sizeof(e->type), "%s", "invalid_request_error");
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    e->code[0] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
 char *srv_fmt_error_json(const srv_err *e) {
     /* the message may embed user text cut at any byte: make it valid UTF-8 */
     char *msg = cllm_tok_utf8_sanitize(e->msg, strlen(e->msg), NULL);
