@@ -64,10 +64,12 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
     json_object_foreach(j, key, val) {
         for (int i = 0; unsupported[i]; i++)
             if (!strcmp(key, unsupported[i])) {
-                fail(msg, cap,
-                     "--speculative-config: key '%s' is not supported by cllm (drafts come from "
-                     "n-gram lookup; no separate draft model)",
-                     key);
+                fail(
+                    msg, cap,
+                    "--speculative-config: key '%s' is not supported by cllm (drafts come from the "
+                    "checkpoint's MTP head, n-gram lookup or suffix matching; no separate draft "
+                    "model)",
+                    key);
                 goto out;
             }
         int ok = 0;
@@ -87,7 +89,8 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
     }
     json_t *m = json_object_get(j, "method");
     if (!m) {
-        fail(msg, cap, "--speculative-config: %s is required (cllm supports \"ngram\")", "method");
+        fail(msg, cap, "--speculative-config: %s is required (\"mtp\", \"ngram\" or \"suffix\")",
+             "method");
         goto out;
     }
     const char *ms = json_string_value(m);
@@ -99,17 +102,12 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
         o->method = CLLM_SPEC_NGRAM;
     } else if (!strcmp(ms, "suffix")) {
         o->method = CLLM_SPEC_SUFFIX;
-    } else if (!strcmp(ms, "mtp") || !strcmp(ms, "qwen3_5_mtp") || !strcmp(ms, "qwen3_next_mtp") ||
-               !strcmp(ms, "deepseek_mtp")) {
-        fail(msg, cap,
-             "--speculative-config: method '%s' is not implemented yet: the checkpoint's MTP head "
-             "is loaded but has no forward pass in cllm; use \"ngram\"",
-             ms);
-        goto out;
+    } else if (!strcmp(ms, "mtp") || !strcmp(ms, "qwen3_5_mtp") || !strcmp(ms, "qwen3_next_mtp")) {
+        o->method = CLLM_SPEC_MTP;
     } else {
         fail(msg, cap,
-             "--speculative-config: method '%s' is not supported (cllm supports \"ngram\" and "
-             "\"suffix\")",
+             "--speculative-config: method '%s' is not supported (cllm supports \"mtp\" (also "
+             "\"qwen3_5_mtp\", \"qwen3_next_mtp\"), \"ngram\" and \"suffix\")",
              ms);
         goto out;
     }
@@ -126,13 +124,16 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
     static const char *const suffix_keys[] = {
         "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
         "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", NULL};
-    const char *const *other = o->method == CLLM_SPEC_NGRAM ? suffix_keys : ngram_keys;
-    for (int i = 0; other[i]; i++)
-        if (json_object_get(j, other[i])) {
-            snprintf(msg, cap, "--speculative-config: '%s' does not apply to method '%s'", other[i],
-                     ms);
-            goto out;
-        }
+    const char *const *other[2] = {NULL, NULL};
+    if (o->method != CLLM_SPEC_SUFFIX) other[0] = suffix_keys;
+    if (o->method != CLLM_SPEC_NGRAM) other[1] = ngram_keys;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; other[g] && other[g][i]; i++)
+            if (json_object_get(j, other[g][i])) {
+                snprintf(msg, cap, "--speculative-config: '%s' does not apply to method '%s'",
+                         other[g][i], ms);
+                goto out;
+            }
     if (json_object_get(j, "suffix_decoding_min_token_prob")) {
         fail(msg, cap,
              "--speculative-config: '%s' is not supported: cllm's suffix drafts take the most "

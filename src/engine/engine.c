@@ -102,7 +102,13 @@ static void real_copy_state(void *ctx, int dst, int src) {
     cllm_state_slot_copy(&e->st, dst, src);
 }
 
-static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state};
+static cllm_status real_mtp(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, float *logits,
+                            cllm_error *err) {
+    cllm_engine *e = ctx;
+    return cllm_forward_mtp(e->fctx, seqs, n_seqs, &e->kv, logits, err);
+}
+
+static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state, real_mtp};
 
 /* Tensor parallel rank 0: each operation is told to the other ranks first (o.mirror). */
 static cllm_status mirror_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
@@ -267,6 +273,28 @@ static cllm_status load_model(cllm_engine *e, cllm_error *err) {
     return CLLM_OK;
 }
 
+/* Speculative method mtp needs the checkpoint's MTP head, in one process. */
+static cllm_status check_mtp(cllm_engine *e, cllm_error *err) {
+    if (e->o.spec.method != CLLM_SPEC_MTP) return CLLM_OK;
+    if (!cllm_model_has_mtp(e->m))
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "engine: --speculative-config method mtp needs the checkpoint's MTP "
+                            "head (mtp.* tensors, mtp_num_hidden_layers in config.json); %s has "
+                            "none: use \"ngram\" or \"suffix\"",
+                            e->o.model_dir);
+    if (cllm_model_config(e->m)->mtp_num_hidden_layers != 1)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "engine: --speculative-config method mtp runs one MTP layer; this "
+                            "checkpoint has mtp_num_hidden_layers %d",
+                            cllm_model_config(e->m)->mtp_num_hidden_layers);
+    if (e->o.mirror)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "engine: --speculative-config method mtp does not run under tensor "
+                            "parallel yet (the MTP head is not sharded); use \"ngram\" or "
+                            "\"suffix\"");
+    return CLLM_OK;
+}
+
 /* How the KV blocks and state slots are sized: from the budget (--kv-cache-memory, or a share of
  * RAM minus the weights and the live state slots), capped at what max_num_seqs sequences of full
  * length could use twice over; snapshots for prefix caching on hybrid models. */
@@ -282,6 +310,7 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
     cllm_status rc;
     int bs = o.block_size;
     int n_attn = cllm_model_n_attn_layers(e->m), n_gdn = cllm_model_n_gdn_layers(e->m);
+    if (o.spec.method == CLLM_SPEC_MTP) n_attn += cf->mtp_num_hidden_layers; /* its KV too */
     size_t kv_elem = o.kv_cache_bf16 ? 2 : 4;
     size_t block_bytes =
         (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * kv_elem;
@@ -375,8 +404,11 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
 static cllm_status create_pools(cllm_engine *e, const pool_plan *pp, cllm_error *err) {
     const cllm_engine_opts o = e->o;
     cllm_status rc;
-    if ((rc = cllm_kv_pool_init(&e->kv, e->m, (int)pp->n_blocks, o.block_size,
-                                o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK)
+    cllm_kv_dtype kvt = o.kv_cache_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32;
+    if ((rc = o.spec.method == CLLM_SPEC_MTP
+                  ? cllm_kv_pool_init_mtp(&e->kv, e->m, (int)pp->n_blocks, o.block_size, kvt, err)
+                  : cllm_kv_pool_init(&e->kv, e->m, (int)pp->n_blocks, o.block_size, kvt, err)) !=
+        CLLM_OK)
         return rc;
     if ((rc = cllm_state_pool_init(&e->st, e->m, pp->n_live + pp->n_snap, err)) != CLLM_OK)
         return rc;
@@ -452,7 +484,7 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     snprintf(e->name, sizeof(e->name), "%s", base);
     pool_plan pp = {0};
     cllm_status rc;
-    if ((rc = load_model(e, err)) || (rc = plan_pools(e, &pp, err)) ||
+    if ((rc = load_model(e, err)) || (rc = check_mtp(e, err)) || (rc = plan_pools(e, &pp, err)) ||
         (o.mirror && o.mirror->sizes &&
          (rc = o.mirror->sizes(o.mirror->user, &pp.n_blocks, &pp.max_len, &pp.n_live, &pp.n_snap,
                                err))) ||

@@ -150,8 +150,9 @@ typedef struct cllm_engine_mirror {
  * step), so greedy and seeded output is bitwise the output without it. */
 typedef enum cllm_spec_method {
     CLLM_SPEC_NONE = 0,
-    CLLM_SPEC_NGRAM, /* prompt lookup in the sequence's own tokens */
-    CLLM_SPEC_SUFFIX /* the same in its own tokens and recently finished outputs */
+    CLLM_SPEC_NGRAM,  /* prompt lookup in the sequence's own tokens */
+    CLLM_SPEC_SUFFIX, /* the same in its own tokens and recently finished outputs */
+    CLLM_SPEC_MTP     /* the checkpoint's MTP head, chained for k > 1 (sched_mtp.c) */
 } cllm_spec_method;
 #define CLLM_SPEC_MAX_K 16
 typedef struct cllm_spec_opts {
@@ -244,6 +245,9 @@ typedef struct cllm_engine_stats {
      * drafts accepted, and accepted drafts by position (0 = the first draft) */
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
     uint64_t spec_accepted_per_pos[CLLM_SPEC_MAX_K];
+    /* every verified draft token folded in verify order, h = (h ^ (token + 1)) * 0x100000001b3
+     * from 0: a test compares the drafts themselves, not only how many were accepted */
+    uint64_t spec_draft_hash;
     int spec_k; /* num_speculative_tokens (0 = off) */
 } cllm_engine_stats;
 

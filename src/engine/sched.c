@@ -238,6 +238,7 @@ static void seq_destroy(sched *s, eng_seq *e) {
     free(e->hashes);
     free(e->text);
     free(e->lp);
+    free(e->mtp_hid);
     free(e);
 }
 
@@ -399,6 +400,11 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
         sched_free(s);
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
     }
+    cllm_status rc = sched_mtp_init(s, err);
+    if (rc != CLLM_OK) {
+        sched_free(s);
+        return rc;
+    }
     *out = s;
     return CLLM_OK;
 }
@@ -422,6 +428,7 @@ void sched_free(sched *s) {
     slot_free(&s->slots);
     smp_free(&s->smp);
     spec_hist_free(&s->hist);
+    sched_mtp_free(s);
     cllm_gm_vocab_free(s->gmv);
     free(s->gmask);
     free(s);
@@ -723,6 +730,7 @@ static int plan(sched *s) {
         e->slot = slot_live_alloc(&s->slots);
         if (hit > 0 && pm.snap >= 0) s->ops.copy_state(s->mctx, e->slot, pm.snap);
         e->n_computed = hit;
+        sched_mtp_restart(e, hit);
         if (!e->admitted_once) {
             e->admitted_once = true;
             e->cached_prompt = hit;
@@ -820,6 +828,7 @@ static void fork_samples(sched *s, eng_seq *p) {
         c->slot = slot_live_alloc(&s->slots);
         s->ops.copy_state(s->mctx, c->slot, p->slot);
         c->n_computed = p->n_computed;
+        sched_mtp_fork(s, c, p); /* without the rows (out of memory) it drafts a step later */
         c->admitted_once = true;
         c->cached_prompt = p->cached_prompt;
         c->t_scheduled = p->t_scheduled;
@@ -840,6 +849,7 @@ int sched_step(sched *s) {
     }
     cllm_batch b = {s->bseq, n};
     cllm_error err = {0};
+    sched_mtp_bind(s);
     double t0 = cllm_time_s();
     cllm_status st = s->ops.forward(s->mctx, &b, s->logits, &err);
     double dt = cllm_time_s() - t0;
@@ -875,6 +885,7 @@ int sched_step(sched *s) {
     for (int i = 0; i < n; i++) {
         eng_seq *e = s->bent[i].seq;
         s->tokens_computed += (uint64_t)s->bent[i].n_new;
+        sched_mtp_take(s, e, &s->bseq[i]);
         if (s->bent[i].n_draft > 0) {
             sched_spec_accept(s, &s->bent[i], s->logits + (size_t)row * s->cfg.vocab_size);
             row += s->bent[i].n_draft + 1;

@@ -24,11 +24,15 @@ typedef struct eng_model_ops {
     cllm_status (*forward)(void *ctx, const cllm_batch *b, float *logits, cllm_error *err);
     void (*copy_block)(void *ctx, int dst, int src); /* KV block contents (n > 1 fork) */
     void (*copy_state)(void *ctx, int dst, int src); /* state slot (snapshots, fork) */
+    /* The MTP head (cllm_forward_mtp; its KV lives in the same blocks); NULL: the model has
+     * none. Needed by speculative method MTP only. */
+    cllm_status (*mtp)(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, float *logits,
+                       cllm_error *err);
 } eng_model_ops;
 
 typedef struct sched_cfg {
     int vocab_size;
-    int hidden_size; /* embeddings' width (0: no embeddings); <= vocab_size (a logits row) */
+    int hidden_size; /* embeddings' and MTP rows' width (0: neither); <= vocab_size */
     bool has_state;  /* model has GDN layers: prefix reuse needs a state snapshot */
     int n_blocks, block_size;
     int n_live_slots, n_snap_slots;

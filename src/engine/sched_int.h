@@ -74,6 +74,10 @@ struct eng_seq {
                                     before it (the live slot runs the verify), else -1 */
     double acc_hits, acc_trials; /* decayed counts of accepted / tried draft positions */
     int spec_idle;               /* steps since this sequence last drafted */
+    /* MTP drafts (sched_mtp.c): the target's final-normed hidden rows of positions mtp_pos ..
+     * mtp_pos + mtp_n - 1 that the MTP head has not read yet; its KV is final below mtp_pos */
+    float *mtp_hid;
+    int mtp_cap, mtp_pos, mtp_n;
 };
 
 typedef struct sched_ent {
@@ -88,6 +92,9 @@ typedef struct sched_ent {
 /* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
  * 1 MB); past a few rows a verify does not pay anyway. */
 #define SPEC_VERIFY_ROWS 16
+/* Hidden rows an MTP sequence keeps for the head to read (the oldest are dropped past it, their
+ * MTP KV left as it was: acceptance may drop there, the output cannot change) */
+#define SPEC_MTP_ROWS 4096
 /* Tokens of finished outputs the suffix drafter remembers (a linear scan per draft: 64k tokens
  * take tens of microseconds). */
 #define SPEC_HIST_TOKENS 65536
@@ -141,6 +148,10 @@ struct sched {
     int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
     int logit_rows_extra; /* verify rows still free in the step being planned */
     int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
+    /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size], one
+     * logits row and one chained hidden row */
+    float *mtp_step, *mtp_lg, *mtp_h;
+    bool mtp_failed; /* an MTP call failed once (logged; drafting stays off) */
 };
 
 /* sched.c */
@@ -174,6 +185,25 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows);
 void sched_spec_release(sched *s, eng_seq *e);
 /* A sequence ended: its output joins the suffix history. */
 void sched_spec_seq_done(sched *s, const eng_seq *e);
+/* sched_mtp.c */
+cllm_status sched_mtp_init(sched *s, cllm_error *err); /* buffers, when the method is MTP */
+void sched_mtp_free(sched *s);
+/* Points each batch entry's hidden_out into the step's rows (before the forward). */
+void sched_mtp_bind(sched *s);
+/* Keeps an entry's hidden rows after the forward, before anything is sampled. */
+void sched_mtp_take(sched *s, eng_seq *e, const cllm_seq_batch *b);
+/* Forgets rows of positions >= end (a verify's rejected drafts and the positions after them). */
+void sched_mtp_keep(eng_seq *e, int end);
+/* (Re)admission: positions from pos on are computed anew (its rows will come from there). */
+void sched_mtp_restart(eng_seq *e, int pos);
+/* A forked sample starts with its parent's rows; -1 on out of memory (it then has none). */
+int sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p);
+/* True when e has the rows for a draft: every position up to the one before its last token. */
+bool sched_mtp_ready(const eng_seq *e);
+/* Up to k drafts for e into e->draft: the MTP head over its unread rows, then chained on its
+ * own output; e's block table must cover n_tokens + k - 2. Returns the drafts made (0 when an
+ * MTP call failed: logged once). */
+int sched_mtp_draft(sched *s, eng_seq *e, int k);
 /* sched_score.c: prompt logprobs from the rows of a CLLM_LOGITS_ALL prefill chunk */
 cllm_status sched_score_alloc(eng_req *q, cllm_error *err); /* q->plp, at request creation */
 bool sched_score_wants(const eng_seq *e); /* the next prefill chunk must return every row */

@@ -150,7 +150,9 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     else if (o->method == CLLM_SPEC_SUFFIX)
         nd = spec_suffix_propose(&s->hist, e->tokens, e->n_tokens, o->suffix_max_depth,
                                  o->suffix_max_spec_factor, k, e->draft);
-    if (o->synthetic_acceptance > 0) /* benchmarks: always k drafts, the real verify work */
+    bool mtp = o->method == CLLM_SPEC_MTP;
+    if (mtp) nd = sched_mtp_ready(e) ? k : 0; /* drafted below, once the blocks are there */
+    if (o->synthetic_acceptance > 0 && !mtp) /* benchmarks: always k drafts, the real verify work */
         while (nd < k) {
             e->draft[nd] = e->tokens[e->n_tokens - 1];
             nd++;
@@ -180,6 +182,10 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         CLLM_ASSERT(b >= 0);
         e->table[e->n_table++] = b;
     }
+    if (mtp && (nd = sched_mtp_draft(s, e, nd)) == 0) {
+        sched_spec_release(s, e); /* the blocks stay in the table for the tokens to come */
+        return 0;
+    }
     memcpy(e->tokens + e->n_tokens, e->draft, (size_t)nd * sizeof(int32_t));
     s->logit_rows_extra -= nd;
     e->n_draft = nd;
@@ -206,6 +212,9 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
     bool st = s->cfg.has_state;
     s->stats.spec_drafts++;
     s->stats.spec_draft_tokens += (uint64_t)nd;
+    for (int i = 0; i < nd; i++)
+        s->stats.spec_draft_hash =
+            (s->stats.spec_draft_hash ^ (uint64_t)(e->draft[i] + 1)) * 0x100000001b3ull;
     /* attention-only: the pending tokens' KV is final now; each accepted draft's follows */
     if (!st) sched_after_compute(s, e, P, true);
     int j = 0;
@@ -228,6 +237,7 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
         if (!st) sched_after_compute(s, e, 1, true);
     }
     s->stats.spec_accepted_tokens += (uint64_t)j;
+    sched_mtp_keep(e, e->n_tokens - 1); /* the rows after the first rejected draft are wrong */
     e->acc_hits = SPEC_DECAY * e->acc_hits + j;
     e->acc_trials = SPEC_DECAY * e->acc_trials + j + (j < nd);
     if (st) {

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "model/synth.h"
 
 #define MAXT 512
@@ -74,6 +75,9 @@ typedef struct eng_cfg {
     bool caching;
 } eng_cfg;
 
+/* the draft method of the speculative runs */
+static cllm_spec_method g_method = CLLM_SPEC_NGRAM;
+
 static cllm_engine *open_eng(const eng_cfg *c) {
     cllm_engine_opts o;
     cllm_engine_opts_defaults(&o);
@@ -89,14 +93,16 @@ static cllm_engine *open_eng(const eng_cfg *c) {
         cllm_config cf;
         cllm_error err = {0};
         if (cllm_config_load(c->dir, &cf, &err) != CLLM_OK) return NULL;
-        uint64_t bb = (uint64_t)cllm_config_count_layers(&cf, CLLM_LAYER_FULL_ATTN) * 2 * 16 *
-                      (uint64_t)cf.n_kv_heads * (uint64_t)cf.head_dim * 4;
+        /* the MTP head's KV shares the blocks */
+        int nl = cllm_config_count_layers(&cf, CLLM_LAYER_FULL_ATTN) +
+                 (c->spec_k && g_method == CLLM_SPEC_MTP ? cf.mtp_num_hidden_layers : 0);
+        uint64_t bb = (uint64_t)nl * 2 * 16 * (uint64_t)cf.n_kv_heads * (uint64_t)cf.head_dim * 4;
         cllm_config_free(&cf);
         o.kv_cache_bytes = bb * (uint64_t)(c->kv_tokens / 16);
         o.max_model_len = c->kv_tokens;
     }
     if (c->spec_k) {
-        o.spec.method = CLLM_SPEC_NGRAM;
+        o.spec.method = g_method;
         o.spec.num_speculative_tokens = c->spec_k;
         o.spec.prompt_lookup_min = 1;
         o.spec.prompt_lookup_max = 3;
@@ -314,6 +320,212 @@ static void test_model(const char *dir, bool has_tok, int V, bool reject, bool t
     }
 }
 
+static int32_t argmax_row(const float *x, int V) {
+    int b = 0;
+    for (int v = 1; v < V; v++)
+        if (x[v] > x[b]) b = v;
+    return b;
+}
+
+/* The MTP head as the engine should run it, replayed through the model API: rig_* hold the
+ * target's hidden rows of a whole sequence (one call) and the head's KV, final at every
+ * position (one teacher-forced call over all rows). */
+typedef struct mtp_rig {
+    cllm_model *m;
+    cllm_fwd_ctx *fc;
+    cllm_kv_pool kv;
+    cllm_state_pool sp;
+    int32_t tab[64];
+    int nb, H, V;
+    float *hid, *mh, *lg, *h1, *scratch; /* [T][H], [T][H], [T][V], [H], [T][H] */
+} mtp_rig;
+
+static void rig_free(mtp_rig *r) {
+    free(r->hid);
+    free(r->mh);
+    free(r->lg);
+    free(r->h1);
+    free(r->scratch);
+    cllm_state_pool_free(&r->sp);
+    cllm_kv_pool_free(&r->kv);
+    cllm_fwd_ctx_free(r->fc);
+    cllm_model_free(r->m);
+}
+
+static int rig_run(mtp_rig *r, const char *dir, const int32_t *x, int T) {
+    cllm_error err = {0};
+    memset(r, 0, sizeof(*r));
+    r->nb = (T + 15) / 16;
+    for (int i = 0; i < r->nb; i++) r->tab[i] = i;
+    if (cllm_model_load(dir, &r->m, &err) || cllm_fwd_ctx_create(r->m, NULL, &r->fc, &err) ||
+        cllm_kv_pool_init_mtp(&r->kv, r->m, r->nb, 16, CLLM_KV_F32, &err) ||
+        cllm_state_pool_init(&r->sp, r->m, 1, &err)) {
+        CHECK_MSG(0, "mtp replay: %s", err.msg);
+        return -1;
+    }
+    size_t H = (size_t)(r->H = cllm_model_config(r->m)->hidden_size);
+    r->V = cllm_model_config(r->m)->vocab_size;
+    r->hid = malloc((size_t)T * H * 4);
+    r->mh = malloc((size_t)T * H * 4);
+    r->scratch = malloc((size_t)T * H * 4);
+    r->lg = malloc((size_t)T * (size_t)r->V * 4);
+    r->h1 = malloc(H * 4);
+    cllm_seq_batch q = {x, T, 0, r->tab, r->nb, 0, CLLM_LOGITS_NONE};
+    q.hidden_out = r->hid;
+    cllm_batch b = {&q, 1};
+    /* row p reads x[p + 1] and predicts x[p + 2] */
+    cllm_mtp_seq mq = {.hidden = r->hid,
+                       .tokens = x + 1,
+                       .n_tokens = T - 2,
+                       .block_table = r->tab,
+                       .n_table = r->nb,
+                       .logits = CLLM_LOGITS_ALL,
+                       .hidden_out = r->mh};
+    if (!r->hid || !r->mh || !r->lg || !r->h1 || !r->scratch ||
+        cllm_forward(r->fc, &b, &r->kv, &r->sp, r->lg, &err) != CLLM_OK ||
+        cllm_forward_mtp(r->fc, &mq, 1, &r->kv, r->lg, &err) != CLLM_OK) {
+        CHECK_MSG(0, "mtp replay: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The k drafts for position n (n tokens known): the teacher-forced row n - 2, then rows chained
+ * on the head's own output at n - 1, n, ...; the head's KV of those positions is put back to
+ * the teacher-forced values after (the engine's next catch-up rewrites them the same way). */
+static int rig_drafts(mtp_rig *r, const int32_t *x, int n, int k, int32_t *d) {
+    cllm_error err = {0};
+    d[0] = argmax_row(r->lg + (size_t)(n - 2) * r->V, r->V);
+    memcpy(r->h1, r->mh + (size_t)(n - 2) * r->H, (size_t)r->H * 4);
+    for (int i = 1; i < k; i++) {
+        cllm_mtp_seq q = {.hidden = r->h1,
+                          .tokens = &d[i - 1],
+                          .n_tokens = 1,
+                          .start_pos = n - 2 + i,
+                          .block_table = r->tab,
+                          .n_table = r->nb,
+                          .logits = CLLM_LOGITS_LAST,
+                          .hidden_out = r->h1};
+        float *row = r->lg + (size_t)(n - 2 + i) * r->V; /* restored below */
+        float keep[64];
+        memcpy(keep, row, (size_t)r->V * 4);
+        if (cllm_forward_mtp(r->fc, &q, 1, &r->kv, row, &err) != CLLM_OK) return -1;
+        d[i] = argmax_row(row, r->V);
+        memcpy(row, keep, (size_t)r->V * 4);
+    }
+    if (k > 1) {
+        cllm_mtp_seq q = {.hidden = r->hid + (size_t)(n - 1) * r->H,
+                          .tokens = x + n,
+                          .n_tokens = k - 1,
+                          .start_pos = n - 1,
+                          .block_table = r->tab,
+                          .n_table = r->nb,
+                          .logits = CLLM_LOGITS_NONE,
+                          .hidden_out = r->scratch};
+        if (cllm_forward_mtp(r->fc, &q, 1, &r->kv, NULL, &err) != CLLM_OK) return -1;
+    }
+    return 0;
+}
+
+/* MTP drafts counted exactly, k = 1..3: the engine's verifies, accepted drafts and accepted
+ * drafts per position equal a replay of its greedy output through the model API (rig_*). The
+ * forward is batch-invariant, so the engine's chunked prefill, decode steps and the head's
+ * catch-up rows give the same bits; a hidden row kept for the wrong position, a lost or stale
+ * row, a chained row at the wrong place or the head fed the wrong token changes the drafts and
+ * the counts. */
+static void test_mtp_exact(const char *dir, int V) {
+    enum { NP = 70, NOUT = 200, T = NP + NOUT };
+    int32_t p[NP], x[T];
+    make_prompt(p, NP, V);
+    CHECK(V <= 64);
+    for (int k = 1; k <= 3; k++) {
+        eng_cfg c = {.dir = dir, .spec_k = k};
+        cllm_engine *e = open_eng(&c);
+        if (!e) return;
+        static res r[2];
+        job j[1] = {{p, NP, base_sp(e, NOUT)}};
+        run_jobs(e, j, 1, r);
+        cllm_engine_stats st;
+        cllm_engine_stats_get(e, &st);
+        cllm_engine_free(e);
+        CHECK_MSG(r[0].n == NOUT, "mtp exact: %d tokens", r[0].n);
+        if (r[0].n != NOUT) return;
+        memcpy(x, p, sizeof(p));
+        memcpy(x + NP, r[0].toks, NOUT * sizeof(int32_t));
+        mtp_rig g;
+        if (rig_run(&g, dir, x, T)) {
+            rig_free(&g);
+            return;
+        }
+        /* The engine's rule on this hybrid model: with n tokens known and `comp` computed, a row
+         * drafts min(k, tokens still to come - 1) positions while at most 33 are pending
+         * (sched_spec.c SPEC_MAX_PENDING; more are computed as a plain row first). A verify
+         * accepted whole makes its state the live one (all computed); otherwise the state rolls
+         * back and the verified tokens stay pending. */
+        uint64_t drafts = 0, dtok = 0, acc = 0, per[4] = {0}, hash = 0;
+        for (int n = NP + 1, comp = NP; n - NP < NOUT;) {
+            int nd = NOUT - (n - NP) - 1;
+            if (nd > k) nd = k;
+            if (nd < 1 || n - comp > 33) {
+                comp = n;
+                n += 1;
+                continue;
+            }
+            int32_t d[4];
+            if (rig_drafts(&g, x, n, nd, d)) {
+                CHECK_MSG(0, "mtp replay: a chained row failed");
+                break;
+            }
+            for (int i = 0; i < nd; i++) hash = (hash ^ (uint64_t)(d[i] + 1)) * 0x100000001b3ull;
+            int a = 0;
+            while (a < nd && d[a] == x[n + a]) per[a++]++;
+            drafts++;
+            dtok += (uint64_t)nd;
+            acc += (uint64_t)a;
+            if (a == nd) comp = n + nd;
+            n += a + 1;
+        }
+        rig_free(&g);
+        CHECK_MSG(st.spec_draft_hash == hash,
+                  "mtp exact k=%d: the engine's drafts differ from the replay's", k);
+        CHECK_MSG(
+            st.spec_drafts == drafts && st.spec_draft_tokens == dtok &&
+                st.spec_accepted_tokens == acc && st.spec_accepted_per_pos[0] == per[0] &&
+                st.spec_accepted_per_pos[1] == per[1] && st.spec_accepted_per_pos[2] == per[2],
+            "mtp exact k=%d: engine %llu verifies, %llu drafts, %llu accepted (%llu/%llu/%llu "
+            "by position); replay %llu, %llu, %llu (%llu/%llu/%llu)",
+            k, (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
+            (unsigned long long)st.spec_accepted_tokens,
+            (unsigned long long)st.spec_accepted_per_pos[0],
+            (unsigned long long)st.spec_accepted_per_pos[1],
+            (unsigned long long)st.spec_accepted_per_pos[2], (unsigned long long)drafts,
+            (unsigned long long)dtok, (unsigned long long)acc, (unsigned long long)per[0],
+            (unsigned long long)per[1], (unsigned long long)per[2]);
+        CHECK_MSG(acc > 0 && acc < dtok && (k == 1 || per[1] > 0),
+                  "mtp exact k=%d: %llu of %llu accepted, %llu at position 1 (want some, not all)",
+                  k, (unsigned long long)acc, (unsigned long long)dtok, (unsigned long long)per[1]);
+    }
+}
+
+/* A model without an MTP head: method mtp is refused by name. */
+static void test_mtp_refused(const char *dir) {
+    cllm_engine_opts o;
+    cllm_engine_opts_defaults(&o);
+    o.model_dir = dir;
+    o.n_threads = 1;
+    o.max_num_seqs = 2;
+    o.max_model_len = 256;
+    o.no_prefault = true;
+    o.spec.method = CLLM_SPEC_MTP;
+    o.spec.num_speculative_tokens = 2;
+    cllm_engine *e = NULL;
+    cllm_error err = {0};
+    CHECK(cllm_engine_create(&o, &e, &err) != CLLM_OK && e == NULL);
+    CHECK_MSG(strstr(err.msg, "method mtp needs the checkpoint's MTP head") != NULL, "got: %s",
+              err.msg);
+    cllm_engine_free(e);
+}
+
 int main(void) {
     const char *tmp = test_tmp();
     const char *src = test_src();
@@ -359,6 +571,31 @@ int main(void) {
         } else {
             CHECK_MSG(0, "screened model: %s", err.msg);
         }
+    }
+    /* MTP drafts: a hybrid model with an MTP head and a small vocabulary, so that its random
+     * head agrees with the target now and then */
+    {
+        char cfg[1024], d[1024];
+        snprintf(cfg, sizeof(cfg), "%s/spec_mtp.json", tmp);
+        snprintf(d, sizeof(d), "%s/spec_mtp", tmp);
+        static const char *const from[] = {"\"vocab_size\": 512", "\"eos_token_id\": 511"},
+                                 *const to[] = {"\"vocab_size\": 24", "\"eos_token_id\": 23"};
+        cllm_error err = {0};
+        cllm_synth_opts so = {
+            .config_path = cfg, .out_dir = d, .seed = 5, .dtype = CLLM_DT_F32, .include_mtp = true};
+        if (tm_write_config(src, "tiny-mtp.json", cfg, from, to, 2) == 0 &&
+            cllm_synth(&so, &err) == CLLM_OK) {
+            fprintf(stderr, "model tiny-mtp (V 24), MTP drafts\n");
+            g_method = CLLM_SPEC_MTP;
+            g_k_step = 1;
+            test_model(d, false, 24, true, false);
+            test_mtp_exact(d, 24);
+            g_method = CLLM_SPEC_NGRAM;
+        } else {
+            CHECK_MSG(0, "MTP model: %s", err.msg);
+        }
+        snprintf(d, sizeof(d), "%s/engine_spec_tiny.json", tmp);
+        test_mtp_refused(d);
     }
     /* the trained tiny model: real text, real repetition */
     snprintf(dir, sizeof(dir), "%s/models/tiny", src);

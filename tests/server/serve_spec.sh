@@ -108,7 +108,8 @@ refused() { # refused JSON EXPECTED-TEXT
 }
 refused '{"method": "ngram", "num_speculative_tokens": 3, "lookahead": 2}' "unknown key 'lookahead'"
 refused '{"method": "eagle", "num_speculative_tokens": 3}' "method 'eagle' is not supported"
-refused '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}' "method 'qwen3_5_mtp' is not implemented yet"
+refused '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}' "method mtp needs the checkpoint's MTP head"
+refused '{"method": "mtp", "num_speculative_tokens": 2, "prompt_lookup_max": 3}' "'prompt_lookup_max' does not apply to method 'mtp'"
 refused '{"method": "ngram", "num_speculative_tokens": 0}' "num_speculative_tokens must be an integer"
 refused '{"method": "ngram", "num_speculative_tokens": 17}' "num_speculative_tokens must be an integer"
 refused '{"method": "ngram"}' "num_speculative_tokens is required"

@@ -1,0 +1,167 @@
+/* MTP drafts for speculative decoding (docs/internals/spec.md). The checkpoint's MTP head reads
+ * the target model's final-normed hidden state at position p and the token at p + 1, and predicts
+ * the token at p + 2. Each sequence keeps the hidden rows its forwards produced (verified
+ * positions only) until the head has read them. A draft first runs the head over those rows,
+ * which makes its KV final up to the position before the sequence's last token and whose last
+ * row gives the first draft; further drafts chain on the head's own output. Drafts are only
+ * proposals that the verify accepts or not, so nothing here can change what is generated: where
+ * the head's KV is not exact (rows dropped past SPEC_MTP_ROWS, prefix-cache hits, a block shared
+ * with a sequence that continued differently) only the acceptance can suffer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "engine/sched_int.h"
+
+cllm_status sched_mtp_init(sched *s, cllm_error *err) {
+    if (s->cfg.spec.method != CLLM_SPEC_MTP) return CLLM_OK;
+    size_t H = (size_t)s->cfg.hidden_size;
+    if (!s->ops.mtp || H < 1)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "scheduler: speculative method mtp needs a model with an MTP head");
+    s->mtp_step = malloc((size_t)s->cfg.max_num_batched_tokens * H * sizeof(float));
+    s->mtp_lg = malloc((size_t)s->cfg.vocab_size * sizeof(float));
+    s->mtp_h = malloc(H * sizeof(float));
+    if (!s->mtp_step || !s->mtp_lg || !s->mtp_h)
+        return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory (MTP rows)");
+    return CLLM_OK;
+}
+
+void sched_mtp_free(sched *s) {
+    free(s->mtp_step);
+    free(s->mtp_lg);
+    free(s->mtp_h);
+    s->mtp_step = s->mtp_lg = s->mtp_h = NULL;
+}
+
+void sched_mtp_bind(sched *s) {
+    if (!s->mtp_step) return;
+    size_t H = (size_t)s->cfg.hidden_size, off = 0, cap = (size_t)s->cfg.max_num_batched_tokens;
+    for (int i = 0; i < s->n_batch; i++) {
+        cllm_seq_batch *b = &s->bseq[i];
+        b->hidden_out = NULL;
+        /* an embedding request ends with its vector; a step over the budget (none is planned)
+         * leaves its rows out, which only restarts that sequence's head at the gap */
+        if (b->logits == CLLM_LOGITS_HIDDEN || off + (size_t)b->n_tokens > cap) continue;
+        b->hidden_out = s->mtp_step + off * H;
+        off += (size_t)b->n_tokens;
+    }
+}
+
+void sched_mtp_restart(eng_seq *e, int pos) {
+    e->mtp_pos = pos;
+    e->mtp_n = 0;
+}
+
+void sched_mtp_take(sched *s, eng_seq *e, const cllm_seq_batch *b) {
+    if (!s->mtp_step) return;
+    size_t H = (size_t)s->cfg.hidden_size;
+    int p = b->start_pos, n = b->n_tokens;
+    if (!b->hidden_out) {
+        sched_mtp_restart(e, p + n);
+        return;
+    }
+    const float *src = b->hidden_out;
+    if (p < e->mtp_pos) { /* positions the head has read: a replay after a rollback, same bits */
+        int skip = e->mtp_pos - p;
+        if (skip >= n) return;
+        src += (size_t)skip * H;
+        p += skip;
+        n -= skip;
+    }
+    if (p > e->mtp_pos + e->mtp_n)
+        sched_mtp_restart(e, p); /* a gap: the head resumes here */
+    else
+        e->mtp_n = p - e->mtp_pos; /* rows from p on are replaced */
+    int over = e->mtp_n + n - SPEC_MTP_ROWS;
+    if (over > 0) { /* the oldest rows go; their MTP KV stays as it is */
+        if (over >= e->mtp_n) {
+            int d = over - e->mtp_n;
+            src += (size_t)d * H;
+            p += d;
+            n -= d;
+            sched_mtp_restart(e, p);
+        } else {
+            memmove(e->mtp_hid, e->mtp_hid + (size_t)over * H,
+                    (size_t)(e->mtp_n - over) * H * sizeof(float));
+            e->mtp_pos += over;
+            e->mtp_n -= over;
+        }
+    }
+    if (sched_grow((void **)&e->mtp_hid, &e->mtp_cap, e->mtp_n + n, H * sizeof(float))) {
+        sched_mtp_restart(e, p + n); /* out of memory: no drafts until rows fit again */
+        return;
+    }
+    memcpy(e->mtp_hid + (size_t)e->mtp_n * H, src, (size_t)n * H * sizeof(float));
+    e->mtp_n += n;
+}
+
+void sched_mtp_keep(eng_seq *e, int end) {
+    if (e->mtp_pos + e->mtp_n > end) e->mtp_n = end > e->mtp_pos ? end - e->mtp_pos : 0;
+}
+
+int sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p) {
+    sched_mtp_restart(c, p->mtp_pos + p->mtp_n);
+    if (!s->mtp_step || p->mtp_n == 0) return 0;
+    size_t H = (size_t)s->cfg.hidden_size;
+    if (sched_grow((void **)&c->mtp_hid, &c->mtp_cap, p->mtp_n, H * sizeof(float))) return -1;
+    memcpy(c->mtp_hid, p->mtp_hid, (size_t)p->mtp_n * H * sizeof(float));
+    c->mtp_pos = p->mtp_pos;
+    c->mtp_n = p->mtp_n;
+    return 0;
+}
+
+bool sched_mtp_ready(const eng_seq *e) {
+    int last = e->n_tokens - 2; /* the head's row for the last token's position is the draft's */
+    return e->mtp_n > 0 && e->mtp_pos <= last && e->mtp_pos + e->mtp_n > last;
+}
+
+/* The sampler's greedy choice of a best-1 row: the largest entry, lowest id on ties. */
+static int32_t row_argmax(const float *x, int V) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+static bool mtp_call(sched *s, const cllm_mtp_seq *q) {
+    cllm_error err = {0};
+    if (s->ops.mtp(s->mctx, q, 1, s->mtp_lg, &err) == CLLM_OK) return true;
+    LOG_WARN("speculative decoding: the MTP head failed (%s); drafting stays off", err.msg);
+    s->mtp_failed = true;
+    return false;
+}
+
+int sched_mtp_draft(sched *s, eng_seq *e, int k) {
+    if (!s->mtp_step || s->mtp_failed || k < 1 || !sched_mtp_ready(e)) return 0;
+    size_t H = (size_t)s->cfg.hidden_size;
+    int V = s->cfg.vocab_size, N = e->n_tokens;
+    /* the rows the head has not read, positions mtp_pos .. N - 2, with the tokens after them;
+     * the last one's logits predict position N. Output in place: the rows are spent after. */
+    cllm_mtp_seq q = {.hidden = e->mtp_hid,
+                      .tokens = e->tokens + e->mtp_pos + 1,
+                      .n_tokens = N - 1 - e->mtp_pos,
+                      .start_pos = e->mtp_pos,
+                      .block_table = e->table,
+                      .n_table = e->n_table,
+                      .logits = CLLM_LOGITS_LAST,
+                      .logits_topk = 1,
+                      .logits_scale = 1.0f,
+                      .hidden_out = e->mtp_hid};
+    if (!mtp_call(s, &q)) return 0;
+    memcpy(s->mtp_h, e->mtp_hid + (size_t)(q.n_tokens - 1) * H, H * sizeof(float));
+    sched_mtp_restart(e, N - 1);
+    int d = 0;
+    for (;;) {
+        e->draft[d++] = row_argmax(s->mtp_lg, V);
+        if (d == k) break;
+        /* the chained row sits at position N - 2 + d, reading the draft made for the position
+         * after it and the head's own output of the row before */
+        q.hidden = q.hidden_out = s->mtp_h;
+        q.tokens = &e->draft[d - 1];
+        q.n_tokens = 1;
+        q.start_pos = N - 2 + d;
+        if (!mtp_call(s, &q)) break;
+    }
+    return d;
+}
