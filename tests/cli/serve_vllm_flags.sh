@@ -26,14 +26,26 @@ COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
 SPID=
 trap '[ -n "$SPID" ] && kill $SPID 2>/dev/null' EXIT
 start() { # start LOG FLAGS...: serve in the background, wait for /health 200
-    local log=$1
+    local log=$1 try i
     shift
-    "$CLLM_BIN" serve "$@" > "$log" 2>&1 &
-    SPID=$!
-    for _ in $(seq 300); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
-        kill -0 $SPID 2> /dev/null || break
-        sleep 0.1
+    local args=("$@")
+    for try in 1 2 3 4 5; do
+        "$CLLM_BIN" serve "${args[@]}" > "$log" 2>&1 &
+        SPID=$!
+        for _ in $(seq 300); do
+            kill -0 $SPID 2> /dev/null || break # (a 200 from whoever holds the port is not ours)
+            [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
+            sleep 0.1
+        done
+        # the random port was held by someone else: draw another (as tests/lib/serve.sh)
+        kill -0 $SPID 2> /dev/null || ! grep -q "address already in use" "$log" || {
+            PORT=$((20000 + RANDOM % 20000))
+            U="http://127.0.0.1:$PORT"
+            COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
+            for i in "${!args[@]}"; do [ "${args[$i]}" = --port ] && args[$((i + 1))]=$PORT; done
+            continue
+        }
+        break
     done
     bad "server did not become ready ($*)"
     cat "$log"
