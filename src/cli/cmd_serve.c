@@ -184,8 +184,8 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         {"--kv-cache-memory", "--kv-cache-memory-bytes", CLI_SIZE, &a->kv_bytes,
          "KV cache bytes (e.g. 4GiB; default from --memory-utilization)"},
         {"--kv-cache-dtype", NULL, CLI_STR, &a->kv_dtype,
-         "KV cache element type: auto (= float32), float32/fp32, bfloat16/bf16; fp8 and int8 "
-         "are refused"},
+         "KV cache element type: auto (= float32), float32/fp32, bfloat16/bf16; float16, fp8*, "
+         "int8 and nvfp4 are refused"},
         {"--generation-config", NULL, CLI_STR, &a->gen_config,
          "sampling defaults: auto (the model's generation_config.json), vllm (neutral), or a "
          "folder with a generation_config.json"},
@@ -449,17 +449,22 @@ static void log_no_ops(const serve_args *a) {
         LOG_INFO("tool calls: parsed whenever a request has tools (Qwen3 XML and hermes JSON)");
 }
 
-/* --kv-cache-dtype: vLLM's names for what the engine stores (float32, bfloat16); fp8 and int8
- * KV are not implemented, so those are refused by name rather than silently run in float32. */
+/* --kv-cache-dtype: vLLM's names for what the engine stores (float32, bfloat16); vLLM's other
+ * choices (float16, fp8*, int8, nvfp4) are not implemented, so they are refused by name with the
+ * reason rather than silently run in float32. */
 static int check_kv_dtype(serve_args *a) {
     const char *v = a->kv_dtype;
     if (!v) return 0;
     static const char *const ok[] = {"auto", "fp32", "float32", "float", "bfloat16", "bf16"};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
         if (!strcmp(v, ok[i])) return 0;
-    if (!strncmp(v, "fp8", 3) || !strcmp(v, "int8") || !strcmp(v, "int4"))
-        return refuse("--kv-cache-dtype %s: quantized KV caches (fp8, int8) are not implemented on "
-                      "the CPU; use auto (float32) or bfloat16 (half the memory)",
+    if (!strncmp(v, "fp8", 3) || !strcmp(v, "int8") || !strcmp(v, "int4") || !strcmp(v, "nvfp4"))
+        return refuse("--kv-cache-dtype %s: quantized KV caches (fp8, int8, nvfp4) are not "
+                      "implemented on the CPU; use auto (float32) or bfloat16 (half the memory)",
+                      v);
+    if (!strcmp(v, "float16") || !strcmp(v, "fp16") || !strcmp(v, "half"))
+        return refuse("--kv-cache-dtype %s: a float16 KV cache is not implemented on the CPU; "
+                      "bfloat16 takes the same memory (use bfloat16, or auto for float32)",
                       v);
     return refuse("--kv-cache-dtype %s: unknown; use auto (float32), float32 or bfloat16", v);
 }

@@ -11,7 +11,8 @@
 #    warning and --disable-uvicorn-access-log drop the access lines (and
 #    --disable-access-log-for-endpoints those of the paths named), --enable-force-include-usage
 #    adds the usage chunk to every stream, --disable-log-stats the
-#    throughput line, --kv-cache-dtype fp8 is refused by name, -m is --model.
+#    throughput line, --kv-cache-dtype fp8 is refused by name (and vLLM's other KV dtypes but
+#    bfloat16), -m is --model.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_vllm_flags
 rm -rf "$T"
@@ -25,14 +26,26 @@ COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
 SPID=
 trap '[ -n "$SPID" ] && kill $SPID 2>/dev/null' EXIT
 start() { # start LOG FLAGS...: serve in the background, wait for /health 200
-    local log=$1
+    local log=$1 try i
     shift
-    "$CLLM_BIN" serve "$@" > "$log" 2>&1 &
-    SPID=$!
-    for _ in $(seq 300); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
-        kill -0 $SPID 2> /dev/null || break
-        sleep 0.1
+    local args=("$@")
+    for try in 1 2 3 4 5; do
+        "$CLLM_BIN" serve "${args[@]}" > "$log" 2>&1 &
+        SPID=$!
+        for _ in $(seq 300); do
+            kill -0 $SPID 2> /dev/null || break # (a 200 from whoever holds the port is not ours)
+            [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && return 0
+            sleep 0.1
+        done
+        # the random port was held by someone else: draw another (as tests/lib/serve.sh)
+        kill -0 $SPID 2> /dev/null || ! grep -q "address already in use" "$log" || {
+            PORT=$((20000 + RANDOM % 20000))
+            U="http://127.0.0.1:$PORT"
+            COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
+            for i in "${!args[@]}"; do [ "${args[$i]}" = --port ] && args[$((i + 1))]=$PORT; done
+            continue
+        }
+        break
     done
     bad "server did not become ready ($*)"
     cat "$log"
@@ -92,9 +105,17 @@ while IFS=$'\t' read -r name alias kind val badv; do
 done < "$T/flags.tsv"
 ok "$n_ref refusals named their flag and reason"
 expect_rc 1 "--kv-cache-dtype fp8" "$CLLM_BIN" serve "$M" --kv-cache-dtype fp8 "${COMMON[@]}"
-grep -q -- "--kv-cache-dtype fp8: quantized KV caches (fp8, int8) are not implemented" "$T/out" &&
+grep -q -- "--kv-cache-dtype fp8: quantized KV caches (fp8, int8, nvfp4) are not implemented" "$T/out" &&
     ok "fp8 KV refused by name" || { bad "fp8 KV message"; cat "$T/out"; }
 expect_rc 1 "--kv-cache-dtype int8" "$CLLM_BIN" serve "$M" --kv-cache-dtype int8 "${COMMON[@]}"
+grep -q -- "--kv-cache-dtype int8: quantized KV caches" "$T/out" &&
+    ok "int8 KV refused by name" || { bad "int8 KV message"; cat "$T/out"; }
+# vLLM's other choices: each refused with its reason, not as an unknown value
+for v in fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla nvfp4 float16; do
+    expect_rc 1 "--kv-cache-dtype $v" "$CLLM_BIN" serve "$M" --kv-cache-dtype $v "${COMMON[@]}"
+    grep -q -- "--kv-cache-dtype $v: .*not implemented on the CPU" "$T/out" &&
+        ok "$v KV refused with the reason" || { bad "$v KV message"; cat "$T/out"; }
+done
 expect_rc 1 "--generation-config without the file" "$CLLM_BIN" serve "$M" --generation-config "$T" "${COMMON[@]}"
 grep -q "no readable generation_config.json" "$T/out" && ok "missing generation_config.json named" || bad "gen dir message"
 expect_rc 1 "--override-generation-config with an unknown key" \

@@ -5,7 +5,8 @@
  *  - metrics: a scrape during a long generation shows vllm:generation_tokens_total growing while
  *    the request still runs; the vLLM v1 histograms and process metrics are there; bucket bounds
  *    are short (le="0.005"); probes (/metrics, /health) are not counted as HTTP traffic;
- *  - served names: aliases and the model path are accepted as `model`, /v1/models lists them. */
+ *  - served names: aliases and the model path are accepted as `model`, /v1/models lists them;
+ *  - llama-server's /slots?fail_on_no_slot=1 is 503 while no place is idle, 200 otherwise. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -211,6 +212,51 @@ static void test_names(int port) {
     http_free(&r);
 }
 
+/* llama-server's GET /slots?fail_on_no_slot=1: 503 while every place runs a request (one place
+ * here: no --max-num-seqs), 200 when one is idle; without the parameter always 200. */
+static void test_slots_full(int port, fake_engine *f) {
+    http_res r;
+    http_do(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, 0, &r);
+    CHECK_MSG(r.status == 200, "idle: /slots?fail_on_no_slot=1 answered %ld", r.status);
+    http_free(&r);
+    pthread_mutex_lock(&f->mu);
+    f->paused = true; /* the request holds its place, no token comes */
+    pthread_mutex_unlock(&f->mu);
+    post_arg a = {port, "{\"prompt\":\"hi\",\"max_tokens\":4}", 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, post_main, &a) == 0);
+    bool busy = false;
+    for (int i = 0; i < 300 && !busy; i++) {
+        http_do(port, "GET", "/slots", NULL, NULL, 0, &r);
+        busy = r.status == 200 && r.body && strstr(r.body, "\"is_processing\":true");
+        http_free(&r);
+        if (!busy) usleep(10 * 1000);
+    }
+    CHECK_MSG(busy, "/slots never showed the running request");
+    http_do(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, 0, &r);
+    CHECK_MSG(r.status == 503 && r.body && strstr(r.body, "no slot available"),
+              "all places busy: /slots?fail_on_no_slot=1 answered %ld %s", r.status,
+              r.body ? r.body : "");
+    http_free(&r);
+    http_do(port, "GET", "/slots?fail_on_no_slot=0", NULL, NULL, 0, &r);
+    CHECK_MSG(r.status == 200, "fail_on_no_slot=0 answered %ld", r.status);
+    http_free(&r);
+    pthread_mutex_lock(&f->mu);
+    f->paused = false;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(th, NULL);
+    CHECK(a.status == 200);
+    long st = 0;
+    for (int i = 0; i < 300 && st != 200; i++) { /* the answered request leaves the engine */
+        http_do(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, 0, &r);
+        st = r.status;
+        http_free(&r);
+        if (st != 200) usleep(10 * 1000);
+    }
+    CHECK_MSG(st == 200, "after the request: /slots?fail_on_no_slot=1 answered %ld", st);
+}
+
 int main(void) {
     const char *src = getenv("CLLM_SRC");
     if (!src) src = ".";
@@ -239,6 +285,7 @@ int main(void) {
     test_growing_counters(port);
     test_metric_names(port);
     test_names(port);
+    test_slots_full(port, &f);
     cllm_server_stop(s);
     fake_stop(&f);
     curl_global_cleanup();
