@@ -231,8 +231,7 @@ enum MHD_Result srv_console_dispatch(srv_req *r) {
 /* ---- the request log ---- */
 
 static bool skip_url(const cllm_server *s, const char *url) {
-    return srv_console_owns(s, url) || !strcmp(url, "/health") || !strcmp(url, "/metrics") ||
-           !strcmp(url, "/ping") || !strcmp(url, "/version");
+    return srv_console_owns(s, url) || (srv_route_flags(url) & SRV_RT_PROBE);
 }
 
 /* The user's words of the request: the prompt string, or the last user message of a chat. */

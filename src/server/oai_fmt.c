@@ -66,7 +66,7 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
     int stride = 1 + ev->n_top;
     for (int t = 0; t < ev->n_tokens; t++) {
         const cllm_token_logprob *row = ev->lp + (size_t)t * (size_t)stride;
-        if (r->route == SRV_CHAT) {
+        if (srv_fmt_of(r->route)->lp == SRV_LP_CHAT) {
             json_t *tops = json_array();
             for (int k = 1; k <= ev->n_top && k - 1 < r->gen.logprobs; k++)
                 json_array_append_new(tops, json_pack("{s:o, s:f, s:o}", "token",
@@ -97,14 +97,20 @@ static void lp_add(srv_req *r, srv_choice *c, json_t *lp, const srv_ev *ev) {
 }
 
 static json_t *lp_new(const srv_req *r) {
-    if (r->route == SRV_CHAT) return json_pack("{s:[]}", "content");
+    if (srv_fmt_of(r->route)->lp == SRV_LP_CHAT) return json_pack("{s:[]}", "content");
     return json_pack("{s:[], s:[], s:[], s:[]}", "text_offset", "token_logprobs", "tokens",
                      "top_logprobs");
 }
 
 static bool want_lp(const srv_req *r) {
-    if (r->route == SRV_LLAMA) return false; /* its own layout (llama_api.c) */
-    return r->route == SRV_CHAT ? r->gen.chat_logprobs : r->gen.logprobs >= 0;
+    switch (srv_fmt_of(r->route)->lp) {
+    case SRV_LP_CHAT:
+        return r->gen.chat_logprobs;
+    case SRV_LP_COMPLETIONS:
+        return r->gen.logprobs >= 0;
+    default:
+        return false;
+    }
 }
 
 static json_t *usage_json(const srv_req *r) {
@@ -124,7 +130,7 @@ static void emit(srv_req *r, json_t *chunk) {
         r->out.oom = true;
         return;
     }
-    if (r->route == SRV_GENERATE) {
+    if (srv_fmt_of(r->route)->ndjson) {
         srv_buf_adds(&r->out, s);
         srv_buf_adds(&r->out, "\n");
     } else {
@@ -136,11 +142,9 @@ static void emit(srv_req *r, json_t *chunk) {
 }
 
 static json_t *chunk_head(srv_req *r) {
-    json_t *o =
-        json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object",
-                  r->route == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                  (json_int_t)r->created, "model", r->srv->model_name, "choices");
-    return o;
+    return json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object",
+                     srv_fmt_of(r->route)->chunk_object, "created", (json_int_t)r->created, "model",
+                     r->srv->model_name, "choices");
 }
 
 /* include_usage: "usage": null on every chunk (OpenAI); with vLLM's continuous_usage_stats the
@@ -291,6 +295,75 @@ static void chat_text(srv_req *r, int idx, srv_choice *c, const srv_ev *ev, json
     }
 }
 
+/* ---- per-route event formatters (srv_fmt.events) ---- */
+
+static void chat_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    if (r->gen.stream && !c->started) role_chunk(r, idx);
+    chat_text(r, idx, c, ev, lp);
+}
+
+static void completion_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    const char *ptext = srv_gen_prompt_text(&r->gen, idx);
+    bool echo_now = r->gen.echo && !c->started && ptext;
+    if (echo_now) srv_buf_adds(&c->text, ptext);
+    size_t before = c->text.len;
+    srv_buf_add(&c->text, ev->text, ev->text_len);
+    c->started = true;
+    bool fin = ev->finish != CLLM_FINISH_NONE && ev->finish != CLLM_FINISH_ERROR;
+    if (r->gen.stream && (ev->text_len || echo_now || fin || lp)) {
+        json_t *o = chunk_head(r);
+        const char *t = echo_now ? c->text.p : c->text.p ? c->text.p + before : "";
+        size_t tl = echo_now ? c->text.len : c->text.len - before;
+        json_t *ch = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", idx, "text",
+                               jstr(t ? t : "", tl), "logprobs", lp ? lp : json_null(),
+                               "finish_reason", fin ? json_string(finish_str(r, c)) : json_null(),
+                               "stop_reason", fin ? stop_reason(c) : json_null());
+        lp = NULL;
+        json_array_append_new(json_object_get(o, "choices"), ch);
+        add_usage_if(r, o);
+        emit(r, o);
+    }
+    json_decref(lp);
+}
+
+/* vLLM's /generate: the prompt leads the text; each line carries every choice's text so far */
+static void generate_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    (void)idx;
+    if (!c->started && r->gen.prompt_text) srv_buf_adds(&c->text, r->gen.prompt_text);
+    srv_buf_add(&c->text, ev->text, ev->text_len);
+    c->started = true;
+    if (r->gen.stream && (ev->text_len || ev->finish)) {
+        json_t *arr = json_array();
+        for (int i = 0; i < r->gen.n; i++) {
+            const srv_choice *ci = &r->choices[i];
+            json_array_append_new(
+                arr, jstr(ci->text.p ? ci->text.p : (r->gen.prompt_text ? r->gen.prompt_text : ""),
+                          ci->text.p ? ci->text.len
+                                     : (r->gen.prompt_text ? strlen(r->gen.prompt_text) : 0)));
+        }
+        emit(r, json_pack("{s:o}", "text", arr));
+    }
+    json_decref(lp);
+}
+
+static void responses_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    (void)idx;
+    json_decref(lp);
+    srv_resp_events(r, c, ev);
+}
+
+static void llama_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    (void)idx;
+    json_decref(lp);
+    srv_llama_events(r, c, ev);
+}
+
+static void embed_events(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp) {
+    (void)r, (void)idx;
+    json_decref(lp);
+    srv_embed_take(c, ev);
+}
+
 void srv_fmt_events(srv_req *r, srv_ev *list) {
     for (srv_ev *ev = list; ev; ev = ev->next) {
         int idx = ev->index;
@@ -325,10 +398,7 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
         } else {
             c->completion_tokens += ev->n_tokens;
         }
-        if (r->route == SRV_EMBEDDINGS) {
-            srv_embed_take(c, ev);
-            continue;
-        }
+        const srv_fmt *f = srv_fmt_of(r->route);
         json_t *lp = NULL;
         /* echo with logprobs: the prompt's tokens come first (oai_score.c) */
         bool echo_lp = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && want_lp(r);
@@ -338,63 +408,14 @@ void srv_fmt_events(srv_req *r, srv_ev *list) {
             if (echo_lp) srv_plp_echo(r, c, idx, dst);
             if (gen_lp) lp_add(r, c, dst, ev);
         }
-        if (r->route == SRV_RESPONSES) {
-            json_decref(lp);
-            srv_resp_events(r, c, ev);
-        } else if (r->route == SRV_LLAMA) {
-            json_decref(lp);
-            srv_llama_events(r, c, ev);
-        } else if (r->route == SRV_CHAT) {
-            if (r->gen.stream && !c->started) role_chunk(r, idx);
-            chat_text(r, idx, c, ev, lp);
-        } else {
-            const char *ptext = srv_gen_prompt_text(&r->gen, idx);
-            bool echo_now = r->route == SRV_COMPLETIONS && r->gen.echo && !c->started && ptext;
-            if (!c->started && r->route == SRV_GENERATE && r->gen.prompt_text)
-                srv_buf_adds(&c->text, r->gen.prompt_text);
-            if (echo_now) srv_buf_adds(&c->text, ptext);
-            size_t before = c->text.len;
-            srv_buf_add(&c->text, ev->text, ev->text_len);
-            c->started = true;
-            if (r->gen.stream && r->route == SRV_COMPLETIONS) {
-                bool fin = ev->finish != CLLM_FINISH_NONE && ev->finish != CLLM_FINISH_ERROR;
-                if (ev->text_len || echo_now || fin || lp) {
-                    json_t *o = chunk_head(r);
-                    const char *t = echo_now ? c->text.p : c->text.p ? c->text.p + before : "";
-                    size_t tl = echo_now ? c->text.len : c->text.len - before;
-                    json_t *ch = json_pack("{s:i, s:o, s:o, s:o, s:o}", "index", idx, "text",
-                                           jstr(t ? t : "", tl), "logprobs", lp ? lp : json_null(),
-                                           "finish_reason",
-                                           fin ? json_string(finish_str(r, c)) : json_null(),
-                                           "stop_reason", fin ? stop_reason(c) : json_null());
-                    lp = NULL;
-                    json_array_append_new(json_object_get(o, "choices"), ch);
-                    add_usage_if(r, o);
-                    emit(r, o);
-                }
-            } else if (r->gen.stream && r->route == SRV_GENERATE && (ev->text_len || ev->finish)) {
-                json_t *arr = json_array();
-                for (int i = 0; i < r->gen.n; i++) {
-                    const srv_choice *ci = &r->choices[i];
-                    json_array_append_new(
-                        arr,
-                        jstr(ci->text.p ? ci->text.p
-                                        : (r->gen.prompt_text ? r->gen.prompt_text : ""),
-                             ci->text.p ? ci->text.len
-                                        : (r->gen.prompt_text ? strlen(r->gen.prompt_text) : 0)));
-                }
-                emit(r, json_pack("{s:o}", "text", arr));
-            }
-            json_decref(lp);
-        }
-        if (r->gen.stream && ev->finish == CLLM_FINISH_ERROR && r->route != SRV_GENERATE)
+        f->events(r, idx, c, ev, lp);
+        if (r->gen.stream && ev->finish == CLLM_FINISH_ERROR && !f->ndjson)
             stream_error(r, ev->error);
     }
 }
 
 void srv_fmt_trailer(srv_req *r) {
-    if (r->route == SRV_GENERATE || r->route == SRV_RESPONSES || r->route == SRV_LLAMA)
-        return; /* no [DONE] there */
+    if (!srv_fmt_of(r->route)->usage_chunks) return; /* no [DONE] there */
     if (r->gen.include_usage) {
         json_t *o = chunk_head(r);
         json_object_set_new(o, "usage", usage_json(r));
@@ -413,21 +434,26 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
                         r->choices[i].error ? r->choices[i].error : "generation failed");
             return NULL;
         }
-    if (r->route == SRV_RESPONSES) return srv_resp_final(r, e);
-    if (r->route == SRV_EMBEDDINGS) return srv_embed_final(r, e);
-    if (r->route == SRV_LLAMA) return srv_llama_final(r, e);
-    if (r->route == SRV_GENERATE) {
-        json_t *arr = json_array();
-        for (int i = 0; i < r->gen.n; i++) {
-            srv_choice *c = &r->choices[i];
-            if (!c->started && r->gen.prompt_text) srv_buf_adds(&c->text, r->gen.prompt_text);
-            json_array_append_new(arr, jstr(c->text.p ? c->text.p : "", c->text.len));
-        }
-        return json_pack("{s:o}", "text", arr);
+    return srv_fmt_of(r->route)->final(r, e);
+}
+
+static json_t *generate_final(srv_req *r, srv_err *e) {
+    (void)e;
+    json_t *arr = json_array();
+    for (int i = 0; i < r->gen.n; i++) {
+        srv_choice *c = &r->choices[i];
+        if (!c->started && r->gen.prompt_text) srv_buf_adds(&c->text, r->gen.prompt_text);
+        json_array_append_new(arr, jstr(c->text.p ? c->text.p : "", c->text.len));
     }
-    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object",
-                          r->route == SRV_CHAT ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)r->created, "model", r->srv->model_name, "choices");
+    return json_pack("{s:o}", "text", arr);
+}
+
+/* completions and chat */
+static json_t *openai_final(srv_req *r, srv_err *e) {
+    (void)e;
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:s, s:[]}", "id", r->id, "object", srv_fmt_of(r->route)->object,
+                  "created", (json_int_t)r->created, "model", r->srv->model_name, "choices");
     json_t *choices = json_object_get(o, "choices");
     for (int i = 0; i < r->gen.n; i++) {
         srv_choice *c = &r->choices[i];
@@ -474,4 +500,44 @@ json_t *srv_fmt_final(srv_req *r, srv_err *e) {
         json_object_set_new(o, "prompt_logprobs", srv_plp_json(r, 0));
     json_object_set_new(o, "usage", usage_json(r));
     return o;
+}
+
+static const srv_fmt fmts[] = {
+    [SRV_COMPLETIONS] = {.id_prefix = "cmpl-",
+                         .object = "text_completion",
+                         .chunk_object = "text_completion",
+                         .usage_chunks = true,
+                         .lp = SRV_LP_COMPLETIONS,
+                         .events = completion_events,
+                         .final = openai_final},
+    [SRV_CHAT] = {.id_prefix = "chatcmpl-",
+                  .object = "chat.completion",
+                  .chunk_object = "chat.completion.chunk",
+                  .usage_chunks = true,
+                  .lp = SRV_LP_CHAT,
+                  .events = chat_events,
+                  .final = openai_final},
+    [SRV_GENERATE] = {.id_prefix = "cmpl-",
+                      .ndjson = true,
+                      .lp = SRV_LP_COMPLETIONS,
+                      .events = generate_events,
+                      .final = generate_final},
+    [SRV_RESPONSES] = {.id_prefix = "resp_",
+                       .lp = SRV_LP_COMPLETIONS,
+                       .events = responses_events,
+                       .final = srv_resp_final},
+    /* nothing is sampled, so no logprobs; never streamed */
+    [SRV_EMBEDDINGS] = {.id_prefix = "embd-",
+                        .lp = SRV_LP_NONE,
+                        .events = embed_events,
+                        .final = srv_embed_final},
+    /* its logprobs are llama_api.c's completion_probabilities */
+    [SRV_LLAMA] = {.id_prefix = "cmpl-",
+                   .lp = SRV_LP_NONE,
+                   .events = llama_events,
+                   .final = srv_llama_final},
+};
+
+const srv_fmt *srv_fmt_of(srv_route route) {
+    return &fmts[route];
 }

@@ -90,11 +90,6 @@ json_t *srv_resp_lookup(cllm_server *s, const char *id) {
     return store_find(s, id, NULL, &r) ? r : NULL;
 }
 
-bool srv_resp_is_cancel(const char *tail) {
-    size_t n = strlen(tail);
-    return n > 7 && !strcmp(tail + n - 7, "/cancel");
-}
-
 json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e) {
     char id[128];
     size_t n = strlen(tail) - 7;

@@ -62,11 +62,6 @@ static void common_headers(cllm_server *s, struct MHD_Response *resp, bool close
         MHD_add_response_header(resp, "Connection", "close");
 }
 
-static bool is_probe(const char *url) {
-    return !strcmp(url, "/metrics") || !strcmp(url, "/health") || !strcmp(url, "/ping") ||
-           !strcmp(url, "/version");
-}
-
 static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, char *body,
                                 size_t len, int retry_after) {
     cllm_server *s = r->srv;
@@ -91,7 +86,7 @@ static enum MHD_Result send_buf(srv_req *r, unsigned status, const char *ctype, 
     r->bytes_sent = len;
     /* scrapes and probes are not traffic (vLLM's http metrics exclude them too): a monitor, or
      * `cllm doctor`, polling /metrics must not dilute the error rate it computes */
-    if (!is_probe(r->url)) srv_metrics_http(&s->m, status);
+    if (!(srv_route_flags(r->url) & SRV_RT_PROBE)) srv_metrics_http(&s->m, status);
     return ret;
 }
 
@@ -192,7 +187,41 @@ static json_t *parse_body(srv_req *r, srv_err *e) {
     return o;
 }
 
-/* ---- routes ---- */
+/* ---- route handlers: one per row of the table below; body is the request's JSON for
+ * SRV_RT_BODY rows, else NULL ---- */
+
+static bool serving(cllm_server *s) {
+    return __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
+}
+
+static enum MHD_Result h_health(srv_req *r, json_t *body) {
+    (void)body;
+    cllm_server *s = r->srv;
+    /* vLLM's codes; llama-server's {"status":"ok"} body, and the word `healthy` that
+     * inspection scripts grep for (no 503 body contains it) */
+    if (serving(s))
+        return send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "health", "healthy"));
+    return fail(r, 503, "service_unavailable", NULL,
+                __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE) ? "draining" : "loading model");
+}
+
+static enum MHD_Result h_ping(srv_req *r, json_t *body) {
+    (void)body;
+    return send_buf(r, serving(r->srv) ? 200 : 503, NULL, NULL, 0, 0);
+}
+
+static enum MHD_Result h_version(srv_req *r, json_t *body) {
+    (void)body;
+    return send_json(r, 200, json_pack("{s:s}", "version", CLLM_VERSION));
+}
+
+static enum MHD_Result h_metrics(srv_req *r, json_t *body) {
+    (void)body;
+    char *t = srv_metrics_render(r->srv);
+    if (!t) return MHD_NO;
+    return send_buf(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
+}
 
 static json_t *model_card(cllm_server *s, const char *id) {
     return json_pack("{s:s, s:s, s:i, s:s, s:s, s:n, s:i, s:[]}", "id", id, "object", "model",
@@ -202,7 +231,8 @@ static json_t *model_card(cllm_server *s, const char *id) {
 }
 
 /* One card per served name (vLLM lists every --served-model-name). */
-static enum MHD_Result route_models(srv_req *r) {
+static enum MHD_Result h_models(srv_req *r, json_t *body) {
+    (void)body;
     cllm_server *s = r->srv;
     json_t *data = json_array();
     json_array_append_new(data, model_card(s, s->model_name));
@@ -212,19 +242,25 @@ static enum MHD_Result route_models(srv_req *r) {
     return send_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-/* GET /v1/models/{id} (OpenAI's retrieve), llama-server's /props and /slots (llama_api.c). */
-static enum MHD_Result route_llama_info(srv_req *r) {
-    cllm_server *s = r->srv;
-    const char *url = r->url;
-    if (!strncmp(url, "/v1/models/", 11)) {
-        if (!srv_model_known(s, url + 11))
-            return fail(r, 404, "NotFoundError", "model", "The model `%.200s` does not exist.",
-                        url + 11);
-        return send_json(r, 200, model_card(s, url + 11));
-    }
-    if (!strcmp(url, "/props")) return send_json(r, 200, srv_llama_props(s));
+/* OpenAI's retrieve: the card of a served name. */
+static enum MHD_Result h_model(srv_req *r, json_t *body) {
+    (void)body;
+    const char *id = r->url_tail;
+    if (!srv_model_known(r->srv, id))
+        return fail(r, 404, "NotFoundError", "model", "The model `%.200s` does not exist.", id);
+    return send_json(r, 200, model_card(r->srv, id));
+}
+
+/* llama-server's /props and /slots (llama_api.c) */
+static enum MHD_Result h_props(srv_req *r, json_t *body) {
+    (void)body;
+    return send_json(r, 200, srv_llama_props(r->srv));
+}
+
+static enum MHD_Result h_slots(srv_req *r, json_t *body) {
+    (void)body;
     int free_slots = 0;
-    json_t *slots = srv_llama_slots(s, &free_slots);
+    json_t *slots = srv_llama_slots(r->srv, &free_slots);
     const char *f = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
     if (f && strcmp(f, "0") && !free_slots) {
         json_decref(slots);
@@ -233,7 +269,23 @@ static enum MHD_Result route_llama_info(srv_req *r) {
     return send_json(r, 200, slots);
 }
 
-static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
+static enum MHD_Result h_resp_cancel(srv_req *r, json_t *body) {
+    (void)body;
+    srv_err ce;
+    json_t *o = srv_resp_cancel(r->srv, r->url_tail, &ce);
+    return o ? send_json(r, 200, o) : send_err(r, &ce);
+}
+
+static enum MHD_Result h_resp_get(srv_req *r, json_t *body) {
+    (void)body;
+    json_t *o = srv_resp_lookup(r->srv, r->url_tail);
+    if (!o)
+        return fail(r, 404, "invalid_request_error", NULL, "Response with id '%.60s' not found.",
+                    r->url_tail);
+    return send_json(r, 200, o);
+}
+
+static enum MHD_Result h_tokenize(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     srv_gen g;
     srv_err e;
@@ -261,7 +313,7 @@ static enum MHD_Result route_tokenize(srv_req *r, json_t *body) {
     return send_json(r, 200, o);
 }
 
-static enum MHD_Result route_detokenize(srv_req *r, json_t *body) {
+static enum MHD_Result h_detokenize(srv_req *r, json_t *body) {
     cllm_server *s = r->srv;
     if (!s->tok) return fail(r, 400, "invalid_request_error", NULL, "this model has no tokenizer");
     json_t *toks = json_object_get(body, "tokens");
@@ -292,38 +344,29 @@ static enum MHD_Result route_detokenize(srv_req *r, json_t *body) {
     return send_json(r, 200, o);
 }
 
-static void make_id(srv_req *r) {
+static void make_id(srv_req *r, const srv_fmt *f) {
     cllm_server *s = r->srv;
     pthread_mutex_lock(&s->mu);
     uint64_t n = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
     uint64_t x =
         (n * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)(srv_now() * 1e9) * 0xBF58476D1CE4E5B9ULL);
-    if (r->route == SRV_RESPONSES)
-        snprintf(r->id, sizeof(r->id), "resp_%016llx", (unsigned long long)x);
-    else if (r->route == SRV_EMBEDDINGS)
-        snprintf(r->id, sizeof(r->id), "embd-%016llx", (unsigned long long)x);
-    else
-        snprintf(r->id, sizeof(r->id), "%s-%016llx", r->route == SRV_CHAT ? "chatcmpl" : "cmpl",
-                 (unsigned long long)x);
+    snprintf(r->id, sizeof(r->id), "%s%016llx", f->id_prefix, (unsigned long long)x);
     r->created = (long)time(NULL);
 }
 
 #define STREAM_SNDBUF (32 * 1024)
 
-static enum MHD_Result route_generate(srv_req *r, json_t *body) {
+/* The generation routes after their parser (the h_ functions below): submit, then the body or
+ * the stream. e: the parser's error when !parsed. */
+static enum MHD_Result generate(srv_req *r, bool parsed, srv_err *e) {
     cllm_server *s = r->srv;
-    srv_err e;
-    bool parsed = r->route == SRV_RESPONSES    ? srv_resp_parse(s, body, &r->gen, &r->resp, &e)
-                  : r->route == SRV_EMBEDDINGS ? srv_parse_embed(s, body, &r->gen, &e)
-                  : r->route == SRV_LLAMA      ? srv_llama_parse(s, body, &r->gen, &e)
-                                               : srv_parse_gen(s, r->route, body, &r->gen, &e);
-    if (!parsed) return send_err(r, &e);
+    const srv_fmt *f = srv_fmt_of(r->route);
+    if (!parsed) return send_err(r, e);
     /* vLLM's --enable-force-include-usage: as if stream_options.include_usage were true */
-    if (s->o.force_include_usage && (r->route == SRV_COMPLETIONS || r->route == SRV_CHAT))
-        r->gen.include_usage = true;
-    make_id(r);
-    if (!srv_req_submit(r, &e)) return send_err(r, &e);
+    if (s->o.force_include_usage && f->usage_chunks) r->gen.include_usage = true;
+    make_id(r, f);
+    if (!srv_req_submit(r, e)) return send_err(r, e);
     if (!r->gen.stream) {
         bool susp;
         if (!srv_req_pump(r, &susp)) return MHD_YES; /* suspended until the engine reports */
@@ -350,8 +393,8 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type",
-                            r->route == SRV_GENERATE ? "application/x-ndjson"
-                                                     : "text/event-stream; charset=utf-8");
+                            f->ndjson ? "application/x-ndjson"
+                                      : "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     common_headers(s, resp, false);
@@ -362,87 +405,100 @@ static enum MHD_Result route_generate(srv_req *r, json_t *body) {
     return ret;
 }
 
-static bool route_of(const char *url, srv_route *rt) {
-    if (!strcmp(url, "/v1/completions"))
-        *rt = SRV_COMPLETIONS;
-    else if (!strcmp(url, "/v1/chat/completions"))
-        *rt = SRV_CHAT;
-    else if (!strcmp(url, "/generate"))
-        *rt = SRV_GENERATE;
-    else if (!strcmp(url, "/v1/responses"))
-        *rt = SRV_RESPONSES;
-    else if (!strcmp(url, "/v1/embeddings"))
-        *rt = SRV_EMBEDDINGS;
-    else if (!strcmp(url, "/completion") || !strcmp(url, "/completions"))
-        *rt = SRV_LLAMA; /* llama-server's native route and its alias */
-    else
-        return false;
+/* completions, chat and vLLM's /generate (r->route says which) */
+static enum MHD_Result h_openai(srv_req *r, json_t *body) {
+    srv_err e;
+    return generate(r, srv_parse_gen(r->srv, r->route, body, &r->gen, &e), &e);
+}
+
+static enum MHD_Result h_responses(srv_req *r, json_t *body) {
+    srv_err e;
+    return generate(r, srv_resp_parse(r->srv, body, &r->gen, &r->resp, &e), &e);
+}
+
+static enum MHD_Result h_embeddings(srv_req *r, json_t *body) {
+    srv_err e;
+    return generate(r, srv_parse_embed(r->srv, body, &r->gen, &e), &e);
+}
+
+static enum MHD_Result h_llama(srv_req *r, json_t *body) {
+    srv_err e;
+    return generate(r, srv_llama_parse(r->srv, body, &r->gen, &e), &e);
+}
+
+/* ---- the route table ---- */
+
+enum { M_GET = 1, M_POST = 2, M_OTHER = 4, M_ANY = 7 }; /* M_GET takes HEAD too */
+
+/* The HTTP API, one row per endpoint (docs/architecture.md "Add an endpoint"). path is exact,
+ * or a pattern whose {id} matches any bytes, '/' included, up to what follows it in the pattern
+ * (one byte at least when something follows, none needed at the end), as the prefix tests these
+ * rows replaced did; the handler finds them at r->url_tail and judges them itself. First match
+ * wins, so /v1/responses/{id}/cancel goes before /v1/responses/{id}. The console's URLs are
+ * console.c's (srv_console_owns). */
+static const struct route {
+    unsigned methods; /* M_ bits; any other method gets 405 */
+    const char *path;
+    unsigned flags; /* SRV_RT_ (srv_int.h) */
+    enum MHD_Result (*fn)(srv_req *r, json_t *body);
+    srv_route fmt; /* SRV_RT_ADMITTED rows: r->route, the parser and output format (oai_fmt.c) */
+} routes[] = {
+#define PROBE (SRV_RT_PROBE | SRV_RT_PUBLIC)
+#define GEN   (SRV_RT_ADMITTED | SRV_RT_BODY | SRV_RT_DOWN)
+    {M_GET, "/health", PROBE | SRV_RT_DOWN, h_health, 0},
+    {M_ANY, "/ping", PROBE, h_ping, 0},
+    {M_ANY, "/version", PROBE, h_version, 0},
+    {M_GET, "/metrics", PROBE, h_metrics, 0},
+    {M_GET, "/v1/models", 0, h_models, 0},
+    {M_GET, "/v1/models/{id}", 0, h_model, 0},
+    {M_GET, "/props", 0, h_props, 0},
+    {M_GET, "/slots", 0, h_slots, 0},
+    {M_POST, "/v1/responses/{id}/cancel", 0, h_resp_cancel, 0},
+    {M_GET, "/v1/responses/{id}", 0, h_resp_get, 0},
+    {M_POST, "/tokenize", SRV_RT_BODY, h_tokenize, 0},
+    {M_POST, "/detokenize", SRV_RT_BODY, h_detokenize, 0},
+    {M_POST, "/v1/completions", GEN, h_openai, SRV_COMPLETIONS},
+    {M_POST, "/v1/chat/completions", GEN, h_openai, SRV_CHAT},
+    {M_POST, "/generate", GEN, h_openai, SRV_GENERATE},
+    {M_POST, "/v1/responses", GEN, h_responses, SRV_RESPONSES},
+    {M_POST, "/v1/embeddings", GEN, h_embeddings, SRV_EMBEDDINGS},
+    {M_POST, "/completion", GEN, h_llama, SRV_LLAMA},  /* llama-server's native route */
+    {M_POST, "/completions", GEN, h_llama, SRV_LLAMA}, /* and its alias */
+#undef PROBE
+#undef GEN
+};
+
+/* Whether url matches path p; *tail: where p's {id} begins in url (NULL for an exact path). */
+static bool match(const char *p, const char *url, const char **tail) {
+    *tail = NULL;
+    const char *id = strstr(p, "{id}");
+    if (!id) return !strcmp(p, url);
+    size_t pre = (size_t)(id - p), n = strlen(url);
+    const char *suf = id + 4;
+    size_t ns = strlen(suf);
+    if (strncmp(url, p, pre)) return false;
+    /* a suffix needs an id of at least one byte before it */
+    if (ns && (n <= pre + ns || strcmp(url + n - ns, suf))) return false;
+    *tail = url + pre;
     return true;
 }
 
-static bool is_public(const char *url) {
-    return !strcmp(url, "/health") || !strcmp(url, "/metrics") || !strcmp(url, "/version") ||
-           !strcmp(url, "/ping");
+static const struct route *find_route(const char *url, const char **tail) {
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (match(routes[i].path, url, tail)) return &routes[i];
+    *tail = NULL;
+    return NULL;
 }
 
-/* Called once the whole body is in (or for GET at once). */
-static enum MHD_Result dispatch(srv_req *r) {
+unsigned srv_route_flags(const char *url) {
+    const char *tail;
+    const struct route *rt = find_route(url, &tail);
+    return rt ? rt->flags : 0;
+}
+
+/* A SRV_RT_BODY row: the body's caps, drain, then the handler with the parsed JSON. */
+static enum MHD_Result dispatch_body(srv_req *r, const struct route *rt) {
     cllm_server *s = r->srv;
-    const char *url = r->url, *m = r->method;
-    bool get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
-    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE),
-         draining = __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE);
-    srv_route frt;
-    if (__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE) == 1 &&
-        (!strcmp(url, "/health") || route_of(url, &frt)))
-        return fail(r, 503, "service_unavailable", NULL, "%s", s->failed_msg);
-    if (!strcmp(url, "/health")) {
-        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        /* vLLM's codes; llama-server's {"status":"ok"} body, and the word `healthy` that
-         * inspection scripts grep for (no 503 body contains it) */
-        if (ready && !draining)
-            return send_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "health", "healthy"));
-        return fail(r, 503, "service_unavailable", NULL, draining ? "draining" : "loading model");
-    }
-    if (!strcmp(url, "/ping")) return send_buf(r, ready && !draining ? 200 : 503, NULL, NULL, 0, 0);
-    if (!strcmp(url, "/version"))
-        return send_json(r, 200, json_pack("{s:s}", "version", CLLM_VERSION));
-    if (!strcmp(url, "/metrics")) {
-        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        char *t = srv_metrics_render(s);
-        if (!t) return MHD_NO;
-        return send_buf(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t), 0);
-    }
-    if (srv_console_owns(s, url)) return srv_console_dispatch(r); /* also while loading */
-    if (!ready && strcmp(url, "/metrics"))
-        return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
-    if (!strcmp(url, "/v1/models")) {
-        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        return route_models(r);
-    }
-    if (!strncmp(url, "/v1/models/", 11) || !strcmp(url, "/props") || !strcmp(url, "/slots")) {
-        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        return route_llama_info(r);
-    }
-    if (!strncmp(url, "/v1/responses/", 14) && srv_resp_is_cancel(url + 14)) {
-        if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
-        srv_err ce;
-        json_t *o = srv_resp_cancel(s, url + 14, &ce);
-        return o ? send_json(r, 200, o) : send_err(r, &ce);
-    }
-    if (!strncmp(url, "/v1/responses/", 14)) {
-        if (!get) return fail(r, 405, "invalid_request_error", NULL, "use GET");
-        json_t *o = srv_resp_lookup(s, url + 14);
-        if (!o)
-            return fail(r, 404, "invalid_request_error", NULL,
-                        "Response with id '%.60s' not found.", url + 14);
-        return send_json(r, 200, o);
-    }
-    srv_route rt = SRV_COMPLETIONS;
-    bool gen = route_of(url, &rt);
-    if (!gen && strcmp(url, "/tokenize") && strcmp(url, "/detokenize"))
-        return fail(r, 404, "NotFoundError", NULL, "no route %s %.200s", m, url);
-    if (!post) return fail(r, 405, "invalid_request_error", NULL, "use POST");
     if (r->body.oom) /* an allocation failed (the size cap is body_too_large alone) */
         return fail(r, 503, "service_unavailable", NULL,
                     "out of memory while reading the request body; retry later");
@@ -450,23 +506,42 @@ static enum MHD_Result dispatch(srv_req *r) {
         return fail(r, 413, "invalid_request_error", NULL,
                     "request body over --max-body-size (%llu bytes)",
                     (unsigned long long)s->o.max_body_size);
-    if (gen && draining)
+    if ((rt->flags & SRV_RT_ADMITTED) && __atomic_load_n(&s->draining, __ATOMIC_ACQUIRE))
         return fail(r, 503, "service_unavailable", NULL,
                     "The server is shutting down; retry on another replica.");
     srv_err e;
     json_t *body = parse_body(r, &e);
     if (!body) return send_err(r, &e);
-    enum MHD_Result ret;
-    if (!strcmp(url, "/tokenize"))
-        ret = route_tokenize(r, body);
-    else if (!strcmp(url, "/detokenize"))
-        ret = route_detokenize(r, body);
-    else {
-        r->route = rt;
-        ret = route_generate(r, body);
-    }
+    r->route = rt->fmt;
+    enum MHD_Result ret = rt->fn(r, body);
     json_decref(body);
     return ret;
+}
+
+/* Called once the whole body is in (or for GET at once). Probes answer while the model loads;
+ * every other URL waits for it, a failed engine first. */
+static enum MHD_Result dispatch(srv_req *r) {
+    cllm_server *s = r->srv;
+    const struct route *rt = find_route(r->url, &r->url_tail);
+    unsigned flags = rt ? rt->flags : 0;
+    if (__atomic_load_n(&s->failed, __ATOMIC_ACQUIRE) == 1 && (flags & SRV_RT_DOWN))
+        return fail(r, 503, "service_unavailable", NULL, "%s", s->failed_msg);
+    if (!(flags & SRV_RT_PROBE)) {
+        if (srv_console_owns(s, r->url)) return srv_console_dispatch(r); /* also while loading */
+        if (!__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE))
+            return fail(r, 503, "service_unavailable", NULL, "the model is still loading");
+        if (!rt)
+            return fail(r, 404, "NotFoundError", NULL, "no route %s %.200s", r->method, r->url);
+    }
+    const char *m = r->method;
+    unsigned mb = !strcmp(m, "GET") || !strcmp(m, "HEAD") ? M_GET
+                  : !strcmp(m, "POST")                    ? M_POST
+                                                          : M_OTHER;
+    if (!(rt->methods & mb))
+        return fail(r, 405, "invalid_request_error", NULL, "%s",
+                    rt->methods & M_GET ? "use GET" : "use POST");
+    if (rt->flags & SRV_RT_BODY) return dispatch_body(r, rt);
+    return rt->fn(r, NULL);
 }
 
 /* No memory for the request state: answer 503 from static memory (so the client gets an error
@@ -534,8 +609,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             r->close_conn = true;
             return fail(r, hs, "invalid_request_error", NULL, "%s", hm);
         }
-        srv_route rt = SRV_COMPLETIONS;
-        if (route_of(url, &rt)) {
+        unsigned rflags = srv_route_flags(url);
+        if (rflags & SRV_RT_ADMITTED) {
             r->is_gen = true;
             pthread_mutex_lock(&s->mu);
             s->open_gen_conns++;
@@ -557,7 +632,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             srv_metrics_http(&s->m, 204);
             return ret;
         }
-        if (!(s->o.auth_public_health && is_public(url)) && !srv_console_public(s, url) &&
+        if (!(s->o.auth_public_health && (rflags & SRV_RT_PUBLIC)) && !srv_console_public(s, url) &&
             !authorized(s, c)) {
             srv_err e;
             srv_err_set(&e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");

@@ -97,6 +97,20 @@ typedef enum srv_route {
     SRV_LLAMA,      /* llama-server's /completion (llama_api.c; parsed as completions) */
 } srv_route;
 
+/* Flags of a row of server.c's route table (srv_route_flags). */
+enum {
+    /* a probe or a scrape: answered while the model loads, left out of the HTTP metrics (vLLM's
+     * leave them out too) and of the console's request log */
+    SRV_RT_PROBE = 1u << 0,
+    SRV_RT_PUBLIC = 1u << 1, /* no API key needed under --auth-public-health (the default) */
+    SRV_RT_ADMITTED =
+        1u << 2,           /* generation: counted by drain from its head on, 503 while draining */
+    SRV_RT_BODY = 1u << 3, /* takes a JSON body: size checks, parsed before the handler */
+    SRV_RT_DOWN = 1u << 4, /* 503 with the failure message once cllm_server_set_failed ran */
+};
+/* The flags of the route url matches, 0 when none does. */
+unsigned srv_route_flags(const char *url);
+
 /* llama-server /completion options with no /v1/completions equivalent (llama_api.c). */
 typedef struct srv_gen_llama {
     long long n_predict; /* as given (-1: to the end of the context) */
@@ -237,6 +251,7 @@ struct srv_req {
     struct MHD_Connection *conn;
     srv_route route;
     char method[16], url[256];
+    const char *url_tail; /* in url: from the route's {id} on (pattern routes), else NULL */
     srv_buf body;
     bool body_too_large;
     bool close_conn; /* the response says Connection: close (a head refused for its framing) */
@@ -380,7 +395,30 @@ bool srv_parse_embed(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
 void srv_embed_take(srv_choice *c, srv_ev *ev); /* keeps the event's vector (takes ev->emb) */
 json_t *srv_embed_final(srv_req *r, srv_err *e);
 
-/* openai.c formatting */
+/* What varies in the output of a generation route (oai_fmt.c's table, one row per srv_route):
+ * the data here, the per-route code behind the two function pointers. */
+typedef enum srv_lp_layout {
+    SRV_LP_NONE,        /* no OpenAI logprobs object (the route has its own, or none) */
+    SRV_LP_COMPLETIONS, /* {text_offset, token_logprobs, tokens, top_logprobs} */
+    SRV_LP_CHAT,        /* {content: [{token, logprob, bytes, top_logprobs}]} */
+} srv_lp_layout;
+
+typedef struct srv_fmt {
+    const char *id_prefix;    /* r->id is this and 16 hex digits */
+    const char *object;       /* "object" of the non-stream body (OpenAI layouts), else NULL */
+    const char *chunk_object; /* "object" of each stream chunk (OpenAI layouts), else NULL */
+    bool ndjson;              /* a stream of JSON lines (vLLM /generate), not SSE `data:` frames */
+    /* OpenAI's stream end: the usage chunk and data: [DONE]; --enable-force-include-usage */
+    bool usage_chunks;
+    srv_lp_layout lp;
+    /* One event of choice idx after the shared bookkeeping; owns lp (NULL when none). */
+    void (*events)(srv_req *r, int idx, srv_choice *c, srv_ev *ev, json_t *lp);
+    /* The non-stream body, or NULL with *e set. */
+    json_t *(*final)(srv_req *r, srv_err *e);
+} srv_fmt;
+
+/* oai_fmt.c formatting */
+const srv_fmt *srv_fmt_of(srv_route route);
 void srv_fmt_events(srv_req *r, srv_ev *list); /* consumes list into choices / r->out */
 /* stream end: usage chunk, [DONE]. Chat's role chunk goes out with the first token (oai_fmt.c) */
 void srv_fmt_trailer(srv_req *r);
@@ -394,12 +432,12 @@ bool srv_resp_parse(cllm_server *s, json_t *body, srv_gen *g, struct srv_resp_st
 void srv_resp_events(srv_req *r, srv_choice *c, srv_ev *ev);
 json_t *srv_resp_final(srv_req *r, srv_err *e);
 json_t *srv_resp_lookup(cllm_server *s, const char *id); /* new ref or NULL */
-/* POST /v1/responses/{id}/cancel (tail = "{id}/cancel"). vLLM/OpenAI cancel only background
- * responses that are still queued or in progress; cllm refuses `background`, so every stored
- * response is a finished synchronous one: 400 "Cannot cancel a synchronous response." (vLLM's
- * words), an unknown id 404. An in-flight synchronous response is not in the store yet (as in
- * vLLM): 404; its client cancels it by closing the connection. */
-bool srv_resp_is_cancel(const char *tail);
+/* POST /v1/responses/{id}/cancel (tail = "{id}/cancel", a non-empty id: server.c's route
+ * pattern). vLLM/OpenAI cancel only background responses that are still queued or in progress;
+ * cllm refuses `background`, so every stored response is a finished synchronous one: 400 "Cannot
+ * cancel a synchronous response." (vLLM's words), an unknown id 404. An in-flight synchronous
+ * response is not in the store yet (as in vLLM): 404; its client cancels it by closing the
+ * connection. */
 json_t *srv_resp_cancel(cllm_server *s, const char *tail, srv_err *e); /* NULL: *e set */
 void srv_resp_state_free(struct srv_resp_state *st);
 void srv_resp_store_free(struct srv_resp_store *st);

@@ -447,7 +447,7 @@ ssize_t srv_req_stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             r->out_off = 0;
         }
         if (r->oom_tail) {
-            const char *t = r->route == SRV_GENERATE ? OOM_NDJSON : OOM_SSE;
+            const char *t = srv_fmt_of(r->route)->ndjson ? OOM_NDJSON : OOM_SSE;
             size_t n = strlen(t) - r->out_off;
             if (!n) return MHD_CONTENT_READER_END_OF_STREAM;
             if (n > max) n = max;
