@@ -55,17 +55,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN" serve "$MODEL" --port "$PORT" --served-model-name soak --max-model-len $MML \
-    --kv-cache-memory 1MiB --max-num-seqs 4 --max-num-queued-reqs 16 --threads 1 \
-    --shutdown-timeout 20 --stats-interval 30 --disable-log-requests \
-    --client-header-timeout $HDR_T --send-timeout $SEND_T > "$OUT/server.log" 2>&1 &
-SPID=$!
-for _ in $(seq 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && break
-    kill -0 $SPID 2> /dev/null || break
-    sleep 0.1
+# a random port another process holds: the server exits with 'address already in use' (or, worse,
+# another server answers /health): only our own live process counts as up; up to five ports
+for try in 1 2 3 4 5; do
+    "$BIN" serve "$MODEL" --port "$PORT" --served-model-name soak --max-model-len $MML \
+        --kv-cache-memory 1MiB --max-num-seqs 4 --max-num-queued-reqs 16 --threads 1 \
+        --shutdown-timeout 20 --stats-interval 30 --disable-log-requests \
+        --client-header-timeout $HDR_T --send-timeout $SEND_T > "$OUT/server.log" 2>&1 &
+    SPID=$!
+    up=0
+    for _ in $(seq 300); do
+        kill -0 $SPID 2> /dev/null || break
+        [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && kill -0 $SPID 2> /dev/null && {
+            up=1
+            break
+        }
+        sleep 0.1
+    done
+    [ $up = 1 ] && break
+    kill -0 $SPID 2> /dev/null || ! grep -q "address already in use" "$OUT/server.log" || [ -n "${SOAK_PORT:-}" ] || {
+        PORT=$((20000 + RANDOM % 20000))
+        U="http://127.0.0.1:$PORT"
+        continue
+    }
+    break
 done
-[ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] || {
+[ $up = 1 ] || {
     bad "server did not start"
     cat "$OUT/server.log"
     exit 1
