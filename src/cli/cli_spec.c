@@ -57,6 +57,7 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
                                         "suffix_decoding_min_token_prob",
                                         "synthetic_acceptance",
                                         "fixed_k",
+                                        "draft_vocab_size",
                                         NULL};
     const char *key;
     json_t *val;
@@ -185,6 +186,12 @@ int cli_spec_parse(const char *json, bool bench, cllm_spec_opts *o, char *msg, s
         }
         o->synthetic_acceptance = a;
     }
+    if (json_object_get(j, "draft_vocab_size") && o->method != CLLM_SPEC_MTP) {
+        snprintf(msg, cap, "--speculative-config: '%s' does not apply to method '%s'",
+                 "draft_vocab_size", ms);
+        goto out;
+    }
+    if (get_int(j, "draft_vocab_size", 64, 1 << 24, &o->draft_vocab_size, msg, cap) < 0) goto out;
     json_t *fk = json_object_get(j, "fixed_k");
     if (fk) {
         if (!json_is_boolean(fk)) {

@@ -168,6 +168,9 @@ typedef struct cllm_spec_opts {
     /* suffix: longest match looked for, requests remembered, drafts per matched token */
     int suffix_max_depth, suffix_max_cached_requests;
     double suffix_max_spec_factor;
+    /* mtp: the head's lm_head pass covers token ids below this only (a cllm key; 0 = all): the
+     * head then reads that many rows instead of the whole vocabulary per draft */
+    int draft_vocab_size;
 } cllm_spec_opts;
 
 typedef struct cllm_engine_opts {

@@ -666,6 +666,7 @@ static int plan(sched *s) {
     bool preempted = false;
     s->n_batch = 0;
     s->logit_rows_extra = s->logit_rows_cap - s->batch_cap;
+    s->step_draft_s = 0;
     sched_spec_begin_step(s);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         eng_seq *e = s->running[i];
@@ -880,7 +881,7 @@ int sched_step(sched *s) {
         s->stats.iter_tokens_counts[bk]++;
         s->stats.iter_tokens_sum += step_tokens;
         s->stats.iter_steps++;
-        sched_spec_record(s, (int)step_tokens, dt);
+        sched_spec_record(s, (int)step_tokens, dt + s->step_draft_s); /* drafts cost too */
     }
     for (int i = 0; i < n; i++) {
         eng_seq *e = s->bent[i].seq;

@@ -151,7 +151,9 @@ struct sched {
     /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size], one
      * logits row and one chained hidden row */
     float *mtp_step, *mtp_lg, *mtp_h;
-    bool mtp_failed; /* an MTP call failed once (logged; drafting stays off) */
+    bool mtp_failed;     /* an MTP call failed once (logged; drafting stays off) */
+    double step_draft_s; /* drafting time of the step being planned: the cost model's share */
+    int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
 };
 
 /* sched.c */

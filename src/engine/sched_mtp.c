@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/mem.h"
 #include "engine/sched_int.h"
 
 cllm_status sched_mtp_init(sched *s, cllm_error *err) {
@@ -22,6 +23,9 @@ cllm_status sched_mtp_init(sched *s, cllm_error *err) {
     s->mtp_step = malloc((size_t)s->cfg.max_num_batched_tokens * H * sizeof(float));
     s->mtp_lg = malloc((size_t)s->cfg.vocab_size * sizeof(float));
     s->mtp_h = malloc(H * sizeof(float));
+    /* whole kernel tiles of lm_head rows */
+    int dv = (s->cfg.spec.draft_vocab_size + 63) / 64 * 64;
+    s->mtp_vocab = dv > 0 && dv < s->cfg.vocab_size ? dv : 0;
     if (!s->mtp_step || !s->mtp_lg || !s->mtp_h)
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory (MTP rows)");
     return CLLM_OK;
@@ -134,6 +138,7 @@ static bool mtp_call(sched *s, const cllm_mtp_seq *q) {
 
 int sched_mtp_draft(sched *s, eng_seq *e, int k) {
     if (!s->mtp_step || s->mtp_failed || k < 1 || !sched_mtp_ready(e)) return 0;
+    double t0 = cllm_time_s();
     size_t H = (size_t)s->cfg.hidden_size;
     int V = s->cfg.vocab_size, N = e->n_tokens;
     /* the rows the head has not read, positions mtp_pos .. N - 2, with the tokens after them;
@@ -147,8 +152,11 @@ int sched_mtp_draft(sched *s, eng_seq *e, int k) {
                       .logits = CLLM_LOGITS_LAST,
                       .logits_topk = 1,
                       .logits_scale = 1.0f,
-                      .hidden_out = e->mtp_hid};
+                      .hidden_out = e->mtp_hid,
+                      .vocab_rows =
+                          s->cfg.spec.draft_vocab_size < V ? s->cfg.spec.draft_vocab_size : 0};
     if (!mtp_call(s, &q)) return 0;
+    /* the head's passes are part of what a draft costs (sched_spec.c's choice of k) */
     memcpy(s->mtp_h, e->mtp_hid + (size_t)(q.n_tokens - 1) * H, H * sizeof(float));
     sched_mtp_restart(e, N - 1);
     int d = 0;
@@ -163,5 +171,6 @@ int sched_mtp_draft(sched *s, eng_seq *e, int k) {
         q.start_pos = N - 2 + d;
         if (!mtp_call(s, &q)) break;
     }
+    s->step_draft_s += cllm_time_s() - t0;
     return d;
 }

@@ -733,6 +733,39 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, fl
     return CLLM_OK;
 }
 
+cllm_status fwd_head_prefix(cllm_fwd_ctx *c, const float *norm_w, int n_ids, float *logits,
+                            cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_batch *b = c->batch;
+    int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    int *rows = c->pos_of, R = 0;
+    for (int q = 0; q < b->n_seqs; q++) {
+        const cllm_seq_batch *sq = &b->seqs[q];
+        if (sq->hidden_out)
+            fwd_rmsnorm_rows(c, norm_w, c->x + (size_t)c->seq_tok0[q] * H, sq->hidden_out, NULL,
+                             sq->n_tokens);
+        int first = sq->logits == CLLM_LOGITS_ALL    ? 0
+                    : sq->logits == CLLM_LOGITS_LAST ? sq->n_tokens - cllm_seq_last_rows(sq)
+                                                     : sq->n_tokens;
+        for (int i = first; i < sq->n_tokens; i++) rows[R++] = c->seq_tok0[q] + i;
+    }
+    if (R == 0) return CLLM_OK;
+    fwd_rmsnorm_rows(c, norm_w, c->x, c->xn, rows, R);
+    /* the first n_ids rows of the lm_head: contiguous rows of a 16-bit matrix, the first
+     * columns of a GPTQ one (paneled or not: the kernels take a column range). A screened int8
+     * lm_head has no plain int8 panels left: its hi-plane estimate stands in (1/16 of a logit's
+     * units, about an int4 lm_head's error: the argmax a draft needs, not exact logits) */
+    fwd_wt v = m->lm_screen ? m->lm_hi : m->lm_head;
+    v.rows = n_ids;
+    c->layer = -1;
+    if (fwd_mm_add(c, &v, c->xn, (size_t)H, R, logits, (size_t)V) != CLLM_OK ||
+        fwd_mm_run(c) != CLLM_OK)
+        return cllm_err_set(err, CLLM_ENOMEM, "forward: lm_head: out of memory");
+    for (int r = 0; r < R; r++)
+        for (int v2 = n_ids; v2 < V; v2++) logits[(size_t)r * V + v2] = -INFINITY;
+    return CLLM_OK;
+}
+
 /* The lm_head over the R normed rows in c->xn (the screened or plain kernels, or the tensor-
  * parallel split), unless every row is a hidden-state row. */
 static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits) {

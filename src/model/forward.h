@@ -235,6 +235,12 @@ typedef struct cllm_mtp_seq {
     float *hidden_out; /* NULL, or [n_tokens][hidden_size]: the MTP's normed output (mtp.norm),
                         * the hidden input of the next chained draft; may be `hidden` itself
                         * (all rows' inputs are read before any output is written) */
+    /* > 0: logits for token ids < vocab_rows only, every other entry -inf (a draft vocabulary:
+     * byte-level BPE ids follow merge order, so the first ids are the most frequent pieces; the
+     * lm_head pass reads vocab_rows rows instead of all; a screened int8 lm_head gives its
+     * hi-plane estimate there: argmax-grade, not exact logits); the same in every sequence of a
+     * call. 0 = the whole vocabulary */
+    int vocab_rows;
 } cllm_mtp_seq;
 
 /* Runs the MTP head over n_seqs sequences: fc(concat(pre_fc_norm_embedding(embed(token)),

@@ -69,9 +69,16 @@ static cllm_status check_call(const cllm_model *m, const cllm_fwd_ctx *c, const 
                             "(cllm_kv_pool_init_mtp)",
                             kv ? kv->n_layers : 0, m->n_attn + m->n_mtp);
     if (n_seqs < 1 || !seqs) return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: empty batch");
-    for (int s = 0; s < n_seqs; s++)
+    for (int s = 0; s < n_seqs; s++) {
         if (!seqs[s].hidden)
             return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: sequence %d: no hidden states", s);
+        if (seqs[s].vocab_rows != seqs[0].vocab_rows || seqs[s].vocab_rows < 0 ||
+            seqs[s].vocab_rows > m->cfg.vocab_size)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "forward_mtp: sequence %d: vocab_rows %d (want 0..%d, the same in "
+                                "every sequence of a call)",
+                                s, seqs[s].vocab_rows, m->cfg.vocab_size);
+    }
     return CLLM_OK;
 }
 
@@ -133,5 +140,7 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
     fwd_rope_tables(c, T);
     for (int l = 0; l < m->n_mtp; l++)
         if ((s = fwd_run_layer(c, &m->mtp_layers[l], f->n_layers + l, T, err)) != CLLM_OK) return s;
+    int nv = seqs[0].vocab_rows;
+    if (nv > 0 && nv < f->vocab_size) return fwd_head_prefix(c, m->mtp_norm, nv, logits, err);
     return fwd_head(c, m->mtp_norm, T, 0.0, logits, err);
 }

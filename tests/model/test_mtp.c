@@ -270,6 +270,33 @@ static void test_model(const char *tmp, const char *name, const char *cfg, const
         CHECK_MSG(!memcmp(io, mhA, rA * H * 4), "%s: MTP in place differs", name);
         free(io);
     }
+    { /* a draft vocabulary: the ids below vocab_rows bitwise as the whole row's, -inf after */
+        float *lf = malloc(rA * V * 4), *lp = malloc(rA * V * 4);
+        cllm_mtp_seq q = {.hidden = hA3,
+                          .tokens = ma,
+                          .n_tokens = RA,
+                          .block_table = r.tab[0],
+                          .n_table = TAB,
+                          .logits = CLLM_LOGITS_ALL};
+        cllm_error err = {0};
+        CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, lf, &err) == CLLM_OK);
+        q.vocab_rows = V / 2;
+        CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, lp, &err) == CLLM_OK);
+        int bad_lo = 0, bad_hi = 0;
+        for (int i = 0; i < RA; i++)
+            for (int v = 0; v < V; v++) {
+                float x1 = lp[(size_t)i * V + v], x2 = lf[(size_t)i * V + v];
+                if (v < V / 2 && memcmp(&x1, &x2, 4)) bad_lo++;
+                if (v >= V / 2 && x1 != -INFINITY) bad_hi++;
+            }
+        CHECK_MSG(!bad_lo && !bad_hi, "%s: vocab_rows %d: %d entries differ below, %d not -inf",
+                  name, V / 2, bad_lo, bad_hi);
+        q.vocab_rows = V + 1;
+        CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, lp, &err) == CLLM_EINVAL &&
+              strstr(err.msg, "vocab_rows") != NULL);
+        free(lf);
+        free(lp);
+    }
     free(hA3);
     if (have_ref) {
         char ra[600], rb[600];
@@ -456,6 +483,25 @@ static void test_screened(const char *tmp) {
             screened += fin < V;
         }
         CHECK_MSG(screened > 0, "the screen dropped nothing: not the screened path");
+        /* a draft vocabulary on the screened head: the hi-plane estimate of the first ids; its
+         * argmax is the exact prefix's in these rows (an int4-grade estimate: not guaranteed in
+         * general, which is why drafts are verified), -inf after */
+        q.logits_topk = 0;
+        q.vocab_rows = V / 2;
+        CHECK(cllm_forward_mtp(r.c, &q, 1, &r.kv, sc, &err) == CLLM_OK);
+        int agree = 0, inf_ok = 1;
+        for (int row = 0; row < 4; row++) {
+            const float *e = ex + (size_t)row * V, *s = sc + (size_t)row * V;
+            int be = 0, bs = 0;
+            for (int v = 1; v < V / 2; v++) {
+                if (e[v] > e[be]) be = v;
+                if (s[v] > s[bs]) bs = v;
+            }
+            for (int v = V / 2; v < V; v++) inf_ok &= s[v] == -INFINITY;
+            agree += be == bs;
+        }
+        CHECK_MSG(inf_ok && agree >= 3, "screened draft vocabulary: %d of 4 argmax agree (inf %d)",
+                  agree, inf_ok);
     }
     free(lg), free(hid), free(ex), free(sc);
     rig_close(&r);

@@ -110,6 +110,8 @@ refused '{"method": "ngram", "num_speculative_tokens": 3, "lookahead": 2}' "unkn
 refused '{"method": "eagle", "num_speculative_tokens": 3}' "method 'eagle' is not supported"
 refused '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}' "method mtp needs the checkpoint's MTP head"
 refused '{"method": "mtp", "num_speculative_tokens": 2, "prompt_lookup_max": 3}' "'prompt_lookup_max' does not apply to method 'mtp'"
+refused '{"method": "ngram", "num_speculative_tokens": 2, "draft_vocab_size": 4096}' "'draft_vocab_size' does not apply to method 'ngram'"
+refused '{"method": "mtp", "num_speculative_tokens": 2, "draft_vocab_size": 8}' "draft_vocab_size must be an integer in \[64"
 refused '{"method": "ngram", "num_speculative_tokens": 0}' "num_speculative_tokens must be an integer"
 refused '{"method": "ngram", "num_speculative_tokens": 17}' "num_speculative_tokens must be an integer"
 refused '{"method": "ngram"}' "num_speculative_tokens is required"
