@@ -667,6 +667,7 @@ static int plan(sched *s) {
     s->n_batch = 0;
     s->logit_rows_extra = s->logit_rows_cap - s->batch_cap;
     s->step_draft_s = 0;
+    s->mtp_rows = 0;
     sched_spec_begin_step(s);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         eng_seq *e = s->running[i];
@@ -850,6 +851,7 @@ int sched_step(sched *s) {
     }
     cllm_batch b = {s->bseq, n};
     cllm_error err = {0};
+    sched_mtp_draft_all(s);
     sched_mtp_bind(s);
     double t0 = cllm_time_s();
     cllm_status st = s->ops.forward(s->mctx, &b, s->logits, &err);

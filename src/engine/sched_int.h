@@ -148,12 +148,14 @@ struct sched {
     int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
     int logit_rows_extra; /* verify rows still free in the step being planned */
     int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
-    /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size], one
-     * logits row and one chained hidden row */
-    float *mtp_step, *mtp_lg, *mtp_h;
+    /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size] and the
+     * chained hidden rows of the verify rows [SPEC_VERIFY_ROWS][hidden_size]; the head's logits
+     * use s->logits, free while a step is planned */
+    float *mtp_step, *mtp_h;
     bool mtp_failed;     /* an MTP call failed once (logged; drafting stays off) */
     double step_draft_s; /* drafting time of the step being planned: the cost model's share */
     int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
+    int mtp_rows;        /* MTP verify rows planned in this step */
 };
 
 /* sched.c */
@@ -202,10 +204,15 @@ void sched_mtp_restart(eng_seq *e, int pos);
 int sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p);
 /* True when e has the rows for a draft: every position up to the one before its last token. */
 bool sched_mtp_ready(const eng_seq *e);
-/* Up to k drafts for e into e->draft: the MTP head over its unread rows, then chained on its
- * own output; e's block table must cover n_tokens + k - 2. Returns the drafts made (0 when an
- * MTP call failed: logged once). */
-int sched_mtp_draft(sched *s, eng_seq *e, int k);
+/* A verify row of nd MTP drafts is planned for e: placeholders in e->draft until
+ * sched_mtp_draft_all. */
+void sched_mtp_queue(sched *s, eng_seq *e, int nd);
+/* The drafts of the step's MTP verify rows (after planning, before the forward): the head over
+ * each row's unread hidden rows in one call, then one call per further draft with the rows that
+ * still need one, chained on the head's own output; written to e->draft and after e's tokens.
+ * The rows' block tables cover n_tokens + nd - 1. A failed call leaves the placeholders (logged
+ * once; drafting stays off). */
+void sched_mtp_draft_all(sched *s);
 /* sched_score.c: prompt logprobs from the rows of a CLLM_LOGITS_ALL prefill chunk */
 cllm_status sched_score_alloc(eng_req *q, cllm_error *err); /* q->plp, at request creation */
 bool sched_score_wants(const eng_seq *e); /* the next prefill chunk must return every row */

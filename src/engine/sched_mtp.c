@@ -21,21 +21,19 @@ cllm_status sched_mtp_init(sched *s, cllm_error *err) {
         return cllm_err_set(err, CLLM_EINVAL,
                             "scheduler: speculative method mtp needs a model with an MTP head");
     s->mtp_step = malloc((size_t)s->cfg.max_num_batched_tokens * H * sizeof(float));
-    s->mtp_lg = malloc((size_t)s->cfg.vocab_size * sizeof(float));
-    s->mtp_h = malloc(H * sizeof(float));
+    s->mtp_h = malloc(SPEC_VERIFY_ROWS * H * sizeof(float));
     /* whole kernel tiles of lm_head rows */
     int dv = (s->cfg.spec.draft_vocab_size + 63) / 64 * 64;
     s->mtp_vocab = dv > 0 && dv < s->cfg.vocab_size ? dv : 0;
-    if (!s->mtp_step || !s->mtp_lg || !s->mtp_h)
+    if (!s->mtp_step || !s->mtp_h)
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory (MTP rows)");
     return CLLM_OK;
 }
 
 void sched_mtp_free(sched *s) {
     free(s->mtp_step);
-    free(s->mtp_lg);
     free(s->mtp_h);
-    s->mtp_step = s->mtp_lg = s->mtp_h = NULL;
+    s->mtp_step = s->mtp_h = NULL;
 }
 
 void sched_mtp_bind(sched *s) {
@@ -128,49 +126,92 @@ static int32_t row_argmax(const float *x, int V) {
     return best;
 }
 
-static bool mtp_call(sched *s, const cllm_mtp_seq *q) {
+static bool mtp_call(sched *s, const cllm_mtp_seq *q, int n) {
     cllm_error err = {0};
-    if (s->ops.mtp(s->mctx, q, 1, s->mtp_lg, &err) == CLLM_OK) return true;
+    if (s->ops.mtp(s->mctx, q, n, s->logits, &err) == CLLM_OK) return true;
     LOG_WARN("speculative decoding: the MTP head failed (%s); drafting stays off", err.msg);
     s->mtp_failed = true;
     return false;
 }
 
-int sched_mtp_draft(sched *s, eng_seq *e, int k) {
-    if (!s->mtp_step || s->mtp_failed || k < 1 || !sched_mtp_ready(e)) return 0;
+void sched_mtp_queue(sched *s, eng_seq *e, int nd) {
+    /* placeholders until sched_mtp_draft_all: any token verifies exactly, so a failed head
+     * costs acceptance, never correctness */
+    for (int i = 0; i < nd; i++) e->draft[i] = e->tokens[e->n_tokens - 1];
+    (void)s;
+}
+
+/* The step's verify rows of MTP sequences, in batch order, with their draft counts. */
+static int queued(sched *s, eng_seq **rows, int *nd) {
+    int R = 0;
+    for (int i = 0; i < s->n_batch; i++)
+        if (s->bent[i].n_draft > 0) {
+            rows[R] = s->bent[i].seq;
+            nd[R++] = s->bent[i].n_draft;
+        }
+    return R;
+}
+
+void sched_mtp_draft_all(sched *s) {
+    if (!s->mtp_step || s->mtp_failed) return;
+    eng_seq *rows[SPEC_VERIFY_ROWS];
+    int nd[SPEC_VERIFY_ROWS], R = queued(s, rows, nd), K = 0;
+    if (R == 0) return;
     double t0 = cllm_time_s();
-    size_t H = (size_t)s->cfg.hidden_size;
-    int V = s->cfg.vocab_size, N = e->n_tokens;
-    /* the rows the head has not read, positions mtp_pos .. N - 2, with the tokens after them;
+    size_t H = (size_t)s->cfg.hidden_size, V = (size_t)s->cfg.vocab_size;
+    cllm_mtp_seq q[SPEC_VERIFY_ROWS];
+    /* every row's unread hidden rows, positions mtp_pos .. N - 2 with the tokens after them;
      * the last one's logits predict position N. Output in place: the rows are spent after. */
-    cllm_mtp_seq q = {.hidden = e->mtp_hid,
-                      .tokens = e->tokens + e->mtp_pos + 1,
-                      .n_tokens = N - 1 - e->mtp_pos,
-                      .start_pos = e->mtp_pos,
-                      .block_table = e->table,
-                      .n_table = e->n_table,
-                      .logits = CLLM_LOGITS_LAST,
-                      .logits_topk = 1,
-                      .logits_scale = 1.0f,
-                      .hidden_out = e->mtp_hid,
-                      .vocab_rows =
-                          s->cfg.spec.draft_vocab_size < V ? s->cfg.spec.draft_vocab_size : 0};
-    if (!mtp_call(s, &q)) return 0;
-    /* the head's passes are part of what a draft costs (sched_spec.c's choice of k) */
-    memcpy(s->mtp_h, e->mtp_hid + (size_t)(q.n_tokens - 1) * H, H * sizeof(float));
-    sched_mtp_restart(e, N - 1);
-    int d = 0;
-    for (;;) {
-        e->draft[d++] = row_argmax(s->mtp_lg, V);
-        if (d == k) break;
-        /* the chained row sits at position N - 2 + d, reading the draft made for the position
-         * after it and the head's own output of the row before */
-        q.hidden = q.hidden_out = s->mtp_h;
-        q.tokens = &e->draft[d - 1];
-        q.n_tokens = 1;
-        q.start_pos = N - 2 + d;
-        if (!mtp_call(s, &q)) break;
+    for (int r = 0; r < R; r++) {
+        eng_seq *e = rows[r];
+        q[r] = (cllm_mtp_seq){.hidden = e->mtp_hid,
+                              .tokens = e->tokens + e->mtp_pos + 1,
+                              .n_tokens = e->n_tokens - 1 - e->mtp_pos,
+                              .start_pos = e->mtp_pos,
+                              .block_table = e->table,
+                              .n_table = e->n_table,
+                              .logits = CLLM_LOGITS_LAST,
+                              .logits_topk = 1,
+                              .logits_scale = 1.0f,
+                              .hidden_out = e->mtp_hid,
+                              .vocab_rows = s->mtp_vocab};
+        if (nd[r] > K) K = nd[r];
     }
+    if (!mtp_call(s, q, R)) return;
+    for (int r = 0; r < R; r++) {
+        eng_seq *e = rows[r];
+        memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));
+        e->draft[0] = row_argmax(s->logits + r * V, (int)V);
+        sched_mtp_restart(e, e->n_tokens - 1);
+    }
+    /* draft d of a row sits at position N - 2 + d, reading the draft before it and the head's
+     * own output of the row before; rows out of drafts drop out of the call */
+    for (int d = 1; d < K; d++) {
+        int n = 0, who[SPEC_VERIFY_ROWS];
+        for (int r = 0; r < R; r++) {
+            if (nd[r] <= d) continue;
+            eng_seq *e = rows[r];
+            q[n] = (cllm_mtp_seq){.hidden = s->mtp_h + r * H,
+                                  .tokens = &e->draft[d - 1],
+                                  .n_tokens = 1,
+                                  .start_pos = e->n_tokens - 2 + d,
+                                  .block_table = e->table,
+                                  .n_table = e->n_table,
+                                  .logits = CLLM_LOGITS_LAST,
+                                  .logits_topk = 1,
+                                  .logits_scale = 1.0f,
+                                  .hidden_out = s->mtp_h + r * H,
+                                  .vocab_rows = s->mtp_vocab};
+            who[n++] = r;
+        }
+        if (!mtp_call(s, q, n)) break;
+        for (int i = 0; i < n; i++)
+            rows[who[i]]->draft[d] = row_argmax(s->logits + (size_t)i * V, (int)V);
+    }
+    /* the verify rows read the drafts after each sequence's tokens */
+    for (int r = 0; r < R; r++)
+        memcpy(rows[r]->tokens + rows[r]->n_tokens, rows[r]->draft,
+               (size_t)nd[r] * sizeof(int32_t));
+    /* the head's passes are part of what a draft costs (sched_spec.c's choice of k) */
     s->step_draft_s += cllm_time_s() - t0;
-    return d;
 }

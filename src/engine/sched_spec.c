@@ -151,7 +151,8 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         nd = spec_suffix_propose(&s->hist, e->tokens, e->n_tokens, o->suffix_max_depth,
                                  o->suffix_max_spec_factor, k, e->draft);
     bool mtp = o->method == CLLM_SPEC_MTP;
-    if (mtp) nd = sched_mtp_ready(e) ? k : 0; /* drafted below, once the blocks are there */
+    /* drafted after planning (sched_mtp_draft_all), at most SPEC_VERIFY_ROWS rows a step */
+    if (mtp) nd = !s->mtp_failed && s->mtp_rows < SPEC_VERIFY_ROWS && sched_mtp_ready(e) ? k : 0;
     if (o->synthetic_acceptance > 0 && !mtp) /* benchmarks: always k drafts, the real verify work */
         while (nd < k) {
             e->draft[nd] = e->tokens[e->n_tokens - 1];
@@ -182,9 +183,9 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         CLLM_ASSERT(b >= 0);
         e->table[e->n_table++] = b;
     }
-    if (mtp && (nd = sched_mtp_draft(s, e, nd)) == 0) {
-        sched_spec_release(s, e); /* the blocks stay in the table for the tokens to come */
-        return 0;
+    if (mtp) {
+        sched_mtp_queue(s, e, nd); /* drafted for all rows at once after planning */
+        s->mtp_rows++;
     }
     memcpy(e->tokens + e->n_tokens, e->draft, (size_t)nd * sizeof(int32_t));
     s->logit_rows_extra -= nd;

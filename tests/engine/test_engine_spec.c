@@ -73,6 +73,7 @@ typedef struct eng_cfg {
     double synth;
     int kv_tokens; /* 0 = plenty */
     bool caching;
+    int budget; /* max_num_batched_tokens, 0 = 64 */
 } eng_cfg;
 
 /* the draft method of the speculative runs */
@@ -84,7 +85,7 @@ static cllm_engine *open_eng(const eng_cfg *c) {
     o.model_dir = c->dir;
     o.n_threads = 2;
     o.max_num_seqs = 8;
-    o.max_num_batched_tokens = 64;
+    o.max_num_batched_tokens = c->budget ? c->budget : 64;
     o.block_size = 16;
     o.max_model_len = 1024;
     o.enable_prefix_caching = c->caching;
@@ -427,65 +428,87 @@ static int rig_drafts(mtp_rig *r, const int32_t *x, int n, int k, int32_t *d) {
     return 0;
 }
 
-/* MTP drafts counted exactly, k = 1..3: the engine's verifies, accepted drafts and accepted
- * drafts per position equal a replay of its greedy output through the model API (rig_*). The
- * forward is batch-invariant, so the engine's chunked prefill, decode steps and the head's
- * catch-up rows give the same bits; a hidden row kept for the wrong position, a lost or stale
- * row, a chained row at the wrong place or the head fed the wrong token changes the drafts and
- * the counts. */
+/* One sequence's steps as the engine should run them at k drafts, replayed on its final token
+ * list x (NP prompt tokens, nout generated) through rig_*: st[t] = the drafts of step t after
+ * the prefill (nd[t] = 0: a plain row). The engine's rule on this hybrid model: with n tokens
+ * known and `comp` computed, a row drafts min(k, tokens still to come - 1) positions while at
+ * most 33 are pending (sched_spec.c SPEC_MAX_PENDING; more are computed as a plain row first).
+ * A verify accepted whole makes its state the live one (all computed); otherwise the state rolls
+ * back and the verified tokens stay pending. Returns the steps, -1 on a failed call. */
+static int replay_steps(mtp_rig *g, const int32_t *x, int np, int nout, int k, int32_t (*dr)[4],
+                        int *nd, int *acc) {
+    int steps = 0;
+    for (int n = np + 1, comp = np; n - np < nout; steps++) {
+        int m = nout - (n - np) - 1;
+        if (m > k) m = k;
+        nd[steps] = acc[steps] = 0;
+        if (m < 1 || n - comp > 33) {
+            comp = n;
+            n += 1;
+            continue;
+        }
+        if (rig_drafts(g, x, n, m, dr[steps])) return -1;
+        int a = 0;
+        while (a < m && dr[steps][a] == x[n + a]) a++;
+        nd[steps] = m;
+        acc[steps] = a;
+        if (a == m) comp = n + m;
+        n += a + 1;
+    }
+    return steps;
+}
+
+/* MTP drafts counted exactly, k = 1..3, two sequences decoding side by side (one step prefills
+ * both; the head then runs over both rows in one call, the chained drafts likewise): the engine's
+ * drafts (a hash of every verified draft in verify order), verifies and accepted drafts per
+ * position equal the replay of each sequence's own output through the model API (rig_*),
+ * interleaved step by step in batch order. The forward is batch-invariant, so the engine's
+ * prefill, decode steps and the head's catch-up rows give the same bits; a hidden row kept for
+ * the wrong position, a lost or stale row, a chained row at the wrong place, the head fed the
+ * wrong token or one row's logits read for another changes the drafts. */
 static void test_mtp_exact(const char *dir, int V) {
-    enum { NP = 70, NOUT = 200, T = NP + NOUT };
-    int32_t p[NP], x[T];
-    make_prompt(p, NP, V);
+    enum { NP = 70, NOUT = 200, T = NP + NOUT, NS = 2 };
+    static int32_t p[NS][NP], x[NS][T], dr[NS][NOUT][4];
+    static int nd[NS][NOUT], ac[NS][NOUT];
+    for (int i = 0; i < NS; i++) make_prompt(p[i], NP, V);
     CHECK(V <= 64);
     for (int k = 1; k <= 3; k++) {
-        eng_cfg c = {.dir = dir, .spec_k = k};
+        eng_cfg c = {.dir = dir, .spec_k = k, .budget = 512};
         cllm_engine *e = open_eng(&c);
         if (!e) return;
-        static res r[2];
-        job j[1] = {{p, NP, base_sp(e, NOUT)}};
-        run_jobs(e, j, 1, r);
+        static res r[NS * 2];
+        job j[NS];
+        for (int i = 0; i < NS; i++) j[i] = (job){p[i], NP, base_sp(e, NOUT)};
+        run_jobs(e, j, NS, r);
         cllm_engine_stats st;
         cllm_engine_stats_get(e, &st);
         cllm_engine_free(e);
-        CHECK_MSG(r[0].n == NOUT, "mtp exact: %d tokens", r[0].n);
-        if (r[0].n != NOUT) return;
-        memcpy(x, p, sizeof(p));
-        memcpy(x + NP, r[0].toks, NOUT * sizeof(int32_t));
-        mtp_rig g;
-        if (rig_run(&g, dir, x, T)) {
+        int steps[NS], most = 0;
+        for (int i = 0; i < NS; i++) {
+            CHECK_MSG(r[i * 2].n == NOUT, "mtp exact: sequence %d: %d tokens", i, r[i * 2].n);
+            if (r[i * 2].n != NOUT) return;
+            memcpy(x[i], p[i], sizeof(p[i]));
+            memcpy(x[i] + NP, r[i * 2].toks, NOUT * sizeof(int32_t));
+            mtp_rig g;
+            steps[i] = rig_run(&g, dir, x[i], T)
+                           ? -1
+                           : replay_steps(&g, x[i], NP, NOUT, k, dr[i], nd[i], ac[i]);
             rig_free(&g);
-            return;
+            CHECK_MSG(steps[i] >= 0, "mtp replay of sequence %d failed", i);
+            if (steps[i] < 0) return;
+            if (steps[i] > most) most = steps[i];
         }
-        /* The engine's rule on this hybrid model: with n tokens known and `comp` computed, a row
-         * drafts min(k, tokens still to come - 1) positions while at most 33 are pending
-         * (sched_spec.c SPEC_MAX_PENDING; more are computed as a plain row first). A verify
-         * accepted whole makes its state the live one (all computed); otherwise the state rolls
-         * back and the verified tokens stay pending. */
         uint64_t drafts = 0, dtok = 0, acc = 0, per[4] = {0}, hash = 0;
-        for (int n = NP + 1, comp = NP; n - NP < NOUT;) {
-            int nd = NOUT - (n - NP) - 1;
-            if (nd > k) nd = k;
-            if (nd < 1 || n - comp > 33) {
-                comp = n;
-                n += 1;
-                continue;
+        for (int t = 0; t < most; t++)
+            for (int i = 0; i < NS; i++) {
+                if (t >= steps[i] || nd[i][t] == 0) continue;
+                drafts++;
+                dtok += (uint64_t)nd[i][t];
+                acc += (uint64_t)ac[i][t];
+                for (int a = 0; a < ac[i][t]; a++) per[a]++;
+                for (int d = 0; d < nd[i][t]; d++)
+                    hash = (hash ^ (uint64_t)(dr[i][t][d] + 1)) * 0x100000001b3ull;
             }
-            int32_t d[4];
-            if (rig_drafts(&g, x, n, nd, d)) {
-                CHECK_MSG(0, "mtp replay: a chained row failed");
-                break;
-            }
-            for (int i = 0; i < nd; i++) hash = (hash ^ (uint64_t)(d[i] + 1)) * 0x100000001b3ull;
-            int a = 0;
-            while (a < nd && d[a] == x[n + a]) per[a++]++;
-            drafts++;
-            dtok += (uint64_t)nd;
-            acc += (uint64_t)a;
-            if (a == nd) comp = n + nd;
-            n += a + 1;
-        }
-        rig_free(&g);
         CHECK_MSG(st.spec_draft_hash == hash,
                   "mtp exact k=%d: the engine's drafts differ from the replay's", k);
         CHECK_MSG(
