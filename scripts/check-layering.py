@@ -147,7 +147,9 @@ ENV_EXCEPTIONS = {
 }
 env_seen = {k: False for k in ENV_EXCEPTIONS}
 env_strip = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-env_call = re.compile(r'\b(getenv|setenv|unsetenv|putenv|secure_getenv)\s*\(\s*("([^"]*)")?')
+# a string literal (skipped whole: a "getenv(" inside one is no call) or a call, with its literal
+env_call = re.compile(r'"(?:\\.|[^"\\\n])*"|\b(getenv|setenv|unsetenv|putenv|secure_getenv)\s*\('
+                      r'\s*("([^"]*)")?')
 for dirpath, _, files in os.walk(src):
     for f in sorted(files):
         if not f.endswith((".c", ".h")):
@@ -161,6 +163,8 @@ for dirpath, _, files in os.walk(src):
                              "\n" * m.group(0).count("\n"),
                              open(path, encoding="utf-8", errors="replace").read())
         for m in env_call.finditer(code):
+            if not m.group(1):
+                continue
             key = (rel, m.group(1), m.group(3) or "?")
             if key in ENV_EXCEPTIONS:
                 env_seen[key] = True
