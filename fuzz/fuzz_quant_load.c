@@ -442,7 +442,7 @@ int qload_run(const uint8_t *data, size_t size, cllm_error *err) {
 
     bind_all(p);
     cllm_model *m = NULL;
-    rc = (int)cllm_model_load(ql_dir, &m, err);
+    rc = (int)cllm_model_load(ql_dir, NULL, &m, err);
     if (rc == CLLM_OK) {
         poison(m->ckpt, 1);
         run_forward(m);

@@ -126,6 +126,58 @@ for (f, n), seen in long_ok.items():
         problems.append("docs/architecture.md: long function %s %s() is no longer over %d lines; "
                         "remove it from the table" % (f, n, MAX_FUNC))
 
+# The environment is read in one place: the option table of src/cli/options.c (docs/env.md). A
+# getenv or setenv anywhere else in src/ is an error unless listed here, each with why it must stay
+# where it acts; a listed one that no longer occurs is an error too.
+ENV_FILE = "src/cli/options.c"
+ENV_EXCEPTIONS = {
+    ("src/base/fault.c", "getenv", "CLLM_FAULT_ALLOC"):
+        "read by the allocator wrappers on the first allocation, before main() parses anything",
+    ("src/base/fault.c", "getenv", "CLLM_FAULT_TRACE"): "as CLLM_FAULT_ALLOC",
+    ("src/base/fault.c", "getenv", "CLLM_FAULT_REPORT"): "as CLLM_FAULT_ALLOC",
+    ("src/dist/dist_common.c", "getenv", "OMPI_COMM_WORLD_SIZE"):
+        "set by the MPI launcher: whether this process is a rank, before argv is parsed",
+    ("src/dist/dist_common.c", "getenv", "PMI_SIZE"): "as OMPI_COMM_WORLD_SIZE",
+    ("src/dist/dist_common.c", "getenv", "PMIX_SIZE"): "as OMPI_COMM_WORLD_SIZE",
+    ("src/dist/dist_common.c", "getenv", "PMIX_RANK"): "as OMPI_COMM_WORLD_SIZE",
+    ("src/dist/dist_mpi.c", "getenv", "OMPI_COMM_WORLD_RANK"):
+        "set by the MPI launcher: names the rank when MPI_Init fails",
+    ("src/dist/dist_mpi.c", "setenv", "OMPI_MCA_mpi_yield_when_idle"):
+        "configures the MPI library itself (read by MPI_Init), not cllm",
+}
+env_seen = {k: False for k in ENV_EXCEPTIONS}
+env_strip = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+# a string literal (skipped whole: a "getenv(" inside one is no call) or a call, with its literal
+env_call = re.compile(r'"(?:\\.|[^"\\\n])*"|\b(getenv|setenv|unsetenv|putenv|secure_getenv)\s*\('
+                      r'\s*("([^"]*)")?')
+for dirpath, _, files in os.walk(src):
+    for f in sorted(files):
+        if not f.endswith((".c", ".h")):
+            continue
+        path = os.path.join(dirpath, f)
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        if rel == ENV_FILE:
+            continue
+        # comments out (their newlines kept, for line numbers), strings kept: getenv's argument
+        code = env_strip.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                             "\n" * m.group(0).count("\n"),
+                             open(path, encoding="utf-8", errors="replace").read())
+        for m in env_call.finditer(code):
+            if not m.group(1):
+                continue
+            key = (rel, m.group(1), m.group(3) or "?")
+            if key in ENV_EXCEPTIONS:
+                env_seen[key] = True
+                continue
+            line = code.count("\n", 0, m.start()) + 1
+            problems.append("%s:%d: %s(%s): the environment is read only by the option table of "
+                            "%s (docs/env.md)" % (rel, line, m.group(1), m.group(2) or "...",
+                                                  ENV_FILE))
+for (f, fn, var), seen in env_seen.items():
+    if not seen and os.path.exists(os.path.join(root, f)):
+        problems.append("scripts/check-layering.py: exception %s %s(%s) no longer occurs; "
+                        "remove it" % (f, fn, var))
+
 for p in problems:
     print(p)
 if problems:

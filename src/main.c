@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "cli/cli_tp.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 
 typedef struct command {
     const char *name;
@@ -42,8 +43,11 @@ static const command commands[] = {
 };
 
 static void print_usage(FILE *f) {
-    fprintf(f, "usage: cllm [--version] [--log-level L] [--log-format text|json] COMMAND [args]\n\n"
-               "commands:\n");
+    fprintf(
+        f,
+        "usage: cllm [--version] [--log-level L] [--log-format text|json] COMMAND [args]\n"
+        "       cllm --list-env md|names  (the environment variables cllm reads: docs/env.md)\n\n"
+        "commands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'cllm COMMAND --help' describes a command's options.\n");
@@ -65,10 +69,17 @@ static void print_version(void) {
 }
 
 int main(int argc, char **argv) {
-    int i = 1;
+    /* the environment, once (cli/options.c): CLLM_LOG and CLLM_ISA apply here, before anything
+     * logs or picks a kernel; the flags below win */
+    int i = 1, rc = cli_opts_load();
+    if (rc) return rc;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--version") || !strcmp(a, "-V")) {
+        if (!strcmp(a, "--list-env") && i + 1 < argc) {
+            if (cllm_opts_print(stdout, argv[i + 1]) == 0) return 0;
+            fprintf(stderr, "cllm: bad --list-env '%s' (md|names)\n", argv[i + 1]);
+            return 2;
+        } else if (!strcmp(a, "--version") || !strcmp(a, "-V")) {
             print_version();
             return 0;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -98,7 +109,7 @@ int main(int argc, char **argv) {
             /* --tensor-parallel-size: MPI set-up or a re-launch through mpirun (cli/cli_tp.c) */
             int sub_argc = argc - i;
             char **sub_argv = argv + i;
-            int rc = cli_tp_setup(argv[i], &sub_argc, &sub_argv);
+            rc = cli_tp_setup(argv[i], &sub_argc, &sub_argv);
             if (rc) return rc;
             rc = commands[c].run(sub_argc, sub_argv);
             return cli_tp_finish(argv[i], sub_argc > 1 ? sub_argv[sub_argc - 1] : NULL, rc);

@@ -164,12 +164,18 @@ static cllm_isa best_tier(void) {
     return CLLM_TIER_REF;
 }
 
+static char want_isa[16]; /* cllm_cpu_set_isa's, "" for none */
+
+void cllm_cpu_set_isa(const char *name) {
+    snprintf(want_isa, sizeof(want_isa), "%s", name ? name : "");
+}
+
 static void init(void) {
     probe();
     prove();
     tier = best_tier();
-    const char *env = getenv("CLLM_ISA");
-    if (!env || !*env) return;
+    const char *env = want_isa;
+    if (!*env) return;
     cllm_isa want = tier;
     if (!strcmp(env, "ref"))
         want = CLLM_TIER_REF;

@@ -1,6 +1,7 @@
 /* Run-time CPU feature detection and the kernel tier chosen from it.
- * CLLM_ISA=ref|avx2|avx512|neon forces a tier (for tests and bug reports); forcing a tier the CPU
- * lacks falls back to the best available one with a warning. */
+ * cllm_cpu_set_isa("ref"|"avx2"|"avx512"|"neon") forces a tier (the CLI's CLLM_ISA, for tests and
+ * bug reports); forcing a tier the CPU lacks falls back to the best available one with a
+ * warning. */
 #ifndef CLLM_BASE_CPU_H
 #define CLLM_BASE_CPU_H
 
@@ -19,6 +20,10 @@ typedef enum cllm_isa {
     CLLM_TIER_NEON,
 } cllm_isa;
 
+/* Asks for tier name (ref, avx2, avx512, neon) instead of the best one; call before the first
+ * cllm_cpu_tier / cllm_kern (later calls have no effect). An unknown name or a tier the CPU lacks
+ * is warned about when the tier is chosen. Not thread-safe: at start-up. */
+void cllm_cpu_set_isa(const char *name);
 const cllm_cpu_features *cllm_cpu_features_get(void);
 cllm_isa cllm_cpu_tier(void);
 const char *cllm_cpu_tier_name(cllm_isa t);

@@ -1,5 +1,6 @@
 /* Log lines: "2026-11-30T10:12:01.123Z INFO message" or one JSON object per line
- * ({"ts":...,"level":...,"msg":...}) for log shippers. The level can also come from CLLM_LOG. */
+ * ({"ts":...,"level":...,"msg":...}) for log shippers. The level is set by the caller (the CLI:
+ * --log-level, CLLM_LOG through cli/options.c). */
 #include "base/log.h"
 
 #include <stdarg.h>
@@ -11,13 +12,11 @@
 
 static cllm_log_level log_level = CLLM_LOG_INFO;
 static int log_json;
-static int log_env_read;
 
 static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 
 void cllm_log_set_level(cllm_log_level lvl) {
     log_level = lvl;
-    log_env_read = 1;
 }
 
 int cllm_log_set_level_name(const char *name) {
@@ -42,11 +41,6 @@ int cllm_log_set_format_name(const char *name) {
 }
 
 int cllm_log_enabled(cllm_log_level lvl) {
-    if (!log_env_read) {
-        log_env_read = 1;
-        const char *e = getenv("CLLM_LOG");
-        if (e) cllm_log_set_level_name(e);
-    }
     return lvl >= log_level;
 }
 

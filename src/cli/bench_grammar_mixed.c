@@ -22,6 +22,7 @@
 
 #include "base/file.h"
 #include "base/mem.h"
+#include "cli/cli.h"
 #include "cli/bench_grammar.h"
 #include "engine/engine.h"
 #include "grammar/grammar.h"
@@ -336,6 +337,7 @@ int bench_grammar_mixed(const bgm_args *a) {
     }
     cllm_engine_opts o;
     cllm_engine_opts_defaults(&o);
+    o.fwd = cli_fwd_opts(NULL);
     o.model_dir = a->model_dir;
     o.tokenizer_dir = a->tokenizer_dir;
     o.n_threads = a->threads;

@@ -1,6 +1,8 @@
 /* Table-driven flag parsing for subcommands; see cli.h. */
 #include "cli/cli.h"
 
+#include "cli/options.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -307,6 +309,11 @@ int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int
     return 0;
 }
 
-void cli_apply_act16(const char *value) {
-    if (value) setenv("CLLM_ACT16", value, 1); /* cli_parse checked it against the choices */
+cllm_fwd_opts cli_fwd_opts(const char *act16) {
+    cllm_opts o = *cli_opts();
+    cllm_error err = {0};
+    /* cli_parse checked the value against CLI_ACT16_CHOICES: the table's parser accepts it */
+    if (act16 && cllm_opts_set(&o, "CLLM_ACT16", act16, "--act16", &err) != CLLM_OK)
+        fprintf(stderr, "cllm: %s (ignored)\n", err.msg);
+    return o.fwd;
 }

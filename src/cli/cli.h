@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "model/forward.h"
+
 typedef enum cli_type {
     CLI_FLAG,   /* bool, no value */
     CLI_INT,    /* long */
@@ -63,11 +65,11 @@ int cli_check_model_dir(const char *command, const char *path);
     "activations of 16-bit-activation GPTQ matmuls: int16 codes, int8 codes on int4 matrices "     \
     "(faster prefill), or float kernels (default: $CLLM_ACT16, else int)"
 #define CLI_ACT16_CHOICES "int|int8|float"
-/* Applies a parsed --act16 (NULL: not given, the environment stands) as CLLM_ACT16 for the whole
- * process, before any model is opened: every forward context the command creates reads it (the
- * engine's, eval's base and compared models), and under tensor parallel each rank parses the same
- * argv. */
-void cli_apply_act16(const char *value);
+/* The process's cllm_fwd_opts (cli/options.h: from the environment) with a parsed --act16 over
+ * CLLM_ACT16 (NULL: not given, the environment stands): what every model the command opens runs
+ * under (the engine's, eval's base and compared models). Under tensor parallel each rank parses
+ * the same argv and environment. */
+cllm_fwd_opts cli_fwd_opts(const char *act16);
 
 /* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
 bool cli_parse_size(const char *s, uint64_t *out);

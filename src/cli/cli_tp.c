@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/options.h"
 #include "dist/dist.h"
 #include "model/tp_shard.h"
 #include "model/config.h"
@@ -144,7 +145,7 @@ static int relaunch(const char *cmd, long tp) {
     exe[el] = 0;
     char np[24];
     snprintf(np, sizeof(np), "%ld", tp);
-    const char *extra = getenv("CLLM_MPIRUN_ARGS");
+    const char *extra = cli_opts()->mpirun_args;
     char *extra_copy = extra ? strdup(extra) : NULL;
     char **av = calloc((size_t)n + 64, sizeof(char *));
     if (!av) return 1;
@@ -249,7 +250,7 @@ int cli_tp_setup(const char *cmd, int *argc, char ***argvp) {
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     }
     cllm_error err = {0};
-    if (cllm_dist_init(&err) != CLLM_OK) {
+    if (cllm_dist_init(&cli_opts()->dist, &err) != CLLM_OK) {
         fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
         return 1;
     }
@@ -339,7 +340,7 @@ static void print_stats(void) {
 }
 
 int cli_tp_finish(const char *cmd, const char *model_dir, int rc) {
-    if (cllm_dist_active() && getenv("CLLM_TP_STATS")) print_stats();
+    if (cllm_dist_active() && cli_opts()->tp_stats) print_stats();
     if (!strcmp(cmd, "verify") && g_tp > 1 && model_dir && rc == 0)
         print_rank_bytes(model_dir, g_tp);
     if (cllm_dist_active() && rc != 0) {

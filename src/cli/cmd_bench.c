@@ -297,7 +297,6 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? -1 : rc;
-    cli_apply_act16(a->act16);
     a->model = pos[0];
     struct {
         const char *flag, *s;
@@ -346,7 +345,8 @@ static uint64_t files_bytes(const char *dir) {
 static int bench_model_info(const bench_args *a, bench_model *bm) {
     cllm_error err = {0};
     cllm_model *m = NULL;
-    if (cllm_model_load(a->model, &m, &err) != CLLM_OK) {
+    cllm_fwd_opts fwd = cli_fwd_opts(a->act16);
+    if (cllm_model_load(a->model, &fwd, &m, &err) != CLLM_OK) {
         fprintf(stderr, "cllm bench: %s\n", err.msg);
         return 1;
     }
@@ -376,6 +376,7 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
     long mt_len = a->mt_first + a->mt_turns * (a->mt_msg + a->mt_answer);
     long max_len = (a->mt && mt_len > seq_len ? mt_len : seq_len) + a->block;
     cllm_engine_opts_defaults(o);
+    o->fwd = cli_fwd_opts(a->act16);
     o->model_dir = a->model;
     o->n_threads = threads;
     o->block_size = (int)a->block;

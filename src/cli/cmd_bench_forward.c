@@ -86,11 +86,11 @@ int cmd_bench_forward(int argc, char **argv) {
             "or `cllm serve`\n");
         return 2;
     }
-    cli_apply_act16(act16);
+    const cllm_fwd_opts fwd = cli_fwd_opts(act16);
     cllm_error err = {0};
     cllm_seq_runner r;
     double tl = cllm_time_s();
-    if (cllm_seq_runner_open(&r, pos[0], (int)threads, (int)(n_prompt + n_gen), (int)block,
+    if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, (int)(n_prompt + n_gen), (int)block,
                              CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
         return 1;

@@ -118,7 +118,7 @@ int cmd_eval(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
-    cli_apply_act16(act16);
+    const cllm_fwd_opts fwd = cli_fwd_opts(act16);
     if (cli_check_model_dir("eval", pos[0])) return 1;
     if (ppl_file && ppl && strcmp(ppl, ppl_file)) {
         fprintf(stderr, "cllm eval: give --ppl or -f, not both\n");
@@ -129,6 +129,7 @@ int cmd_eval(int argc, char **argv) {
         char *ids = NULL;
         if (ppl && ppl_text_ids(pos[0], ppl, quiet, &ids)) return 1;
         cllm_qeval_opts q = {.model = pos[0],
+                             .fwd = fwd,
                              .tokens = ids ? ids : ppl,
                              .compare = compare,
                              .table = table,
@@ -156,7 +157,7 @@ int cmd_eval(int argc, char **argv) {
         return 2;
     }
     cllm_seq_runner r;
-    if (cllm_seq_runner_open(&r, pos[0], (int)threads, n, (int)block,
+    if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, n, (int)block,
                              !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
         fprintf(stderr, "cllm eval: %s\n", err.msg);
         free(ids);

@@ -263,7 +263,7 @@ int cmd_generate(int argc, char **argv) {
                 "or `cllm serve`\n");
         return 2;
     }
-    cli_apply_act16(act16);
+    const cllm_fwd_opts fwd = cli_fwd_opts(act16);
     if (!!prompt == !!tokens) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
         return 2;
@@ -274,7 +274,7 @@ int cmd_generate(int argc, char **argv) {
     if (!g.tok) print_ids = true;
     /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
     if (cllm_gen_config_load(pos[0], &g.gen_cfg, &g.err) != CLLM_OK) g.gen_cfg.n_eos = 0;
-    if (cllm_seq_runner_open(&g.r, pos[0], (int)threads, g.n + (int)n_gen, (int)block,
+    if (cllm_seq_runner_open(&g.r, pos[0], &fwd, (int)threads, g.n + (int)n_gen, (int)block,
                              !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
                              &g.err) != CLLM_OK) {
         fprintf(stderr, "cllm generate: %s\n", g.err.msg);

@@ -6,6 +6,7 @@
 
 #include "quant/quantize.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/commands.h"
 
 int cmd_quantize(int argc, char **argv) {
@@ -92,6 +93,8 @@ int cmd_quantize(int argc, char **argv) {
         .tty = isatty(STDERR_FILENO), /* a \r bar only on a terminal, lines in a log */
         .dry_run = dry,
         .out = stdout,
+        .fake_avail = cli_opts()->quant_fake_avail,
+        .fwd = cli_opts()->fwd,
     };
     cllm_error err;
     if (cllm_quantize(&o, &err) != CLLM_OK) {

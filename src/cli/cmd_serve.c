@@ -29,6 +29,7 @@
 #include "model/forward.h"
 #include "server/server.h"
 #include "cli/cli.h"
+#include "cli/options.h"
 #include "cli/cli_spec.h"
 #include "cli/commands.h"
 #include "cli/serve_card.h"
@@ -85,16 +86,11 @@ static void *second_signal(void *arg) {
 
 /* vLLM reads these environment variables for flags cllm has; a flag given wins. */
 static void serve_env(serve_args *a, bool stats_flag) {
-    if (!a->api_key) a->api_key = getenv("CLLM_API_KEY");
-    if (!a->api_key) a->api_key = getenv("VLLM_API_KEY");
-    const char *v = getenv("VLLM_LOG_STATS_INTERVAL");
-    if (v && *v && !stats_flag) {
-        char *end;
-        double x = strtod(v, &end);
-        if (!*end && x >= 0) a->stats_interval = x;
-    }
-    v = getenv("VLLM_LOGGING_LEVEL");
-    if (v && *v && cllm_log_set_level_name(v) != 0) {
+    const cllm_opts *o = cli_opts(); /* cli/options.c read them */
+    if (!a->api_key) a->api_key = o->api_key;
+    if (o->log_stats_interval >= 0 && !stats_flag) a->stats_interval = o->log_stats_interval;
+    const char *v = o->vllm_logging_level;
+    if (v && cllm_log_set_level_name(v) != 0) {
         /* vLLM's names are upper case (INFO, DEBUG); ours lower */
         char low[16];
         size_t i = 0;
@@ -109,7 +105,6 @@ static void serve_env(serve_args *a, bool stats_flag) {
  * flags that only switch others (--disable-log-stats, the uvicorn log flags). 0, or 2 on a usage
  * error (printed). */
 static int serve_parsed(serve_args *a, const char *pos0) {
-    cli_apply_act16(a->act16);
     if (pos0 && a->model_flag && strcmp(pos0, a->model_flag)) {
         fprintf(stderr, "cllm serve: MODEL '%s' and --model '%s' differ; give one\n", pos0,
                 a->model_flag);
@@ -556,6 +551,7 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
 
 static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     cllm_engine_opts_defaults(eo);
+    eo->fwd = cli_fwd_opts(a->act16);
     eo->model_dir = a->model;
     eo->tokenizer_dir = a->tokenizer;
     eo->skip_tokenizer_init = a->skip_tokenizer;

@@ -32,9 +32,19 @@ bool cllm_dist_launched(void);
 /* Size the launcher announced (1 when not launched). */
 int cllm_dist_launched_size(void);
 
+/* Timeouts and test hooks of a run (the CLI fills them from CLLM_TP_* through cli/options.c). */
+typedef struct cllm_dist_opts {
+    int timeout_s;         /* a collective or an idle follower waiting longer ends the job; 0 off */
+    int startup_timeout_s; /* bound on start-up (MPI_Init, loading); 0 off */
+    int stall_rank;        /* tests/dist/tp_hang.sh: this rank sleeps stall_s in its first */
+    int stall_s;           /* cllm_dist_check_same_startup (when stall_s > 0) */
+} cllm_dist_opts;
+#define CLLM_DIST_OPTS_DEFAULT                                                                     \
+    { 60, 600, -1, 0 }
+
 /* Initializes MPI (once; later calls return CLLM_OK). In a build without MPI, or when not
- * launched, the process is rank 0 of 1. Registers finalization at exit. */
-cllm_status cllm_dist_init(cllm_error *err);
+ * launched, the process is rank 0 of 1. Registers finalization at exit. o: NULL = defaults. */
+cllm_status cllm_dist_init(const cllm_dist_opts *o, cllm_error *err);
 bool cllm_dist_active(void); /* initialized with size > 1 */
 int cllm_dist_rank(void);
 int cllm_dist_size(void);

@@ -43,6 +43,7 @@ static int wd_timeout_s = 60;
  * which on a big model on a slow disk may be minutes apart): CLLM_TP_STARTUP_TIMEOUT_S (default
  * 600, 0 = off), with the late rank named where rank 0 can tell. */
 static int st_timeout_s = 600;
+static int stall_rank = -1, stall_s; /* cllm_dist_opts' test hook */
 #define FAIL_EXIT_S 10
 /* MPI_THREAD_SERIALIZED: the heartbeat thread of rank 0 and the thread running the model take
  * turns through this lock around every MPI call */
@@ -326,7 +327,7 @@ static void fin(void) {
     ar_send = ar_recv = NULL;
 }
 
-cllm_status cllm_dist_init(cllm_error *err) {
+cllm_status cllm_dist_init(const cllm_dist_opts *o, cllm_error *err) {
     if (inited) return CLLM_OK;
     if (!cllm_dist_launched()) { /* a plain run: no MPI at all (no launcher, no cost) */
         inited = true;
@@ -338,9 +339,12 @@ cllm_status cllm_dist_init(cllm_error *err) {
      * waits (wait_req) poll; this covers the blocking calls left (init, finalize). A user
      * setting wins. */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-    const char *to = getenv("CLLM_TP_TIMEOUT_S");
-    if (to) wd_timeout_s = atoi(to);
-    if ((to = getenv("CLLM_TP_STARTUP_TIMEOUT_S"))) st_timeout_s = atoi(to);
+    if (o) {
+        wd_timeout_s = o->timeout_s;
+        st_timeout_s = o->startup_timeout_s;
+        stall_rank = o->stall_rank;
+        stall_s = o->stall_s;
+    }
     /* MPI_Init and the first exchange wait for every rank to start: bounded */
     pthread_t iw;
     if (pthread_create(&iw, NULL, init_watch, NULL) == 0) pthread_detach(iw);
@@ -544,12 +548,12 @@ cllm_status cllm_dist_check_same_startup(uint64_t value, const char *what, cllm_
     }
     cllm_status s = CLLM_OK;
     all[0] = value;
-    /* fault injection for tests/dist/tp_hang.sh: "RANK:SECONDS" stalls that rank here once */
+    /* fault injection for tests/dist/tp_hang.sh (CLLM_TP_TEST_STALL=RANK:SECONDS): that rank
+     * stalls here once */
     static bool stalled;
-    const char *st = getenv("CLLM_TP_TEST_STALL");
-    if (st && !stalled && atoi(st) == g_rank && strchr(st, ':')) {
+    if (stall_s > 0 && !stalled && stall_rank == g_rank) {
         stalled = true;
-        sleep((unsigned)atoi(strchr(st, ':') + 1));
+        sleep((unsigned)stall_s);
     }
     if (g_rank == 0) {
         rq[0] = MPI_REQUEST_NULL;

@@ -4,7 +4,7 @@
 
 #include "dist/dist.h"
 
-cllm_status cllm_dist_init(cllm_error *err) {
+cllm_status cllm_dist_init(const cllm_dist_opts *o, cllm_error *err) {
     if (cllm_dist_launched() && cllm_dist_launched_size() > 1)
         return cllm_err_set(err, CLLM_EUNSUPPORTED,
                             "started by an MPI launcher with %d ranks, but this cllm was built "

@@ -252,7 +252,7 @@ static void engine_defaults(cllm_engine_opts *op) {
 static cllm_status load_model(cllm_engine *e, cllm_error *err) {
     const cllm_engine_opts o = e->o;
     cllm_status rc;
-    if ((rc = cllm_model_load(o.model_dir, &e->m, err)) != CLLM_OK) return rc;
+    if ((rc = cllm_model_load(o.model_dir, &o.fwd, &e->m, err)) != CLLM_OK) return rc;
     if (!o.no_prefault) {
         double t0 = cllm_time_s();
         uint64_t nb = cllm_model_prefault(e->m);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "model/forward.h"
 
 typedef struct cllm_engine cllm_engine;
 
@@ -199,9 +200,10 @@ typedef struct cllm_engine_opts {
     int gdn_prefill; /* Gated DeltaNet prefill: a cllm_gdn_prefill (model/forward.h), 0 recurrent */
     const cllm_engine_mirror *mirror; /* tensor parallel (NULL otherwise); borrowed */
     cllm_spec_opts spec;              /* method NONE = off */
-    bool no_prefault; /* skip touching every weight page at start-up (cllm_model_prefault): the
-                         first requests then pay the page faults and disk reads, e.g. of cold
-                         embedding rows (5 ms per decoded token on the quarter shape) */
+    bool no_prefault;  /* skip touching every weight page at start-up (cllm_model_prefault): the
+                          first requests then pay the page faults and disk reads, e.g. of cold
+                          embedding rows (5 ms per decoded token on the quarter shape) */
+    cllm_fwd_opts fwd; /* how the model runs (act16, lm_head screening, ...); zeroed: defaults */
 } cllm_engine_opts;
 
 void cllm_engine_opts_defaults(cllm_engine_opts *o);

@@ -62,8 +62,8 @@ static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
     /* 16-bit activations: int16 codes per group (kernels.h, cllm_qact16_group), quantized once
      * per distinct input like W4A8's, unless CLLM_ACT16=float asks for the float kernels */
     if (w->q.act_bits >= 16) {
-        if (c->act16 == FWD_A16_FLOAT) return FWD_QA_NONE;
-        return c->act16 == FWD_A16_INT8 && w->q.bits == 4 ? FWD_QA_INT : FWD_QA_INT16;
+        if (c->act16 == CLLM_ACT16_FLOAT) return FWD_QA_NONE;
+        return c->act16 == CLLM_ACT16_INT8 && w->q.bits == 4 ? FWD_QA_INT : FWD_QA_INT16;
     }
     if (w->q.bits == 4 && (w->q.act_bits == 8 || w->q.act_bits == 4)) return FWD_QA_INT;
     return FWD_QA_FLOAT;
@@ -300,19 +300,9 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->thr_stride += fwd_gdn_scratch(cf);
     if (fwd_attn_scratch(cf) > c->thr_stride) c->thr_stride = fwd_attn_scratch(cf);
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
-    const char *pe = getenv("CLLM_PROFILE");
-    c->prof_env = pe && *pe && strcmp(pe, "0") != 0;
-    c->prof_prefill = c->prof_env && strcmp(pe, "prefill") == 0;
-    const char *a16 = getenv("CLLM_ACT16");
-    c->act16 = !a16 || !*a16 || !strcmp(a16, "int") ? FWD_A16_INT16
-               : !strcmp(a16, "float")              ? FWD_A16_FLOAT
-               : !strcmp(a16, "int8")               ? FWD_A16_INT8
-                                                    : -1;
-    if (c->act16 < 0) {
-        cllm_free_aligned(c->thr);
-        free(c);
-        return cllm_err_set(err, CLLM_EINVAL, "CLLM_ACT16=%s: expected int, int8 or float", a16);
-    }
+    c->prof_env = m->opts.profile != CLLM_PROFILE_OFF;
+    c->prof_prefill = m->opts.profile == CLLM_PROFILE_PREFILL;
+    c->act16 = m->opts.act16;
     if (!c->thr) {
         free(c);
         return cllm_err_set(err, CLLM_ENOMEM, "out of memory");

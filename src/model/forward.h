@@ -38,19 +38,49 @@
 
 typedef struct cllm_model cllm_model; /* bound weights + config; read-only after load */
 
+/* How the model runs, chosen by whoever opens it (the CLI fills it from flags and the environment
+ * once, through the option table of cli/options.c; docs/env.md). The model library reads no
+ * environment. A zeroed struct (or NULL where a pointer is taken) is the default behaviour. */
+typedef enum cllm_act16 {
+    CLLM_ACT16_INT = 0, /* int16 activation codes (default) */
+    CLLM_ACT16_FLOAT,   /* the float kernels (A/B checks) */
+    CLLM_ACT16_INT8,    /* int8 codes on the int4 matrices (W4A8's kernels) */
+} cllm_act16;
+typedef enum cllm_fwd_profile {
+    CLLM_PROFILE_OFF = 0,
+    CLLM_PROFILE_DECODE,  /* wall time per op family of the decode steps, logged at ctx free */
+    CLLM_PROFILE_PREFILL, /* the same for the prefill steps */
+} cllm_fwd_profile;
+#define CLLM_LM_SCREEN_AUTO 0  /* screen an int8 lm_head of >= 65536 rows with 32 candidates */
+#define CLLM_LM_SCREEN_OFF  -1 /* the plain int8 lm_head */
+#define CLLM_LM_SCREEN_MAX  4096
+typedef struct cllm_fwd_opts {
+    /* act_bits 16 GPTQ matmuls: how they take their activations (CLLM_ACT16, --act16) */
+    cllm_act16 act16;
+    /* int8 lm_head screening (CLLM_LM_SCREEN): AUTO, OFF, or 1..CLLM_LM_SCREEN_MAX candidates
+     * forced at any vocabulary size */
+    int lm_screen;
+    bool no_panels;           /* CLLM_PANEL=0: no weight panel repack at load */
+    bool no_lm_panel;         /* CLLM_LM_PANEL=0: no panels (so no screening) for lm_head */
+    cllm_fwd_profile profile; /* CLLM_PROFILE */
+    bool no_tp_topk;          /* CLLM_TP_TOPK=0: tensor parallel sends whole logits slices */
+} cllm_fwd_opts;
+
 /* Opens dir (config.json + safetensors), checks every tensor of the plan (name, shape, dtype
  * F32/F16/BF16) and binds it in place in the mmap. Fused and per-expert expert layouts load;
  * MTP tensors are bound if present (cllm_forward_mtp runs them); vision tensors are skipped with a
- * log line. Errors name the tensor and the expected and actual shape. */
-cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err);
+ * log line. Errors name the tensor and the expected and actual shape. opts: NULL = defaults. */
+cllm_status cllm_model_load(const char *dir, const cllm_fwd_opts *opts, cllm_model **out,
+                            cllm_error *err);
 void cllm_model_free(cllm_model *m);
 /* Tensor parallel: binds rank `rank` of `size` (model/tp_shard.h: its heads, intermediate rows and
  * lm_head rows only) and its forward calls all-reduce over dist/. cllm_model_load uses the
  * process's own rank and size (dist/dist.h: 0 of 1 unless started under MPI) and refuses a run
  * whose ranks disagree on the config and shard plan. A shape that does not divide is refused
- * naming the tensor and N. */
-cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model **out,
-                               cllm_error *err);
+ * naming the tensor and N. opts: NULL = defaults; copied (the model's forward contexts use it).
+ * EINVAL for an opts field out of range. */
+cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int rank, int size,
+                               cllm_model **out, cllm_error *err);
 int cllm_model_tp_size(const cllm_model *m);
 const cllm_config *cllm_model_config(const cllm_model *m);
 /* Bytes of weights read per decoded token with one sequence (embedding row, every non-expert
@@ -153,7 +183,8 @@ typedef struct cllm_batch {
 
 /* Scratch space and thread pool for forward calls; one per engine thread (not thread-safe). */
 typedef struct cllm_fwd_ctx cllm_fwd_ctx;
-/* pool may be NULL (single-threaded); it is borrowed. */
+/* pool may be NULL (single-threaded); it is borrowed. The context runs under the model's
+ * cllm_fwd_opts (act16, profile, TP top-k) as given to cllm_model_load. */
 cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_ctx **out,
                                 cllm_error *err);
 void cllm_fwd_ctx_free(cllm_fwd_ctx *c);

@@ -55,22 +55,13 @@ cllm_status fwd_tp_end(cllm_fwd_ctx *c, int T, float *x_res) {
  * entry is below them, so the sampler (greedy argmax, or temperature -> top-k -> top-p / min-p
  * -> draw) picks bitwise the same token as from the whole row. A slice holding a NaN is sent
  * again whole (a second all-gather every rank agrees on from the flags), since NaN has no place
- * in that order. CLLM_TP_TOPK=0 turns the reduction off (A/B checks). */
+ * in that order. cllm_fwd_opts.no_tp_topk (CLLM_TP_TOPK=0) turns the reduction off (A/B checks). */
 
 typedef fwd_tp_pair tp_pair;
 
-static bool topk_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("CLLM_TP_TOPK");
-        on = !(e && e[0] == '0');
-    }
-    return on;
-}
-
 /* k of a row's sequence when its reduction pays (the pairs are smaller than the slice). */
-static int row_k(const cllm_seq_batch *q, int vmax) {
-    if (q->logits != CLLM_LOGITS_LAST || q->logits_topk <= 0 || !topk_on()) return 0;
+static int row_k(const cllm_seq_batch *q, int vmax, bool topk_on) {
+    if (q->logits != CLLM_LOGITS_LAST || q->logits_topk <= 0 || !topk_on) return 0;
     return (size_t)q->logits_topk * sizeof(tp_pair) < (size_t)vmax * sizeof(float) ? q->logits_topk
                                                                                    : 0;
 }
@@ -81,14 +72,15 @@ static int row_k(const cllm_seq_batch *q, int vmax) {
 typedef struct tp_rows {
     const cllm_batch *b;
     int vmax;
+    bool topk_on;             /* cllm_fwd_opts.no_tp_topk unset */
     int q, left;              /* sequence q, its rows still to come */
     const cllm_seq_batch *sq; /* the row's sequence */
     int row, k;               /* the row's index among the batch's logits rows, its k */
     size_t off, bytes;        /* its byte offset in a rank's block, its bytes there */
 } tp_rows;
 
-static tp_rows rows_begin(const cllm_batch *b, int vmax) {
-    return (tp_rows){.b = b, .vmax = vmax, .q = -1, .row = -1};
+static tp_rows rows_begin(const cllm_fwd_ctx *c, const cllm_batch *b, int vmax) {
+    return (tp_rows){.b = b, .vmax = vmax, .topk_on = !c->m->opts.no_tp_topk, .q = -1, .row = -1};
 }
 
 /* Steps to the next row; false past the last, leaving row = the number of rows and off = the
@@ -104,7 +96,7 @@ static bool rows_next(tp_rows *w) {
                   : w->sq->logits == CLLM_LOGITS_LAST   ? cllm_seq_last_rows(w->sq)
                   : w->sq->logits == CLLM_LOGITS_HIDDEN ? 1
                                                         : 0;
-        w->k = row_k(w->sq, w->vmax);
+        w->k = row_k(w->sq, w->vmax, w->topk_on);
     }
     w->left--;
     w->bytes = w->k ? (size_t)w->k * sizeof(tp_pair) : (size_t)w->vmax * sizeof(float);
@@ -147,7 +139,7 @@ static cllm_status nan_rows(cllm_fwd_ctx *c, int n_nan, const float *loc, int vm
     float *buf = malloc((size_t)n_nan * (size_t)vmax * (size_t)(N + 1) * sizeof(float));
     cllm_status st = rows && buf ? CLLM_OK : CLLM_ENOMEM;
     int n = 0;
-    for (tp_rows w = rows_begin(b, vmax); st == CLLM_OK && rows_next(&w);) {
+    for (tp_rows w = rows_begin(c, b, vmax); st == CLLM_OK && rows_next(&w);) {
         const unsigned char *src = (const unsigned char *)all + w.off; /* rank r's: + r * send */
         bool nan = false;
         for (int r = 0; w.k && r < N; r++)
@@ -185,7 +177,7 @@ cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits) {
     for (int r = 0; r < N; r++)
         vmax = m->tp_vsplit[2 * r + 1] > vmax ? m->tp_vsplit[2 * r + 1] : vmax;
     /* bytes each rank sends: per row a whole slice or k pairs */
-    tp_rows w = rows_begin(b, vmax);
+    tp_rows w = rows_begin(c, b, vmax);
     while (rows_next(&w)) continue;
     if (w.row != R) return CLLM_EINVAL;
     size_t mine = (size_t)R * (size_t)vmax, send = w.off;
@@ -195,7 +187,7 @@ cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits) {
     if (fwd_mm_add(c, &m->lm_head, c->xn, (size_t)H, R, loc, (size_t)vmax) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return CLLM_ENOMEM;
-    for (w = rows_begin(b, vmax); rows_next(&w);) {
+    for (w = rows_begin(c, b, vmax); rows_next(&w);) {
         const float *lr = loc + (size_t)w.row * vmax;
         unsigned char *dst = (unsigned char *)out + w.off;
         if (w.k)
@@ -205,7 +197,7 @@ cllm_status fwd_tp_lm_head(cllm_fwd_ctx *c, int R, float *logits) {
     }
     if (cllm_dist_allgather(out, send, all) != CLLM_OK) return CLLM_EIO;
     int n_nan = 0;
-    for (w = rows_begin(b, vmax); rows_next(&w);) {
+    for (w = rows_begin(c, b, vmax); rows_next(&w);) {
         float *dst = logits + (size_t)w.row * V;
         const unsigned char *src = (const unsigned char *)all + w.off; /* rank r's: + r * send */
         if (!w.k) {

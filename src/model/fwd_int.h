@@ -98,17 +98,17 @@ struct cllm_model {
     int tp_rank, tp_size;
     int *tp_vsplit; /* [tp_size][2]: first lm_head row and row count of each rank */
     uint64_t tp_hash;
+    cllm_fwd_opts opts; /* as given to cllm_model_load (zeroed: defaults) */
 };
 
 /* FWD_QA_INT16: act_bits 16 on int16 codes (qact16_prep + matmul_q_qact16), the default for
- * 16-bit-activation GPTQ weights unless CLLM_ACT16 says float or int8 (cllm_fwd_ctx.act16). */
+ * 16-bit-activation GPTQ weights unless cllm_fwd_opts.act16 says float or int8. */
 enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16 };
 
-/* CLLM_ACT16 (cllm_fwd_ctx.act16): int (default) = int16 codes; float = the float kernels, for
+/* cllm_fwd_opts.act16 (CLLM_ACT16): int (default) = int16 codes; float = the float kernels, for
  * A/B checks; int8 = int4 matrices of a 16-bit-activation model run W4A8's int8 codes and
  * kernels (FWD_QA_INT with act_bits 8), an opt-in quality trade for speed (int8 matrices such as
  * the default lm_head keep int16 codes). */
-enum { FWD_A16_INT16, FWD_A16_FLOAT, FWD_A16_INT8 };
 
 /* CLLM_PROFILE=1: wall time per op family of the decode steps (calls with one token per
  * sequence: batched decode too), summed
@@ -201,9 +201,9 @@ struct cllm_fwd_ctx {
     size_t cap_mtp_in;
     cllm_seq_batch *mtp_sb;
     int cap_mtp_sb;
-    /* CLLM_ACT16: how act_bits 16 GPTQ matmuls take their activations (FWD_A16_*) */
-    int act16;
-    /* CLLM_PROFILE (see FWD_P_*): prof_on for the step being run */
+    /* cllm_fwd_opts.act16: how act_bits 16 GPTQ matmuls take their activations */
+    cllm_act16 act16;
+    /* cllm_fwd_opts.profile (see FWD_P_*): prof_on for the step being run */
     bool prof_env, prof_on, prof_prefill;
     int prof_tag;
     double prof[FWD_P_N];

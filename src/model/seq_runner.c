@@ -59,11 +59,11 @@ int cllm_parse_token_list(const char *arg, int32_t **out, cllm_error *err) {
     return (int)n;
 }
 
-cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir, int threads,
-                                 int max_tokens, int block_size, cllm_kv_dtype kv_dtype,
-                                 cllm_error *err) {
+cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir,
+                                 const cllm_fwd_opts *fwd, int threads, int max_tokens,
+                                 int block_size, cllm_kv_dtype kv_dtype, cllm_error *err) {
     memset(r, 0, sizeof(*r));
-    cllm_status s = cllm_model_load(model_dir, &r->m, err);
+    cllm_status s = cllm_model_load(model_dir, fwd, &r->m, err);
     if (s != CLLM_OK) return s;
     int maxp = cllm_model_config(r->m)->max_position_embeddings;
     if (max_tokens > maxp) max_tokens = maxp;

@@ -27,10 +27,10 @@ typedef struct cllm_seq_runner {
     float logits_scale;
 } cllm_seq_runner;
 
-/* max_tokens: capacity of the cache (prompt + generated). */
-cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir, int threads,
-                                 int max_tokens, int block_size, cllm_kv_dtype kv_dtype,
-                                 cllm_error *err);
+/* max_tokens: capacity of the cache (prompt + generated). fwd: NULL = defaults. */
+cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir,
+                                 const cllm_fwd_opts *fwd, int threads, int max_tokens,
+                                 int block_size, cllm_kv_dtype kv_dtype, cllm_error *err);
 void cllm_seq_runner_close(cllm_seq_runner *r);
 /* Appends n tokens; logits (NULL allowed with mode NONE) gets 1 or n rows per mode. */
 cllm_status cllm_seq_runner_step(cllm_seq_runner *r, const int32_t *toks, int n,

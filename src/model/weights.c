@@ -317,8 +317,9 @@ static void count_vision(void *ctx, const cllm_tensor *t) {
     if (!strncmp(t->name, "model.visual.", 13)) (*(size_t *)ctx)++;
 }
 
-cllm_status cllm_model_load(const char *dir, cllm_model **out, cllm_error *err) {
-    cllm_status st = cllm_model_load_tp(dir, cllm_dist_rank(), cllm_dist_size(), out, err);
+cllm_status cllm_model_load(const char *dir, const cllm_fwd_opts *opts, cllm_model **out,
+                            cllm_error *err) {
+    cllm_status st = cllm_model_load_tp(dir, opts, cllm_dist_rank(), cllm_dist_size(), out, err);
     if (st != CLLM_OK || cllm_dist_size() < 2) return st;
     /* every rank must run the same config and plan (same binary, same model files) */
     if ((st = cllm_dist_check_same_startup((*out)->tp_hash, "config + shard plan hash", err)) !=
@@ -543,24 +544,17 @@ static void list_mat(void *vl, const fwd_wt *w, int expert) {
     if (l->n < l->cap) l->ws[l->n++] = (fwd_wt *)w;
 }
 
-/* CLLM_LM_SCREEN (docs: README): auto (default) screens an int8 lm_head of at least
- * LM_SCREEN_MIN_VOCAB rows with LM_SCREEN_AUTO candidates, N forces N candidates at any size, 0
- * keeps the plain int8 lm_head. Sets m->lm_screen and the split's buffers when it applies. */
+/* cllm_fwd_opts.lm_screen (CLLM_LM_SCREEN, docs/env.md): AUTO (default) screens an int8 lm_head
+ * of at least LM_SCREEN_MIN_VOCAB rows with LM_SCREEN_AUTO candidates, N forces N candidates at
+ * any size, OFF keeps the plain int8 lm_head. Sets m->lm_screen and the split's buffers when it
+ * applies. */
 #define LM_SCREEN_AUTO      32
 #define LM_SCREEN_MIN_VOCAB 65536
 
 static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) {
-    const char *env = getenv("CLLM_LM_SCREEN"), *a16 = getenv("CLLM_ACT16");
-    long n = LM_SCREEN_AUTO;
-    bool forced = false;
-    if (env && *env && strcmp(env, "auto")) {
-        char *end;
-        n = strtol(env, &end, 10);
-        if (*end || n < 0 || n > 4096)
-            return cllm_err_set(err, CLLM_EINVAL, "CLLM_LM_SCREEN=%s: expected auto, 0 or 1..4096",
-                                env);
-        forced = n > 0;
-    }
+    const int want = m->opts.lm_screen;
+    const bool forced = want > 0;
+    const long n = want == CLLM_LM_SCREEN_AUTO ? LM_SCREEN_AUTO : forced ? want : 0;
     const fwd_wt *h = &m->lm_head;
     const cllm_qweight *q = &h->q;
     if (!n || (!forced && q->N < LM_SCREEN_MIN_VOCAB)) return CLLM_OK;
@@ -569,7 +563,7 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
         why = "the lm_head is not an int8 W*A16 GPTQ matrix";
     else if (m->tp_size > 1)
         why = "tensor parallel (each rank's slice is plain int8)";
-    else if (a16 && !strcmp(a16, "float"))
+    else if (m->opts.act16 == CLLM_ACT16_FLOAT)
         why = "CLLM_ACT16=float";
     else if (!panel_bytes(h) || q->K % 8 || q->group % 8)
         why = "its shape takes no panels";
@@ -579,7 +573,7 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
             if (!lm_zeros_of(cllm_qweight_zero(q, (int)g, (int)col)).est)
                 why = "a zero point far from the middle of the int8 range";
     if (why) {
-        if (forced) LOG_INFO("CLLM_LM_SCREEN=%s: lm_head not screened: %s", env, why);
+        if (forced) LOG_INFO("CLLM_LM_SCREEN=%d: lm_head not screened: %s", want, why);
         return CLLM_OK;
     }
     const size_t np = ((size_t)q->N + PANEL_W - 1) / PANEL_W;
@@ -591,12 +585,7 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
 }
 
 static cllm_status model_panels(cllm_model *m, cllm_error *err) {
-    const char *env = getenv("CLLM_PANEL"), *lm = getenv("CLLM_LM_PANEL");
-    if (env && strcmp(env, "0") && strcmp(env, "1"))
-        return cllm_err_set(err, CLLM_EINVAL, "CLLM_PANEL=%s: expected 0 or 1", env);
-    if (lm && strcmp(lm, "0") && strcmp(lm, "1"))
-        return cllm_err_set(err, CLLM_EINVAL, "CLLM_LM_PANEL=%s: expected 0 or 1", lm);
-    if (env && !strcmp(env, "0")) return CLLM_OK;
+    if (m->opts.no_panels) return CLLM_OK;
     const cllm_config *c = &m->cfg;
     double t0 = cllm_time_s();
     panel_plan pl = {m, NULL, 0, 0, 0};
@@ -612,8 +601,7 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     }
     fwd_wt *head = &m->lm_head;
     lm_split ls = {{NULL, NULL, NULL}};
-    if (st == CLLM_OK && !(lm && !strcmp(lm, "0")) &&
-        (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
+    if (st == CLLM_OK && !m->opts.no_lm_panel && (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
         size_t j0 = pl.n_jobs;
         st = panel_set(&pl, &head, 1, err);
         if (st == CLLM_OK && m->lm_screen && pl.n_jobs > j0) pl.jobs[j0].ls = &ls;
@@ -671,11 +659,16 @@ static cllm_status conv_tap_major(cllm_model *m, cllm_error *err) {
     return CLLM_OK;
 }
 
-cllm_status cllm_model_load_tp(const char *dir, int rank, int size, cllm_model **out,
-                               cllm_error *err) {
+cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int rank, int size,
+                               cllm_model **out, cllm_error *err) {
     *out = NULL;
+    if (opts &&
+        (opts->lm_screen < CLLM_LM_SCREEN_OFF || opts->lm_screen > CLLM_LM_SCREEN_MAX ||
+         (unsigned)opts->act16 > CLLM_ACT16_INT8 || (unsigned)opts->profile > CLLM_PROFILE_PREFILL))
+        return cllm_err_set(err, CLLM_EINVAL, "cllm_fwd_opts: a field out of range");
     cllm_model *m = calloc(1, sizeof(*m));
     if (!m) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    if (opts) m->opts = *opts;
     cllm_status st = cllm_config_load(dir, &m->cfg, err);
     if (st != CLLM_OK) {
         free(m);

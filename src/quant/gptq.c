@@ -559,8 +559,9 @@ cllm_status cllm_gptq_calibrate(const char *model_dir, const cllm_gptq_opts *o, 
     }
     cllm_gptq *g = calloc(1, sizeof(*g));
     int L = o->seq_len < n ? o->seq_len : n;
-    cllm_status st = g ? cllm_seq_runner_open(&g->r, model_dir, o->threads, L, 16, CLLM_KV_F32, err)
-                       : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    cllm_status st =
+        g ? cllm_seq_runner_open(&g->r, model_dir, &o->fwd, o->threads, L, 16, CLLM_KV_F32, err)
+          : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     if (st) {
         free(g);
         free(tok);

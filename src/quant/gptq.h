@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
+#include "model/forward.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
 
@@ -24,8 +25,9 @@ typedef struct cllm_gptq_opts {
     int min_tokens; /* Linears that saw fewer calibration tokens fall back to RTN */
     double damp;
     int threads;
-    FILE *progress; /* calibration progress (stderr; NULL = silent) */
-    bool tty;       /* progress is a terminal: redrawn with \r; else whole lines */
+    FILE *progress;    /* calibration progress (stderr; NULL = silent) */
+    bool tty;          /* progress is a terminal: redrawn with \r; else whole lines */
+    cllm_fwd_opts fwd; /* how the calibration forward runs (zeroed: defaults) */
 } cllm_gptq_opts;
 
 /* Opens the 16-bit model and runs the calibration tokens once, counting the tokens each Linear

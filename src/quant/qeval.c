@@ -166,7 +166,7 @@ static int pair_open(pair *p, const char *dir, const char *bdir, const int32_t *
     cllm_error err;
     int cap = o->ctx > o->prompt_len + o->gen_len ? o->ctx : o->prompt_len + o->gen_len;
     if (bdir) {
-        if (cllm_seq_runner_open(&p->b, bdir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+        if (cllm_seq_runner_open(&p->b, bdir, &o->fwd, o->threads, cap, 16, CLLM_KV_F32, &err)) {
             fprintf(stderr, "cllm eval: %s: %s\n", bdir, err.msg);
             return 1;
         }
@@ -179,7 +179,7 @@ static int pair_open(pair *p, const char *dir, const char *bdir, const int32_t *
         }
     }
     p->rss0 = rss_bytes();
-    if (cllm_seq_runner_open(&p->r, dir, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+    if (cllm_seq_runner_open(&p->r, dir, &o->fwd, o->threads, cap, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
         return 1;
     }

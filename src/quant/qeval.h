@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "model/forward.h"
+
 typedef struct cllm_qeval_opts {
     const char *model;   /* the model under test (or the base row of --table) */
     const char *tokens;  /* "@FILE" or ids: the evaluation text as token ids */
@@ -18,6 +20,7 @@ typedef struct cllm_qeval_opts {
     int threads;
     FILE *progress; /* a line per 10% of each model's run (and per 30 s), stderr; NULL = silent */
     bool tty;       /* progress is a terminal: one bar redrawn with \r instead */
+    cllm_fwd_opts fwd; /* how every model compared runs (zeroed: defaults) */
 } cllm_qeval_opts;
 
 /* Returns 0 ok, 1 failure, 2 usage (messages on stderr). */

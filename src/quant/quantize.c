@@ -700,8 +700,7 @@ static cllm_status check_disk(qrun *r, cllm_error *err) {
     if (!statvfs(parent, &vf)) {
         uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize;
         uint64_t need = r->total_out + r->total_out / 100 + (16u << 20);
-        if (getenv("CLLM_QUANT_FAKE_AVAIL"))
-            avail = strtoull(getenv("CLLM_QUANT_FAKE_AVAIL"), NULL, 10);
+        if (o->fake_avail) avail = o->fake_avail;
         if (avail < need) {
             char a[32], b[32];
             cllm_fmt_bytes(a, sizeof(a), avail);
@@ -728,7 +727,8 @@ static cllm_status calibrate(qrun *r, cllm_error *err) {
                              .damp = o->damp,
                              .threads = o->threads,
                              .progress = o->progress ? stderr : NULL, /* -q: no calibration lines */
-                             .tty = o->tty};
+                             .tty = o->tty,
+                             .fwd = o->fwd};
         if ((st = cllm_gptq_calibrate(o->in_dir, &go, &r->gq, err))) return st;
         if ((st = plan_groups(o, r->gq, uv, r->units.n, &r->ugrp, r->out, err))) return st;
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
+#include "model/forward.h"
 
 typedef struct cllm_quant_opts {
     const char *in_dir, *out_dir;
@@ -35,6 +36,9 @@ typedef struct cllm_quant_opts {
     bool tty;      /* stderr is a terminal: a \r bar; otherwise a line per 10% (base/progress.h) */
     bool dry_run;
     FILE *out; /* plan and summary */
+    uint64_t
+        fake_avail;    /* tests (CLLM_QUANT_FAKE_AVAIL): free bytes assumed; 0: the file system's */
+    cllm_fwd_opts fwd; /* how GPTQ's calibration forward runs (zeroed: defaults) */
 } cllm_quant_opts;
 
 cllm_status cllm_quantize(const cllm_quant_opts *o, cllm_error *err);

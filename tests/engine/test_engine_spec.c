@@ -78,10 +78,13 @@ typedef struct eng_cfg {
 
 /* the draft method of the speculative runs */
 static cllm_spec_method g_method = CLLM_SPEC_NGRAM;
+/* how the model runs (the screened lm_head case sets lm_screen) */
+static cllm_fwd_opts g_fwd;
 
 static cllm_engine *open_eng(const eng_cfg *c) {
     cllm_engine_opts o;
     cllm_engine_opts_defaults(&o);
+    o.fwd = g_fwd;
     o.model_dir = c->dir;
     o.n_threads = 2;
     o.max_num_seqs = 8;
@@ -358,7 +361,8 @@ static int rig_run(mtp_rig *r, const char *dir, const int32_t *x, int T) {
     memset(r, 0, sizeof(*r));
     r->nb = (T + 15) / 16;
     for (int i = 0; i < r->nb; i++) r->tab[i] = i;
-    if (cllm_model_load(dir, &r->m, &err) || cllm_fwd_ctx_create(r->m, NULL, &r->fc, &err) ||
+    if (cllm_model_load(dir, &g_fwd, &r->m, &err) ||
+        cllm_fwd_ctx_create(r->m, NULL, &r->fc, &err) ||
         cllm_kv_pool_init_mtp(&r->kv, r->m, r->nb, 16, CLLM_KV_F32, &err) ||
         cllm_state_pool_init(&r->sp, r->m, 1, &err)) {
         CHECK_MSG(0, "mtp replay: %s", err.msg);
@@ -586,11 +590,11 @@ int main(void) {
         cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 5, .dtype = CLLM_DT_BF16};
         if (tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0 &&
             cllm_synth(&so, &err) == CLLM_OK && tm_quantize_w4a16(bf, q, 32, 8, &err) == CLLM_OK) {
-            setenv("CLLM_LM_SCREEN", "8", 1);
+            g_fwd.lm_screen = 8;
             fprintf(stderr, "model tiny w4a16, screened lm_head\n");
             g_k_step = 2;
             test_model(q, false, 1000, true, false);
-            unsetenv("CLLM_LM_SCREEN");
+            g_fwd.lm_screen = CLLM_LM_SCREEN_AUTO;
         } else {
             CHECK_MSG(0, "screened model: %s", err.msg);
         }

@@ -160,7 +160,7 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         return;
     }
     cllm_model *m;
-    if (cllm_model_load(dir, &m, &err) != CLLM_OK) {
+    if (cllm_model_load(dir, NULL, &m, &err) != CLLM_OK) {
         CHECK_MSG(0, "load %s: %s", cfg, err.msg);
         return;
     }

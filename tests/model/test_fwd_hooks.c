@@ -60,7 +60,7 @@ int main(void) {
     snprintf(dir, sizeof(dir), "%s/models/tiny", test_src());
     cllm_seq_runner r;
     cllm_error err;
-    if (cllm_seq_runner_open(&r, dir, 1, NT, 16, CLLM_KV_F32, &err)) {
+    if (cllm_seq_runner_open(&r, dir, NULL, 1, NT, 16, CLLM_KV_F32, &err)) {
         fprintf(stderr, "%s: %s\n", dir, err.msg);
         return 1;
     }

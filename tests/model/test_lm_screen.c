@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/options.h"
 #include "model/seq_runner.h"
 #include "model/synth.h"
 #include "test.h"
@@ -25,11 +26,14 @@
 #define NP 13 /* prompt tokens */
 #define NG 40 /* decode steps */
 
+/* screen: a CLLM_LM_SCREEN value, parsed by the CLI's option table */
 static int open_runner(cllm_seq_runner *r, const char *dir, const char *screen, int threads) {
-    setenv("CLLM_LM_SCREEN", screen, 1);
+    cllm_opts o;
     cllm_error err = {0};
-    cllm_status s = cllm_seq_runner_open(r, dir, threads, NP + NG + 8, 16, CLLM_KV_F32, &err);
-    unsetenv("CLLM_LM_SCREEN");
+    cllm_status s = cllm_opts_from_env(&o, &err);
+    if (s == CLLM_OK) s = cllm_opts_set(&o, "CLLM_LM_SCREEN", screen, NULL, &err);
+    if (s == CLLM_OK)
+        s = cllm_seq_runner_open(r, dir, &o.fwd, threads, NP + NG + 8, 16, CLLM_KV_F32, &err);
     CHECK_MSG(s == CLLM_OK, "open (CLLM_LM_SCREEN=%s): %s", screen, err.msg);
     return s == CLLM_OK ? 0 : -1;
 }
@@ -128,11 +132,10 @@ static int inv_rows(inv_seq q) {
 static void batch_invariance(const char *dir) {
     static const char *const cases[] = {"gtg",  "gT",       "Tgg",     "agtnTfe", "vtTg",
                                         "eTtf", "ggggTtgg", "tgtgtgt", "nfTgav"};
-    setenv("CLLM_LM_SCREEN", "8", 1);
+    const cllm_fwd_opts screen8 = {.lm_screen = 8};
     cllm_model *m = NULL;
     cllm_error err = {0};
-    cllm_status s = cllm_model_load(dir, &m, &err);
-    unsetenv("CLLM_LM_SCREEN");
+    cllm_status s = cllm_model_load(dir, &screen8, &m, &err);
     CHECK_MSG(s == CLLM_OK, "load: %s", err.msg);
     if (s != CLLM_OK) return;
     const int V = cllm_model_config(m)->vocab_size;
@@ -316,14 +319,18 @@ int main(void) {
 
     batch_invariance(q8);
 
-    /* refusal */
-    cllm_seq_runner bad;
+    /* refusal: by the option table, reading the environment; and by the model, out of range */
+    cllm_opts o;
     setenv("CLLM_LM_SCREEN", "abc", 1);
     memset(&err, 0, sizeof(err));
-    cllm_status s = cllm_seq_runner_open(&bad, q8, 1, 8, 16, CLLM_KV_F32, &err);
+    cllm_status s = cllm_opts_from_env(&o, &err);
     unsetenv("CLLM_LM_SCREEN");
-    CHECK_MSG(s != CLLM_OK && strstr(err.msg, "CLLM_LM_SCREEN=abc"), "CLLM_LM_SCREEN=abc: %d %s",
-              (int)s, err.msg);
+    CHECK_MSG(s == CLLM_EINVAL && strstr(err.msg, "CLLM_LM_SCREEN=abc"),
+              "CLLM_LM_SCREEN=abc: %d %s", (int)s, err.msg);
+    cllm_seq_runner bad;
+    const cllm_fwd_opts big = {.lm_screen = CLLM_LM_SCREEN_MAX + 1};
+    s = cllm_seq_runner_open(&bad, q8, &big, 1, 8, 16, CLLM_KV_F32, &err);
+    CHECK_MSG(s == CLLM_EINVAL, "lm_screen %d: %d %s", big.lm_screen, (int)s, err.msg);
     if (s == CLLM_OK) cllm_seq_runner_close(&bad);
     free(ya);
     free(yb);

@@ -35,6 +35,7 @@
 static int32_t ta[NA], tb[NB], ma[RA], mb[NB]; /* target tokens; MTP row tokens */
 static int H, V;
 static int have_ref;
+static cllm_fwd_opts g_fwd; /* how the model runs (the screened case sets lm_screen) */
 
 static int sh(const char *cmd) {
     int rc = system(cmd);
@@ -95,7 +96,7 @@ typedef struct rig {
 static int rig_open(rig *r, const char *dir, int threads, int block) {
     cllm_error err = {0};
     memset(r, 0, sizeof(*r));
-    if (cllm_model_load(dir, &r->m, &err) != CLLM_OK) {
+    if (cllm_model_load(dir, &g_fwd, &r->m, &err) != CLLM_OK) {
         CHECK_MSG(0, "load %s: %s", dir, err.msg);
         return -1;
     }
@@ -356,7 +357,7 @@ static void test_errors(const char *tmp) {
     if (sh(cmd)) return;
     rig r;
     memset(&r, 0, sizeof r);
-    if (cllm_model_load(dir, &r.m, &err) != CLLM_OK) {
+    if (cllm_model_load(dir, &g_fwd, &r.m, &err) != CLLM_OK) {
         CHECK_MSG(0, "load: %s", err.msg);
         return;
     }
@@ -453,10 +454,10 @@ static void test_screened(const char *tmp) {
         CHECK_MSG(0, "quantize: %s", err.msg);
         return;
     }
-    setenv("CLLM_LM_SCREEN", "8", 1);
+    g_fwd.lm_screen = 8;
     rig r;
     int bad = rig_open(&r, dir, 1, 16);
-    unsetenv("CLLM_LM_SCREEN");
+    g_fwd.lm_screen = CLLM_LM_SCREEN_AUTO;
     if (bad) return;
     CHECK_MSG(cllm_model_has_mtp(r.m), "the W4A16 copy lost its MTP head");
     if (!cllm_model_has_mtp(r.m)) {

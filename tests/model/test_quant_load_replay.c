@@ -9,6 +9,8 @@
 
 #define QLOAD_NO_FUZZER_MAIN
 #include "../../fuzz/fuzz_quant_load.c"
+#include "base/cpu.h"
+#include "cli/options.h"
 #include "test.h"
 
 static uint8_t *slurp(const char *path, size_t *n) {
@@ -43,7 +45,14 @@ static int run_file(const char *path, cllm_error *err) {
 }
 
 int main(void) {
-    setenv("CLLM_ISA", "ref", 0);
+    /* the ref tier unless CLLM_ISA (read by the CLI's option table) names another */
+    cllm_opts o;
+    cllm_error oe = {0};
+    if (cllm_opts_from_env(&o, &oe) != CLLM_OK) {
+        fprintf(stderr, "%s\n", oe.msg);
+        return 1;
+    }
+    cllm_cpu_set_isa(o.isa ? o.isa : "ref");
     const char *src = getenv("CLLM_SRC");
     if (!src) src = ".";
     char path[4096], line[1024];

@@ -49,4 +49,19 @@ expect_rc 0 "listed long function accepted" chk
 mk && long_fn 50 && printf '%s\n' '<!-- long-functions:begin -->' '| file | function | why |' '|---|---|---|' \
   '| `src/base/f.c` | `f` | known |' '<!-- long-functions:end -->' >>"$T/r/docs/architecture.md"
 expect_rc 1 "listed function that got short refused" chk
+# the environment is read only by the option table (src/cli/options.c, docs/env.md)
+mk && printf '%s\n' '#include <stdlib.h>' 'int f(void) { return getenv("CLLM_NEW") != 0; }' >"$T/r/src/kernels/e.c"
+expect_rc 1 "getenv outside the option table refused" chk
+grep -q 'src/kernels/e.c:2: getenv("CLLM_NEW")' "$T/out" && ok "getenv named with file and line" ||
+  bad "getenv: $(cat "$T/out")"
+mk && echo 'void g(void) { setenv("CLLM_ACT16", "int8", 1); }' >"$T/r/src/base/s.c"
+expect_rc 1 "setenv outside the option table refused" chk
+mk && printf '%s\n' '/* getenv("X") in a comment,' '   getenv("Y") too */' 'const char *s = "getenv(";' >"$T/r/src/base/c.c"
+expect_rc 0 "getenv in comments and strings ignored" chk
+mk && mkdir -p "$T/r/src/cli" && echo 'int f(void) { return getenv("CLLM_X") != 0; }' >"$T/r/src/cli/options.c"
+printf '%s\n' '<!-- layering:begin -->' '| module | owns | may include | must not know |' '|---|---|---|---|' \
+  '| `base` | x | — | all |' '| `kernels` | y | base | z |' '| `cli` | c | * | — |' '<!-- layering:end -->' \
+  '<!-- layering-exceptions:begin -->' '| file | includes | why |' '|---|---|---|' \
+  '<!-- layering-exceptions:end -->' >"$T/r/docs/architecture.md"
+expect_rc 0 "getenv in the option table accepted" chk
 exit $fail
