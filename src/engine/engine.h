@@ -250,8 +250,9 @@ typedef struct cllm_engine_stats {
      * drafts accepted, and accepted drafts by position (0 = the first draft) */
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
     uint64_t spec_accepted_per_pos[CLLM_SPEC_MAX_K];
-    /* every verified draft token folded in verify order, h = (h ^ (token + 1)) * 0x100000001b3
-     * from 0: a test compares the drafts themselves, not only how many were accepted */
+    /* per finished sequence, its verified draft tokens folded in order, h = (h ^ (token + 1)) *
+     * 0x100000001b3 from 0; the sum over sequences: a test compares the drafts themselves, not
+     * only how many were accepted, however the sequences interleaved */
     uint64_t spec_draft_hash;
     int spec_k; /* num_speculative_tokens (0 = off) */
 } cllm_engine_stats;

@@ -74,6 +74,7 @@ struct eng_seq {
                                     before it (the live slot runs the verify), else -1 */
     double acc_hits, acc_trials; /* decayed counts of accepted / tried draft positions */
     int spec_idle;               /* steps since this sequence last drafted */
+    uint64_t spec_hash;          /* its verified drafts folded in order (engine.h's stats) */
     /* MTP drafts (sched_mtp.c): the target's final-normed hidden rows of positions mtp_pos ..
      * mtp_pos + mtp_n - 1 that the MTP head has not read yet; its KV is final below mtp_pos */
     float *mtp_hid;

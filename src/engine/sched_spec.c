@@ -195,6 +195,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
 }
 
 void sched_spec_seq_done(sched *s, const eng_seq *e) {
+    s->stats.spec_draft_hash += e->spec_hash; /* a sum: sequences may interleave any way */
     if (s->cfg.spec.method == CLLM_SPEC_SUFFIX && e->n_tokens > e->n_prompt)
         spec_hist_add(&s->hist, e->tokens + e->n_prompt, e->n_tokens - e->n_prompt);
 }
@@ -214,8 +215,7 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
     s->stats.spec_drafts++;
     s->stats.spec_draft_tokens += (uint64_t)nd;
     for (int i = 0; i < nd; i++)
-        s->stats.spec_draft_hash =
-            (s->stats.spec_draft_hash ^ (uint64_t)(e->draft[i] + 1)) * 0x100000001b3ull;
+        e->spec_hash = (e->spec_hash ^ (uint64_t)(e->draft[i] + 1)) * 0x100000001b3ull;
     /* attention-only: the pending tokens' KV is final now; each accepted draft's follows */
     if (!st) sched_after_compute(s, e, P, true);
     int j = 0;

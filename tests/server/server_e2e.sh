@@ -102,7 +102,10 @@ if grep -q "^vllm:generation_tokens_total{model_name=\"tiny\",engine=\"0\"} [1-9
 
 # --- logs: JSON lines, access log, periodic stats line ---
 if grep -q "^{\"ts\":\"[^\"]*\",\"level\":\"INFO\",\"msg\":\"access: 127.0.0.1 \\\\\"POST /v1/completions\\\\\" 200" "$TMP/server1.log"; then ok "json access log"; else bad "json access log"; fi
-if grep -q "Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate" "$TMP/server1.log"; then ok "stats line"; else bad "stats line"; fi
+# the stats line comes every --stats-interval 1 s: a run that got here sooner waits for it (5 s)
+stats_re="Avg prompt throughput: .* tokens/s, Avg generation throughput: .*Running: .* reqs, Waiting: .* reqs, KV cache usage: .*Prefix cache hit rate"
+for _ in $(seq 50); do grep -q "$stats_re" "$TMP/server1.log" && break; sleep 0.1; done
+if grep -q "$stats_re" "$TMP/server1.log"; then ok "stats line"; else bad "stats line"; fi
 if ! grep -v "^{\"ts\":" "$TMP/server1.log" | grep .; then ok "every log line is JSON"; else bad "every log line is JSON"; fi
 
 # --- SIGTERM: in-flight stream finishes, new requests get 503, exit 0 ---
