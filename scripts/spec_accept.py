@@ -9,7 +9,10 @@ Starts `cllm serve` plain, then once per --speculative-config (same run, side by
 is noisy), sends the same requests one by one, reads vllm:spec_decode_* from /metrics. Usage:
   scripts/spec_accept.py [--bin build/cllm] [--model models/tiny] [--spec JSON]... [--mtp K] [--n 20]
 --spec may be repeated (default: the n-gram config below); --mtp K adds
-{"method": "mtp", "num_speculative_tokens": K} (the checkpoint's MTP head; models/tiny has one)."""
+{"method": "mtp", "num_speculative_tokens": K} (the checkpoint's MTP head; models/tiny has one).
+The acceptance by position divides each position's accepted count by the previous one's: exact
+with "fixed_k": true; with the adaptive k a verify may draft fewer positions, so later
+positions read low there."""
 import argparse, json, os, re, socket, subprocess, sys, time, urllib.request
 
 ap = argparse.ArgumentParser()

@@ -10,8 +10,8 @@ MTP module on top, loss = cross-entropy of t_{p+2} through the trunk's (frozen) 
 MTP layer's router aux loss. At the end (and every --ckpt-minutes) RUN/hf/ gets MODEL's files
 with model.safetensors = MODEL's tensors byte for byte + the mtp.* tensors in BF16, and
 config.json with mtp_num_hidden_layers 1. `--eval-only RUN/hf` reports held-out acceptance;
-`--export-only RUN/mtp.pt` rewrites RUN/hf from a saved head. MODEL must be the trunk without
-mtp.* tensors (load_hf refuses extra tensors); export drops any mtp.* already in MODEL's file.
+`--export-only RUN/mtp.pt` rewrites RUN/hf from a saved head. MODEL may already carry an MTP
+head: load_hf skips mtp.* and the export replaces them.
 """
 import argparse, json, math, os, random, shutil, struct, sys, time
 import numpy as np
@@ -242,7 +242,7 @@ def main():
     tok = bpe.Tokenizer(os.path.join(a.model, "tokenizer.json"))
     eot = tok.added["<|endoftext|>"]
 
-    trunk, cfg = load_hf(a.model)   # refuses a file with extra tensors: pass the mtp-less model
+    trunk, cfg = load_hf(a.model)   # the trunk only (mtp.* skipped)
     trunk.eval()
     trunk.requires_grad_(False)
     mtp = MTP(cfg)
