@@ -5,20 +5,30 @@ from index 7, the split tools/train/build_corpus.py holds out):
   prose    -- the chapter's first verse, continued (greedy, 96 tokens);
   quote    -- the chapter's first eight verses, then its heading and first words again: the answer
               quotes the prompt (what extraction and report summaries do).
-Starts `cllm serve` twice (plain, then with --speculative-config), sends the same requests one by
-one, reads vllm:spec_decode_* from /metrics. Usage:
-  scripts/spec_accept.py [--bin build/cllm] [--model models/tiny] [--spec JSON] [--n 20]"""
+Starts `cllm serve` plain, then once per --speculative-config (same run, side by side: the machine
+is noisy), sends the same requests one by one, reads vllm:spec_decode_* from /metrics. Usage:
+  scripts/spec_accept.py [--bin build/cllm] [--model models/tiny] [--spec JSON]... [--mtp K] [--n 20]
+--spec may be repeated (default: the n-gram config below); --mtp K adds
+{"method": "mtp", "num_speculative_tokens": K} (the checkpoint's MTP head; models/tiny has one).
+The acceptance by position divides each position's accepted count by the previous one's: exact
+with "fixed_k": true; with the adaptive k a verify may draft fewer positions, so later
+positions read low there."""
 import argparse, json, os, re, socket, subprocess, sys, time, urllib.request
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="build/cllm")
 ap.add_argument("--model", default="models/tiny")
 ap.add_argument("--corpus", default="tests/data/tokenizer/corpus/kjv.txt")
-ap.add_argument("--spec", default='{"method": "ngram", "num_speculative_tokens": 4, '
-                '"prompt_lookup_min": 2, "prompt_lookup_max": 5}')
+NGRAM = ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, '
+         '"prompt_lookup_max": 5}')
+ap.add_argument("--spec", action="append", default=[], help="repeatable; default: " + NGRAM)
+ap.add_argument("--mtp", type=int, default=0, metavar="K", help="also run method mtp with k = K")
 ap.add_argument("--n", type=int, default=20, help="chapters per workload")
 ap.add_argument("--threads", type=int, default=2)
 a = ap.parse_args()
+specs = list(a.spec) or [NGRAM]
+if a.mtp:
+    specs.append('{"method": "mtp", "num_speculative_tokens": %d}' % a.mtp)
 
 # chapters as the training text writes them: "Book N\nN:V text" per verse
 chapters, cur = [], None
@@ -106,27 +116,33 @@ def run(spec):
         p.wait()
 
 
-plain, spec = run(None), run(a.spec)
-print("uptime:", open("/proc/loadavg").read().split()[:3])
-print("spec config:", a.spec)
-for name in work:
-    s, q = plain[name], spec[name]
-    m = q["m"]
-    drafts = m.get("vllm:spec_decode_num_drafts", 0)
-    dt = m.get("vllm:spec_decode_num_draft_tokens", 0)
-    acc = m.get("vllm:spec_decode_num_accepted_tokens", 0)
-    per = []
-    reach = drafts
-    for i in range(16):
-        k = "vllm:spec_decode_num_accepted_tokens_per_pos@%d" % i
-        if k not in m:
-            break
-        per.append("%d: %.2f" % (i, m[k] / reach if reach else 0))
-        reach = m[k]
-    same = s["texts"] == q["texts"]
-    print("%-6s %d requests, %d tokens: plain %.1f tok/s, spec %.1f tok/s (%.2fx); %d verifies, "
-          "%.2f drafts/verify, %.2f tokens/verify, %.1f%% of drafts accepted; acceptance by "
-          "position (of those reaching it) %s; outputs identical: %s"
-          % (name, len(work[name]), s["tokens"], s["tok_s"], q["tok_s"], q["tok_s"] / s["tok_s"],
-             drafts, dt / drafts if drafts else 0, 1 + acc / drafts if drafts else 0,
-             100 * acc / dt if dt else 0, ", ".join(per), same))
+def report(spec_cfg, spec):
+    print("load average:", " ".join(open("/proc/loadavg").read().split()[:3]))
+    print("spec config:", spec_cfg)
+    for name in work:
+        s, q = plain[name], spec[name]
+        m = q["m"]
+        drafts = m.get("vllm:spec_decode_num_drafts", 0)
+        dt = m.get("vllm:spec_decode_num_draft_tokens", 0)
+        acc = m.get("vllm:spec_decode_num_accepted_tokens", 0)
+        per = []
+        reach = drafts
+        for i in range(16):
+            k = "vllm:spec_decode_num_accepted_tokens_per_pos@%d" % i
+            if k not in m:
+                break
+            per.append("%d: %.2f" % (i, m[k] / reach if reach else 0))
+            reach = m[k]
+        same = s["texts"] == q["texts"]
+        print("%-6s %d requests, %d tokens: plain %.1f tok/s, spec %.1f tok/s (%.2fx); %d verifies, "
+              "%.2f drafts/verify, %.2f tokens/verify, %.1f%% of drafts accepted; acceptance by "
+              "position (of those reaching it) %s; outputs identical: %s"
+              % (name, len(work[name]), s["tokens"], s["tok_s"], q["tok_s"],
+                 q["tok_s"] / s["tok_s"], drafts, dt / drafts if drafts else 0,
+                 1 + acc / drafts if drafts else 0, 100 * acc / dt if dt else 0, ", ".join(per),
+                 same), flush=True)
+
+
+plain = run(None)
+for spec_cfg in specs:
+    report(spec_cfg, run(spec_cfg))

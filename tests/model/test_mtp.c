@@ -11,6 +11,7 @@
  *    2e-5 * max(1, max |ref|), the golden tests' bound;
  *  - the same rows in one call == those calls, bitwise (logits and hidden_out), also with
  *    hidden_out = hidden (in place);
+ *  - the same against models/tiny (the shipped BF16 model and its trained MTP head);
  *  - the main forward's logits are bitwise the same with hidden_out set or NULL and on an
  *    MTP-extended pool or a plain one; NONE calls still fill hidden_out;
  *  - the screened int8 lm_head (a W4A16 copy, CLLM_LM_SCREEN=8): MTP rows with logits_topk 5
@@ -178,16 +179,22 @@ static int mtp_call(rig *r, const piece *p, int n, const float *hin[2], const in
     return st == CLLM_OK ? 0 : -1;
 }
 
-/* cfg: a config file, or NULL for configs/tiny-mtp.json */
+/* cfg: a config file, or NULL for configs/tiny-mtp.json; dtype NULL: models/tiny itself */
 static void test_model(const char *tmp, const char *name, const char *cfg, const char *dtype,
                        const char *layout, int threads, int block) {
-    char dir[512], cmd[8192], a[1024], b[1024], def[1024];
+    char dir[512], cmd[8192], a[1024], b[1024], def[1024], out_dir[512];
     snprintf(dir, sizeof dir, "%s/test_mtp/%s", tmp, name);
-    snprintf(def, sizeof def, "%s/configs/tiny-mtp.json", test_src());
-    snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && '%s' synth --config '%s' '%s' --seed 5 --dtype %s --experts %s -q "
-             "2>/dev/null",
-             dir, getenv("CLLM_BIN"), cfg ? cfg : def, dir, dtype, layout);
+    snprintf(out_dir, sizeof out_dir, "%s", dir);
+    if (!dtype) { /* the shipped models/tiny and its trained MTP head: read in place */
+        snprintf(dir, sizeof dir, "%s/models/tiny", test_src());
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", out_dir, out_dir);
+    } else {
+        snprintf(def, sizeof def, "%s/configs/tiny-mtp.json", test_src());
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf '%s' && '%s' synth --config '%s' '%s' --seed 5 --dtype %s --experts %s "
+                 "-q 2>/dev/null",
+                 dir, getenv("CLLM_BIN"), cfg ? cfg : def, dir, dtype, layout);
+    }
     if (sh(cmd)) return;
     rig r;
     if (rig_open(&r, dir, threads, block)) return;
@@ -301,8 +308,8 @@ static void test_model(const char *tmp, const char *name, const char *cfg, const
     free(hA3);
     if (have_ref) {
         char ra[600], rb[600];
-        snprintf(ra, sizeof ra, "%s/refA", dir);
-        snprintf(rb, sizeof rb, "%s/refB", dir);
+        snprintf(ra, sizeof ra, "%s/refA", out_dir);
+        snprintf(rb, sizeof rb, "%s/refB", out_dir);
         static char ta_s[1024], ma_s[1024], tb_s[1024], mb_s[1024], rc[16384];
         ids(ta_s, sizeof ta_s, ta, NA);
         ids(ma_s, sizeof ma_s, ma, RA);
@@ -330,7 +337,7 @@ static void test_model(const char *tmp, const char *name, const char *cfg, const
                    {"B.ml", mlB, gB, NB, V, "MTP logits B"},
                    {"B.mh", mhB, NULL, NB, H, "MTP hidden_out B"}};
         for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
-            snprintf(a, sizeof a, "%s/ref%s", dir, cmp[i].sfx);
+            snprintf(a, sizeof a, "%s/ref%s", out_dir, cmp[i].sfx);
             float *rf = readf(a, (size_t)cmp[i].rows * cmp[i].width);
             CHECK_MSG(rf, "%s: cannot read %s", name, a);
             if (!rf) continue;
@@ -537,6 +544,8 @@ int main(void) {
                         "\"tie_word_embeddings\": true"};
     CHECK(tm_write_config(test_src(), "tiny-mtp.json", cfg, from, to, 3) == 0);
     test_model(tmp, "tied", cfg, "f32", "fused", 2, 16);
+    /* models/tiny with its trained head (tools/train/train_mtp.py), BF16 as shipped */
+    test_model(tmp, "tiny", NULL, NULL, NULL, 2, 16);
     test_errors(tmp);
     test_screened(tmp);
     return test_report("test_mtp");

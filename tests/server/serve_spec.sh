@@ -1,13 +1,14 @@
 #!/bin/bash
-# `cllm serve --speculative-config` (models/tiny, real engine, n-gram drafts):
+# `cllm serve --speculative-config` (models/tiny, real engine, n-gram, suffix and MTP drafts):
 #  - a greedy completion and a seeded sampled chat answer are byte-for-byte the answers of a server
 #    without speculation (ids and logprobs included), streamed and not;
-#  - the same with the suffix method (drafts from earlier answers too);
+#  - the same with the suffix method (drafts from earlier answers too) and with the MTP method
+#    (models/tiny's trained head, tools/train/train_mtp.py);
 #  - the same under --tensor-parallel-size 2 (when mpirun is there and cllm has MPI);
 #  - /metrics carries vLLM's vllm:spec_decode_* counters, and drafts were accepted; /console/stats
 #    has them for the dashboard's card;
-#  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP (not
-#    implemented yet), k out of range, prompt_lookup_min > max, a benchmark-only key; generate and
+#  - bad configs are refused before `ready`, naming the key: unknown key, unknown method, MTP on a
+#    model without an MTP head (a synthetic one), k out of range, prompt_lookup_min > max, a benchmark-only key; generate and
 #    bench-forward (one sequence, no engine) refuse the flag.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_spec
@@ -51,7 +52,8 @@ serve_one() { # serve_one NAME [flags]: starts, asks, writes $T/NAME.*, stops
 serve_one plain
 serve_one spec --speculative-config "$SPEC"
 serve_one suffix --speculative-config '{"method": "suffix", "num_speculative_tokens": 3, "fixed_k": true}'
-for run in spec suffix; do
+serve_one mtp --speculative-config '{"method": "mtp", "num_speculative_tokens": 3, "fixed_k": true}'
+for run in spec suffix mtp; do
     for f in cmpl chat sse; do
         if [ -s "$T/plain.$f" ] && cmp -s "$T/plain.$f" "$T/$run.$f"; then
             ok "$f: the same answer with $run speculation"
@@ -96,9 +98,9 @@ assert p["spec_k"] == 0 and p["spec_drafts"] == 0, p' "$T/spec.stats" "$T/plain.
 grep -q spec_decode "$T/plain.metrics" && bad "spec counters without --speculative-config" \
     || ok "no spec counters without speculation"
 
-refused() { # refused JSON EXPECTED-TEXT
+refused() { # refused JSON EXPECTED-TEXT [MODEL]
     local port=$((20000 + RANDOM % 20000))
-    timeout 30 "$CLLM_BIN" serve "$M" --port $port "${COMMON[@]}" --speculative-config "$1" \
+    timeout 30 "$CLLM_BIN" serve "${3:-$M}" --port $port "${COMMON[@]}" --speculative-config "$1" \
         > "$T/out" 2>&1
     local rc=$?
     if [ $rc = 1 ] && grep -q -- "$2" "$T/out"; then ok "refused: $2"; else
@@ -108,7 +110,10 @@ refused() { # refused JSON EXPECTED-TEXT
 }
 refused '{"method": "ngram", "num_speculative_tokens": 3, "lookahead": 2}' "unknown key 'lookahead'"
 refused '{"method": "eagle", "num_speculative_tokens": 3}' "method 'eagle' is not supported"
-refused '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}' "method mtp needs the checkpoint's MTP head"
+# models/tiny has a trained MTP head: a synthetic model without one for the refusal
+"$CLLM_BIN" synth --config "$CLLM_SRC/configs/tiny.json" "$T/nomtp" --seed 5 -q > /dev/null 2>&1 \
+    && cp "$M/tokenizer.json" "$M/tokenizer_config.json" "$T/nomtp/" || bad "synth configs/tiny.json"
+refused '{"method": "qwen3_5_mtp", "num_speculative_tokens": 1}' "method mtp needs the checkpoint's MTP head" "$T/nomtp"
 refused '{"method": "mtp", "num_speculative_tokens": 2, "prompt_lookup_max": 3}' "'prompt_lookup_max' does not apply to method 'mtp'"
 refused '{"method": "ngram", "num_speculative_tokens": 2, "draft_vocab_size": 4096}' "'draft_vocab_size' does not apply to method 'ngram'"
 refused '{"method": "mtp", "num_speculative_tokens": 2, "draft_vocab_size": 8}' "draft_vocab_size must be an integer in \[64"

@@ -262,10 +262,58 @@ class Qwen35MoeText(nn.Module):
                 l.linear_attn.recurrent = on
 
     def forward(self, ids):
+        return self.lm_head(self.hidden(ids))
+
+    def hidden(self, ids):
+        """Final-normed hidden state (model.norm output): what the lm_head reads and what the MTP
+        head reads as h_p (docs/model.md §2.7)."""
         h = self.embed_tokens(ids)
         for l in self.layers:
             h = l(h)
-        return self.lm_head(self.norm(h))
+        return self.norm(h)
+
+    def aux_loss(self):
+        return sum(l.mlp.aux for l in self.layers) / len(self.layers)
+
+
+class MTP(nn.Module):
+    """Multi-token-prediction head (docs/model.md §2.7, vLLM qwen3_5_mtp.py): row p reads the
+    trunk's final-normed hidden h_p and the embedding of t_{p+1} (the trunk's own embed_tokens,
+    mtp_use_dedicated_embeddings false) and predicts t_{p+2} through the trunk's lm_head:
+      x = fc(concat(pre_fc_norm_embedding(e), pre_fc_norm_hidden(h)))   # embedding first
+      x = full-attention MoE decoder layer (own KV, positions p), out = norm(x).
+    Names under `mtp.` exactly as the checkpoint (no `model.language_model.` prefix)."""
+
+    def __init__(self, c):
+        super().__init__()
+        H, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.pre_fc_norm_embedding = Norm1p(H, eps)
+        self.pre_fc_norm_hidden = Norm1p(H, eps)
+        self.fc = nn.Linear(2 * H, H, bias=False)
+        self.layers = nn.ModuleList([Layer(c, "full_attention")])
+        self.norm = Norm1p(H, eps)
+
+    def forward(self, emb_next, hid):
+        """emb_next [B,T,H] = embed(t_{p+1}), hid [B,T,H] = h_p; returns normed output [B,T,H]
+        (the lm_head input, and the hidden input of a chained draft)."""
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(emb_next), self.pre_fc_norm_hidden(hid)], -1))
+        for l in self.layers:
+            x = l(x)
+        return self.norm(x)
+
+    def init_from_trunk(self, trunk):
+        """Start from something that already computes a useful residual stream: the decoder layer is
+        a copy of the trunk's last full-attention layer, fc = [I | I] / 2 (mean of the two normed
+        inputs), mtp.norm = the trunk's final norm (the shared lm_head expects its scale), the
+        two pre-fc norms at identity (w = 0 under the (1 + w) convention)."""
+        last = [l for l in trunk.layers if l.kind == "full_attention"][-1]
+        H = self.fc.weight.shape[0]
+        with torch.no_grad():
+            self.layers[0].load_state_dict(last.state_dict())
+            self.fc.weight.copy_(torch.cat([torch.eye(H), torch.eye(H)], 1) * 0.5)
+            self.norm.weight.copy_(trunk.norm.weight)
+            self.pre_fc_norm_embedding.weight.zero_()
+            self.pre_fc_norm_hidden.weight.zero_()
 
     def aux_loss(self):
         return sum(l.mlp.aux for l in self.layers) / len(self.layers)
@@ -334,6 +382,8 @@ def load_hf(model_dir):
     sd = load_safetensors(f"{model_dir}/model.safetensors")
     own = {}
     for n, t in sd.items():
+        if n.startswith("mtp."):  # the MTP head (train_mtp.py) is not part of the trunk
+            continue
         own[n if n == "lm_head.weight" else n[len("model.language_model."):]] = t
     missing = set(m.state_dict()) ^ set(own)
     assert not missing, missing
