@@ -22,12 +22,14 @@ srv_console *srv_console_new(const cllm_server *s) {
     srv_console *c = calloc(1, sizeof(*c));
     int cap = s->o.console_requests > 0 ? s->o.console_requests : 1000;
     if (c) c->ring = calloc((size_t)cap, sizeof(srv_con_entry));
-    if (!c || !c->ring) {
+    if (!c || !c->ring || !srv_con_hist_init(&c->hist, SRV_CON_HIST)) {
+        if (c) free(c->ring);
         free(c);
         LOG_WARN("console: out of memory for a %d-request log; console off", cap);
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->hmu, NULL);
     c->cap = cap;
     c->log_prompts = s->o.console_log_prompts;
     return c;
@@ -38,6 +40,8 @@ void srv_console_free(srv_console *c) {
     for (int i = 0; i < c->cap; i++) free(c->ring[i].prompt_text);
     free(c->ring);
     free(c->card);
+    srv_con_hist_free(&c->hist);
+    pthread_mutex_destroy(&c->hmu);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -171,6 +175,16 @@ static enum MHD_Result route_info(srv_req *r) {
         return MHD_NO;
     }
     json_object_set_new(o, "card", card ? card : json_object());
+    /* what the chat's settings are checked against before a request is sent: the API's own
+     * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
+     * to 100 but the console offers in OpenAI's 0..2 */
+    int mml = st.max_model_len;
+    json_object_set_new(o, "limits",
+                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:i}", "max_model_len", mml,
+                                  "max_tokens_min", 1, "max_tokens_max",
+                                  mml > 1 ? mml - 1 : 1 << 30, "temperature_min", 0.0,
+                                  "temperature_max", 2.0, "top_p_min", 0.01, "top_p_max", 1.0,
+                                  "max_n", s->o.max_n));
     return reply_json(r, 200, o);
 }
 
@@ -216,8 +230,11 @@ enum MHD_Result srv_console_dispatch(srv_req *r) {
     const char *url = r->url;
     if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD")) return reply_err(r, 405, "use GET");
     if (!strcmp(url, "/console/stats")) {
+        /* ?since=T (unix seconds; 0 = all): also the history ring's samples after T */
+        const char *since = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "since");
         size_t n = 0;
-        char *t = srv_console_stats_json(s, &n);
+        char *t = since ? srv_console_stats_since_json(s, strtod(since, NULL), &n)
+                        : srv_console_stats_json(s, &n);
         if (!t) return MHD_NO;
         return reply(r, 200, "application/json", t, n, true, false);
     }

@@ -68,6 +68,16 @@ async function waitFor(page, fn, arg, ms, what) {
   }
 }
 
+// the chat's settings live in a drawer: open it, set the fields, close it
+async function settings(page, vals) {
+  if (await page.isHidden('#settings')) await page.click('#settings-btn');
+  for (const [id, v] of Object.entries(vals)) {
+    if (typeof v === 'boolean') await (v ? page.check('#' + id) : page.uncheck('#' + id));
+    else await page.fill('#' + id, String(v));
+  }
+  await page.click('#settings-close');
+}
+
 async function newPage(browser, url, opts) {
   const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, opts || {}));
   const page = await ctx.newPage();
@@ -129,8 +139,7 @@ async function plain(browser) {
   check(await page.isHidden('#key-form'), 'no API key prompt when the server has no key');
 
   // chat round trip, streamed: watch the answer grow while it streams
-  await page.fill('#set-max', '48');
-  await page.fill('#set-temp', '0');
+  await settings(page, { 'set-max': 48, 'set-temp': 0 });
   await page.fill('#chat-input', 'Hello! Tell me about the sea.');
   await page.focus('#chat-input');
   await page.keyboard.press('Enter');
@@ -161,11 +170,11 @@ async function plain(browser) {
     if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
   });
   await page.click('#clear');
-  await page.uncheck('#set-thinking');
+  await settings(page, { 'set-thinking': false });
   await page.fill('#chat-input', 'Hi');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'no-thinking answer');
-  await page.check('#set-thinking');
+  await settings(page, { 'set-thinking': true });
   await page.fill('#chat-input', 'Hi again');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'thinking answer');
@@ -188,8 +197,7 @@ async function plain(browser) {
   // stop: abort mid-stream, the server cancels (cllm_requests_cancelled_on_disconnect_total)
   const c0 = await metric(url, 'cllm_requests_cancelled_on_disconnect_total');
   await page.click('#clear');
-  await page.fill('#set-max', '3000');
-  await page.fill('#set-temp', '1');
+  await settings(page, { 'set-max': 3000, 'set-temp': 1 });
   // the page never sends ignore_eos; the test adds it so the tiny model cannot stop by itself
   await page.route('**/v1/chat/completions', (route) => {
     const b = JSON.parse(route.request().postData());
@@ -289,12 +297,12 @@ async function plain(browser) {
   check(pw.p === undefined && pw.imgs === 0, 'no script ran and no image element from model or user text');
   check(pw.text.includes('<script>window.__pwned=1</script>'), 'chat shows the answer\'s <script> as text');
   if (SHOTS) {
-    await page.evaluate(() => localStorage.removeItem('cllm.console.chat.v1'));
+    await page.evaluate(() => localStorage.removeItem('cllm.console.convs.v2'));
   }
 
   // dashboard: numbers rise during bench-serve and fall back after
   await page.click('#tab-dash');
-  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 6, null, 10000, 'dashboard charts');
+  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 8, null, 10000, 'dashboard charts');
   const reqsBefore = await page.evaluate(() => window.cllmConsole.reqs.rows().length);
   // 256 tokens each, so the run outlasts several 2 s dashboard polls: with 48 tokens a quiet box
   // finished all 24 requests inside one poll and the dashboard never saw them running.
@@ -369,8 +377,7 @@ async function plain(browser) {
     await page.screenshot({ path: path.join(SHOTS, 'console-requests.png') });
     await page.click('#tab-chat');
     await page.click('#clear');
-    await page.fill('#set-max', '120');
-    await page.fill('#set-temp', '0');
+    await settings(page, { 'set-max': 120, 'set-temp': 0 });
     await page.fill('#chat-input', 'What is the capital of France?');
     await page.click('#send');
     await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'screenshot answer');
@@ -439,7 +446,7 @@ async function withKey(browser) {
   await page.press('#key-input', 'Enter');
   await waitFor(page, () => document.getElementById('key-form').hidden && /ready/.test(document.getElementById('conn').textContent), null, 10000, 'key accepted');
   ok('page works after entering the key');
-  await page.fill('#set-max', '8');
+  await settings(page, { 'set-max': 8 });
   await page.fill('#chat-input', 'secret prompt words');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'chat with key');
