@@ -34,6 +34,7 @@ typedef struct srv_con_entry {
 typedef struct srv_con_sample {
     double t; /* unix seconds at the end of the second */
     float running, waiting, kv_pct, slots_pct;
+    float in_flight; /* highest number of generation requests in flight (exact, not sampled) */
     double prompt_tokens, gen_tokens, prefix_q, prefix_h; /* engine counters, cumulative */
     double http_total, http_5xx, http_429, preemptions;   /* server counters, cumulative */
     float proc_cpu_pct, host_cpu_pct, host_mem_pct;

@@ -211,6 +211,7 @@ DELTA(http_5xx)
 DELTA(http_429)
 DELTA(preemptions)
 GAUGE(running)
+GAUGE(in_flight)
 GAUGE(waiting)
 GAUGE(kv_pct)
 GAUGE(slots_pct)
@@ -235,6 +236,7 @@ static const struct {
     {"ptps", get_prompt_tokens},
     {"gtps", get_gen_tokens},
     {"running", get_running},
+    {"inflight", get_in_flight},
     {"waiting", get_waiting},
     {"kv", get_kv_pct},
     {"slots", get_slots_pct},
@@ -311,6 +313,10 @@ static void bucket_close(cllm_server *s, srv_console *c, const cllm_engine_stats
     for (int i = 500; i < 600; i++) x.http_5xx += (double)m->http[i];
     x.http_429 = (double)m->http[429];
     pthread_mutex_unlock(&m->mu);
+    pthread_mutex_lock(&s->mu);
+    x.in_flight = (float)s->in_flight_peak;
+    s->in_flight_peak = s->in_flight;
+    pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&c->hmu);
     srv_con_bucket *k = &c->bucket;
     x.running = k->running, x.waiting = k->waiting;

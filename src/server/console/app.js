@@ -78,7 +78,7 @@
     if (a.down) {
       level = 'crit down';
       text = 'Server unreachable since ' + new Date(a.since).toLocaleTimeString([], { hour12: false }) +
-        ' — retrying every ' + C.fmt(C.pollMs / 1000, 0) + ' s.';
+        ' — retrying every ' + C.fmt(C.pollMs / 1000, C.pollMs % 1000 ? 1 : 0) + ' s.';
     } else if (a.level && C.tab === 'dash') {
       level = a.level;
       text = a.text;

@@ -9,7 +9,7 @@
   const C = window.cllmConsole, $ = C.$;
   const WARN = 92, CRIT = 95, SUSTAIN_S = 30, KEEP = 3600;
   const H = {}; /* series name -> array, aligned with H.t: the server's history columns */
-  const names = ['t', 'ptps', 'gtps', 'running', 'waiting', 'kv', 'slots', 'hcpu', 'hmem', 'pcpu',
+  const names = ['t', 'ptps', 'gtps', 'running', 'inflight', 'waiting', 'kv', 'slots', 'hcpu', 'hmem', 'pcpu',
     'pq', 'ph', 'req', 'e5xx', 'r429', 'preempt', 'ttft50', 'ttft95', 'ttft99', 'itl50', 'itl95', 'itl99',
     'e2e50', 'e2e95', 'e2e99', 'hit'];
   names.forEach((n) => (H[n] = []));
@@ -194,7 +194,8 @@
     const pc = (k, what) => [[k + '50', what + 'p50', color(1)], [k + '95', what + 'p95', color(2)], [k + '99', what + 'p99', color(4)]];
     const list = [
       mk('ch-tput', 'tok/s', [['ptps', 'prompt', color(1)], ['gtps', 'generation', color(2)]]),
-      mk('ch-reqs', 'req', [['running', 'running', color(3)], ['waiting', 'waiting', color(2)]]),
+      mk('ch-reqs', 'req', [['running', 'running', color(3)], ['waiting', 'waiting', color(2)],
+        ['inflight', 'in flight (exact peak)', color(6), 1, [4, 3]]]),
       mk('ch-use', '%', [['kv', 'KV blocks', color(1)], ['slots', 'state slots', color(4)],
         ['hcpu', 'host CPU', color(2)], ['hmem', 'host mem', color(6)], ['pcpu', 'cllm CPU', color(3)],
         ['_warn', 'warn 92', warnC, 1, [6, 4]], ['_crit', 'critical 95', critC, 1, [6, 4]]], [0, 100]),
