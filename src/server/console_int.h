@@ -23,7 +23,10 @@ typedef struct srv_con_entry {
     double total_s;             /* arrival to the connection's end */
     char finish[12];            /* stop|length|abort|error|cancelled|"" */
     bool gen, stream;
-    char *prompt_text; /* only with --console-log-prompts, else NULL */
+    float temperature, top_p; /* the request's sampling (gen only) */
+    int max_tokens;           /* as the engine ran it (the API's default filled in) */
+    long long seed;           /* -1 = none */
+    char *prompt_text;        /* only with --console-log-prompts, else NULL */
 } srv_con_entry;
 
 /* One second of the dashboard's history (issue 35). Gauges are the highest value seen during the

@@ -357,6 +357,84 @@ async function plain(browser) {
   const domRows = await page.$$eval('#reqs tbody tr', (t) => t.length);
   check(domRows === Math.min(rows.length, 50) && rows.length <= 50, `ring keeps --console-requests 50 (${rows.length} rows, ${domRows} in the table)`);
 
+  // request log (issue 35): server-side filters, sort, paging, detail, CSV, phone columns
+  const reqs = () => page.evaluate(() => ({ rows: window.cllmConsole.reqs.rows(), total: window.cllmConsole.reqs.total(),
+    info: document.getElementById('pg-info').textContent }));
+  const settle = () => sleep(400);
+  const before400 = (await reqs()).total;
+  check((await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: '{"messages":[{"role":"user","content":"x"}],"temperature":-5}' })).status === 400, 'a bad request for the log');
+  await waitFor(page, (n) => window.cllmConsole.reqs.total() > n, before400, 5000, 'the 400 in the log');
+  const all = (await reqs()).total;
+  await page.selectOption('#f-finish', 'cancelled');
+  await settle();
+  let q = await reqs();
+  check(q.rows.length >= 1 && q.rows.every((x) => x.finish === 'cancelled') && q.total < all, `finish filter (${q.total} of ${all} cancelled)`);
+  await page.selectOption('#f-finish', '');
+  await page.fill('#f-route', 'chat/completions');
+  await settle();
+  q = await reqs();
+  check(q.rows.length > 0 && q.rows.every((x) => x.route === '/v1/chat/completions'), 'route filter');
+  await page.fill('#f-route', '');
+  await page.selectOption('#f-status', 'err');
+  await settle();
+  q = await reqs();
+  check(q.total === 1 && q.rows[0].status === 400, `status filter (${q.total} error)`);
+  await page.selectOption('#f-status', '');
+  await page.fill('#f-min', '100000000');
+  await settle();
+  check((await reqs()).total === 0, 'slower-than filter');
+  await page.fill('#f-min', '');
+  await page.click('#reqs th[data-sort=total] button');
+  await settle();
+  q = await reqs();
+  check(q.rows.every((x, i) => i === 0 || q.rows[i - 1].total_ms >= x.total_ms) &&
+    (await page.getAttribute('#reqs th[data-sort=total]', 'aria-sort')) === 'descending', 'sort by total time, slowest first');
+  await page.click('#reqs th[data-sort=total] button');
+  await settle();
+  q = await reqs();
+  check(q.rows.every((x, i) => i === 0 || q.rows[i - 1].total_ms <= x.total_ms), 'a second click sorts ascending');
+  await page.click('#reqs th[data-sort=time] button');
+  await page.selectOption('#pg-size', '25');
+  await settle();
+  const p1 = await reqs();
+  await page.click('#pg-next');
+  await settle();
+  const p2 = await reqs();
+  check(p1.rows.length === 25 && p2.rows.length === Math.min(25, all - 25) && p2.rows[0].seq < p1.rows[24].seq &&
+    /^26–/.test(p2.info), `paging: ${p1.info}, then ${p2.info}`);
+  await page.click('#pg-prev');
+  await settle();
+  const id = p1.rows.find((x) => x.id).id;
+  await page.fill('#f-q', id);
+  await settle();
+  q = await reqs();
+  check(q.total === 1 && q.rows[0].id === id, 'text search finds a request by id');
+  await page.click('#reqs tbody tr');
+  const det = await page.textContent('#req-detail');
+  check(await page.isVisible('#req-detail') && det.includes(id) && /Time to first token/.test(det) && /Max tokens/.test(det),
+    'a row opens its details (timings, tokens, parameters)');
+  await page.fill('#f-q', '');
+  await settle();
+  const [csvDl] = await Promise.all([page.waitForEvent('download'), page.click('#f-csv')]);
+  const csvLines = fs.readFileSync(await csvDl.path(), 'utf8').trim().split(/\r?\n/);
+  check(csvLines[0].startsWith('seq,time,method,route,status') && csvLines.length === (await reqs()).total + 1,
+    `CSV export has every matching row (${csvLines.length - 1})`);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await settle();
+  const cols = await page.evaluate(() => [...document.querySelectorAll('#reqs thead th')].filter((th) => th.offsetParent)
+    .map((th) => ({ t: th.textContent.trim(), r: th.getBoundingClientRect().right })));
+  const tt = cols.find((c) => /TTFT/.test(c.t)), tot = cols.find((c) => /Total/.test(c.t));
+  check(tt && tot && tt.r <= 390 && tot.r <= 390, 'phone: TTFT and total time are on screen: ' + JSON.stringify(cols.slice(0, 5)));
+  if (SHOTS) {
+    await page.click('#reqs tbody tr');
+    await page.screenshot({ path: path.join(SHOTS, 'console-requests-phone.png') });
+  }
+  await page.click('#req-close');
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.selectOption('#pg-size', '50');
+  await settle();
+
   // keyboard: tabs move with the arrow keys
   await page.focus('#tab-reqs');
   await page.keyboard.press('ArrowLeft');
@@ -756,6 +834,17 @@ async function withKey(browser) {
   await page.click('#tab-reqs');
   await waitFor(page, () => window.cllmConsole.reqs.rows().some((r) => r.prompt === 'secret prompt words'), null, 10000, 'logged prompt');
   ok('--console-log-prompts shows the prompt text');
+  // the detail pane cuts a long prompt, "Show all" shows the rest
+  const long = 'marker-' + 'x'.repeat(900) + '-end';
+  await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json', Authorization: 'Bearer ' + key },
+    body: JSON.stringify({ messages: [{ role: 'user', content: long }], max_tokens: 1 }) }).then((r) => r.json());
+  await page.fill('#f-q', 'marker-');
+  await waitFor(page, () => window.cllmConsole.reqs.rows().length === 1, null, 10000, 'the long prompt row');
+  await page.click('#reqs tbody tr');
+  const cut = await page.textContent('#req-prompt pre');
+  check(cut.length < 700 && cut.endsWith('…') && await page.isVisible('#req-more'), `a long prompt is cut (${cut.length} chars shown)`);
+  await page.click('#req-more');
+  check((await page.textContent('#req-prompt pre')) === long, 'Show all shows the whole prompt');
   // errors expected here: the 401s the page was built to get; anything else is a failure
   const other = errors.filter((e) => !/401|Unauthorized/.test(e));
   check(other.length === 0, 'no console errors besides the expected 401s' + (other.length ? ': ' + other.join(' | ') : ''));

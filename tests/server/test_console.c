@@ -299,6 +299,83 @@ static void test_history_endpoint(int port) {
     json_decref(j);
 }
 
+static int count_of(int port, const char *path, long long *total) {
+    long st;
+    json_t *j = get_json(port, path, &st);
+    int n = st == 200 ? (int)json_array_size(json_object_get(j, "requests")) : -1;
+    if (total) *total = json_integer_value(json_object_get(j, "total"));
+    json_decref(j);
+    return n;
+}
+
+/* /console/requests' filters, sort and paging (issue 35), on a ring with prompt text. */
+static void test_query(int port) {
+    http_res r;
+    for (int i = 1; i <= 4; i++) {
+        char body[128];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"alpha %d\",\"max_tokens\":%d,\"temperature\":0.5,\"seed\":7}", i,
+                 i);
+        http_post(port, "/v1/completions", KEY, body, &r);
+        CHECK(r.status == 200);
+        http_free(&r);
+    }
+    http_post(port, "/v1/completions", KEY, "{\"prompt\":\"x\",\"temperature\":-5}", &r);
+    http_free(&r);
+    http_do(port, "GET", "/v1/nothing", AUTH, NULL, 0, &r);
+    CHECK(r.status == 404);
+    http_free(&r);
+    wait_seq(port, 6);
+    static const struct {
+        const char *q;
+        int n;
+    } cases[] = {
+        {"", 6},
+        {"?status=4xx", 2},
+        {"?status=err", 2},
+        {"?status=200", 4},
+        {"?status=2xx&route=completions", 4},
+        {"?route=COMPLETIONS", 5},
+        {"?route=chat", 0},
+        {"?q=alpha%202", 1},
+        {"?q=nothing", 1},
+        {"?finish=length", 4},
+        {"?min_ms=1e9", 0},
+        {"?since=1e12", 0},
+        {"?until=1", 0},
+        {"?status=2xx&offset=1&limit=2", 2},
+        {"?status=2xx&offset=3&limit=2", 1},
+        {"?offset=99", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "/console/requests%s", cases[i].q);
+        int n = count_of(port, path, NULL);
+        CHECK_MSG(n == cases[i].n, "%s: %d rows, want %d", path, n, cases[i].n);
+    }
+    long long total = 0;
+    count_of(port, "/console/requests?status=2xx&offset=1&limit=2", &total);
+    CHECK_MSG(total == 4, "total counts every match, not the page: %lld", total);
+    long st;
+    json_t *j = get_json(port, "/console/requests?status=2xx&sort=output&order=asc", &st);
+    json_t *a = json_object_get(j, "requests");
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        CHECK_MSG(json_integer_value(json_object_get(e, "output_tokens")) == (json_int_t)i + 1,
+                  "sorted by output, ascending: row %zu", i);
+        CHECK(json_integer_value(json_object_get(e, "max_tokens")) == (json_int_t)i + 1);
+        CHECK(json_number_value(json_object_get(e, "temperature")) == 0.5);
+        CHECK(json_integer_value(json_object_get(e, "seed")) == 7);
+    }
+    json_decref(j);
+    j = get_json(port, "/console/requests?sort=total", &st);
+    a = json_object_get(j, "requests");
+    for (size_t i = 1; i < json_array_size(a); i++)
+        CHECK(json_number_value(json_object_get(json_array_get(a, i - 1), "total_ms")) >=
+              json_number_value(json_object_get(json_array_get(a, i), "total_ms")));
+    json_decref(j);
+}
+
 /* A stream whose client leaves early shows as "cancelled". */
 static void test_cancelled(int port) {
     http_res r;
@@ -413,6 +490,11 @@ int main(void) {
         http_do(port, "GET", "/console/app.js", NULL, NULL, 0, &r);
         CHECK_MSG(r.status == 401, "console off: assets are not public: %ld", r.status);
         http_free(&r);
+        cllm_server_stop(s);
+    }
+    s = start(&f, true, 20, true);
+    if (s) {
+        test_query(cllm_server_port(s));
         cllm_server_stop(s);
     }
     /* with prompt logging */
