@@ -179,6 +179,15 @@ static enum MHD_Result route_info(srv_req *r) {
     /* what the chat's settings are checked against before a request is sent: the API's own
      * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
      * to 100 but the console offers in OpenAI's 0..2 */
+    const cllm_console_alerts *al = &s->o.console_alerts;
+    json_object_set_new(
+        o, "thresholds",
+        al->warn_pct > 0
+            ? json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "warn_pct", al->warn_pct,
+                        "crit_pct", al->crit_pct, "sustain_s", al->sustain_s, "err_warn_pct",
+                        al->err_warn_pct, "err_crit_pct", al->err_crit_pct, "mem_warn_pct",
+                        al->mem_warn_pct, "mem_crit_pct", al->mem_crit_pct, "source", "cllm doctor")
+            : json_null());
     int mml = st.max_model_len;
     json_object_set_new(o, "limits",
                         json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:i}", "max_model_len", mml,

@@ -750,6 +750,9 @@ async function dashboard(browser, url) {
   check(Math.max(...burst.inflight) >= 1 && Math.max(...burst.gtps) > 0,
     `a one-request burst (well under a second) shows in the next samples (in flight peak ${Math.max(...burst.inflight)}, generation ${Math.max(...burst.gtps)} tok/s)`);
 
+  const th = await page.evaluate(() => window.cllmConsole.info.thresholds);
+  check(th && th.source === 'cllm doctor' && th.warn_pct === 92 && th.crit_pct === 95 && th.sustain_s === 30,
+    'the alert thresholds come from the server, cllm doctor\'s: ' + JSON.stringify(th));
   // alerts: a busy host with an idle cllm raises none; a full KV cache does, on the dashboard only
   let fake = { busy: 0, kv: 0 };
   await page.route('**/console/stats*', async (route) => {

@@ -7,14 +7,14 @@
 'use strict';
 (function () {
   const C = window.cllmConsole, $ = C.$;
-  const WARN = 92, CRIT = 95, SUSTAIN_S = 30, KEEP = 3600;
+  const KEEP = 3600;
   const H = {}; /* series name -> array, aligned with H.t: the server's history columns */
   const names = ['t', 'ptps', 'gtps', 'running', 'inflight', 'waiting', 'kv', 'slots', 'hcpu', 'hmem', 'pcpu',
     'pq', 'ph', 'req', 'e5xx', 'r429', 'preempt', 'ttft50', 'ttft95', 'ttft99', 'itl50', 'itl95', 'itl99',
     'e2e50', 'e2e95', 'e2e99', 'hit'];
   names.forEach((n) => (H[n] = []));
   const raw = []; /* recent stats objects, for windowed rates */
-  const high = {}; /* usage name -> unix seconds it went >= CRIT */
+  const high = {}; /* usage name -> unix seconds it went above crit_pct */
   let charts = null, timer = 0, last = null;
 
   function pct(a, b) {
@@ -61,33 +61,36 @@
    * available below 10% warns, below 5% is critical. Host CPU is never a warning: a busy host is
    * reported as a note, saying whether cllm or other processes use it. */
   const usageNames = { kv: 'KV cache', slots: 'state slots' };
-  C.thresholds = { WARN, CRIT, SUSTAIN_S, ERR_WARN: 1, ERR_CRIT: 5, MEM_WARN: 10, MEM_CRIT: 5 };
+  /* /console/info's thresholds (cllm serve copies cllm doctor's); these built-in ones are the
+   * same numbers, for a server that does not send them */
+  const TH = { warn_pct: 92, crit_pct: 95, sustain_s: 30, err_warn_pct: 1, err_crit_pct: 5, mem_warn_pct: 10, mem_crit_pct: 5 };
+  C.thresholds = TH;
   function levels(v, s) {
     const out = {};
     for (const k of Object.keys(usageNames)) {
       const x = v[k];
-      if (x !== null && x > CRIT) {
+      if (x !== null && x > TH.crit_pct) {
         if (!high[k]) high[k] = v.t;
-        out[k] = v.t - high[k] >= SUSTAIN_S ? 'crit' : 'warn';
+        out[k] = v.t - high[k] >= TH.sustain_s ? 'crit' : 'warn';
       } else {
         delete high[k];
-        out[k] = x !== null && x > WARN ? 'warn' : '';
+        out[k] = x !== null && x > TH.warn_pct ? 'warn' : '';
       }
     }
     const a = ago(60);
     const http = (o) => (o.http_200 || 0) + (o.http_4xx || 0) + (o.http_5xx || 0);
     const dReq = http(s) - http(a), dErr = s.http_5xx - a.http_5xx;
     v.err = dReq > 0 ? (100 * dErr) / dReq : null;
-    out.err = v.err === null || dErr <= 0 ? '' : v.err > C.thresholds.ERR_CRIT ? 'crit' : v.err > C.thresholds.ERR_WARN ? 'warn' : '';
+    out.err = v.err === null || dErr <= 0 ? '' : v.err > TH.err_crit_pct ? 'crit' : v.err > TH.err_warn_pct ? 'warn' : '';
     v.preempt60 = s.preemptions - a.preemptions;
     out.preempt = v.preempt60 > 0 ? 'warn' : '';
     v.r429 = s.http_429 - a.http_429;
     out.r429 = v.r429 > 0 ? 'warn' : '';
     const qmax = C.info && C.info.max_num_queued_reqs;
-    out.waiting = qmax > 0 && s.waiting >= (qmax * WARN) / 100 ? 'warn' : '';
+    out.waiting = qmax > 0 && s.waiting >= (qmax * TH.warn_pct) / 100 ? 'warn' : '';
     const memAvail = s.mem_total_bytes > 0 ? (100 * s.mem_available_bytes) / s.mem_total_bytes : null;
-    out.hmem = memAvail === null ? '' : memAvail < C.thresholds.MEM_CRIT ? 'crit' : memAvail < C.thresholds.MEM_WARN ? 'warn' : '';
-    out.hcpu = v.hcpu !== null && v.hcpu > WARN ? 'info' : '';
+    out.hmem = memAvail === null ? '' : memAvail < TH.mem_crit_pct ? 'crit' : memAvail < TH.mem_warn_pct ? 'warn' : '';
+    out.hcpu = v.hcpu !== null && v.hcpu > TH.warn_pct ? 'info' : '';
     return out;
   }
 
@@ -171,9 +174,12 @@
         width: Math.max(280, el.clientWidth || 400),
         height: 200,
         axes: [
-          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid } },
+          { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: 70,
+            values: (u, splits) => splits.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false })) },
           { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 72,
-            values: (u, splits) => splits.map((v) => tick(v) + ' ' + unit) },
+            values: (u, splits) => splits.map((v) => tick(v) + ' ' + unit),
+            /* whole requests and events: no 2.5 req ticks */
+            incrs: unit === 'req' ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] : undefined },
         ],
         scales: { x: { time: true }, y: yrange ? { range: yrange } : { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
         series: [{ value: (u, v) => (v ? new Date(v * 1000).toLocaleTimeString([], { hour12: false }) : '–') }].concat(series.map((s) => ({
@@ -198,7 +204,7 @@
         ['inflight', 'in flight (exact peak)', color(6), 1, [4, 3]]]),
       mk('ch-use', '%', [['kv', 'KV blocks', color(1)], ['slots', 'state slots', color(4)],
         ['hcpu', 'host CPU', color(2)], ['hmem', 'host mem', color(6)], ['pcpu', 'cllm CPU', color(3)],
-        ['_warn', 'warn 92', warnC, 1, [6, 4]], ['_crit', 'critical 95', critC, 1, [6, 4]]], [0, 100]),
+        ['_warn', 'warn ' + TH.warn_pct, warnC, 1, [6, 4]], ['_crit', 'critical ' + TH.crit_pct, critC, 1, [6, 4]]], [0, 100]),
       mk('ch-hit', '%', [['hit', 'hit rate', color(3)], ['_target', 'target 85', color(4), 1, [6, 4]]], [0, 100]),
       mk('ch-ttft', 'ms', pc('ttft', '')),
       mk('ch-itl', 'ms', pc('itl', '')),
@@ -217,13 +223,13 @@
     }
     return list;
   }
-  const constant = { _warn: WARN, _crit: CRIT, _target: 85 };
+  const constant = { _warn: () => TH.warn_pct, _crit: () => TH.crit_pct, _target: () => 85 };
   function draw() {
     if (C.tab !== 'dash') return;
     if (!charts) charts = makeCharts();
     if (!charts) return;
     for (const u of charts)
-      u.setData([H.t].concat(u._keys.map((k) => (k in constant ? H.t.map(() => constant[k]) : H[k]))));
+      u.setData([H.t].concat(u._keys.map((k) => (k in constant ? H.t.map(constant[k]) : H[k]))));
   }
 
   /* appends the server's history columns; hit rate is over the 60 samples up to each one */
@@ -314,6 +320,9 @@
 
   C.dash = { last: () => last, history: H, poll, charts: () => charts };
   C.hooks.info.push((info) => {
+    if (info.thresholds) Object.assign(TH, info.thresholds);
+    $('cap-use').textContent = 'Usage (KV / slots: warn above ' + TH.warn_pct + ', critical above ' + TH.crit_pct + ' for ' +
+      TH.sustain_s + ' s' + (info.thresholds ? ', as cllm doctor' : '') + ')';
     cardTable(info);
     start();
   });
