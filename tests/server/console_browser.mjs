@@ -773,7 +773,10 @@ async function dashboard(browser, url) {
   fake.kv = 1;
   await waitFor(page, () => /KV cache 100%/.test(document.getElementById('alert').textContent), null, 5000, 'KV alert');
   check(/warn/.test(await page.getAttribute('#alert', 'class')), 'a full KV cache warns');
-  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-dashboard-alert.png') });
+  if (SHOTS) {
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: path.join(SHOTS, 'console-dashboard-alert.png') });
+  }
   await page.click('#tab-chat');
   check(await page.isHidden('#alert'), 'the alert shows on the dashboard only');
   await page.click('#tab-dash');
@@ -796,6 +799,7 @@ async function serverGone(browser) {
   check(/Server unreachable/.test(a.text) && /crit/.test(a.cls) && a.retry && /unreachable/.test(a.conn), 'server gone: "Server unreachable" banner with Retry on the chat tab: ' + a.text);
   await page.click('#tab-dash');
   check(/Server unreachable/.test(await page.textContent('#alert')) && !/KV|CPU/.test(await page.textContent('#alert')), 'and on the dashboard, replacing any other alert');
+  check(await page.evaluate(() => document.getElementById('cards').classList.contains('stale')), 'the last figures are greyed out as stale');
   if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-unreachable.png') });
   await page.click('#alert-retry');
   await sleep(300);

@@ -116,14 +116,15 @@
     } else C.setAlert('', '');
   }
 
+  const pc = (x, d) => (x === null || x === undefined || !isFinite(x) ? '–' : C.fmt(x, d) + '%');
   function cards(s, v, lv) {
     const list = [
       ['Prompt tok/s', C.fmt(v.ptps, 1), '', 'ptps'],
       ['Generation tok/s', C.fmt(v.gtps, 1), '', 'gtps'],
       ['Running', String(s.running), '', 'running'],
       ['Waiting', String(s.waiting), '', 'waiting'],
-      ['KV blocks', C.fmt(v.kv, 1) + '%', lv.kv, 'kv', s.kv_blocks_used + ' / ' + s.kv_blocks_total],
-      ['State slots', C.fmt(v.slots, 1) + '%', lv.slots, 'slots', s.state_slots_used + ' / ' + s.state_slots_total],
+      ['KV blocks', pc(v.kv, 1), lv.kv, 'kv', s.kv_blocks_used + ' / ' + s.kv_blocks_total],
+      ['State slots', pc(v.slots, 1), lv.slots, 'slots', s.state_slots_used + ' / ' + s.state_slots_total],
       ['Prefix hit (60 s)', v.hit === null ? '–' : C.fmt(v.hit, 1) + '%', '', 'hit'],
       ['TTFT p95', s.ttft_ms ? C.fmt(s.ttft_ms.p95, 0) + ' ms' : '–', '', 'ttft95'],
       ['Preemptions', String(s.preemptions), '', 'preemptions'],
@@ -133,10 +134,10 @@
         s.spec_drafts + ' verifies, at most ' + s.spec_k + ' drafts each']] : []),
       ['429 responses', String(s.http_429), '', 'http429'],
       ['Cancelled (client gone)', String(s.cancelled_disconnect), '', 'cancelled'],
-      ['Process CPU', C.fmt(v.pcpu, 0) + '%', '', 'pcpu'],
+      ['Process CPU', pc(v.pcpu, 0), '', 'pcpu'],
       ['Process RSS', C.bytes(s.proc_rss_bytes), '', 'rss'],
-      ['Host CPU', C.fmt(v.hcpu, 0) + '%', '', 'hcpu', s.ncpu + ' CPUs'],
-      ['Host memory', C.fmt(v.hmem, 0) + '%', lv.hmem, 'hmem', C.bytes(s.mem_total_bytes - s.mem_available_bytes) + ' / ' + C.bytes(s.mem_total_bytes)],
+      ['Host CPU', pc(v.hcpu, 0), '', 'hcpu', s.ncpu + ' CPUs'],
+      ['Host memory', pc(v.hmem, 0), lv.hmem, 'hmem', C.bytes(s.mem_total_bytes - s.mem_available_bytes) + ' / ' + C.bytes(s.mem_total_bytes)],
     ];
     const box = $('cards');
     if (box.children.length !== list.length) {
@@ -175,11 +176,12 @@
         height: 200,
         axes: [
           { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, space: 70,
+            incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600],
             values: (u, splits) => splits.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false })) },
           { stroke: fg, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid }, size: 72,
             values: (u, splits) => splits.map((v) => tick(v) + ' ' + unit),
             /* whole requests and events: no 2.5 req ticks */
-            incrs: unit === 'req' ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] : undefined },
+            incrs: unit === 'req' || unit === '/s' ? [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] : undefined },
         ],
         scales: { x: { time: true }, y: yrange ? { range: yrange } : { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
         series: [{ value: (u, v) => (v ? new Date(v * 1000).toLocaleTimeString([], { hour12: false }) : '–') }].concat(series.map((s) => ({
@@ -329,4 +331,6 @@
   C.hooks.tab.push((t) => {
     if (t === 'dash') requestAnimationFrame(draw);
   });
+  /* figures from a server that no longer answers are greyed out, not passed off as current */
+  C.hooks.down.push((down) => $('cards').classList.toggle('stale', down));
 })();
