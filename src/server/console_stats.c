@@ -353,6 +353,27 @@ void srv_console_tick(cllm_server *s) {
     if (due) bucket_close(s, c, &st, now);
 }
 
+/* The samples after `since` (and the one before them, for rates), copied out under the lock
+ * and formatted unlocked: formatting an hour takes tens of ms, which the housekeeping thread
+ * must not wait for, and a page that polls with since= copies only a sample or two. */
+static void history_out(srv_buf *b, const srv_con_hist *h, pthread_mutex_t *mu, double since) {
+    pthread_mutex_lock(mu);
+    uint64_t oldest = h->n > (uint64_t)h->cap ? h->n - (uint64_t)h->cap : 0, from = h->n;
+    while (from > oldest && h->s[(from - 1) % (uint64_t)h->cap].t > since) from--;
+    if (from > oldest) from--; /* the predecessor */
+    srv_con_hist snap = {0};
+    int cnt = (int)(h->n - from);
+    if (srv_con_hist_init(&snap, cnt > 0 ? cnt : 1)) {
+        for (uint64_t k = from; k < h->n; k++)
+            srv_con_hist_push(&snap, &h->s[k % (uint64_t)h->cap]);
+    } else {
+        b->oom = true;
+    }
+    pthread_mutex_unlock(mu);
+    if (snap.s) srv_con_hist_json(&snap, since, b);
+    srv_con_hist_free(&snap);
+}
+
 static char *stats_json(cllm_server *s, double since, size_t *len) {
     cllm_engine_stats st;
     memset(&st, 0, sizeof(st));
@@ -413,11 +434,7 @@ static char *stats_json(cllm_server *s, double since, size_t *len) {
                    ",\"mem_total_bytes\":%.0f,\"mem_available_bytes\":%.0f",
                    h.proc_cpu_s, h.proc_rss, h.proc_threads, h.cpu_busy, h.cpu_total, h.ncpu,
                    h.mem_total, h.mem_avail);
-    if (s->console && since >= 0) {
-        pthread_mutex_lock(&s->console->hmu);
-        srv_con_hist_json(&s->console->hist, since, &b);
-        pthread_mutex_unlock(&s->console->hmu);
-    }
+    if (s->console && since >= 0) history_out(&b, &s->console->hist, &s->console->hmu, since);
     srv_buf_add(&b, "}", 1);
     if (b.oom) {
         srv_buf_free(&b);
