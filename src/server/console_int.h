@@ -40,6 +40,7 @@ typedef struct srv_con_sample {
     float in_flight; /* highest number of generation requests in flight (exact, not sampled) */
     double prompt_tokens, gen_tokens, prefix_q, prefix_h; /* engine counters, cumulative */
     double http_total, http_5xx, http_429, preemptions;   /* server counters, cumulative */
+    double spec_draft, spec_accepted; /* speculative decoding's draft tokens, cumulative */
     float proc_cpu_pct, host_cpu_pct, host_mem_pct;
     float ttft[3], itl[3], e2e[3]; /* p50 / p95 / p99 ms */
 } srv_con_sample;

@@ -210,6 +210,12 @@ DELTA(http_total)
 DELTA(http_5xx)
 DELTA(http_429)
 DELTA(preemptions)
+RATE(spec_draft)
+/* share of the second's draft tokens the target model accepted; NAN without drafts */
+static double get_spec_acc(const srv_con_sample *x, const srv_con_sample *p) {
+    double d = p ? x->spec_draft - p->spec_draft : 0;
+    return d > 0 ? 100 * (x->spec_accepted - p->spec_accepted) / d : NAN;
+}
 GAUGE(running)
 GAUGE(in_flight)
 GAUGE(waiting)
@@ -249,6 +255,8 @@ static const struct {
     {"e5xx", get_http_5xx},
     {"r429", get_http_429},
     {"preempt", get_preemptions},
+    {"sdraft", get_spec_draft},
+    {"sacc", get_spec_acc},
     {"ttft50", get_ttft0},
     {"ttft95", get_ttft1},
     {"ttft99", get_ttft2},
@@ -307,6 +315,8 @@ static void bucket_close(cllm_server *s, srv_console *c, const cllm_engine_stats
     x.prefix_q = (double)st->prefix_queries_tokens;
     x.prefix_h = (double)st->prefix_hits_tokens;
     x.preemptions = (double)st->preemptions;
+    x.spec_draft = (double)st->spec_draft_tokens;
+    x.spec_accepted = (double)st->spec_accepted_tokens;
     srv_metrics *m = &s->m;
     pthread_mutex_lock(&m->mu);
     for (int i = 100; i < 600; i++) x.http_total += (double)m->http[i];
@@ -321,14 +331,18 @@ static void bucket_close(cllm_server *s, srv_console *c, const cllm_engine_stats
     srv_con_bucket *k = &c->bucket;
     x.running = k->running, x.waiting = k->waiting;
     x.kv_pct = k->kv_pct, x.slots_pct = k->slots_pct;
+    /* the first sample (the housekeeping thread's first look) has no CPU baseline, but its
+     * counters are the base the next sample's rates start from */
+    bool first = k->t0 <= 0;
     double dt = now - k->t0;
-    x.proc_cpu_pct = dt > 0 && h.ncpu > 0
+    x.proc_cpu_pct = !first && dt > 0 && h.ncpu > 0
                          ? (float)(100 * (h.proc_cpu_s - k->proc_cpu_s) / dt / (double)h.ncpu)
                          : NAN;
     x.host_cpu_pct =
-        pct_of((double)(h.cpu_busy - k->cpu_busy), (double)(h.cpu_total - k->cpu_total));
+        first ? NAN
+              : pct_of((double)(h.cpu_busy - k->cpu_busy), (double)(h.cpu_total - k->cpu_total));
     x.host_mem_pct = h.mem_total > 0 ? (float)(100 * (1 - h.mem_avail / h.mem_total)) : NAN;
-    if (k->t0 > 0) srv_con_hist_push(&c->hist, &x); /* the first bucket has no CPU baseline */
+    srv_con_hist_push(&c->hist, &x);
     bucket_start(k, now, &h);
     pthread_mutex_unlock(&c->hmu);
 }

@@ -103,6 +103,7 @@ async function main() {
     await chatApp(browser, url);
     await dashboard(browser, url);
     await serverGone(browser);
+    await specDash(browser);
     await withKey(browser);
     await noConsole();
   } finally {
@@ -305,7 +306,7 @@ async function plain(browser) {
 
   // dashboard: numbers rise during bench-serve and fall back after
   await page.click('#tab-dash');
-  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 8, null, 10000, 'dashboard charts');
+  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 9, null, 10000, 'dashboard charts');
   const reqsBefore = await page.evaluate(() => window.cllmConsole.reqs.rows().length);
   // 256 tokens each, so the run outlasts several 2 s dashboard polls: with 48 tokens a quiet box
   // finished all 24 requests inside one poll and the dashboard never saw them running.
@@ -341,6 +342,7 @@ async function plain(browser) {
   const st = await page.evaluate(() => window.cllmConsole.dash.last().stats);
   check(st.ttft_ms && st.ttft_ms.n >= 24 && st.ttft_ms.p50 > 0, 'TTFT percentiles over the window: ' + JSON.stringify(st.ttft_ms));
   check(st.e2e_ms && st.e2e_ms.p99 >= st.e2e_ms.p50, 'e2e percentiles ordered');
+  check(await page.isHidden('#fig-spec'), 'no speculative-decoding chart without --speculative-config');
   const cardText = await page.textContent('#card');
   check(/ISA tier/.test(cardText) && /Parameters/.test(cardText) && /KV capacity/.test(cardText), 'model card shows tier, parameters, KV capacity');
 
@@ -783,6 +785,28 @@ async function dashboard(browser, url) {
   await page.unroute('**/console/stats*');
   await waitFor(page, () => document.getElementById('alert').hidden || !/KV/.test(document.getElementById('alert').textContent), null, 5000, 'KV alert to clear');
   check(errors.length === 0, 'no console errors on the dashboard' + (errors.length ? ': ' + errors.join(' | ') : ''));
+  await ctx.close();
+}
+
+// ---- speculative decoding: its acceptance chart appears only when the server drafts ----
+async function specDash(browser) {
+  const spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "fixed_k": true}';
+  const { url } = await serve('spec', ['--speculative-config', spec]);
+  await sleep(1200); /* the history's first sample (its base) is taken 0.25 s after start */
+  for (let i = 0; i < 3; i++)
+    await (await fetch(url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'the cat sat on the mat, the cat sat on the mat, the cat sat on the', max_tokens: 60, temperature: 0 }) })).json();
+  await sleep(2200);
+  const { ctx, page, errors } = await newPage(browser, url);
+  await page.goto(url + '/?poll=500#dash', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.dash.last() && !document.getElementById('fig-spec').hidden, null, 10000, 'the speculative chart');
+  const sp = await page.evaluate(() => {
+    const H = window.cllmConsole.dash.history;
+    return { draft: Math.max(0, ...H.sdraft.filter((x) => x !== null)), acc: H.sacc.filter((x) => x !== null) };
+  });
+  check(sp.draft > 0 && sp.acc.length > 0 && sp.acc.every((x) => x >= 0 && x <= 100),
+    `with --speculative-config the dashboard charts draft acceptance per second (${sp.acc.map((x) => x.toFixed(0)).join(', ')} %)`);
+  check(errors.length === 0, 'no console errors on the speculative dashboard' + (errors.length ? ': ' + errors.join(' | ') : ''));
   await ctx.close();
 }
 

@@ -11,7 +11,7 @@
   const H = {}; /* series name -> array, aligned with H.t: the server's history columns */
   const names = ['t', 'ptps', 'gtps', 'running', 'inflight', 'waiting', 'kv', 'slots', 'hcpu', 'hmem', 'pcpu',
     'pq', 'ph', 'req', 'e5xx', 'r429', 'preempt', 'ttft50', 'ttft95', 'ttft99', 'itl50', 'itl95', 'itl99',
-    'e2e50', 'e2e95', 'e2e99', 'hit'];
+    'e2e50', 'e2e95', 'e2e99', 'sdraft', 'sacc', 'hit'];
   names.forEach((n) => (H[n] = []));
   const raw = []; /* recent stats objects, for windowed rates */
   const high = {}; /* usage name -> unix seconds it went above crit_pct */
@@ -212,6 +212,7 @@
       mk('ch-itl', 'ms', pc('itl', '')),
       mk('ch-e2e', 'ms', pc('e2e', '')),
       mk('ch-evt', '/s', [['e5xx', '5xx', color(5)], ['r429', '429', color(2)], ['preempt', 'preemptions', color(4)]]),
+      mk('ch-spec', '%', [['sacc', 'draft tokens accepted', color(3)]], [0, 100]),
     ];
     if (window.ResizeObserver) {
       const ro = new ResizeObserver(() => {
@@ -269,6 +270,7 @@
       banner(v, lv, s);
       C.setDown(false);
       cards(s, v, lv);
+      $('fig-spec').hidden = !(s.spec_k > 0); /* only with --speculative-config */
       last = { stats: s, values: v, levels: lv };
       C.setConn(s.ready && !s.draining, s.draining ? 'draining' : s.ready ? 'ready' : 'loading model');
       draw();
