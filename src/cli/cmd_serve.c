@@ -24,6 +24,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "doctor/doctor.h"
 #include "engine/engine.h"
 #include "model/config.h"
 #include "model/forward.h"
@@ -543,6 +544,14 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->console = !a->no_console;
     if (a->console_requests > 0) so->console_requests = (int)a->console_requests;
     so->console_log_prompts = a->console_prompts;
+    dr_opts dr; /* the console's alerts use `cllm doctor`'s thresholds: one definition */
+    dr_opts_default(&dr);
+    so->console_alerts.warn_pct = dr.warn_pct, so->console_alerts.crit_pct = dr.crit_pct;
+    so->console_alerts.sustain_s = dr.sustain_s;
+    so->console_alerts.err_warn_pct = dr.err_warn_pct;
+    so->console_alerts.err_crit_pct = dr.err_crit_pct;
+    so->console_alerts.mem_warn_pct = dr.mem_warn_pct;
+    so->console_alerts.mem_crit_pct = dr.mem_crit_pct;
     so->chat_template = a->chat_template;
     so->has_default_seed = a->seed_set;
     so->default_seed = a->seed_set ? (uint64_t)a->seed : 0;

@@ -5,6 +5,7 @@
  *
  * Privacy: the ring keeps token counts and timings only; prompt text is copied in only when the
  * operator started the server with --console-log-prompts, and the answer text never is. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,14 @@ srv_console *srv_console_new(const cllm_server *s) {
     srv_console *c = calloc(1, sizeof(*c));
     int cap = s->o.console_requests > 0 ? s->o.console_requests : 1000;
     if (c) c->ring = calloc((size_t)cap, sizeof(srv_con_entry));
-    if (!c || !c->ring) {
+    if (!c || !c->ring || !srv_con_hist_init(&c->hist, SRV_CON_HIST)) {
+        if (c) free(c->ring);
         free(c);
         LOG_WARN("console: out of memory for a %d-request log; console off", cap);
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->hmu, NULL);
     c->cap = cap;
     c->log_prompts = s->o.console_log_prompts;
     return c;
@@ -38,6 +41,8 @@ void srv_console_free(srv_console *c) {
     for (int i = 0; i < c->cap; i++) free(c->ring[i].prompt_text);
     free(c->ring);
     free(c->card);
+    srv_con_hist_free(&c->hist);
+    pthread_mutex_destroy(&c->hmu);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -171,44 +176,196 @@ static enum MHD_Result route_info(srv_req *r) {
         return MHD_NO;
     }
     json_object_set_new(o, "card", card ? card : json_object());
+    /* what the chat's settings are checked against before a request is sent: the API's own
+     * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
+     * to 100 but the console offers in OpenAI's 0..2 */
+    const cllm_console_alerts *al = &s->o.console_alerts;
+    json_object_set_new(
+        o, "thresholds",
+        al->warn_pct > 0
+            ? json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "warn_pct", al->warn_pct,
+                        "crit_pct", al->crit_pct, "sustain_s", al->sustain_s, "err_warn_pct",
+                        al->err_warn_pct, "err_crit_pct", al->err_crit_pct, "mem_warn_pct",
+                        al->mem_warn_pct, "mem_crit_pct", al->mem_crit_pct, "source", "cllm doctor")
+            : json_null());
+    int mml = st.max_model_len;
+    json_object_set_new(o, "limits",
+                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:i}", "max_model_len", mml,
+                                  "max_tokens_min", 1, "max_tokens_max",
+                                  mml > 1 ? mml - 1 : 1 << 30, "temperature_min", 0.0,
+                                  "temperature_max", 2.0, "top_p_min", 0.01, "top_p_max", 1.0,
+                                  "max_n", s->o.max_n));
     return reply_json(r, 200, o);
 }
 
-/* GET /console/requests[?after=SEQ][&limit=N]: newest first, at most limit (default 200), only
- * entries with seq > after (the page polls with the last seq it has). */
+/* ---- /console/requests: filter, sort, page ---- */
+
+typedef struct req_query {
+    uint64_t after;                 /* only seq > after */
+    unsigned status_lo, status_hi;  /* 0, 0 = any */
+    const char *route, *finish, *q; /* substrings (q: id, route, finish, prompt), case-blind */
+    double min_ms, since, until;    /* total time at least; finished within [since, until] */
+    char sort; /* 't'ime, 'd'uration, 'f'irst token, 'p'rompt, 'o'utput, 's'tatus */
+    bool asc;
+    long offset, limit;
+} req_query;
+
+static const char *arg(srv_req *r, const char *k) {
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, k);
+    return v && *v ? v : NULL;
+}
+
+static void parse_query(srv_req *r, long cap, req_query *q) {
+    memset(q, 0, sizeof(*q));
+    const char *v;
+    if ((v = arg(r, "after"))) q->after = strtoull(v, NULL, 10);
+    if ((v = arg(r, "status"))) {
+        /* "2xx", "4xx", "5xx", "err" (4xx and 5xx) or one code */
+        if (!strcmp(v, "err"))
+            q->status_lo = 400, q->status_hi = 599;
+        else if (strlen(v) == 3 && v[1] == 'x' && v[0] >= '1' && v[0] <= '5')
+            q->status_lo = (unsigned)(v[0] - '0') * 100, q->status_hi = q->status_lo + 99;
+        else
+            q->status_lo = q->status_hi = (unsigned)strtoul(v, NULL, 10);
+    }
+    q->route = arg(r, "route");
+    q->finish = arg(r, "finish");
+    q->q = arg(r, "q");
+    if ((v = arg(r, "min_ms"))) q->min_ms = strtod(v, NULL);
+    if ((v = arg(r, "since"))) q->since = strtod(v, NULL);
+    if ((v = arg(r, "until"))) q->until = strtod(v, NULL);
+    v = arg(r, "sort");
+    q->sort = !v                     ? 't'
+              : !strcmp(v, "total")  ? 'd'
+              : !strcmp(v, "ttft")   ? 'f'
+              : !strcmp(v, "prompt") ? 'p'
+              : !strcmp(v, "output") ? 'o'
+              : !strcmp(v, "status") ? 's'
+                                     : 't';
+    q->asc = (v = arg(r, "order")) && !strcmp(v, "asc");
+    q->offset = (v = arg(r, "offset")) ? strtol(v, NULL, 10) : 0;
+    if (q->offset < 0) q->offset = 0;
+    q->limit = (v = arg(r, "limit")) ? strtol(v, NULL, 10) : 200;
+    if (q->limit <= 0 || q->limit > cap) q->limit = cap;
+}
+
+/* ASCII case-blind substring (URLs, ids, finish reasons; prompt text as bytes). */
+static bool has_text(const char *hay, const char *needle) {
+    if (!needle) return true;
+    if (!hay) return false;
+    size_t n = strlen(needle);
+    for (const char *p = hay; *p; p++) {
+        size_t i = 0;
+        while (i < n && p[i] && tolower((unsigned char)p[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n) return true;
+    }
+    return false;
+}
+
+static bool matches(const srv_con_entry *e, const req_query *q) {
+    if (e->seq <= q->after) return false;
+    if (q->status_lo && (e->status < q->status_lo || e->status > q->status_hi)) return false;
+    if (q->route && !has_text(e->path, q->route)) return false;
+    if (q->finish && strcmp(e->finish, q->finish)) return false;
+    if (q->min_ms > 0 && e->total_s * 1e3 < q->min_ms) return false;
+    if (q->since > 0 && e->t_wall < q->since) return false;
+    if (q->until > 0 && e->t_wall > q->until) return false;
+    if (q->q && !has_text(e->id, q->q) && !has_text(e->path, q->q) && !has_text(e->finish, q->q) &&
+        !has_text(e->prompt_text, q->q))
+        return false;
+    return true;
+}
+
+typedef struct req_hit {
+    double key;
+    uint64_t seq;
+    const srv_con_entry *e;
+} req_hit;
+
+static int cmp_hit_desc(const void *a, const void *b) {
+    const req_hit *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? 1 : -1;
+    return x->seq < y->seq ? 1 : x->seq > y->seq ? -1 : 0;
+}
+
+static int cmp_hit_asc(const void *a, const void *b) {
+    return cmp_hit_desc(b, a);
+}
+
+static double sort_key(const srv_con_entry *e, char sort) {
+    switch (sort) {
+    case 'd':
+        return e->total_s;
+    case 'f':
+        return e->ttft_s; /* -1 (none) sorts below every real one */
+    case 'p':
+        return e->prompt;
+    case 'o':
+        return e->output;
+    case 's':
+        return e->status;
+    default:
+        return (double)e->seq;
+    }
+}
+
+static json_t *entry_json(const srv_con_entry *e) {
+    json_t *o = json_pack("{s:I, s:f, s:s, s:s, s:s, s:i, s:b, s:b, s:i, s:f, s:s}", "seq",
+                          (json_int_t)e->seq, "time", e->t_wall, "method", e->method, "route",
+                          e->path, "id", e->id, "status", (int)e->status, "gen", e->gen, "stream",
+                          e->stream, "n", e->n, "total_ms", e->total_s * 1e3, "finish", e->finish);
+    if (!o) return NULL;
+    if (e->gen) {
+        json_object_set_new(o, "prompt_tokens", json_integer(e->prompt));
+        json_object_set_new(o, "cached_tokens", json_integer(e->cached));
+        json_object_set_new(o, "output_tokens", json_integer(e->output));
+        json_object_set_new(o, "ttft_ms",
+                            e->ttft_s >= 0 ? json_real(e->ttft_s * 1e3) : json_null());
+        json_object_set_new(o, "temperature", json_real(e->temperature));
+        json_object_set_new(o, "top_p", json_real(e->top_p));
+        json_object_set_new(o, "max_tokens", json_integer(e->max_tokens));
+        if (e->seed >= 0) json_object_set_new(o, "seed", json_integer(e->seed));
+    }
+    if (e->prompt_text) json_object_set_new(o, "prompt", json_string(e->prompt_text));
+    return o;
+}
+
+/* GET /console/requests: the ring, newest first by default. Filters: after=SEQ (only newer),
+ * status=2xx|4xx|5xx|err|CODE, route=, finish=, q= (text in id, route, finish, prompt),
+ * min_ms= (total time), since= / until= (unix seconds). sort=time|total|ttft|prompt|output|
+ * status, order=desc|asc; offset= and limit= (default 200, at most the ring) page the result;
+ * "total" is how many matched. */
 static enum MHD_Result route_requests(srv_req *r) {
     srv_console *c = r->srv->console;
-    const char *a = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after");
-    const char *l = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
-    uint64_t after = a ? strtoull(a, NULL, 10) : 0;
-    long limit = l ? strtol(l, NULL, 10) : 200;
-    if (limit <= 0 || limit > c->cap) limit = c->cap;
+    req_query q;
+    parse_query(r, c->cap, &q);
     json_t *arr = json_array();
-    if (!arr) return MHD_NO;
+    req_hit *hits = malloc(sizeof(req_hit) * (size_t)c->cap);
+    if (!arr || !hits) {
+        json_decref(arr);
+        free(hits);
+        return MHD_NO;
+    }
+    long n = 0;
     pthread_mutex_lock(&c->mu);
     uint64_t last = c->last_seq, oldest = last > (uint64_t)c->cap ? last - (uint64_t)c->cap + 1 : 1;
-    for (uint64_t q = last; q >= oldest && q > after && limit > 0 && q > 0; q--, limit--) {
-        const srv_con_entry *e = &c->ring[(q - 1) % (uint64_t)c->cap];
-        json_t *o =
-            json_pack("{s:I, s:f, s:s, s:s, s:s, s:i, s:b, s:b, s:i, s:f, s:s}", "seq",
-                      (json_int_t)e->seq, "time", e->t_wall, "method", e->method, "route", e->path,
-                      "id", e->id, "status", (int)e->status, "gen", e->gen, "stream", e->stream,
-                      "n", e->n, "total_ms", e->total_s * 1e3, "finish", e->finish);
-        if (!o) continue;
-        if (e->gen) {
-            json_object_set_new(o, "prompt_tokens", json_integer(e->prompt));
-            json_object_set_new(o, "cached_tokens", json_integer(e->cached));
-            json_object_set_new(o, "output_tokens", json_integer(e->output));
-            json_object_set_new(o, "ttft_ms",
-                                e->ttft_s >= 0 ? json_real(e->ttft_s * 1e3) : json_null());
-        }
-        if (e->prompt_text) json_object_set_new(o, "prompt", json_string(e->prompt_text));
-        json_array_append_new(arr, o);
+    for (uint64_t k = last; k >= oldest && k > 0; k--) {
+        const srv_con_entry *e = &c->ring[(k - 1) % (uint64_t)c->cap];
+        if (matches(e, &q)) hits[n++] = (req_hit){sort_key(e, q.sort), e->seq, e};
+    }
+    if (q.sort != 't' || q.asc)
+        qsort(hits, (size_t)n, sizeof(*hits), q.asc ? cmp_hit_asc : cmp_hit_desc);
+    for (long i = q.offset; i < n && i < q.offset + q.limit; i++) {
+        json_t *o = entry_json(hits[i].e);
+        if (o) json_array_append_new(arr, o);
     }
     pthread_mutex_unlock(&c->mu);
+    free(hits);
     return reply_json(r, 200,
-                      json_pack("{s:I, s:i, s:b, s:o}", "last_seq", (json_int_t)last, "capacity",
-                                c->cap, "log_prompts", c->log_prompts, "requests", arr));
+                      json_pack("{s:I, s:i, s:b, s:i, s:i, s:o}", "last_seq", (json_int_t)last,
+                                "capacity", c->cap, "log_prompts", c->log_prompts, "total", (int)n,
+                                "offset", (int)q.offset, "requests", arr));
 }
 
 enum MHD_Result srv_console_dispatch(srv_req *r) {
@@ -216,8 +373,11 @@ enum MHD_Result srv_console_dispatch(srv_req *r) {
     const char *url = r->url;
     if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD")) return reply_err(r, 405, "use GET");
     if (!strcmp(url, "/console/stats")) {
+        /* ?since=T (unix seconds; 0 = all): also the history ring's samples after T */
+        const char *since = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "since");
         size_t n = 0;
-        char *t = srv_console_stats_json(s, &n);
+        char *t = since ? srv_console_stats_since_json(s, strtod(since, NULL), &n)
+                        : srv_console_stats_json(s, &n);
         if (!t) return MHD_NO;
         return reply(r, 200, "application/json", t, n, true, false);
     }
@@ -276,6 +436,10 @@ void srv_console_record(srv_req *r, bool completed_ok) {
     if (e.gen) {
         e.n = r->gen.n;
         e.stream = r->gen.stream;
+        e.temperature = (float)r->gen.s.temperature;
+        e.top_p = (float)r->gen.s.top_p;
+        e.max_tokens = r->gen.s.max_tokens;
+        e.seed = r->gen.s.has_seed ? (long long)(r->gen.s.seed & 0x7fffffffffffffffULL) : -1;
         e.prompt = r->prompt_tokens ? r->prompt_tokens : (int)r->gen.prompt.n;
         e.cached = r->cached_tokens;
         e.output = 0;

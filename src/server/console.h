@@ -30,5 +30,8 @@ enum MHD_Result srv_console_dispatch(struct srv_req *r);
 /* Copies what the requests table shows out of r (never prompt text unless
  * opts.console_log_prompts). Skips the console's own urls and the health/metrics probes. */
 void srv_console_record(struct srv_req *r, bool completed_ok);
+/* The housekeeping thread calls this every 0.25 s: it feeds the dashboard's history ring
+ * (console_stats.c), one sample a second. No-op with the console off. */
+void srv_console_tick(struct cllm_server *s);
 
 #endif

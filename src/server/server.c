@@ -807,6 +807,7 @@ static void *house_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         watch_disconnects(s);
         srv_conn_watch(s);
+        srv_console_tick(s);
         if (s->o.stats_interval_s > 0 && srv_now() >= next_stats) {
             srv_metrics_log_line(s);
             next_stats = srv_now() + s->o.stats_interval_s;

@@ -38,6 +38,13 @@ typedef struct cllm_server_engine {
  * while it loads (submit then answers EBUSY); it must outlive the server. */
 void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine **holder);
 
+/* Alert thresholds of the web console (see cllm_server_opts.console_alerts). */
+typedef struct cllm_console_alerts {
+    double warn_pct, crit_pct, sustain_s; /* KV cache / state slots usage */
+    double err_warn_pct, err_crit_pct;    /* 5xx share of responses */
+    double mem_warn_pct, mem_crit_pct;    /* host MemAvailable below this % */
+} cllm_console_alerts;
+
 typedef struct cllm_server_opts {
     const char *host;              /* default "127.0.0.1" */
     int port;                      /* default 8000; 0 = pick a free port (tests) */
@@ -70,6 +77,10 @@ typedef struct cllm_server_opts {
     bool console;
     int console_requests; /* requests kept for the console's log (default 1000) */
     bool console_log_prompts;
+    /* the console's alert thresholds, served in /console/info: `cllm serve` copies
+     * `cllm doctor`'s (dr_opts_default) so both judge a server alike; warn_pct 0 = not given
+     * (the page then uses the same numbers built in) */
+    cllm_console_alerts console_alerts;
     const char *const *model_aliases; /* more names accepted as `model` and listed in /v1/models
                                          (vLLM's --served-model-name A B); borrowed */
     int n_model_aliases;

@@ -332,6 +332,7 @@ struct cllm_server {
     pthread_cond_t cv;
     srv_req *reg_head;
     int in_flight;      /* submitted, not all finals seen by the engine callback */
+    int in_flight_peak; /* highest in_flight since the console's last history sample */
     int open_gen_conns; /* generation connections not yet completed by MHD */
     uint64_t queued_tokens;
     uint64_t next_id;

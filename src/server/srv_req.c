@@ -331,6 +331,7 @@ bool srv_req_submit(srv_req *r, srv_err *e) {
         s->queued_tokens += g->prompt_total;
         r->queued_tokens_counted = true;
         s->in_flight++;
+        if (s->in_flight > s->in_flight_peak) s->in_flight_peak = s->in_flight;
         r->reg_next = s->reg_head;
         if (s->reg_head) s->reg_head->reg_prev = r;
         s->reg_head = r;

@@ -68,6 +68,16 @@ async function waitFor(page, fn, arg, ms, what) {
   }
 }
 
+// the chat's settings live in a drawer: open it, set the fields, close it
+async function settings(page, vals) {
+  if (await page.isHidden('#settings')) await page.click('#settings-btn');
+  for (const [id, v] of Object.entries(vals)) {
+    if (typeof v === 'boolean') await (v ? page.check('#' + id) : page.uncheck('#' + id));
+    else await page.fill('#' + id, String(v));
+  }
+  await page.click('#settings-close');
+}
+
 async function newPage(browser, url, opts) {
   const ctx = await browser.newContext(Object.assign({ viewport: { width: 1280, height: 900 } }, opts || {}));
   const page = await ctx.newPage();
@@ -89,7 +99,11 @@ async function main() {
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
   });
   try {
-    await plain(browser);
+    const url = await plain(browser);
+    await chatApp(browser, url);
+    await dashboard(browser, url);
+    await serverGone(browser);
+    await specDash(browser);
     await withKey(browser);
     await noConsole();
   } finally {
@@ -129,8 +143,7 @@ async function plain(browser) {
   check(await page.isHidden('#key-form'), 'no API key prompt when the server has no key');
 
   // chat round trip, streamed: watch the answer grow while it streams
-  await page.fill('#set-max', '48');
-  await page.fill('#set-temp', '0');
+  await settings(page, { 'set-max': 48, 'set-temp': 0 });
   await page.fill('#chat-input', 'Hello! Tell me about the sea.');
   await page.focus('#chat-input');
   await page.keyboard.press('Enter');
@@ -161,11 +174,11 @@ async function plain(browser) {
     if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
   });
   await page.click('#clear');
-  await page.uncheck('#set-thinking');
+  await settings(page, { 'set-thinking': false });
   await page.fill('#chat-input', 'Hi');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'no-thinking answer');
-  await page.check('#set-thinking');
+  await settings(page, { 'set-thinking': true });
   await page.fill('#chat-input', 'Hi again');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'thinking answer');
@@ -188,8 +201,7 @@ async function plain(browser) {
   // stop: abort mid-stream, the server cancels (cllm_requests_cancelled_on_disconnect_total)
   const c0 = await metric(url, 'cllm_requests_cancelled_on_disconnect_total');
   await page.click('#clear');
-  await page.fill('#set-max', '3000');
-  await page.fill('#set-temp', '1');
+  await settings(page, { 'set-max': 3000, 'set-temp': 1 });
   // the page never sends ignore_eos; the test adds it so the tiny model cannot stop by itself
   await page.route('**/v1/chat/completions', (route) => {
     const b = JSON.parse(route.request().postData());
@@ -289,12 +301,12 @@ async function plain(browser) {
   check(pw.p === undefined && pw.imgs === 0, 'no script ran and no image element from model or user text');
   check(pw.text.includes('<script>window.__pwned=1</script>'), 'chat shows the answer\'s <script> as text');
   if (SHOTS) {
-    await page.evaluate(() => localStorage.removeItem('cllm.console.chat.v1'));
+    await page.evaluate(() => localStorage.removeItem('cllm.console.convs.v2'));
   }
 
   // dashboard: numbers rise during bench-serve and fall back after
   await page.click('#tab-dash');
-  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 6, null, 10000, 'dashboard charts');
+  await waitFor(page, () => window.cllmConsole.dash.last() && document.querySelectorAll('.uplot').length === 9, null, 10000, 'dashboard charts');
   const reqsBefore = await page.evaluate(() => window.cllmConsole.reqs.rows().length);
   // 256 tokens each, so the run outlasts several 2 s dashboard polls: with 48 tokens a quiet box
   // finished all 24 requests inside one poll and the dashboard never saw them running.
@@ -330,6 +342,7 @@ async function plain(browser) {
   const st = await page.evaluate(() => window.cllmConsole.dash.last().stats);
   check(st.ttft_ms && st.ttft_ms.n >= 24 && st.ttft_ms.p50 > 0, 'TTFT percentiles over the window: ' + JSON.stringify(st.ttft_ms));
   check(st.e2e_ms && st.e2e_ms.p99 >= st.e2e_ms.p50, 'e2e percentiles ordered');
+  check(await page.isHidden('#fig-spec'), 'no speculative-decoding chart without --speculative-config');
   const cardText = await page.textContent('#card');
   check(/ISA tier/.test(cardText) && /Parameters/.test(cardText) && /KV capacity/.test(cardText), 'model card shows tier, parameters, KV capacity');
 
@@ -345,6 +358,84 @@ async function plain(browser) {
   check(rows.every((x) => x.prompt === undefined), 'no prompt text without --console-log-prompts');
   const domRows = await page.$$eval('#reqs tbody tr', (t) => t.length);
   check(domRows === Math.min(rows.length, 50) && rows.length <= 50, `ring keeps --console-requests 50 (${rows.length} rows, ${domRows} in the table)`);
+
+  // request log (issue 35): server-side filters, sort, paging, detail, CSV, phone columns
+  const reqs = () => page.evaluate(() => ({ rows: window.cllmConsole.reqs.rows(), total: window.cllmConsole.reqs.total(),
+    info: document.getElementById('pg-info').textContent }));
+  const settle = () => sleep(400);
+  const before400 = (await reqs()).total;
+  check((await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: '{"messages":[{"role":"user","content":"x"}],"temperature":-5}' })).status === 400, 'a bad request for the log');
+  await waitFor(page, (n) => window.cllmConsole.reqs.total() > n, before400, 5000, 'the 400 in the log');
+  const all = (await reqs()).total;
+  await page.selectOption('#f-finish', 'cancelled');
+  await settle();
+  let q = await reqs();
+  check(q.rows.length >= 1 && q.rows.every((x) => x.finish === 'cancelled') && q.total < all, `finish filter (${q.total} of ${all} cancelled)`);
+  await page.selectOption('#f-finish', '');
+  await page.fill('#f-route', 'chat/completions');
+  await settle();
+  q = await reqs();
+  check(q.rows.length > 0 && q.rows.every((x) => x.route === '/v1/chat/completions'), 'route filter');
+  await page.fill('#f-route', '');
+  await page.selectOption('#f-status', 'err');
+  await settle();
+  q = await reqs();
+  check(q.total === 1 && q.rows[0].status === 400, `status filter (${q.total} error)`);
+  await page.selectOption('#f-status', '');
+  await page.fill('#f-min', '100000000');
+  await settle();
+  check((await reqs()).total === 0, 'slower-than filter');
+  await page.fill('#f-min', '');
+  await page.click('#reqs th[data-sort=total] button');
+  await settle();
+  q = await reqs();
+  check(q.rows.every((x, i) => i === 0 || q.rows[i - 1].total_ms >= x.total_ms) &&
+    (await page.getAttribute('#reqs th[data-sort=total]', 'aria-sort')) === 'descending', 'sort by total time, slowest first');
+  await page.click('#reqs th[data-sort=total] button');
+  await settle();
+  q = await reqs();
+  check(q.rows.every((x, i) => i === 0 || q.rows[i - 1].total_ms <= x.total_ms), 'a second click sorts ascending');
+  await page.click('#reqs th[data-sort=time] button');
+  await page.selectOption('#pg-size', '25');
+  await settle();
+  const p1 = await reqs();
+  await page.click('#pg-next');
+  await settle();
+  const p2 = await reqs();
+  check(p1.rows.length === 25 && p2.rows.length === Math.min(25, all - 25) && p2.rows[0].seq < p1.rows[24].seq &&
+    /^26–/.test(p2.info), `paging: ${p1.info}, then ${p2.info}`);
+  await page.click('#pg-prev');
+  await settle();
+  const id = p1.rows.find((x) => x.id).id;
+  await page.fill('#f-q', id);
+  await settle();
+  q = await reqs();
+  check(q.total === 1 && q.rows[0].id === id, 'text search finds a request by id');
+  await page.click('#reqs tbody tr');
+  const det = await page.textContent('#req-detail');
+  check(await page.isVisible('#req-detail') && det.includes(id) && /Time to first token/.test(det) && /Max tokens/.test(det),
+    'a row opens its details (timings, tokens, parameters)');
+  await page.fill('#f-q', '');
+  await settle();
+  const [csvDl] = await Promise.all([page.waitForEvent('download'), page.click('#f-csv')]);
+  const csvLines = fs.readFileSync(await csvDl.path(), 'utf8').trim().split(/\r?\n/);
+  check(csvLines[0].startsWith('seq,time,method,route,status') && csvLines.length === (await reqs()).total + 1,
+    `CSV export has every matching row (${csvLines.length - 1})`);
+  await page.setViewportSize({ width: 390, height: 844 });
+  await settle();
+  const cols = await page.evaluate(() => [...document.querySelectorAll('#reqs thead th')].filter((th) => th.offsetParent)
+    .map((th) => ({ t: th.textContent.trim(), r: th.getBoundingClientRect().right })));
+  const tt = cols.find((c) => /TTFT/.test(c.t)), tot = cols.find((c) => /Total/.test(c.t));
+  check(tt && tot && tt.r <= 390 && tot.r <= 390, 'phone: TTFT and total time are on screen: ' + JSON.stringify(cols.slice(0, 5)));
+  if (SHOTS) {
+    await page.click('#reqs tbody tr');
+    await page.screenshot({ path: path.join(SHOTS, 'console-requests-phone.png') });
+  }
+  await page.click('#req-close');
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.selectOption('#pg-size', '50');
+  await settle();
 
   // keyboard: tabs move with the arrow keys
   await page.focus('#tab-reqs');
@@ -369,8 +460,7 @@ async function plain(browser) {
     await page.screenshot({ path: path.join(SHOTS, 'console-requests.png') });
     await page.click('#tab-chat');
     await page.click('#clear');
-    await page.fill('#set-max', '120');
-    await page.fill('#set-temp', '0');
+    await settings(page, { 'set-max': 120, 'set-temp': 0 });
     await page.fill('#chat-input', 'What is the capital of France?');
     await page.click('#send');
     await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'screenshot answer');
@@ -414,6 +504,333 @@ async function plain(browser) {
   await loadDone;
 
   check(errors.length === 0, 'no console errors on the page' + (errors.length ? ': ' + errors.join(' | ') : ''));
+  return url;
+}
+
+const idle = (page) => waitFor(page, () => !window.cllmConsole.chat.busy(), null, 60000, 'the answer to end');
+
+// ---- the chat as an app (issue 35): failed turns, settings, conversations, per-message actions ----
+async function chatApp(browser, url) {
+  const { ctx, page, errors } = await newPage(browser, url);
+  await ctx.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: url });
+  const bodies = [];
+  page.on('request', (r) => {
+    if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
+  });
+  await page.goto(url + '/?poll=500', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.info, null, 10000, 'info');
+  await settings(page, { 'set-max': 16, 'set-temp': 0 });
+
+  // a refused turn (63k characters: over max_model_len) is marked and left out of the next one
+  await page.evaluate(() => (document.getElementById('chat-input').value = 'word '.repeat(12600)));
+  await page.click('#send');
+  await idle(page);
+  const f = await page.evaluate(() => window.cllmConsole.chat.conv().map((m) => ({ failed: !!m.failed, error: m.error || '' })));
+  check(f.length === 2 && f[0].failed && f[1].failed && /HTTP 400/.test(f[1].error), 'the 63k-character turn failed with 400 and is marked: ' + JSON.stringify(f));
+  check(await page.locator('.msg.failed').count() === 2, 'both halves of the failed turn are shown as failed');
+  for (const q of ['Hello after the failure', 'And once more']) {
+    await page.fill('#chat-input', q);
+    await page.click('#send');
+    await idle(page);
+  }
+  const after = await page.evaluate(() => window.cllmConsole.chat.conv().slice(2));
+  check(after.length === 4 && after.every((m) => !m.error) && after[1].usage && after[3].usage, 'every later turn works after the failed one');
+  const lastBody = bodies[bodies.length - 1];
+  check(lastBody.messages.length === 3 && !JSON.stringify(lastBody).includes('word word'),
+    `the failed turn is not resent (${lastBody.messages.length} messages in the last request)`);
+
+  // settings are checked against /console/info's limits before anything is sent
+  const nReq = bodies.length;
+  await settings(page, { 'set-temp': 5 });
+  await page.fill('#chat-input', 'should not be sent');
+  await page.click('#send');
+  await sleep(300);
+  check(bodies.length === nReq, 'temperature 5 is not sent');
+  check(await page.isVisible('#settings') && (await page.getAttribute('#set-temp', 'aria-invalid')) === 'true' &&
+    /Temperature must be between 0 and 2/.test(await page.textContent('#set-msg')), 'the drawer opens and says why: ' + await page.textContent('#set-msg'));
+  await settings(page, { 'set-temp': 0, 'set-max': 0 });
+  await page.click('#send');
+  await sleep(200);
+  check(bodies.length === nReq && /Max tokens must be between 1 and \d+/.test(await page.textContent('#set-msg')), 'max tokens 0 is not sent');
+  const lim = await page.evaluate(() => window.cllmConsole.info.limits);
+  await settings(page, { 'set-max': lim.max_tokens_max + 1 });
+  check(/Max tokens/.test(await page.textContent('#set-msg')), `max tokens above the server's limit (${lim.max_tokens_max}) is refused`);
+  await settings(page, { 'set-max': 12, 'set-temp': 0.3, 'set-system': 'You are a terse assistant.' });
+  await page.click('#send');
+  await idle(page);
+  const sb = bodies[bodies.length - 1];
+  check(sb.temperature === 0.3 && sb.max_tokens === 12 && sb.messages[0].role === 'system' && sb.messages[0].content === 'You are a terse assistant.',
+    'the fixed settings and the system prompt are sent');
+  check(/terse assistant/.test(await page.textContent('#chat-log .msg.system')), 'the system prompt is shown at the top of the conversation');
+
+  // settings and the conversation survive a reload; the follow-up keeps its system prompt
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('#chat-log .msg.assistant').length === 4, null, 10000, 'conversation after reload');
+  await page.click('#settings-btn');
+  const kept = await page.evaluate(() => ({ t: document.getElementById('set-temp').value, m: document.getElementById('set-max').value,
+    s: document.getElementById('set-system').value }));
+  await page.click('#settings-close');
+  check(kept.t === '0.3' && kept.m === '12' && kept.s === 'You are a terse assistant.', 'settings restored after reload: ' + JSON.stringify(kept));
+  await page.fill('#chat-input', 'A follow-up after the reload');
+  await page.click('#send');
+  await idle(page);
+  const fb = bodies[bodies.length - 1];
+  check(fb.messages[0].role === 'system' && fb.temperature === 0.3, 'the follow-up after a reload still carries the system prompt');
+
+  // regenerate the last answer: same length, one more request with the history before it
+  const n0 = await page.evaluate(() => window.cllmConsole.chat.conv().length);
+  const nb = bodies.length;
+  await page.locator('.msg.assistant .act-regen').last().click();
+  await idle(page);
+  const rg = await page.evaluate(() => window.cllmConsole.chat.conv());
+  check(rg.length === n0 && bodies.length === nb + 1 && rg[rg.length - 1].usage && !rg[rg.length - 1].error, 'regenerate replaces the last answer');
+  check(bodies[bodies.length - 1].messages.at(-1).content === 'A follow-up after the reload', 'regenerate resends the question before it');
+
+  // edit-and-resend the question of the first good turn: everything after it goes
+  await page.locator('.msg.user .act-edit').nth(1).click();
+  await page.fill('.edit-box', 'An edited question');
+  await page.click('.act-save');
+  await idle(page);
+  const ed = await page.evaluate(() => window.cllmConsole.chat.conv().map((m) => m.role + ':' + (m.content || '').slice(0, 30)));
+  check(ed.length === 4 && ed[2] === 'user:An edited question', 'edit-and-resend keeps what was before and answers the edited question: ' + JSON.stringify(ed));
+  check(bodies[bodies.length - 1].messages.filter((m) => m.role === 'user').length === 1, 'the edited turn is sent without the failed one');
+
+  // delete a message
+  await page.locator('.msg .act-del').first().click();
+  check((await page.evaluate(() => window.cllmConsole.chat.conv().length)) === 3 && (await page.locator('.msg.failed').count()) === 1,
+    'delete removes one message');
+
+  // copy a message and a code block; code is highlighted
+  await page.locator('.msg.assistant .act-copy').last().click();
+  await sleep(100);
+  const copied = await page.evaluate(() => window.cllmConsole.lastCopied === window.cllmConsole.chat.conv().at(-1).content);
+  check(copied, 'Copy puts the answer on the clipboard');
+  const sse = (o) => 'data: ' + JSON.stringify(o) + '\n\n';
+  const code = '```python\ndef f(x):\n    return "hi" + 42  # note\n```\nAnd `inline`.';
+  await page.route('**/v1/chat/completions', (route) => route.fulfill({
+    status: 200, headers: { 'content-type': 'text/event-stream' },
+    body: sse({ choices: [{ index: 0, delta: { content: code }, finish_reason: 'stop' }] }) + 'data: [DONE]\n\n' }));
+  await page.fill('#chat-input', 'code please');
+  await page.click('#send');
+  await idle(page);
+  await page.unroute('**/v1/chat/completions');
+  const hl = await page.evaluate(() => {
+    const pre = [...document.querySelectorAll('.msg.assistant pre')].at(-1);
+    return { kw: [...pre.querySelectorAll('.tk-kw')].map((e) => e.textContent), str: pre.querySelectorAll('.tk-str').length,
+      num: pre.querySelectorAll('.tk-num').length, com: [...pre.querySelectorAll('.tk-com')].map((e) => e.textContent), btn: !!pre.querySelector('.copy-code') };
+  });
+  check(hl.kw.includes('def') && hl.kw.includes('return') && hl.str === 1 && hl.num === 1 && hl.com[0] === '# note', 'code block highlighted: ' + JSON.stringify(hl));
+  await page.locator('.msg.assistant pre .copy-code').last().click();
+  await sleep(100);
+  check(await page.evaluate(() => window.cllmConsole.lastCopied === 'def f(x):\n    return "hi" + 42  # note\n'), 'the code block\'s Copy copies the code only');
+
+  // conversations: a second one, the list survives a reload, rename, switch, export, delete
+  await page.click('#clear');
+  check((await page.evaluate(() => window.cllmConsole.chat.conv().length)) === 0, 'New chat starts empty');
+  await page.fill('#chat-input', 'Second conversation');
+  await page.click('#send');
+  await idle(page);
+  check((await page.locator('#conv-list li.conv').count()) === 2, 'two conversations listed');
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('#conv-list li.conv').length === 2, null, 5000, 'list after reload');
+  check((await page.textContent('#conv-list li.active')).includes('Second conversation'), 'the list and the open conversation survive a reload');
+  await page.click('#conv-list li.active .conv-ren');
+  await page.fill('#conv-list .conv-name', 'Renamed chat');
+  await page.press('#conv-list .conv-name', 'Enter');
+  check((await page.textContent('#conv-list li.active')).includes('Renamed chat') && (await page.textContent('#chat-title')) === 'Renamed chat', 'rename');
+  await page.locator('#conv-list li:not(.active) .conv-open').click();
+  check((await page.evaluate(() => window.cllmConsole.chat.conv().length)) === 5, 'switching opens the other conversation');
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#export')]);
+  const exp = JSON.parse(fs.readFileSync(await dl.path(), 'utf8'));
+  check(exp.format === 'cllm-console-conversation' && exp.messages.length === 5 && exp.settings.system === 'You are a terse assistant.',
+    `export as JSON (${dl.suggestedFilename()}, ${exp.messages.length} messages)`);
+  await page.click('#conv-list li.active .conv-del');
+  check((await page.locator('#conv-list li.conv').count()) === 2, 'delete asks once more before it deletes');
+  await page.click('#conv-list li.active .conv-del');
+  check((await page.locator('#conv-list li.conv').count()) === 1 && (await page.textContent('#chat-title')) === 'Renamed chat', 'delete');
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-chat-app.png') });
+
+  // autoscroll: scrolled up during a long answer, the view stays put
+  await page.click('#clear');
+  await settings(page, { 'set-max': 3000, 'set-temp': 1 });
+  await page.route('**/v1/chat/completions', (route) => {
+    const b = JSON.parse(route.request().postData());
+    b.ignore_eos = true;
+    route.continue({ postData: JSON.stringify(b) });
+  });
+  await page.fill('#chat-input', 'A very long story, please.');
+  await page.click('#send');
+  await waitFor(page, () => {
+    const l = document.getElementById('chat-log');
+    return l.scrollHeight > l.clientHeight + 400;
+  }, null, 60000, 'the answer to overflow the log');
+  const stuck = await page.evaluate(() => {
+    const l = document.getElementById('chat-log');
+    return l.scrollHeight - l.scrollTop - l.clientHeight;
+  });
+  check(stuck < 40, `the log follows the answer while the reader is at the bottom (${stuck} px from it)`);
+  await page.evaluate(() => (document.getElementById('chat-log').scrollTop = 100));
+  const len0 = await page.evaluate(() => window.cllmConsole.chat.conv()[1].content.length);
+  await sleep(800);
+  const held = await page.evaluate(() => ({ top: document.getElementById('chat-log').scrollTop, len: window.cllmConsole.chat.conv()[1].content.length,
+    jump: !document.getElementById('jump').hidden }));
+  check(held.len > len0 && Math.abs(held.top - 100) < 2, `scrolled up during the stream, the view stays put (scrollTop ${held.top}, ${len0} -> ${held.len} chars)`);
+  check(held.jump, 'a "Latest" button offers the way back');
+  await page.click('#jump');
+  await sleep(400);
+  const back = await page.evaluate(() => {
+    const l = document.getElementById('chat-log');
+    return l.scrollHeight - l.scrollTop - l.clientHeight;
+  });
+  check(back < 40, 'Latest follows the answer again');
+  if (await page.evaluate(() => window.cllmConsole.chat.busy())) await page.click('#stop', { timeout: 2000 }).catch(() => {});
+  await idle(page);
+  await page.unroute('**/v1/chat/completions');
+  await settings(page, { 'set-max': 16 });
+
+  // phone width: settings drawer and conversation list overlay the chat
+  await page.setViewportSize({ width: 390, height: 844 });
+  await sleep(200);
+  const ph = await page.evaluate(() => {
+    const f = document.getElementById('chat-form').getBoundingClientRect();
+    const ta = document.getElementById('chat-input').getBoundingClientRect();
+    const send = document.getElementById('send').getBoundingClientRect();
+    return { bottom: window.innerHeight - f.bottom, sendTop: send.top - ta.top, over: document.documentElement.scrollWidth - window.innerWidth };
+  });
+  check(ph.bottom < 2 && ph.sendTop >= -1 && ph.over <= 1, 'phone: the input is pinned to the bottom and Send lines up with the box: ' + JSON.stringify(ph));
+  await page.click('#convs-toggle');
+  check(await page.isVisible('#conv-list'), 'phone: the conversation list opens');
+  await page.click('#clear');
+  if (SHOTS) {
+    await page.click('#settings-btn');
+    await page.screenshot({ path: path.join(SHOTS, 'console-chat-phone-settings.png') });
+    await page.click('#settings-close');
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  const other = errors.filter((e) => !/status of 400/.test(e)); /* the refused 63k turn */
+  check(other.length === 0, 'no console errors in the chat app besides the expected 400' + (other.length ? ': ' + other.join(' | ') : ''));
+  await ctx.close();
+}
+
+// ---- dashboard (issue 35): history on a fresh page, short bursts, alerts about cllm only ----
+async function dashboard(browser, url) {
+  // a fresh page shows the load run plain() made (the server's ring, not the page's memory)
+  const { ctx, page, errors } = await newPage(browser, url);
+  await page.goto(url + '/?poll=500#dash', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.dash.last() && window.cllmConsole.dash.history.t.length > 5, null, 10000, 'history on a fresh page');
+  const h = await page.evaluate(() => {
+    const H = window.cllmConsole.dash.history, mx = (a) => Math.max(0, ...a.filter((x) => x !== null));
+    const u = window.cllmConsole.dash.charts();
+    return { n: H.t.length, gtps: mx(H.gtps), running: mx(H.running), itl: mx(H.itl50), e2e: mx(H.e2e50),
+      itlChart: u[5].data[1].filter((x) => x > 0).length, e2eChart: u[6].data[1].filter((x) => x > 0).length };
+  });
+  check(h.n >= 10 && h.gtps > 0 && h.running >= 2, 'a freshly opened dashboard shows the earlier load run: ' + JSON.stringify(h));
+  check(h.itl > 0 && h.itlChart > 0 && h.itl < h.e2e, 'ITL is non-zero on its own chart (ms), below end-to-end');
+  // hover: the legend shows the value under the cursor, with its unit
+  await page.locator('#ch-itl').scrollIntoViewIfNeeded();
+  const idx = await page.evaluate(() => window.cllmConsole.dash.history.itl50.findIndex((x) => x > 0));
+  const pos = await page.evaluate((i) => {
+    const u = window.cllmConsole.dash.charts()[5], r = u.over.getBoundingClientRect();
+    return { x: r.left + u.valToPos(u.data[0][i], 'x'), y: r.top + r.height / 2 };
+  }, idx);
+  await page.mouse.move(pos.x, pos.y);
+  await sleep(200);
+  const leg = await page.textContent('#ch-itl .u-legend');
+  check(/p50:?\s*[\d.,]+ ms/.test(leg), 'hovering the ITL chart shows values with units: ' + leg.replace(/\s+/g, ' '));
+  const ticks = await page.evaluate(() => window.cllmConsole.dash.charts().map((u) => u.axes[1].values(u, [5], 1, 1, 1)[0]));
+  check(ticks.every((t) => / (tok\/s|req|%|ms|\/s)$/.test(t)), 'every y axis has its unit: ' + ticks.join(', '));
+  const colours = await page.evaluate(() => [...document.querySelectorAll('#ch-ttft .u-legend .u-marker')].map((e) => getComputedStyle(e).borderColor));
+  check(colours.length === 4 && new Set(colours.slice(1)).size === 3, 'p50 / p95 / p99 have distinct colours: ' + colours.join(' '));
+
+  // a burst shorter than the poll leaves a trace in the server's samples
+  const t0 = (await (await fetch(url + '/console/stats?since=0')).json()).history.t.at(-1);
+  const r = await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'burst' }], max_tokens: 40, ignore_eos: true }) });
+  await r.json();
+  await sleep(2300);
+  const burst = (await (await fetch(url + '/console/stats?since=' + t0)).json()).history;
+  check(Math.max(...burst.inflight) >= 1 && Math.max(...burst.gtps) > 0,
+    `a one-request burst (well under a second) shows in the next samples (in flight peak ${Math.max(...burst.inflight)}, generation ${Math.max(...burst.gtps)} tok/s)`);
+
+  const th = await page.evaluate(() => window.cllmConsole.info.thresholds);
+  check(th && th.source === 'cllm doctor' && th.warn_pct === 92 && th.crit_pct === 95 && th.sustain_s === 30,
+    'the alert thresholds come from the server, cllm doctor\'s: ' + JSON.stringify(th));
+  // alerts: a busy host with an idle cllm raises none; a full KV cache does, on the dashboard only
+  let fake = { busy: 0, kv: 0 };
+  await page.route('**/console/stats*', async (route) => {
+    const resp = await route.fetch();
+    const j = await resp.json();
+    fake.busy += 1000;
+    j.host_cpu_busy = fake.busy;
+    j.host_cpu_total = fake.busy; /* 100% busy */
+    j.proc_cpu_s = 1;
+    if (fake.kv) j.kv_blocks_used = j.kv_blocks_total;
+    route.fulfill({ response: resp, json: j });
+  });
+  await waitFor(page, () => (window.cllmConsole.dash.last().values.hcpu || 0) > 99, null, 5000, 'a busy host');
+  await sleep(600);
+  const busy = await page.evaluate(() => ({ cls: document.getElementById('alert').className, hidden: document.getElementById('alert').hidden,
+    text: document.getElementById('alert').textContent }));
+  check(!/warn|crit/.test(busy.cls) && /Host busy/.test(busy.text), 'a busy host with an idle cllm raises no warning, only a note: ' + busy.text);
+  fake.kv = 1;
+  await waitFor(page, () => /KV cache 100%/.test(document.getElementById('alert').textContent), null, 5000, 'KV alert');
+  check(/warn/.test(await page.getAttribute('#alert', 'class')), 'a full KV cache warns');
+  if (SHOTS) {
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: path.join(SHOTS, 'console-dashboard-alert.png') });
+  }
+  await page.click('#tab-chat');
+  check(await page.isHidden('#alert'), 'the alert shows on the dashboard only');
+  await page.click('#tab-dash');
+  await page.unroute('**/console/stats*');
+  await waitFor(page, () => document.getElementById('alert').hidden || !/KV/.test(document.getElementById('alert').textContent), null, 5000, 'KV alert to clear');
+  check(errors.length === 0, 'no console errors on the dashboard' + (errors.length ? ': ' + errors.join(' | ') : ''));
+  await ctx.close();
+}
+
+// ---- speculative decoding: its acceptance chart appears only when the server drafts ----
+async function specDash(browser) {
+  const spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "fixed_k": true}';
+  const { url } = await serve('spec', ['--speculative-config', spec]);
+  await sleep(1200); /* the history's first sample (its base) is taken 0.25 s after start */
+  for (let i = 0; i < 3; i++)
+    await (await fetch(url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'the cat sat on the mat, the cat sat on the mat, the cat sat on the', max_tokens: 60, temperature: 0 }) })).json();
+  await sleep(2200);
+  const { ctx, page, errors } = await newPage(browser, url);
+  await page.goto(url + '/?poll=500#dash', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.dash.last() && !document.getElementById('fig-spec').hidden, null, 10000, 'the speculative chart');
+  const sp = await page.evaluate(() => {
+    const H = window.cllmConsole.dash.history;
+    return { draft: Math.max(0, ...H.sdraft.filter((x) => x !== null)), acc: H.sacc.filter((x) => x !== null) };
+  });
+  check(sp.draft > 0 && sp.acc.length > 0 && sp.acc.every((x) => x >= 0 && x <= 100),
+    `with --speculative-config the dashboard charts draft acceptance per second (${sp.acc.map((x) => x.toFixed(0)).join(', ')} %)`);
+  check(errors.length === 0, 'no console errors on the speculative dashboard' + (errors.length ? ': ' + errors.join(' | ') : ''));
+  await ctx.close();
+}
+
+// ---- the server goes away: one clear banner on every tab, no stale alerts; back when it returns ----
+async function serverGone(browser) {
+  const { url, proc } = await serve('gone', []);
+  const { ctx, page, errors } = await newPage(browser, url);
+  await page.goto(url + '/?poll=300#chat', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.dash.last(), null, 10000, 'first poll');
+  proc.kill('SIGKILL');
+  await waitFor(page, () => !document.getElementById('alert').hidden, null, 5000, 'the unreachable banner');
+  const a = await page.evaluate(() => ({ text: document.getElementById('alert').textContent, cls: document.getElementById('alert').className,
+    conn: document.getElementById('conn').textContent, retry: !document.getElementById('alert-retry').hidden }));
+  check(/Server unreachable/.test(a.text) && /crit/.test(a.cls) && a.retry && /unreachable/.test(a.conn), 'server gone: "Server unreachable" banner with Retry on the chat tab: ' + a.text);
+  await page.click('#tab-dash');
+  check(/Server unreachable/.test(await page.textContent('#alert')) && !/KV|CPU/.test(await page.textContent('#alert')), 'and on the dashboard, replacing any other alert');
+  check(await page.evaluate(() => document.getElementById('cards').classList.contains('stale')), 'the last figures are greyed out as stale');
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-unreachable.png') });
+  await page.click('#alert-retry');
+  await sleep(300);
+  check(!(await page.isHidden('#alert')), 'Retry while still down keeps the banner');
+  const other = errors.filter((e) => !/Failed to load resource|ERR_CONNECTION_REFUSED|Failed to fetch/.test(e));
+  check(other.length === 0, 'no console errors besides the refused connections' + (other.length ? ': ' + other.join(' | ') : ''));
+  await ctx.close();
 }
 
 // ---- --api-key: the page loads, data endpoints are 401 until the key is entered ----
@@ -439,7 +856,7 @@ async function withKey(browser) {
   await page.press('#key-input', 'Enter');
   await waitFor(page, () => document.getElementById('key-form').hidden && /ready/.test(document.getElementById('conn').textContent), null, 10000, 'key accepted');
   ok('page works after entering the key');
-  await page.fill('#set-max', '8');
+  await settings(page, { 'set-max': 8 });
   await page.fill('#chat-input', 'secret prompt words');
   await page.click('#send');
   await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'chat with key');
@@ -448,6 +865,17 @@ async function withKey(browser) {
   await page.click('#tab-reqs');
   await waitFor(page, () => window.cllmConsole.reqs.rows().some((r) => r.prompt === 'secret prompt words'), null, 10000, 'logged prompt');
   ok('--console-log-prompts shows the prompt text');
+  // the detail pane cuts a long prompt, "Show all" shows the rest
+  const long = 'marker-' + 'x'.repeat(900) + '-end';
+  await fetch(url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json', Authorization: 'Bearer ' + key },
+    body: JSON.stringify({ messages: [{ role: 'user', content: long }], max_tokens: 1 }) }).then((r) => r.json());
+  await page.fill('#f-q', 'marker-');
+  await waitFor(page, () => window.cllmConsole.reqs.rows().length === 1, null, 10000, 'the long prompt row');
+  await page.click('#reqs tbody tr');
+  const cut = await page.textContent('#req-prompt pre');
+  check(cut.length < 700 && cut.endsWith('…') && await page.isVisible('#req-more'), `a long prompt is cut (${cut.length} chars shown)`);
+  await page.click('#req-more');
+  check((await page.textContent('#req-prompt pre')) === long, 'Show all shows the whole prompt');
   // errors expected here: the 401s the page was built to get; anything else is a failure
   const other = errors.filter((e) => !/401|Unauthorized/.test(e));
   check(other.length === 0, 'no console errors besides the expected 401s' + (other.length ? ': ' + other.join(' | ') : ''));

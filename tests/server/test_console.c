@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "server/console_int.h"
 #include "test.h"
 #include "test_server_client.h"
 #include "test_server_fake.h"
@@ -193,6 +195,206 @@ static void test_stats(int port) {
     json_decref(j);
 }
 
+/* The dashboard's history ring on its own: wrap, ?since= filtering, rates from consecutive
+ * samples (the oldest kept has no predecessor: null), gauges and NAN latencies. */
+static void test_hist_ring(void) {
+    srv_con_hist h;
+    CHECK(srv_con_hist_init(&h, 100));
+    srv_buf b = {0};
+    srv_con_hist_json(&h, 0, &b); /* empty: columns with nothing in them */
+    CHECK(b.p && strstr(b.p, "\"n\":0") && strstr(b.p, "\"t\":[]"));
+    srv_buf_free(&b);
+    for (int i = 0; i < 250; i++) {
+        srv_con_sample x;
+        memset(&x, 0, sizeof(x));
+        x.t = 1000 + i;
+        x.gen_tokens = 10.0 * i; /* 10 tok/s */
+        x.http_total = 2.0 * i;  /* 2 requests a second */
+        x.running = (float)(i % 7);
+        for (int k = 0; k < 3; k++)
+            x.ttft[k] = i % 2 ? 5.0f * (k + 1) : NAN, x.itl[k] = x.e2e[k] = 1;
+        srv_con_hist_push(&h, &x);
+    }
+    CHECK(h.n == 250);
+    struct {
+        double since;
+        int n;
+        double first_t;
+    } cases[] = {{0, 100, 1150}, {1245.5, 4, 1246}, {1249, 0, 0}, {1100, 100, 1150}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(*cases); c++) {
+        srv_buf o = {0};
+        srv_buf_adds(&o, "{\"x\":0");
+        srv_con_hist_json(&h, cases[c].since, &o);
+        srv_buf_adds(&o, "}");
+        json_t *d = json_loadb(o.p, o.len, 0, NULL);
+        json_t *hist = json_object_get(d, "history");
+        CHECK_MSG(hist, "since %g: not JSON: %.200s", cases[c].since, o.p);
+        json_t *t = json_object_get(hist, "t");
+        CHECK_MSG((int)json_array_size(t) == cases[c].n &&
+                      json_integer_value(json_object_get(hist, "n")) == cases[c].n,
+                  "since %g: %zu samples, want %d", cases[c].since, json_array_size(t), cases[c].n);
+        if (cases[c].n) {
+            CHECK_MSG(json_number_value(json_array_get(t, 0)) == cases[c].first_t,
+                      "since %g: first t %g", cases[c].since,
+                      json_number_value(json_array_get(t, 0)));
+            json_t *g = json_object_get(hist, "gtps"), *rq = json_object_get(hist, "req");
+            size_t last = json_array_size(g) - 1;
+            CHECK(json_number_value(json_array_get(g, last)) == 10);
+            CHECK(json_number_value(json_array_get(rq, last)) == 2);
+            /* the oldest sample in the ring has nothing before it */
+            if (cases[c].first_t == 1150)
+                CHECK(json_is_null(json_array_get(g, 0)));
+            else
+                CHECK(json_number_value(json_array_get(g, 0)) == 10);
+            json_t *tt = json_object_get(hist, "ttft95");
+            CHECK(json_array_size(tt) == json_array_size(t));
+            int nulls = 0;
+            for (size_t i = 0; i < json_array_size(tt); i++)
+                nulls += json_is_null(json_array_get(tt, i));
+            CHECK(nulls > 0 && nulls < (int)json_array_size(tt) + 1);
+            json_t *run = json_object_get(hist, "running");
+            CHECK(json_number_value(json_array_get(run, last)) == 249 % 7);
+        }
+        json_decref(d);
+        srv_buf_free(&o);
+    }
+    srv_con_hist_free(&h);
+    /* a full hour, as a freshly opened dashboard asks for it: size and time (printed) */
+    CHECK(srv_con_hist_init(&h, SRV_CON_HIST));
+    for (int i = 0; i < SRV_CON_HIST + 10; i++) {
+        srv_con_sample x = {
+            .t = 1.8e9 + i, .gen_tokens = 1234.0 * i, .running = 3, .kv_pct = 41.5f};
+        for (int k = 0; k < 3; k++) x.ttft[k] = 12.5f, x.itl[k] = 3.25f, x.e2e[k] = 812.0f;
+        srv_con_hist_push(&h, &x);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    srv_buf o = {0};
+    srv_con_hist_json(&h, 0, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(!o.oom && strstr(o.p, "\"n\":3600"));
+    printf("history JSON for %d samples: %zu bytes in %.2f ms\n", SRV_CON_HIST, o.len,
+           (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+    srv_buf_free(&o);
+    srv_con_hist_free(&h);
+}
+
+/* The running server samples once a second: ?since=0 has the history, ?since=<newest> only
+ * what came after, plain /console/stats none; /console/info carries the chat's limits. */
+static void test_history_endpoint(int port) {
+    long st;
+    json_t *j = NULL;
+    for (int i = 0; i < 60; i++) { /* the first sample closes after ~1 s, the second ~2 s */
+        json_decref(j);
+        j = get_json(port, "/console/stats?since=0", &st);
+        if (json_array_size(json_object_get(json_object_get(j, "history"), "t")) >= 2) break;
+        usleep(100000);
+    }
+    json_t *h = json_object_get(j, "history");
+    size_t n = json_array_size(json_object_get(h, "t"));
+    CHECK_MSG(st == 200 && n >= 2, "history after 2 s: %zu samples", n);
+    const char *cols[] = {"ptps",    "gtps",   "running", "waiting", "kv",   "slots",
+                          "pcpu",    "hcpu",   "hmem",    "req",     "e5xx", "r429",
+                          "preempt", "ttft50", "itl95",   "e2e99"};
+    for (size_t i = 0; i < sizeof(cols) / sizeof(*cols); i++)
+        CHECK_MSG(json_array_size(json_object_get(h, cols[i])) == n, "history.%s", cols[i]);
+    double newest = json_number_value(json_array_get(json_object_get(h, "t"), n - 1));
+    CHECK(newest > 1.7e9); /* unix seconds, not rounded away */
+    json_decref(j);
+    char url[96];
+    snprintf(url, sizeof(url), "/console/stats?since=%.3f", newest);
+    j = get_json(port, url, &st);
+    CHECK(json_array_size(json_object_get(json_object_get(j, "history"), "t")) <= 1);
+    json_decref(j);
+    j = get_json(port, "/console/stats", &st);
+    CHECK(st == 200 && !json_object_get(j, "history"));
+    json_decref(j);
+    j = get_json(port, "/console/info", &st);
+    json_t *l = json_object_get(j, "limits");
+    CHECK(json_is_object(l));
+    CHECK(json_number_value(json_object_get(l, "temperature_max")) == 2);
+    CHECK(json_integer_value(json_object_get(l, "max_tokens_min")) == 1);
+    CHECK(json_integer_value(json_object_get(l, "max_tokens_max")) >= 1);
+    json_decref(j);
+}
+
+static int count_of(int port, const char *path, long long *total) {
+    long st;
+    json_t *j = get_json(port, path, &st);
+    int n = st == 200 ? (int)json_array_size(json_object_get(j, "requests")) : -1;
+    if (total) *total = json_integer_value(json_object_get(j, "total"));
+    json_decref(j);
+    return n;
+}
+
+/* /console/requests' filters, sort and paging (issue 35), on a ring with prompt text. */
+static void test_query(int port) {
+    http_res r;
+    for (int i = 1; i <= 4; i++) {
+        char body[128];
+        snprintf(body, sizeof(body),
+                 "{\"prompt\":\"alpha %d\",\"max_tokens\":%d,\"temperature\":0.5,\"seed\":7}", i,
+                 i);
+        http_post(port, "/v1/completions", KEY, body, &r);
+        CHECK(r.status == 200);
+        http_free(&r);
+    }
+    http_post(port, "/v1/completions", KEY, "{\"prompt\":\"x\",\"temperature\":-5}", &r);
+    http_free(&r);
+    http_do(port, "GET", "/v1/nothing", AUTH, NULL, 0, &r);
+    CHECK(r.status == 404);
+    http_free(&r);
+    wait_seq(port, 6);
+    static const struct {
+        const char *q;
+        int n;
+    } cases[] = {
+        {"", 6},
+        {"?status=4xx", 2},
+        {"?status=err", 2},
+        {"?status=200", 4},
+        {"?status=2xx&route=completions", 4},
+        {"?route=COMPLETIONS", 5},
+        {"?route=chat", 0},
+        {"?q=alpha%202", 1},
+        {"?q=nothing", 1},
+        {"?finish=length", 4},
+        {"?min_ms=1e9", 0},
+        {"?since=1e12", 0},
+        {"?until=1", 0},
+        {"?status=2xx&offset=1&limit=2", 2},
+        {"?status=2xx&offset=3&limit=2", 1},
+        {"?offset=99", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "/console/requests%s", cases[i].q);
+        int n = count_of(port, path, NULL);
+        CHECK_MSG(n == cases[i].n, "%s: %d rows, want %d", path, n, cases[i].n);
+    }
+    long long total = 0;
+    count_of(port, "/console/requests?status=2xx&offset=1&limit=2", &total);
+    CHECK_MSG(total == 4, "total counts every match, not the page: %lld", total);
+    long st;
+    json_t *j = get_json(port, "/console/requests?status=2xx&sort=output&order=asc", &st);
+    json_t *a = json_object_get(j, "requests");
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        CHECK_MSG(json_integer_value(json_object_get(e, "output_tokens")) == (json_int_t)i + 1,
+                  "sorted by output, ascending: row %zu", i);
+        CHECK(json_integer_value(json_object_get(e, "max_tokens")) == (json_int_t)i + 1);
+        CHECK(json_number_value(json_object_get(e, "temperature")) == 0.5);
+        CHECK(json_integer_value(json_object_get(e, "seed")) == 7);
+    }
+    json_decref(j);
+    j = get_json(port, "/console/requests?sort=total", &st);
+    a = json_object_get(j, "requests");
+    for (size_t i = 1; i < json_array_size(a); i++)
+        CHECK(json_number_value(json_object_get(json_array_get(a, i - 1), "total_ms")) >=
+              json_number_value(json_object_get(json_array_get(a, i), "total_ms")));
+    json_decref(j);
+}
+
 /* A stream whose client leaves early shows as "cancelled". */
 static void test_cancelled(int port) {
     http_res r;
@@ -281,6 +483,7 @@ int main(void) {
     fake_engine f;
     if (fake_start(&f, tokdir)) return 1;
 
+    test_hist_ring();
     cllm_server *s = start(&f, true, 3, false);
     if (s) {
         int port = cllm_server_port(s);
@@ -288,6 +491,7 @@ int main(void) {
         test_ring(port);
         test_stats(port);
         test_cancelled(port);
+        test_history_endpoint(port);
         time_stats(port, s);
         cllm_server_stop(s);
     }
@@ -305,6 +509,11 @@ int main(void) {
         http_do(port, "GET", "/console/app.js", NULL, NULL, 0, &r);
         CHECK_MSG(r.status == 401, "console off: assets are not public: %ld", r.status);
         http_free(&r);
+        cllm_server_stop(s);
+    }
+    s = start(&f, true, 20, true);
+    if (s) {
+        test_query(cllm_server_port(s));
         cllm_server_stop(s);
     }
     /* with prompt logging */

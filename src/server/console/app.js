@@ -4,7 +4,7 @@
  * result is sanitised by DOMPurify, and the page's CSP forbids inline scripts anyway. */
 'use strict';
 (function () {
-  const C = (window.cllmConsole = { info: null, hooks: { tab: [], info: [], auth: [] } });
+  const C = (window.cllmConsole = { info: null, hooks: { tab: [], info: [], auth: [], down: [] } });
   const $ = (id) => document.getElementById(id);
   C.$ = $;
   const params = new URLSearchParams(location.search);
@@ -68,15 +68,45 @@
     el.textContent = text;
     el.className = 'conn ' + (ok ? 'ok' : 'bad');
   };
-  C.setAlert = function (level, text) {
-    const el = $('alert');
+  /* The banner shows the dashboard's alerts (about cllm: dash.js) on the dashboard only, and
+   * "server unreachable" on every tab while the server does not answer; the latter replaces any
+   * alert (figures from a server that is gone mean nothing) and offers a retry. */
+  const alertState = { level: '', text: '', down: false, since: 0 };
+  function renderAlert() {
+    const el = $('alert'), a = alertState;
+    let level = '', text = '';
+    if (a.down) {
+      level = 'crit down';
+      text = 'Server unreachable since ' + new Date(a.since).toLocaleTimeString([], { hour12: false }) +
+        ' — retrying every ' + C.fmt(C.pollMs / 1000, C.pollMs % 1000 ? 1 : 0) + ' s.';
+    } else if (a.level && C.tab === 'dash') {
+      level = a.level;
+      text = a.text;
+    }
     if (!level) {
       if (!el.hidden) el.hidden = true;
       return;
     }
     el.className = 'alert ' + level;
-    if (el.textContent !== text) el.textContent = text;
+    const msg = $('alert-text');
+    if (msg.textContent !== text) msg.textContent = text;
+    $('alert-retry').hidden = !a.down;
     el.hidden = false;
+  }
+  C.setAlert = function (level, text) {
+    alertState.level = level;
+    alertState.text = text;
+    renderAlert();
+  };
+  C.alertState = alertState;
+  /* reachability: dash.js's poll reports every answer or failure here */
+  C.setDown = function (down) {
+    if (down === alertState.down) return;
+    alertState.down = down;
+    alertState.since = Date.now();
+    if (down) C.setConn(false, 'server unreachable');
+    renderAlert();
+    C.hooks.down.forEach((f) => f(down));
   };
 
   /* ---- tabs (WAI-ARIA tabs pattern: arrows, Home, End move and activate) ---- */
@@ -93,6 +123,7 @@
       if (on && focus) b.focus();
     }
     if (location.hash !== '#' + name) history.replaceState(null, '', '#' + name);
+    renderAlert();
     C.hooks.tab.forEach((f) => f(name));
   };
   function initTabs() {
@@ -144,6 +175,105 @@
     });
   };
 
+  /* ---- code blocks: a small highlighter (comments, strings, numbers, keywords) and a copy
+   * button. It works on the sanitised DOM and builds spans with textContent, so nothing the
+   * model wrote is ever parsed as HTML here. ---- */
+  const KW = new Set(('if else for while do return function const let var class new this import from export ' +
+    'def lambda pass elif in is not and or None True False true false null undefined nil try catch except finally ' +
+    'raise throw with as yield async await struct enum union typedef static extern void int char float double long ' +
+    'short unsigned signed bool auto break continue switch case default goto sizeof fn pub mut impl trait use mod ' +
+    'match loop where type interface package func go defer chan map range select public private protected ' +
+    'echo then fi done esac local export SELECT FROM WHERE INSERT UPDATE DELETE JOIN ORDER BY GROUP').split(' '));
+  const HASH_COMMENT = /^(py|python|sh|bash|shell|zsh|yaml|yml|toml|ruby|rb|perl|r|make|makefile|dockerfile|conf|ini)$/;
+  const TOKEN = /(\/\*[\s\S]*?\*\/|\/\/[^\n]*|#[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b|\b0x[0-9a-f]+\b|\b[A-Za-z_]\w*\b)/gi;
+  C.highlight = function (code) {
+    const lang = ((code.className || '').match(/language-(\S+)/) || [])[1] || '';
+    const text = code.textContent;
+    if (text.length > 100000) return;
+    const frag = document.createDocumentFragment();
+    let at = 0, m;
+    const put = (t, cls) => {
+      if (!t) return;
+      if (!cls) return frag.appendChild(document.createTextNode(t));
+      const sp = document.createElement('span');
+      sp.className = 'tk-' + cls;
+      sp.textContent = t;
+      frag.appendChild(sp);
+    };
+    TOKEN.lastIndex = 0;
+    while ((m = TOKEN.exec(text))) {
+      const t = m[0], c0 = t[0];
+      let cls = '';
+      if (c0 === '#') {
+        if (!HASH_COMMENT.test(lang) && !/^#!/.test(t) && lang !== '') {
+          TOKEN.lastIndex = m.index + 1; /* C's #include, CSS colours: not comments */
+          put(text.slice(at, m.index + 1), '');
+          at = m.index + 1;
+          continue;
+        }
+        cls = 'com';
+      } else if (t.startsWith('//') || t.startsWith('/*')) cls = HASH_COMMENT.test(lang) ? '' : 'com';
+      else if (c0 === '"' || c0 === "'" || c0 === '`') cls = 'str';
+      else if (/^\d|^0x/i.test(t)) cls = 'num';
+      else if (KW.has(t)) cls = 'kw';
+      if (!cls && t.startsWith('/')) {
+        /* a path or division in a hash-comment language: only the first character is plain */
+        TOKEN.lastIndex = m.index + 1;
+        put(text.slice(at, m.index + 1), '');
+        at = m.index + 1;
+        continue;
+      }
+      put(text.slice(at, m.index), '');
+      put(t, cls);
+      at = m.index + t.length;
+    }
+    put(text.slice(at), '');
+    code.textContent = '';
+    code.appendChild(frag);
+  };
+  C.copy = async function (text, btn) {
+    let done = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      done = true;
+    } catch (e) {
+      const ta = document.createElement('textarea');
+      ta.value = text;
+      ta.setAttribute('readonly', '');
+      ta.className = 'sr-only';
+      document.body.appendChild(ta);
+      ta.select();
+      try {
+        done = document.execCommand('copy');
+      } catch (e2) {
+        done = false;
+      }
+      ta.remove();
+    }
+    C.lastCopied = done ? text : null;
+    if (btn) {
+      const was = btn.dataset.label || btn.textContent;
+      btn.dataset.label = was;
+      btn.textContent = done ? 'Copied' : 'Copy failed';
+      setTimeout(() => (btn.textContent = was), 1500);
+    }
+    return done;
+  };
+  C.decorateCode = function (root) {
+    for (const pre of root.querySelectorAll('pre')) {
+      const code = pre.querySelector('code');
+      if (!code) continue;
+      C.highlight(code);
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'copy-code';
+      b.textContent = 'Copy';
+      b.setAttribute('aria-label', 'Copy code');
+      b.addEventListener('click', () => C.copy(code.textContent, b));
+      pre.appendChild(b);
+    }
+  };
+
   /* ---- formatting ---- */
   C.fmt = function (v, digits) {
     if (v === null || v === undefined || !isFinite(v)) return '–';
@@ -174,6 +304,7 @@
     initMarkdown();
     initKeyForm();
     initTabs();
+    $('alert-retry').addEventListener('click', () => (C.info && C.dash ? C.dash.poll() : loadInfo().catch(() => {})));
     loadInfo().catch((e) => {
       if (!(e instanceof AuthError)) C.setConn(false, 'server unreachable');
     });
