@@ -178,6 +178,11 @@ void sched_mtp_draft_all(sched *s) {
         if (nd[r] > K) K = nd[r];
     }
     if (!mtp_call(s, q, R)) return;
+    /* a catch-up over a prompt is prefill work: charged to this step's drafts it would make
+     * drafting look dear for good (sched_spec.c learns the step time by step size) */
+    int most = 0;
+    for (int r = 0; r < R; r++) most = q[r].n_tokens > most ? q[r].n_tokens : most;
+    if (most > CLLM_SPEC_MAX_K + 1) t0 = cllm_time_s();
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
         memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));

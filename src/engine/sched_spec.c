@@ -33,6 +33,8 @@
 #define SPEC_PRIOR   0.5
 #define SPEC_PRIOR_W 2.0
 #define SPEC_DECAY   0.9
+/* Steps without a draft after which a row drafts one token anyway, to measure again */
+#define SPEC_PROBE_IDLE 32
 
 static bool spec_on(const sched *s) {
     return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
@@ -129,7 +131,10 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
                 kk = j;
             }
         }
-        k = kk;
+        /* the times of the sizes a row stopped drafting at are no longer measured: one probe
+         * draft now and then keeps them current (a noisy or one-off sample otherwise keeps
+         * drafting off for good) */
+        k = kk == 0 && e->spec_idle >= SPEC_PROBE_IDLE ? 1 : kk;
     }
     /* no drafts past what the request can still emit (the last token is the sampler's own) */
     if (k > q->max_out - n_out - 1) k = q->max_out - n_out - 1;
