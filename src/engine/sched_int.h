@@ -93,9 +93,14 @@ typedef struct sched_ent {
 /* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
  * 1 MB); past a few rows a verify does not pay anyway. */
 #define SPEC_VERIFY_ROWS 16
-/* Hidden rows an MTP sequence keeps for the head to read (the oldest are dropped past it, their
- * MTP KV left as it was: acceptance may drop there, the output cannot change) */
-#define SPEC_MTP_ROWS 4096
+/* Hidden rows an MTP sequence keeps for the head to read: at most SPEC_MTP_ROWS, and the rows of
+ * all sequences together about SPEC_MTP_BYTES (a row is hidden_size floats: 8 KiB on the 35B
+ * shape), at least SPEC_MTP_ROWS_MIN each. The oldest go past it, their MTP KV left as it was:
+ * acceptance may drop there (a long prompt's early part, a row that has not drafted for long),
+ * the output cannot change. */
+#define SPEC_MTP_ROWS     4096
+#define SPEC_MTP_ROWS_MIN 64
+#define SPEC_MTP_BYTES    (64u << 20)
 /* Tokens of finished outputs the suffix drafter remembers (a linear scan per draft: 64k tokens
  * take tens of microseconds). */
 #define SPEC_HIST_TOKENS 65536
@@ -157,6 +162,7 @@ struct sched {
     double step_draft_s; /* drafting time of the step being planned: the cost model's share */
     int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
     int mtp_rows;        /* MTP verify rows planned in this step */
+    int mtp_keep;        /* unread hidden rows a sequence keeps at most (SPEC_MTP_*) */
 };
 
 /* sched.c */

@@ -5,7 +5,7 @@
  * which makes its KV final up to the position before the sequence's last token and whose last
  * row gives the first draft; further drafts chain on the head's own output. Drafts are only
  * proposals that the verify accepts or not, so nothing here can change what is generated: where
- * the head's KV is not exact (rows dropped past SPEC_MTP_ROWS, prefix-cache hits, a block shared
+ * the head's KV is not exact (rows dropped past s->mtp_keep, prefix-cache hits, a block shared
  * with a sequence that continued differently) only the acceptance can suffer. */
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,10 @@ cllm_status sched_mtp_init(sched *s, cllm_error *err) {
                             "scheduler: speculative method mtp needs a model with an MTP head");
     s->mtp_step = malloc((size_t)s->cfg.max_num_batched_tokens * H * sizeof(float));
     s->mtp_h = malloc(SPEC_VERIFY_ROWS * H * sizeof(float));
+    size_t share = SPEC_MTP_BYTES / (H * sizeof(float)) / (size_t)s->cfg.max_num_seqs;
+    s->mtp_keep = share > SPEC_MTP_ROWS       ? SPEC_MTP_ROWS
+                  : share < SPEC_MTP_ROWS_MIN ? SPEC_MTP_ROWS_MIN
+                                              : (int)share;
     /* whole kernel tiles of lm_head rows */
     int dv = (s->cfg.spec.draft_vocab_size + 63) / 64 * 64;
     s->mtp_vocab = dv > 0 && dv < s->cfg.vocab_size ? dv : 0;
@@ -75,7 +79,7 @@ void sched_mtp_take(sched *s, eng_seq *e, const cllm_seq_batch *b) {
         sched_mtp_restart(e, p); /* a gap: the head resumes here */
     else
         e->mtp_n = p - e->mtp_pos; /* rows from p on are replaced */
-    int over = e->mtp_n + n - SPEC_MTP_ROWS;
+    int over = e->mtp_n + n - s->mtp_keep;
     if (over > 0) { /* the oldest rows go; their MTP KV stays as it is */
         if (over >= e->mtp_n) {
             int d = over - e->mtp_n;
