@@ -69,6 +69,17 @@ static double step_time(const sched *s, int T) {
     return 1.0 + 0.1 * (T - 1);
 }
 
+/* A hybrid row whose verify is not accepted whole recomputes its accepted drafts in the next
+ * step (the state rolls back): the expected extra time of that step, at i accepted with
+ * probability a^i (1 - a) for i < k. Attention-only rows keep their accepted KV: none. */
+static double replay_time(const sched *s, double a, int k, int base) {
+    if (!s->cfg.has_state) return 0.0;
+    double extra = 0.0, p = 1.0, one = step_time(s, base + 1);
+    for (int i = 0; i < k; i++, p *= a)
+        if (i > 0) extra += p * (1.0 - a) * (step_time(s, base + 1 + i) - one);
+    return extra;
+}
+
 void sched_spec_record(sched *s, int step_tokens, double seconds) {
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
     double *t = &s->cost.t[step_tokens];
@@ -105,6 +116,18 @@ void sched_spec_begin_step(sched *s) {
             s->spec_k_step = k;
         }
     }
+    /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
+    for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
+        if (decoding(s->running[i]) && s->running[i]->spec_idle >= SPEC_PROBE_IDLE)
+            s->spec_k_step = 1;
+}
+
+/* A row that drafts nothing this step: its history fades slowly (so a row that stopped paying
+ * is retried once the prior weighs again) and its idle count grows toward a probe. */
+static void row_idle(eng_seq *e) {
+    e->acc_hits *= 0.97;
+    e->acc_trials *= 0.97;
+    e->spec_idle++;
 }
 
 int sched_spec_plan(sched *s, eng_seq *e, int budget) {
@@ -117,7 +140,10 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     int n_out = e->n_tokens - e->n_prompt;
     /* this row's k: the step's, cut where its own acceptance stops paying */
     int k = s->spec_k_step;
-    if (k == 0) return 0;
+    if (k == 0) {
+        row_idle(e);
+        return 0;
+    }
     if (!o->fixed_k) {
         int B = 0;
         for (int i = 0; i < s->n_running; i++) B += decoding(s->running[i]);
@@ -125,7 +151,8 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
         int kk = 0;
         for (int j = 1; j <= k; j++) {
-            double r = expect_tokens(a, j) / step_time(s, base + P + j);
+            double r =
+                expect_tokens(a, j) / (step_time(s, base + P + j) + replay_time(s, a, j, base));
             if (r > best) {
                 best = r;
                 kk = j;
@@ -142,10 +169,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     if (k > budget - P) k = budget - P;
     if (k > s->logit_rows_extra) k = s->logit_rows_extra;
     if (k <= 0) {
-        /* an idle row forgets its history slowly, so a row that stopped paying is retried */
-        e->acc_hits *= 0.97;
-        e->acc_trials *= 0.97;
-        e->spec_idle++;
+        row_idle(e);
         return 0;
     }
     int nd = 0;
