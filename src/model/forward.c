@@ -596,7 +596,8 @@ void fwd_rope_tables(cllm_fwd_ctx *c, int T) {
     }
 }
 
-static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits);
+static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, int n_ids,
+                                  float *logits);
 
 cllm_status fwd_prepare(cllm_fwd_ctx *c, const cllm_batch *b, int T, cllm_error *err) {
     if (grow(c, T) != CLLM_OK || b->n_seqs > c->cap_seqs) {
@@ -651,8 +652,8 @@ cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cll
     return CLLM_OK;
 }
 
-cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, float *logits,
-                     cllm_error *err) {
+cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, int n_ids,
+                     float *logits, cllm_error *err) {
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     const cllm_batch *b = c->batch;
@@ -701,7 +702,7 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, fl
     if (R == 0) return CLLM_OK;
     fwd_rmsnorm_rows(c, norm_w, c->x, c->xn, rows, R);
     if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
-    s = fwd_logit_rows(c, b, R, logits);
+    s = fwd_logit_rows(c, b, R, n_ids, logits);
     if (s != CLLM_OK) return cllm_err_set(err, s, "forward: lm_head: %s", cllm_status_name(s));
     /* hidden-state rows: the normed row itself over the lm_head's output (the lm_head ran on it
      * only when the batch has logits rows too) */
@@ -723,42 +724,28 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, fl
     return CLLM_OK;
 }
 
-cllm_status fwd_head_prefix(cllm_fwd_ctx *c, const float *norm_w, int n_ids, float *logits,
-                            cllm_error *err) {
+/* The lm_head over the R normed rows in c->xn (the screened or plain kernels, or the tensor-
+ * parallel split), unless every row is a hidden-state row. */
+/* The first n_ids rows of the lm_head over the R normed rows in c->xn, every later entry -inf:
+ * contiguous rows of a 16-bit matrix, the first columns of a GPTQ one (paneled or not: the
+ * kernels take a column range). A screened int8 lm_head has no plain int8 panels left: its
+ * hi-plane estimate stands in (1/16 of a logit's units, about an int4 lm_head's error: the argmax
+ * a draft needs, not exact logits). */
+static cllm_status lm_head_prefix(cllm_fwd_ctx *c, int R, int n_ids, float *logits) {
     const cllm_model *m = c->m;
-    const cllm_batch *b = c->batch;
-    int H = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    int *rows = c->pos_of, R = 0;
-    for (int q = 0; q < b->n_seqs; q++) {
-        const cllm_seq_batch *sq = &b->seqs[q];
-        if (sq->hidden_out)
-            fwd_rmsnorm_rows(c, norm_w, c->x + (size_t)c->seq_tok0[q] * H, sq->hidden_out, NULL,
-                             sq->n_tokens);
-        int first = sq->logits == CLLM_LOGITS_ALL    ? 0
-                    : sq->logits == CLLM_LOGITS_LAST ? sq->n_tokens - cllm_seq_last_rows(sq)
-                                                     : sq->n_tokens;
-        for (int i = first; i < sq->n_tokens; i++) rows[R++] = c->seq_tok0[q] + i;
-    }
-    if (R == 0) return CLLM_OK;
-    fwd_rmsnorm_rows(c, norm_w, c->x, c->xn, rows, R);
-    /* the first n_ids rows of the lm_head: contiguous rows of a 16-bit matrix, the first
-     * columns of a GPTQ one (paneled or not: the kernels take a column range). A screened int8
-     * lm_head has no plain int8 panels left: its hi-plane estimate stands in (1/16 of a logit's
-     * units, about an int4 lm_head's error: the argmax a draft needs, not exact logits) */
+    int V = m->cfg.vocab_size;
     fwd_wt v = m->lm_screen ? m->lm_hi : m->lm_head;
     v.rows = n_ids;
-    c->layer = -1;
-    if (fwd_mm_add(c, &v, c->xn, (size_t)H, R, logits, (size_t)V) != CLLM_OK ||
+    if (fwd_mm_add(c, &v, c->xn, (size_t)m->cfg.hidden_size, R, logits, (size_t)V) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
-        return cllm_err_set(err, CLLM_ENOMEM, "forward: lm_head: out of memory");
+        return CLLM_ENOMEM;
     for (int r = 0; r < R; r++)
-        for (int v2 = n_ids; v2 < V; v2++) logits[(size_t)r * V + v2] = -INFINITY;
+        for (int i = n_ids; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
     return CLLM_OK;
 }
 
-/* The lm_head over the R normed rows in c->xn (the screened or plain kernels, or the tensor-
- * parallel split), unless every row is a hidden-state row. */
-static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, float *logits) {
+static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, int n_ids,
+                                  float *logits) {
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     int H = f->hidden_size;
@@ -766,6 +753,7 @@ static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, f
     for (int q = 0; q < b->n_seqs; q++)
         any |= b->seqs[q].logits == CLLM_LOGITS_ALL || b->seqs[q].logits == CLLM_LOGITS_LAST;
     if (!any) return CLLM_OK;
+    if (n_ids > 0 && n_ids < f->vocab_size) return lm_head_prefix(c, R, n_ids, logits);
     if (m->tp_size > 1) return fwd_tp_lm_head(c, R, logits);
     if (m->lm_screen) {
         double t0 = c->prof_on ? cllm_time_s() : 0.0;
@@ -820,5 +808,5 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         if ((s = fwd_run_layer(c, &m->layers[l], l, T, err)) != CLLM_OK) return s;
     }
     if (n_run < f->n_layers) return CLLM_OK; /* calibration stopped early: no logits */
-    return fwd_head(c, m->final_norm, T, tp0, logits, err);
+    return fwd_head(c, m->final_norm, T, tp0, 0, logits, err);
 }

@@ -220,18 +220,14 @@ struct cllm_fwd_ctx {
  * MLP/MoE) as layer index l (the hooks' and error messages' number). fwd_head: for every
  * sequence with hidden_out its tokens' rows of c->x normed by norm_w, then the logits rows the
  * batch asks for (normed by norm_w, lm_head plain, screened or TP); tp0 = the call's start for
- * CLLM_PROFILE. */
+ * CLLM_PROFILE; n_ids in 1..vocab-1: those rows hold token ids < n_ids only, the rest -inf (the
+ * MTP head's draft vocabulary: the lm_head's first rows, plain kernels), 0 = all. */
 cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv_pool *kv,
                          const cllm_state_pool *st, bool with_state, int *T_out, cllm_error *err);
 cllm_status fwd_prepare(cllm_fwd_ctx *c, const cllm_batch *b, int T, cllm_error *err);
 cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cllm_error *err);
-cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, float *logits,
-                     cllm_error *err);
-/* The logits rows (LAST / ALL sequences) for token ids < n_ids only, the rest of each row -inf:
- * the lm_head's first n_ids rows, plain kernels (the MTP head's draft vocabulary); after
- * fwd_head's hidden rows, instead of its logits. */
-cllm_status fwd_head_prefix(cllm_fwd_ctx *c, const float *norm_w, int n_ids, float *logits,
-                            cllm_error *err);
+cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, int n_ids,
+                     float *logits, cllm_error *err);
 /* The embedding row of token id as fp32 [H]. */
 void fwd_embed_row(const fwd_wt *e, int id, float *dst);
 /* dst row i = rmsnorm(src row rows[i] (i when rows is NULL), w), n rows over the pool. */

@@ -140,7 +140,5 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
     fwd_rope_tables(c, T);
     for (int l = 0; l < m->n_mtp; l++)
         if ((s = fwd_run_layer(c, &m->mtp_layers[l], f->n_layers + l, T, err)) != CLLM_OK) return s;
-    int nv = seqs[0].vocab_rows;
-    if (nv > 0 && nv < f->vocab_size) return fwd_head_prefix(c, m->mtp_norm, nv, logits, err);
-    return fwd_head(c, m->mtp_norm, T, 0.0, logits, err);
+    return fwd_head(c, m->mtp_norm, T, 0.0, seqs[0].vocab_rows, logits, err);
 }
