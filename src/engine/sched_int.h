@@ -207,13 +207,10 @@ void sched_mtp_take(sched *s, eng_seq *e, const cllm_seq_batch *b);
 void sched_mtp_keep(eng_seq *e, int end);
 /* (Re)admission: positions from pos on are computed anew (its rows will come from there). */
 void sched_mtp_restart(eng_seq *e, int pos);
-/* A forked sample starts with its parent's rows; -1 on out of memory (it then has none). */
-int sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p);
+/* A forked sample starts with its parent's rows (none on out of memory: it drafts a step later). */
+void sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p);
 /* True when e has the rows for a draft: every position up to the one before its last token. */
 bool sched_mtp_ready(const eng_seq *e);
-/* A verify row of nd MTP drafts is planned for e: placeholders in e->draft until
- * sched_mtp_draft_all. */
-void sched_mtp_queue(sched *s, eng_seq *e, int nd);
 /* The drafts of the step's MTP verify rows (after planning, before the forward): the head over
  * each row's unread hidden rows in one call, then one call per further draft with the rows that
  * still need one, chained on the head's own output; written to e->draft and after e's tokens.

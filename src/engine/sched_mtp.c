@@ -106,15 +106,14 @@ void sched_mtp_keep(eng_seq *e, int end) {
     if (e->mtp_pos + e->mtp_n > end) e->mtp_n = end > e->mtp_pos ? end - e->mtp_pos : 0;
 }
 
-int sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p) {
+void sched_mtp_fork(sched *s, eng_seq *c, const eng_seq *p) {
     sched_mtp_restart(c, p->mtp_pos + p->mtp_n);
-    if (!s->mtp_step || p->mtp_n == 0) return 0;
+    if (!s->mtp_step || p->mtp_n == 0) return;
     size_t H = (size_t)s->cfg.hidden_size;
-    if (sched_grow((void **)&c->mtp_hid, &c->mtp_cap, p->mtp_n, H * sizeof(float))) return -1;
+    if (sched_grow((void **)&c->mtp_hid, &c->mtp_cap, p->mtp_n, H * sizeof(float))) return;
     memcpy(c->mtp_hid, p->mtp_hid, (size_t)p->mtp_n * H * sizeof(float));
     c->mtp_pos = p->mtp_pos;
     c->mtp_n = p->mtp_n;
-    return 0;
 }
 
 bool sched_mtp_ready(const eng_seq *e) {
@@ -138,13 +137,6 @@ static bool mtp_call(sched *s, const cllm_mtp_seq *q, int n) {
     return false;
 }
 
-void sched_mtp_queue(sched *s, eng_seq *e, int nd) {
-    /* placeholders until sched_mtp_draft_all: any token verifies exactly, so a failed head
-     * costs acceptance, never correctness */
-    for (int i = 0; i < nd; i++) e->draft[i] = e->tokens[e->n_tokens - 1];
-    (void)s;
-}
-
 /* The step's verify rows of MTP sequences, in batch order, with their draft counts. */
 static int queued(sched *s, eng_seq **rows, int *nd) {
     int R = 0;
@@ -156,10 +148,27 @@ static int queued(sched *s, eng_seq **rows, int *nd) {
     return R;
 }
 
+/* One sequence of a head call: n rows from position pos reading hidden (written in place) and
+ * the tokens after them; the last row's best-1 logits over the draft vocabulary. */
+static cllm_mtp_seq head_rows(const sched *s, const eng_seq *e, float *hidden,
+                              const int32_t *tokens, int n, int pos) {
+    return (cllm_mtp_seq){.hidden = hidden,
+                          .tokens = tokens,
+                          .n_tokens = n,
+                          .start_pos = pos,
+                          .block_table = e->table,
+                          .n_table = e->n_table,
+                          .logits = CLLM_LOGITS_LAST,
+                          .logits_topk = 1,
+                          .logits_scale = 1.0f,
+                          .hidden_out = hidden,
+                          .vocab_rows = s->mtp_vocab};
+}
+
 void sched_mtp_draft_all(sched *s) {
     if (!s->mtp_step || s->mtp_failed) return;
     eng_seq *rows[SPEC_VERIFY_ROWS];
-    int nd[SPEC_VERIFY_ROWS], R = queued(s, rows, nd), K = 0;
+    int nd[SPEC_VERIFY_ROWS], R = queued(s, rows, nd), K = 0, most = 0;
     if (R == 0) return;
     double t0 = cllm_time_s();
     size_t H = (size_t)s->cfg.hidden_size, V = (size_t)s->cfg.vocab_size;
@@ -168,24 +177,14 @@ void sched_mtp_draft_all(sched *s) {
      * the last one's logits predict position N. Output in place: the rows are spent after. */
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
-        q[r] = (cllm_mtp_seq){.hidden = e->mtp_hid,
-                              .tokens = e->tokens + e->mtp_pos + 1,
-                              .n_tokens = e->n_tokens - 1 - e->mtp_pos,
-                              .start_pos = e->mtp_pos,
-                              .block_table = e->table,
-                              .n_table = e->n_table,
-                              .logits = CLLM_LOGITS_LAST,
-                              .logits_topk = 1,
-                              .logits_scale = 1.0f,
-                              .hidden_out = e->mtp_hid,
-                              .vocab_rows = s->mtp_vocab};
+        q[r] = head_rows(s, e, e->mtp_hid, e->tokens + e->mtp_pos + 1, e->n_tokens - 1 - e->mtp_pos,
+                         e->mtp_pos);
         if (nd[r] > K) K = nd[r];
+        if (q[r].n_tokens > most) most = q[r].n_tokens;
     }
     if (!mtp_call(s, q, R)) return;
     /* a catch-up over a prompt is prefill work: charged to this step's drafts it would make
      * drafting look dear for good (sched_spec.c learns the step time by step size) */
-    int most = 0;
-    for (int r = 0; r < R; r++) most = q[r].n_tokens > most ? q[r].n_tokens : most;
     if (most > CLLM_SPEC_MAX_K + 1) t0 = cllm_time_s();
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
@@ -200,17 +199,7 @@ void sched_mtp_draft_all(sched *s) {
         for (int r = 0; r < R; r++) {
             if (nd[r] <= d) continue;
             eng_seq *e = rows[r];
-            q[n] = (cllm_mtp_seq){.hidden = s->mtp_h + r * H,
-                                  .tokens = &e->draft[d - 1],
-                                  .n_tokens = 1,
-                                  .start_pos = e->n_tokens - 2 + d,
-                                  .block_table = e->table,
-                                  .n_table = e->n_table,
-                                  .logits = CLLM_LOGITS_LAST,
-                                  .logits_topk = 1,
-                                  .logits_scale = 1.0f,
-                                  .hidden_out = s->mtp_h + r * H,
-                                  .vocab_rows = s->mtp_vocab};
+            q[n] = head_rows(s, e, s->mtp_h + r * H, &e->draft[d - 1], 1, e->n_tokens - 2 + d);
             who[n++] = r;
         }
         if (!mtp_call(s, q, n)) break;

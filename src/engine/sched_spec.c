@@ -74,9 +74,8 @@ static double step_time(const sched *s, int T) {
  * probability a^i (1 - a) for i < k. Attention-only rows keep their accepted KV: none. */
 static double replay_time(const sched *s, double a, int k, int base) {
     if (!s->cfg.has_state) return 0.0;
-    double extra = 0.0, p = 1.0, one = step_time(s, base + 1);
-    for (int i = 0; i < k; i++, p *= a)
-        if (i > 0) extra += p * (1.0 - a) * (step_time(s, base + 1 + i) - one);
+    double extra = 0.0, p = a, one = step_time(s, base + 1);
+    for (int i = 1; i < k; i++, p *= a) extra += p * (1.0 - a) * (step_time(s, base + 1 + i) - one);
     return extra;
 }
 
@@ -179,10 +178,12 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     else if (o->method == CLLM_SPEC_SUFFIX)
         nd = spec_suffix_propose(&s->hist, e->tokens, e->n_tokens, o->suffix_max_depth,
                                  o->suffix_max_spec_factor, k, e->draft);
+    /* benchmarks: always k drafts, the real verify work. MTP: k placeholders, drafted for all
+     * rows at once after planning (sched_mtp_draft_all; any token verifies exactly, so a failed
+     * head costs acceptance, never correctness), at most SPEC_VERIFY_ROWS rows a step */
     bool mtp = o->method == CLLM_SPEC_MTP;
-    /* drafted after planning (sched_mtp_draft_all), at most SPEC_VERIFY_ROWS rows a step */
-    if (mtp) nd = !s->mtp_failed && s->mtp_rows < SPEC_VERIFY_ROWS && sched_mtp_ready(e) ? k : 0;
-    if (o->synthetic_acceptance > 0 && !mtp) /* benchmarks: always k drafts, the real verify work */
+    if (mtp ? !s->mtp_failed && s->mtp_rows < SPEC_VERIFY_ROWS && sched_mtp_ready(e)
+            : o->synthetic_acceptance > 0)
         while (nd < k) {
             e->draft[nd] = e->tokens[e->n_tokens - 1];
             nd++;
@@ -212,10 +213,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         CLLM_ASSERT(b >= 0);
         e->table[e->n_table++] = b;
     }
-    if (mtp) {
-        sched_mtp_queue(s, e, nd); /* drafted for all rows at once after planning */
-        s->mtp_rows++;
-    }
+    if (mtp) s->mtp_rows++;
     memcpy(e->tokens + e->n_tokens, e->draft, (size_t)nd * sizeof(int32_t));
     s->logit_rows_extra -= nd;
     e->n_draft = nd;
