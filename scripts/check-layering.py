@@ -14,6 +14,15 @@ root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file
 doc_path = os.path.join(root, "docs", "architecture.md")
 src = os.path.join(root, "src")
 
+def sources(exts):
+    """(path, path relative to the root) of every file under src/ ending in one of exts."""
+    for dirpath, _, files in os.walk(src):
+        for f in sorted(files):
+            if f.endswith(exts):
+                path = os.path.join(dirpath, f)
+                yield path, os.path.relpath(path, root).replace(os.sep, "/")
+
+
 
 def table(text, name, optional=False):
     m = re.search(r"<!-- %s:begin -->\n(.*?)<!-- %s:end -->" % (name, name), text, re.S)
@@ -44,32 +53,27 @@ for d in sorted(os.listdir(src)):
         problems.append("src/%s/: module missing from the table in docs/architecture.md" % d)
 
 inc = re.compile(r'^\s*#\s*include\s+"([a-z0-9_]+)/([^"]+)"', re.M)
-for dirpath, _, files in os.walk(src):
-    for f in sorted(files):
-        if not f.endswith((".c", ".h")):
+for path, rel in sources((".c", ".h")):
+    parts = rel.split("/")
+    module = parts[1] if len(parts) > 2 else os.path.splitext(parts[1])[0]
+    if module not in allowed:
+        continue  # reported above (or a stray file at the top of src/)
+    for m in inc.finditer(open(path, encoding="utf-8", errors="replace").read()):
+        dep, header = m.group(1), m.group(2)
+        target = "%s/%s" % (dep, header)
+        if dep == module:
             continue
-        path = os.path.join(dirpath, f)
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        parts = rel.split("/")
-        module = parts[1] if len(parts) > 2 else os.path.splitext(parts[1])[0]
-        if module not in allowed:
-            continue  # reported above (or a stray file at the top of src/)
-        for m in inc.finditer(open(path, encoding="utf-8", errors="replace").read()):
-            dep, header = m.group(1), m.group(2)
-            target = "%s/%s" % (dep, header)
-            if dep == module:
-                continue
-            ok = allowed[module] is None or dep in allowed[module]
-            why = "module %s may not include %s (docs/architecture.md)" % (module, dep)
-            if ok and re.search(r"_int\.h$", header):
-                ok, why = False, "%s is private to src/%s/" % (target, dep)
-            if ok:
-                continue
-            if (rel, target) in exceptions:
-                exceptions[(rel, target)] = True
-                continue
-            line = m.string.count("\n", 0, m.start()) + 1
-            problems.append("%s:%d: includes %s: %s" % (rel, line, target, why))
+        ok = allowed[module] is None or dep in allowed[module]
+        why = "module %s may not include %s (docs/architecture.md)" % (module, dep)
+        if ok and re.search(r"_int\.h$", header):
+            ok, why = False, "%s is private to src/%s/" % (target, dep)
+        if ok:
+            continue
+        if (rel, target) in exceptions:
+            exceptions[(rel, target)] = True
+            continue
+        line = m.string.count("\n", 0, m.start()) + 1
+        problems.append("%s:%d: includes %s: %s" % (rel, line, target, why))
 
 for (f, t), seen in exceptions.items():
     if not seen:
@@ -82,45 +86,40 @@ for (f, t), seen in exceptions.items():
 MAX_FUNC = 200
 long_ok = {(c[0], c[1]): False for c in table(text, "long-functions", optional=True)}
 strip = re.compile(r'//.*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
-for dirpath, _, files in os.walk(src):
-    for f in sorted(files):
-        if not f.endswith(".c"):
-            continue
-        path = os.path.join(dirpath, f)
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        depth, start, name, in_comment = 0, None, None, False
-        head = []  # lines since the last top-level statement: the signature being read
-        for no, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
-            code = line
-            if in_comment:
-                if "*/" not in code:
-                    continue
-                code, in_comment = code.split("*/", 1)[1], False
-            code = strip.sub("", code)
-            if "/*" in code:
-                code, in_comment = code.split("/*", 1)[0], True
-            if depth == 0:
-                if code.strip().startswith("#") or not code.strip():
-                    head = []
-                    continue
-                head.append((no, code))
-            opens, closes = code.count("{"), code.count("}")
-            if depth == 0 and opens > closes:
-                sig = " ".join(c for _, c in head)
-                m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", sig)
-                if m and "=" not in sig.split("(")[0]:
-                    start, name = head[0][0], m.group(1)
-            depth += opens - closes
-            if depth == 0 and (opens or closes):
-                if start is not None and no - start + 1 > MAX_FUNC:
-                    if (rel, name) in long_ok:
-                        long_ok[(rel, name)] = True
-                    else:
-                        problems.append("%s:%d: %s() is %d lines (over %d: split it)" % (
-                            rel, start, name, no - start + 1, MAX_FUNC))
-                start, name, head = None, None, []
-            elif depth == 0 and code.rstrip().endswith(";"):
+for path, rel in sources((".c",)):
+    depth, start, name, in_comment = 0, None, None, False
+    head = []  # lines since the last top-level statement: the signature being read
+    for no, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+        code = line
+        if in_comment:
+            if "*/" not in code:
+                continue
+            code, in_comment = code.split("*/", 1)[1], False
+        code = strip.sub("", code)
+        if "/*" in code:
+            code, in_comment = code.split("/*", 1)[0], True
+        if depth == 0:
+            if code.strip().startswith("#") or not code.strip():
                 head = []
+                continue
+            head.append((no, code))
+        opens, closes = code.count("{"), code.count("}")
+        if depth == 0 and opens > closes:
+            sig = " ".join(c for _, c in head)
+            m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", sig)
+            if m and "=" not in sig.split("(")[0]:
+                start, name = head[0][0], m.group(1)
+        depth += opens - closes
+        if depth == 0 and (opens or closes):
+            if start is not None and no - start + 1 > MAX_FUNC:
+                if (rel, name) in long_ok:
+                    long_ok[(rel, name)] = True
+                else:
+                    problems.append("%s:%d: %s() is %d lines (over %d: split it)" % (
+                        rel, start, name, no - start + 1, MAX_FUNC))
+            start, name, head = None, None, []
+        elif depth == 0 and code.rstrip().endswith(";"):
+            head = []
 for (f, n), seen in long_ok.items():
     if not seen:
         problems.append("docs/architecture.md: long function %s %s() is no longer over %d lines; "
@@ -150,29 +149,24 @@ env_strip = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\
 # a string literal (skipped whole: a "getenv(" inside one is no call) or a call, with its literal
 env_call = re.compile(r'"(?:\\.|[^"\\\n])*"|\b(getenv|setenv|unsetenv|putenv|secure_getenv)\s*\('
                       r'\s*("([^"]*)")?')
-for dirpath, _, files in os.walk(src):
-    for f in sorted(files):
-        if not f.endswith((".c", ".h")):
+for path, rel in sources((".c", ".h")):
+    if rel == ENV_FILE:
+        continue
+    # comments out (their newlines kept, for line numbers), strings kept: getenv's argument
+    code = env_strip.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
+                         "\n" * m.group(0).count("\n"),
+                         open(path, encoding="utf-8", errors="replace").read())
+    for m in env_call.finditer(code):
+        if not m.group(1):
             continue
-        path = os.path.join(dirpath, f)
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
-        if rel == ENV_FILE:
+        key = (rel, m.group(1), m.group(3) or "?")
+        if key in ENV_EXCEPTIONS:
+            env_seen[key] = True
             continue
-        # comments out (their newlines kept, for line numbers), strings kept: getenv's argument
-        code = env_strip.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else
-                             "\n" * m.group(0).count("\n"),
-                             open(path, encoding="utf-8", errors="replace").read())
-        for m in env_call.finditer(code):
-            if not m.group(1):
-                continue
-            key = (rel, m.group(1), m.group(3) or "?")
-            if key in ENV_EXCEPTIONS:
-                env_seen[key] = True
-                continue
-            line = code.count("\n", 0, m.start()) + 1
-            problems.append("%s:%d: %s(%s): the environment is read only by the option table of "
-                            "%s (docs/env.md)" % (rel, line, m.group(1), m.group(2) or "...",
-                                                  ENV_FILE))
+        line = code.count("\n", 0, m.start()) + 1
+        problems.append("%s:%d: %s(%s): the environment is read only by the option table of "
+                        "%s (docs/env.md)" % (rel, line, m.group(1), m.group(2) or "...",
+                                              ENV_FILE))
 for (f, fn, var), seen in env_seen.items():
     if not seen and os.path.exists(os.path.join(root, f)):
         problems.append("scripts/check-layering.py: exception %s %s(%s) no longer occurs; "
