@@ -2,10 +2,10 @@
  * tensor infos, with the tensor data left in a read-only mmap.
  *
  * File layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv; n_kv key/values
- * (gguf string key, u32 value type, value); n_tensors infos (string name, u32 n_dims, u64 ne[n_dims],
- * u32 ggml type, u64 offset); padding to general.alignment (default 32); the data region. A gguf
- * string is u64 length + bytes (no NUL). Arrays are u32 element type + u64 count + elements.
- * ne[0] is the fastest-varying (row length): a PyTorch [N][K] matrix is ne = {K, N}.
+ * (gguf string key, u32 value type, value); n_tensors infos (string name, u32 n_dims, u64
+ * ne[n_dims], u32 ggml type, u64 offset); padding to general.alignment (default 32); the data
+ * region. A gguf string is u64 length + bytes (no NUL). Arrays are u32 element type + u64 count +
+ * elements. ne[0] is the fastest-varying (row length): a PyTorch [N][K] matrix is ne = {K, N}.
  * Split files (name-00001-of-0000N.gguf, split.count / split.no keys) are opened together by
  * cllm_gguf_open; tensor infos then come from all of them.
  *
@@ -60,9 +60,9 @@ enum {
 
 typedef struct cllm_gguf_kv {
     char *key;
-    int type;      /* CLLM_GGUF_*; for arrays CLLM_GGUF_ARRAY */
-    int arr_type;  /* element type of an array */
-    uint64_t n;    /* array length (1 for scalars) */
+    int type;           /* CLLM_GGUF_*; for arrays CLLM_GGUF_ARRAY */
+    int arr_type;       /* element type of an array */
+    uint64_t n;         /* array length (1 for scalars) */
     const void *data;   /* scalar or first array element, in the map (strings: see below) */
     const char **strs;  /* string value / string array: n pointers (not NUL-terminated) */
     uint64_t *str_lens; /* their lengths */
