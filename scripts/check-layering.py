@@ -141,6 +141,8 @@ ENV_EXCEPTIONS = {
     ("src/dist/dist_common.c", "getenv", "PMIX_RANK"): "as OMPI_COMM_WORLD_SIZE",
     ("src/dist/dist_mpi.c", "getenv", "OMPI_COMM_WORLD_RANK"):
         "set by the MPI launcher: names the rank when MPI_Init fails",
+    ("src/cli/cli_model.c", "getenv", "TMPDIR"):
+        "the POSIX temporary folder (as mkstemp users read it), not a cllm option",
     ("src/dist/dist_mpi.c", "setenv", "OMPI_MCA_mpi_yield_when_idle"):
         "configures the MPI library itself (read by MPI_Init), not cllm",
 }

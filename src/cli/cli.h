@@ -53,9 +53,11 @@ typedef struct cli_spec {
  * --help was printed (caller returns 0). */
 int cli_parse(const cli_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
 
-/* 0 when path is a directory; otherwise prints a hint naming the mistake (a file instead of its
- * directory, a Hugging Face id to download first, a missing path) and returns 1. */
-int cli_check_model_dir(const char *command, const char *path);
+/* 0 when *path is a directory, or a .gguf file: then *path becomes a private folder made for it
+ * (cllm_gguf_model_dir, removed at exit). Otherwise prints a hint naming the mistake (a file
+ * instead of its directory, a Hugging Face id to download first, a missing path, a GGUF that
+ * cannot be read) and returns 1. */
+int cli_check_model_dir(const char *command, const char **path);
 
 /* --act16: how the GPTQ matmuls of a 16-bit-activation model (w4a16, w8a16, GPTQ checkpoints)
  * take their activations (README, CLLM_ACT16): int16 codes (default), int8 codes on the int4

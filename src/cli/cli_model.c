@@ -1,12 +1,57 @@
 /* The model-directory check shared by serve, verify and eval: a clear hint for the three usual
  * mistakes (a file instead of its directory, a Hugging Face id, a path that does not exist)
  * before any loader prints a bare "cannot open". */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "model/gguf.h"
+#include "model/gguf_ckpt.h"
+
+static char gguf_dir[4096]; /* the folder made for a GGUF, removed at exit */
+
+static void remove_gguf_dir(void) {
+    DIR *d = opendir(gguf_dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4400];
+        snprintf(p, sizeof(p), "%s/%s", gguf_dir, e->d_name);
+        unlink(p); /* links and the files written there: never what a link points to */
+    }
+    closedir(d);
+    rmdir(gguf_dir);
+}
+
+/* A folder for the GGUF at path: config.json and links (cllm_gguf_model_dir). */
+static int gguf_folder(const char *command, const char **path) {
+    if (gguf_dir[0]) {
+        fprintf(stderr, "cllm %s: one GGUF model per process\n", command);
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(gguf_dir, sizeof(gguf_dir), "%s/cllm-gguf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(gguf_dir)) {
+        fprintf(stderr, "cllm %s: cannot make a folder for '%s' in %s: %s\n", command, *path,
+                tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        gguf_dir[0] = 0;
+        return 1;
+    }
+    atexit(remove_gguf_dir);
+    cllm_error err = {0};
+    if (cllm_gguf_model_dir(*path, gguf_dir, &err)) {
+        fprintf(stderr, "cllm %s: %s\n", command, err.msg);
+        return 1;
+    }
+    *path = gguf_dir;
+    return 0;
+}
 
 /* "org/name" with no leading '/' or '.', exactly one '/', and no such local path: what
  * `vllm serve Qwen/Qwen3.5-35B-A3B` would download. */
@@ -16,10 +61,12 @@ static bool looks_like_hf_id(const char *p) {
     return slash && slash != p && slash[1] && !strchr(slash + 1, '/');
 }
 
-int cli_check_model_dir(const char *command, const char *path) {
+int cli_check_model_dir(const char *command, const char **pathp) {
+    const char *path = *pathp;
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) return 0;
+        if (S_ISREG(st.st_mode) && cllm_gguf_is_path(path)) return gguf_folder(command, pathp);
         const char *slash = strrchr(path, '/');
         fprintf(stderr,
                 "cllm %s: '%s' is a file, not a model directory; pass the directory that holds "

@@ -672,7 +672,7 @@ int cmd_bench(int argc, char **argv) {
     bench_args a;
     int rc = bench_parse(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (cli_check_model_dir("bench", a.model)) return 1;
+    if (cli_check_model_dir("bench", &a.model)) return 1;
     char smsg[256];
     if (cli_spec_parse(a.spec_json, true, &a.spec, smsg, sizeof(smsg)) != 0) {
         fprintf(stderr, "cllm bench: %s\n", smsg);

@@ -119,7 +119,7 @@ int cmd_eval(int argc, char **argv) {
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
     const cllm_fwd_opts fwd = cli_fwd_opts(act16);
-    if (cli_check_model_dir("eval", pos[0])) return 1;
+    if (cli_check_model_dir("eval", &pos[0])) return 1;
     if (ppl_file && ppl && strcmp(ppl, ppl_file)) {
         fprintf(stderr, "cllm eval: give --ppl or -f, not both\n");
         return 2;

@@ -399,7 +399,7 @@ static int check_model_config(serve_args *a) {
 static int check_tokenizer(serve_args *a) {
     if (a->skip_tokenizer) return 0;
     const char *dir = a->tokenizer ? a->tokenizer : a->model;
-    if (a->tokenizer && cli_check_model_dir("serve --tokenizer", a->tokenizer)) return 1;
+    if (a->tokenizer && cli_check_model_dir("serve --tokenizer", &a->tokenizer)) return 1;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     if (access(path, R_OK) != 0)
@@ -493,7 +493,7 @@ static int serve_check(serve_args *a) {
     if (cli_spec_parse(a->spec_json, false, &a->spec, smsg, sizeof(smsg)) != 0)
         return refuse("%s", smsg);
     if (serve_vllm_check(&a->vllm)) return 1;
-    if (cli_check_model_dir("serve", a->model)) return 1;
+    if (cli_check_model_dir("serve", &a->model)) return 1;
     if (check_kv_dtype(a) || check_gen_config(a)) return 1;
     if (a->pp > 1)
         return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "

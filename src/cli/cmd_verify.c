@@ -24,7 +24,7 @@ int cmd_verify(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
-    if (cli_check_model_dir("verify", pos[0])) return 1;
+    if (cli_check_model_dir("verify", &pos[0])) return 1;
     cllm_verify_opts vo = {config_only, full, json};
     cllm_verify_result res;
     cllm_error err;

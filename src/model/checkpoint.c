@@ -1,6 +1,8 @@
 /* Shard discovery, index validation and name lookup; see checkpoint.h. */
 #include "model/checkpoint.h"
 
+#include "model/gguf_ckpt.h"
+
 #include <dirent.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -157,6 +159,36 @@ static cllm_status check_index(cllm_ckpt *c, json_t *wmap, const char *index_pat
     return CLLM_OK;
 }
 
+/* The GGUF of a folder with no *.safetensors: model.gguf (what `cllm serve FILE.gguf` links), or
+ * the one *.gguf there (the first file of a split set counts for the set); NULL otherwise. */
+static char *find_gguf(const char *dir) {
+    char *p = path_join(dir, "model.gguf");
+    if (p && file_exists(p)) return p;
+    free(p);
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char *found = NULL;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > 12 && !strcmp(e->d_name + l - 12, ".safetensors")) {
+            n = 2; /* a safetensors checkpoint: not a GGUF folder */
+            break;
+        }
+        if (!cllm_gguf_is_path(e->d_name) ||
+            (strstr(e->d_name, "-of-") && !strstr(e->d_name, "-00001-of-")))
+            continue;
+        if (n++ == 0) found = path_join(dir, e->d_name);
+    }
+    closedir(d);
+    if (n != 1) {
+        free(found);
+        return NULL;
+    }
+    return found;
+}
+
 cllm_status cllm_ckpt_open(const char *dir, bool lenient, cllm_ckpt **out, cllm_error *err) {
     *out = NULL;
     cllm_ckpt *c = calloc(1, sizeof(*c));
@@ -167,6 +199,19 @@ cllm_status cllm_ckpt_open(const char *dir, bool lenient, cllm_ckpt **out, cllm_
     json_t *root = NULL, *wmap = NULL;
     char *index_path = path_join(dir, INDEX_NAME);
     cllm_status st = CLLM_OK;
+    char *gguf = find_gguf(dir);
+    if (gguf) { /* only when the folder has no safetensors (find_gguf) */
+        st = cllm_gguf_ckpt_fill(c, gguf, err);
+        free(gguf);
+        if (!st) st = index_tensors(c, false, err);
+        free(index_path);
+        if (st) {
+            cllm_ckpt_close(c);
+            return st;
+        }
+        *out = c;
+        return CLLM_OK;
+    }
     if (index_path && file_exists(index_path)) {
         c->has_index = true;
         st = read_index(c, index_path, lenient, &root, &wmap, err);
@@ -234,6 +279,7 @@ void cllm_ckpt_close(cllm_ckpt *c) {
     for (size_t i = 0; i < c->n_problems; i++) free(c->problems[i]);
     free(c->problems);
     cllm_strmap_free(&c->by_name);
+    if (c->owner_free) c->owner_free(c->owner);
     free(c->dir);
     free(c);
 }

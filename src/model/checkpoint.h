@@ -1,5 +1,7 @@
 /* A model directory's weights: one model.safetensors, or shards listed by
- * model.safetensors.index.json (any shard file names), or failing both every *.safetensors file.
+ * model.safetensors.index.json (any shard file names), or failing both every *.safetensors file,
+ * or failing that one GGUF file (or the first of a split set) seen under HF names
+ * (model/gguf_ckpt.h).
  * Tensor lookup by name across shards. All data stays in the shards' read-only mmaps. */
 #ifndef CLLM_MODEL_CHECKPOINT_H
 #define CLLM_MODEL_CHECKPOINT_H
@@ -21,6 +23,8 @@ typedef struct cllm_ckpt {
     size_t n_tensors;
     char **problems; /* lenient mode: one line per inconsistency found while opening */
     size_t n_problems;
+    void *owner; /* a GGUF checkpoint's file and converted data (model/gguf_ckpt.c) */
+    void (*owner_free)(void *owner);
 } cllm_ckpt;
 
 /* Opens the checkpoint in dir. Strict mode (lenient=false) fails on the first problem (missing

@@ -153,7 +153,9 @@ static float *vec_of(binder *b, const cllm_tensor *t, size_t n, float add) {
         b->st = cllm_err_set(b->err, CLLM_ENOMEM, "out of memory binding %s", t->name);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) v[i] = (float)cllm_tensor_elem(t, i) + add;
+    /* the sum in double, rounded once: a GGUF's norm comes as F64 v - 1 (gguf_ckpt.h) and must
+     * give back v; for 16-bit w the result is (float)w + add's */
+    for (size_t i = 0; i < n; i++) v[i] = (float)(cllm_tensor_elem(t, i) + add);
     return v;
 }
 
