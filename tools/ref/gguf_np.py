@@ -1007,14 +1007,16 @@ def gguf_to_hf_arrays(g, prefix="model.language_model."):
 
 def gguf_to_ref_dir(gguf_path, out_dir):
     """config.json + F32 model.safetensors of the GGUF's exact (dequantized) weights, for
-    ref_forward.py MODEL_DIR (A_log in F32 is log(-ssm_a) rounded to float32)."""
+    ref_forward.py MODEL_DIR (every value is the GGUF's float32 value; A_log is stored F64)."""
     from safetensors_np import write_safetensors
     g = GGUFFile(gguf_path)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(gguf_to_hf_config(g), f, indent=1)
     w = gguf_to_hf_arrays(g)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), w, "F32")
+    # A_log = log(-ssm_a) in F64 so that -exp(A_log) gives ssm_a back as closely as the dict does
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), w, "F32",
+                      {n: "F64" for n in w if n.endswith("A_log")})
     return out_dir
 
 
