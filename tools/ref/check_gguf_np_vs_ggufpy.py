@@ -4,7 +4,12 @@
      (and on blocks gguf_np.quantize wrote);
   2. a GGUF written by gguf_np (every value type, string arrays, quantized tensors, and a
      hf_to_gguf conversion of a random qwen35moe model) is read by gguf.GGUFReader with the
-     same keys, values, tensor types, shapes and bytes.
+     same keys, values, tensor types, shapes and bytes;
+  3. (when /usr/bin/python3 has torch) llama.cpp's own convert_hf_to_gguf.py, run on a random
+     qwen35moe model with MTP (stub `transformers`/`tqdm` modules, set_vocab skipped: no
+     tokenizer), writes the same tensors (names, order, types, ne, bytes) and metadata as
+     hf_to_gguf for --outtype f32 / f16 / q8_0, --fuse-gate-up-exps, per-expert BF16 shards
+     and --split-max-tensors (only general.name / general.size_label differ).
 Needs gguf-py:  GGUF_PY=/work/peer/llama.cpp-src/gguf-py /usr/bin/python3 tools/ref/check_gguf_np_vs_ggufpy.py"""
 import os
 import sys
@@ -155,9 +160,101 @@ def check_files():
         report(f"m{int(fused)}.gguf: every tensor dequantized by gguf-py == gguf_np", ok)
 
 
+STUB_DRIVER = r"""
+import sys, types, runpy
+src = sys.argv.pop(1)
+sys.argv[0] = "convert_hf_to_gguf.py"
+tr = types.ModuleType("transformers")
+class AutoConfig:
+    @staticmethod
+    def from_pretrained(*a, **k):
+        raise RuntimeError("stub transformers")
+tr.AutoConfig = tr.AutoTokenizer = AutoConfig
+sys.modules["transformers"] = tr
+tq = types.ModuleType("tqdm")
+class _T:
+    def __init__(self, *a, **k): pass
+    def __getattr__(self, n): return lambda *a, **k: None
+    def __enter__(self): return self
+    def __exit__(self, *a): pass
+tq.tqdm = _T
+sys.modules["tqdm"] = tq
+sys.path[:0] = [src, src + "/gguf-py"]
+import torch
+for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "uint16", "uint32", "uint64"):
+    if not hasattr(torch, n):
+        setattr(torch, n, object())
+import conversion.qwen as Q
+Q.Qwen3_5MoeTextModel.set_vocab = lambda self: None
+runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+
+def same_gguf(a_path, b_path):
+    a, b = G.GGUFFile(a_path), G.GGUFFile(b_path)
+    skip = ("general.name", "general.size_label")
+    ka = {k: v for k, v in a.kv.items() if k not in skip}
+    kb = {k: v for k, v in b.kv.items() if k not in skip}
+    bad = [k for k in set(ka) | set(kb) if ka.get(k) != kb.get(k)]
+    bad += [n for n in a.tensors if n not in b.tensors or a.tensors[n]["type"] != b.tensors[n]["type"]
+            or a.tensors[n]["ne"] != b.tensors[n]["ne"] or bytes(a.raw(n)) != bytes(b.raw(n))]
+    if list(a.tensors) != list(b.tensors):
+        bad.append("tensor order / set")
+    return bad
+
+
+def check_real_converter():
+    import subprocess
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("SKIP  llama.cpp's convert_hf_to_gguf.py comparison: no torch")
+        return
+    import test_gguf_np as TG
+    import random_model as RM
+    src = os.path.dirname(os.path.abspath(os.environ.get("GGUF_PY", "/work/peer/llama.cpp-src/gguf-py")))
+    tmp = tempfile.mkdtemp(prefix="gguf_np_conv_")
+    drv = os.path.join(tmp, "drive.py")
+    with open(drv, "w") as f:
+        f.write(STUB_DRIVER)
+    rng = np.random.default_rng(8)
+    cfg = TG.qcfg()
+    w = TG.with_mtp(RM.random_weights(cfg, 11), cfg, rng)
+    RM.write_model(os.path.join(tmp, "hf"), cfg, w)
+    RM.write_model(os.path.join(tmp, "hf_pe"), cfg, RM.to_per_expert(w), dtype="BF16", shards=2)
+    cases = [("f32", "hf", ["--outtype", "f32"], dict(type_of=lambda n: "F32")),
+             ("f16", "hf", ["--outtype", "f16"], dict(type_of=lambda n: "F16")),
+             ("q8_0", "hf", ["--outtype", "q8_0"], dict(type_of=lambda n: "Q8_0")),
+             ("fused", "hf", ["--outtype", "f32", "--fuse-gate-up-exps"],
+              dict(type_of=lambda n: "F32", fused_gate_up=True)),
+             ("pe_bf16", "hf_pe", ["--outtype", "bf16"], dict(type_of=lambda n: "BF16")),
+             ("split", "hf", ["--outtype", "f32", "--split-max-tensors", "40"],
+              dict(type_of=lambda n: "F32", split_max_tensors=40))]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    for name, d, args, kw in cases:
+        ll = os.path.join(tmp, f"ll_{name}.gguf")
+        r = subprocess.run([sys.executable, drv, src, os.path.join(tmp, d), "--outfile", ll] + args,
+                           capture_output=True, text=True, env=env)
+        if r.returncode:
+            report(f"llama.cpp converter ran ({name})", False, r.stderr[-300:])
+            continue
+        mine = G.hf_to_gguf(os.path.join(tmp, d), os.path.join(tmp, f"my_{name}.gguf"), **kw)
+        lls = [ll] if len(mine) == 1 else [G.split_path(ll[:-5], i, len(mine)) for i in range(len(mine))]
+        bad = same_gguf(lls[0], mine[0])
+        for a, b in zip(lls, mine):
+            fa, fb = G.GGUFFile(a, follow_splits=False), G.GGUFFile(b, follow_splits=False)
+            if list(fa.tensors) != list(fb.tensors) or \
+                    {k: v for k, v in fa.kv.items() if k.startswith("split.")} != \
+                    {k: v for k, v in fb.kv.items() if k.startswith("split.")}:
+                bad.append(os.path.basename(b))
+        report(f"hf_to_gguf == llama.cpp's convert_hf_to_gguf.py ({name}, {len(mine)} file(s)): "
+               "metadata and tensors", not bad, ", ".join(bad[:5]))
+
+
 def main():
     check_dequant()
     check_files()
+    check_real_converter()
     print(f"\n{'ALL PASSED' if not BAD else 'FAILED: ' + '; '.join(BAD)}")
     return 1 if BAD else 0
 

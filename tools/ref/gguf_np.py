@@ -277,9 +277,13 @@ def quantize(x, t):
             out[:, 4:8] = np.ascontiguousarray((h << np.arange(32, dtype=np.uint32)).sum(
                 axis=1, dtype=np.uint32).astype("<u4").reshape(-1, 1)).view(np.uint8)
             out[:, 8:24] = _pack_nibbles32(q & 15)
-    elif t == Q8_0:
-        d = _to_f16(np.abs(xb).max(axis=1) / 127).astype(np.float32)
-        q = np.clip(np.round(xb * _safe_inv(d)[:, None]), -127, 127).astype(np.int8)
+    elif t == Q8_0:             # as ggml's quantize_row_q8_0_ref: f32 d, id = 1/d, roundf(x*id)
+        d = np.abs(xb).max(axis=1) / np.float32(127)
+        v = xb * _safe_inv(d)[:, None]
+        a = np.abs(v)
+        r = np.floor(a)
+        r = r + (a - r >= 0.5)                  # roundf: halves away from zero
+        q = np.clip(np.sign(v) * r, -127, 127).astype(np.int8)
         _put_f16(out, 0, d)
         out[:, 2:34] = q.view(np.uint8)
     elif t in (Q4_K, Q5_K):
@@ -839,8 +843,8 @@ def hf_to_gguf(model_dir, out_path, type_of=None, fused_gate_up=False, split_max
                 a = np.concatenate([a[:qk], _reorder_v(a[qk:], 0, nk, r, dv)], axis=0)
             elif ".out_proj." in n:
                 a = _reorder_v(a, 1, nk, r, dv)
-        if n.endswith(".A_log"):
-            a = -np.exp(a)
+        if n.endswith(".A_log"):   # torch.exp in the source dtype; here correctly rounded
+            a = (-np.exp(a.astype(np.float64))).astype(a.dtype)
         elif "conv1d" in n:
             a = np.squeeze(a)
         elif n.endswith("norm.weight") and not n.endswith("linear_attn.norm.weight"):

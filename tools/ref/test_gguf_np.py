@@ -309,7 +309,7 @@ def expected_back(name, a):
     """What gguf_to_hf_arrays must return for an F32 conversion of HF tensor `name`."""
     a = np.asarray(a, np.float32)
     if name.endswith("A_log"):
-        return np.log(-(-np.exp(a)).astype(np.float64))
+        return np.log(-(-np.exp(a.astype(np.float64))).astype(np.float32).astype(np.float64))
     if (name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight")) \
             or name.startswith("mtp.pre_fc_norm_"):        # renamed enorm/hnorm: +1 too
         return ((a + F(1)) - F(1)).astype(np.float64)
@@ -359,7 +359,7 @@ def test_converter():
     z_gg = g.array("blk.0.attn_gate.weight").reshape(2, 2, 64, 256)
     ok = np.array_equal(z_gg[1, 0], z_hf[0, 1]) and np.array_equal(z_gg[0, 1], z_hf[1, 0])
     a_gg = g.array("blk.0.ssm_a")
-    a_hf = -np.exp(w[an])
+    a_hf = (-np.exp(w[an].astype(np.float64))).astype(np.float32)
     ok &= np.array_equal(a_gg, a_hf.reshape(2, 2).T.reshape(4))
     check_true("(4) V heads reordered grouped -> tiled (attn_gate rows, ssm_a)", ok)
     nw = g.array("blk.0.attn_norm.weight")
