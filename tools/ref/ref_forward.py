@@ -280,15 +280,41 @@ def gdn_chunked(q, k, v, g, beta, S, chunk=64):
 
 # ----------------------------------------------------------------------------- model / weights
 
+class DictTensors:
+    """The part of SafetensorsModel's interface Model uses, over a {name: array} dict."""
+
+    def __init__(self, tensors):
+        self.t = tensors
+
+    def __contains__(self, name):
+        return name in self.t
+
+    def keys(self):
+        return list(self.t.keys())
+
+    def shape(self, name):
+        return tuple(np.shape(self.t[name]))
+
+    def get(self, name, index=None):
+        if name not in self.t:
+            raise KeyError(f"missing tensor {name}")
+        a = self.t[name] if index is None else self.t[name][index]
+        return np.asarray(a, dtype=np.float64)
+
+
 class Model:
     """Config + lazily converted float64 weights (cached), with every expected tensor's shape
     checked at load (clear error naming the tensor, expected and actual shape)."""
 
-    def __init__(self, model_dir, dtype_check=True):
+    def __init__(self, model_dir, dtype_check=True, tensors=None, config=None):
+        """tensors: {HF name: array} instead of model_dir's safetensors (e.g.
+        gguf_np.gguf_to_hf_arrays); config: the config.json dict instead of model_dir's."""
         self.dir = model_dir
-        with open(os.path.join(model_dir, "config.json")) as f:
-            self.cfg = parse_config(json.load(f))
-        self.st = SafetensorsModel(model_dir)
+        if config is None:
+            with open(os.path.join(model_dir, "config.json")) as f:
+                config = json.load(f)
+        self.cfg = parse_config(config)
+        self.st = SafetensorsModel(model_dir) if tensors is None else DictTensors(tensors)
         c = self.cfg
         if c.arch == "qwen3_5_moe":
             self.prefix = ("model.language_model." if any(
