@@ -290,6 +290,8 @@ enum {
     BAD_MERGE,
     BAD_REPEAT,
     BAD_NO_TYPES,
+    BAD_ADD_BOS, /* add_bos_token without a bos id */
+    OK_ADD_BOS,  /* add_bos_token with one: a TemplateProcessing post-processor */
     BAD_N
 };
 
@@ -308,6 +310,8 @@ static const struct {
     [BAD_MERGE] = {CLLM_EFORMAT, {"tokenizer.ggml.merges[0]", "'ab'"}},
     [BAD_REPEAT] = {CLLM_EFORMAT, {"tokenizer.ggml.tokens[1] 'a'", "repeats id 0"}},
     [BAD_NO_TYPES] = {CLLM_ENOTFOUND, {"tokenizer.ggml.token_type", "missing"}},
+    [BAD_ADD_BOS] = {CLLM_EFORMAT, {"add_bos_token is true", "no bos_token_id"}},
+    [OK_ADD_BOS] = {CLLM_OK, {"", ""}},
 };
 
 static void write_tiny(const char *path, int bad) {
@@ -326,6 +330,11 @@ static void write_tiny(const char *path, int bad) {
         kv_i32s(&b, "tokenizer.ggml.token_type", types, bad == BAD_TYPES_LEN ? 4 : 5);
     kv_strs(&b, "tokenizer.ggml.merges", merges, 1);
     kv_u32(&b, "tokenizer.ggml.eos_token_id", bad == BAD_EOS ? 99 : 4);
+    if (bad == OK_ADD_BOS) kv_u32(&b, "tokenizer.ggml.bos_token_id", 4);
+    if (bad == BAD_ADD_BOS || bad == OK_ADD_BOS) {
+        kv_head(&b, "tokenizer.ggml.add_bos_token", CLLM_GGUF_BOOL);
+        put(&b, "\1", 1);
+    }
     kv_str(&b, "tokenizer.chat_template", "{{ messages[0]['content'] }}{{ eos_token }}");
     put(&h, "GGUF", 4);
     put_u32(&h, 3);
@@ -347,10 +356,21 @@ static void check_bad_files(void) {
         cllm_tok *tok = gguf_tok(path, &st, &err);
         bool named =
             strstr(err.msg, BAD_WANT[bad].words[0]) && strstr(err.msg, BAD_WANT[bad].words[1]);
-        CHECK_MSG(st == BAD_WANT[bad].st && (bad == BAD_NONE ? tok != NULL : named),
-                  "case %d: %s %s", bad, cllm_status_name(st), err.msg);
+        bool ok = BAD_WANT[bad].st == CLLM_OK;
+        CHECK_MSG(st == BAD_WANT[bad].st && (ok ? tok != NULL : named), "case %d: %s %s", bad,
+                  cllm_status_name(st), err.msg);
+        if (bad == OK_ADD_BOS) { /* BOS only where the caller asks for special tokens */
+            cllm_tok_ids ids = {0};
+            CHECK(tok && cllm_tok_encode(tok, "ab", 2, CLLM_TOK_ADD_SPECIAL, &ids, NULL) == 0);
+            CHECK(ids.n == 2 && ids.ids[0] == 4 && ids.ids[1] == 2);
+            ids.n = 0;
+            CHECK(tok && cllm_tok_encode(tok, "ab", 2, 0, &ids, NULL) == 0);
+            CHECK(ids.n == 1 && ids.ids[0] == 2);
+            cllm_tok_ids_free(&ids);
+        }
+        if (!ok) fprintf(stderr, "case %d: %s\n", bad, err.msg);
         if (bad != BAD_NONE) {
-            fprintf(stderr, "case %d: %s\n", bad, err.msg);
+            cllm_tok_free(tok);
             continue;
         }
         /* the valid one: merges, the byte-level space, the control token, eos by name */
