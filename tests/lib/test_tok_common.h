@@ -4,6 +4,7 @@
 #ifndef CLLM_TEST_TOK_COMMON_H
 #define CLLM_TEST_TOK_COMMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,18 +54,19 @@ static inline const char *tt_path(const char *rel) {
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?[\\\\p{L}\\\\p{M}]+|\\\\p{N}| "    \
     "?[^\\\\s\\\\p{L}\\\\p{M}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 
-/* Loads the Qwen3 tokenizer (qwen35 = with the Qwen3.5 regex). Prints why and returns NULL when
- * node_modules is missing: run `npm ci` at the repo root. */
-static inline cllm_tok *tt_load_qwen(int qwen35) {
-    size_t len = 0, clen = 0;
-    char *j = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer.json"), &len);
-    char *c = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer_config.json"), &clen);
+/* Reads the Qwen3 tokenizer.json (qwen35 = with the Qwen3.5 regex) and tokenizer_config.json into
+ * malloc'd buffers. Prints why and returns false when node_modules is missing: run `npm ci` at
+ * the repo root. */
+static inline bool tt_read_qwen(int qwen35, char **json, size_t *len, char **cfg, size_t *clen) {
+    char *j = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer.json"), len);
+    char *c = tt_read(tt_path(TT_QWEN3_DIR "/tokenizer_config.json"), clen);
+    *json = *cfg = NULL;
     if (!j || !c) {
         fprintf(stderr, "MISSING %s: run `npm ci` in the repo root (package.json lists it)\n",
                 tt_path(TT_QWEN3_DIR "/tokenizer.json"));
         free(j);
         free(c);
-        return NULL;
+        return false;
     }
     if (qwen35) {
         const char *old = TT_QWEN3_RX_JSON, *nw = TT_QWEN35_RX_JSON;
@@ -73,17 +75,26 @@ static inline cllm_tok *tt_load_qwen(int qwen35) {
             fprintf(stderr, "Qwen3 regex not found in tokenizer.json\n");
             free(j);
             free(c);
-            return NULL;
+            return false;
         }
         size_t ol = strlen(old), nl = strlen(nw), pre = (size_t)(p - j);
-        char *k = malloc(len - ol + nl + 1);
+        char *k = malloc(*len - ol + nl + 1);
         memcpy(k, j, pre);
         memcpy(k + pre, nw, nl);
-        memcpy(k + pre + nl, p + ol, len - pre - ol + 1);
+        memcpy(k + pre + nl, p + ol, *len - pre - ol + 1);
         free(j);
         j = k;
-        len = len - ol + nl;
+        *len = *len - ol + nl;
     }
+    *json = j, *cfg = c;
+    return true;
+}
+
+/* Loads the Qwen3 tokenizer (qwen35 = with the Qwen3.5 regex); NULL (and why) when it cannot. */
+static inline cllm_tok *tt_load_qwen(int qwen35) {
+    size_t len = 0, clen = 0;
+    char *j, *c;
+    if (!tt_read_qwen(qwen35, &j, &len, &c, &clen)) return NULL;
     cllm_tok *tok = NULL;
     cllm_error err = {0};
     if (cllm_tok_load_mem(j, len, c, clen, &tok, &err)) fprintf(stderr, "load: %s\n", err.msg);
