@@ -9,7 +9,7 @@
 
 int cmd_synth(int argc, char **argv) {
     const char *config = NULL, *dtype = "bf16", *experts = NULL, *tokenizer = NULL;
-    const char *scheme = NULL, *lm_head = "int8";
+    const char *scheme = NULL, *lm_head = "int8", *qlayout = "gptq";
     long seed = 0, group = 128;
     uint64_t shard = 4000000000ull;
     bool qwen_names = false, no_mtp = false, quiet = false;
@@ -23,8 +23,13 @@ int cmd_synth(int argc, char **argv) {
          "write GPTQ-layout quantized weights directly (random codes; the tensors `cllm "
          "quantize` keeps stay in --dtype)",
          "w4a16|w8a16|w4a8|w4a4"},
-        {"--group-size", NULL, CLI_INT, &group, "quantization group along in_features (--scheme)",
-         NULL, 8, 1 << 20},
+        {"--layout", NULL, CLI_CHOICE, &qlayout,
+         "quantized layout: gptq (v1, with --scheme), awq (AutoAWQ gemm, --scheme w4a16 implied, "
+         "lm_head kept), fp8 (block e4m3 + weight_scale_inv, no --scheme, lm_head kept)",
+         "gptq|awq|fp8"},
+        {"--group-size", NULL, CLI_INT, &group,
+         "quantization group along in_features (--scheme); with --layout fp8 the block side", NULL,
+         8, 1 << 20},
         {"--lm-head", NULL, CLI_CHOICE, &lm_head, "lm_head precision with --scheme",
          "int8|int4|bf16"},
         {"--shard-size", NULL, CLI_SIZE, &shard, "largest shard file (default 4GB; 0 = one file)"},
@@ -51,6 +56,8 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "cllm synth: --config is required\n");
         return 2;
     }
+    bool awq = !strcmp(qlayout, "awq"), fp8 = !strcmp(qlayout, "fp8");
+    if (awq && !scheme) scheme = "w4a16";
     cllm_synth_opts o = {
         .config_path = config,
         .out_dir = pos[0],
@@ -60,7 +67,7 @@ int cmd_synth(int argc, char **argv) {
                                          : CLLM_DT_F32,
         .layout = experts
                       ? (!strcmp(experts, "fused") ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT)
-                      : (scheme ? CLLM_EXPERTS_PER_EXPERT : CLLM_EXPERTS_FUSED),
+                      : (scheme || fp8 ? CLLM_EXPERTS_PER_EXPERT : CLLM_EXPERTS_FUSED),
         .shard_bytes = shard,
         .qwen_shard_names = qwen_names,
         .include_mtp = !no_mtp,
@@ -72,6 +79,9 @@ int cmd_synth(int argc, char **argv) {
         .lm_head_bits = !strcmp(lm_head, "int8")   ? 8
                         : !strcmp(lm_head, "int4") ? 4
                                                    : 16,
+        .qlayout = awq   ? CLLM_SYNTH_AWQ
+                   : fp8 ? CLLM_SYNTH_FP8
+                         : CLLM_SYNTH_GPTQ,
     };
     cllm_error err;
     if (cllm_synth(&o, &err) != CLLM_OK) {

@@ -308,6 +308,87 @@ cllm_status cllm_qformat_bind_ct(const cllm_ckpt *ck, const char *base, int N, i
     return alloc ? ct_convert(&c, base, N, K, alloc, actx, out, err) : CLLM_OK;
 }
 
+/* AutoAWQ's GEMM packing stores output column 8c + awq_order[i] in nibble i of word c
+ * (awq/utils/packing_utils.py AWQ_ORDER), for qweight and qzeros alike. */
+static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+static cllm_status awq_check(const cllm_ckpt *ck, const char *base, int N, int K,
+                             const cllm_tensor **qwo, const cllm_tensor **qzo,
+                             const cllm_tensor **sco, int *Go, cllm_error *err) {
+    char name[256], got[96];
+    snprintf(name, sizeof(name), "%s.qweight", base);
+    const cllm_tensor *qw = cllm_ckpt_get(ck, name);
+    if (!qw) return CLLM_ENOTFOUND;
+    if (qw->dtype != CLLM_DT_I32 || qw->n_dims != 2 || qw->shape[0] != K || N % 8 ||
+        qw->shape[1] * 8 != N) {
+        cllm_shape_str(qw->shape, qw->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s does not match AWQ's 4-bit GEMM packing of [%d out, "
+                            "%d in] (expected I32 [%d, %d], packed along out_features)",
+                            name, cllm_dtype_name(qw->dtype), got, N, K, K, N / 8);
+    }
+    snprintf(name, sizeof(name), "%s.scales", base);
+    const cllm_tensor *sc = cllm_ckpt_get(ck, name);
+    if (!sc)
+        return cllm_err_set(err, CLLM_EFORMAT, "quantized tensor %s.qweight present but %s missing",
+                            base, name);
+    cllm_shape_str(sc->shape, sc->n_dims, got, sizeof(got));
+    if (sc->dtype != CLLM_DT_F16 && sc->dtype != CLLM_DT_BF16)
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: dtype %s, expected F16 (or BF16)", name,
+                            cllm_dtype_name(sc->dtype));
+    if (sc->n_dims != 2 || sc->shape[1] != N || sc->shape[0] <= 0 || K % sc->shape[0])
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: shape %s, expected [K/group, %d] with K = %d (a group "
+                            "size dividing K)",
+                            name, got, N, K);
+    int G = K / (int)sc->shape[0];
+    if (G % 8)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED, "%s: group size %d is not a multiple of 8",
+                            base, G);
+    cllm_status st = CLLM_OK;
+    const cllm_tensor *qz = want(ck, base, "qzeros", CLLM_DT_I32, K / G, N / 8, &st, err);
+    if (st != CLLM_OK) return st;
+    *qwo = qw, *qzo = qz, *sco = sc, *Go = G;
+    return CLLM_OK;
+}
+
+cllm_status cllm_qformat_bind_awq(const cllm_ckpt *ck, const char *base, int N, int K,
+                                  void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                  cllm_qweight *out, cllm_error *err) {
+    const cllm_tensor *aw, *az, *as;
+    int G;
+    cllm_status st = awq_check(ck, base, N, K, &aw, &az, &as, &G, err);
+    if (st != CLLM_OK) return st;
+    *out = (cllm_qweight){NULL, NULL, NULL, 4, G, K, N, 16, as->dtype == CLLM_DT_BF16};
+    if (!alloc) return CLLM_OK;
+    int NG = K / G;
+    size_t nw = (size_t)K / 8 * N, nz = (size_t)NG * N / 8, ns = (size_t)NG * N;
+    int32_t *qw = alloc(actx, nw * 4), *qz = alloc(actx, nz * 4);
+    uint16_t *s = alloc(actx, ns * 2);
+    if (!qw || !qz || !s)
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory converting %s (awq)", base);
+    memset(qw, 0, nw * 4);
+    memset(qz, 0, nz * 4);
+    memcpy(s, as->data, ns * 2); /* AWQ's [K/G][N] is already the GPTQ scale layout */
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < N / 8; c++) {
+            uint32_t w = word_at(aw, (size_t)k * (N / 8) + c);
+            for (int i = 0; i < 8; i++)
+                put_bits(qw, (size_t)(k / 8) * N + 8 * c + awq_order[i], (k % 8) * 4,
+                         (w >> (4 * i)) & 15u, 4);
+        }
+    for (int g = 0; g < NG; g++)
+        for (int c = 0; c < N / 8; c++) {
+            uint32_t z = word_at(az, (size_t)g * (N / 8) + c);
+            for (int i = 0; i < 8; i++)
+                set_true_zero(qw, qz, s, 4, G, N, g, 8 * c + awq_order[i], (z >> (4 * i)) & 15u);
+        }
+    out->qweight = qw;
+    out->qzeros = qz;
+    out->scales = s;
+    return CLLM_OK;
+}
+
 /* GPTQ v2 ("format"/"checkpoint_format" "gptq_v2", GPTQModel): qzeros hold the zero itself, not
  * zero - 1. Rewrites the bound (in-place, v1-read) matrix into owned v1 tensors: new qzeros, and
  * copies of qweight/scales only when some zero is 0 (see set_true_zero). */
@@ -345,6 +426,8 @@ static cllm_status gptq_v2_to_v1(cllm_qweight *q, void *(*alloc)(void *actx, siz
 cllm_status cllm_qformat_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
                                   unsigned flags, void *(*alloc)(void *actx, size_t bytes),
                                   void *actx, cllm_qweight *out, cllm_error *err) {
+    if (flags & CLLM_QFORMAT_AWQ)
+        return cllm_qformat_bind_awq(ck, base, N, K, alloc, actx, out, err);
     cllm_status st = cllm_qformat_bind(ck, base, N, K, out, err);
     if (st == CLLM_ENOTFOUND) return cllm_qformat_bind_ct(ck, base, N, K, alloc, actx, out, err);
     if (st != CLLM_OK || !(flags & CLLM_QFORMAT_GPTQ_V2) || !alloc) return st;
@@ -441,6 +524,61 @@ static cllm_status check_ct_config(const char *path, json_t *qc, cllm_error *err
     return CLLM_OK;
 }
 
+/* AutoAWQ's quantization_config ({"quant_method": "awq", "bits": 4, "group_size", "zero_point",
+ * "version"}; transformers' AwqConfig calls version "backend"/"version" alike): only the GEMM
+ * packing, 4-bit, with zero points, is the layout cllm_qformat_bind_awq converts. */
+static cllm_status check_awq_config(const char *path, json_t *qc, cllm_error *err) {
+    const char *v = json_string_value(json_object_get(qc, "version"));
+    json_t *b = json_object_get(qc, "bits"), *zp = json_object_get(qc, "zero_point");
+    if (!b) b = json_object_get(qc, "w_bit");
+    if (v && strcmp(v, "gemm") && strcmp(v, "GEMM"))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: awq version '%s' is not supported (only \"gemm\": GEMV/GEMV_fast "
+                            "pack along in_features with other interleaves, marlin/exllama are "
+                            "repacked forms)",
+                            path, v);
+    if (b && json_integer_value(b) != 4)
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: awq bits %lld is not supported (4-bit GEMM packing only)", path,
+                            (long long)json_integer_value(b));
+    if (json_is_false(zp))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "%s: awq zero_point false is not supported (GEMM checkpoints with "
+                            "qzeros only)",
+                            path);
+    return CLLM_OK;
+}
+
+cllm_status cllm_qformat_fp8_config(const char *dir, int block[2], cllm_error *err) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *qc = root ? json_object_get(root, "quantization_config") : NULL;
+    const char *m = qc ? json_string_value(json_object_get(qc, "quant_method")) : NULL;
+    cllm_status st = CLLM_OK;
+    if (!m || strcmp(m, "fp8")) {
+        json_decref(root);
+        return CLLM_ENOTFOUND;
+    }
+    const char *fmt = json_string_value(json_object_get(qc, "fmt"));
+    json_t *bs = json_object_get(qc, "weight_block_size");
+    json_int_t b0 = json_integer_value(json_array_get(bs, 0)),
+               b1 = json_integer_value(json_array_get(bs, 1));
+    if (fmt && strcmp(fmt, "e4m3"))
+        st =
+            cllm_err_set(err, CLLM_EUNSUPPORTED,
+                         "%s: fp8 quantization_config.fmt '%s' is not supported (e4m3)", path, fmt);
+    else if (!json_is_array(bs) || json_array_size(bs) != 2 || b0 <= 0 || b1 <= 0 ||
+             b0 > (1 << 20) || b1 > (1 << 20))
+        st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                          "%s: fp8 quantization_config.weight_block_size must be two positive "
+                          "integers (per-tensor or per-channel FP8 is not supported)",
+                          path);
+    block[0] = (int)b0, block[1] = (int)b1;
+    json_decref(root);
+    return st;
+}
+
 cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_error *err) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -466,10 +604,22 @@ cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_err
             st = cllm_err_set(err, CLLM_EUNSUPPORTED,
                               "%s: gptq is_marlin_format checkpoints are not supported", path);
         }
+    } else if (m && !strcmp(m, "awq")) {
+        st = check_awq_config(path, qc, err);
+        if (st == CLLM_OK && flags) *flags |= CLLM_QFORMAT_AWQ;
+    } else if (m && !strcmp(m, "fp8")) {
+        /* Not served: block FP8 has no exact int8 group form (see qformat.h), and dequantized to
+         * BF16 it is the BF16 checkpoint's size. `cllm quantize` reads it exactly. */
+        st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                          "%s: quantization_config.quant_method 'fp8' (block FP8 e4m3) is not "
+                          "served; convert it with `cllm quantize %s OUT` (exact dequantization, "
+                          "then W4A16)",
+                          path, dir);
     } else if (!m || strcmp(m, "compressed-tensors")) {
         st = cllm_err_set(err, CLLM_EUNSUPPORTED,
                           "%s: quantization_config.quant_method '%s' is not supported "
-                          "(gptq, or compressed-tensors pack-quantized)",
+                          "(gptq, awq gemm, or compressed-tensors pack-quantized; fp8 through "
+                          "`cllm quantize`)",
                           path, m ? m : "(missing)");
     } else {
         st = check_ct_config(path, qc, err);

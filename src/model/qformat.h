@@ -73,10 +73,24 @@ cllm_status cllm_qformat_bind_ct(const cllm_ckpt *ck, const char *base, int N, i
                                  void *(*alloc)(void *actx, size_t bytes), void *actx,
                                  cllm_qweight *out, cllm_error *err);
 
+/* AutoAWQ "gemm" 4-bit Linear (quant_method "awq", version "gemm"), as awq's WQLinear_GEMM packs:
+ *   P.qweight I32 [K][N/8]    packed along N: nibble i of word c is output 8c + order[i],
+ *                             order = {0, 2, 4, 6, 1, 3, 5, 7} (AutoAWQ's AWQ_ORDER)
+ *   P.qzeros  I32 [K/G][N/8]  the zero z, same packing
+ *   P.scales  F16 [K/G][N]    (BF16 accepted)
+ * w[n][k] = scales[k/G][n] * (q - z) (awq/utils/packing_utils.py dequantize_gemm). Converted at
+ * load into the GPTQ v1 layout: codes repacked along K, zeros stored z - 1, a zero of 0 handled as
+ * in cllm_qformat_bind_ct. alloc NULL only validates. Errors name the tensor (dtype, shape, group
+ * not a multiple of 8). CLLM_ENOTFOUND (no message) when P.qweight is absent. */
+cllm_status cllm_qformat_bind_awq(const cllm_ckpt *ck, const char *base, int N, int K,
+                                  void *(*alloc)(void *actx, size_t bytes), void *actx,
+                                  cllm_qweight *out, cllm_error *err);
+
 /* cllm_qformat_check_config flags. GPTQ_V2: GPTQModel "format"/"checkpoint_format" "gptq_v2",
  * whose qzeros hold the zero z itself (w = scale * (q - z)) instead of v1's z - 1. */
 #define CLLM_QFORMAT_GPTQ_V2  1u
 #define CLLM_QFORMAT_GPTQ_SYM 2u /* gptq with "sym": true */
+#define CLLM_QFORMAT_AWQ      4u /* awq gemm: P.qweight etc. are AutoAWQ's (bind_awq) */
 
 /* For a bound GPTQ matrix of a "sym": true file: every stored zero must be the symmetric one
  * (2^(b-1) - 1 in v1, 2^(b-1) with CLLM_QFORMAT_GPTQ_V2). vLLM's gptq_marlin ignores qzeros when
@@ -85,7 +99,8 @@ cllm_status cllm_qformat_bind_ct(const cllm_ckpt *ck, const char *base, int N, i
 cllm_status cllm_qformat_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
                                          cllm_error *err);
 
-/* GPTQ tensors (cllm_qformat_bind, in place) or else compressed-tensors (cllm_qformat_bind_ct).
+/* With CLLM_QFORMAT_AWQ in flags cllm_qformat_bind_awq; otherwise
+ * GPTQ tensors (cllm_qformat_bind, in place) or else compressed-tensors (cllm_qformat_bind_ct).
  * With CLLM_QFORMAT_GPTQ_V2 in flags and an allocator, GPTQ zeros are rewritten into owned v1
  * qzeros (a zero of 0 is handled as in cllm_qformat_bind_ct, copying qweight/scales). */
 cllm_status cllm_qformat_bind_any(const cllm_ckpt *ck, const char *base, int N, int K,
@@ -100,12 +115,26 @@ cllm_status cllm_qformat_check_fused_experts(const cllm_ckpt *ck, const char *ex
 
 /* dir/config.json's quantization_config is one cllm loads: none; quant_method "gptq" with format
  * (or checkpoint_format) absent, "gptq" or "gptq_v2" (*flags |= CLLM_QFORMAT_GPTQ_V2; "sym": true
- * adds CLLM_QFORMAT_GPTQ_SYM); or "compressed-tensors", format "pack-quantized", every config group
- * int weight-only with 4 or 8 bits, static, strategy "group" (group_size a multiple of 8, actorder
- * none or "weight") or "channel", no transform_config, no sparsity other than dense. Anything else
- * (awq, fp8, int-quantized, float types, activation quantization, strategies tensor/block/token/
- * tensor_group, actorder group) is a clear CLLM_EUNSUPPORTED naming the key. flags may be NULL. */
+ * adds CLLM_QFORMAT_GPTQ_SYM); "awq" version "gemm", 4 bits, zero_point (CLLM_QFORMAT_AWQ); or
+ * "compressed-tensors", format "pack-quantized", every config group int weight-only with 4 or 8
+ * bits, static, strategy "group" (group_size a multiple of 8, actorder none or "weight") or
+ * "channel", no transform_config, no sparsity other than dense. Anything else (awq gemv, fp8
+ * (pointing to `cllm quantize`), int-quantized, float types, activation quantization, strategies
+ * tensor/block/token/ tensor_group, actorder group) is a clear CLLM_EUNSUPPORTED naming the key.
+ * flags may be NULL. */
 cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_error *err);
+
+/* The official block-FP8 checkpoint (quant_method "fp8", Qwen/Qwen3.5-35B-A3B-FP8, DeepSeek-V3
+ * style, as HF transformers' finegrained_fp8 and vLLM's fp8 loader read it): P.weight F8_E4M3
+ * [N][K] and P.weight_scale_inv F32 [ceil(N/bn)][ceil(K/bk)], w[n][k] = fp8 * scale_inv[n/bn][k/bk]
+ * ("inv": the reciprocal of the quantizer's scale, so it multiplies); modules_to_not_convert stay
+ * BF16. It is read only by `cllm quantize`: serving it is refused by cllm_qformat_check_config,
+ * since a 128x128 block with one F32 scale is not an int8 group (e4m3 values are not an
+ * arithmetic grid: 448 and 0.001953125 share a block), so no exact W8 conversion exists, and a
+ * BF16 copy is the BF16 checkpoint's size. Returns CLLM_OK with block = weight_block_size {bn,
+ * bk} for an fp8 config, CLLM_ENOTFOUND (no message) for any other, CLLM_EUNSUPPORTED naming the
+ * key for fmt other than e4m3 or a missing/invalid weight_block_size. */
+cllm_status cllm_qformat_fp8_config(const char *dir, int block[2], cllm_error *err);
 
 /* quantization_config.cllm_act_bits of dir/config.json (16 when absent or not a cllm file). */
 int cllm_qformat_act_bits(const char *dir);

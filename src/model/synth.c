@@ -148,16 +148,59 @@ static cllm_dtype tensor_dtype(const cllm_tensor_spec *s, cllm_dtype bulk) {
     return s->force_f32 ? CLLM_DT_F32 : bulk;
 }
 
-/* One output tensor: a float tensor of the plan, or one of the four GPTQ parts of a quantized
- * Linear (--scheme). */
-enum { PART_FLOAT, PART_QW, PART_QZ, PART_SC, PART_GI };
-static const char *const part_suffix[] = {"weight", "qweight", "qzeros", "scales", "g_idx"};
+/* One output tensor: a float tensor of the plan, or one of the parts of a quantized Linear: the
+ * four GPTQ ones (--scheme), AWQ's three (--layout awq), or FP8's weight and scale (--layout
+ * fp8). */
+enum { PART_FLOAT, PART_QW, PART_QZ, PART_SC, PART_GI, PART_F8, PART_SINV };
+static const char *const part_suffix[] = {"weight", "qweight", "qzeros",          "scales",
+                                          "g_idx",  "weight",  "weight_scale_inv"};
 
 typedef struct out_tensor {
     const cllm_tensor_spec *spec;
     int part, bits;
+    cllm_synth_qlayout ql;
     char name[176];
 } out_tensor;
+
+/* f32 -> e4m3 (bias 7, no inf, 448 the largest finite), round to nearest even; |x| <= 448 here. */
+static uint8_t f32_to_e4m3(float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    int e2;
+    frexpf(a, &e2); /* a = m * 2^e2, m in [0.5, 1): floor(log2 a) = e2 - 1 */
+    int e = a > 0 ? e2 - 1 : -6;
+    if (e < -6) e = -6;                /* subnormals share 2^-6's quantum, 2^-9 */
+    float q = rintf(ldexpf(a, 3 - e)); /* in quanta of 2^(e-3): 8..16, or 0..8 subnormal */
+    if (q >= 16.0f) q = 8.0f, e++;     /* rounded up into the next binade */
+    if (e > 8 || (e == 8 && q > 14.0f)) return sign | 0x7e; /* saturate at 448 */
+    if (q < 8.0f) return sign | (uint8_t)q; /* subnormal (or zero): exponent field 0 */
+    return sign | (uint8_t)((e + 7) << 3) | (uint8_t)(q - 8.0f);
+}
+
+/* FP8 synth: the scale_inv of block b is the tensor's base scale (the init's bound over 448)
+ * times a factor in [1, 2) drawn from b, so blocks differ and every |w / scale| stays <= 448. */
+static float fp8_block_scale(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t b) {
+    uint64_t h = b * 0x2545f4914f6cdd1dull;
+    float f = 1.0f + (float)(splitmix(&h) >> 40) * (1.0f / 16777216.0f);
+    return proj_std(s, cfg) * 1.7320508f / 448.0f * f;
+}
+
+/* FP8 codes or scales of elements first..first+m of t: the float init divided by its block's
+ * scale and rounded to e4m3 (codes), or each block's scale (PART_SINV [ceil(N/B)][ceil(K/B)]). */
+static void fill_fp8(const out_tensor *t, const cllm_config *cfg, int B, uint64_t *rng,
+                     uint64_t first, size_t m, float *fb, uint8_t *codes) {
+    const cllm_tensor_spec *s = t->spec;
+    uint64_t K = (uint64_t)s->shape[1], KB = (K + B - 1) / B;
+    if (t->part == PART_SINV) {
+        for (size_t i = 0; i < m; i++) fb[i] = fp8_block_scale(s, cfg, first + i);
+        return;
+    }
+    fill(s, cfg, rng, fb, m);
+    for (size_t i = 0; i < m; i++) {
+        uint64_t n = (first + i) / K, k = (first + i) % K;
+        codes[i] = f32_to_e4m3(fb[i] / fp8_block_scale(s, cfg, n / B * KB + k / B));
+    }
+}
 
 /* Random GPTQ codes stand for the weights: every code uniform in [0, 2^b), the symmetric zero,
  * one scale per tensor giving the float init's standard deviation (a uniform code minus the
@@ -171,6 +214,18 @@ static void fill_part(const out_tensor *t, const cllm_config *cfg, int group, ui
         for (size_t i = 0; i < m; i++) words[i] = (uint32_t)splitmix(rng);
         break;
     case PART_QZ:
+        if (t->ql == CLLM_SYNTH_AWQ) { /* true zeros 6..9, and 0 (1 in 32) for the zero-0 path */
+            for (size_t i = 0; i < m; i++) {
+                uint64_t r = splitmix(rng);
+                uint32_t w = 0;
+                for (int j = 0; j < 8; j++) {
+                    uint32_t z = (r >> (8 * j)) & 31 ? 6 + ((r >> (8 * j + 5)) & 3) : 0;
+                    w |= z << (4 * j);
+                }
+                words[i] = w;
+            }
+            break;
+        }
         for (size_t i = 0; i < m; i++) words[i] = b == 4 ? 0x77777777u : 0x7f7f7f7fu;
         break;
     case PART_SC: {
@@ -209,7 +264,10 @@ static cllm_status write_shard(const cllm_synth_opts *o, const cllm_config *cfg,
         uint64_t ne = ents[i].nbytes / es;
         for (uint64_t k = 0; ok && k < ne; k += CHUNK) {
             size_t m = (size_t)(ne - k < CHUNK ? ne - k : CHUNK);
-            if (t->part != PART_FLOAT) {
+            if (t->part == PART_F8 || t->part == PART_SINV) {
+                fill_fp8(t, cfg, o->group ? o->group : 128, &rng, k, m, fb, (uint8_t *)wb);
+                ok = fwrite(t->part == PART_F8 ? (void *)wb : (void *)fb, es, m, f) == m;
+            } else if (t->part != PART_FLOAT) {
                 fill_part(t, cfg, o->group, &rng, k, m, wb, hb);
                 ok = fwrite(t->part == PART_SC ? (void *)hb : (void *)wb, es, m, f) == m;
             } else {
@@ -304,6 +362,7 @@ static int keep_globs(char g[MAX_KEEP][64], const char *list) {
 static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, out_tensor **oto,
                                 cllm_st_entry **eo, size_t *no, cllm_error *err) {
     int abits, wbits = scheme_bits(o->scheme, &abits), G = o->group ? o->group : 128;
+    bool fp8 = o->qlayout == CLLM_SYNTH_FP8, awq = o->qlayout == CLLM_SYNTH_AWQ;
     out_tensor *ot = calloc(4 * l->n + 1, sizeof(*ot));
     cllm_st_entry *e = calloc(4 * l->n + 1, sizeof(*e));
     *oto = ot, *eo = e, *no = 0;
@@ -313,8 +372,9 @@ static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, ou
         const cllm_tensor_spec *s = &l->v[i];
         size_t len = strlen(s->name);
         bool lm = !strcmp(s->name, "lm_head.weight");
-        int bits = lm ? o->lm_head_bits : wbits;
-        bool quant = wbits > 0 && bits < 16 && s->n_dims == 2 && len > 7 &&
+        /* AutoAWQ and the FP8 releases keep lm_head 16-bit */
+        int bits = lm ? (fp8 || awq ? 16 : o->lm_head_bits) : fp8 ? 8 : wbits;
+        bool quant = (wbits > 0 || fp8) && bits < 16 && s->n_dims == 2 && len > 7 &&
                      !strcmp(s->name + len - 7, ".weight") &&
                      !cllm_qformat_glob_match("*embed_tokens*", s->name) &&
                      !cllm_qformat_glob_match(cllm_qformat_default_keep, s->name);
@@ -329,6 +389,22 @@ static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, ou
             continue;
         }
         int N = (int)s->shape[0], K = (int)s->shape[1], per = 32 / bits;
+        if (fp8) { /* P.weight F8 [N][K], P.weight_scale_inv F32 [ceil(N/G)][ceil(K/G)] */
+            for (int p = PART_F8; p <= PART_SINV; p++) {
+                ot[n] = (out_tensor){.spec = s, .part = p, .bits = 8, .ql = o->qlayout};
+                snprintf(ot[n].name, sizeof(ot[n].name), "%.*s.%s", (int)(len - 7), s->name,
+                         part_suffix[p]);
+                e[n] = (cllm_st_entry){.name = ot[n].name,
+                                       .dtype = p == PART_F8 ? CLLM_DT_F8_E4M3 : CLLM_DT_F32,
+                                       .n_dims = 2,
+                                       .with_next = p == PART_F8};
+                e[n].shape[0] = p == PART_F8 ? N : (N + G - 1) / G;
+                e[n].shape[1] = p == PART_F8 ? K : (K + G - 1) / G;
+                e[n].nbytes = cllm_st_entry_bytes(&e[n]);
+                n++;
+            }
+            continue;
+        }
         if (K % G)
             return cllm_err_set(err, CLLM_EINVAL,
                                 "%s: group size %d does not divide in_features %d "
@@ -339,14 +415,17 @@ static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, ou
                                 "%s: out_features %d is not a multiple of 8 (GPTQ packs zeros "
                                 "along N)",
                                 s->name, N);
-        for (int p = PART_QW; p <= PART_GI; p++) {
-            ot[n] = (out_tensor){.spec = s, .part = p, .bits = bits};
+        int last = awq ? PART_SC : PART_GI; /* AWQ: no g_idx */
+        for (int p = PART_QW; p <= last; p++) {
+            ot[n] = (out_tensor){.spec = s, .part = p, .bits = bits, .ql = o->qlayout};
             snprintf(ot[n].name, sizeof(ot[n].name), "%.*s.%s", (int)(len - 7), s->name,
                      part_suffix[p]);
             e[n] = (cllm_st_entry){
-                .name = ot[n].name, .dtype = CLLM_DT_I32, .n_dims = 2, .with_next = p != PART_GI};
+                .name = ot[n].name, .dtype = CLLM_DT_I32, .n_dims = 2, .with_next = p != last};
             int64_t d0 = p == PART_QW ? K / per : p == PART_GI ? K : K / G;
             int64_t d1 = p == PART_QZ ? N / per : N;
+            if (awq) /* qweight [K][N/8], qzeros [K/G][N/8], scales [K/G][N] */
+                d0 = p == PART_QW ? K : K / G, d1 = p == PART_SC ? N : N / 8;
             if (p == PART_SC) e[n].dtype = CLLM_DT_F16;
             e[n].shape[0] = d0;
             e[n].shape[1] = d1;
@@ -359,13 +438,45 @@ static cllm_status plan_outputs(const cllm_synth_opts *o, const spec_list *l, ou
     return CLLM_OK;
 }
 
+/* quantization_config of an AWQ (AutoAWQ's keys) or FP8 (the Qwen FP8 releases' keys) synth. */
+static cllm_status other_config(json_t *root, const cllm_synth_opts *o, const char *const *keep,
+                                int n_keep, cllm_error *err) {
+    int G = o->group ? o->group : 128;
+    json_t *qc = json_object(), *nc = json_array();
+    json_array_append_new(nc, json_string("lm_head"));
+    if (o->qlayout == CLLM_SYNTH_AWQ) {
+        json_object_set_new(qc, "quant_method", json_string("awq"));
+        json_object_set_new(qc, "bits", json_integer(4));
+        json_object_set_new(qc, "group_size", json_integer(G));
+        json_object_set_new(qc, "zero_point", json_true());
+        json_object_set_new(qc, "version", json_string("gemm"));
+    } else {
+        json_t *bs = json_array();
+        json_array_append_new(bs, json_integer(G));
+        json_array_append_new(bs, json_integer(G));
+        json_object_set_new(qc, "quant_method", json_string("fp8"));
+        json_object_set_new(qc, "fmt", json_string("e4m3"));
+        json_object_set_new(qc, "activation_scheme", json_string("dynamic"));
+        json_object_set_new(qc, "weight_block_size", bs);
+    }
+    for (int i = 0; i < n_keep; i++) { /* the keep globs, once each (the lists overlap) */
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= !strcmp(keep[i], keep[j]);
+        if (!dup) json_array_append_new(nc, json_string(keep[i]));
+    }
+    json_object_set_new(qc, "modules_to_not_convert", nc);
+    if (json_object_set_new(root, "quantization_config", qc))
+        return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    return CLLM_OK;
+}
+
 /* config.json: the input's text as is, or with quantization_config added for a --scheme. */
 static cllm_status write_config(const cllm_synth_opts *o, const char *text, size_t len,
                                 cllm_error *err) {
     char path[4200];
     snprintf(path, sizeof(path), "%s/config.json", o->out_dir);
     int abits, wbits = scheme_bits(o->scheme, &abits);
-    if (wbits <= 0) {
+    if (wbits <= 0 && o->qlayout != CLLM_SYNTH_FP8) {
         FILE *f = fopen(path, "wb");
         int ok = f && fwrite(text, 1, len, f) == len;
         if (f && fclose(f)) ok = 0;
@@ -382,7 +493,8 @@ static cllm_status write_config(const cllm_synth_opts *o, const char *text, size
     cllm_qformat_config_spec qs = {
         wbits, o->group ? o->group : 128, false, false, o->lm_head_bits, gp, ng, o->scheme, "synth",
         abits};
-    cllm_status st = cllm_qformat_config_set(root, &qs, err);
+    cllm_status st = o->qlayout == CLLM_SYNTH_GPTQ ? cllm_qformat_config_set(root, &qs, err)
+                                                   : other_config(root, o, gp, ng, err);
     if (!st && json_dump_file(root, path, JSON_INDENT(2)))
         st = cllm_err_set(err, CLLM_EIO, "%s: cannot write", path);
     json_decref(root);
@@ -397,11 +509,18 @@ static cllm_status check_opts(const cllm_synth_opts *o, cllm_error *err) {
     if (wbits < 0)
         return cllm_err_set(err, CLLM_EINVAL,
                             "synth: unsupported scheme '%s' (w4a16|w8a16|w4a8|w4a4)", o->scheme);
+    if (o->qlayout == CLLM_SYNTH_AWQ && (wbits != 4 || abits != 16))
+        return cllm_err_set(err, CLLM_EINVAL, "synth --layout awq: needs --scheme w4a16");
+    if (o->qlayout == CLLM_SYNTH_FP8 && wbits)
+        return cllm_err_set(err, CLLM_EINVAL,
+                            "synth --layout fp8: block FP8 has no --scheme (--group-size sets the "
+                            "block side)");
+    if (o->qlayout == CLLM_SYNTH_FP8) wbits = 8;
     if (wbits > 0 && o->layout == CLLM_EXPERTS_FUSED)
         return cllm_err_set(err, CLLM_EINVAL,
                             "synth --scheme %s: quantized experts are stored per expert "
                             "(--experts per-expert; no tool writes fused quantized experts)",
-                            o->scheme);
+                            o->scheme ? o->scheme : "(--layout fp8)");
     if (wbits > 0 && (o->group < 0 || o->group % 8))
         return cllm_err_set(err, CLLM_EINVAL,
                             "synth: group size %d is not a positive multiple of 8", o->group);

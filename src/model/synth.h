@@ -12,6 +12,13 @@
 #include "base/dtype.h"
 #include "model/tensor_plan.h"
 
+/* How a synth's quantized Linears are stored (model/qformat.h for each). */
+typedef enum cllm_synth_qlayout {
+    CLLM_SYNTH_GPTQ, /* GPTQ v1, with a scheme */
+    CLLM_SYNTH_AWQ,  /* AutoAWQ gemm (scheme w4a16 only; lm_head kept) */
+    CLLM_SYNTH_FP8,  /* block FP8 e4m3 + weight_scale_inv, no scheme; `group` is the block side */
+} cllm_synth_qlayout;
+
 typedef struct cllm_synth_opts {
     const char *config_path; /* config.json to copy and follow */
     const char *out_dir;     /* created if missing */
@@ -30,6 +37,7 @@ typedef struct cllm_synth_opts {
     const char *scheme;
     int group;        /* quantization group along K (0 = 128) */
     int lm_head_bits; /* 8, 4 or 16 (kept) with a scheme */
+    cllm_synth_qlayout qlayout;
 } cllm_synth_opts;
 
 cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err);

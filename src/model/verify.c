@@ -85,8 +85,8 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         if (gptq || cllm_ckpt_get(v->ck, name)) {
             cllm_qweight q;
             cllm_error qe = {0};
-            if (cllm_qformat_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], 0, NULL,
-                                      NULL, &q, &qe) != CLLM_OK)
+            if (cllm_qformat_bind_any(v->ck, base, (int)s->shape[0], (int)s->shape[1], v->qfmt,
+                                      NULL, NULL, &q, &qe) != CLLM_OK)
                 problem(v, "%s", qe.msg);
             else if (gptq && (v->qfmt & CLLM_QFORMAT_GPTQ_SYM) &&
                      cllm_qformat_check_sym_zeros(&q, v->qfmt, base, &qe) != CLLM_OK)

@@ -28,6 +28,7 @@ typedef struct check_ctx {
     cllm_error *err;
     cllm_status st;
     size_t n_optional_found;
+    unsigned qfmt; /* cllm_qformat_check_config flags (AWQ: P.qweight is AutoAWQ's) */
 } check_ctx;
 
 static void check_one(void *vc, const cllm_tensor_spec *s) {
@@ -41,8 +42,8 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         char base[160];
         snprintf(base, sizeof(base), "%.*s", (int)(nl - 7), s->name);
         cllm_qweight q;
-        cllm_status qs = cllm_qformat_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1], 0,
-                                               NULL, NULL, &q, c->err);
+        cllm_status qs = cllm_qformat_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1],
+                                               c->qfmt, NULL, NULL, &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
@@ -697,7 +698,7 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
             fused = cllm_ckpt_get(m->ckpt, n) != NULL;
             break;
         }
-    check_ctx cc = {m->ckpt, err, CLLM_OK, 0};
+    check_ctx cc = {m->ckpt, err, CLLM_OK, 0, qfmt};
     cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, false,
                      check_one, &cc);
     if ((st = cc.st) != CLLM_OK) goto fail;

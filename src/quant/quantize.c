@@ -26,12 +26,14 @@
 #include "model/st_write.h"
 #include "quant/quant.h"
 
-enum { P_COPY, P_QW, P_QZ, P_SC, P_GI };
+/* P_DEQ: an FP8 tensor kept unquantized, written as BF16 dequantized (cllm does not serve FP8). */
+enum { P_COPY, P_QW, P_QZ, P_SC, P_GI, P_DEQ };
 
 typedef struct unit { /* one Linear to quantize */
     const cllm_tensor *src;
-    uint64_t off; /* element offset of the [N][K] slice */
-    int N, K, bits;
+    const cllm_tensor *sinv; /* FP8 input: src's weight_scale_inv F32 [ceil(N/bn)][ceil(K/bk)] */
+    uint64_t off;            /* element offset of the [N][K] slice */
+    int N, K, bits, bn, bk;
     char base[200];
 } unit;
 
@@ -42,8 +44,9 @@ typedef struct outt {
     int64_t shape[3];
     uint64_t nbytes;
     int part;
-    const cllm_tensor *src; /* P_COPY */
-    int unit;               /* P_Q* */
+    const cllm_tensor *src;  /* P_COPY, P_DEQ */
+    const cllm_tensor *sinv; /* P_DEQ: src's weight_scale_inv */
+    int unit;                /* P_Q* */
     int shard;
 } outt;
 
@@ -156,14 +159,43 @@ static void collect_t(void *ctx, const cllm_tensor *t) {
     if (p) *p = t;
 }
 
-static void src_rows(const unit *u, int n0, int n1, float *dst) {
+/* Rows n0..n1 of a block-FP8 matrix w [N][K] (model/qformat.h cllm_qformat_fp8_config) into dst
+ * [n1 - n0][K]: each e4m3 value times its block's scale_inv, one f32 rounding (the e4m3 decode
+ * is exact). Returns the flat index of the first NaN code (0x7f/0xff), or -1. */
+static int64_t fp8_rows(const cllm_tensor *w, const cllm_tensor *sinv, int bn, int bk, int K,
+                        int n0, int n1, float *dst) {
+    const uint8_t *q = w->data;
+    int kb = (K + bk - 1) / bk;
+    for (int n = n0; n < n1; n++)
+        for (int k = 0; k < K; k++) {
+            size_t i = (size_t)n * K + k;
+            float s;
+            memcpy(&s, (const char *)sinv->data + 4 * ((size_t)(n / bn) * kb + k / bk), 4);
+            float v = cllm_f8e4m3_to_f32(q[i]);
+            if (isnan(v)) return (int64_t)i;
+            dst[(size_t)(n - n0) * K + k] = v * s;
+        }
+    return -1;
+}
+
+static cllm_status fp8_nan(const cllm_tensor *t, int64_t i, int K, cllm_error *err) {
+    return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: F8_E4M3 NaN code at [%lld, %lld]", t->name,
+                        (long long)(i / K), (long long)(i % K));
+}
+
+static cllm_status src_rows(const unit *u, int n0, int n1, float *dst, cllm_error *err) {
     uint64_t b = u->off + (uint64_t)n0 * u->K, n = (uint64_t)(n1 - n0) * u->K;
+    if (u->sinv) {
+        int64_t bad = fp8_rows(u->src, u->sinv, u->bn, u->bk, u->K, n0, n1, dst);
+        return bad < 0 ? CLLM_OK : fp8_nan(u->src, bad, u->K, err);
+    }
     if (u->src->dtype == CLLM_DT_BF16)
         cllm_bf16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
     else if (u->src->dtype == CLLM_DT_F16)
         cllm_f16_to_f32_row((const uint16_t *)u->src->data + b, dst, n);
     else
         for (uint64_t i = 0; i < n; i++) dst[i] = (float)cllm_tensor_elem(u->src, b + i);
+    return CLLM_OK;
 }
 
 static bool add_unit(vec *units, vec *outs, const cllm_tensor *src, uint64_t off, int N, int K,
@@ -390,6 +422,8 @@ typedef struct qrun {
     FILE *out;
     int wbits, abits;
     bool gptq;
+    bool fp8;         /* input is a block-FP8 checkpoint (quant_method "fp8") */
+    int fp8_block[2]; /* its weight_block_size {bn, bk} */
     cllm_config cfg;
     cllm_ckpt *ck;
     vec tens, units, outs; /* input tensors (natural name order), Linears to quantize, outputs */
@@ -487,8 +521,23 @@ static cllm_status add_unit_outputs(qrun *r, cllm_error *err) {
     return CLLM_OK;
 }
 
-/* Refuses an input whose config.json already has a quantization_config. */
-static cllm_status check_not_quantized(const char *in_dir, cllm_error *err) {
+/* Refuses an input whose config.json already has a quantization_config, except block FP8, which
+ * is read exactly (r->fp8); GPTQ calibration would need a forward pass of it, which cllm does not
+ * serve. */
+static cllm_status check_input_format(qrun *r, cllm_error *err) {
+    const char *in_dir = r->o->in_dir;
+    cllm_status st = cllm_qformat_fp8_config(in_dir, r->fp8_block, err);
+    if (st == CLLM_OK) {
+        r->fp8 = true;
+        if (r->gptq)
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "%s: --method gptq on an FP8 checkpoint (quant_method fp8) is not "
+                                "supported: calibration runs the input model, and cllm does not "
+                                "serve FP8; use --method rtn, or GPTQ from the BF16 checkpoint",
+                                in_dir);
+        return CLLM_OK;
+    }
+    if (st != CLLM_ENOTFOUND) return st;
     char cp[4096];
     snprintf(cp, sizeof(cp), "%s/config.json", in_dir);
     json_t *cj = json_load_file(cp, 0, NULL);
@@ -540,6 +589,68 @@ static int add_units_of(qrun *r, const cllm_tensor *t, int bits) {
     return 0;
 }
 
+/* An FP8 tensor kept unquantized: written BF16 (the f32 dequantization rounded once more). */
+static bool add_deq(qrun *r, const cllm_tensor *t, const cllm_tensor *sinv) {
+    outt *x = vpush(&r->outs);
+    if (!x) return false;
+    *x = (outt){.dt = CLLM_DT_BF16, .n_dims = 2, .part = P_DEQ, .src = t, .sinv = sinv, .unit = -1};
+    snprintf(x->name, sizeof(x->name), "%s", t->name);
+    x->shape[0] = t->shape[0], x->shape[1] = t->shape[1];
+    x->nbytes = (uint64_t)t->shape[0] * t->shape[1] * 2;
+    return true;
+}
+
+/* FP8 input: the weight_scale_inv of F8_E4M3 tensor t, checked (2-D P.weight, F32 [ceil(N/bn)]
+ * [ceil(K/bk)]). */
+static cllm_status fp8_scale_of(const qrun *r, const cllm_tensor *t, const cllm_tensor **sinv,
+                                cllm_error *err) {
+    size_t l = strlen(t->name);
+    char name[256], got[96];
+    if (!r->fp8)
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: F8_E4M3 but config.json has no quantization_config with "
+                            "quant_method fp8 (its weight_block_size gives the scales' blocks)",
+                            t->name);
+    if (t->n_dims != 2 || !ends_with(t->name, l, ".weight"))
+        return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                            "tensor %s: F8_E4M3 tensors must be 2-D Linear weights (P.weight "
+                            "[out][in]; fused 3-D FP8 experts are not supported)",
+                            t->name);
+    snprintf(name, sizeof(name), "%.*s_scale_inv", (int)l, t->name);
+    const cllm_tensor *s = cllm_ckpt_get(r->ck, name);
+    int64_t nb = (t->shape[0] + r->fp8_block[0] - 1) / r->fp8_block[0],
+            kb = (t->shape[1] + r->fp8_block[1] - 1) / r->fp8_block[1];
+    if (!s)
+        return cllm_err_set(err, CLLM_EFORMAT, "tensor %s: F8_E4M3 weight without %s", t->name,
+                            name);
+    if (s->dtype != CLLM_DT_F32 || s->n_dims != 2 || s->shape[0] != nb || s->shape[1] != kb) {
+        cllm_shape_str(s->shape, s->n_dims, got, sizeof(got));
+        return cllm_err_set(err, CLLM_EFORMAT,
+                            "tensor %s: %s %s, expected F32 [%lld, %lld] (weight_block_size [%d, "
+                            "%d] over %s [%lld, %lld])",
+                            name, cllm_dtype_name(s->dtype), got, (long long)nb, (long long)kb,
+                            r->fp8_block[0], r->fp8_block[1], t->name, (long long)t->shape[0],
+                            (long long)t->shape[1]);
+    }
+    *sinv = s;
+    return CLLM_OK;
+}
+
+/* FP8 input: t is consumed with its weight (P.weight_scale_inv, or the static-activation
+ * P.input_scale, which W4A16 does not use) when P.weight is F8_E4M3. */
+static bool fp8_aux(const qrun *r, const cllm_tensor *t) {
+    static const char *const suf[] = {".weight_scale_inv", ".input_scale"};
+    size_t l = strlen(t->name);
+    for (int i = 0; r->fp8 && i < 2; i++)
+        if (ends_with(t->name, l, suf[i])) {
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s.weight", (int)(l - strlen(suf[i])), t->name);
+            const cllm_tensor *w = cllm_ckpt_get(r->ck, name);
+            return w && w->dtype == CLLM_DT_F8_E4M3;
+        }
+    return false;
+}
+
 /* An output copied from the input as it is. */
 static bool add_copy(qrun *r, const cllm_tensor *t) {
     outt *x = vpush(&r->outs);
@@ -561,7 +672,7 @@ static bool add_copy(qrun *r, const cllm_tensor *t) {
 static cllm_status plan_tensors(qrun *r, cllm_error *err) {
     const cllm_quant_opts *o = r->o;
     cllm_status st;
-    if ((st = check_not_quantized(o->in_dir, err))) return st;
+    if ((st = check_input_format(r, err))) return st;
     if ((st = cllm_ckpt_open(o->in_dir, false, &r->ck, err))) return st;
     if (add_globs(&r->gl, "*embed_tokens*", false) ||
         (!o->no_default_keep && add_globs(&r->gl, cllm_qformat_default_keep, false)) ||
@@ -571,13 +682,19 @@ static cllm_status plan_tensors(qrun *r, cllm_error *err) {
     qsort(r->tens.v, r->tens.n, sizeof(const cllm_tensor *), cmp_tensor);
     const cllm_tensor **tv = r->tens.v;
     for (size_t i = 0; i < r->tens.n; i++) {
-        const cllm_tensor *t = tv[i];
+        const cllm_tensor *t = tv[i], *sinv = NULL;
+        if (fp8_aux(r, t)) continue;
+        if (t->dtype == CLLM_DT_F8_E4M3 && (st = fp8_scale_of(r, t, &sinv, err))) return st;
         bool is_float =
-            t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16;
+            t->dtype == CLLM_DT_F32 || t->dtype == CLLM_DT_F16 || t->dtype == CLLM_DT_BF16 || sinv;
         bool keep = kept(&r->gl, t->name) || !is_float;
         int bits = !strcmp(t->name, "lm_head.weight") ? o->lm_head_bits : r->wbits;
         int u = keep || bits >= 16 ? 0 : add_units_of(r, t, bits);
-        if (u < 0 || (u == 0 && !add_copy(r, t)))
+        if (u > 0 && sinv) { /* one 2-D unit: its rows are read through the block scales */
+            unit *un = (unit *)r->units.v + r->units.n - 1;
+            un->sinv = sinv, un->bn = r->fp8_block[0], un->bk = r->fp8_block[1];
+        }
+        if (u < 0 || (u == 0 && !(sinv ? add_deq(r, t, sinv) : add_copy(r, t))))
             return cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     }
     for (int i = 0; i < r->gl.n; i++)
@@ -641,7 +758,7 @@ static void print_plan(qrun *r) {
             else
                 gq8[k]++;
         }
-        if (ov[i].part == P_COPY) gk[k]++;
+        if (ov[i].part == P_COPY || ov[i].part == P_DEQ) gk[k]++;
     }
     fprintf(r->out,
             "quantize %s -> %s: scheme %s (weights int%d, activations %s), group %d, "
@@ -761,8 +878,8 @@ static cllm_status quantize_unit(qrun *r, int ui, cllm_qbuf *q, cllm_error *err)
             st = cllm_err_set(err, CLLM_ENOMEM, "out of memory for %s", u->base);
             return st;
         }
-        src_rows(u, 0, u->N, W);
-        st = cllm_gptq_quantize_with(r->gq, W, H, o->damp, q, err);
+        st = src_rows(u, 0, u->N, W, err);
+        if (!st) st = cllm_gptq_quantize_with(r->gq, W, H, o->damp, q, err);
         free(W);
         if (st) return st;
         r->n_gptq++;
@@ -774,14 +891,39 @@ static cllm_status quantize_unit(qrun *r, int ui, cllm_qbuf *q, cllm_error *err)
         }
         for (int n0 = 0; n0 < u->N; n0 += 64) {
             int n1 = n0 + 64 < u->N ? n0 + 64 : u->N;
-            src_rows(u, n0, n1, W);
+            if ((st = src_rows(u, n0, n1, W, err))) break;
             cllm_quant_rtn_rows(W, (size_t)u->K, n0, n1, q);
         }
         free(W);
+        if (st) return st;
         r->n_rtn++;
     }
     r->done_b += (uint64_t)u->N * u->K * cllm_dtype_size(u->src->dtype);
     return CLLM_OK;
+}
+
+/* A P_DEQ output: the FP8 tensor dequantized, 64 rows at a time, as BF16. */
+static cllm_status write_deq(qrun *r, const outt *x, FILE *f, cllm_error *err) {
+    const cllm_tensor *t = x->src;
+    int N = (int)t->shape[0], K = (int)t->shape[1];
+    float *row = malloc((size_t)64 * K * sizeof(float));
+    uint16_t *h = malloc((size_t)64 * K * sizeof(uint16_t));
+    cllm_status st = row && h ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    for (int n0 = 0; !st && n0 < N; n0 += 64) {
+        int n1 = n0 + 64 < N ? n0 + 64 : N;
+        size_t m = (size_t)(n1 - n0) * K;
+        int64_t bad = fp8_rows(t, x->sinv, r->fp8_block[0], r->fp8_block[1], K, n0, n1, row);
+        if (bad >= 0) {
+            st = fp8_nan(t, bad, K, err);
+            break;
+        }
+        cllm_f32_to_bf16_row(row, h, m);
+        if (fwrite(h, 2, m, f) != m) st = cllm_err_set(err, CLLM_EIO, "write failed (disk full?)");
+    }
+    free(row);
+    free(h);
+    r->done_b += t->nbytes + x->sinv->nbytes;
+    return st;
 }
 
 /* Shard s: header, then each output in order (copies from the input's mmap, quantized parts
@@ -801,6 +943,8 @@ static cllm_status write_shard(qrun *r, int s, cllm_qbuf *q, cllm_error *err) {
         if (ov[i].part == P_COPY) {
             ok = fwrite(ov[i].src->data, 1, ov[i].nbytes, f) == ov[i].nbytes;
             r->done_b += ov[i].nbytes;
+        } else if (ov[i].part == P_DEQ) {
+            if ((st = write_deq(r, &ov[i], f, err))) break;
         } else {
             if (ov[i].part == P_QW && (st = quantize_unit(r, ov[i].unit, q, err))) break;
             const void *p = ov[i].part == P_QW   ? (const void *)q->qweight

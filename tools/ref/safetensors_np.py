@@ -21,6 +21,7 @@ _STORE = {
     "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
     "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
+    "F8_E4M3": np.dtype("u1"),  # raw codes; tools/ref/awq_fp8_ref.py decodes them
 }
 _FLOAT = {"F64", "F32", "F16", "BF16"}
 
@@ -162,6 +163,8 @@ def write_safetensors(path, tensors, dtype="F32", dtypes=None, metadata=None):
                 data = f32_to_bf16_bits(a.astype(np.float32)).tobytes()
             else:
                 data = a.astype(_STORE[dt]).tobytes()
+        elif dtypes.get(name) == "F8_E4M3" and a.dtype == np.uint8:  # raw e4m3 codes
+            dt, data = "F8_E4M3", a.tobytes()
         else:
             dt = {np.dtype("int32"): "I32", np.dtype("int64"): "I64", np.dtype("int8"): "I8",
                   np.dtype("uint8"): "U8", np.dtype("int16"): "I16", np.dtype("bool"): "BOOL"}[a.dtype]
