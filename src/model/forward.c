@@ -16,6 +16,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "model/fwd_int.h"
+#include "model/qformat.h"
 
 /* Rows per matmul work item: 16 rows of a 2048-wide bf16 matrix = 64 KiB, an L2-resident slice
  * that every token of the call passes over (see kernels/x86/matmul_avx2.c). */
@@ -548,6 +549,10 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
 }
 
 void fwd_embed_row(const fwd_wt *e, int id, float *dst) {
+    if (e->q.bits) { /* a GGUF's Q4_0/Q8_0 token_embd (model/gguf_ckpt.h): exact d * (q - z) */
+        cllm_qformat_dequant_row(&e->q, id, dst);
+        return;
+    }
     size_t es = cllm_dtype_size(e->dt);
     const void *row = (const char *)e->data + (size_t)id * e->cols * es;
     if (e->dt == CLLM_DT_F32)

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "model/gguf_quant.h"
+#include "model/gguf_tok.h"
 #include "model/safetensors.h"
 
 #define ARCH       "qwen35moe"
@@ -166,7 +167,9 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         return add(x, name, dt, N, K, src);
     }
     const int64_t cu = p ? p->col_unit : 0;
-    if (cllm_gguf_code_form(t->type, &bits, &zero) && N % 8 == 0 && (!cu || cu % 32 == 0)) {
+    const bool tied = p && p->rows_from == INT64_MAX; /* a tied embedding: F32, see one_tensor */
+    if (!tied && cllm_gguf_code_form(t->type, &bits, &zero) && N % 8 == 0 &&
+        (!cu || cu % 32 == 0)) {
         const int per = 32 / bits;
         int32_t *qw = arena_alloc(x->ar, (size_t)(K / per) * (size_t)N * 4);
         int32_t *qz = arena_alloc(x->ar, (size_t)(K / 32) * (size_t)(N / per) * 4);
@@ -399,8 +402,11 @@ static cllm_status nextn_tensor(gctx *x, const cllm_gguf_tensor *t, const char *
 
 static cllm_status one_tensor(gctx *x, const cllm_gguf_tensor *t) {
     const int64_t H = x->s.H;
-    if (!strcmp(t->name, "token_embd.weight"))
-        return mat(x, t, PREFIX "embed_tokens", t->data, t->ne[1], H, NULL);
+    if (!strcmp(t->name, "token_embd.weight")) { /* tied: F32, the loader repacks no copy */
+        const perm tied = {INT64_MAX, 1, 0};
+        return mat(x, t, PREFIX "embed_tokens", t->data, t->ne[1], H,
+                   cllm_gguf_tensor_find(x->g, "output.weight") ? NULL : &tied);
+    }
     if (!strcmp(t->name, "output.weight")) return mat(x, t, "lm_head", t->data, t->ne[1], H, NULL);
     if (!strcmp(t->name, "output_norm.weight"))
         return vec(x, t, PREFIX "norm.weight", V_NORM, 0, 0, H, 0);
@@ -566,6 +572,17 @@ static cllm_status write_json(const char *dir, const char *name, json_t *j, cllm
     return CLLM_OK;
 }
 
+static cllm_status write_text(const char *dir, const char *name, const char *text,
+                              cllm_error *err) {
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    size_t n = strlen(text);
+    bool ok = f && fwrite(text, 1, n, f) == n;
+    if (f && fclose(f)) ok = false;
+    return ok ? CLLM_OK : cllm_err_set(err, CLLM_EIO, "%s: cannot write", p);
+}
+
 cllm_status cllm_gguf_model_dir(const char *path, const char *dir, cllm_error *err) {
     char *abs = realpath(path, NULL);
     if (!abs) return cllm_err_set(err, CLLM_EIO, "%s: cannot open", path);
@@ -575,6 +592,19 @@ cllm_status cllm_gguf_model_dir(const char *path, const char *dir, cllm_error *e
     if (!st) st = cllm_gguf_config(g, &cfg, err);
     if (!st) st = write_json(dir, "config.json", cfg, err);
     json_decref(cfg);
+    char *tj = NULL, *tc = NULL;
+    cllm_error terr = {0};
+    if (!st && cllm_gguf_kv_find(g, "tokenizer.ggml.tokens")) { /* else: --tokenizer DIR */
+        if (cllm_gguf_tokenizer_json(g, &tj, &tc, &terr))
+            LOG_WARN("%s: no tokenizer from its metadata (%s); pass --tokenizer DIR", path,
+                     terr.msg);
+        else {
+            st = write_text(dir, "tokenizer.json", tj, err);
+            if (!st && tc) st = write_text(dir, "tokenizer_config.json", tc, err);
+        }
+    }
+    free(tj);
+    free(tc);
     for (int i = 0; !st && i < g->n_files; i++) { /* each part under its own name (splits) */
         const char *b = strrchr(g->paths[i], '/');
         char link[4200];

@@ -66,7 +66,9 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
                              want, got);
         return;
     }
-    if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16)
+    /* F64: a GGUF's norms and A_log, vectors read element by element (model/gguf_ckpt.h) */
+    bool f64_vec = t->dtype == CLLM_DT_F64 && t->n_dims == 1;
+    if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16 && !f64_vec)
         c->st = cllm_err_set(c->err, CLLM_EUNSUPPORTED,
                              "tensor %s: dtype %s not supported "
                              "(F32, F16, BF16)",
@@ -717,10 +719,12 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
     int H = c->hidden_size;
     m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
     m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
-    if (B.st == CLLM_OK && m->embed.q.bits)
+    /* quantized rows are read in the checkpoint's layout (fwd_embed_row); tied to the lm_head
+     * they would be repacked into panels and their source pages dropped under the lookup */
+    if (B.st == CLLM_OK && m->embed.q.bits && c->tie_word_embeddings)
         B.st = cllm_err_set(err, CLLM_EUNSUPPORTED,
-                            "quantized embed_tokens are not supported "
-                            "(a lookup reads one row; keep them 16-bit)");
+                            "quantized embed_tokens tied to the lm_head are not supported "
+                            "(keep them 16-bit)");
     m->final_norm = VEC(H, c->norm_one_plus ? 1.0f : 0.0f, "%snorm.weight", c->weight_prefix);
     for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
         char lp[96];
