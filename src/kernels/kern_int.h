@@ -2,6 +2,8 @@
 #ifndef CLLM_KERNELS_KERN_INT_H
 #define CLLM_KERNELS_KERN_INT_H
 
+#include <stdbool.h>
+
 #include "kernels/kernels.h"
 
 void kern_matmul_f32_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
@@ -141,5 +143,25 @@ void kern_qact16_prep_neon(const float *X, size_t ldx, int n_tok, int K, int ag,
 void kern_matmul_q_qact16_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                float *Y, size_t ldy);
 #endif
+
+/* ggml block-format matmul (matmul_kq_ref.c): the parts every tier shares. */
+typedef struct kern_kq_work {
+    int8_t *c;      /* a decoded row's codes [K] */
+    float *ws, *wm; /* its unit scales and mins [K/16] */
+    char *tok;      /* prepared tokens, tok_bytes apart (kern_kq_prep) */
+    size_t tok_bytes;
+} kern_kq_work;
+bool kern_kq_has_min(int type);
+int kern_kq_block(int type);
+void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
+/* This thread's scratch for a call of n_tok tokens; -1 when it cannot grow. */
+int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k);
+void kern_kq_prep(const cllm_kqweight *w, const float *X, size_t ldx, int n_tok,
+                  const kern_kq_work *k);
+float kern_kq_sum8(const float *L);
+void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                        int n_tok, float *Y, size_t ldy);
+void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                         int n_tok, float *Y, size_t ldy);
 
 #endif

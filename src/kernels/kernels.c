@@ -19,6 +19,7 @@ static const cllm_kern_ops ref_ops = {
     .qact16_prep = kern_qact16_prep_ref,
     .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
+    .matmul_kq = kern_matmul_kq_ref,
     .silu_mul = kern_silu_mul_ref,
 };
 
@@ -36,6 +37,7 @@ static const cllm_kern_ops avx2_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx2,
     .gemm_f32 = kern_gemm_f32_avx2,
+    .matmul_kq = kern_matmul_kq_avx2,
     .silu_mul = kern_silu_mul_avx2,
 };
 /* AVX-512: the GPTQ int kernels, gemm_f32 and gdn_step; float matmuls, the chunked GDN and the
@@ -55,6 +57,7 @@ static const cllm_kern_ops avx512_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx512,
     .gemm_f32 = kern_gemm_f32_avx512,
+    .matmul_kq = kern_matmul_kq_avx2,
     .silu_mul = kern_silu_mul_avx2,
 };
 static const cllm_kern_ops avx512_vnni_ops = {
@@ -70,6 +73,7 @@ static const cllm_kern_ops avx512_vnni_ops = {
     .qact16_prep = kern_qact16_prep_avx2,
     .matmul_q_qact16 = kern_matmul_q_qact16_avx512_vnni,
     .gemm_f32 = kern_gemm_f32_avx512,
+    .matmul_kq = kern_matmul_kq_avx2,
     .silu_mul = kern_silu_mul_avx2,
 };
 #endif
@@ -89,6 +93,7 @@ static const cllm_kern_ops neon_ops = {
     .qact16_prep = kern_qact16_prep_neon,
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
+    .matmul_kq = kern_matmul_kq_ref,
     .silu_mul = kern_silu_mul_neon,
 };
 static const cllm_kern_ops neon_dot_ops = {
@@ -104,6 +109,7 @@ static const cllm_kern_ops neon_dot_ops = {
     .qact16_prep = kern_qact16_prep_neon,
     .matmul_q_qact16 = kern_matmul_q_qact16_neon,
     .gemm_f32 = kern_gemm_f32_ref,
+    .matmul_kq = kern_matmul_kq_ref,
     .silu_mul = kern_silu_mul_neon,
 };
 #endif

@@ -144,6 +144,31 @@ enum { CLLM_GEMM_SET, CLLM_GEMM_ADD, CLLM_GEMM_SUB };
 typedef void (*cllm_gemm_fn)(int M, int N, int K, const float *A, size_t lda, const float *B,
                              size_t ldb, float *C, size_t ldc, int op);
 
+/* ggml block formats kept as they are in a GGUF file (model/gguf_ckpt.h): N rows of
+ * row_bytes, each row K / 256 (K / 32 for Q4_1 / Q5_1) blocks as ggml's block structs lay them
+ * out. Every weight is w = ws_u * c - wm_u for an integer code c and the float scale ws_u and
+ * min wm_u of its unit u of 16 consecutive inputs, as ggml computes them (Q4_K: d * sc, dmin *
+ * m of the 32-sub-block; Q6_K: d * sc of the 16; IQ4_XS: d * (ls - 32), c the codebook value;
+ * Q4_1 / Q5_1: d and -m). */
+enum { CLLM_KQ_Q4_1 = 1, CLLM_KQ_Q5_1, CLLM_KQ_Q4_K, CLLM_KQ_Q5_K, CLLM_KQ_Q6_K, CLLM_KQ_IQ4_XS };
+typedef struct cllm_kqweight {
+    const uint8_t *data;
+    size_t row_bytes;
+    int type, K, N;
+} cllm_kqweight;
+/* Y[t*ldy + n] = sum_k w[n][k] X[t*ldx + k] for n in [n0, n1), t < n_tok. Activations as the
+ * qact16 path takes them (int16 codes a, per group h of 32 inputs s_h = absmax / 32767, round
+ * half even, kern_quant_act16). Per output: eight float lanes L[0..7] = +0; for each unit u in k
+ * order, with isum, asum the exact int32 sums of c * a and a over its 16 inputs:
+ * L[u % 8] = fma(ws_u * s_h, (float)isum, L[u % 8]), then, for types with a min,
+ * L[u % 8] = fma(-(wm_u * s_h), (float)asum, L[u % 8]); Y = ((L0 + L1) + (L2 + L3)) +
+ * ((L4 + L5) + (L6 + L7)). Every tier follows it: bitwise the same results. */
+/* Row n of w as floats: ws_u * c - wm_u (two roundings at most; ggml's own dequantization may
+ * fuse them, 1 ulp apart). */
+void cllm_kq_dequant_row(const cllm_kqweight *w, int n, float *dst);
+typedef void (*cllm_matmul_kq_fn)(const cllm_kqweight *w, int n0, int n1, const float *X,
+                                  size_t ldx, int n_tok, float *Y, size_t ldy);
+
 typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
@@ -166,6 +191,8 @@ typedef struct cllm_kern_ops {
     cllm_matmul_qact16_fn matmul_q_qact16;
     /* fp32 GEMM with B row-major (see cllm_gemm_fn). */
     cllm_gemm_fn gemm_f32;
+    /* ggml block-format weights (cllm_kqweight) x int16 activation codes */
+    cllm_matmul_kq_fn matmul_kq;
     /* y[i] = silu(g[i]) * u[i] (silu(g[i]) when u is NULL), silu(g) = g / (1 + e^-g); y may be g
      * or u. Per input a fixed op sequence (no dependence on n or i): ref uses libm's expf, the
      * SIMD tiers one vector exp (kernels/act_body.h); within 4 ulp of each other. */

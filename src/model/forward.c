@@ -216,6 +216,10 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const struct fwd_item *it = &c->items[i];
         const fwd_mm jt = mm_tokens(&c->jobs[it->job], it->t0, it->t1), *j = &jt;
         const fwd_wt *w = j->w;
+        if (w->kq.type) {
+            c->k->matmul_kq(&w->kq, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            continue;
+        }
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */
             if (w->panel)
                 mm_q_panels(c, j, w, it->r0, it->r1);
@@ -551,6 +555,10 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
 void fwd_embed_row(const fwd_wt *e, int id, float *dst) {
     if (e->q.bits) { /* a GGUF's Q4_0/Q8_0 token_embd (model/gguf_ckpt.h): exact d * (q - z) */
         cllm_qformat_dequant_row(&e->q, id, dst);
+        return;
+    }
+    if (e->kq.type) { /* a GGUF's K-quant token_embd */
+        cllm_kq_dequant_row(&e->kq, id, dst);
         return;
     }
     size_t es = cllm_dtype_size(e->dt);

@@ -24,6 +24,9 @@ typedef struct fwd_wt {
      * column panels of P (the last N % P), each stored whole as a GPTQ matrix of that width
      * (weights.c model_panels): a decode tile then streams one contiguous block */
     int panel;
+    /* ggml block-format weights (a GGUF's K-quants, model/gguf_ckpt.h): kq.type != 0, data ==
+     * kq.data, dt U8; run by cllm_kern_ops.matmul_kq */
+    cllm_kqweight kq;
 } fwd_wt;
 
 /* Panel p of a matrix repacked into panels of P columns (weights.c model_panels): a GPTQ matrix

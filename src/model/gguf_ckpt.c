@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "kernels/kernels.h"
 #include "model/gguf_quant.h"
 #include "model/gguf_tok.h"
 #include "model/safetensors.h"
@@ -146,10 +147,30 @@ static int64_t src_row(const shape *s, const perm *p, int64_t r) {
 static void f32_note(gctx *x, const cllm_gguf_tensor *t) {
     if (x->f32_types & (1u << (t->type % 32))) return;
     x->f32_types |= 1u << (t->type % 32);
-    LOG_WARN("%s: %s tensors (first: %s) are held as F32 (exact values, %.1fx the file's bytes): "
-             "cllm has no kernels for this block format yet",
+    LOG_WARN("%s: %s tensors whose columns move with the V-head order or whose rows are not a "
+             "multiple of 8 (first: %s) are held as F32 (exact values, %.1fx the file's bytes)",
              x->f->path, cllm_ggml_type_name(t->type), t->name,
              32.0 / (8.0 * (double)t->nbytes / (double)t->n_elems));
+}
+
+/* The block formats the kernels run in place (cllm_kern_ops.matmul_kq). */
+static int kq_of(int type) {
+    switch (type) {
+    case CLLM_GGML_Q4_1:
+        return CLLM_KQ_Q4_1;
+    case CLLM_GGML_Q5_1:
+        return CLLM_KQ_Q5_1;
+    case CLLM_GGML_Q4_K:
+        return CLLM_KQ_Q4_K;
+    case CLLM_GGML_Q5_K:
+        return CLLM_KQ_Q5_K;
+    case CLLM_GGML_Q6_K:
+        return CLLM_KQ_Q6_K;
+    case CLLM_GGML_IQ4_XS:
+        return CLLM_KQ_IQ4_XS;
+    default:
+        return 0;
+    }
 }
 
 /* HF matrix `hf` (no ".weight") [N][K] from GGUF rows at src (row length K, type of t). */
@@ -203,6 +224,24 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         if (!st) st = add(x, n2, CLLM_DT_I32, K / 32, N / per, qz);
         snprintf(n2, sizeof(n2), "%s.scales", hf);
         if (!st) st = add(x, n2, CLLM_DT_F16, K / 32, N, sc);
+        return st;
+    }
+    const int kq = kq_of(t->type);
+    if (kq && !cu && !tied) { /* ggml blocks kept, rows in HF order (model/gguf_ckpt.h) */
+        const uint8_t *d = src;
+        if (p && p->rows_unit) {
+            uint8_t *m = arena_alloc(x->ar, (size_t)N * rb);
+            if (!m) return oom(x);
+            for (int64_t r = 0; r < N; r++)
+                memcpy(m + (size_t)r * rb, src + (size_t)src_row(&x->s, p, r) * rb, rb);
+            d = m;
+        }
+        cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
+        if (!st) {
+            cllm_tensor *tt = &x->f->tensors[x->f->n_tensors - 1];
+            tt->nbytes = (uint64_t)N * rb;
+            tt->kq_type = kq;
+        }
         return st;
     }
     /* everything else: ggml's float values, F32 */

@@ -4,11 +4,15 @@
  * A = -exp(A_log), stacked experts) with where each fact comes from.
  *
  * Weights keep their exact values: Q4_0 / Q5_0 / Q8_0 / IQ4_NL become GPTQ int4 / int8 groups of
- * 32 with the block's fp16 scale (P.qweight, P.qzeros, P.scales: no rounding anywhere); F32 /
- * F16 / BF16 stay as they are (views into the map when no reordering is needed); every other
- * type (Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_XS) is dequantized to F32 as ggml does it — exact, but
- * 4-8x the file's bytes (logged once per type). Norm weights come out as F64 w = v - 1 and A_log
- * as F64 log(-A), so the loader's (1 + w) and -exp(A_log) give back the file's float values. */
+ * 32 with the block's fp16 scale (P.qweight, P.qzeros, P.scales: no rounding anywhere); Q4_1,
+ * Q5_1, Q4_K, Q5_K, Q6_K and IQ4_XS stay in their blocks (P.weight, dtype U8, kq_type set: run by
+ * cllm_kern_ops.matmul_kq, rows copied only when the V-head order moves them); F32 / F16 / BF16
+ * stay as they are (views into the map when no reordering is needed). What cannot stay in blocks
+ * (a matrix whose columns the V-head order moves: the GDN out_proj when there are more V than K
+ * heads, unless its blocks are whole heads; a tied embedding; rows not a multiple of 8 for the
+ * GPTQ forms) is held as ggml's F32 values, logged once per type. Norm weights come out as F64
+ * w = v - 1 and A_log as F64 log(-A), so the loader's (1 + w) and -exp(A_log) give back the
+ * file's float values. */
 #ifndef CLLM_MODEL_GGUF_CKPT_H
 #define CLLM_MODEL_GGUF_CKPT_H
 

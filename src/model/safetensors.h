@@ -27,6 +27,9 @@ typedef struct cllm_tensor {
     uint64_t offset;  /* within the data region */
     const void *data; /* into the mmap; NULL when only the header was parsed */
     const char *file; /* path of the shard holding it (owned by the file) */
+    /* a GGUF's matrix kept in ggml blocks (model/gguf_ckpt.c): CLLM_KQ_* of kernels.h, dtype U8,
+     * shape the logical [N][K], nbytes N * the row's block bytes; 0 for everything else */
+    int kq_type;
 } cllm_tensor;
 
 typedef struct cllm_st_file {

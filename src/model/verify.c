@@ -129,7 +129,8 @@ static void check_spec(void *ctx, const cllm_tensor_spec *s) {
         problem(v, "%s: tensor '%s' has shape %s, config implies %s", t->file, t->name, a, e);
     }
     /* F64 only as a GGUF's norms and A_log come out (model/gguf_ckpt.h: exact inverses) */
-    if (!cllm_dtype_is_float(t->dtype) || (t->dtype == CLLM_DT_F64 && !cllm_gguf_is_path(t->file)))
+    if ((!cllm_dtype_is_float(t->dtype) && !t->kq_type) ||
+        (t->dtype == CLLM_DT_F64 && !cllm_gguf_is_path(t->file)))
         problem(v, "%s: tensor '%s' has dtype %s, expected BF16, F16, F32 or F8_E4M3", t->file,
                 t->name, cllm_dtype_name(t->dtype));
     scan(v, t);

@@ -68,7 +68,8 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
     }
     /* F64: a GGUF's norms and A_log, vectors read element by element (model/gguf_ckpt.h) */
     bool f64_vec = t->dtype == CLLM_DT_F64 && t->n_dims == 1;
-    if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16 && !f64_vec)
+    if (t->dtype != CLLM_DT_F32 && t->dtype != CLLM_DT_F16 && t->dtype != CLLM_DT_BF16 &&
+        !f64_vec && !t->kq_type)
         c->st = cllm_err_set(c->err, CLLM_EUNSUPPORTED,
                              "tensor %s: dtype %s not supported "
                              "(F32, F16, BF16)",
@@ -193,6 +194,16 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
         name[nl - 7] = '.';
     }
     const cllm_tensor *t = get(b, (uint64_t)rows * (uint64_t)cols, "%s", name);
+    if (t && t->kq_type) { /* ggml blocks in place (model/gguf_ckpt.c checked the shape) */
+        w.data = t->data;
+        w.dt = CLLM_DT_U8;
+        w.rows = rows;
+        w.cols = cols;
+        w.src = t->name;
+        w.kq =
+            (cllm_kqweight){t->data, (size_t)(t->nbytes / (uint64_t)rows), t->kq_type, cols, rows};
+        return w;
+    }
     w = wt_of(t, rows, cols);
     if (t && (uintptr_t)t->data % cllm_dtype_size(t->dtype)) {
         /* the kernels load F32/F16/BF16 elements in place: a tensor misaligned in the file (an
@@ -754,6 +765,13 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
         }
     }
     if ((st = B.st) != CLLM_OK) goto fail;
+    if (size > 1 && m->ckpt->owner) { /* the shard plan slices safetensors/GPTQ layouts only */
+        st = cllm_err_set(err, CLLM_EUNSUPPORTED,
+                          "%s: a GGUF model runs in one process (tensor parallel takes the "
+                          "safetensors checkpoint)",
+                          dir);
+        goto fail;
+    }
     if (size > 1 && (st = fwd_tp_shard(m, rank, size, err)) != CLLM_OK) goto fail;
     if ((st = model_panels(m, err)) != CLLM_OK) goto fail; /* after the shard: its slices */
     if ((st = conv_tap_major(m, err)) != CLLM_OK) goto fail;
@@ -790,6 +808,7 @@ bool cllm_model_has_mtp(const cllm_model *m) {
 static uint64_t wbytes(const fwd_wt *w) {
     if (w->q.bits)
         return cllm_qformat_bytes(w->q.bits, w->q.group, w->cols, w->rows) - 4ull * w->cols;
+    if (w->kq.type) return (uint64_t)w->rows * w->kq.row_bytes;
     return w->data ? (uint64_t)w->rows * (uint64_t)w->cols * cllm_dtype_size(w->dt) : 0;
 }
 typedef struct decode_sum {
