@@ -153,6 +153,8 @@ typedef struct kern_kq_work {
 } kern_kq_work;
 bool kern_kq_has_min(int type);
 int kern_kq_block(int type);
+/* Q4_K / Q5_K block b's 16 unit scales and mins. */
+void kern_kq_k45_scales(const uint8_t *b, float *ws, float *wm);
 void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
 /* This thread's scratch for a call of n_tok tokens; -1 when it cannot grow. */
 int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k);

@@ -39,18 +39,21 @@ int kern_kq_block(int type) {
     return type == CLLM_KQ_Q4_1 || type == CLLM_KQ_Q5_1 ? 32 : 256;
 }
 
+void kern_kq_k45_scales(const uint8_t *b, float *ws, float *wm) {
+    const float d = h2f(b), dmin = h2f(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        scale_min_k4(j, b + 4, &s, &m);
+        ws[2 * j] = ws[2 * j + 1] = d * (float)s;
+        wm[2 * j] = wm[2 * j + 1] = dmin * (float)m;
+    }
+}
+
 /* One 256-block of Q4_K / Q5_K: codes c (0..15 / 0..31), 16 unit scales and mins. */
 static void dec_k45(const uint8_t *b, bool q5, int8_t *c, float *ws, float *wm) {
-    const float d = h2f(b), dmin = h2f(b + 2);
-    const uint8_t *sc = b + 4, *qh = b + 16, *ql = q5 ? b + 48 : b + 16;
+    const uint8_t *qh = b + 16, *ql = q5 ? b + 48 : b + 16;
+    kern_kq_k45_scales(b, ws, wm);
     for (int j = 0; j < 4; j++) {
-        int s0, m0, s1, m1;
-        scale_min_k4(2 * j, sc, &s0, &m0);
-        scale_min_k4(2 * j + 1, sc, &s1, &m1);
-        ws[4 * j] = ws[4 * j + 1] = d * (float)s0;
-        wm[4 * j] = wm[4 * j + 1] = dmin * (float)m0;
-        ws[4 * j + 2] = ws[4 * j + 3] = d * (float)s1;
-        wm[4 * j + 2] = wm[4 * j + 3] = dmin * (float)m1;
         for (int l = 0; l < 32; l++) {
             int h0 = q5 ? (qh[l] >> (2 * j) & 1) << 4 : 0,
                 h1 = q5 ? (qh[l] >> (2 * j + 1) & 1) << 4 : 0;

@@ -3,6 +3,9 @@
  * u = 8i + j exactly as the reference's L[u % 8] does (bitwise the same results). */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
+
+#include "base/half.h"
 
 #include "kernels/kern_int.h"
 
@@ -23,6 +26,67 @@ static inline __m256i hsum8x8(const __m256i *v) {
     return _mm256_add_epi32(lo, hi);
 }
 
+/* Row n decoded as kern_kq_decode_row does (the same codes, scales and mins), with the codes of
+ * Q4_K / Q5_K / Q6_K unpacked 32 at a time; the other types take the scalar decoder. */
+static void decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm) {
+    if (w->type != CLLM_KQ_Q4_K && w->type != CLLM_KQ_Q5_K && w->type != CLLM_KQ_Q6_K) {
+        kern_kq_decode_row(w, n, c, ws, wm);
+        return;
+    }
+    const uint8_t *b = w->data + (size_t)n * w->row_bytes;
+    const int nb = w->K / 256;
+    const size_t bb = w->row_bytes / (size_t)nb;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+#define LD(p)    _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define ST(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), v)
+    for (int i = 0; i < nb; i++, b += bb, c += 256, ws += 16, wm += 16) {
+        if (w->type == CLLM_KQ_Q6_K) {
+            const uint8_t *ql = b, *qh = b + 128;
+            const int8_t *sc = (const int8_t *)(b + 192);
+            uint16_t hd;
+            memcpy(&hd, b + 208, 2);
+            const float d = cllm_f16_to_f32(hd);
+            for (int u = 0; u < 16; u++) ws[u] = d * (float)sc[u], wm[u] = 0.0f;
+            const __m256i k32 = _mm256_set1_epi8(32);
+            for (int h = 0; h < 2; h++) {
+                __m256i q0 = LD(ql + 64 * h), q1 = LD(ql + 64 * h + 32), hb = LD(qh + 32 * h);
+                __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4);
+                __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4);
+                __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4);
+                __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4);
+                int8_t *o = c + 128 * h;
+                ST(o, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(q0, m4), h0), k32));
+                ST(o + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(q1, m4), h1), k32));
+                ST(o + 64,
+                   _mm256_sub_epi8(
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), h2), k32));
+                ST(o + 96,
+                   _mm256_sub_epi8(
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4), h3), k32));
+            }
+            continue;
+        }
+        const bool q5 = w->type == CLLM_KQ_Q5_K;
+        const uint8_t *ql = q5 ? b + 48 : b + 16;
+        kern_kq_k45_scales(b, ws, wm);
+        const __m256i hb = q5 ? LD(b + 16) : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i q = LD(ql + 32 * j), lo = _mm256_and_si256(q, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (q5) { /* bit 2j (low nibbles) and 2j + 1 (high) of qh[l] as 16 */
+                __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), one);
+                __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), one);
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+            }
+            ST(c + 64 * j, lo);
+            ST(c + 64 * j + 32, hi);
+        }
+    }
+#undef LD
+#undef ST
+}
+
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                          int n_tok, float *Y, size_t ldy) {
     kern_kq_work k;
@@ -35,7 +99,7 @@ void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X,
     const int K = w->K, U = K / 16, U8 = U / 8 * 8;
     const bool mins = kern_kq_has_min(w->type);
     for (int n = n0; n < n1; n++) {
-        kern_kq_decode_row(w, n, k.c, k.ws, k.wm);
+        decode_row(w, n, k.c, k.ws, k.wm);
         for (int t = 0; t < n_tok; t++) {
             const char *p = k.tok + (size_t)t * k.tok_bytes;
             const int16_t *a = (const int16_t *)(const void *)p;
