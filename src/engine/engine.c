@@ -59,7 +59,7 @@ struct cllm_engine {
 void cllm_engine_opts_defaults(cllm_engine_opts *o) {
     memset(o, 0, sizeof(*o));
     o->max_num_seqs = 256;
-    o->max_num_batched_tokens = 2048;
+    o->max_num_batched_tokens = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT;
     o->block_size = 16;
     o->memory_utilization = 0.5;
     o->enable_prefix_caching = true;
@@ -241,7 +241,8 @@ static void *step_main(void *arg) {
 static void engine_defaults(cllm_engine_opts *op) {
     cllm_engine_opts o = *op;
     if (o.max_num_seqs <= 0) o.max_num_seqs = 256;
-    if (o.max_num_batched_tokens <= 0) o.max_num_batched_tokens = 2048;
+    if (o.max_num_batched_tokens <= 0)
+        o.max_num_batched_tokens = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT;
     if (o.block_size <= 0) o.block_size = 16;
     if (o.memory_utilization <= 0 || o.memory_utilization > 1) o.memory_utilization = 0.5;
     if (o.state_snapshot_interval <= 0) o.state_snapshot_interval = 1;
