@@ -75,7 +75,4 @@ int cli_check_model_dir(const char *command, const char *path);
  * the same argv and environment. */
 cllm_fwd_opts cli_fwd_opts(const char *act16);
 
-/* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
-bool cli_parse_size(const char *s, uint64_t *out);
-
 #endif

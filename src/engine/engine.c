@@ -25,7 +25,6 @@
 
 struct cllm_engine {
     cllm_engine_opts o;
-    char name[256];
     cllm_model *m;
     cllm_pool *pool;
     cllm_fwd_ctx *fctx;
@@ -480,9 +479,6 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     atomic_init(&e->next_id, 1);
-    const char *base = strrchr(o.model_dir, '/');
-    base = base && base[1] ? base + 1 : o.model_dir;
-    snprintf(e->name, sizeof(e->name), "%s", base);
     pool_plan pp = {0};
     cllm_status rc;
     if ((rc = load_model(e, err)) || (rc = check_mtp(e, err)) || (rc = plan_pools(e, &pp, err)) ||
@@ -625,9 +621,6 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s) {
 
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) {
     return e->tok;
-}
-const char *cllm_engine_model_name(const cllm_engine *e) {
-    return e->name;
 }
 
 void cllm_engine_reset_prefix_cache(cllm_engine *e) {

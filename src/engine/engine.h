@@ -270,7 +270,6 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s);
 /* Tokenizer access for the server (NULL if the model has none). */
 struct cllm_tok;
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e);
-const char *cllm_engine_model_name(const cllm_engine *e);
 
 /* Extensions (engine owner, for `cllm bench` and tests). */
 /* Drops every cached prefix block and GDN state snapshot before the next step (a cold cache). */

@@ -410,7 +410,8 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
     return CLLM_OK;
 }
 
-void sched_abort_all(sched *s) {
+/* Ends every request (grammar-held ones too) with ABORT: sched_free's first step. */
+static void sched_abort_all(sched *s) {
     while (s->n_gm_wait > 0) sched_gm_cancel(s, s->gm_wait[0]->id);
     while (s->n_reqs > 0) sched_cancel(s, s->reqs[0]->id);
 }

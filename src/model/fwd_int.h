@@ -230,9 +230,6 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, in
                      float *logits, cllm_error *err);
 /* The embedding row of token id as fp32 [H]. */
 void fwd_embed_row(const fwd_wt *e, int id, float *dst);
-/* dst row i = rmsnorm(src row rows[i] (i when rows is NULL), w), n rows over the pool. */
-void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
-                      const int *rows, int n);
 /* RoPE cos/sin rows of the T tokens at c->tok_pos. */
 void fwd_rope_tables(cllm_fwd_ctx *c, int T);
 
