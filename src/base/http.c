@@ -32,14 +32,14 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *ud) {
     return n;
 }
 
-void lg_url_join(char *buf, size_t cap, const char *base, const char *path) {
+void cllm_url_join(char *buf, size_t cap, const char *base, const char *path) {
     size_t bl = strlen(base);
     while (bl && base[bl - 1] == '/') bl--;
     snprintf(buf, cap, "%.*s%s", (int)bl, base, path);
 }
 
-cllm_status lg_http_get(const char *url, const char *api_key, double timeout_s, size_t max_body,
-                        lg_http_resp *out, cllm_error *err) {
+cllm_status cllm_http_get(const char *url, const char *api_key, double timeout_s, size_t max_body,
+                          cllm_http_resp *out, cllm_error *err) {
     memset(out, 0, sizeof(*out));
     CURL *h = curl_easy_init();
     if (!h) return cllm_err_set(err, CLLM_ENOMEM, "curl_easy_init failed");
@@ -76,7 +76,7 @@ cllm_status lg_http_get(const char *url, const char *api_key, double timeout_s, 
     return out->body ? CLLM_OK : cllm_err_set(err, CLLM_ENOMEM, "out of memory");
 }
 
-void lg_http_resp_free(lg_http_resp *r) {
+void cllm_http_resp_free(cllm_http_resp *r) {
     free(r->body);
     r->body = NULL;
 }

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool cli_parse_size(const char *s, uint64_t *out) {
+/* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
+static bool cli_parse_size(const char *s, uint64_t *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);

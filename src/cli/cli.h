@@ -67,13 +67,14 @@ int cli_check_model_dir(const char *command, const char **path);
     "activations of 16-bit-activation GPTQ matmuls: int16 codes, int8 codes on int4 matrices "     \
     "(faster prefill), or float kernels (default: $CLLM_ACT16, else int)"
 #define CLI_ACT16_CHOICES "int|int8|float"
+/* A numeric macro's value as a string literal, for a default named in a help text:
+ * "(default " CLI_STR_OF(CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT) ")". */
+#define CLI_STR_(x)   #x
+#define CLI_STR_OF(x) CLI_STR_(x)
 /* The process's cllm_fwd_opts (cli/options.h: from the environment) with a parsed --act16 over
  * CLLM_ACT16 (NULL: not given, the environment stands): what every model the command opens runs
  * under (the engine's, eval's base and compared models). Under tensor parallel each rank parses
  * the same argv and environment. */
 cllm_fwd_opts cli_fwd_opts(const char *act16);
-
-/* Parses "4GB", "512MiB", "1.5G", "1000" into bytes; false on garbage. */
-bool cli_parse_size(const char *s, uint64_t *out);
 
 #endif

@@ -235,6 +235,10 @@ typedef struct bench_model {
 
 /* ---- phase 1: flags ---- */
 
+/* the budget's floor is the engine's default (engine/engine.h) */
+#define BUDGET_FLOOR CLI_STR_OF(CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT)
+#define BUDGET_HELP  "token budget per step (default max(" BUDGET_FLOOR ", PP*B))"
+
 static int bench_parse(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.plist = "512",
                       .nlist = "128",
@@ -259,8 +263,7 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         {"--block-size", NULL, CLI_INT, &a->block, "KV block size", NULL, 1, 4096},
         {"--kv-cache-memory", NULL, CLI_SIZE, &a->kv_bytes,
          "KV cache bytes (default: what the runs need)"},
-        {"--max-num-batched-tokens", NULL, CLI_INT, &a->budget,
-         "token budget per step (default max(2048, PP*B))", NULL, 0, 1e8},
+        {"--max-num-batched-tokens", NULL, CLI_INT, &a->budget, BUDGET_HELP, NULL, 0, 1e8},
         {"--seed", "-s", CLI_INT, &a->seed, "seed for the random prompts", NULL, 0, 9e18},
         {"--kv-bf16", NULL, CLI_FLAG, &a->kv_bf16, "KV cache in bf16"},
         {"--no-prefault", NULL, CLI_FLAG, &a->no_prefault,
@@ -383,8 +386,10 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
     o->max_num_seqs = a->maxB > a->mt_conv ? a->maxB : (int)a->mt_conv;
     o->max_model_len = (int)(max_len > bm->max_pos ? bm->max_pos : max_len);
     long need_budget = (long)a->maxP * a->maxB;
+    long floor_budget = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT;
     o->max_num_batched_tokens =
-        a->budget > 0 ? (int)a->budget : (int)(need_budget > 2048 ? need_budget : 2048);
+        a->budget > 0 ? (int)a->budget
+                      : (int)(need_budget > floor_budget ? need_budget : floor_budget);
     o->kv_cache_bf16 = a->kv_bf16;
     o->no_prefault = a->no_prefault;
     uint64_t kv = a->kv_bytes;

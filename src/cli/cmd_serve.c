@@ -131,11 +131,14 @@ static int serve_parsed(serve_args *a, const char *pos0) {
     return 0;
 }
 
+#define BATCHED_HELP                                                                               \
+    "token budget per engine step (default " CLI_STR_OF(CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT) ")"
+
 static int serve_parse(int argc, char **argv, serve_args *a) {
     *a = (serve_args){.host = "127.0.0.1",
                       .port = 8000,
                       .max_seqs = 256,
-                      .max_batched = 2048,
+                      .max_batched = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT,
                       .block = 16,
                       .http_threads = 2,
                       .max_logprobs = 20,
@@ -173,8 +176,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          NULL, 0, 1e9},
         {"--max-num-seqs", "-np", CLI_INT, &a->max_seqs,
          "concurrently running sequences (default 256)", NULL, 1, 1e6},
-        {"--max-num-batched-tokens", "-b", CLI_INT, &a->max_batched,
-         "token budget per engine step (default 2048)", NULL, 1, 1e9},
+        {"--max-num-batched-tokens", "-b", CLI_INT, &a->max_batched, BATCHED_HELP, NULL, 1, 1e9},
         {"--block-size", NULL, CLI_INT, &a->block, "KV block size in tokens (default 16)", NULL, 1,
          65536},
         {"--kv-cache-memory", "--kv-cache-memory-bytes", CLI_SIZE, &a->kv_bytes,

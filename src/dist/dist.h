@@ -95,7 +95,6 @@ typedef struct cllm_dist_stats {
     double allgather_seconds;
 } cllm_dist_stats;
 void cllm_dist_stats_get(cllm_dist_stats *out);
-void cllm_dist_stats_reset(void);
 /* Seconds per all-reduce of n floats, averaged over iters back-to-back calls after a barrier
  * (pure communication: no compute to wait for); 0 on one process. Collective. */
 double cllm_dist_bench_allreduce(size_t n, int iters);

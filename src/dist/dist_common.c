@@ -27,10 +27,6 @@ void cllm_dist_stats_get(cllm_dist_stats *out) {
     *out = dist_stats;
 }
 
-void cllm_dist_stats_reset(void) {
-    dist_stats = (cllm_dist_stats){0};
-}
-
 static bool g_ep;
 
 void cllm_dist_set_expert_parallel(bool on) {

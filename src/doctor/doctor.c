@@ -191,20 +191,20 @@ static void read_counters(const prom_set *p, counters *c) {
 /* One scrape; false (why in msg) when /metrics could not be read. */
 static bool scrape(const dr_opts *o, prom_set *p, char *msg, size_t cap) {
     char url[1024];
-    lg_url_join(url, sizeof(url), o->url, "/metrics");
-    lg_http_resp resp;
+    cllm_url_join(url, sizeof(url), o->url, "/metrics");
+    cllm_http_resp resp;
     cllm_error err;
-    if (lg_http_get(url, o->api_key, o->timeout_s, 64u << 20, &resp, &err)) {
+    if (cllm_http_get(url, o->api_key, o->timeout_s, 64u << 20, &resp, &err)) {
         snprintf(msg, cap, "%.200s", err.msg);
         return false;
     }
     if (resp.status != 200) {
         snprintf(msg, cap, "/metrics answered HTTP %d", resp.status);
-        lg_http_resp_free(&resp);
+        cllm_http_resp_free(&resp);
         return false;
     }
     cllm_status st = prom_parse(resp.body, p, &err);
-    lg_http_resp_free(&resp);
+    cllm_http_resp_free(&resp);
     if (st) snprintf(msg, cap, "%.200s", err.msg);
     return st == CLLM_OK;
 }
@@ -336,24 +336,24 @@ void dr_run(const dr_opts *o, dr_report *r) {
     double t_start = mono();
     char url[1024];
     cllm_error err;
-    lg_http_resp resp;
+    cllm_http_resp resp;
 
     /* server reachable + /health */
-    lg_url_join(url, sizeof(url), o->url, "/health");
+    cllm_url_join(url, sizeof(url), o->url, "/health");
     bool up = false;
-    if (lg_http_get(url, o->api_key, o->timeout_s, 1 << 20, &resp, &err)) {
+    if (cllm_http_get(url, o->api_key, o->timeout_s, 1 << 20, &resp, &err)) {
         add(r, "server", DR_CRIT, NAN, "unreachable: %s", err.msg);
     } else {
         up = true;
         add(r, "server", DR_OK, resp.time_s * 1000, "reachable (%.1f ms)", resp.time_s * 1000);
         add(r, "health", resp.status == 200 ? DR_OK : DR_CRIT, resp.status,
             "/health answered HTTP %d", resp.status);
-        lg_http_resp_free(&resp);
+        cllm_http_resp_free(&resp);
     }
 
     if (up) {
-        lg_url_join(url, sizeof(url), o->url, "/v1/models");
-        if (lg_http_get(url, o->api_key, o->timeout_s, 8 << 20, &resp, &err)) {
+        cllm_url_join(url, sizeof(url), o->url, "/v1/models");
+        if (cllm_http_get(url, o->api_key, o->timeout_s, 8 << 20, &resp, &err)) {
             add(r, "model", DR_CRIT, NAN, "/v1/models: %s", err.msg);
         } else {
             json_t *j = resp.status == 200 ? json_loads(resp.body, 0, NULL) : NULL;
@@ -367,7 +367,7 @@ void dr_run(const dr_opts *o, dr_report *r) {
             else
                 add(r, "model", DR_OK, (double)n, "%zu loaded: %s%s", n, id, n > 1 ? ", ..." : "");
             json_decref(j);
-            lg_http_resp_free(&resp);
+            cllm_http_resp_free(&resp);
         }
         metrics_checks(o, r);
     }

@@ -25,7 +25,6 @@
 
 struct cllm_engine {
     cllm_engine_opts o;
-    char name[256];
     cllm_model *m;
     cllm_pool *pool;
     cllm_fwd_ctx *fctx;
@@ -59,7 +58,7 @@ struct cllm_engine {
 void cllm_engine_opts_defaults(cllm_engine_opts *o) {
     memset(o, 0, sizeof(*o));
     o->max_num_seqs = 256;
-    o->max_num_batched_tokens = 2048;
+    o->max_num_batched_tokens = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT;
     o->block_size = 16;
     o->memory_utilization = 0.5;
     o->enable_prefix_caching = true;
@@ -241,7 +240,8 @@ static void *step_main(void *arg) {
 static void engine_defaults(cllm_engine_opts *op) {
     cllm_engine_opts o = *op;
     if (o.max_num_seqs <= 0) o.max_num_seqs = 256;
-    if (o.max_num_batched_tokens <= 0) o.max_num_batched_tokens = 2048;
+    if (o.max_num_batched_tokens <= 0)
+        o.max_num_batched_tokens = CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT;
     if (o.block_size <= 0) o.block_size = 16;
     if (o.memory_utilization <= 0 || o.memory_utilization > 1) o.memory_utilization = 0.5;
     if (o.state_snapshot_interval <= 0) o.state_snapshot_interval = 1;
@@ -479,9 +479,6 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     atomic_init(&e->next_id, 1);
-    const char *base = strrchr(o.model_dir, '/');
-    base = base && base[1] ? base + 1 : o.model_dir;
-    snprintf(e->name, sizeof(e->name), "%s", base);
     pool_plan pp = {0};
     cllm_status rc;
     if ((rc = load_model(e, err)) || (rc = check_mtp(e, err)) || (rc = plan_pools(e, &pp, err)) ||
@@ -624,9 +621,6 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s) {
 
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) {
     return e->tok;
-}
-const char *cllm_engine_model_name(const cllm_engine *e) {
-    return e->name;
 }
 
 void cllm_engine_reset_prefix_cache(cllm_engine *e) {

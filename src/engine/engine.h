@@ -174,12 +174,16 @@ typedef struct cllm_spec_opts {
     int draft_vocab_size;
 } cllm_spec_opts;
 
+/* Token budget per engine step when none is given (vLLM's 2048): cllm_engine_opts_defaults, an
+ * engine created with 0, `serve`'s -b and the floor of `bench`'s budget all read it. */
+#define CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT 2048
+
 typedef struct cllm_engine_opts {
     const char *model_dir;
     int n_threads;               /* 0 = all cores */
     int max_model_len;           /* 0 = min(max_position_embeddings, what KV memory allows) */
     int max_num_seqs;            /* default 256 (vLLM) */
-    int max_num_batched_tokens;  /* default 2048 */
+    int max_num_batched_tokens;  /* default CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT */
     int block_size;              /* default 16 */
     uint64_t kv_cache_bytes;     /* 0 = from memory_utilization */
     double memory_utilization;   /* share of physical RAM for weights + KV + state (default 0.5) */
@@ -266,7 +270,6 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s);
 /* Tokenizer access for the server (NULL if the model has none). */
 struct cllm_tok;
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e);
-const char *cllm_engine_model_name(const cllm_engine *e);
 
 /* Extensions (engine owner, for `cllm bench` and tests). */
 /* Drops every cached prefix block and GDN state snapshot before the next step (a cold cache). */

@@ -171,17 +171,17 @@ oom:
 
 /* ---- sequences ---- */
 
-/* Grows array *p (capacity *cap elements of elem bytes, doubling from 16) to hold need; -1 on
- * out of memory (the array is left as it was). */
-int sched_grow(void **p, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
+/* Grows array *p (capacity *cap elements of elem bytes, doubling from 16) to hold need;
+ * CLLM_ENOMEM on out of memory (the array is left as it was). */
+cllm_status sched_grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return CLLM_OK;
     int nc = *cap ? *cap : 16;
     while (nc < need) nc *= 2;
     void *n = realloc(*p, (size_t)nc * elem);
-    if (!n) return -1;
+    if (!n) return CLLM_ENOMEM;
     *p = n;
     *cap = nc;
-    return 0;
+    return CLLM_OK;
 }
 
 static eng_seq *seq_new(sched *s, eng_req *q, int index) {
@@ -335,12 +335,13 @@ static void list_remove(eng_seq **list, int *n, eng_seq *e) {
         }
 }
 
-static int list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
-    if (sched_grow((void **)list, cap, *n + 1, sizeof(eng_seq *))) return -1;
+/* Inserts e at index at; CLLM_ENOMEM (list unchanged) when the list cannot grow. */
+static cllm_status list_insert(eng_seq ***list, int *n, int *cap, int at, eng_seq *e) {
+    if (sched_grow((void **)list, cap, *n + 1, sizeof(eng_seq *))) return CLLM_ENOMEM;
     memmove(*list + at + 1, *list + at, (size_t)(*n - at) * sizeof(eng_seq *));
     (*list)[at] = e;
     (*n)++;
-    return 0;
+    return CLLM_OK;
 }
 
 /* Removes a finished sequence everywhere; frees the request when its last sample ends. */
@@ -409,7 +410,8 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
     return CLLM_OK;
 }
 
-void sched_abort_all(sched *s) {
+/* Ends every request (grammar-held ones too) with ABORT: sched_free's first step. */
+static void sched_abort_all(sched *s) {
     while (s->n_gm_wait > 0) sched_gm_cancel(s, s->gm_wait[0]->id);
     while (s->n_reqs > 0) sched_cancel(s, s->reqs[0]->id);
 }
@@ -555,15 +557,17 @@ static void preempt(sched *s, eng_seq *e) {
     e->n_preempted++;
 }
 
-static bool grow_table(sched *s, eng_seq *e, int n_tok) {
+/* Extends e's block table to cover n_tok tokens (the caller checked that enough blocks are
+ * free); CLLM_ENOMEM when the table array cannot grow (no block taken). */
+static cllm_status grow_table(sched *s, eng_seq *e, int n_tok) {
     int need = blocks_for(n_tok, s->cfg.block_size);
-    if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return false;
+    if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return CLLM_ENOMEM;
     while (e->n_table < need) {
         int b = blk_alloc(&s->blocks);
         CLLM_ASSERT(b >= 0);
         e->table[e->n_table++] = b;
     }
-    return true;
+    return CLLM_OK;
 }
 
 static void batch_add(sched *s, eng_seq *e, int n_new) {
@@ -687,7 +691,7 @@ static int plan(sched *s) {
             }
         }
         if (self) break;
-        if (!grow_table(s, e, e->n_computed + n_new)) continue; /* OOM on the table array: skip */
+        if (grow_table(s, e, e->n_computed + n_new) != CLLM_OK) continue; /* OOM: skip it */
         int nd = n_new == e->n_tokens - e->n_computed ? sched_spec_plan(s, e, budget) : 0;
         if (nd > 0)
             batch_add_verify(s, e, n_new);
@@ -806,11 +810,12 @@ static void fork_samples(sched *s, eng_seq *p) {
         q->seqs[i] = c;
         q->n_live++;
         bool partial = p->n_computed % bs != 0;
-        bool room =
-            s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
-            blk_available(&s->blocks) >= (partial ? 1 : 0) &&
-            !sched_grow((void **)&c->table, &c->cap_table, p->n_table + 1, sizeof(int32_t)) &&
-            !sched_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof(eng_seq *));
+        bool room = s->n_running < s->cfg.max_num_seqs && s->slots.n_live_free > 0 &&
+                    blk_available(&s->blocks) >= (partial ? 1 : 0) &&
+                    sched_grow((void **)&c->table, &c->cap_table, p->n_table + 1,
+                               sizeof(int32_t)) == CLLM_OK &&
+                    sched_grow((void **)&s->running, &s->cap_running, s->n_running + 1,
+                               sizeof(eng_seq *)) == CLLM_OK;
         if (!room) {
             c->state = SEQ_WAITING;
             c->t_scheduled = 0;

@@ -63,7 +63,6 @@ void sched_add(sched *s, eng_req *q);
 /* Ends the request with ABORT (events emitted now) and frees its blocks/slots; unknown ids are
  * ignored. */
 void sched_cancel(sched *s, uint64_t id);
-void sched_abort_all(sched *s);
 /* Runs one scheduler step (plan, forward, sample, emit). Returns the number of sequences run
  * (0 when idle). A forward failure ends the batch's requests with ERROR and is not fatal. */
 int sched_step(sched *s);

@@ -59,7 +59,8 @@ static void *prep_main(void *arg) {
         pthread_mutex_lock(&p->mu);
         p->prep_s += dt;
         if (!done) { /* to the back of the queue: the jobs behind it get their slice first */
-            if (!sched_grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof(cllm_gm *))) {
+            if (sched_grow((void **)&p->jobs, &p->cap_jobs, p->n_jobs + 1, sizeof(cllm_gm *)) ==
+                CLLM_OK) {
                 p->jobs[p->n_jobs++] = g;
                 continue;
             }

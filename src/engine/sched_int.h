@@ -166,8 +166,9 @@ struct sched {
 };
 
 /* sched.c */
-/* Doubling growth of a scheduler array to hold need elements (sched.c); -1 on out of memory. */
-int sched_grow(void **p, int *cap, int need, size_t elem);
+/* Doubling growth of a scheduler array to hold need elements (sched.c); CLLM_ENOMEM on out of
+ * memory (the array is left as it was). */
+cllm_status sched_grow(void **p, int *cap, int need, size_t elem);
 void sched_seq_finish(sched *s, eng_seq *e);
 void sched_add_now(sched *s, eng_req *q); /* sched_add without the grammar hold */
 /* sched_gm.c */

@@ -99,7 +99,6 @@ int gm_regex_expr(gm_builder *b, const char *re, size_t len, int mode, bool sear
 
 /* JSON front end pieces shared by schema and tools (gm_schema.c). */
 typedef struct gm_json gm_json;
-int gm_json_schema_expr(gm_builder *b, const char *schema, size_t len, bool raw_top);
 
 /* ---- compiled program (gm_compile.c) ---- */
 typedef struct gm_edge {
@@ -229,7 +228,6 @@ struct cllm_gm_matcher {
     uint32_t *scratch; /* [(V + 31) / 32] */
 };
 
-int gm_frame_intern(gm_stk *st, int node, int parent); /* -1 on ENOMEM */
 /* Gives m a one-head step memo (gm_step uses it when present); false on out of memory. */
 bool gm_memo_enable(cllm_gm_matcher *m);
 void gm_stk_rollback(gm_stk *st, int n_f);
@@ -242,11 +240,7 @@ bool gm_start(cllm_gm_matcher *m, int node, int parent, gm_set *out);
  * such a grammar (a request reaching that state could only fail). */
 bool gm_probe_start(cllm_gm *g);
 void gm_set_free(gm_set *s);
-bool gm_set_copy(gm_set *dst, const gm_set *src);
 #define GM_BOTTOM 1
-
-/* gm_mask.c */
-int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask);
 
 /* gm_analyze.c: fills g->follow and g->cache_rep for tokens of up to max_depth bytes, using m
  * (of g) for closures; false on out of memory (then both stay NULL and caches are per node). */

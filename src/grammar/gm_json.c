@@ -73,7 +73,7 @@ int sc_str_char(gm_sc *c, bool raw) {
     return gb_alt2(b, plain, esc);
 }
 
-int sc_string_generic(gm_sc *c) {
+static int sc_string_generic(gm_sc *c) {
     gm_builder *b = c->b;
     if (c->str_rule < 0) {
         c->str_rule = gb_rule(b, "string");
@@ -108,7 +108,7 @@ int sc_number_generic(gm_sc *c) {
     return gb_ref(b, c->num_rule);
 }
 
-int sc_any_object(gm_sc *c) {
+static int sc_any_object(gm_sc *c) {
     gm_builder *b = c->b;
     if (c->obj_rule < 0) {
         c->obj_rule = gb_rule(b, "object");

@@ -25,10 +25,8 @@ typedef struct gm_sc {
 void sc_init(gm_sc *c, gm_builder *b, json_t *root);
 void sc_free(gm_sc *c);
 int sc_ws(gm_sc *c);
-int sc_sep(gm_sc *c, char ch); /* ws ch ws */
-int sc_any(gm_sc *c);          /* any JSON value */
-int sc_any_object(gm_sc *c);
-int sc_string_generic(gm_sc *c);
+int sc_sep(gm_sc *c, char ch);       /* ws ch ws */
+int sc_any(gm_sc *c);                /* any JSON value */
 int sc_str_char(gm_sc *c, bool raw); /* one character of a string's content */
 int sc_number_generic(gm_sc *c);
 int sc_integer_generic(gm_sc *c);

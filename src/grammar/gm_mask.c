@@ -363,7 +363,7 @@ static int mask_one_head(cllm_gm_matcher *m, uint32_t *mask) {
     return cnt;
 }
 
-int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask) {
+static int gm_mask_fill(cllm_gm_matcher *m, uint32_t *mask) {
     const cllm_gm_vocab *v = m->v;
     int W = (v->V + 31) / 32;
     if (m->done) {

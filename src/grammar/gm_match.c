@@ -56,7 +56,8 @@ static int rehash(gm_stk *st) {
     return 0;
 }
 
-int gm_frame_intern(gm_stk *st, int node, int parent) {
+/* The frame (node, parent)'s id, added when new; -1 on ENOMEM. */
+static int gm_frame_intern(gm_stk *st, int node, int parent) {
     uint32_t mask = (uint32_t)st->tab_cap - 1, h = fhash(node, parent) & mask;
     for (;;) {
         int32_t id = st->tab[h];
@@ -115,7 +116,7 @@ static bool set_push(gm_set *s, int id) {
     return true;
 }
 
-bool gm_set_copy(gm_set *dst, const gm_set *src) {
+static bool gm_set_copy(gm_set *dst, const gm_set *src) {
     dst->n = 0;
     dst->accept = src->accept;
     for (int i = 0; i < src->n; i++)

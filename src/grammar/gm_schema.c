@@ -1005,7 +1005,7 @@ static int compile_flat(gm_sc *c, json_t *s, const char *ptr, int depth, bool ra
     return x;
 }
 
-int gm_json_schema_expr(gm_builder *b, const char *schema, size_t len, bool raw_top) {
+static int gm_json_schema_expr(gm_builder *b, const char *schema, size_t len, bool raw_top) {
     (void)raw_top;
     json_error_t je;
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY, &je);

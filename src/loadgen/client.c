@@ -562,13 +562,13 @@ static cllm_status run_phase(run *r) {
 
 static cllm_status discover_model(const lg_config *c, char *out, size_t cap, cllm_error *err) {
     char url[1024];
-    lg_url_join(url, sizeof(url), c->base_url, "/v1/models");
-    lg_http_resp resp;
-    cllm_status st = lg_http_get(url, c->api_key, 10, 1 << 20, &resp, err);
+    cllm_url_join(url, sizeof(url), c->base_url, "/v1/models");
+    cllm_http_resp resp;
+    cllm_status st = cllm_http_get(url, c->api_key, 10, 1 << 20, &resp, err);
     if (st) return st;
     json_t *j = json_loads(resp.body, 0, NULL);
     int status = resp.status;
-    lg_http_resp_free(&resp);
+    cllm_http_resp_free(&resp);
     const char *id =
         json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     if (status != 200 || !id) {
@@ -610,8 +610,8 @@ cllm_status lg_bench_run(const lg_config *c, lg_result *out, cllm_error *err) {
     }
     run r = {.c = c, .model = out->model, .err = err};
     lg_rng_seed(&r.rng, c->seed ^ 0x5eedull);
-    lg_url_join(r.url, sizeof(r.url), c->base_url,
-                c->chat ? "/v1/chat/completions" : "/v1/completions");
+    cllm_url_join(r.url, sizeof(r.url), c->base_url,
+                  c->chat ? "/v1/chat/completions" : "/v1/completions");
     r.m = curl_multi_init();
     if (!r.m) return cllm_err_set(err, CLLM_ENOMEM, "curl_multi_init failed");
     curl_multi_setopt(r.m, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);

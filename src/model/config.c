@@ -109,18 +109,6 @@ bad:
                          CLLM_MAX_EOS);
 }
 
-const char *cllm_arch_name(cllm_arch a) {
-    switch (a) {
-    case CLLM_ARCH_QWEN35_MOE:
-        return "qwen3_5_moe";
-    case CLLM_ARCH_QWEN3_MOE:
-        return "qwen3_moe";
-    case CLLM_ARCH_QWEN3:
-        return "qwen3";
-    }
-    return "?";
-}
-
 int cllm_config_count_layers(const cllm_config *cfg, cllm_layer_type t) {
     int n = 0;
     for (int i = 0; i < cfg->n_layers; i++) n += cfg->layer_types[i] == t;

@@ -97,8 +97,6 @@ void cllm_gen_config_neutral(cllm_gen_config *gen);
  * do_sample says); any other key is CLLM_EINVAL naming it. */
 cllm_status cllm_gen_config_override(cllm_gen_config *gen, const char *json, cllm_error *err);
 
-const char *cllm_arch_name(cllm_arch a);
-
 /* Number of layers of each type. */
 int cllm_config_count_layers(const cllm_config *cfg, cllm_layer_type t);
 

@@ -589,8 +589,9 @@ static void norm_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
-                      const int *rows, int n) {
+/* dst row i = rmsnorm(src row rows[i] (i when rows is NULL), w), n rows over the pool. */
+static void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
+                             const int *rows, int n) {
     norm_job j = {c, w, src, dst, rows};
     cllm_pool_for(c->pool, (size_t)n, norm_worker, &j);
 }

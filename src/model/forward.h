@@ -135,7 +135,6 @@ cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_
 void cllm_state_pool_free(cllm_state_pool *p);
 void cllm_state_slot_clear(cllm_state_pool *p, int slot);
 void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src);
-size_t cllm_state_slot_bytes(const cllm_state_pool *p);
 
 typedef enum cllm_logits_mode {
     CLLM_LOGITS_LAST = 0, /* one row: the sequence's last token (default) */

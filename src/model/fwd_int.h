@@ -233,9 +233,6 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, in
                      float *logits, cllm_error *err);
 /* The embedding row of token id as fp32 [H]. */
 void fwd_embed_row(const fwd_wt *e, int id, float *dst);
-/* dst row i = rmsnorm(src row rows[i] (i when rows is NULL), w), n rows over the pool. */
-void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, float *dst,
-                      const int *rows, int n);
 /* RoPE cos/sin rows of the T tokens at c->tok_pos. */
 void fwd_rope_tables(cllm_fwd_ctx *c, int T);
 
@@ -260,10 +257,14 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 size_t fwd_gdn_scratch(const cllm_config *f);
 /* Floats of per-thread scratch the attention needs (fwd_attn.c). */
 size_t fwd_attn_scratch(const cllm_config *f);
+/* The MoE block on c->xn, added into c->x (fwd_moe.c). Returns the status of the first matmul
+ * queue or run that failed (fwd_mm_add / fwd_mm_run), or CLLM_EUNSUPPORTED when a routed expert
+ * has no weights outside expert parallel; the caller names the layer. */
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
 /* The screened int8 lm_head (m->lm_screen > 0): logits [R][vocab] of the R normed rows in c->xn;
  * row t exact when row_k[t] is 0, else its row_k[t] best exact and the rest -inf (fwd_lmhead.c). */
 cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits);
+/* The dense SwiGLU MLP on c->xn, added into c->x; the failing matmul's status as fwd_moe. */
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 
 /* Tensor parallel (forward_tp.c, weights_tp.c): begin points c->x at a zeroed accumulator the

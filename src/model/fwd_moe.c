@@ -106,12 +106,14 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     int H = f->hidden_size;
     moe_job j = {c, L, T, f->n_experts_per_tok, f->n_experts, f->moe_intermediate_size};
     int Ish = f->shared_expert_intermediate_size, lds = 2 * Ish + 1;
-    if (fwd_mm_add(c, &L->router, c->xn, H, T, c->proj, (size_t)j.E)) return CLLM_ENOMEM;
-    if (L->has_shared && (fwd_mm_add(c, &L->shared.gate, c->xn, H, T, c->proj2, lds) ||
-                          fwd_mm_add(c, &L->shared.up, c->xn, H, T, c->proj2 + Ish, lds) ||
-                          fwd_mm_add(c, &L->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds)))
-        return CLLM_ENOMEM;
-    if (fwd_mm_run(c)) return CLLM_ENOMEM;
+    cllm_status s = fwd_mm_add(c, &L->router, c->xn, H, T, c->proj, (size_t)j.E);
+    if (s == CLLM_OK && L->has_shared) {
+        s = fwd_mm_add(c, &L->shared.gate, c->xn, H, T, c->proj2, lds);
+        if (s == CLLM_OK) s = fwd_mm_add(c, &L->shared.up, c->xn, H, T, c->proj2 + Ish, lds);
+        if (s == CLLM_OK) s = fwd_mm_add(c, &L->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds);
+    }
+    if (s == CLLM_OK) s = fwd_mm_run(c);
+    if (s != CLLM_OK) return s;
     cllm_pool_for(c->pool, (size_t)T, route_worker, &j);
     /* counting sort of assignments by expert, stable in (token, slot) order */
     int n = T * j.k;
@@ -139,11 +141,11 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
             return CLLM_EUNSUPPORTED;
         }
         float *X = c->xg + (size_t)c->exp_off[e] * H, *Y = c->gu + (size_t)c->exp_off[e] * 2 * I;
-        if (fwd_mm_add(c, &x->gate, X, H, cnt, Y, 2 * (size_t)I) ||
-            fwd_mm_add(c, &x->up, X, H, cnt, Y + I, 2 * (size_t)I))
-            return CLLM_ENOMEM;
+        s = fwd_mm_add(c, &x->gate, X, H, cnt, Y, 2 * (size_t)I);
+        if (s == CLLM_OK) s = fwd_mm_add(c, &x->up, X, H, cnt, Y + I, 2 * (size_t)I);
+        if (s != CLLM_OK) return s;
     }
-    if (fwd_mm_run(c)) return CLLM_ENOMEM;
+    if ((s = fwd_mm_run(c)) != CLLM_OK) return s;
     act_job aj = {c->k, c->gu, I};
     cllm_pool_for(small, (size_t)n, act_worker, &aj);
     if (L->has_shared) {
@@ -152,7 +154,7 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
             float *g = c->proj2 + (size_t)t * lds, *u = g + Ish;
             c->k->silu_mul(g, g, u, Ish);
         }
-        if (fwd_mm_add(c, &L->shared.down, c->proj2, lds, T, c->o, H)) return CLLM_ENOMEM;
+        if ((s = fwd_mm_add(c, &L->shared.down, c->proj2, lds, T, c->o, H)) != CLLM_OK) return s;
     }
     for (int e = 0; e < j.E; e++) {
         int cnt = c->exp_cnt[e];
@@ -162,11 +164,11 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
             memset(c->dn + (size_t)c->exp_off[e] * H, 0, (size_t)cnt * H * sizeof(float));
             continue;
         }
-        if (fwd_mm_add(c, &x->down, c->gu + (size_t)c->exp_off[e] * 2 * I, 2 * (size_t)I, cnt,
-                       c->dn + (size_t)c->exp_off[e] * H, H))
-            return CLLM_ENOMEM;
+        s = fwd_mm_add(c, &x->down, c->gu + (size_t)c->exp_off[e] * 2 * I, 2 * (size_t)I, cnt,
+                       c->dn + (size_t)c->exp_off[e] * H, H);
+        if (s != CLLM_OK) return s;
     }
-    if (fwd_mm_run(c)) return CLLM_ENOMEM;
+    if ((s = fwd_mm_run(c)) != CLLM_OK) return s;
     cllm_pool_for(c->pool, (size_t)T, combine_worker, &j);
     return CLLM_OK;
 }
@@ -174,13 +176,15 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T) {
     int H = c->m->cfg.hidden_size, I = mlp->gate.rows;
     /* proj holds [T][2I] (sized for 2 * intermediate_size) */
-    if (fwd_mm_add(c, &mlp->gate, c->xn, H, T, c->proj, 2 * (size_t)I) ||
-        fwd_mm_add(c, &mlp->up, c->xn, H, T, c->proj + I, 2 * (size_t)I) || fwd_mm_run(c))
-        return CLLM_ENOMEM;
+    cllm_status s = fwd_mm_add(c, &mlp->gate, c->xn, H, T, c->proj, 2 * (size_t)I);
+    if (s == CLLM_OK) s = fwd_mm_add(c, &mlp->up, c->xn, H, T, c->proj + I, 2 * (size_t)I);
+    if (s == CLLM_OK) s = fwd_mm_run(c);
+    if (s != CLLM_OK) return s;
     act_job aj = {c->k, c->proj, I};
     cllm_pool_for(c->pool, (size_t)T, act_worker, &aj);
-    if (fwd_mm_add(c, &mlp->down, c->proj, 2 * (size_t)I, T, c->tmp, H) || fwd_mm_run(c))
-        return CLLM_ENOMEM;
+    s = fwd_mm_add(c, &mlp->down, c->proj, 2 * (size_t)I, T, c->tmp, H);
+    if (s == CLLM_OK) s = fwd_mm_run(c);
+    if (s != CLLM_OK) return s;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
     return CLLM_OK;

@@ -94,10 +94,6 @@ static size_t rec_per_slot(const cllm_state_pool *p) {
     return (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk * (size_t)p->dv;
 }
 
-size_t cllm_state_slot_bytes(const cllm_state_pool *p) {
-    return (conv_per_slot(p) + rec_per_slot(p)) * sizeof(float);
-}
-
 void cllm_state_slot_clear(cllm_state_pool *p, int slot) {
     if (!p->conv || slot < 0 || slot >= p->n_slots) return;
     memset(p->conv + (size_t)slot * conv_per_slot(p), 0, conv_per_slot(p) * sizeof(float));

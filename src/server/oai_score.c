@@ -51,7 +51,8 @@ bool srv_parse_prompt_logprobs(cllm_server *s, json_t *body, srv_gen *g, srv_err
     return true;
 }
 
-const cllm_tok_ids *srv_gen_prompt_ids(const srv_gen *g, int b) {
+/* The token ids of prompt b (a batch's, or the only one). */
+static const cllm_tok_ids *srv_gen_prompt_ids(const srv_gen *g, int b) {
     if (!g->n_batch) return &g->prompt;
     return b < g->n_batch ? &g->batch[b] : NULL;
 }

@@ -354,8 +354,6 @@ bool srv_model_known(const cllm_server *s, const char *name);
 
 srv_req *srv_req_new(cllm_server *s, struct MHD_Connection *c, const char *method, const char *url);
 void srv_req_unref(srv_req *r);
-/* Cancels every engine request of r (ids copied under s->mu by the caller's choice). */
-void srv_req_cancel_engine(srv_req *r);
 /* The prompt text of choice idx (echo), NULL when the prompt was token ids. */
 const char *srv_gen_prompt_text(const srv_gen *g, int idx);
 /* Submits r->gen to the engine. Returns false with e filled (429/503/400). */
@@ -378,8 +376,6 @@ typedef struct srv_plp {
 /* The body's prompt_logprobs (vLLM's checks and words) for completions and chat; call after
  * stream, logprobs and echo are parsed. */
 bool srv_parse_prompt_logprobs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
-/* The token ids of prompt b (a batch's, or the only one). */
-const cllm_tok_ids *srv_gen_prompt_ids(const srv_gen *g, int b);
 /* Keeps an event's prompt rows for its prompt (takes ev->plp). */
 void srv_plp_take(srv_req *r, int choice, srv_ev *ev);
 /* vLLM's prompt_logprobs list of choice's prompt: [null, {"id": {logprob, rank, decoded_token}},

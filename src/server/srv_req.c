@@ -240,7 +240,8 @@ static void on_event(void *user, const cllm_event *ev) {
     if (last) srv_req_unref(r); /* the engine's reference */
 }
 
-void srv_req_cancel_engine(srv_req *r) {
+/* Cancels every engine request of r (ids copied under s->mu by the caller's choice). */
+static void srv_req_cancel_engine(srv_req *r) {
     cllm_server *s = r->srv;
     uint64_t ids[64];
     int n = 0;

@@ -1,7 +1,7 @@
 /* Engine tests through the public API (engine.h, step thread) on synthetic tiny models with the
  * real forward pass: concurrent == alone bitwise (greedy), preempted + resumed == uninterrupted,
  * prefix-cache hit == cold run on the hybrid model (multi-turn), cancel frees everything, text
- * deltas == decode of the ids, over-length rejection. */
+ * deltas == decode of the ids, over-length rejection, cllm_engine_reset_prefix_cache. */
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -223,6 +223,20 @@ static void test_model(const char *dir, bool hybrid, const cllm_tok *tok) {
         memcpy(conv + n, hot.toks, (size_t)hot.n * sizeof(int32_t));
         n += hot.n;
         for (int k = 0; k < 9; k++) conv[n++] = rtok(V);
+    }
+    /* cllm_engine_reset_prefix_cache: the last prompt again reuses its cached prefix; after the
+     * reset (applied before the next submission is queued) nothing is cached and the tokens are
+     * the cold engine's */
+    {
+        out warm, reset, cl;
+        cllm_sampling s1 = greedy(e, 8);
+        run(e, 1, &pc, &n, &s1, &warm);
+        cllm_engine_reset_prefix_cache(e);
+        run(e, 1, &pc, &n, &s1, &reset);
+        run(cold, 1, &pc, &n, &s1, &cl);
+        CHECK_MSG(warm.cached > 0, "%s: the repeated prompt reused nothing", dir);
+        CHECK_MSG(reset.cached == 0, "%s: %d tokens reused after the reset", dir, reset.cached);
+        CHECK_MSG(same(&warm, &cl) && same(&reset, &cl), "%s: reset-cache run != cold", dir);
     }
     /* n = 3 with a seed: same samples alone and with the prefix warm */
     cllm_sampling s3 = greedy(e, 10);

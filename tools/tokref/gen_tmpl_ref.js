@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Chat-template reference outputs: renders every case with @huggingface/jinja (npm) and with
 // Python Jinja2 as HF transformers configures it (tools/tokref/render_py.py), and writes both to
-// tests/data/tokenizer/templates/cases.json (committed; tests/tokenizer/test_tmpl_render.c reads it).
+// tests/data/tokenizer/templates/cases.json (committed; tests/jinja/test_tmpl_render.c reads it).
 // The C renderer follows Python Jinja2; the test also checks it equals @huggingface/jinja on
 // every case where the two references agree. Run from the repo root: node tools/tokref/gen_tmpl_ref.js
 'use strict';

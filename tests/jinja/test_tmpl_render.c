@@ -1,13 +1,14 @@
-/* Chat templates rendered by the C interpreter vs the references in
- * tests/data/tokenizer/templates/cases.json (tools/tokref/gen_tmpl_ref.js): Python Jinja2 as HF
- * transformers runs it ("py") and @huggingface/jinja ("js"). Every case must equal py (or fail
+/* The Jinja interpreter (src/jinja/, jinja/jinja.h) on the chat templates of
+ * tests/data/tokenizer/templates/ vs the references in cases.json there
+ * (tools/tokref/gen_tmpl_ref.js): Python Jinja2 as HF transformers runs it ("py") and
+ * @huggingface/jinja ("js"). Every case must equal py (or fail
  * when py failed); it must also equal js on each case where js and py agree (>= 50 cases).
  * Also: syntax/runtime errors name the line, and the sandbox limits stop runaway templates. */
 #include <jansson.h>
 
 #include "test.h"
 #include "test_tok_common.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/jinja.h"
 
 static char *render(const char *src, const char *ctx_json, cllm_error *err, cllm_status *st,
                     const cllm_jinja_limits *lim) {
