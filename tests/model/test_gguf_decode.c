@@ -67,7 +67,8 @@ static void hand_blocks(void) {
         CHECK_MSG(y[i + 16] == (float)kv[15 - i], "iq4_nl hi %d: %g", i, y[i + 16]);
     }
     /* Q6_K: ql all 0x21 (lo 1, hi 2), qh 0, scales 1..16, d = 1: value sc * (q - 32). Weight
-     * l + 32 * s + 128 * h (l < 32) uses scale 8 h + 2 s + l / 16 and the low nibble for s < 2, the high one else. */
+     * l + 32 * s + 128 * h (l < 32) uses scale 8 h + 2 s + l / 16 and the low nibble for s < 2, the
+     * high one else. */
     memset(b, 0, 210);
     memset(b, 0x21, 128);
     for (int i = 0; i < 16; i++) b[192 + i] = (uint8_t)(i + 1);
@@ -104,7 +105,8 @@ static void against_file(const char *gpath, const char *epath) {
         float *got = malloc((size_t)K * 4), *want = malloc((size_t)K * 4);
         uint64_t diff = 0;
         for (int64_t r = 0; r < rows; r++) {
-            bool okd = cllm_gguf_row_f32(t->type, (const uint8_t *)t->data + (size_t)r * rb, got, K);
+            bool okd =
+                cllm_gguf_row_f32(t->type, (const uint8_t *)t->data + (size_t)r * rb, got, K);
             CHECK_MSG(okd, "%s: no decoder for %s", t->name, cllm_ggml_type_name(t->type));
             CHECK_MSG(fread(want, 4, (size_t)K, f) == (size_t)K, "%s: expected file too short",
                       t->name);
