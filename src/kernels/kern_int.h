@@ -162,8 +162,11 @@ void kern_kq_prep(const cllm_kqweight *w, const float *X, size_t ldx, int n_tok,
                   const kern_kq_work *k);
 float kern_kq_sum8(const float *L);
 void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                        int n_tok, float *Y, size_t ldy);
+                        int n_tok, float *Y, size_t ldy, bool act_f32);
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                         int n_tok, float *Y, size_t ldy);
+                         int n_tok, float *Y, size_t ldy, bool act_f32);
+/* The act_f32 form (kernels.h), the same in every tier. */
+void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                        int n_tok, float *Y, size_t ldy);
 
 #endif

@@ -19,6 +19,7 @@
 #ifndef CLLM_KERNELS_KERNELS_H
 #define CLLM_KERNELS_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -162,12 +163,16 @@ typedef struct cllm_kqweight {
  * order, with isum, asum the exact int32 sums of c * a and a over its 16 inputs:
  * L[u % 8] = fma(ws_u * s_h, (float)isum, L[u % 8]), then, for types with a min,
  * L[u % 8] = fma(-(wm_u * s_h), (float)asum, L[u % 8]); Y = ((L0 + L1) + (L2 + L3)) +
- * ((L4 + L5) + (L6 + L7)). Every tier follows it: bitwise the same results. */
+ * ((L4 + L5) + (L6 + L7)). Every tier follows it: bitwise the same results.
+ * act_f32 (CLLM_ACT16=float: the accuracy check against the float64 reference) takes X as it is:
+ * per unit f = fma(c_i, x_i, f) over its 16 inputs in order from +0 and xs = their float sum in
+ * order, L[u % 8] = fma(ws_u, f, L[u % 8]), then fma(-wm_u, xs, L[u % 8]) for types with a min;
+ * scalar in every tier (the same bits). */
 /* Row n of w as floats: ws_u * c - wm_u (two roundings at most; ggml's own dequantization may
  * fuse them, 1 ulp apart). */
 void cllm_kq_dequant_row(const cllm_kqweight *w, int n, float *dst);
 typedef void (*cllm_matmul_kq_fn)(const cllm_kqweight *w, int n0, int n1, const float *X,
-                                  size_t ldx, int n_tok, float *Y, size_t ldy);
+                                  size_t ldx, int n_tok, float *Y, size_t ldy, bool act_f32);
 
 typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */

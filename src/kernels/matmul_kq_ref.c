@@ -190,8 +190,41 @@ float kern_kq_sum8(const float *L) {
     return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
 }
 
-void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy) {
+    kern_kq_work k;
+    if (kern_kq_scratch(w, 0, &k)) {
+        for (int t = 0; t < n_tok; t++)
+            for (int n = n0; n < n1; n++) Y[(size_t)t * ldy + n] = NAN;
+        return;
+    }
+    const int U = w->K / 16;
+    const bool mins = kern_kq_has_min(w->type);
+    for (int n = n0; n < n1; n++) {
+        kern_kq_decode_row(w, n, k.c, k.ws, k.wm);
+        for (int t = 0; t < n_tok; t++) {
+            const float *x = X + (size_t)t * ldx;
+            float L[8] = {0};
+            for (int u = 0; u < U; u++) {
+                float f = 0.0f, xs = 0.0f;
+                for (int i = 0; i < 16; i++) {
+                    f = fmaf((float)k.c[16 * u + i], x[16 * u + i], f);
+                    xs += x[16 * u + i];
+                }
+                L[u % 8] = fmaf(k.ws[u], f, L[u % 8]);
+                if (mins) L[u % 8] = fmaf(-k.wm[u], xs, L[u % 8]);
+            }
+            Y[(size_t)t * ldy + n] = kern_kq_sum8(L);
+        }
+    }
+}
+
+void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                        int n_tok, float *Y, size_t ldy, bool act_f32) {
+    if (act_f32) {
+        kern_matmul_kq_f32(w, n0, n1, X, ldx, n_tok, Y, ldy);
+        return;
+    }
     kern_kq_work k;
     if (kern_kq_scratch(w, n_tok, &k)) { /* no scratch: NaN rows say so in the logits */
         for (int t = 0; t < n_tok; t++)

@@ -217,7 +217,8 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm jt = mm_tokens(&c->jobs[it->job], it->t0, it->t1), *j = &jt;
         const fwd_wt *w = j->w;
         if (w->kq.type) {
-            c->k->matmul_kq(&w->kq, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy);
+            c->k->matmul_kq(&w->kq, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy,
+                            c->act16 == CLLM_ACT16_FLOAT);
             continue;
         }
         if (w->q.bits) { /* GPTQ int4/int8 (MM_ROWS keeps r0 a multiple of 8) */

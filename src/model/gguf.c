@@ -290,9 +290,9 @@ bool cllm_gguf_is_path(const char *path) {
 /* "dir/name-00001-of-00003.gguf" -> prefix length up to "-00001", count 3; 0 when not split. */
 static int split_name(const char *path, size_t *pre) {
     size_t n = strlen(path);
-    const char *tail = "-00001-of-";
-    if (n < 5 + 16) return 0;
-    const char *p = path + n - 5 - 16;
+    const char *tail = "-00001-of-"; /* + 5 digits + ".gguf" */
+    if (n < 5 + 15) return 0;
+    const char *p = path + n - 5 - 15;
     if (strncmp(p, tail, 10)) return 0;
     int count = 0;
     for (int i = 10; i < 15; i++) {

@@ -283,6 +283,11 @@ enum { V_PLAIN, V_NORM, V_ALOG };
 /* A vector tensor: plain F32, a (1 + w) norm as F64 v - 1, or A_log as F64 log(-A). */
 static cllm_status vec3(gctx *x, const cllm_gguf_tensor *t, const char *hf, int kind, int64_t unit,
                         int64_t from, int64_t s0, int64_t s1, int64_t s2) {
+    const uint64_t want = (uint64_t)s0 * (uint64_t)(s1 ? s1 : 1) * (uint64_t)(s2 ? s2 : 1);
+    if (t->n_elems != want)
+        return cllm_err_set(x->err, CLLM_EFORMAT,
+                            "%s: tensor %s has %llu values, the config implies %llu", x->f->path,
+                            t->name, (unsigned long long)t->n_elems, (unsigned long long)want);
     float *v = vec_f32(x, t, unit, from);
     if (!v)
         return cllm_err_set(x->err, CLLM_EFORMAT, "%s: tensor %s: cannot read type %s as a vector",
@@ -297,10 +302,11 @@ static cllm_status vec3(gctx *x, const cllm_gguf_tensor *t, const char *hf, int 
         double *d = arena_alloc(x->ar, n * 8);
         for (size_t i = 0; d && i < n; i++) {
             if (kind == V_ALOG && !(v[i] < 0)) {
+                st = cllm_err_set(x->err, CLLM_EFORMAT,
+                                  "%s: tensor %s[%zu] = %g: ssm_a must be negative (-exp(A_log))",
+                                  x->f->path, t->name, i, (double)v[i]);
                 free(v);
-                return cllm_err_set(x->err, CLLM_EFORMAT,
-                                    "%s: tensor %s[%zu] = %g: ssm_a must be negative (-exp(A_log))",
-                                    x->f->path, t->name, i, (double)v[i]);
+                return st;
             }
             d[i] = kind == V_NORM ? (double)v[i] - 1.0 : log(-(double)v[i]);
         }
@@ -595,7 +601,13 @@ cllm_status cllm_gguf_ckpt_fill(cllm_ckpt *c, const char *path, cllm_error *err)
     c->n_files = 1;
     c->owner = o;
     c->owner_free = owner_free;
-    cllm_status st = cllm_gguf_open(path, &o->g, err);
+    /* the user's file, not the private folder's link to it, in every message */
+    char *real = realpath(path, NULL);
+    cllm_status st = cllm_gguf_open(real ? real : path, &o->g, err);
+    if (real) {
+        free(f->path);
+        f->path = real;
+    }
     if (st) return st;
     gctx x = {o->g, f, 0, &o->ar, {0}, err, 0};
     if ((st = read_shape(o->g, &x.s, path, err))) return st;

@@ -199,8 +199,9 @@ static cllm_status oom(cllm_error *err) {
 }
 
 /* Control and user-defined ids become HF added tokens (matched in the text before BPE, never
- * normalized: the converter stored them pre-normalized), every other id a model.vocab entry,
- * the "[PAD<id>]" fillers included so ids keep their places. */
+ * normalized: the converter stored them pre-normalized), every other id a model.vocab entry
+ * except UNUSED ones: the "[PAD<id>]" fillers of ids the HF tokenizer lacks stay out of it, so
+ * they decode to nothing as in HF (where those ids have no token) instead of to "[PAD<id>]". */
 static cllm_status build_tokens(const tok_meta *m, json_t *vocab, json_t *added, char **buf,
                                 size_t *cap, cllm_error *err) {
     for (int64_t i = 0; i < m->n; i++) {
@@ -211,6 +212,7 @@ static cllm_status build_tokens(const tok_meta *m, json_t *vocab, json_t *added,
             return cllm_err_set(err, CLLM_EFORMAT,
                                 "GGUF tokenizer: %s[%lld] is %lld (token types are 1..6)", K_TYPES,
                                 (long long)i, (long long)t);
+        if (t == TT_UNUSED) continue;
         if (t == TT_CONTROL || t == TT_USER_DEFINED) {
             json_t *a = json_pack("{s:I,s:s,s:b,s:b,s:b,s:b,s:b}", "id", (json_int_t)i, "content",
                                   *buf, "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,

@@ -80,7 +80,7 @@ int main(void) {
             for (int i = 0; i < T * K; i++) X[i] = frand() * (i % 7 == 0 ? 30.0f : 1.0f);
             memset(X + K, 0, sizeof(float) * K); /* token 1: all zero (scale 0) */
             float *Yr = calloc((size_t)T * N, 4), *Ya = calloc((size_t)T * N, 4);
-            ref->matmul_kq(&w, 0, N, X, (size_t)K, T, Yr, (size_t)N);
+            ref->matmul_kq(&w, 0, N, X, (size_t)K, T, Yr, (size_t)N, false);
             /* decoders agree; the ref output is the double dot of those weights and codes */
             int16_t *a = malloc(2 * (size_t)K);
             float s[64];
@@ -111,12 +111,13 @@ int main(void) {
             for (size_t i = 0; i < sizeof(tiers) / sizeof(tiers[0]); i++) {
                 if (!tiers[i]) continue;
                 memset(Ya, 0, sizeof(float) * (size_t)T * N);
-                tiers[i]->matmul_kq(&w, 0, 5, X, (size_t)K, T, Ya, (size_t)N);
-                tiers[i]->matmul_kq(&w, 5, N, X, (size_t)K, T, Ya, (size_t)N);
+                tiers[i]->matmul_kq(&w, 0, 5, X, (size_t)K, T, Ya, (size_t)N, false);
+                tiers[i]->matmul_kq(&w, 5, N, X, (size_t)K, T, Ya, (size_t)N, false);
                 CHECK_MSG(!memcmp(Ya, Yr, sizeof(float) * (size_t)T * N), "%s: %s K %d differs",
                           tiers[i]->name, types[ti].name, K);
                 float y1[13];
-                tiers[i]->matmul_kq(&w, 0, N, X + 3 * (size_t)K, (size_t)K, 1, y1, (size_t)N);
+                tiers[i]->matmul_kq(&w, 0, N, X + 3 * (size_t)K, (size_t)K, 1, y1, (size_t)N,
+                                    false);
                 CHECK(!memcmp(y1, Yr + 3 * (size_t)N, sizeof(y1)));
             }
             free(a), free(W), free(X), free(row), free(row2), free(Yr), free(Ya);

@@ -10,13 +10,8 @@
 #   offset misaligned / past the end; a duplicate tensor name; a tensor's ne not what the metadata
 #   implies (ssm_a longer; expert_feed_forward_length doubled); general.architecture "llama";
 #   qwen35moe.block_count missing; ssm_a positive (A = -exp(A_log) must be < 0).
-# KNOWN BUGS in src/model/gguf_ckpt.c, found by this test (these cases fail until fixed):
-#  - vec3: on a non-negative ssm_a value `free(v)` runs before the message formats v[i]
-#    (use after free): the message shows a garbage value (-8.4e+20, 11.95, ... run to run), not
-#    the file's 3.60926;
-#  - 1-D tensors (ssm_a, and the vec() path generally) have no ne check: an ssm_a of 2 Hv values
-#    is accepted (the extra ones ignored) and one of 1 value (Hv = 2) is accepted too, A_log[1]
-#    then read past the converted data.
+# Two of these cases found bugs, fixed since (a use after free formatting the ssm_a message; 1-D
+# tensors without a length check).
 # The good file itself verifies OK and evaluates (so the cases fail for their own reason).
 # Exit 77 without /usr/bin/python3 + numpy.
 set -u
@@ -124,12 +119,12 @@ refused type_q2k          "blk\.1\.ssm_out"
 refused offset_misaligned "blk\.1\.ffn_down_exps"
 refused offset_past_end   "blk\.1\.ffn_down_exps"
 refused dup_tensor        "blk\.0\.ssm_a"
-refused ne_lie            "blk\.0\.ssm_a|A_log"    # KNOWN BUG: accepted (1-D shapes unchecked)
-refused ne_short          "blk\.0\.ssm_a|A_log"    # KNOWN BUG: accepted, reads past the data
+refused ne_lie            "blk\.0\.ssm_a|A_log"
+refused ne_short          "blk\.0\.ssm_a|A_log"
 refused meta_lie          "ffn_(gate|up|down)_exps|experts|expert_feed_forward_length"
 refused arch_llama        "llama"
 refused no_block_count    "block_count"
-# the message must show the file's value, blk.0.ssm_a[0] (KNOWN BUG: it prints freed memory)
+# the message must show the file's value, blk.0.ssm_a[0]
 refused ssm_a_positive    "ssm_a\[0\] = $(cat "$T/ssm_a0"): ssm_a must be negative"
 [ $fail = 0 ] && echo "gguf_bad: all passed"
 exit $fail

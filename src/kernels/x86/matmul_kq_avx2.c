@@ -88,7 +88,11 @@ static void decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, floa
 }
 
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                         int n_tok, float *Y, size_t ldy) {
+                         int n_tok, float *Y, size_t ldy, bool act_f32) {
+    if (act_f32) {
+        kern_matmul_kq_f32(w, n0, n1, X, ldx, n_tok, Y, ldy);
+        return;
+    }
     kern_kq_work k;
     if (kern_kq_scratch(w, n_tok, &k)) {
         for (int t = 0; t < n_tok; t++)
