@@ -466,22 +466,37 @@ def _pad(n, align):
     return (align - n % align) % align
 
 
-def write_gguf(path, kv, tensors, alignment=None):
-    """kv: ordered dict key -> KV or plain value; tensors: list of Tensor. Writes GGUF v3."""
+def tensor_nbytes(t, ne):
+    """Bytes of a tensor of type t with ggml shape ne (ne[0] = row length)."""
+    return row_bytes(t, ne[0]) * int(np.prod(ne[1:], dtype=np.int64))
+
+
+def gguf_header(kv, infos, alignment=None):
+    """The GGUF v3 bytes before the data section, its alignment padding included.
+    kv: ordered dict key -> KV or plain value; infos: [(name, type, ne, nbytes)] in data order.
+    Returns (header bytes, alignment); tensor i's data then starts at the sum of the padded
+    sizes of the tensors before it (each padded to `alignment`)."""
     kv = {k: _as_kv(v) for k, v in kv.items()}
     if alignment is None:
         alignment = kv["general.alignment"].value if "general.alignment" in kv else 32
-    out = bytearray(GGUF_MAGIC + struct.pack("<IQQ", 3, len(tensors), len(kv)))
+    out = bytearray(GGUF_MAGIC + struct.pack("<IQQ", 3, len(infos), len(kv)))
     for k, v in kv.items():
         out += _enc_str(k) + struct.pack("<I", v.type) + _enc_value(v.type, v.value, v.elem)
     off = 0
-    for t in tensors:
-        out += _enc_str(t.name) + struct.pack("<I", len(t.ne)) + struct.pack(f"<{len(t.ne)}Q", *t.ne)
-        out += struct.pack("<IQ", t.type, off)
-        off += len(t.data) + _pad(len(t.data), alignment)
+    for name, t, ne, nbytes in infos:
+        out += _enc_str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
+        out += struct.pack("<IQ", type_id(t), off)
+        off += nbytes + _pad(nbytes, alignment)
+    out += b"\0" * _pad(len(out), alignment)
+    return bytes(out), alignment
+
+
+def write_gguf(path, kv, tensors, alignment=None):
+    """kv: ordered dict key -> KV or plain value; tensors: list of Tensor. Writes GGUF v3."""
+    head, alignment = gguf_header(kv, [(t.name, t.type, t.ne, len(t.data)) for t in tensors],
+                                  alignment)
     with open(path, "wb") as f:
-        f.write(out)
-        f.write(b"\0" * _pad(len(out), alignment))
+        f.write(head)
         for t in tensors:
             f.write(t.data)
             f.write(b"\0" * _pad(len(t.data), alignment))
@@ -762,6 +777,73 @@ def qwen35moe_metadata(cfg, file_type, n_mtp, name="cllm-ref"):
         kv[A + "rope.dimension_sections"] = array(T_I32, [11, 11, 10, 0])
     kv["general.quantization_version"] = u32(2)
     return kv
+
+
+def qwen35moe_layer_is_full(hp, i):
+    """Layer i of the text model is full attention (layer_types, else full_attention_interval)."""
+    lt = hp.get("layer_types")
+    if lt:
+        return lt[i] == "full_attention"
+    return (i + 1) % hp.get("full_attention_interval", 4) == 0
+
+
+def qwen35moe_tensor_specs(cfg, n_mtp=None):
+    """The tensors hf_to_gguf writes for a Qwen3.5-MoE config (separate gate/up experts, no
+    biases, no dedicated MTP embeddings), without the weights: [(gguf name, ne, kind)] in
+    layer order (globals, blk.0 .. blk.{n_layer+n_mtp-1}). ne in ggml order. kind: 'matrix'
+    (the converter's type_of applies), 'norm' (+1-shifted *_norm.weight), 'ssm_norm' (plain),
+    'router' (ffn_gate_inp), 'shexp_gate' (ffn_gate_inp_shexp {n_embd, 1}), 'conv' (ssm_conv1d
+    {K, C}), 'dt' (ssm_dt.bias), 'a' (ssm_a); every kind but 'matrix' is F32 in the file.
+    n_mtp: None = the config's mtp_num_hidden_layers."""
+    hp = _text_hparams(cfg)
+    H, L = hp["hidden_size"], hp["num_hidden_layers"]
+    V = hp["vocab_size"]
+    nh, nkv = hp["num_attention_heads"], hp["num_key_value_heads"]
+    hd = hp.get("head_dim") or H // nh
+    nk, nv = hp["linear_num_key_heads"], hp["linear_num_value_heads"]
+    dk, dv = hp["linear_key_head_dim"], hp["linear_value_head_dim"]
+    kc = hp["linear_conv_kernel_dim"]
+    E, I = hp["num_experts"], hp["moe_intermediate_size"]
+    Is = hp.get("shared_expert_intermediate_size") or 0
+    tied = cfg.get("tie_word_embeddings", hp.get("tie_word_embeddings", False))
+    if n_mtp is None:
+        n_mtp = hp.get("mtp_num_hidden_layers", 0) or 0
+    specs = [("token_embd.weight", [H, V], "matrix"), ("output_norm.weight", [H], "norm")]
+    if not tied:
+        specs.append(("output.weight", [H, V], "matrix"))
+    for b in range(L + n_mtp):
+        p = f"blk.{b}."
+        lay = [("attn_norm.weight", [H], "norm"), ("post_attention_norm.weight", [H], "norm")]
+        if b >= L or qwen35moe_layer_is_full(hp, b):
+            lay += [("attn_q.weight", [H, 2 * nh * hd], "matrix"),
+                    ("attn_k.weight", [H, nkv * hd], "matrix"),
+                    ("attn_v.weight", [H, nkv * hd], "matrix"),
+                    ("attn_output.weight", [nh * hd, H], "matrix"),
+                    ("attn_q_norm.weight", [hd], "norm"), ("attn_k_norm.weight", [hd], "norm")]
+        else:
+            lay += [("attn_qkv.weight", [H, 2 * nk * dk + nv * dv], "matrix"),
+                    ("attn_gate.weight", [H, nv * dv], "matrix"),
+                    ("ssm_beta.weight", [H, nv], "matrix"),
+                    ("ssm_alpha.weight", [H, nv], "matrix"),
+                    ("ssm_conv1d.weight", [kc, 2 * nk * dk + nv * dv], "conv"),
+                    ("ssm_dt.bias", [nv], "dt"), ("ssm_a", [nv], "a"),
+                    ("ssm_norm.weight", [dv], "ssm_norm"),
+                    ("ssm_out.weight", [nv * dv, H], "matrix")]
+        lay += [("ffn_gate_inp.weight", [H, E], "router"),
+                ("ffn_gate_exps.weight", [H, I, E], "matrix"),
+                ("ffn_up_exps.weight", [H, I, E], "matrix"),
+                ("ffn_down_exps.weight", [I, H, E], "matrix")]
+        if Is:
+            lay += [("ffn_gate_inp_shexp.weight", [H, 1], "shexp_gate"),
+                    ("ffn_gate_shexp.weight", [H, Is], "matrix"),
+                    ("ffn_up_shexp.weight", [H, Is], "matrix"),
+                    ("ffn_down_shexp.weight", [Is, H], "matrix")]
+        if b == L:                       # mtp.fc / pre_fc_norm_* / norm (first MTP layer)
+            lay += [("nextn.eh_proj.weight", [2 * H, H], "matrix"),
+                    ("nextn.enorm.weight", [H], "norm"), ("nextn.hnorm.weight", [H], "norm"),
+                    ("nextn.shared_head_norm.weight", [H], "norm")]
+        specs += [(p + n, ne, k) for n, ne, k in lay]
+    return specs
 
 
 def hf_to_gguf(model_dir, out_path, type_of=None, fused_gate_up=False, split_max_tensors=None,

@@ -443,12 +443,79 @@ def test_converter():
                and "blk.0.attn_qkv.weight F16" in r2.stdout, r.stderr[-200:])
 
 
+def test_random_writer():
+    """make_gguf_random.py: the tensor list of qwen35moe_tensor_specs is hf_to_gguf's (names, ne,
+    which stay F32), the metadata too; each mix loads, is finite, matmuls give O(gain) outputs;
+    the Q4_K_M rule picks Q6_K where llama-quantize does; tokens padded with [PAD<i>] UNUSED."""
+    import make_gguf_random as MR
+    rng = np.random.default_rng(5)
+    cfg = qcfg()
+    d = os.path.join(TMP, "hf_rw")
+    RM.write_model(d, cfg, with_mtp(RM.random_weights(cfg, 3), cfg, rng))
+    p = os.path.join(TMP, "rw_conv.gguf")
+    G.hf_to_gguf(d, p, lambda n: "Q8_0", name="x")
+    gc = G.GGUFFile(p)
+    with open(os.path.join(d, "config.json")) as f:
+        dcfg = json.load(f)
+    specs = G.qwen35moe_tensor_specs(dcfg)
+    same = {n: (ne, k != "matrix") for n, ne, k in specs} == \
+        {n: (i["ne"], i["type"] == G.F32) for n, i in gc.tensors.items()}
+    check_true("(5) qwen35moe_tensor_specs == hf_to_gguf's tensors (names, ne, F32 ones)", same)
+    voc = os.path.join(TMP, "voc.gguf")
+    G.write_gguf(voc, {"general.architecture": G.string("x"),
+                       "tokenizer.ggml.model": G.string("gpt2"),
+                       "tokenizer.ggml.tokens": G.array(G.T_STR, ["a", "b", "c"]),
+                       "tokenizer.ggml.token_type": G.array(G.T_I32, [1, 1, 3])}, [])
+    for mix in ("q4_0", "q8_0", "q4_k_m"):
+        out = os.path.join(TMP, f"rw_{mix}.gguf")
+        MR.write_random_gguf(dcfg, out, mix, vocab_gguf=voc, seed=2, progress=False)
+        g = G.GGUFFile(out)
+        kv_ok = all(g.kv[k] == v for k, v in gc.kv.items()
+                    if k not in ("general.file_type", "general.name"))
+        kv_ok &= g.value("general.file_type") == MR.MIX_FTYPE[mix]
+        toks = g.value("tokenizer.ggml.tokens")
+        kv_ok &= len(toks) == 301 and toks[3] == "[PAD3]" and toks[300] == "[PAD300]" and \
+            g.value("tokenizer.ggml.token_type")[2:5] == [3, 5, 5]
+        check_true(f"(5) random {mix}: metadata == hf_to_gguf's, tokens padded [PAD<i>] UNUSED", kv_ok)
+        same = {n: i["ne"] for n, i in g.tensors.items()} == {n: i["ne"] for n, i in gc.tensors.items()}
+        rms, finite = [], True
+        x = np.random.default_rng(0).standard_normal(4096)
+        for n, i in g.tensors.items():
+            a = g.array(n)
+            finite &= bool(np.isfinite(a).all())
+            if i["type"] != G.F32:
+                K = i["ne"][0]
+                y = a.reshape(-1, K) @ x[:K]
+                if y.size >= 256:
+                    rms.append(float(np.sqrt(np.mean(y ** 2))))
+        check_true(f"(5) random {mix}: same tensors, all finite, matmul RMS of a unit input in "
+                   f"[0.3, 0.8] for gain 0.5 ({min(rms):.3f}..{max(rms):.3f})",
+                   same and finite and 0.3 < min(rms) and max(rms) < 0.8)
+    c10 = qcfg(num_hidden_layers=9)
+    c10.pop("layer_types", None)
+    ty = {n: G.TYPE_NAMES[t] for n, _, _, t in
+          MR.assign_types(G.qwen35moe_tensor_specs(c10), "q4_k_m", 16, 10)}
+    want6 = {0, 3, 6, 8, 9}             # use_more_bits(i, 10)
+    ok = all((ty[f"blk.{b}.ffn_down_exps.weight"] == "Q6_K") == (b in want6) for b in range(10))
+    ok &= all((ty.get(f"blk.{b}.attn_qkv.weight", ty.get(f"blk.{b}.attn_v.weight")) == "Q6_K")
+              == (b in want6) for b in range(10))
+    ok &= ty["output.weight"] == "Q6_K" and ty["token_embd.weight"] == "Q4_K" and \
+        ty["blk.1.ffn_gate_exps.weight"] == "Q4_K" and ty["blk.1.ffn_gate_inp_shexp.weight"] == "F32"
+    ty8 = {n: G.TYPE_NAMES[t] for n, _, _, t in
+           MR.assign_types(G.qwen35moe_tensor_specs(c10), "q4_k_m", 8, 10)}
+    ok &= ty8["blk.3.attn_v.weight"] == "Q8_0" and ty8["blk.3.attn_k.weight"] == "Q8_0" and \
+        ty8["blk.3.attn_output.weight"] == "Q5_K" and ty8["blk.1.attn_qkv.weight"] == "Q8_0"
+    check_true("(5) Q4_K_M rule: Q6_K on use_more_bits layers (ffn_down*, attn_v/attn_qkv), "
+               "output Q6_K, 8 experts: attn_v/k Q8_0, attn_output Q5_K", ok)
+
+
 def main():
     t0 = time.time()
     test_scalar_dequant()
     test_quant_round_trip()
     test_container()
     test_converter()
+    test_random_writer()
     bad = [n for n, ok in RESULTS if not ok]
     keep = "--keep" in sys.argv[1:]
     print(f"\n{len(RESULTS) - len(bad)}/{len(RESULTS)} passed in {time.time() - t0:.1f}s"
