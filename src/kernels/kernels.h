@@ -200,7 +200,7 @@ typedef struct cllm_kern_ops {
     cllm_matmul_kq_fn matmul_kq;
     /* y[i] = silu(g[i]) * u[i] (silu(g[i]) when u is NULL), silu(g) = g / (1 + e^-g); y may be g
      * or u. Per input a fixed op sequence (no dependence on n or i): ref uses libm's expf, the
-     * SIMD tiers one vector exp (kernels/act_body.h); within 4 ulp of each other. */
+     * SIMD tiers one vector exp (kernels/act_body_int.h); within 4 ulp of each other. */
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
 } cllm_kern_ops;
 
