@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/gm_json.h"
+#include "grammar/gm_json_int.h"
 
 void sc_init(gm_sc *c, gm_builder *b, json_t *root) {
     memset(c, 0, sizeof(*c));

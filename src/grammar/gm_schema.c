@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/gm_json.h"
+#include "grammar/gm_json_int.h"
 
 enum { PTR_MAX = 300 };
 

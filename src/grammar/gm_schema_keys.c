@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/gm_json.h"
+#include "grammar/gm_json_int.h"
 
 enum { KEY_FANOUT = 8 }; /* 8: 5,000 keys in 5 levels, at most 70 stacks at a key's start */
 

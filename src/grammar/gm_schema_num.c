@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "grammar/gm_json.h"
+#include "grammar/gm_json_int.h"
 
 static int digit_range(gm_builder *b, int lo, int hi) {
     return gb_range(b, '0' + lo, '0' + hi);

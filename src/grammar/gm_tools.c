@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/gm_json.h"
+#include "grammar/gm_json_int.h"
 
 static int one_function(gm_sc *c, json_t *fn, int idx) {
     gm_builder *b = c->b;

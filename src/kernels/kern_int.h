@@ -45,7 +45,8 @@ void kern_quant_act16(const float *x, int K, int ag, int16_t *q, float *s, int32
 void kern_qact16_prep_ref(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
 void kern_matmul_q_qact16_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
-/* kernels/act_ref.c; kernels/x86/act_avx2.c and arm/act_neon.c (one body: kernels/act_body.h) */
+/* kernels/act_ref.c; kernels/x86/act_avx2.c and arm/act_neon.c (one body:
+ * kernels/act_body_int.h) */
 void kern_silu_mul_ref(float *y, const float *g, const float *u, int n);
 void kern_silu_mul_avx2(float *y, const float *g, const float *u, int n);
 void kern_silu_mul_neon(float *y, const float *g, const float *u, int n);

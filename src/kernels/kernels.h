@@ -200,13 +200,14 @@ typedef struct cllm_kern_ops {
     cllm_matmul_kq_fn matmul_kq;
     /* y[i] = silu(g[i]) * u[i] (silu(g[i]) when u is NULL), silu(g) = g / (1 + e^-g); y may be g
      * or u. Per input a fixed op sequence (no dependence on n or i): ref uses libm's expf, the
-     * SIMD tiers one vector exp (kernels/act_body.h); within 4 ulp of each other. */
+     * SIMD tiers one vector exp (kernels/act_body_int.h); within 4 ulp of each other. */
     void (*silu_mul)(float *y, const float *g, const float *u, int n);
 } cllm_kern_ops;
 
 /* The table for the current tier (thread-safe; first call fills it). */
 const cllm_kern_ops *cllm_kern(void);
-/* Specific tiers (for tests). cllm_kern_avx2() returns NULL when the CPU or build lacks AVX2. */
+/* Specific tiers (for tests; thread-safe). cllm_kern_avx2() returns NULL when the CPU or build
+ * lacks AVX2. */
 const cllm_kern_ops *cllm_kern_ref(void);
 const cllm_kern_ops *cllm_kern_avx2(void);
 /* The avx512 table; NULL when the CPU (AVX-512 F/BW/VL/DQ) or build lacks it. Its W4A8 kernels
@@ -219,6 +220,12 @@ const cllm_kern_ops *cllm_kern_avx512_bw(void);
  * W4A8 kernels then use); NULL off AArch64. Its float matmuls and GDN kernels do the
  * AVX2 tier's arithmetic per element (gdn_chunk: but for libm's expf). */
 const cllm_kern_ops *cllm_kern_neon(void);
+/* Every table this CPU and build can run but ref, for tests to loop over: avx2, avx512bw,
+ * avx512 (VNNI), neon, neon-dot, each where present, in that order (a dot-product CPU gets both
+ * NEON tables, a VNNI one both AVX-512 tables). Stores at most max tables in out and returns how
+ * many it stored; CLLM_KERN_TIERS_MAX is enough for any CPU. CLLM_ISA does not change it. */
+#define CLLM_KERN_TIERS_MAX 4
+int cllm_kern_tiers(const cllm_kern_ops **out, int max);
 /* Activation fake-quantization, the float emulation of act_bits < 16 (W4A8/W4A4/W8A8 without
  * the integer kernels, e.g. the int8 lm_head of a w4a8 model): dst[k] = x[k] after symmetric
  * per-group (`group` inputs, absmax / (2^(bits-1) - 1), round to nearest even) quantization to

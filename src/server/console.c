@@ -1,7 +1,7 @@
 /* The web console's routes and request log: serves the embedded single-page app (console/ ->
  * console_assets.c at build time) at / and /console/..., the model card at /console/info, the
  * ring of the last N finished requests at /console/requests, and delegates /console/stats to
- * console_stats.c. server.c calls in from its MHD callbacks (see console.h).
+ * console_stats.c. server.c calls in from its MHD callbacks (see srv_console_int.h).
  *
  * Privacy: the ring keeps token counts and timings only; prompt text is copied in only when the
  * operator started the server with --console-log-prompts, and the answer text never is. */
@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "base/log.h"
-#include "server/console_assets.h"
+#include "server/console_assets_int.h"
 #include "server/console_int.h"
 
 /* Prompt text kept per entry with --console-log-prompts: enough to recognise a request. */

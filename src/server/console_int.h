@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "server/console.h"
+#include "server/srv_console_int.h"
 #include "server/srv_int.h"
 
 /* One finished HTTP request, as the Requests tab shows it. */

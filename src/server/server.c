@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "server/console.h"
+#include "server/srv_console_int.h"
 #include "server/srv_int.h"
 
 void cllm_server_opts_defaults(cllm_server_opts *o) {

@@ -72,7 +72,7 @@ typedef struct cllm_server_opts {
     double keepalive_timeout_s;       /* idle connection closed after this (default 20) */
     double send_timeout_s;            /* no byte accepted for this long: response cut (30) */
     const char *default_chat_template_kwargs; /* JSON object text or NULL */
-    /* web console (console.h): on by default; its request log keeps counts and times only
+    /* web console (srv_console_int.h): on by default; its request log keeps counts and times only
      * unless console_log_prompts */
     bool console;
     int console_requests; /* requests kept for the console's log (default 1000) */

@@ -339,7 +339,7 @@ struct cllm_server {
     srv_metrics m;
     pthread_t stats_thread;
     bool stats_running, stop_stats;
-    struct srv_console *console;       /* web console (console.h); NULL when off */
+    struct srv_console *console;       /* web console (srv_console_int.h); NULL when off */
     uint64_t seed_ctr;                 /* --seed: unseeded requests so far (atomic) */
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
     pthread_mutex_t conn_mu;           /* conns and every srv_conn's phase */

@@ -4,8 +4,9 @@
 # quant files they and their tests use, and tests/kernels/test_quant_kern.c, test_quant_a8.c,
 # test_q16_kern.c, test_kern.c, test_gdn_chunk.c, test_act.c as static aarch64 binaries), whose ctest runs them
 # under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR) twice: `-cpu max`
-# (dot product: the neon-dot table, SDOT W4A8) and `-cpu cortex-a57` (plain ARMv8.0: the
-# vmull/vpadal W4A8; the act_bits 16 path is baseline NEON on both). The tests compare the NEON
+# (dot product: the neon and neon-dot tables, cllm_kern_tiers, so SDOT and vmull/vpadal W4A8) and
+# `-cpu cortex-a57` (plain ARMv8.0: the neon table only; the act_bits 16 path is baseline NEON
+# on both). The tests compare the NEON
 # tier with the scalar ref bitwise on odd shapes (sym/asym/random zeros, f16/bf16 scales, n_tok
 # 1..17 and more, column sub-ranges, token alone vs in a batch), so this also checks that the ref
 # kernels agree with the dequantized oracle on AArch64.

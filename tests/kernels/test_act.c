@@ -115,13 +115,12 @@ static void test_scores(const cllm_kern_ops *k, const char *tier) {
 }
 
 int main(void) {
+    const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
+    int nt = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
     test_tier(cllm_kern_ref(), "ref");
-    if (cllm_kern_avx2()) test_tier(cllm_kern_avx2(), "avx2");
-    if (cllm_kern_avx512()) test_tier(cllm_kern_avx512(), "avx512");
-    if (cllm_kern_neon()) test_tier(cllm_kern_neon(), cllm_kern_neon()->name);
+    for (int i = 0; i < nt; i++) test_tier(tiers[i], tiers[i]->name);
     test_tier(cllm_kern(), "chosen");
     test_scores(cllm_kern_ref(), "ref");
-    if (cllm_kern_avx2()) test_scores(cllm_kern_avx2(), "avx2");
-    if (cllm_kern_neon()) test_scores(cllm_kern_neon(), cllm_kern_neon()->name);
+    for (int i = 0; i < nt; i++) test_scores(tiers[i], tiers[i]->name);
     return test_report("test_act");
 }

@@ -187,10 +187,9 @@ static void test_e2e(void) {
 
 int main(void) {
     test_kernel(cllm_kern_ref(), "ref");
-    const cllm_kern_ops *avx2 = cllm_kern_avx2();
-    if (avx2) test_kernel(avx2, "avx2");
-    const cllm_kern_ops *neon = cllm_kern_neon();
-    if (neon) test_kernel(neon, neon->name);
+    const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
+    int nt = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
+    for (int i = 0; i < nt; i++) test_kernel(tiers[i], tiers[i]->name);
     test_e2e();
     return test_report("test_gdn_chunk");
 }

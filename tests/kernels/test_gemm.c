@@ -118,12 +118,8 @@ static void bench(const cllm_kern_ops **tiers, int nt) {
 }
 
 int main(void) {
-    const cllm_kern_ops *tiers[5];
-    int nt = 0;
-    tiers[nt++] = cllm_kern_ref();
-    if (cllm_kern_avx2()) tiers[nt++] = cllm_kern_avx2();
-    if (cllm_kern_avx512()) tiers[nt++] = cllm_kern_avx512();
-    if (cllm_kern_neon()) tiers[nt++] = cllm_kern_neon();
+    const cllm_kern_ops *tiers[1 + CLLM_KERN_TIERS_MAX] = {cllm_kern_ref()};
+    int nt = 1 + cllm_kern_tiers(tiers + 1, CLLM_KERN_TIERS_MAX);
     for (int op = 0; op < 3; op++)
         for (int iter = 0; iter < 40; iter++)
             check_shape(tiers, nt, dims[test_irand(ND)], dims[test_irand(ND)], dims[test_irand(ND)],

@@ -159,28 +159,17 @@ int main(void) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     test_matmul(ref, "ref");
     test_gdn_multi(ref, "ref");
+    const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
+    int nt = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
     const cllm_kern_ops *avx2 = cllm_kern_avx2();
-    if (avx2) {
-        test_matmul(avx2, "avx2");
-        test_gdn(avx2, "avx2");
-        test_gdn_multi(avx2, "avx2");
-    } else {
-        fprintf(stderr, "test_kern: no AVX2 on this CPU, only the reference tier tested\n");
+    for (int i = 0; i < nt; i++) {
+        test_matmul(tiers[i], tiers[i]->name);
+        test_gdn(tiers[i], tiers[i]->name);
+        test_gdn_multi(tiers[i], tiers[i]->name);
+        if (avx2 && tiers[i] != avx2) test_gdn_same(tiers[i], avx2); /* the avx512 gdn_step */
+        fprintf(stderr, "test_kern: tier %s checked\n", tiers[i]->name);
     }
-    const cllm_kern_ops *avx512 = cllm_kern_avx512();
-    if (avx512 && avx2) {
-        test_gdn(avx512, "avx512");
-        test_gdn_multi(avx512, "avx512");
-        test_gdn_same(avx512, avx2);
-        fprintf(stderr, "test_kern: tier avx512 checked\n");
-    }
-    const cllm_kern_ops *neon = cllm_kern_neon();
-    if (neon) {
-        test_matmul(neon, neon->name);
-        test_gdn(neon, neon->name);
-        test_gdn_multi(neon, neon->name);
-        fprintf(stderr, "test_kern: tier %s checked\n", neon->name);
-    }
+    if (nt == 0) fprintf(stderr, "test_kern: no SIMD tier on this CPU, only ref tested\n");
     CHECK(cllm_kern() != NULL);
     return test_report("test_kern");
 }

@@ -33,7 +33,8 @@ enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
 /* activation patterns */
 enum { X_RAND, X_ZERO_TOK, X_ZERO_GROUP, X_HUGE, X_TINY, X_OUTLIER, X_NAN };
 
-static const cllm_kern_ops *tiers[4];
+static const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX]; /* all but ref (cllm_kern_tiers) */
+static int n_tiers;
 
 static void run(const cllm_kern_ops *k, const cllm_qweight *w, int n0, int n1, const float *X,
                 size_t ldx, int T, float *Y, size_t ldy, int single) {
@@ -171,9 +172,8 @@ static void one_case(int bits, int G, int K, int N, int T, int flags, int pat) {
     stale(Yr, T, N, ldy);
     run(ref, &w, 0, N, X, ldx, T, Yr, ldy, 0);
     if (pat != X_NAN && pat != X_HUGE) ref_oracle(&w, X, ldx, T, Yr, ldy, pat);
-    for (size_t i = 0; i < 4; i++) {
+    for (int i = 0; i < n_tiers; i++) {
         const cllm_kern_ops *kt = tiers[i];
-        if (!kt) continue;
         /* the scales and sums sections have one layout in every tier: the same bytes */
         size_t per = cllm_qact16_bytes(K, ag, 1);
         char *A1 = malloc(per), *A2 = malloc(per);
@@ -232,8 +232,7 @@ static void extreme_case(int bits, int G, int K, int lo) {
             acc = fmaf(cllm_qweight_scale(&w, h * AG / G, n) * sa, (float)d, acc);
         CHECK_MSG(Yr[n] == acc, "bits %d G %d: extreme %g != %g", bits, G, Yr[n], acc);
     }
-    for (int i = 0; i < 4; i++) {
-        if (!tiers[i]) continue;
+    for (int i = 0; i < n_tiers; i++) {
         run(tiers[i], &w, 0, N, X, (size_t)K, 1, Ya, (size_t)N, 0);
         CHECK_MSG(!memcmp(Ya, Yr, (size_t)N * 4), "%s: extreme case bits %d G %d", tiers[i]->name,
                   bits, G);
@@ -243,10 +242,7 @@ static void extreme_case(int bits, int G, int K, int lo) {
 }
 
 int main(void) {
-    tiers[0] = cllm_kern_avx2();
-    tiers[1] = cllm_kern_avx512();
-    tiers[2] = cllm_kern_neon();
-    tiers[3] = cllm_kern_avx512_bw();
+    n_tiers = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
     CHECK(cllm_qact16_group(4, 128) == 128 && cllm_qact16_group(4, 8192) == 4096);
     CHECK(cllm_qact16_group(8, 256) == 256 && cllm_qact16_group(8, 2048) == 256);
     CHECK(cllm_qact16_group(8, 1536) == 256 && cllm_qact16_group(8, 1000) == 200);
@@ -296,8 +292,7 @@ int main(void) {
         extreme_case(4, 8192, 8192, lo);
     }
     fprintf(stderr, "q16 kernels: ref");
-    for (int i = 0; i < 4; i++)
-        if (tiers[i]) fprintf(stderr, " + %s", tiers[i]->name);
+    for (int i = 0; i < n_tiers; i++) fprintf(stderr, " + %s", tiers[i]->name);
     fprintf(stderr, " tiers checked\n");
     return test_report("test_q16_kern");
 }

@@ -88,13 +88,13 @@ static void grid_case(int K, int G) {
     CHECK(n7 >= K / G - 1); /* every nonzero group reaches its absmax code */
     /* each tier's prep: same scales and sums, and (decoded from its layout) the same codes; the
      * ref layout is codes in k order, the x86 and neon one even-k/odd-k words per 8 inputs */
-    const cllm_kern_ops *tiers[] = {cllm_kern_ref(), cllm_kern_avx2(), cllm_kern_avx512(),
-                                    cllm_kern_neon()};
+    const cllm_kern_ops *tiers[1 + CLLM_KERN_TIERS_MAX] = {cllm_kern_ref()};
+    int nt = 1 + cllm_kern_tiers(tiers + 1, CLLM_KERN_TIERS_MAX);
     int NG = K / G;
     for (int bits = 4; bits <= 8; bits += 4) {
         kern_quant_act(x, K, G, bits, q, s, sum);
-        for (int i = 0; i < 4; i++) {
-            if (!tiers[i] || !tiers[i]->qact_prep) continue;
+        for (int i = 0; i < nt; i++) {
+            if (!tiers[i]->qact_prep) continue;
             char *A = malloc(cllm_qact_bytes(K, G, 1));
             tiers[i]->qact_prep(x, (size_t)K, 1, K, G, bits, A);
             CHECK(!memcmp(A + K, s, (size_t)NG * 4) &&
@@ -132,8 +132,8 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
     cllm_qweight w = cllm_qbuf_view(&q);
     w.act_bits = abits;
     const cllm_kern_ops *ref = cllm_kern_ref();
-    const cllm_kern_ops *tiers[] = {ref, cllm_kern_avx2(), cllm_kern_avx512(),
-                                    cllm_kern_avx512_bw(), cllm_kern_neon()}; /* NULL: not here */
+    const cllm_kern_ops *tiers[1 + CLLM_KERN_TIERS_MAX] = {ref};
+    const int nt = 1 + cllm_kern_tiers(tiers + 1, CLLM_KERN_TIERS_MAX);
     run_qact(ref, &w, 0, N, X, ldx, T, Yr, ldy, abits, 0);
     { /* the emulation: fake-quantized activations, then the float kernel */
         float *xq = malloc((size_t)T * K * 4);
@@ -162,9 +162,7 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
               abits, worst_o);
     CHECK_MSG(worst_e < TOL, "G %d K %d N %d T %d f%d: a%d vs emulation rel err %g", G, K, N, T,
               flags, abits, worst_e);
-    const int nt = (int)(sizeof(tiers) / sizeof(tiers[0]));
     for (int i = 0; i < nt; i++) {
-        if (!tiers[i]) continue;
         if (!tiers[i]->qact_prep) continue;
         for (int single = 0; single < 2; single++) { /* prepared once == per call, all tiers */
             memset(Ya, 0, T * ldy * 4);
@@ -182,7 +180,6 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
         }
     }
     for (int i = 0; i < nt; i++) {
-        if (!tiers[i]) continue;
         for (int t = 0; t < T; t++) { /* token t alone, columns [8, N) */
             memset(Y1, 0, ldy * 4);
             if (tiers[i]->qact_prep)
@@ -209,11 +206,10 @@ int main(void) {
             for (int f = 0; f < 8; f++)
                 for (int abits = 4; abits <= 8; abits += 4)
                     one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f, abits);
-    const cllm_kern_ops *more[] = {cllm_kern_avx2(), cllm_kern_avx512(), cllm_kern_avx512_bw(),
-                                   cllm_kern_neon()};
+    const cllm_kern_ops *more[CLLM_KERN_TIERS_MAX];
+    int nmore = cllm_kern_tiers(more, CLLM_KERN_TIERS_MAX);
     fprintf(stderr, "w4a8/w4a4 kernels: ref");
-    for (int i = 0; i < 4; i++)
-        if (more[i]) fprintf(stderr, " + %s", more[i]->name);
+    for (int i = 0; i < nmore; i++) fprintf(stderr, " + %s", more[i]->name);
     fprintf(stderr, " tiers checked\n");
     return test_report("test_quant_a8");
 }

@@ -1,4 +1,4 @@
 /* NEON Gated DeltaNet recurrence step: the gdn_step entry of the neon tiers (kernels.c), the
- * AVX2 tier's lane operations (kernels/deltanet_step_body.h over kernels/simd8.h). */
+ * AVX2 tier's lane operations (kernels/deltanet_step_body_int.h over kernels/simd8_int.h). */
 #define GDN_STEP_FN kern_gdn_step_neon
-#include "kernels/deltanet_step_body.h"
+#include "kernels/deltanet_step_body_int.h"

@@ -1,5 +1,5 @@
 /* NEON float matmul: the AVX2 tier's lane operations
- * (kernels/matmul_f_body.h over kernels/simd8.h); 2-row token tails (see there). */
+ * (kernels/matmul_f_body_int.h over kernels/simd8_int.h); 2-row token tails (see there). */
 #define MATMUL_SUF       neon
 #define MATMUL_TAIL_ROWS 2
-#include "kernels/matmul_f_body.h"
+#include "kernels/matmul_f_body_int.h"

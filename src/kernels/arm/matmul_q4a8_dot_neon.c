@@ -8,7 +8,7 @@
  * (one output column), `>> 4` leaves q1 q3 q5 q7, and SDOT against the broadcast even/odd
  * activation words adds sum_j q_j a_j into the lane's int32 (codes 0..15 are valid int8). The
  * int32 group sums are exact, so the result is bitwise the baseline's and the scalar tier's. */
-#include "kernels/arm/matmul_q4a8_neon.h"
+#include "kernels/arm/matmul_q4a8_neon_int.h"
 
 #include <stdlib.h>
 

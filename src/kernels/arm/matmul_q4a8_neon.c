@@ -15,7 +15,7 @@
  * integer; the conversion acc = fma(w_scale * a_scale, (float)isum, acc) is the reference's
  * sequence. Tiles of 4 (decode) or 2 vectors x 1..4 tokens only decide which accumulators share
  * registers: batch invariant and bitwise equal to the scalar tier. */
-#include "kernels/arm/matmul_q4a8_neon.h"
+#include "kernels/arm/matmul_q4a8_neon_int.h"
 
 #include <stdlib.h>
 

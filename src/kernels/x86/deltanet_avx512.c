@@ -1,5 +1,5 @@
 /* AVX-512 Gated DeltaNet recurrence step: the gdn_step entry of the avx512 tiers (kernels.c).
- * kernels/deltanet_step_body.h over 16-lane vectors: blocks of 64 columns (a head's dv = 128 is
+ * kernels/deltanet_step_body_int.h over 16-lane vectors: blocks of 64 columns (a head's dv = 128 is
  * two), a masked 8-column vector for a remainder of 8..15. Lane-wise the AVX2 tier's operations
  * (mul, sub, fused multiply-add, one rounding each), and every column on its own, so the state
  * and outputs are bitwise the AVX2 tier's whatever the block width (test_kern checks). */
@@ -34,4 +34,4 @@ GV gv_t gv_fmadd(gv_t a, gv_t b, gv_t c) {
 }
 
 #define GDN_STEP_FN kern_gdn_step_avx512
-#include "kernels/deltanet_step_body.h"
+#include "kernels/deltanet_step_body_int.h"

@@ -15,13 +15,13 @@
  * the order the pairs are read, int4: a0 a4 a1 a5 a2 a6 a3 a7, int8: a0 a2 a1 a3 a4 a6 a5 a7;
  * then fp32 scales [K/AG], int32 sums [K/AG] (the ref's placement).
  *
- * The matmul itself is kernels/matmul_q16_body.h (the group-major sweep for 1..8 tokens, 2 x 4
+ * The matmul itself is kernels/matmul_q16_body_int.h (the group-major sweep for 1..8 tokens, 2 x 4
  * register tiles beyond), shared with the AVX-512 tier; this file gives it 8-lane vectors. */
 #include <immintrin.h>
 #include <stdint.h>
 
 #include "kernels/kern_int.h"
-#include "kernels/x86/q_avx2.h"
+#include "kernels/x86/q_avx2_int.h"
 
 /* ---- activation prep ---- */
 
@@ -77,7 +77,7 @@ void kern_qact16_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int ag,
         prep(X + (size_t)t * ldx, K, ag, bits, (char *)A + (size_t)t * stride);
 }
 
-/* ---- the matmul: kernels/matmul_q16_body.h over 8-lane vectors ---- */
+/* ---- the matmul: kernels/matmul_q16_body_int.h over 8-lane vectors ---- */
 
 #define QV_AI __attribute__((always_inline)) static inline
 #define QV_W  8
@@ -140,7 +140,7 @@ QV_AI void qv_fstore(float *p, qv_f v, const int TAIL) {
 /* one token: (p0 + p2) + (p1 + p3) per row, 13% faster than two add chains here (Zen 4, panels) */
 #define Q16_ONE_TREE 1
 
-#include "kernels/matmul_q16_body.h"
+#include "kernels/matmul_q16_body_int.h"
 
 void kern_matmul_q_qact16_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                float *Y, size_t ldy) {

@@ -1,5 +1,5 @@
 /* AVX-512 act_bits 16 integer path (cllm_kern_ops.matmul_q_qact16 of the avx512 tier, kernels.c):
- * kernels/matmul_q16_body.h over 16-lane vectors, on activations prepared by
+ * kernels/matmul_q16_body_int.h over 16-lane vectors, on activations prepared by
  * kern_qact16_prep_avx2 (same layout, matmul_q16_avx2.c). With VNNI, vpdpwssd does the pair
  * products and the int32 add in one instruction (the AVX2 tier is bound by its vpmaddwd +
  * vpaddd); without it, vpmaddwd and vpaddd. vpdpwssd (not the saturating vpdpwssds) wraps like
@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "kernels/x86/q_avx512.h"
+#include "kernels/x86/q_avx512_int.h"
 
 #define QV_AI __attribute__((always_inline)) static inline
 #define QV_W  16
@@ -70,7 +70,7 @@ QV_AI void qv_fstore(float *p, qv_f v, const int TAIL) {
 #define Q16_NB_SWEEP(TT) ((TT) <= 4 ? 4 : 2)
 #define Q16_ONE_TREE     0
 
-#include "kernels/matmul_q16_body.h"
+#include "kernels/matmul_q16_body_int.h"
 
 void kern_matmul_q_qact16_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                  float *Y, size_t ldy) {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "kernels/kern_int.h"
-#include "kernels/x86/q_avx512.h"
+#include "kernels/x86/q_avx512_int.h"
 
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16 /* as the AVX2 tier */

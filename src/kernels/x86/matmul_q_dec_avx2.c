@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "kernels/kern_int.h"
-#include "kernels/x86/q_avx2.h"
+#include "kernels/x86/q_avx2_int.h"
 
 #define AI    __attribute__((always_inline)) static inline
 #define DEC_W 512 /* columns per block: acc 2 KiB; int4 g128 reads 16 runs of 2 KiB per group */

@@ -1,7 +1,7 @@
 /* The web console's files (src/server/console/), compiled into the binary by
  * cmake/embed_assets.cmake. Private to server/ (console.c serves them). */
-#ifndef CLLM_SERVER_CONSOLE_ASSETS_H
-#define CLLM_SERVER_CONSOLE_ASSETS_H
+#ifndef CLLM_SERVER_CONSOLE_ASSETS_INT_H
+#define CLLM_SERVER_CONSOLE_ASSETS_INT_H
 
 #include <stddef.h>
 

@@ -5,8 +5,8 @@
  * f32x8 is one AVX2 register, or a pair of NEON registers (lo = lanes 0..3, hi = 4..7). Every op
  * is lane-wise with one rounding (fmadd8 = a*b + c and fnmadd8 = c - a*b fused), except hsum8,
  * whose fixed order is the AVX2 one: (l0+l4 + l2+l6) + (l1+l5 + l3+l7). */
-#ifndef CLLM_KERNELS_SIMD8_H
-#define CLLM_KERNELS_SIMD8_H
+#ifndef CLLM_KERNELS_SIMD8_INT_H
+#define CLLM_KERNELS_SIMD8_INT_H
 
 #include <stdint.h>
 
@@ -153,7 +153,7 @@ S8 float hsum8(f32x8 v) {
 }
 
 #else
-#error "kernels/simd8.h: build this file with AVX2+FMA or NEON"
+#error "kernels/simd8_int.h: build this file with AVX2+FMA or NEON"
 #endif
 
 #endif

@@ -1,8 +1,8 @@
 /* Private to the avx512 GPTQ kernels (kernels/x86/matmul_q4_avx512.c, matmul_q4a8_avx512.c):
  * loading one group's zero points and scales for 16 output columns. Include only from files
  * built with the AVX-512 flags (*_avx512.c). */
-#ifndef CLLM_KERNELS_X86_Q_AVX512_H
-#define CLLM_KERNELS_X86_Q_AVX512_H
+#ifndef CLLM_KERNELS_X86_Q_AVX512_INT_H
+#define CLLM_KERNELS_X86_Q_AVX512_INT_H
 
 #include <immintrin.h>
 #include <stdint.h>

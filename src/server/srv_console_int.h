@@ -9,8 +9,8 @@
  * Off (every console url 404s like any unknown route, nothing recorded) with opts.console false.
  * Locking: the console's own mutex guards the ring and the model card; stats also take the
  * metrics and server mutexes briefly, never while holding the console one. */
-#ifndef CLLM_SERVER_CONSOLE_H
-#define CLLM_SERVER_CONSOLE_H
+#ifndef CLLM_SERVER_SRV_CONSOLE_INT_H
+#define CLLM_SERVER_SRV_CONSOLE_INT_H
 
 #include <stdbool.h>
 

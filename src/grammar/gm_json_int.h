@@ -1,7 +1,7 @@
 /* Private to grammar/: JSON value grammars shared by the schema compiler (gm_schema.c), the
  * numbers and formats (gm_schema_num.c) and the tool-call grammar (gm_tools.c). */
-#ifndef CLLM_GRAMMAR_GM_JSON_H
-#define CLLM_GRAMMAR_GM_JSON_H
+#ifndef CLLM_GRAMMAR_GM_JSON_INT_H
+#define CLLM_GRAMMAR_GM_JSON_INT_H
 
 #include <jansson.h>
 

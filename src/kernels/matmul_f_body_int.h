@@ -1,6 +1,6 @@
 /* Private: the float matmul (f32, f16, bf16 weights x fp32 activations), written once over
- * kernels/simd8.h and compiled into each SIMD tier by a file that defines MATMUL_SUF (the entries'
- * suffix) and MATMUL_TAIL_ROWS and includes this (kernels/x86/matmul_avx2.c,
+ * kernels/simd8_int.h and compiled into each SIMD tier by a file that defines MATMUL_SUF (the
+ * entries' suffix) and MATMUL_TAIL_ROWS and includes this (kernels/x86/matmul_avx2.c,
  * kernels/arm/matmul_neon.c). Both ISAs do the same lane operations (kern_xisa checks the bits).
  *
  * Every output element (t, r) owns one 8-lane accumulator that runs over k in steps of 8 (fused
@@ -13,13 +13,13 @@
  * are processed in slices of SLICE rows; each slice is applied to all tokens before the next, so
  * weights come from DRAM once per call and from L1/L2 for every further token. */
 #if !defined(MATMUL_SUF) || !defined(MATMUL_TAIL_ROWS)
-#error "define MATMUL_SUF and MATMUL_TAIL_ROWS before including kernels/matmul_f_body.h"
+#error "define MATMUL_SUF and MATMUL_TAIL_ROWS before including kernels/matmul_f_body_int.h"
 #endif
 #include <stdint.h>
 
 #include "base/half.h"
 #include "kernels/kern_int.h"
-#include "kernels/simd8.h"
+#include "kernels/simd8_int.h"
 
 /* 16 rows x 2048 bf16 = 64 KiB: the slice stays in L2 while every token tile passes over it. */
 #define SLICE 16

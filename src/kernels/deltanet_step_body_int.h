@@ -1,7 +1,7 @@
 /* Private: the Gated DeltaNet recurrence step (gdn_step, kernels.h: one value head, T tokens,
  * state updated in place), written once over a lane-wise vector shim and compiled into each SIMD
  * tier by a file that defines GDN_STEP_FN and includes this (kernels/x86/deltanet_avx2.c,
- * kernels/arm/deltanet_neon.c over kernels/simd8.h; kernels/x86/deltanet_avx512.c maps the
+ * kernels/arm/deltanet_neon.c over kernels/simd8_int.h; kernels/x86/deltanet_avx512.c maps the
  * gv_* names to 16-lane AVX-512 first), so every ISA does the same lane operations (kern_xisa
  * checks the bits, test_kern avx512 == avx2).
  *
@@ -13,13 +13,13 @@
  * 8 lanes) staying in L1 across all tokens. Sums over the k dimension run in index order, per
  * column: the result depends only on the inputs, never on the batch, the thread or the width. */
 #ifndef GDN_STEP_FN
-#error "define GDN_STEP_FN before including kernels/deltanet_step_body.h"
+#error "define GDN_STEP_FN before including kernels/deltanet_step_body_int.h"
 #endif
 #include "kernels/kern_int.h"
 
 #ifndef GDN_VL /* the 8-lane shim: a vector is 8 columns, so the HALF (8-column) block never runs  \
                 */
-#include "kernels/simd8.h"
+#include "kernels/simd8_int.h"
 #define GDN_VL 8
 #define GV     S8
 typedef f32x8 gv_t;

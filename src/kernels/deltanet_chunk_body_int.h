@@ -1,6 +1,6 @@
 /* Private: the body of the chunked (WY) Gated DeltaNet kernel (docs/model.md §2.4; same
- * algorithm as kernels/deltanet_chunk_ref.c), written once over kernels/simd8.h and compiled into
- * each SIMD tier by a file that defines GDN_CHUNK_FN (the entry's name) and includes this:
+ * algorithm as kernels/deltanet_chunk_ref.c), written once over kernels/simd8_int.h and compiled
+ * into each SIMD tier by a file that defines GDN_CHUNK_FN (the entry's name) and includes this:
  * kernels/x86/deltanet_chunk_avx2.c, kernels/arm/deltanet_chunk_neon.c. So the tiers do the same
  * lane operations in the same order (only expf, from each platform's libm, may differ).
  *
@@ -10,12 +10,12 @@
  * vectorised along the row. Fixed operation order: the result depends only on the inputs (not on
  * the batch or the thread). */
 #ifndef GDN_CHUNK_FN
-#error "define GDN_CHUNK_FN before including kernels/deltanet_chunk_body.h"
+#error "define GDN_CHUNK_FN before including kernels/deltanet_chunk_body_int.h"
 #endif
 #include <math.h>
 
 #include "kernels/kern_int.h"
-#include "kernels/simd8.h"
+#include "kernels/simd8_int.h"
 
 #define AI __attribute__((always_inline)) static inline
 

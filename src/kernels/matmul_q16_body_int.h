@@ -25,7 +25,7 @@
  * tile for TT tokens), Q16_ONE_TREE (1: one token adds its pair products as a tree through qv_madd,
  * for a tier without a fused multiply-add; 0: two vpdpwssd chains per column vector). */
 #if !defined(QV_W) || !defined(Q16_NB_SWEEP) || !defined(Q16_ONE_TREE)
-#error "define the q16 shim (QV_W, qv_*, Q16_NB_SWEEP) before including kernels/matmul_q16_body.h"
+#error "define the q16 shim (QV_W, qv_*, Q16_NB_SWEEP) before including this (kernels/x86/)"
 #endif
 #include <stdint.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * the baseline NEON (vmull/vpadal) and the dot-product (vdotq_s32) variants share. Only the
  * group's integer dot product differs between them; both give the same exact int32, so the same
  * floats. Both read activations prepared by kern_qact_prep_neon. */
-#ifndef CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_H
-#define CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_H
+#ifndef CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_INT_H
+#define CLLM_KERNELS_ARM_MATMUL_Q4A8_NEON_INT_H
 
 #include <arm_neon.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* Private: the vector SiLU-and-multiply (cllm_kern_ops.silu_mul), written once over
- * kernels/simd8.h and compiled into each SIMD tier by a file that defines ACT_SILU_MUL_FN and
+ * kernels/simd8_int.h and compiled into each SIMD tier by a file that defines ACT_SILU_MUL_FN and
  * includes this (kernels/x86/act_avx2.c, kernels/arm/act_neon.c): the tiers do the same lane
  * operations. A prefill token passes ~150k inputs through SiLU on the Qwen3.5 shapes (the GDN conv,
  * the gated norms, every expert); libm's scalar expf took ~5 ns each, 0.3 s of a 512-token
@@ -11,12 +11,12 @@
  * libm's and of the exact value (tests/kernels/test_act.c). A tail of n % 8 inputs goes through
  * the same lane code on a padded copy, so an input's result never depends on its position. */
 #ifndef ACT_SILU_MUL_FN
-#error "define ACT_SILU_MUL_FN before including kernels/act_body.h"
+#error "define ACT_SILU_MUL_FN before including kernels/act_body_int.h"
 #endif
 #include <string.h>
 
 #include "kernels/kern_int.h"
-#include "kernels/simd8.h"
+#include "kernels/simd8_int.h"
 
 S8 f32x8 exp8(f32x8 x) {
     x = clamp8(x, -87.0f, 88.0f);
