@@ -17,7 +17,11 @@
 #                ik_llama.cpp is skipped
 #   CLLM         the cllm binary (default build/cllm)
 #   MODEL        cllm W4A16 quarter model (default $PEER_DIR/cllm-quarter-w4a16; written with
-#                `cllm synth --scheme w4a16` when missing)
+#                `cllm synth --scheme w4a16` when missing), or a .gguf file
+#   GGUF         the file the peers run (default $PEER_DIR/models/q35-L10-q4_0.gguf)
+#   SAME_FILE    set: cllm runs the peers' GGUF too (MODEL = GGUF), so the table compares engines
+#                on one file, not formats (docs/model.md §8); the peers' bytes per token are then
+#                cllm's figure for that file (the recipe's formula is for its Q4_0 file only)
 #   EXTRA_MODELS more cllm model dirs, comma-separated, measured the same way (own columns); an
 #                entry DIR@VAR=VALUE runs DIR with that environment variable set (e.g.
 #                quarter-w4a16@CLLM_ACT16=int8: int8 activations, see README on CLLM_ACT16)
@@ -43,7 +47,8 @@ mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 LOCK=${LOCK:+$(realpath -m "$LOCK")}
 LB=$PEER_DIR/llama.cpp-src/build/bin
-GGUF=$PEER_DIR/models/q35-L10-q4_0.gguf
+GGUF=$(realpath -m "${GGUF:-$PEER_DIR/models/q35-L10-q4_0.gguf}")
+[ -n "${SAME_FILE:-}" ] && MODEL=$GGUF
 log() { echo "bench-peer: $*" >&2; }
 
 # --- peers -----------------------------------------------------------------------------------
@@ -79,7 +84,7 @@ fi
     log "no cllm binary at $CLLM (build first or set CLLM)"
     exit 1
 }
-if [ ! -f "$MODEL/config.json" ]; then
+if [ ! -f "$MODEL/config.json" ] && [ "${MODEL%.gguf}" = "$MODEL" ]; then
     log "writing the cllm W4A16 quarter model to $MODEL"
     "$CLLM" synth --config "$SRC/configs/qwen3.5-35b-a3b-quarter.json" --scheme w4a16 \
         --group-size 128 -q "$MODEL"
@@ -136,6 +141,7 @@ done
 LLAMA_BYTES=$(/usr/bin/python3 "$RECIPE/roofline.py" 2>/dev/null |
     sed -n 's/^L10: .*weights \([0-9.]*\) MB\/token.*/\1/p')
 LLAMA_BYTES=${LLAMA_BYTES:-650}
+[ -n "${SAME_FILE:-}" ] && LLAMA_BYTES=0 # same file: cllm's measured bytes stand for every engine
 
 /usr/bin/python3 - "$OUT" "$ROUNDS" "$LLAMA_BYTES" "$GGUF" "${IK:-none}" "${MODELS[@]}" <<'EOF'
 import glob, json, os, re, statistics, sys
@@ -217,6 +223,9 @@ print(f"\n# bench-peer: {rounds} rounds, medians; read bandwidth (2 GiB sweep, m
 hdr = "| metric | " + " | ".join(names) + " | " + " | ".join(f"{n} / best peer" for n in names if n.startswith("cllm")) + " |"
 print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
 bytes_per = {n: (llama_mb / 1000 if not n.startswith("cllm") else med(rows.get("_bytes", {}).get(n, []))) for n in names}
+if not llama_mb:  # SAME_FILE: the peers read the bytes cllm reads from the same file
+    for n in names:
+        if not n.startswith("cllm"): bytes_per[n] = bytes_per.get(next(x for x in names if x.startswith("cllm")))
 for metric, per in rows.items():
     if metric.startswith("_"): continue
     m = {n: med(per.get(n, [])) for n in names}
@@ -229,7 +238,7 @@ for metric, per in rows.items():
 print("| weight GB read per decoded token | " + " | ".join(fmt(bytes_per[n], 3) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
 size = {n: os.path.getsize(gguf) / 1e9 if os.path.exists(gguf) else None for n in peers}
 for i, (d, _, _) in enumerate(specs):
-    size[names[len(peers) + i]] = sum(os.path.getsize(f) for f in glob.glob(f"{d}/*.safetensors")) / 1e9
+    size[names[len(peers) + i]] = (os.path.getsize(d) if d.endswith(".gguf") else sum(os.path.getsize(f) for f in glob.glob(f"{d}/*.safetensors"))) / 1e9
 rss_m = {n: med(rows["peak RSS GB"].get(n, [])) for n in names}
 print("| weight file GB | " + " | ".join(fmt(size[n], 2) for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
 print("| peak RSS / weight file | " + " | ".join(fmt(rss_m[n] / size[n]) if rss_m[n] and size[n] else "-" for n in names) + " | " + " | ".join("" for n in names if n.startswith("cllm")) + " |")
