@@ -495,6 +495,7 @@ static int serve_check(serve_args *a) {
     if (cli_spec_parse(a->spec_json, false, &a->spec, smsg, sizeof(smsg)) != 0)
         return refuse("%s", smsg);
     if (serve_vllm_check(&a->vllm)) return 1;
+    const char *given = a->model; /* a .gguf file is replaced by its private folder */
     if (cli_check_model_dir("serve", &a->model)) return 1;
     if (check_kv_dtype(a) || check_gen_config(a)) return 1;
     if (a->pp > 1)
@@ -504,10 +505,10 @@ static int serve_check(serve_args *a) {
     if (check_model_config(a) || check_tokenizer(a) || load_chat_template(a)) return 1;
     for (int i = 0; i < a->names.n; i++) a->alias_ptrs[i] = a->names.v[i];
     if (!a->names.n) {
-        const char *p = a->model + strlen(a->model);
-        while (p > a->model && p[-1] == '/') p--;
+        const char *p = given + strlen(given);
+        while (p > given && p[-1] == '/') p--;
         const char *e = p;
-        while (p > a->model && p[-1] != '/') p--;
+        while (p > given && p[-1] != '/') p--;
         snprintf(a->base_name, sizeof(a->base_name), "%.*s", (int)(e - p), p);
         if (!a->base_name[0]) snprintf(a->base_name, sizeof(a->base_name), "cllm");
     }

@@ -161,7 +161,8 @@ static uint64_t weights_bytes(const char *dir) {
     struct dirent *de;
     while ((de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n < 12 || strcmp(de->d_name + n - 12, ".safetensors") != 0) continue;
+        bool st = n >= 12 && !strcmp(de->d_name + n - 12, ".safetensors");
+        if (!st && !(n >= 5 && !strcmp(de->d_name + n - 5, ".gguf"))) continue; /* GGUF: links */
         char p[4096];
         snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
         struct stat sb;

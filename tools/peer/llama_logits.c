@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     cp.n_ctx = (uint32_t)(n + 16);
     cp.n_batch = cp.n_ubatch = (uint32_t)(n + 16);
     cp.n_threads = cp.n_threads_batch = 2;
+    cp.type_k = cp.type_v = GGML_TYPE_F32; /* llama.cpp's default F16 KV cache rounds K and V */
     struct llama_context *ctx = llama_init_from_model(m, cp);
     if (!ctx) return 1;
     struct llama_batch b = llama_batch_init(n, 0, 1);
