@@ -159,13 +159,14 @@ void kern_kq_k45_scales(const uint8_t *b, float *ws, float *wm);
 void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
 /* This thread's scratch for a call of n_tok tokens; -1 when it cannot grow. */
 int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k);
-void kern_kq_prep(const cllm_kqweight *w, const float *X, size_t ldx, int n_tok,
-                  const kern_kq_work *k);
+/* The tokens the kernel reads: A when given, else X prepared into k's scratch. */
+const char *kern_kq_tokens(const cllm_kqweight *w, const float *X, size_t ldx, const void *A,
+                           int n_tok, kern_kq_work *k);
 float kern_kq_sum8(const float *L);
 void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                        int n_tok, float *Y, size_t ldy, bool act_f32);
+                        const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                         int n_tok, float *Y, size_t ldy, bool act_f32);
+                         const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
 /* The act_f32 form (kernels.h), the same in every tier. */
 void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);

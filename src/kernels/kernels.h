@@ -171,8 +171,18 @@ typedef struct cllm_kqweight {
 /* Row n of w as floats: ws_u * c - wm_u (two roundings at most; ggml's own dequantization may
  * fuse them, 1 ulp apart). */
 void cllm_kq_dequant_row(const cllm_kqweight *w, int n, float *dst);
+/* matmul_kq's prepared activations, the same layout in every tier: per token, int16 codes [K],
+ * the unit scales s_{u/2} [K/16] (float) and the unit code sums [K/16] (int32). A caller that
+ * runs several row slices of one input prepares it once (model/forward.c); K % 32 == 0. */
+static inline size_t cllm_kq_act_bytes(int K, int n_tok) {
+    return (size_t)n_tok * (2 * (size_t)K + 8 * (size_t)(K / 16));
+}
+void cllm_kq_prep(int K, const float *X, size_t ldx, int n_tok, void *A);
+/* A: n_tok tokens prepared by cllm_kq_prep, or NULL (the kernel prepares X itself); X is read
+ * only when A is NULL or act_f32. */
 typedef void (*cllm_matmul_kq_fn)(const cllm_kqweight *w, int n0, int n1, const float *X,
-                                  size_t ldx, int n_tok, float *Y, size_t ldy, bool act_f32);
+                                  size_t ldx, const void *A, int n_tok, float *Y, size_t ldy,
+                                  bool act_f32);
 
 typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */

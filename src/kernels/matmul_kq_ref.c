@@ -143,7 +143,7 @@ static _Thread_local size_t kq_cap;
 
 int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k) {
     const size_t K = (size_t)w->K, U = K / 16;
-    size_t row = K + 8 * U, tok = 2 * K + 8 * U;
+    size_t row = K + 8 * U, tok = cllm_kq_act_bytes(w->K, 1);
     size_t need = row + (size_t)n_tok * tok + 64;
     if (need > kq_cap) {
         char *nb = realloc(kq_buf, need);
@@ -161,15 +161,13 @@ int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k) {
     return 0;
 }
 
-/* Token t's prepared activations: int16 codes [K], per-unit scale s_{u/2} [K/16] (float),
- * per-unit code sums [K/16] (int32). */
-void kern_kq_prep(const cllm_kqweight *w, const float *X, size_t ldx, int n_tok,
-                  const kern_kq_work *k) {
-    const int K = w->K, U = K / 16;
+void cllm_kq_prep(int K, const float *X, size_t ldx, int n_tok, void *A) {
+    const int U = K / 16;
+    const size_t tb = cllm_kq_act_bytes(K, 1);
     float s32[4096 / 32 + 1];
     int32_t sum32[4096 / 32 + 1];
     for (int t = 0; t < n_tok; t++) {
-        char *p = k->tok + (size_t)t * k->tok_bytes;
+        char *p = (char *)A + (size_t)t * tb;
         int16_t *a = (int16_t *)(void *)p;
         float *su = (float *)(void *)(p + 2 * (size_t)K);
         int32_t *au = (int32_t *)(void *)(su + U);
@@ -184,6 +182,13 @@ void kern_kq_prep(const cllm_kqweight *w, const float *X, size_t ldx, int n_tok,
             }
         }
     }
+}
+
+const char *kern_kq_tokens(const cllm_kqweight *w, const float *X, size_t ldx, const void *A,
+                           int n_tok, kern_kq_work *k) {
+    if (A) return A;
+    cllm_kq_prep(w->K, X, ldx, n_tok, k->tok);
+    return k->tok;
 }
 
 float kern_kq_sum8(const float *L) {
@@ -220,24 +225,24 @@ void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, 
 }
 
 void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                        int n_tok, float *Y, size_t ldy, bool act_f32) {
+                        const void *A, int n_tok, float *Y, size_t ldy, bool act_f32) {
     if (act_f32) {
         kern_matmul_kq_f32(w, n0, n1, X, ldx, n_tok, Y, ldy);
         return;
     }
     kern_kq_work k;
-    if (kern_kq_scratch(w, n_tok, &k)) { /* no scratch: NaN rows say so in the logits */
+    if (kern_kq_scratch(w, A ? 0 : n_tok, &k)) { /* no scratch: NaN rows say so in the logits */
         for (int t = 0; t < n_tok; t++)
             for (int n = n0; n < n1; n++) Y[(size_t)t * ldy + n] = NAN;
         return;
     }
-    kern_kq_prep(w, X, ldx, n_tok, &k);
+    const char *toks = kern_kq_tokens(w, X, ldx, A, n_tok, &k);
     const int K = w->K, U = K / 16;
     const bool mins = kern_kq_has_min(w->type);
     for (int n = n0; n < n1; n++) {
         kern_kq_decode_row(w, n, k.c, k.ws, k.wm);
         for (int t = 0; t < n_tok; t++) {
-            const char *p = k.tok + (size_t)t * k.tok_bytes;
+            const char *p = toks + (size_t)t * k.tok_bytes;
             const int16_t *a = (const int16_t *)(const void *)p;
             const float *su = (const float *)(const void *)(p + 2 * (size_t)K);
             const int32_t *au = (const int32_t *)(const void *)(su + U);

@@ -59,6 +59,7 @@ cllm_status fwd_mm_add(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t 
  * w4a8/w4a4 model) are the float emulation, fake-quantized once per run instead of once per
  * slice inside matmul_q: the same bits (kernels.h). */
 static int qact_kind(const cllm_fwd_ctx *c, const fwd_wt *w) {
+    if (w->kq.type) return c->act16 == CLLM_ACT16_FLOAT ? FWD_QA_NONE : FWD_QA_KQ;
     if (!w->q.bits) return FWD_QA_NONE;
     /* 16-bit activations: int16 codes per group (kernels.h, cllm_qact16_group), quantized once
      * per distinct input like W4A8's, unless CLLM_ACT16=float asks for the float kernels */
@@ -79,6 +80,7 @@ static int qact_bits(const cllm_qweight *q) {
 /* Bytes of n_tok tokens of job m's prepared activations. */
 static size_t qact_size(const fwd_mm *m, int n_tok) {
     const cllm_qweight *q = &m->w->q;
+    if (m->qa == FWD_QA_KQ) return cllm_kq_act_bytes(m->w->kq.K, n_tok);
     if (m->qa == FWD_QA_INT) return cllm_qact_bytes(q->K, q->group, n_tok);
     if (m->qa == FWD_QA_INT16)
         return cllm_qact16_bytes(q->K, cllm_qact16_group(q->bits, q->group), n_tok);
@@ -96,6 +98,12 @@ static void prep_worker(void *vc, size_t b, size_t e, int tid) {
         const struct fwd_item *it = &c->items[i];
         const fwd_mm *j = &c->jobs[it->job];
         const cllm_qweight *q = &j->w->q;
+        if (j->qa == FWD_QA_KQ) {
+            const int K = j->w->kq.K;
+            cllm_kq_prep(K, j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0,
+                         c->qact + j->qa_off + cllm_kq_act_bytes(K, it->r0));
+            continue;
+        }
         if (j->qa == FWD_QA_INT) {
             c->k->qact_prep(j->X + (size_t)it->r0 * j->ldx, j->ldx, it->r1 - it->r0, q->K, q->group,
                             qact_bits(q),
@@ -132,7 +140,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
             const fwd_mm *o = &c->jobs[i];
             if (o->qa_prep && o->qa == m->qa && o->X == m->X && o->ldx == m->ldx &&
                 o->n_tok == m->n_tok && o->w->q.K == q->K && o->w->q.group == q->group &&
-                o->w->q.act_bits == q->act_bits &&
+                o->w->kq.K == m->w->kq.K && o->w->q.act_bits == q->act_bits &&
                 (m->qa != FWD_QA_INT16 || o->w->q.bits == q->bits)) /* int16 layout per bits */
                 break;
         }
@@ -144,7 +152,7 @@ static cllm_status prep_qact(cllm_fwd_ctx *c) {
         m->qa_off = need;
         need += qact_size(m, m->n_tok);
         n_items += ((size_t)m->n_tok + PREP_TOK - 1) / PREP_TOK;
-        elems += (size_t)m->n_tok * (size_t)q->K;
+        elems += (size_t)m->n_tok * (size_t)(q->K ? q->K : m->w->kq.K);
     }
     if (!n_items) return CLLM_OK;
     if (need > c->cap_qact) {
@@ -217,7 +225,8 @@ static void mm_worker(void *vc, size_t b, size_t e, int tid) {
         const fwd_mm jt = mm_tokens(&c->jobs[it->job], it->t0, it->t1), *j = &jt;
         const fwd_wt *w = j->w;
         if (w->kq.type) {
-            c->k->matmul_kq(&w->kq, it->r0, it->r1, j->X, j->ldx, j->n_tok, j->Y, j->ldy,
+            c->k->matmul_kq(&w->kq, it->r0, it->r1, j->X, j->ldx,
+                            j->qa == FWD_QA_KQ ? c->qact + j->qa_off : NULL, j->n_tok, j->Y, j->ldy,
                             c->act16 == CLLM_ACT16_FLOAT);
             continue;
         }

@@ -106,7 +106,8 @@ struct cllm_model {
 
 /* FWD_QA_INT16: act_bits 16 on int16 codes (qact16_prep + matmul_q_qact16), the default for
  * 16-bit-activation GPTQ weights unless cllm_fwd_opts.act16 says float or int8. */
-enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16 };
+/* FWD_QA_KQ: a ggml block-format matrix's int16 codes (cllm_kq_prep, matmul_kq). */
+enum { FWD_QA_NONE, FWD_QA_INT, FWD_QA_FLOAT, FWD_QA_INT16, FWD_QA_KQ };
 
 /* cllm_fwd_opts.act16 (CLLM_ACT16): int (default) = int16 codes; float = the float kernels, for
  * A/B checks; int8 = int4 matrices of a 16-bit-activation model run W4A8's int8 codes and

@@ -153,6 +153,14 @@ static void f32_note(gctx *x, const cllm_gguf_tensor *t) {
              32.0 / (8.0 * (double)t->nbytes / (double)t->n_elems));
 }
 
+/* The file pages of a tensor converted into the arena are never read again: they leave RSS now
+ * (whole pages inside [p, p + n) only; a neighbour kept in place may share the edge pages). */
+static void drop_file_pages(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
+    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+}
+
 /* The block formats the kernels run in place (cllm_kern_ops.matmul_kq). */
 static int kq_of(int type) {
     switch (type) {
@@ -216,6 +224,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         }
         free(codes);
         free(d16);
+        drop_file_pages(src, (size_t)N * rb);
         char n2[256];
         cllm_status st = CLLM_OK;
         snprintf(n2, sizeof(n2), "%s.qweight", hf);
@@ -235,6 +244,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
             for (int64_t r = 0; r < N; r++)
                 memcpy(m + (size_t)r * rb, src + (size_t)src_row(&x->s, p, r) * rb, rb);
             d = m;
+            drop_file_pages(src, (size_t)N * rb);
         }
         cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
         if (!st) {
@@ -261,6 +271,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
             w[r * K + k] = row[cu ? vhead(&x->s, k / cu) * cu + k % cu : k];
     }
     free(row);
+    drop_file_pages(src, (size_t)N * rb);
     return add(x, name, CLLM_DT_F32, N, K, w);
 }
 

@@ -80,7 +80,7 @@ int main(void) {
             for (int i = 0; i < T * K; i++) X[i] = frand() * (i % 7 == 0 ? 30.0f : 1.0f);
             memset(X + K, 0, sizeof(float) * K); /* token 1: all zero (scale 0) */
             float *Yr = calloc((size_t)T * N, 4), *Ya = calloc((size_t)T * N, 4);
-            ref->matmul_kq(&w, 0, N, X, (size_t)K, T, Yr, (size_t)N, false);
+            ref->matmul_kq(&w, 0, N, X, (size_t)K, NULL, T, Yr, (size_t)N, false);
             /* decoders agree; the ref output is the double dot of those weights and codes */
             int16_t *a = malloc(2 * (size_t)K);
             float s[64];
@@ -107,19 +107,22 @@ int main(void) {
                 }
             }
             for (int t = 0; t < N; t++) CHECK(Yr[(size_t)1 * N + t] == 0.0f);
-            /* tiers bitwise; odd ranges; one token alone == in the batch */
+            /* tiers bitwise; odd ranges; activations prepared once by the caller (A) == by the
+             * kernel; one token alone == in the batch */
+            void *A = malloc(cllm_kq_act_bytes(K, T));
+            cllm_kq_prep(K, X, (size_t)K, T, A);
             for (int i = 0; i < nt; i++) {
                 memset(Ya, 0, sizeof(float) * (size_t)T * N);
-                tiers[i]->matmul_kq(&w, 0, 5, X, (size_t)K, T, Ya, (size_t)N, false);
-                tiers[i]->matmul_kq(&w, 5, N, X, (size_t)K, T, Ya, (size_t)N, false);
+                tiers[i]->matmul_kq(&w, 0, 5, X, (size_t)K, NULL, T, Ya, (size_t)N, false);
+                tiers[i]->matmul_kq(&w, 5, N, NULL, 0, A, T, Ya, (size_t)N, false);
                 CHECK_MSG(!memcmp(Ya, Yr, sizeof(float) * (size_t)T * N), "%s: %s K %d differs",
                           tiers[i]->name, types[ti].name, K);
                 float y1[13];
-                tiers[i]->matmul_kq(&w, 0, N, X + 3 * (size_t)K, (size_t)K, 1, y1, (size_t)N,
+                tiers[i]->matmul_kq(&w, 0, N, X + 3 * (size_t)K, (size_t)K, NULL, 1, y1, (size_t)N,
                                     false);
                 CHECK(!memcmp(y1, Yr + 3 * (size_t)N, sizeof(y1)));
             }
-            free(a), free(W), free(X), free(row), free(row2), free(Yr), free(Ya);
+            free(a), free(A), free(W), free(X), free(row), free(row2), free(Yr), free(Ya);
         }
     }
     fprintf(stderr, "matmul_kq: ref");

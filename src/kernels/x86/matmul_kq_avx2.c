@@ -88,24 +88,24 @@ static void decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, floa
 }
 
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
-                         int n_tok, float *Y, size_t ldy, bool act_f32) {
+                         const void *A, int n_tok, float *Y, size_t ldy, bool act_f32) {
     if (act_f32) {
         kern_matmul_kq_f32(w, n0, n1, X, ldx, n_tok, Y, ldy);
         return;
     }
     kern_kq_work k;
-    if (kern_kq_scratch(w, n_tok, &k)) {
+    if (kern_kq_scratch(w, A ? 0 : n_tok, &k)) {
         for (int t = 0; t < n_tok; t++)
             for (int n = n0; n < n1; n++) Y[(size_t)t * ldy + n] = NAN;
         return;
     }
-    kern_kq_prep(w, X, ldx, n_tok, &k);
+    const char *toks = kern_kq_tokens(w, X, ldx, A, n_tok, &k);
     const int K = w->K, U = K / 16, U8 = U / 8 * 8;
     const bool mins = kern_kq_has_min(w->type);
     for (int n = n0; n < n1; n++) {
         decode_row(w, n, k.c, k.ws, k.wm);
         for (int t = 0; t < n_tok; t++) {
-            const char *p = k.tok + (size_t)t * k.tok_bytes;
+            const char *p = toks + (size_t)t * k.tok_bytes;
             const int16_t *a = (const int16_t *)(const void *)p;
             const float *su = (const float *)(const void *)(p + 2 * (size_t)K);
             const int32_t *au = (const int32_t *)(const void *)(su + U);
