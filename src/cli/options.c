@@ -243,6 +243,11 @@ static const opt_row rows[] = {
      "Fault-injection builds: print the number of counted allocations at exit (how far a walk "
      "must go).",
      NULL, "src/base/fault.c: the allocator wrappers (as CLLM_FAULT_ALLOC)"},
+    {"TMPDIR", NULL, "/tmp", "a folder",
+     "Where `cllm serve FILE.gguf` (and eval, verify, bench) makes the private folder it loads a "
+     "GGUF "
+     "through (config.json, tokenizer files, links; removed at exit).",
+     NULL, "src/cli/cli_model.c: the POSIX temporary folder, read when a .gguf path is given"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "set by mpirun", "a rank count",
      "Open MPI's job size: with PMI_SIZE, PMIX_SIZE and PMIX_RANK it tells cllm it runs under an "
      "MPI launcher.",
