@@ -154,15 +154,33 @@ typedef struct kern_kq_work {
 } kern_kq_work;
 bool kern_kq_has_min(int type);
 int kern_kq_block(int type);
-/* Q4_K / Q5_K block b's 16 unit scales and mins. */
-void kern_kq_k45_scales(const uint8_t *b, float *ws, float *wm);
+/* Q4_K / Q5_K block b's 16 unit scales and mins, d and dmin its fp16 scales as floats (each tier
+ * converts them its own way: the conversion is exact). Inline: the SIMD tiers call it per block
+ * inside their row loop. */
+static inline void kern_kq_k45_scales(const uint8_t *b, float d, float dmin, float *ws, float *wm) {
+    const uint8_t *q = b + 4;
+    for (int j = 0; j < 8; j++) {
+        int s, m;
+        if (j < 4) {
+            s = q[j] & 63;
+            m = q[j + 4] & 63;
+        } else {
+            s = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+        ws[2 * j] = ws[2 * j + 1] = d * (float)s;
+        wm[2 * j] = wm[2 * j + 1] = dmin * (float)m;
+    }
+}
 void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
 /* This thread's scratch for a call of n_tok tokens; -1 when it cannot grow. */
 int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k);
 /* The tokens the kernel reads: A when given, else X prepared into k's scratch. */
 const char *kern_kq_tokens(const cllm_kqweight *w, const float *X, size_t ldx, const void *A,
                            int n_tok, kern_kq_work *k);
-float kern_kq_sum8(const float *L);
+static inline float kern_kq_sum8(const float *L) {
+    return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
+}
 void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                         const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,

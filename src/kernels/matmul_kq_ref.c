@@ -20,16 +20,6 @@ static float h2f(const uint8_t *p) {
     return cllm_f16_to_f32(h);
 }
 
-static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 bool kern_kq_has_min(int type) {
     return type == CLLM_KQ_Q4_K || type == CLLM_KQ_Q5_K || type == CLLM_KQ_Q4_1 ||
            type == CLLM_KQ_Q5_1;
@@ -39,20 +29,10 @@ int kern_kq_block(int type) {
     return type == CLLM_KQ_Q4_1 || type == CLLM_KQ_Q5_1 ? 32 : 256;
 }
 
-void kern_kq_k45_scales(const uint8_t *b, float *ws, float *wm) {
-    const float d = h2f(b), dmin = h2f(b + 2);
-    for (int j = 0; j < 8; j++) {
-        int s, m;
-        scale_min_k4(j, b + 4, &s, &m);
-        ws[2 * j] = ws[2 * j + 1] = d * (float)s;
-        wm[2 * j] = wm[2 * j + 1] = dmin * (float)m;
-    }
-}
-
 /* One 256-block of Q4_K / Q5_K: codes c (0..15 / 0..31), 16 unit scales and mins. */
 static void dec_k45(const uint8_t *b, bool q5, int8_t *c, float *ws, float *wm) {
     const uint8_t *qh = b + 16, *ql = q5 ? b + 48 : b + 16;
-    kern_kq_k45_scales(b, ws, wm);
+    kern_kq_k45_scales(b, h2f(b), h2f(b + 2), ws, wm);
     for (int j = 0; j < 4; j++) {
         for (int l = 0; l < 32; l++) {
             int h0 = q5 ? (qh[l] >> (2 * j) & 1) << 4 : 0,
@@ -189,10 +169,6 @@ const char *kern_kq_tokens(const cllm_kqweight *w, const float *X, size_t ldx, c
     if (A) return A;
     cllm_kq_prep(w->K, X, ldx, n_tok, k->tok);
     return k->tok;
-}
-
-float kern_kq_sum8(const float *L) {
-    return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
 }
 
 void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
