@@ -152,6 +152,8 @@ typedef void (*cllm_gemm_fn)(int M, int N, int K, const float *A, size_t lda, co
  * m of the 32-sub-block; Q6_K: d * sc of the 16; IQ4_XS: d * (ls - 32), c the codebook value;
  * Q4_1 / Q5_1: d and -m). */
 enum { CLLM_KQ_Q4_1 = 1, CLLM_KQ_Q5_1, CLLM_KQ_Q4_K, CLLM_KQ_Q5_K, CLLM_KQ_Q6_K, CLLM_KQ_IQ4_XS };
+/* ggml's non-linear 4-bit codebook (kvalues_iq4nl) of IQ4_NL and IQ4_XS. */
+extern const int8_t cllm_kq_iq4_values[16];
 typedef struct cllm_kqweight {
     const uint8_t *data;
     size_t row_bytes;

@@ -10,9 +10,8 @@
 #include "base/half.h"
 #include "kernels/kern_int.h"
 
-/* IQ4_XS non-linear codebook (ggml's kvalues_iq4nl). */
-static const int8_t kv_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                  1,    13,   25,  38,  53,  69,  89,  113};
+const int8_t cllm_kq_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113};
 
 static float h2f(const uint8_t *p) {
     uint16_t h;
@@ -66,8 +65,8 @@ static void dec_iq4xs(const uint8_t *b, int8_t *c, float *ws) {
         int ls = ((sl[ib / 2] >> 4 * (ib % 2)) & 0xF) | ((sh >> 2 * ib) & 3) << 4;
         ws[2 * ib] = ws[2 * ib + 1] = d * (float)(ls - 32);
         for (int j = 0; j < 16; j++) {
-            c[j] = kv_iq4[qs[j] & 0xF];
-            c[j + 16] = kv_iq4[qs[j] >> 4];
+            c[j] = cllm_kq_iq4_values[qs[j] & 0xF];
+            c[j + 16] = cllm_kq_iq4_values[qs[j] >> 4];
         }
     }
 }
