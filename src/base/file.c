@@ -1,10 +1,13 @@
 /* See file.h. Reads in growing chunks so pipes and /proc files work too (no reliance on fstat). */
 #include "base/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 char *cllm_read_file(const char *path, size_t max_bytes, size_t *len, cllm_error *err) {
     if (len) *len = 0;
@@ -49,4 +52,21 @@ char *cllm_read_file(const char *path, size_t max_bytes, size_t *len, cllm_error
     buf[n] = '\0';
     if (len) *len = n;
     return buf;
+}
+
+bool cllm_remove_folder(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *e;
+    char p[4096];
+    struct stat sb;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        int n = snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+        if (n > 0 && (size_t)n < sizeof(p) && !lstat(p, &sb) &&
+            (S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)))
+            unlink(p);
+    }
+    closedir(d);
+    return rmdir(path) == 0;
 }

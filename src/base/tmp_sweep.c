@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/log.h"
 
 bool cllm_tmp_path(char *out, size_t cap, const char *path) {
@@ -43,24 +44,6 @@ static bool pid_running(long pid) {
     return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
 }
 
-/* Removes a folder's plain files (and symlinks, not what they point to), then the folder. */
-static bool remove_folder(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return false;
-    struct dirent *e;
-    char p[4096];
-    struct stat sb;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        int n = snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-        if (n > 0 && (size_t)n < sizeof(p) && !lstat(p, &sb) &&
-            (S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)))
-            unlink(p);
-    }
-    closedir(d);
-    return rmdir(path) == 0;
-}
-
 int cllm_tmp_sweep(const cllm_tmp_sweep_spec *s, int *kept) {
     int removed = 0, live = 0;
     DIR *d = opendir(s->dir);
@@ -80,7 +63,7 @@ int cllm_tmp_sweep(const cllm_tmp_sweep_spec *s, int *kept) {
             LOG_INFO("%s: kept %s: its writer (pid %ld) is still running", s->who, p, pid);
             continue;
         }
-        bool ok = s->folders ? remove_folder(p) : unlink(p) == 0;
+        bool ok = s->folders ? cllm_remove_folder(p) : unlink(p) == 0;
         if (ok) {
             removed++;
             LOG_WARN("%s: removed stale temporary %s (left by pid %ld, no longer running)", s->who,

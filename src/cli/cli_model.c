@@ -1,7 +1,6 @@
 /* The model-directory check shared by serve, verify and eval: a clear hint for the three usual
  * mistakes (a file instead of its directory, a Hugging Face id, a path that does not exist)
  * before any loader prints a bare "cannot open". */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
+#include "base/tmp_sweep.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/gguf_ckpt.h"
@@ -16,17 +17,7 @@
 static char gguf_dir[4096]; /* the folder made for a GGUF, removed at exit */
 
 static void remove_gguf_dir(void) {
-    DIR *d = opendir(gguf_dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[4400];
-        snprintf(p, sizeof(p), "%s/%s", gguf_dir, e->d_name);
-        unlink(p); /* links and the files written there: never what a link points to */
-    }
-    closedir(d);
-    rmdir(gguf_dir);
+    cllm_remove_folder(gguf_dir); /* the links and the files written there */
 }
 
 /* A folder for the GGUF at path: config.json and links (cllm_gguf_model_dir). */
@@ -36,8 +27,13 @@ static int gguf_folder(const char *command, const char **path) {
         return 1;
     }
     const char *tmp = getenv("TMPDIR");
-    snprintf(gguf_dir, sizeof(gguf_dir), "%s/cllm-gguf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(gguf_dir)) {
+    char stem[4000];
+    snprintf(stem, sizeof(stem), "%s/cllm-gguf", tmp && *tmp ? tmp : "/tmp");
+    /* STEM.tmp-PID, so that a run killed before its atexit left a folder the next run removes
+     * (base/tmp_sweep.h), as quantize and synth do with theirs */
+    const cllm_tmp_sweep_spec sw = {tmp && *tmp ? tmp : "/tmp", "cllm-gguf", false, true, "gguf"};
+    cllm_tmp_sweep(&sw, NULL);
+    if (!cllm_tmp_path(gguf_dir, sizeof(gguf_dir), stem) || mkdir(gguf_dir, 0700) != 0) {
         fprintf(stderr, "cllm %s: cannot make a folder for '%s' in %s: %s\n", command, *path,
                 tmp && *tmp ? tmp : "/tmp", strerror(errno));
         gguf_dir[0] = 0;

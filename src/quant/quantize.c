@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/mem.h"
 #include "base/half.h"
 #include "base/progress.h"
@@ -284,20 +285,6 @@ static cllm_status write_config(const cllm_quant_opts *o, const char *tmp, int w
     int rc = json_dump_file(root, path, JSON_INDENT(2));
     json_decref(root);
     return rc ? cllm_err_set(err, CLLM_EIO, "%s: cannot write", path) : CLLM_OK;
-}
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[4096];
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.' || (e->d_name[1] && strcmp(e->d_name, ".."))) {
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* Decoder layer of a tensor name ("...layers.N..."), -1 for anything else (MTP included). */
@@ -1007,7 +994,7 @@ static cllm_status write_output(qrun *r, cllm_error *err) {
 }
 
 static void qrun_free(qrun *r) {
-    if (r->tmp[0]) rm_tree(r->tmp);
+    if (r->tmp[0]) (void)cllm_remove_folder(r->tmp);
     cllm_gptq_free(r->gq);
     free(r->ugrp);
     free(r->ents);
