@@ -132,3 +132,9 @@ uint64_t cllm_mem_rss(void) {
     fclose(f);
     return n == 2 ? rss * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
+
+void cllm_drop_pages(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
+    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
+}

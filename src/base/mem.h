@@ -18,6 +18,11 @@ void cllm_free_aligned(void *p);
  * is a TLB miss each, where a 2 MiB page covers 512 of them. Free with cllm_free_aligned. */
 void *cllm_alloc_huge(size_t size);
 
+/* MADV_DONTNEED on the whole pages inside [p, p + n): their memory goes back to the kernel (file
+ * pages are read again on the next touch, anonymous ones come back zeroed); a neighbour's bytes
+ * on a shared edge page stay. For data that is never read again (a source copied elsewhere). */
+void cllm_drop_pages(const void *p, size_t n);
+
 /* Overflow-checked size arithmetic: 0 on success, -1 on overflow. */
 static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;

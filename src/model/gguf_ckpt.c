@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/mem.h"
 #include "kernels/kernels.h"
 #include "model/gguf_quant.h"
 #include "model/gguf_tok.h"
@@ -144,6 +145,11 @@ static int64_t src_row(const shape *s, const perm *p, int64_t r) {
     return p->rows_from + vhead(s, v / p->rows_unit) * p->rows_unit + v % p->rows_unit;
 }
 
+/* GGUF column of HF column k when columns move by V head in units of cu (0: none). */
+static int64_t src_col(const shape *s, int64_t cu, int64_t k) {
+    return cu ? vhead(s, k / cu) * cu + k % cu : k;
+}
+
 static void f32_note(gctx *x, const cllm_gguf_tensor *t) {
     if (x->f32_types & (1u << (t->type % 32))) return;
     x->f32_types |= 1u << (t->type % 32);
@@ -153,32 +159,30 @@ static void f32_note(gctx *x, const cllm_gguf_tensor *t) {
              32.0 / (8.0 * (double)t->nbytes / (double)t->n_elems));
 }
 
-/* The file pages of a tensor converted into the arena are never read again: they leave RSS now
- * (whole pages inside [p, p + n) only; a neighbour kept in place may share the edge pages). */
-static void drop_file_pages(const void *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
-    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
-}
-
-/* The block formats the kernels run in place (cllm_kern_ops.matmul_kq). */
-static int kq_of(int type) {
-    switch (type) {
-    case CLLM_GGML_Q4_1:
-        return CLLM_KQ_Q4_1;
-    case CLLM_GGML_Q5_1:
-        return CLLM_KQ_Q5_1;
-    case CLLM_GGML_Q4_K:
-        return CLLM_KQ_Q4_K;
-    case CLLM_GGML_Q5_K:
-        return CLLM_KQ_Q5_K;
-    case CLLM_GGML_Q6_K:
-        return CLLM_KQ_Q6_K;
-    case CLLM_GGML_IQ4_XS:
-        return CLLM_KQ_IQ4_XS;
-    default:
-        return 0;
+/* Matrix `name` [N][K] as ggml's float values, F32, rows and columns moved as p says: what
+ * cannot stay in its file form (mat) and a tied embedding (one_tensor). */
+static cllm_status mat_f32(gctx *x, const cllm_gguf_tensor *t, const char *name, const uint8_t *src,
+                           int64_t N, int64_t K, const perm *p) {
+    int bytes, blk = cllm_ggml_block(t->type, &bytes);
+    const size_t rb = (size_t)(K / blk) * (size_t)bytes;
+    const int64_t cu = p ? p->col_unit : 0;
+    float *w = arena_alloc(x->ar, (size_t)N * (size_t)K * 4), *row = malloc((size_t)K * 4);
+    if (!w || !row) {
+        free(row);
+        return oom(x);
     }
+    if (blk > 1) f32_note(x, t);
+    for (int64_t r = 0; r < N; r++) {
+        if (!cllm_gguf_row_f32(t->type, src + (size_t)src_row(&x->s, p, r) * rb, row, K)) {
+            free(row);
+            return cllm_err_set(x->err, CLLM_EUNSUPPORTED, "%s: tensor %s: type %s is not read",
+                                x->f->path, t->name, cllm_ggml_type_name(t->type));
+        }
+        for (int64_t k = 0; k < K; k++) w[r * K + k] = row[src_col(&x->s, cu, k)];
+    }
+    free(row);
+    cllm_drop_pages(src, (size_t)N * rb); /* never read again */
+    return add(x, name, CLLM_DT_F32, N, K, w);
 }
 
 /* HF matrix `hf` (no ".weight") [N][K] from GGUF rows at src (row length K, type of t). */
@@ -196,9 +200,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         return add(x, name, dt, N, K, src);
     }
     const int64_t cu = p ? p->col_unit : 0;
-    const bool tied = p && p->rows_from == INT64_MAX; /* a tied embedding: F32, see one_tensor */
-    if (!tied && cllm_gguf_code_form(t->type, &bits, &zero) && N % 8 == 0 &&
-        (!cu || cu % 32 == 0)) {
+    if (cllm_gguf_code_form(t->type, &bits, &zero) && N % 8 == 0 && (!cu || cu % 32 == 0)) {
         const int per = 32 / bits;
         int32_t *qw = arena_alloc(x->ar, (size_t)(K / per) * (size_t)N * 4);
         int32_t *qz = arena_alloc(x->ar, (size_t)(K / 32) * (size_t)(N / per) * 4);
@@ -216,7 +218,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         for (int64_t r = 0; r < N; r++) {
             cllm_gguf_row_codes(t->type, src + (size_t)src_row(&x->s, p, r) * rb, codes, d16, K);
             for (int64_t k = 0; k < K; k++) {
-                int64_t ks = cu ? vhead(&x->s, k / cu) * cu + k % cu : k; /* GGUF column */
+                int64_t ks = src_col(&x->s, cu, k);
                 uint32_t u = codes[ks];
                 qw[(k / per) * N + r] |= (int32_t)(u << (bits * (k % per)));
                 if (k % 32 == 0) sc[(k / 32) * N + r] = d16[ks / 32];
@@ -224,7 +226,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         }
         free(codes);
         free(d16);
-        drop_file_pages(src, (size_t)N * rb);
+        cllm_drop_pages(src, (size_t)N * rb); /* never read again */
         char n2[256];
         cllm_status st = CLLM_OK;
         snprintf(n2, sizeof(n2), "%s.qweight", hf);
@@ -235,8 +237,8 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         if (!st) st = add(x, n2, CLLM_DT_F16, K / 32, N, sc);
         return st;
     }
-    const int kq = kq_of(t->type);
-    if (kq && !cu && !tied) { /* ggml blocks kept, rows in HF order (model/gguf_ckpt.h) */
+    const int kq = cllm_gguf_kq_type(t->type);
+    if (kq && !cu) { /* ggml blocks kept, rows in HF order (model/gguf_ckpt.h) */
         const uint8_t *d = src;
         if (p && p->rows_unit) {
             uint8_t *m = arena_alloc(x->ar, (size_t)N * rb);
@@ -244,7 +246,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
             for (int64_t r = 0; r < N; r++)
                 memcpy(m + (size_t)r * rb, src + (size_t)src_row(&x->s, p, r) * rb, rb);
             d = m;
-            drop_file_pages(src, (size_t)N * rb);
+            cllm_drop_pages(src, (size_t)N * rb); /* never read again */
         }
         cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
         if (!st) {
@@ -254,25 +256,7 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         }
         return st;
     }
-    /* everything else: ggml's float values, F32 */
-    float *w = arena_alloc(x->ar, (size_t)N * (size_t)K * 4), *row = malloc((size_t)K * 4);
-    if (!w || !row) {
-        free(row);
-        return oom(x);
-    }
-    if (blk > 1) f32_note(x, t);
-    for (int64_t r = 0; r < N; r++) {
-        if (!cllm_gguf_row_f32(t->type, src + (size_t)src_row(&x->s, p, r) * rb, row, K)) {
-            free(row);
-            return cllm_err_set(x->err, CLLM_EUNSUPPORTED, "%s: tensor %s: type %s is not read",
-                                x->f->path, t->name, cllm_ggml_type_name(t->type));
-        }
-        for (int64_t k = 0; k < K; k++)
-            w[r * K + k] = row[cu ? vhead(&x->s, k / cu) * cu + k % cu : k];
-    }
-    free(row);
-    drop_file_pages(src, (size_t)N * rb);
-    return add(x, name, CLLM_DT_F32, N, K, w);
+    return mat_f32(x, t, name, src, N, K, p);
 }
 
 /* A 1-D (or [n][m] small) tensor as float values, V-head moves by unit (0: none) applied. */
@@ -458,10 +442,12 @@ static cllm_status nextn_tensor(gctx *x, const cllm_gguf_tensor *t, const char *
 
 static cllm_status one_tensor(gctx *x, const cllm_gguf_tensor *t) {
     const int64_t H = x->s.H;
-    if (!strcmp(t->name, "token_embd.weight")) { /* tied: F32, the loader repacks no copy */
-        const perm tied = {INT64_MAX, 1, 0};
-        return mat(x, t, PREFIX "embed_tokens", t->data, t->ne[1], H,
-                   cllm_gguf_tensor_find(x->g, "output.weight") ? NULL : &tied);
+    if (!strcmp(t->name, "token_embd.weight")) {
+        /* tied to the lm_head: F32 (weights.c refuses a GPTQ-form embedding that is also the
+         * head: the head's panel repack would drop the rows the lookup reads) */
+        if (!cllm_gguf_tensor_find(x->g, "output.weight"))
+            return mat_f32(x, t, PREFIX "embed_tokens.weight", t->data, t->ne[1], H, NULL);
+        return mat(x, t, PREFIX "embed_tokens", t->data, t->ne[1], H, NULL);
     }
     if (!strcmp(t->name, "output.weight")) return mat(x, t, "lm_head", t->data, t->ne[1], H, NULL);
     if (!strcmp(t->name, "output_norm.weight"))

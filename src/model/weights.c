@@ -350,13 +350,6 @@ int cllm_model_tp_size(const cllm_model *m) {
     return m->tp_size > 1 ? m->tp_size : 1;
 }
 
-/* MADV_DONTNEED on the whole pages inside [p, p + n): a neighbour's bytes on a shared page stay. */
-static void drop_pages(const void *p, size_t n) {
-    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
-    if (b1 > b0) madvise((void *)b0, b1 - b0, MADV_DONTNEED);
-}
-
 bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, e = a + n;
     for (size_t i = 0; i < ck->n_files; i++) {
@@ -364,7 +357,7 @@ bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
         if (!f || !f->map) continue;
         uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
         if (a < m0 || e > m1) continue;
-        drop_pages(p, n);
+        cllm_drop_pages(p, n);
         return true;
     }
     return false;
@@ -402,7 +395,7 @@ static size_t panel_bytes(const fwd_wt *w) {
  * copy (a tensor-parallel slice, a format conversion: owned by the model until it is freed) has
  * its whole pages returned to the kernel, so a rank does not hold its slices twice. */
 static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
-    if (!fwd_ckpt_drop(ck, p, n)) drop_pages(p, n);
+    if (!fwd_ckpt_drop(ck, p, n)) cllm_drop_pages(p, n);
 }
 
 /* The screened lm_head (model/fwd_lmhead.c): an int8 panel's codes q = 16 hi + lo stored as two
