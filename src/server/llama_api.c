@@ -453,7 +453,13 @@ json_t *srv_llama_slots(cllm_server *s, int *free_slots) {
     json_t *arr = json_array();
     int n = total_slots(s), used = 0;
     pthread_mutex_lock(&s->mu);
-    for (srv_req *q = s->reg_head; q && used < n; q = q->reg_next)
+    for (srv_req *q = s->reg_head; q && used < n; q = q->reg_next) {
+        /* a request whose finals the engine has all sent holds no place, even while its
+         * connection still drains (the client may already have read the whole answer) */
+        pthread_mutex_lock(&q->mu);
+        bool engine_done = q->n_finished_engine >= q->gen.n;
+        pthread_mutex_unlock(&q->mu);
+        if (engine_done) continue;
         for (int k = 0; k < q->n_subs && used < n; k++) {
             if (!q->subs[k].submitted) continue;
             const cllm_sampling *p = &q->gen.s;
@@ -468,6 +474,7 @@ json_t *srv_llama_slots(cllm_server *s, int *free_slots) {
                                                  "is_processing", 1, "params", params));
             used++;
         }
+    }
     pthread_mutex_unlock(&s->mu);
     for (int i = used; i < n; i++)
         json_array_append_new(arr, json_pack("{s:i, s:i, s:i, s:b, s:b}", "id", i, "id_task", -1,
