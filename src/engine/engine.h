@@ -116,13 +116,30 @@ typedef struct cllm_event {
 /* Called from the engine thread; must return quickly. All pointers valid only during the call. */
 typedef void (*cllm_event_fn)(void *user, const cllm_event *ev);
 
+/* An image of a prompt (issue 34): its preprocessed patches (image/image.h's
+ * cllm_image_preprocess: [grid t*h*w][channels * temporal_patch * patch^2] floats) and where
+ * its pad tokens sit. The prompt holds exactly grid t*h*w / merge^2 image-pad tokens
+ * (config image_token_id) from pos on; the vision tower's rows replace their embeddings and
+ * they take 3-D M-RoPE positions. */
+typedef struct cllm_image_input {
+    const float *pixels; /* copied at submit */
+    int grid[3];         /* t, h, w in patches */
+    int pos;             /* prompt index of the image's first pad token */
+    /* content hash (the prefix cache keys the image's tokens by it: the same image twice hits,
+     * two different images behind the same text do not); both 0: the engine hashes pixels */
+    uint64_t hash[2];
+} cllm_image_input;
+
 typedef struct cllm_request {
     const int *prompt; /* token ids, copied at submit */
     int n_prompt;
     cllm_sampling sampling;
     cllm_event_fn on_event;
     void *user;
-    const char *cache_salt; /* optional: isolates prefix-cache sharing (NULL = shared) */
+    const char *cache_salt;         /* optional: isolates prefix-cache sharing (NULL = shared) */
+    const cllm_image_input *images; /* [n_images], ascending pos; refused by a model without a
+                                       vision tower and under tensor parallel */
+    int n_images;
 } cllm_request;
 
 struct cllm_batch; /* model/forward.h */
@@ -259,6 +276,9 @@ typedef struct cllm_engine_stats {
      * only how many were accepted, however the sequences interleaved */
     uint64_t spec_draft_hash;
     int spec_k; /* num_speculative_tokens (0 = off) */
+    /* image input: images run through the vision tower, the tokens they became, its time */
+    uint64_t images_encoded, image_tokens;
+    double image_encode_s;
 } cllm_engine_stats;
 
 /* vLLM's bucket bounds for tokens per engine step. */

@@ -15,8 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "base/log.h"
 #include "base/mem.h"
@@ -41,6 +39,7 @@ void sched_req_free(eng_req *q) {
     free(q->forbid);
     free(q->seqs);
     free(q->plp);
+    sched_img_free(q);
     cllm_gm_unref(q->sp.grammar);
     free(q);
 }
@@ -139,6 +138,11 @@ cllm_status sched_req_new(const sched_cfg *cfg, const cllm_request *r, uint64_t 
         return CLLM_ENOMEM;
     }
     for (int i = 0; i < r->n_prompt; i++) q->prompt[i] = r->prompt[i];
+    cllm_status irc = sched_img_copy(cfg, r, q, err);
+    if (irc != CLLM_OK) {
+        sched_req_free(q);
+        return irc;
+    }
     for (int i = 0; i < p->n_stop; i++) {
         if (!(q->stop[i] = dup_str(p->stop[i]))) goto oom;
         q->sp.n_stop = i + 1;
@@ -254,6 +258,7 @@ static void seq_hashes(sched *s, eng_seq *e, int n_full) {
         XXH3_128bits_reset(&st);
         XXH3_128bits_update(&st, &parent, sizeof(parent));
         XXH3_128bits_update(&st, e->tokens + (size_t)b * bs, (size_t)bs * sizeof(int32_t));
+        sched_img_hash(e->req, b * bs, bs, &st);
         XXH128_hash_t h = XXH3_128bits_digest(&st);
         e->hashes[b].lo = h.low64;
         e->hashes[b].hi = h.high64;
@@ -271,6 +276,7 @@ static blk_hash partial_hash(const sched *s, const eng_seq *e, int k, int r) {
     XXH3_128bits_update(&st, &r, sizeof(r));
     XXH3_128bits_update(&st, e->tokens + (size_t)k * s->cfg.block_size,
                         (size_t)r * sizeof(int32_t));
+    sched_img_hash(e->req, k * s->cfg.block_size, r, &st);
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     blk_hash out = {h.low64, h.high64};
     return out;
@@ -402,6 +408,8 @@ cllm_status sched_create(const sched_cfg *cfg, const eng_model_ops *ops, void *m
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
     }
     cllm_status rc = sched_mtp_init(s, err);
+    if (rc == CLLM_OK && sched_img_init(s) != CLLM_OK)
+        rc = cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory");
     if (rc != CLLM_OK) {
         sched_free(s);
         return rc;
@@ -431,6 +439,7 @@ void sched_free(sched *s) {
     smp_free(&s->smp);
     spec_hist_free(&s->hist);
     sched_mtp_free(s);
+    sched_img_release(s);
     cllm_gm_vocab_free(s->gmv);
     free(s->gmask);
     free(s);
@@ -597,6 +606,7 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
         b->logits_topk =
             smp_reduce_k(&q->sp, s->cfg.vocab_size, forbid, e->gm && e->gm_on, &b->logits_scale);
     }
+    sched_img_bind(s, e, b);
     s->n_batch++;
 }
 
@@ -672,6 +682,7 @@ static int plan(sched *s) {
     s->logit_rows_extra = s->logit_rows_cap - s->batch_cap;
     s->step_draft_s = 0;
     s->mtp_rows = 0;
+    s->img_used = 0;
     sched_spec_begin_step(s);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         eng_seq *e = s->running[i];
@@ -707,6 +718,16 @@ static int plan(sched *s) {
         pmatch pm;
         prefix_match(s, e, &pm);
         int k = pm.k, hit = k * bs + pm.r;
+        if (e->req->n_imgs) {
+            /* the vision tower runs before the prefill needs its rows (sched_img.c) */
+            cllm_error ie = {0};
+            if (sched_img_encode(s, e->req, hit, &ie) != CLLM_OK) {
+                LOG_WARN("request %llu: image encoding failed: %s", (unsigned long long)e->req->id,
+                         ie.msg);
+                req_end(s, e->req, CLLM_FINISH_ERROR, ie.msg);
+                continue;
+            }
+        }
         int n_new = e->n_tokens - hit;
         if (n_new > budget) n_new = budget;
         int need = blocks_for(hit + n_new, bs) - k;

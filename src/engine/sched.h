@@ -28,6 +28,10 @@ typedef struct eng_model_ops {
      * none. Needed by speculative method MTP only. */
     cllm_status (*mtp)(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, float *logits,
                        cllm_error *err);
+    /* The vision tower over one image's patches (model/vision.h): out gets grid t*h*w / merge^2
+     * rows of hidden_size floats. NULL: no image input. */
+    cllm_status (*encode_image)(void *ctx, const float *pixels, const int grid[3], float *out,
+                                cllm_error *err);
 } eng_model_ops;
 
 typedef struct sched_cfg {
@@ -43,6 +47,10 @@ typedef struct sched_cfg {
     int n_eos;
     const struct cllm_tok *tok; /* may be NULL: no text, stop strings never match */
     cllm_spec_opts spec;        /* speculative decoding; method NONE = off */
+    /* image input: the vision tower's spatial merge (0: images refused, with vision_refused as
+     * the reason when set), values per patch, and the pad token images sit on */
+    int vision_merge, vision_patch_dim, image_token_id;
+    const char *vision_refused;
 } sched_cfg;
 
 typedef struct eng_req eng_req;

@@ -4,6 +4,8 @@
 #define CLLM_ENGINE_SCHED_INT_H
 
 #include <pthread.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 
 #include "engine/sampler.h"
 #include "engine/sched.h"
@@ -14,6 +16,15 @@
 typedef enum seq_state { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_DONE } seq_state;
 
 typedef struct eng_seq eng_seq;
+
+/* One image of a request (sched_img.c). */
+typedef struct eng_img {
+    float *pixels; /* the patches until encoded, then NULL */
+    int grid[3];
+    int pos, n_tok; /* its pad tokens in the prompt */
+    blk_hash hash;  /* content */
+    float *emb;     /* [n_tok][hidden_size] once encoded */
+} eng_img;
 
 struct eng_req {
     uint64_t id;
@@ -40,6 +51,10 @@ struct eng_req {
     eng_seq **seqs; /* [sp.n]; NULL once a sample ended or before the fork */
     bool forked;    /* samples 1..n-1 exist (or ended) */
     int n_done, n_live;
+    eng_img *imgs; /* [n_imgs] ascending pos; NULL without images */
+    int n_imgs;
+    int32_t *mrope; /* [n_prompt][3] M-RoPE positions, with images only */
+    int rope_delta; /* rotary position minus cache position after the prompt */
 };
 
 struct eng_seq {
@@ -163,7 +178,24 @@ struct sched {
     int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
     int mtp_rows;        /* MTP verify rows planned in this step */
     int mtp_keep;        /* unread hidden rows a sequence keeps at most (SPEC_MTP_*) */
+    /* image input (sched_img.c): the step's embedding-row pointers and M-RoPE positions */
+    const float **img_rows;
+    int32_t *img_pos;
+    int img_cap, img_used;
 };
+
+/* sched_img.c */
+cllm_status sched_img_copy(const sched_cfg *cfg, const cllm_request *r, eng_req *q,
+                           cllm_error *err);
+void sched_img_free(eng_req *q);
+/* Mixes into a block's hash every image overlapping prompt positions [from, from + n). */
+void sched_img_hash(const eng_req *q, int from, int n, XXH3_state_t *st);
+/* Encodes the request's images that are not encoded and end after position from. */
+cllm_status sched_img_encode(sched *s, eng_req *q, int from, cllm_error *err);
+/* Sets b's embeds / mrope_pos / rope_delta for e's chunk (after batch_add filled the rest). */
+void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b);
+cllm_status sched_img_init(sched *s);
+void sched_img_release(sched *s);
 
 /* sched.c */
 /* Doubling growth of a scheduler array to hold need elements (sched.c); CLLM_ENOMEM on out of

@@ -154,6 +154,21 @@ static void read_rope(reader *r, json_t *top, json_t *tc, cllm_config *c, double
     }
     c->rope_theta = th;
     c->partial_rotary_factor = prf;
+    json_t *ms = rp ? json_object_get(rp, "mrope_section") : NULL;
+    if (!r->st && ms) {
+        long sum = 0;
+        bool ok = json_is_array(ms) && json_array_size(ms) == 3;
+        for (size_t i = 0; ok && i < 3; i++) {
+            json_t *v = json_array_get(ms, i);
+            ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= 65536;
+            if (ok) c->mrope_section[i] = (int)json_integer_value(v), sum += c->mrope_section[i];
+        }
+        if (!ok || sum == 0)
+            r->st = cllm_err_set(r->err, CLLM_EINVAL,
+                                 "%s: rope mrope_section must be three non-negative integers",
+                                 r->label);
+        rd_bool(r, rp, "mrope_interleaved", false, &c->mrope_interleaved);
+    }
 }
 
 static cllm_status validate(reader *r, cllm_config *c) {
@@ -171,6 +186,13 @@ static cllm_status validate(reader *r, cllm_config *c) {
     if (c->rotary_dim % 2 || c->rotary_dim < 2)
         return BAD("%s: head_dim * partial_rotary_factor = %d must be even and >= 2", r->label,
                    c->rotary_dim);
+    int msum = c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2];
+    /* interleaved sections may name more slots than exist (HF slices past the end; small
+     * synthetic configs keep the full model's [11, 11, 10]); contiguous ones split the slots */
+    if (msum && !c->mrope_interleaved && msum != c->rotary_dim / 2)
+        return BAD("%s: mrope_section [%d, %d, %d] must split the %d rotary frequency slots",
+                   r->label, c->mrope_section[0], c->mrope_section[1], c->mrope_section[2],
+                   c->rotary_dim / 2);
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return BAD("%s: rms_norm_eps %g out of range", r->label, c->rms_norm_eps);
     int any_moe = 0, any_lin = 0;
@@ -271,6 +293,9 @@ static void parse_qwen35(reader *r, json_t *top, json_t *tc, cllm_config *c) {
     read_layer_types(r, tc, c);
     memset(c->layer_is_moe, 1, (size_t)c->n_layers);
     if (top != tc) read_vision(r, json_object_get(top, "vision_config"), &c->vision);
+    rd_int(r, top, "image_token_id", -1, -1, INT32_MAX, &c->image_token_id);
+    rd_int(r, top, "vision_start_token_id", -1, -1, INT32_MAX, &c->vision_start_token_id);
+    rd_int(r, top, "vision_end_token_id", -1, -1, INT32_MAX, &c->vision_end_token_id);
 }
 
 static void parse_qwen3(reader *r, json_t *tc, cllm_config *c, bool moe) {
@@ -330,6 +355,7 @@ cllm_status cllm_config_parse(const char *json, size_t len, const char *label, c
                               cllm_error *err) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->bos_token_id = -1;
+    cfg->image_token_id = cfg->vision_start_token_id = cfg->vision_end_token_id = -1;
     json_error_t je;
     json_t *top = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!top)

@@ -54,6 +54,15 @@ typedef struct cllm_config {
 
     double rope_theta, partial_rotary_factor;
     int rotary_dim; /* head_dim * partial_rotary_factor, even */
+    /* M-RoPE (rope_parameters.mrope_section): rotary frequency slots per position component
+     * (temporal, height, width); all 0 when the config has none. Interleaved (Qwen3-VL, Qwen3.5):
+     * slot i takes component i % 3 while i < 3 * section[that component], else temporal;
+     * contiguous (Qwen2-VL): the first section[0] slots temporal, the next section[1] height,
+     * the rest width. For text all three components are equal, so either is plain RoPE. */
+    int mrope_section[3];
+    bool mrope_interleaved;
+    /* image input (top-level config ids; -1 when absent) */
+    int image_token_id, vision_start_token_id, vision_end_token_id;
     int max_position_embeddings;
     double rms_norm_eps;
     bool tie_word_embeddings;

@@ -523,6 +523,20 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
                                 "sequence %d: position %ld beyond "
                                 "max_position_embeddings %d",
                                 s, end - 1, f->max_position_embeddings);
+        if ((q->mrope_pos || q->rope_delta) && !f->mrope_section[0] && !f->mrope_section[1] &&
+            !f->mrope_section[2])
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "sequence %d: M-RoPE positions for a model without "
+                                "mrope_section",
+                                s);
+        if (q->rope_delta < -q->start_pos)
+            return cllm_err_set(err, CLLM_EINVAL, "sequence %d: rope_delta %d below -%d", s,
+                                q->rope_delta, q->start_pos);
+        for (int i = 0; q->mrope_pos && i < 3 * q->n_tokens; i++)
+            if (q->mrope_pos[i] < 0 || q->mrope_pos[i] >= f->max_position_embeddings)
+                return cllm_err_set(err, CLLM_ERANGE,
+                                    "sequence %d: M-RoPE position %d outside [0, %d)", s,
+                                    q->mrope_pos[i], f->max_position_embeddings);
         for (int i = 0; i < q->n_tokens; i++)
             if (q->tokens[i] < 0 || q->tokens[i] >= f->vocab_size)
                 return cllm_err_set(err, CLLM_EINVAL,
@@ -606,14 +620,31 @@ static void fwd_rmsnorm_rows(cllm_fwd_ctx *c, const float *w, const float *src, 
     cllm_pool_for(c->pool, (size_t)n, norm_worker, &j);
 }
 
+/* The position component (0 temporal, 1 height, 2 width) rotary frequency slot i turns by
+ * (config.h: mrope_section). */
+static int mrope_component(const cllm_config *f, int i) {
+    const int *s = f->mrope_section;
+    if (f->mrope_interleaved) {
+        int k = i % 3;
+        return k && i < 3 * s[k] ? k : 0;
+    }
+    return i < s[0] ? 0 : i < s[0] + s[1] ? 1 : 2;
+}
+
 void fwd_rope_tables(cllm_fwd_ctx *c, int T) {
     const cllm_config *f = &c->m->cfg;
+    const cllm_batch *b = c->batch;
     int half = f->rotary_dim / 2;
     for (int t = 0; t < T; t++) {
         float *cs = c->rope_cs + (size_t)t * f->rotary_dim;
+        const cllm_seq_batch *sq = b ? &b->seqs[c->tok_seq[t]] : NULL;
+        const int32_t *mp = NULL;
+        int pos = c->tok_pos[t];
+        if (sq && sq->mrope_pos) mp = sq->mrope_pos + 3 * (size_t)(pos - sq->start_pos);
+        if (sq) pos += sq->rope_delta;
         for (int i = 0; i < half; i++) {
             double inv = pow(f->rope_theta, -2.0 * i / f->rotary_dim);
-            double ang = (double)c->tok_pos[t] * inv;
+            double ang = (double)(mp ? mp[mrope_component(f, i)] : pos) * inv;
             cs[i] = (float)cos(ang);
             cs[half + i] = (float)sin(ang);
         }
@@ -815,7 +846,10 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         for (int i = 0; i < sq->n_tokens; i++, t++) {
             c->tok_seq[t] = q;
             c->tok_pos[t] = sq->start_pos + i;
-            fwd_embed_row(&m->embed, sq->tokens[i], c->x + (size_t)t * H);
+            if (sq->embeds && sq->embeds[i])
+                memcpy(c->x + (size_t)t * H, sq->embeds[i], (size_t)H * sizeof(float));
+            else
+                fwd_embed_row(&m->embed, sq->tokens[i], c->x + (size_t)t * H);
         }
     }
     if (m->n_attn > 0) fwd_rope_tables(c, T);

@@ -172,6 +172,17 @@ typedef struct cllm_seq_batch {
      * (cllm_forward_mtp). Logits are the same bits with or without it. Not written by a
      * calibration call that stops early (cllm_fwd_hooks.stop_layer). */
     float *hidden_out;
+    /* Image input: NULL, or [n_tokens] pointers; a non-NULL entry is a row of hidden_size floats
+     * the token enters with instead of its embedding (the vision tower's output at an image-pad
+     * token, model/vision.h). Read during the call only. Not under tensor parallel. */
+    const float *const *embeds;
+    /* M-RoPE rotary positions (config mrope_section): NULL, or [n_tokens][3] (temporal, height,
+     * width). When NULL every component is the cache position plus rope_delta: text after an
+     * image continues from the image's largest position + 1, so its rotary position differs
+     * from its cache position (delta < 0 in practice). The cache position (start_pos + i) still
+     * places the K/V and the causal mask. 0 and NULL: plain RoPE at the cache position. */
+    const int32_t *mrope_pos;
+    int rope_delta;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
 

@@ -233,13 +233,19 @@ cllm_status fwd_tp_check_batch(const cllm_batch *b, cllm_error *err) {
             (q->logits_topk > 0 && !(q->logits_scale > 0 && isfinite(q->logits_scale))))
             return cllm_err_set(err, CLLM_EINVAL, "sequence %d: bad logits_topk %d / scale %g", s,
                                 q->logits_topk, (double)q->logits_scale);
-        int32_t hdr[6] = {q->n_tokens, q->start_pos, (int32_t)q->logits, q->logits_topk,
-                          0,           q->logits_n};
+        if (q->embeds)
+            return cllm_err_set(err, CLLM_EUNSUPPORTED,
+                                "sequence %d: image input under tensor parallel", s);
+        int32_t hdr[7] = {q->n_tokens, q->start_pos, (int32_t)q->logits, q->logits_topk,
+                          0,           q->logits_n,  q->rope_delta};
         if (q->logits_topk > 0) memcpy(&hdr[4], &q->logits_scale, sizeof(float));
         const unsigned char *p = (const unsigned char *)hdr;
         for (size_t i = 0; i < sizeof(hdr); i++) h = (h ^ p[i]) * 0x100000001b3ull;
         p = (const unsigned char *)q->tokens;
         for (size_t i = 0; i < (size_t)q->n_tokens * sizeof(int32_t); i++)
+            h = (h ^ p[i]) * 0x100000001b3ull;
+        p = (const unsigned char *)q->mrope_pos;
+        for (size_t i = 0; p && i < (size_t)q->n_tokens * 3 * sizeof(int32_t); i++)
             h = (h ^ p[i]) * 0x100000001b3ull;
     }
     return cllm_dist_check_same(h, "forward batch (token ids, positions)", err);
