@@ -12,7 +12,7 @@ int cmd_synth(int argc, char **argv) {
     const char *scheme = NULL, *lm_head = "int8", *qlayout = "gptq";
     long seed = 0, group = 128;
     uint64_t shard = 4000000000ull;
-    bool qwen_names = false, no_mtp = false, quiet = false;
+    bool qwen_names = false, no_mtp = false, no_vision = false, quiet = false;
     const cli_opt opts[] = {
         {"--config", "-c", CLI_STR, &config, "config.json to follow (e.g. configs/tiny.json)"},
         {"--seed", "-s", CLI_INT, &seed, "random seed (same seed, same weights)", NULL, 0, 9.2e18},
@@ -36,6 +36,8 @@ int cmd_synth(int argc, char **argv) {
         {"--qwen-shard-names", NULL, CLI_FLAG, &qwen_names,
          "name shards model.safetensors-000NN-of-000MM.safetensors"},
         {"--no-mtp", NULL, CLI_FLAG, &no_mtp, "leave out the MTP head even if the config has one"},
+        {"--no-vision", NULL, CLI_FLAG, &no_vision,
+         "leave out the vision tower (model.visual.*) even if the config has one"},
         {"--tokenizer", NULL, CLI_STR, &tokenizer,
          "copy tokenizer.json (+ tokenizer_config.json) from this dir"},
         {"--quiet", "-q", CLI_FLAG, &quiet, "no progress output"},
@@ -71,6 +73,7 @@ int cmd_synth(int argc, char **argv) {
         .shard_bytes = shard,
         .qwen_shard_names = qwen_names,
         .include_mtp = !no_mtp,
+        .include_vision = !no_vision,
         .tokenizer_dir = tokenizer,
         .progress = !quiet,
         .tty = isatty(STDERR_FILENO), /* a \r bar only on a terminal, lines in a log */

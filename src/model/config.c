@@ -128,6 +128,11 @@ static void read_vision(reader *r, json_t *v, cllm_vision_config *vc) {
     rd_int(r, v, "out_hidden_size", 2048, 1, DIM_MAX, &vc->out_hidden_size);
     rd_int(r, v, "num_position_embeddings", 2304, 0, DIM_MAX, &vc->num_position_embeddings);
     rd_int(r, v, "in_channels", 3, 1, 16, &vc->in_channels);
+    json_t *act = json_object_get(v, "hidden_act");
+    snprintf(vc->hidden_act, sizeof(vc->hidden_act), "%s",
+             json_is_string(act) ? json_string_value(act) : "gelu_pytorch_tanh");
+    json_t *ds = json_object_get(v, "deepstack_visual_indexes");
+    vc->n_deepstack = json_is_array(ds) ? (int)json_array_size(ds) : 0;
 }
 
 static void read_rope(reader *r, json_t *top, json_t *tc, cllm_config *c, double theta_def,

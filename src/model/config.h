@@ -29,6 +29,8 @@ typedef struct cllm_vision_config {
     bool present;
     int depth, hidden_size, num_heads, intermediate_size, patch_size, temporal_patch_size,
         spatial_merge_size, out_hidden_size, num_position_embeddings, in_channels;
+    char hidden_act[32]; /* "gelu_pytorch_tanh" (the default) is the one the tower runs */
+    int n_deepstack;     /* entries of deepstack_visual_indexes (Qwen3.5: none) */
 } cllm_vision_config;
 
 typedef struct cllm_config {

@@ -68,8 +68,9 @@ typedef struct cllm_fwd_opts {
 
 /* Opens dir (config.json + safetensors), checks every tensor of the plan (name, shape, dtype
  * F32/F16/BF16) and binds it in place in the mmap. Fused and per-expert expert layouts load;
- * MTP tensors are bound if present (cllm_forward_mtp runs them); vision tensors are skipped with a
- * log line. Errors name the tensor and the expected and actual shape. opts: NULL = defaults. */
+ * MTP tensors are bound if present (cllm_forward_mtp runs them), so is the vision tower
+ * (model/vision.h, cllm_vision_encode runs it; out_hidden_size must be the text hidden_size).
+ * Errors name the tensor and the expected and actual shape. opts: NULL = defaults. */
 cllm_status cllm_model_load(const char *dir, const cllm_fwd_opts *opts, cllm_model **out,
                             cllm_error *err);
 void cllm_model_free(cllm_model *m);

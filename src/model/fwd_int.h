@@ -102,6 +102,8 @@ struct cllm_model {
     int *tp_vsplit; /* [tp_size][2]: first lm_head row and row count of each rank */
     uint64_t tp_hash;
     cllm_fwd_opts opts; /* as given to cllm_model_load (zeroed: defaults) */
+    /* the vision tower (model/vision_int.h), NULL when the checkpoint has none; model-owned */
+    struct fwd_vision *vision;
 };
 
 /* FWD_QA_INT16: act_bits 16 on int16 codes (qact16_prep + matmul_q_qact16), the default for

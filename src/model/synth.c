@@ -82,6 +82,9 @@ static void fill(const cllm_tensor_spec *s, const cllm_config *cfg, uint64_t *rn
     case CLLM_INIT_ZERO:
         memset(buf, 0, n * sizeof(float));
         return;
+    case CLLM_INIT_BIAS:
+        std = 0.05f;
+        break;
     case CLLM_INIT_EMBED:
         std = 1.0f;
         break;
@@ -597,7 +600,7 @@ cllm_status cllm_synth(const cllm_synth_opts *o, cllm_error *err) {
     out_tensor *ot = NULL;
     cllm_st_entry *ents = NULL;
     size_t n_out = 0;
-    cllm_tensor_plan(&cfg, o->layout, o->include_mtp, false, collect, &l);
+    cllm_tensor_plan(&cfg, o->layout, o->include_mtp, o->include_vision, collect, &l);
     if (l.oom)
         st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     else if (!(st = plan_outputs(o, &l, &ot, &ents, &n_out, err)) && /* refusals before writes */

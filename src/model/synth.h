@@ -28,6 +28,7 @@ typedef struct cllm_synth_opts {
     uint64_t shard_bytes;      /* 0 = one file */
     bool qwen_shard_names;     /* model.safetensors-000NN-of-000MM.safetensors like Qwen ships */
     bool include_mtp;          /* write mtp.* when the config has MTP layers */
+    bool include_vision;       /* write model.visual.* when the config has a vision_config */
     const char *tokenizer_dir; /* copy tokenizer.json / tokenizer_config.json from here, or NULL */
     bool progress;             /* progress on stderr (false = silent) */
     bool tty;                  /* stderr is a terminal: a \r bar; else a line per 10% */

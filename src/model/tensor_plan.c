@@ -201,7 +201,9 @@ static void mtp(plan *p) {
     p->force_group = CLLM_TG_COUNT;
 }
 
-/* Vision tower (Qwen3-VL style names); counted by verify, skipped by the loader. */
+/* Vision tower (Qwen3-VL style names; docs/model.md "Vision tower"), bound by the loader when
+ * present (model/vision_bind.c). Biases and LayerNorm biases get small random values so a
+ * synthetic tower exercises them (the real ones are far from zero). */
 static void vision(plan *p) {
     const cllm_vision_config *v = &p->cfg->vision;
     int D = v->hidden_size, F = v->intermediate_size, P = v->patch_size;
@@ -211,7 +213,7 @@ static void vision(plan *p) {
     emit(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->in_channels * v->temporal_patch_size * P * P, 1, 1,
          5, SHAPE(D, v->in_channels, v->temporal_patch_size, P, P),
          "model.visual.patch_embed.proj.weight");
-    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.patch_embed.proj.bias");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, D, "model.visual.patch_embed.proj.bias");
     mat(p, CLLM_TG_VISION, CLLM_INIT_EMBED, v->num_position_embeddings, D,
         "model.visual.pos_embed.weight");
     for (int b = 0; b < v->depth; b++) {
@@ -221,7 +223,7 @@ static void vision(plan *p) {
             snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.weight", b, vn[i]);
             vec(p, CLLM_TG_VISION, CLLM_INIT_NORM, D, n);
             snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.bias", b, vn[i]);
-            vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, n);
+            vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, D, n);
         }
         struct {
             const char *name;
@@ -234,16 +236,16 @@ static void vision(plan *p) {
             snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.weight", b, lin[i].name);
             mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, lin[i].rows, lin[i].cols, n);
             snprintf(n, sizeof(n), "model.visual.blocks.%d.%s.bias", b, lin[i].name);
-            vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, lin[i].rows, n);
+            vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, lin[i].rows, n);
         }
     }
     vec(p, CLLM_TG_VISION, CLLM_INIT_NORM, D, "model.visual.merger.norm.weight");
-    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, D, "model.visual.merger.norm.bias");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, D, "model.visual.merger.norm.bias");
     mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, M, M, "model.visual.merger.linear_fc1.weight");
-    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, M, "model.visual.merger.linear_fc1.bias");
+    vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, M, "model.visual.merger.linear_fc1.bias");
     mat(p, CLLM_TG_VISION, CLLM_INIT_LINEAR, v->out_hidden_size, M,
         "model.visual.merger.linear_fc2.weight");
-    vec(p, CLLM_TG_VISION, CLLM_INIT_ZERO, v->out_hidden_size,
+    vec(p, CLLM_TG_VISION, CLLM_INIT_BIAS, v->out_hidden_size,
         "model.visual.merger.linear_fc2.bias");
     p->optional = false;
     p->force_group = CLLM_TG_COUNT;

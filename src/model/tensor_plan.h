@@ -2,7 +2,7 @@
  * `cllm verify` (what must be present), `cllm synth` (what to write) and the weight binder.
  *
  * Names follow the official checkpoints: Qwen3.5 text tensors under "model.language_model.",
- * lm_head and mtp.* at the top level, vision under "model.visual." (counted, never loaded);
+ * lm_head and mtp.* at the top level, the vision tower under "model.visual." (optional);
  * Qwen3/Qwen3-MoE under "model.". Expert weights come fused ("mlp.experts.gate_up_proj"
  * [E, 2I, H] gate rows first, "mlp.experts.down_proj" [E, H, I]) or per expert
  * ("mlp.experts.E.{gate,up,down}_proj.weight"). */
@@ -44,6 +44,7 @@ typedef enum cllm_tensor_init {
     CLLM_INIT_A_LOG,    /* log(uniform(1, 16)) */
     CLLM_INIT_DT_BIAS,  /* inverse softplus of dt in [1e-3, 1e-1] */
     CLLM_INIT_ZERO,
+    CLLM_INIT_BIAS, /* small uniform around 0 (std 0.05): biases a synthetic test must see */
 } cllm_tensor_init;
 
 typedef struct cllm_tensor_spec {

@@ -21,6 +21,7 @@
 #include "dist/dist.h"
 #include "model/qformat.h"
 #include "model/tensor_plan.h"
+#include "model/vision_int.h"
 #include "model/weights_int.h"
 
 typedef struct check_ctx {
@@ -28,7 +29,8 @@ typedef struct check_ctx {
     cllm_error *err;
     cllm_status st;
     size_t n_optional_found;
-    unsigned qfmt; /* cllm_qformat_check_config flags (AWQ: P.qweight is AutoAWQ's) */
+    size_t n_vision_found; /* of n_optional_found: the vision tower's */
+    unsigned qfmt;         /* cllm_qformat_check_config flags (AWQ: P.qweight is AutoAWQ's) */
 } check_ctx;
 
 static void check_one(void *vc, const cllm_tensor_spec *s) {
@@ -45,6 +47,7 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         cllm_status qs = cllm_qformat_bind_any(c->ck, base, (int)s->shape[0], (int)s->shape[1],
                                                c->qfmt, NULL, NULL, &q, c->err);
         if (qs == CLLM_OK && s->optional) c->n_optional_found++;
+        if (qs == CLLM_OK && s->group == CLLM_TG_VISION) c->n_vision_found++;
         if (qs != CLLM_ENOTFOUND) {
             c->st = qs;
             return;
@@ -56,6 +59,7 @@ static void check_one(void *vc, const cllm_tensor_spec *s) {
         return;
     }
     if (s->optional) c->n_optional_found++;
+    if (s->group == CLLM_TG_VISION) c->n_vision_found++;
     bool same = t->n_dims == s->n_dims;
     for (int i = 0; same && i < s->n_dims; i++) same = t->shape[i] == s->shape[i];
     if (!same) {
@@ -224,6 +228,16 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
 #define MAT(rows, cols, ...) mat(&B, rows, cols, __VA_ARGS__)
 #define VEC(n, add, ...)     vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
 
+fwd_wt fwd_bind_mat(binder *b, int rows, int cols, const char *name) {
+    return mat(b, rows, cols, "%s", name);
+}
+float *fwd_bind_vec(binder *b, size_t n, const char *name) {
+    return vec_of(b, get(b, (uint64_t)n, "%s", name), n, 0.0f);
+}
+cllm_status fwd_bind_status(const binder *b) {
+    return b->st;
+}
+
 static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, int H, int I) {
     binder B = *b;
     o->gate = MAT(I, H, "%s%s.gate_proj.weight", lp, what);
@@ -327,10 +341,6 @@ void fwd_layer_mats(const fwd_layer *L, int n_experts, fwd_mat_fn fn, void *ctx)
         if (x->up.data) fn(ctx, &x->up, e);
         if (x->down.data) fn(ctx, &x->down, e);
     }
-}
-
-static void count_vision(void *ctx, const cllm_tensor *t) {
-    if (!strncmp(t->name, "model.visual.", 13)) (*(size_t *)ctx)++;
 }
 
 cllm_status cllm_model_load(const char *dir, const cllm_fwd_opts *opts, cllm_model **out,
@@ -704,15 +714,17 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
             fused = cllm_ckpt_get(m->ckpt, n) != NULL;
             break;
         }
-    check_ctx cc = {m->ckpt, err, CLLM_OK, 0, qfmt};
-    cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, false,
-                     check_one, &cc);
+    check_ctx cc = {m->ckpt, err, CLLM_OK, 0, 0, qfmt};
+    cllm_tensor_plan(c, fused ? CLLM_EXPERTS_FUSED : CLLM_EXPERTS_PER_EXPERT, true, true, check_one,
+                     &cc);
     if ((st = cc.st) != CLLM_OK) goto fail;
-    m->has_mtp = c->mtp_num_hidden_layers > 0 && cc.n_optional_found > 0;
-    if (m->has_mtp) LOG_INFO("%s: MTP head present (%zu tensors bound)", dir, cc.n_optional_found);
-    size_t n_vis = 0;
-    cllm_ckpt_foreach(m->ckpt, count_vision, &n_vis);
-    if (n_vis) LOG_INFO("%s: skipping %zu vision tensors (text-only forward pass)", dir, n_vis);
+    size_t n_mtp = cc.n_optional_found - cc.n_vision_found;
+    m->has_mtp = c->mtp_num_hidden_layers > 0 && n_mtp > 0;
+    if (m->has_mtp) LOG_INFO("%s: MTP head present (%zu tensors bound)", dir, n_mtp);
+    /* a text-only export of a multimodal config has none of the tower: it loads without it; a
+     * partial tower fails in the binding below, naming the first missing tensor */
+    if (c->vision.present && !cc.n_vision_found)
+        LOG_INFO("%s: vision_config without model.visual.* tensors: text only", dir);
 
     m->layers = calloc((size_t)c->n_layers, sizeof(fwd_layer));
     if (!m->layers) {
@@ -756,6 +768,10 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
             /* its KV slot in a pool from cllm_kv_pool_init_mtp: after the attention layers */
             m->mtp_layers[l].sub = m->n_attn + l;
         }
+    }
+    if (cc.n_vision_found && B.st == CLLM_OK) { /* the tower (model/vision_bind.c) */
+        if ((st = fwd_vision_bind(m, &B, err)) != CLLM_OK) goto fail;
+        LOG_INFO("%s: vision tower bound (%zu tensors)", dir, cc.n_vision_found);
     }
     if ((st = B.st) != CLLM_OK) goto fail;
     if (size > 1 && m->ckpt->owner) { /* the shard plan slices safetensors/GPTQ layouts only */
@@ -859,8 +875,10 @@ static bool pages_cached(const void *p, size_t n) {
 
 static void prefault_one(void *vc, const cllm_tensor *t) {
     prefault_ctx *c = vc;
-    /* vision and MTP tensors are bound but never read by the forward: touching them would only
-     * add to RSS (the MTP head is 0.44 GB of the full model's W4A16 file) */
+    /* vision and MTP tensors are read only by an image (cllm_vision_encode) or a draft
+     * (cllm_forward_mtp), not by every step: touching them would only add to RSS (the MTP head
+     * is 0.44 GB of the full model's W4A16 file, the tower 0.9 GB of bf16); their pages come in
+     * on first use */
     if (!t->data || !strncmp(t->name, "model.visual.", 13) || !strncmp(t->name, "mtp.", 4)) return;
     if (c->skip_gptq && cllm_qformat_is_qtensor(t->name)) return;
     /* The embedding table: one row per token is read. It goes into the page cache now (a cold row

@@ -10,8 +10,9 @@
 #include "model/synth.h"
 #include "quant/quantize.h"
 
-/* Writes configs/<name> of the source tree src as a random f32 model (seed 1) into out_dir, with
- * models/tiny's tokenizer when the tree has it (*have_tok says so). */
+/* Writes configs/<name> of the source tree src as a random f32 model (seed 1; its vision tower
+ * when the config has one) into out_dir, with models/tiny's tokenizer when the tree has it
+ * (*have_tok says so). */
 static inline cllm_status tm_synth_f32(const char *src, const char *name, const char *out_dir,
                                        bool *have_tok, cllm_error *err) {
     char cfg[1024], tok[1024];
@@ -25,6 +26,7 @@ static inline cllm_status tm_synth_f32(const char *src, const char *name, const 
                           .out_dir = out_dir,
                           .seed = 1,
                           .dtype = CLLM_DT_F32,
+                          .include_vision = true,
                           .tokenizer_dir = *have_tok ? tok : NULL};
     return cllm_synth(&so, err);
 }

@@ -82,6 +82,11 @@ def parse_config(raw):
     c.rope_theta = float(rp.get("rope_theta", t.get("rope_theta", 1e7 if is35 else 10000.0)))
     c.partial_rotary_factor = float(rp.get("partial_rotary_factor",
                                            t.get("partial_rotary_factor", 0.25 if is35 else 1.0)))
+    # M-RoPE (docs/model.md "Vision tower", 3-D positions): which of (T, H, W) drives each
+    # rotary frequency slot; only used when forward() is given mrope_positions
+    sec = rp.get("mrope_section", t.get("mrope_section"))
+    c.mrope_section = [int(x) for x in sec] if sec else ([11, 11, 10] if is35 else None)
+    c.mrope_interleaved = bool(rp.get("mrope_interleaved", t.get("mrope_interleaved", is35)))
 
     # Norm flavour and attention output gate
     c.norm_one_plus = is35                # §2.1: Qwen3.5 norms are x*rms*(1+w); Qwen3: x*rms*w
@@ -211,6 +216,43 @@ def rope_neox(x, positions, rotary_dim, theta):
         return x.copy()
     inv_freq = theta ** (-(2.0 * np.arange(half, dtype=np.float64)) / rotary_dim)
     ang = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]   # [T, half]
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    a = x[..., :half]
+    b = x[..., half:rotary_dim]
+    out = x.copy()
+    out[..., :half] = a * cos - b * sin
+    out[..., half:rotary_dim] = b * cos + a * sin
+    return out
+
+
+def mrope_slots(half, section, interleaved):
+    """The position component (0 = T, 1 = H, 2 = W) of each of the `half` rotary frequency
+    slots. Interleaved (Qwen3-VL / Qwen3.5, HF apply_interleaved_mrope): slot i is H when
+    i % 3 == 1 and i < 3 * section[1], W when i % 3 == 2 and i < 3 * section[2], else T.
+    Contiguous (Qwen2-VL): the first section[0] slots T, the next section[1] H, then W."""
+    comp = np.zeros(half, dtype=np.int64)
+    for i in range(half):
+        if interleaved:
+            if i % 3 == 1 and i < 3 * section[1]:
+                comp[i] = 1
+            elif i % 3 == 2 and i < 3 * section[2]:
+                comp[i] = 2
+        else:
+            comp[i] = 0 if i < section[0] else 1 if i < section[0] + section[1] else 2
+    return comp
+
+
+def rope_mrope(x, pos3, rotary_dim, theta, section, interleaved):
+    """rope_neox with a 3-D position per token (pos3 [T, 3]: T, H, W): slot i's angle is
+    pos3[:, comp_i] * inv_freq[i] (mrope_slots). With T = H = W it equals rope_neox."""
+    half = rotary_dim // 2
+    if half == 0:
+        return x.copy()
+    inv_freq = theta ** (-(2.0 * np.arange(half, dtype=np.float64)) / rotary_dim)
+    comp = mrope_slots(half, section, interleaved)
+    pos3 = np.asarray(pos3, dtype=np.float64)
+    ang = pos3[:, comp] * inv_freq[None, :]                                      # [T, half]
     cos = np.cos(ang)[:, None, :]
     sin = np.sin(ang)[:, None, :]
     a = x[..., :half]
@@ -533,9 +575,11 @@ class State:
 
 # ----------------------------------------------------------------------------- mixers
 
-def attention(model, L, x, state):
+def attention(model, L, x, state, pos3=None):
     """§2.3 gated full attention (qwen3_5_moe) / plain Qwen3 attention (no gate, plain-w norms,
-    rotary over the whole head). x: [T, H] normed input; appends to state's K/V."""
+    rotary over the whole head). x: [T, H] normed input; appends to state's K/V. pos3: [T, 3]
+    M-RoPE positions (rope_mrope) instead of state.pos + t (the causal mask is by order, not by
+    position)."""
     c = model.cfg
     a = layer_prefix(L) + "self_attn."
     T, nh, nkv, hd = x.shape[0], c.n_heads, c.n_kv, c.head_dim
@@ -549,9 +593,15 @@ def attention(model, L, x, state):
     v = linear(x, model.w(a + "v_proj.weight"), model.w(a + "v_proj.bias", True)).reshape(T, nkv, hd)
     q = rmsnorm(q, model.w(a + "q_norm.weight"), c.eps, c.norm_one_plus)   # per head; gate not normed
     k = rmsnorm(k, model.w(a + "k_norm.weight"), c.eps, c.norm_one_plus)
-    pos = state.pos + np.arange(T)
-    q = rope_neox(q, pos, c.rotary_dim, c.rope_theta)
-    k = rope_neox(k, pos, c.rotary_dim, c.rope_theta)
+    if pos3 is None:
+        pos = state.pos + np.arange(T)
+        q = rope_neox(q, pos, c.rotary_dim, c.rope_theta)
+        k = rope_neox(k, pos, c.rotary_dim, c.rope_theta)
+    else:
+        if c.mrope_section is None:
+            raise ValueError("forward: mrope_positions need mrope_section in the config")
+        q = rope_mrope(q, pos3, c.rotary_dim, c.rope_theta, c.mrope_section, c.mrope_interleaved)
+        k = rope_mrope(k, pos3, c.rotary_dim, c.rope_theta, c.mrope_section, c.mrope_interleaved)
     K = np.concatenate([state.k[L], k], axis=0)     # [P+T, nkv, hd]
     V = np.concatenate([state.v[L], v], axis=0)
     P = state.k[L].shape[0]
@@ -657,10 +707,14 @@ def mlp(model, L, x, trace=None):
 # ----------------------------------------------------------------------------- forward (§2.2)
 
 def forward(model, tokens, state=None, gdn_mode="recurrent", chunk=64, hidden_out=None,
-            trace=None):
+            trace=None, input_embeds=None, mrope_positions=None):
     """Run `tokens` (continuing from `state`, or from scratch) and return (logits [T, vocab],
     state). hidden_out, if a list, receives the residual stream: embeddings, after each layer,
-    after the final norm (each [T, H])."""
+    after the final norm (each [T, H]).
+    input_embeds: (idx [K], rows [K, H]): rows replacing the token embeddings at call positions
+    idx (an image's encoder output at its image-pad tokens). mrope_positions: [T, 3] (T, H, W)
+    positions of the call's tokens for the attention's M-RoPE (tools/ref/vision_ref.py
+    get_rope_index); None = 1-D positions state.pos + t."""
     c = model.cfg
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim != 1 or tokens.size == 0:
@@ -673,12 +727,18 @@ def forward(model, tokens, state=None, gdn_mode="recurrent", chunk=64, hidden_ou
         raise ValueError(f"forward: position {state.pos + len(tokens) - 1} beyond "
                          f"max_position_embeddings {c.max_pos}")
     h = model.w("embed_tokens.weight")[tokens]           # no scaling, no BOS
+    if input_embeds is not None:
+        idx, rows = input_embeds
+        h = h.copy()
+        h[np.asarray(idx, dtype=np.int64)] = np.asarray(rows, dtype=np.float64)
+    if mrope_positions is not None:
+        mrope_positions = np.asarray(mrope_positions, dtype=np.int64).reshape(len(tokens), 3)
     if hidden_out is not None:
         hidden_out.append(h.copy())
     for L in range(c.n_layers):
         xn = rmsnorm(h, model.w(f"layers.{L}.input_layernorm.weight"), c.eps, c.norm_one_plus)
         if c.layer_types[L] == "full_attention":
-            h = h + attention(model, L, xn, state)
+            h = h + attention(model, L, xn, state, mrope_positions)
         else:
             h = h + gated_deltanet(model, L, xn, state, gdn_mode, chunk)
         xn = rmsnorm(h, model.w(f"layers.{L}.post_attention_layernorm.weight"), c.eps,
