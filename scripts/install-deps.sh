@@ -7,6 +7,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev libmicrohttpd-dev
       libcurl4-openssl-dev python3-numpy prometheus gnuplot-nox
+      libpng-dev libjpeg62-turbo-dev libwebp-dev # image input (src/image/)
+      python3-pil # image preprocessing reference (tests/image/image_ref.sh)
       chromium # web console browser test (tests/server/console_browser.sh)
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user # NEON tier tests (tests/kernels/arm_kernels.sh)
       openmpi-bin libopenmpi-dev) # tensor parallel over MPI (src/dist/, tests/dist/)
