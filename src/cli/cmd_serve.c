@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -63,6 +64,9 @@ typedef struct serve_args {
     const char *alias_ptrs[CLI_LIST_MAX];
     char base_name[256];
     const char *spec_json; /* --speculative-config */
+    /* image input: --limit-mm-per-prompt, --allowed-local-media-path, --mm-processor-kwargs */
+    const char *mm_limit, *media_path, *mm_kwargs;
+    long mm_images;
     cllm_spec_opts spec;
 } serve_args;
 
@@ -133,6 +137,40 @@ static int serve_parsed(serve_args *a, const char *pos0) {
 
 #define BATCHED_HELP                                                                               \
     "token budget per engine step (default " CLI_STR_OF(CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT) ")"
+
+/* serve's own flags (opts, n_own of them), then the vLLM flags it has no own meaning for */
+static int serve_run_table(const cli_opt *opts, size_t n_own, serve_args *a, int argc,
+                           char **argv) {
+    /* the vLLM flags cllm has no own meaning for follow the table above (serve_vllm.c) */
+    cli_opt all[512];
+    if (n_own + 256 > sizeof(all) / sizeof(all[0])) {
+        fprintf(stderr, "cllm serve: the flag table does not fit\n");
+        return 1;
+    }
+    memcpy(all, opts, (n_own + 1) * sizeof(*opts));
+    int n_all = (int)n_own;
+    if (serve_vllm_add_opts(all, &n_all, (int)(sizeof(all) / sizeof(all[0])), &a->vllm)) {
+        fprintf(stderr, "cllm serve: the vLLM flag table does not fit\n");
+        return 1;
+    }
+    const cli_spec spec = {"serve",
+                           "MODEL [options]",
+                           "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
+                           "/v1/chat/completions, /v1/responses, /v1/models[/ID], "
+                           "/tokenize, /detokenize, /generate, /health, /metrics, /version; "
+                           "llama-server's /completion, /props, /slots.",
+                           all,
+                           0,
+                           1};
+    const char *pos[1] = {NULL};
+    int np, rc = cli_parse(&spec, argc, argv, pos, &np);
+    if (rc) return rc < 0 ? -1 : rc;
+    if (a->list_vllm) {
+        if (serve_vllm_print(opts, !strcmp(a->list_vllm, "tsv"))) return 1;
+        return -1;
+    }
+    return serve_parsed(a, np ? pos[0] : NULL);
+}
 
 static int serve_parse(int argc, char **argv, serve_args *a) {
     *a = (serve_args){.host = "127.0.0.1",
@@ -228,6 +266,12 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "Jinja chat template file (or inline template text) replacing the tokenizer's"},
         {"--default-chat-template-kwargs", NULL, CLI_STR, &a->kwargs,
          "JSON object merged under each request's chat_template_kwargs"},
+        {"--limit-mm-per-prompt", NULL, CLI_STR, &a->mm_limit,
+         "images per prompt, as vLLM: '{\"image\": N}' (default 999; video is refused)"},
+        {"--allowed-local-media-path", NULL, CLI_STR, &a->media_path,
+         "folder whose files requests may name as file:// image URLs"},
+        {"--mm-processor-kwargs", NULL, CLI_STR, &a->mm_kwargs,
+         "image processor defaults for every request: '{\"min_pixels\": N, \"max_pixels\": M}'"},
         {"--enable-auto-tool-choice", NULL, CLI_FLAG, &a->auto_tool_choice,
          "accepted: tool calls are parsed whenever a request has tools"},
         {"--tool-call-parser", NULL, CLI_CHOICE, &a->tool_parser,
@@ -305,32 +349,7 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
          "ones not listed here are accepted as no-ops or refused with the reason",
          "md|tsv"},
         {0}};
-    /* the vLLM flags cllm has no own meaning for follow the table above (serve_vllm.c) */
-    enum { N_OWN = sizeof(opts) / sizeof(opts[0]) - 1 };
-    cli_opt all[N_OWN + 256];
-    memcpy(all, opts, sizeof(opts));
-    int n_all = N_OWN;
-    if (serve_vllm_add_opts(all, &n_all, (int)(sizeof(all) / sizeof(all[0])), &a->vllm)) {
-        fprintf(stderr, "cllm serve: the vLLM flag table does not fit\n");
-        return 1;
-    }
-    const cli_spec spec = {"serve",
-                           "MODEL [options]",
-                           "OpenAI- and vLLM-compatible HTTP server: /v1/completions, "
-                           "/v1/chat/completions, /v1/responses, /v1/models[/ID], "
-                           "/tokenize, /detokenize, /generate, /health, /metrics, /version; "
-                           "llama-server's /completion, /props, /slots.",
-                           all,
-                           0,
-                           1};
-    const char *pos[1] = {NULL};
-    int np, rc = cli_parse(&spec, argc, argv, pos, &np);
-    if (rc) return rc < 0 ? -1 : rc;
-    if (a->list_vllm) {
-        if (serve_vllm_print(opts, !strcmp(a->list_vllm, "tsv"))) return 1;
-        return -1;
-    }
-    return serve_parsed(a, np ? pos[0] : NULL);
+    return serve_run_table(opts, sizeof(opts) / sizeof(opts[0]) - 1, a, argc, argv);
 }
 
 /* ---- phase 2: the refusals vLLM makes at start, before anything listens ---- */
@@ -490,11 +509,53 @@ static int check_gen_config(serve_args *a) {
     return 0;
 }
 
+/* vLLM's multimodal flags (server/srv_image.c applies them) */
+static int check_mm(serve_args *a) {
+    a->mm_images = 999;
+    if (a->mm_limit) {
+        json_t *j = json_loads(a->mm_limit, 0, NULL);
+        const char *k;
+        json_t *v;
+        if (!json_is_object(j)) {
+            json_decref(j);
+            return refuse("--limit-mm-per-prompt must be a JSON object such as '{\"image\": 2}'");
+        }
+        json_object_foreach(j, k, v) {
+            bool img = !strcmp(k, "image");
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > 100000 || (!img && json_integer_value(v) != 0)) {
+                json_decref(j);
+                return refuse("--limit-mm-per-prompt: '%s' %s", k,
+                              img ? "must be an integer in [0, 100000]"
+                                  : "input is not supported (only images; give it 0)");
+            }
+            if (img) a->mm_images = (long)json_integer_value(v);
+        }
+        json_decref(j);
+    }
+    if (a->mm_kwargs) {
+        json_t *j = json_loads(a->mm_kwargs, 0, NULL);
+        bool ok = json_is_object(j);
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) ok &= (!strcmp(k, "min_pixels") || !strcmp(k, "max_pixels")) &&
+                                           json_is_integer(v) && json_integer_value(v) >= 1;
+        json_decref(j);
+        if (!ok)
+            return refuse("--mm-processor-kwargs must be a JSON object of min_pixels / max_pixels "
+                          "(positive integers)");
+    }
+    struct stat sb;
+    if (a->media_path && (stat(a->media_path, &sb) || !S_ISDIR(sb.st_mode)))
+        return refuse("--allowed-local-media-path %s is not a folder", a->media_path);
+    return 0;
+}
+
 static int serve_check(serve_args *a) {
     char smsg[256];
     if (cli_spec_parse(a->spec_json, false, &a->spec, smsg, sizeof(smsg)) != 0)
         return refuse("%s", smsg);
-    if (serve_vllm_check(&a->vllm)) return 1;
+    if (serve_vllm_check(&a->vllm) || check_mm(a)) return 1;
     const char *given = a->model; /* a .gguf file is replaced by its private folder */
     if (cli_check_model_dir("serve", &a->model)) return 1;
     if (check_kv_dtype(a) || check_gen_config(a)) return 1;
@@ -544,6 +605,9 @@ static void fill_server_opts(const serve_args *a, cllm_server_opts *so) {
     so->force_include_usage = a->force_usage;
     so->n_threads = (int)a->http_threads;
     so->default_chat_template_kwargs = a->kwargs;
+    so->limit_mm_images = (int)a->mm_images;
+    so->allowed_local_media_path = a->media_path;
+    so->mm_processor_kwargs = a->mm_kwargs;
     so->console = !a->no_console;
     if (a->console_requests > 0) so->console_requests = (int)a->console_requests;
     so->console_log_prompts = a->console_prompts;

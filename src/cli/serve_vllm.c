@@ -29,7 +29,7 @@
 #define NO_DP                                                                                      \
     "data parallel is not supported: run one cllm per replica behind a load balancer "             \
     "(--tensor-parallel-size splits one model over processes)"
-#define NO_MM  "this server is text-only (image and video parts are refused per request)"
+#define NO_MM  "images are served without it (video parts are refused per request)"
 #define NO_PY  "cllm runs no Python: plugins and classes cannot be loaded"
 #define NO_DL  "cllm serves a local directory; nothing is downloaded"
 #define NO_TLS "no TLS in cllm: terminate HTTPS in a reverse proxy (nginx, envoy) in front of it"
@@ -54,7 +54,7 @@ const serve_vflag serve_vflags[] = {
     NATIVE("--seed", NULL),
     REFUSE("--hf-config-path", NULL, "/models/cfg",
            "config.json is read from the model directory; copy it there"),
-    NOOP("--allowed-local-media-path", NULL, "/data/media", NO_MM),
+    NATIVE("--allowed-local-media-path", NULL),
     NOOPS("--allowed-media-domains", NULL, "example.com", NO_MM),
     NOOP("--revision", NULL, "main", NO_DL " (the directory is the revision)"),
     NOOP("--code-revision", NULL, "main", "cllm runs no model code from the checkpoint"),
@@ -201,10 +201,10 @@ const serve_vflag serve_vflags[] = {
     NOOP("--mamba-block-size", NULL, "256", "state snapshots are taken at --block-size boundaries"),
 
     /* ---- MultiModalConfig ---- */
-    NOOP("--limit-mm-per-prompt", NULL, "{\"image\":0,\"video\":0}", NO_MM),
+    NATIVE("--limit-mm-per-prompt", NULL),
     NOOP("--enable-mm-embeds", NULL, NULL, NO_MM),
     NOOP("--media-io-kwargs", NULL, "{}", NO_MM),
-    NOOP("--mm-processor-kwargs", NULL, "{}", NO_MM),
+    NATIVE("--mm-processor-kwargs", NULL),
     NOOP("--mm-processor-cache-gb", NULL, "0", NO_MM),
     NOOP("--disable-mm-preprocessor-cache", NULL, NULL, NO_MM),
     NOOP("--mm-processor-cache-type", NULL, "lru", NO_MM),

@@ -21,6 +21,7 @@
 #include "engine/sched.h"
 #include "model/config.h"
 #include "model/forward.h"
+#include "model/vision.h"
 #include "tokenizer/tokenizer.h"
 
 struct cllm_engine {
@@ -107,7 +108,14 @@ static cllm_status real_mtp(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, flo
     return cllm_forward_mtp(e->fctx, seqs, n_seqs, &e->kv, logits, err);
 }
 
-static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state, real_mtp};
+static cllm_status real_encode_image(void *ctx, const float *pixels, const int grid[3], float *out,
+                                     cllm_error *err) {
+    cllm_engine *e = ctx;
+    return cllm_vision_encode(e->fctx, pixels, grid[0], grid[1], grid[2], out, err);
+}
+
+static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state, real_mtp,
+                                       real_encode_image};
 
 /* Tensor parallel rank 0: each operation is told to the other ranks first (o.mirror). */
 static cllm_status mirror_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
@@ -450,6 +458,15 @@ static void fill_sched_cfg(cllm_engine *e, const pool_plan *pp) {
     c->snapshot_interval = o.state_snapshot_interval;
     c->tok = e->tok;
     c->spec = o.spec;
+    cllm_vision_info vi;
+    cllm_engine_vision(e, &vi);
+    if (vi.present) {
+        c->vision_merge = vi.merge_size;
+        c->vision_patch_dim =
+            vi.in_channels * vi.temporal_patch_size * vi.patch_size * vi.patch_size;
+        c->image_token_id = vi.image_token_id;
+    }
+    c->vision_refused = vi.why_not;
     for (int i = 0; i < cf->n_eos && c->n_eos < CLLM_MAX_EOS; i++)
         c->eos_ids[c->n_eos++] = cf->eos_ids[i];
     for (int i = 0; i < e->gen.n_eos; i++) add_eos(c, e->gen.eos_ids[i]);
@@ -618,6 +635,26 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s) {
     s->admission_rejections = e->rejections;
     s->waiting = e->stats.waiting;
     pthread_mutex_unlock(&e->mu);
+}
+
+void cllm_engine_vision(const cllm_engine *e, cllm_vision_info *vi) {
+    const cllm_config *cf = cllm_model_config(e->m);
+    const cllm_vision_config *v = &cf->vision;
+    memset(vi, 0, sizeof(*vi));
+    vi->patch_size = v->patch_size;
+    vi->temporal_patch_size = v->temporal_patch_size;
+    vi->merge_size = v->spatial_merge_size;
+    vi->in_channels = v->in_channels;
+    vi->image_token_id = cf->image_token_id;
+    vi->vision_start_token_id = cf->vision_start_token_id;
+    vi->vision_end_token_id = cf->vision_end_token_id;
+    if (!cllm_model_has_vision(e->m)) return;
+    if (e->o.mirror || cllm_model_tp_size(e->m) > 1)
+        vi->why_not = "image input is not supported under tensor parallel";
+    else if (cf->image_token_id < 0 || cf->image_token_id >= cf->vocab_size)
+        vi->why_not = "the model's config.json has no usable image_token_id";
+    else
+        vi->present = true;
 }
 
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e) {

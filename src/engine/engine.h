@@ -291,6 +291,17 @@ void cllm_engine_stats_get(cllm_engine *e, cllm_engine_stats *s);
 struct cllm_tok;
 const struct cllm_tok *cllm_engine_tokenizer(const cllm_engine *e);
 
+/* What image input needs from the model (issue 34): present when the model's vision tower is
+ * bound and images can be served (not under tensor parallel); the processor's patch geometry;
+ * the placeholder token ids (-1 when the config has none). */
+typedef struct cllm_vision_info {
+    bool present;
+    const char *why_not; /* when !present and the checkpoint has a tower: the reason */
+    int patch_size, temporal_patch_size, merge_size, in_channels;
+    int image_token_id, vision_start_token_id, vision_end_token_id;
+} cllm_vision_info;
+void cllm_engine_vision(const cllm_engine *e, cllm_vision_info *vi);
+
 /* Extensions (engine owner, for `cllm bench` and tests). */
 /* Drops every cached prefix block and GDN state snapshot before the next step (a cold cache). */
 void cllm_engine_reset_prefix_cache(cllm_engine *e);

@@ -46,6 +46,14 @@ static const struct cllm_tok *op_tokenizer(void *ctx) {
     return e ? cllm_engine_tokenizer(e) : NULL;
 }
 
+static void op_vision(void *ctx, cllm_vision_info *vi) {
+    cllm_engine *e = *(cllm_engine **)ctx;
+    if (e)
+        cllm_engine_vision(e, vi);
+    else
+        memset(vi, 0, sizeof(*vi));
+}
+
 void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine **holder) {
     ops->ctx = holder;
     ops->submit = op_submit;
@@ -54,4 +62,5 @@ void cllm_server_engine_real(cllm_server_engine *ops, cllm_engine **holder) {
     ops->stats = op_stats;
     ops->sampling_defaults = op_defaults;
     ops->tokenizer = op_tokenizer;
+    ops->vision = op_vision;
 }

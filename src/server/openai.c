@@ -30,6 +30,7 @@ void srv_gen_free(srv_gen *g) {
     free(g->cache_salt);
     free(g->chat_echo);
     cllm_gm_unref(g->grammar);
+    srv_image_free(g);
     memset(g, 0, sizeof(*g));
 }
 
@@ -333,9 +334,60 @@ static bool check_message(json_t *m, size_t i, srv_err *e) {
     return true;
 }
 
+/* A message's content parts with images (srv_image.c loads each into g): for a template that
+ * renders image parts itself the parts stay a list (images as {"type": "image"}); otherwise one
+ * string, vLLM's way: a placeholder line per image, then the text parts joined by newlines. */
+static json_t *content_with_images(cllm_server *s, json_t *content, size_t i, srv_gen *g,
+                                   srv_err *e) {
+    bool lists = srv_image_lists(s);
+    json_t *out = lists ? json_array() : NULL;
+    srv_buf ph = {0}, t = {0};
+    size_t j;
+    json_t *part;
+    bool first = true;
+    json_array_foreach(content, j, part) {
+        const char *ty = json_string_value(json_object_get(part, "type"));
+        json_t *tx = json_object_get(part, "text");
+        if (ty && !strcmp(ty, "text") && json_is_string(tx)) {
+            if (lists)
+                json_array_append_new(out, json_pack("{s:s, s:O}", "type", "text", "text", tx));
+            if (!first) srv_buf_adds(&t, "\n");
+            srv_buf_add(&t, json_string_value(tx), json_string_length(tx));
+            first = false;
+            continue;
+        }
+        if (!ty || !srv_image_part(s, part, i, g, e)) {
+            if (!ty) BAD("messages", "messages[%zu].content[%zu] needs a type", i, j);
+            json_decref(out);
+            srv_buf_free(&ph);
+            srv_buf_free(&t);
+            return NULL;
+        }
+        if (lists) json_array_append_new(out, json_pack("{s:s}", "type", "image"));
+        srv_buf_adds(&ph, SRV_IMAGE_PLACEHOLDER "\n");
+    }
+    if (!lists) {
+        srv_buf_add(&ph, t.p ? t.p : "", t.len);
+        out = json_stringn(ph.p ? ph.p : "", ph.len);
+    }
+    srv_buf_free(&ph);
+    srv_buf_free(&t);
+    return out;
+}
+
+static bool has_image_part(json_t *content) {
+    size_t j;
+    json_t *part;
+    json_array_foreach(content, j, part) {
+        const char *ty = json_string_value(json_object_get(part, "type"));
+        if (!ty || strcmp(ty, "text")) return true;
+    }
+    return false;
+}
+
 /* Copies messages into the shape templates expect: content parts joined into a string,
  * tool-call arguments given as JSON strings turned into objects (as vLLM does). */
-static json_t *norm_messages(json_t *msgs, srv_err *e) {
+static json_t *norm_messages(cllm_server *s, json_t *msgs, srv_gen *g, srv_err *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
         return BAD("messages", "'messages' must be a non-empty array"), NULL;
     json_t *out = json_array();
@@ -358,7 +410,15 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
         json_t *c = json_deep_copy(m);
         if (!c) break;
         json_t *content = json_object_get(m, "content");
-        if (json_is_array(content)) {
+        if (json_is_array(content) && has_image_part(content)) {
+            json_t *nc = content_with_images(s, content, i, g, e);
+            if (!nc) {
+                json_decref(c);
+                json_decref(out);
+                return NULL;
+            }
+            json_object_set_new(c, "content", nc);
+        } else if (json_is_array(content)) {
             srv_buf t = {0};
             size_t j;
             json_t *part;
@@ -407,7 +467,8 @@ static json_t *norm_messages(json_t *msgs, srv_err *e) {
 static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     if (!need_tok(s, e)) return false;
     if (!s->tmpl) return BAD(NULL, "this model has no chat template; use /v1/completions");
-    json_t *msgs = norm_messages(json_object_get(body, "messages"), e);
+    if (!srv_image_kwargs(s, body, g, e)) return false;
+    json_t *msgs = norm_messages(s, json_object_get(body, "messages"), g, e);
     if (!msgs) return false;
     json_t *tools = field(body, "tools");
     if (tools && !json_is_array(tools)) {
@@ -475,7 +536,7 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     json_decref(msgs);
     if (st != CLLM_OK) return BAD("messages", "chat template: %s", ce.msg);
     g->prompt_text = text;
-    if (!encode(s, text, len, 0, g, e)) return false;
+    if (!encode(s, text, len, 0, g, e) || !srv_image_expand(s, g, e)) return false;
     const char *src = s->o.chat_template ? s->o.chat_template : cllm_tok_chat_template(s->tok);
     g->parse_reasoning = src && strstr(src, "<think>");
     if (g->parse_reasoning) {

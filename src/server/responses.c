@@ -120,7 +120,33 @@ static bool bad(srv_err *e, const char *param, const char *msg) {
     return false;
 }
 
-/* content: a string or [{type: input_text|output_text|text, text}] -> a string. */
+/* content with input_image parts -> chat parts: text parts as text, images as image_url
+ * (srv_image.c loads them when the chat body is parsed). */
+static json_t *content_parts(json_t *c, srv_err *e) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *tx = json_object_get(p, "text"), *url = json_object_get(p, "image_url");
+        if (ty && strcmp(ty, "input_image") && json_is_string(tx)) {
+            json_array_append_new(out, json_pack("{s:s, s:O}", "type", "text", "text", tx));
+        } else if (ty && !strcmp(ty, "input_image") && json_is_string(url)) {
+            json_array_append_new(
+                out, json_pack("{s:s, s:{s:O}}", "type", "image_url", "image_url", "url", url));
+        } else {
+            json_decref(out);
+            return bad(e, "input",
+                       "content parts must be input_text, output_text or input_image with an "
+                       "image_url (file_id is not supported)"),
+                   NULL;
+        }
+    }
+    return out;
+}
+
+/* content: a string or [{type: input_text|output_text|text, text}] -> a string; with
+ * input_image parts, chat content parts. */
 static json_t *content_text(json_t *c, srv_err *e) {
     if (json_is_string(c)) return json_incref(c);
     if (!json_is_array(c))
@@ -128,6 +154,10 @@ static json_t *content_text(json_t *c, srv_err *e) {
     srv_buf t = {0};
     size_t i;
     json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *pt = json_string_value(json_object_get(p, "type"));
+        if (pt && !strcmp(pt, "input_image")) return content_parts(c, e);
+    }
     json_array_foreach(c, i, p) {
         const char *ty = json_string_value(json_object_get(p, "type"));
         json_t *tx = json_object_get(p, "text");

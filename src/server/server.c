@@ -26,6 +26,7 @@ void cllm_server_opts_defaults(cllm_server_opts *o) {
     memset(o, 0, sizeof(*o));
     o->host = "127.0.0.1";
     o->port = 8000;
+    o->limit_mm_images = 999; /* vLLM's default per modality */
     o->auth_public_health = true;
     o->max_body_size = 16u << 20;
     o->max_json_depth = 64;
@@ -943,6 +944,8 @@ int cllm_server_port(const cllm_server *s) {
 /* Reads what the routes need from the engine. Only while not ready: no route reads these then. */
 static void load_model_info(cllm_server *s) {
     s->tok = s->ops.tokenizer ? s->ops.tokenizer(s->ops.ctx) : NULL;
+    memset(&s->vision, 0, sizeof(s->vision));
+    if (s->ops.vision) s->ops.vision(s->ops.ctx, &s->vision);
     cllm_engine_stats st;
     memset(&st, 0, sizeof(st));
     if (s->ops.stats) s->ops.stats(s->ops.ctx, &st);

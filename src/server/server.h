@@ -32,6 +32,8 @@ typedef struct cllm_server_engine {
     void (*stats)(void *ctx, cllm_engine_stats *s);
     void (*sampling_defaults)(void *ctx, cllm_sampling *s);
     const struct cllm_tok *(*tokenizer)(void *ctx); /* NULL: no tokenizer */
+    /* image input (engine.h cllm_vision_info); NULL: the model takes no images */
+    void (*vision)(void *ctx, cllm_vision_info *vi);
 } cllm_server_engine;
 
 /* Fills ops with the real engine's functions (engine/engine.h). *holder is the engine, or NULL
@@ -88,6 +90,12 @@ typedef struct cllm_server_opts {
     bool has_default_seed;     /* --seed: requests without a seed get default_seed + their number */
     uint64_t default_seed;
     int max_num_seqs; /* the engine's --max-num-seqs: llama-server's slots in /props, /slots */
+    /* image input (srv_image.c): vLLM's --limit-mm-per-prompt image count (default 999, vLLM's),
+     * --allowed-local-media-path (file:// URLs under it; NULL = none), --mm-processor-kwargs
+     * (JSON object text: min_pixels / max_pixels defaults for every request, or NULL) */
+    int limit_mm_images;
+    const char *allowed_local_media_path;
+    const char *mm_processor_kwargs;
 } cllm_server_opts;
 
 void cllm_server_opts_defaults(cllm_server_opts *o);

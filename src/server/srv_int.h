@@ -152,6 +152,11 @@ typedef struct srv_gen {
     char *cache_salt;
     struct cllm_gm *grammar; /* structured-output constraint (owned ref) or NULL; s.grammar */
     srv_gen_llama llama;     /* SRV_LLAMA only */
+    /* image input (srv_image.c): the prompt's images in order, pixels owned; their pads are
+     * expanded in prompt and images[i].pos set once the prompt is tokenized */
+    cllm_image_input *images;
+    int n_images;
+    long mm_min_pixels, mm_max_pixels; /* 0 = the processor's */
 } srv_gen;
 
 void srv_gen_free(srv_gen *g);
@@ -171,6 +176,19 @@ void srv_err_set(srv_err *e, unsigned status, const char *type, const char *para
  * request parsers. */
 bool srv_bad(srv_err *e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* srv_image.c: image content parts. srv_image_kwargs reads the request's mm_processor_kwargs
+ * (over the server's) before the messages; srv_image_part loads one image part (data: URL, or a
+ * file:// URL under --allowed-local-media-path) into g->images; srv_image_lists: the chat
+ * template renders image parts itself (else the server writes the placeholder text);
+ * srv_image_expand turns each image-pad token of g->prompt into the image's tokens. */
+bool srv_image_kwargs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_err *e);
+bool srv_image_lists(const cllm_server *s);
+bool srv_image_expand(cllm_server *s, srv_gen *g, srv_err *e);
+void srv_image_free(srv_gen *g);
+/* the placeholder a string-content template gets for an image (Qwen3-VL's) */
+#define SRV_IMAGE_PLACEHOLDER "<|vision_start|><|image_pad|><|vision_end|>"
 
 /* Parses a completions / chat / generate body into g. Returns false with e filled. */
 bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);
@@ -316,6 +334,7 @@ void srv_conn_write_raw(struct MHD_Connection *c, unsigned status, const char *j
 struct cllm_server {
     cllm_server_opts o;
     cllm_server_engine ops;
+    cllm_vision_info vision; /* read at ready (srv_image.c) */
     struct MHD_Daemon *d;
     int port;
     const cllm_tok *tok;

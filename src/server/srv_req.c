@@ -269,7 +269,9 @@ static cllm_status submit_subs(srv_req *r, cllm_error *ce) {
                             .sampling = g->s,
                             .on_event = on_event,
                             .user = sub,
-                            .cache_salt = g->cache_salt};
+                            .cache_salt = g->cache_salt,
+                            .images = g->images,
+                            .n_images = g->n_images};
         uint64_t id = 0;
         cllm_status st = s->ops.submit(s->ops.ctx, &req, &id, ce);
         if (st != CLLM_OK) {
