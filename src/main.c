@@ -35,6 +35,8 @@ static const command commands[] = {
      "offline engine benchmark: llama-bench table, batched sweep, multi-turn prefix reuse"},
     {"bench-forward", cmd_bench_forward,
      "prefill and decode tok/s beside the memory-bandwidth roofline"},
+    {"bench-vision", cmd_bench_vision,
+     "vision tower encode time, tokens and memory per image size"},
     {"bench-grammar", cmd_bench_grammar,
      "structured-output mask and compile times beside xgrammar (JSON schemas)"},
     {"bench-serve", cmd_bench_serve,

@@ -9,6 +9,7 @@ int cmd_cpuinfo(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench_forward(int argc, char **argv);
+int cmd_bench_vision(int argc, char **argv);
 int cmd_bench_grammar(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_serve(int argc, char **argv);

@@ -946,6 +946,7 @@ static void load_model_info(cllm_server *s) {
     s->tok = s->ops.tokenizer ? s->ops.tokenizer(s->ops.ctx) : NULL;
     memset(&s->vision, 0, sizeof(s->vision));
     if (s->ops.vision) s->ops.vision(s->ops.ctx, &s->vision);
+    srv_image_load_prep(s);
     cllm_engine_stats st;
     memset(&st, 0, sizeof(st));
     if (s->ops.stats) s->ops.stats(s->ops.ctx, &st);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "image/image.h"
 #include "server/srv_int.h"
 
@@ -51,6 +52,53 @@ bool srv_image_kwargs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     }
     return read_pixels_kw(json_object_get(body, "mm_processor_kwargs"), "mm_processor_kwargs",
                           &g->mm_min_pixels, &g->mm_max_pixels, e);
+}
+
+static void prep_pixels(json_t *o, const char *key, long *dst) {
+    json_t *v = json_object_get(o, key);
+    if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= (1LL << 28))
+        *dst = (long)json_integer_value(v);
+}
+
+static void prep_triple(json_t *o, const char *key, float *dst) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_array(v) || json_array_size(v) != 3) return;
+    for (size_t i = 0; i < 3; i++)
+        if (!json_is_number(json_array_get(v, i))) return;
+    for (size_t i = 0; i < 3; i++) dst[i] = (float)json_number_value(json_array_get(v, i));
+}
+
+void srv_image_load_prep(cllm_server *s) {
+    cllm_image_prep *p = &s->img_prep;
+    cllm_image_prep_default(p);
+    if (s->vision.patch_size > 0) {
+        p->patch_size = s->vision.patch_size;
+        p->temporal_patch_size = s->vision.temporal_patch_size;
+        p->merge_size = s->vision.merge_size;
+    }
+    if (!s->vision.present || !s->o.model_dir) return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/preprocessor_config.json", s->o.model_dir);
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o) return; /* none: the Qwen3.5 processor's defaults */
+    /* HF's Qwen2-VL processor: size {shortest_edge, longest_edge}, and min_pixels / max_pixels
+     * over it when given (its backward-compatible keys) */
+    json_t *size = json_object_get(o, "size");
+    prep_pixels(size, "shortest_edge", &p->min_pixels);
+    prep_pixels(size, "longest_edge", &p->max_pixels);
+    prep_pixels(o, "min_pixels", &p->min_pixels);
+    prep_pixels(o, "max_pixels", &p->max_pixels);
+    prep_triple(o, "image_mean", p->mean);
+    prep_triple(o, "image_std", p->std);
+    json_t *rf = json_object_get(o, "rescale_factor");
+    if (json_is_number(rf) && json_number_value(rf) > 0) p->rescale = json_number_value(rf);
+    json_t *ps = json_object_get(o, "patch_size");
+    if (json_is_integer(ps) && json_integer_value(ps) != p->patch_size)
+        LOG_WARN("%s: patch_size %lld differs from the tower's %d (the tower's is used)", path,
+                 (long long)json_integer_value(ps), p->patch_size);
+    LOG_INFO("image processor: %s (pixels %ld..%ld)", path, p->min_pixels, p->max_pixels);
+    json_decref(o);
 }
 
 bool srv_image_lists(const cllm_server *s) {
@@ -121,11 +169,7 @@ bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_er
     cllm_status st = cllm_image_decode(bytes, n, NULL, &img, &ie);
     free(bytes);
     if (st != CLLM_OK) return BAD("messages", "messages[%zu].content: image: %s", msg, ie.msg);
-    cllm_image_prep p;
-    cllm_image_prep_default(&p);
-    p.patch_size = s->vision.patch_size;
-    p.temporal_patch_size = s->vision.temporal_patch_size;
-    p.merge_size = s->vision.merge_size;
+    cllm_image_prep p = s->img_prep;
     if (g->mm_min_pixels) p.min_pixels = g->mm_min_pixels;
     if (g->mm_max_pixels) p.max_pixels = g->mm_max_pixels;
     float *pixels = NULL;

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "image/image.h"
 #include "server/server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/output_parser.h"
@@ -183,6 +184,9 @@ bool srv_bad(srv_err *e, const char *param, const char *fmt, ...)
  * template renders image parts itself (else the server writes the placeholder text);
  * srv_image_expand turns each image-pad token of g->prompt into the image's tokens. */
 bool srv_image_kwargs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
+/* At ready: s->img_prep from the model folder's preprocessor_config.json (HF keys) over the
+ * Qwen3.5 defaults, the patch geometry from the tower's config. */
+void srv_image_load_prep(cllm_server *s);
 bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_err *e);
 bool srv_image_lists(const cllm_server *s);
 bool srv_image_expand(cllm_server *s, srv_gen *g, srv_err *e);
@@ -335,6 +339,7 @@ struct cllm_server {
     cllm_server_opts o;
     cllm_server_engine ops;
     cllm_vision_info vision; /* read at ready (srv_image.c) */
+    cllm_image_prep img_prep; /* the processor's settings: preprocessor_config.json or defaults */
     struct MHD_Daemon *d;
     int port;
     const cllm_tok *tok;
