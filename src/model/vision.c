@@ -128,8 +128,11 @@ static void ln_worker(void *vc, size_t b, size_t e, int tid) {
     }
 }
 
+/* x/2 (1 + tanh(u)) = x sigmoid(2u): one expf instead of tanhf (perf on a 448^2 image: tanhf's
+ * expm1f was 10% of the encode, expf is a third of that); exp overflow gives x / inf = 0. */
 static inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
 }
 static inline float gelu_erf(float x) {
     return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));

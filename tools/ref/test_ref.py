@@ -576,6 +576,39 @@ def test_cli_and_speed():
     check_true("(5) logits finite and non-degenerate for every preset and layout", ok)
 
 
+def test_mrope_and_embeds():
+    """(6) The image-input extensions of forward(): M-RoPE positions with T = H = W give the 1-D
+    RoPE's logits bitwise; the slot rule by hand; input_embeds equal to the tokens' own rows
+    change nothing; other rows change the logits from their position on only (causal)."""
+    slots = R.mrope_slots(32, [11, 11, 10], True)
+    want = [0 if i % 3 == 0 or (i % 3 == 2 and i >= 30) else 1 if i % 3 == 1 else 2
+            for i in range(32)]
+    check_true("(6) interleaved M-RoPE slots [11,11,10]: T 0,3..30, H 1,4..31, W 2,5..29",
+               list(slots) == want and list(slots).count(0) == 11 and list(slots).count(2) == 10)
+    check_true("(6) contiguous M-RoPE slots [2,1,1]",
+               list(R.mrope_slots(4, [2, 1, 1], False)) == [0, 0, 1, 2])
+    d, _ = make("mrope", preset("qwen3_5_moe"), seed=4)
+    m = R.Model(d)
+    toks = list(range(3, 60, 3))
+    T = len(toks)
+    a, _ = R.forward(m, toks)
+    pos = np.repeat(np.arange(T)[:, None], 3, axis=1)
+    b, _ = R.forward(m, toks, mrope_positions=pos)
+    check("(6) M-RoPE with T = H = W == 1-D RoPE", float(np.max(np.abs(a - b))), 0.0)
+    pos2 = pos.copy()
+    pos2[5:9, 1] += 3
+    cc, _ = R.forward(m, toks, mrope_positions=pos2)
+    check_true("(6) an H position change moves the logits from that token on only",
+               float(np.max(np.abs(cc[:5] - a[:5]))) == 0.0 and float(np.max(np.abs(cc[5:] - a[5:]))) > 1e-6)
+    E = m.w("embed_tokens.weight")
+    e1, _ = R.forward(m, toks, input_embeds=([2, 7], E[[toks[2], toks[7]]]))
+    check("(6) input_embeds = the tokens' own rows", float(np.max(np.abs(e1 - a))), 0.0)
+    rows = np.random.default_rng(1).standard_normal((2, E.shape[1]))
+    e2, _ = R.forward(m, toks, input_embeds=([6, 7], rows))
+    check_true("(6) other input_embeds rows change the logits from their position on only",
+               float(np.max(np.abs(e2[:6] - a[:6]))) == 0.0 and float(np.max(np.abs(e2[6:] - a[6:]))) > 1e-6)
+
+
 def main():
     t0 = time.time()
     test_primitives_by_hand()
@@ -588,6 +621,7 @@ def main():
     test_io()
     test_bad_input()
     test_cli_and_speed()
+    test_mrope_and_embeds()
     bad = [n for n, ok in RESULTS if not ok]
     keep = "--keep" in sys.argv[1:]
     print(f"\n{len(RESULTS) - len(bad)}/{len(RESULTS)} passed in {time.time() - t0:.1f}s"
