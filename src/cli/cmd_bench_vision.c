@@ -24,7 +24,8 @@ static double peak_rss_mb(void) {
 /* Multiply-adds of one encode: the linear layers per patch, attention's two N x N products per
  * block, the merger per merged token (docs/model.md §2.8). */
 static double encode_flops(const cllm_vision_config *v, double n_patch, int out_hidden) {
-    double D = v->hidden_size, F = v->intermediate_size, m2 = (double)v->spatial_merge_size * v->spatial_merge_size;
+    double D = v->hidden_size, F = v->intermediate_size,
+           m2 = (double)v->spatial_merge_size * v->spatial_merge_size;
     double pd = (double)v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
     double per_patch = pd * D + v->depth * (4 * D * D + 2 * D * F);
     double attn = v->depth * 2.0 * n_patch * n_patch * D;
@@ -42,9 +43,12 @@ int cmd_bench_vision(int argc, char **argv) {
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--seed", "-s", CLI_INT, &seed, "seed for the random pixels", NULL, 0, 9.2e18},
         {0}};
-    const cli_spec spec = {"bench-vision", "MODEL [options]",
-                           "Vision tower encode time, tokens and memory per image size.", opts,
-                           1, 1};
+    const cli_spec spec = {"bench-vision",
+                           "MODEL [options]",
+                           "Vision tower encode time, tokens and memory per image size.",
+                           opts,
+                           1,
+                           1};
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;

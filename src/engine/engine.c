@@ -108,14 +108,29 @@ static cllm_status real_mtp(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, flo
     return cllm_forward_mtp(e->fctx, seqs, n_seqs, &e->kv, logits, err);
 }
 
-static cllm_status real_encode_image(void *ctx, const float *pixels, const int grid[3], float *out,
-                                     cllm_error *err) {
+static void *real_image_start(void *ctx, const float *pixels, const int grid[3], int *units,
+                              cllm_error *err) {
     cllm_engine *e = ctx;
-    return cllm_vision_encode(e->fctx, pixels, grid[0], grid[1], grid[2], out, err);
+    cllm_vision_job *j = NULL;
+    if (cllm_vision_job_start(e->fctx, pixels, grid[0], grid[1], grid[2], &j, err) != CLLM_OK)
+        return NULL;
+    *units = cllm_vision_job_units(j);
+    return j;
 }
 
-static const eng_model_ops real_ops = {real_forward, real_copy_block, real_copy_state, real_mtp,
-                                       real_encode_image};
+static cllm_status real_image_run(void *ctx, void *job, int n_units, float *out, bool *done,
+                                  cllm_error *err) {
+    cllm_engine *e = ctx;
+    return cllm_vision_job_run(e->fctx, job, n_units, out, done, err);
+}
+
+static void real_image_free(void *ctx, void *job) {
+    (void)ctx;
+    cllm_vision_job_free(job);
+}
+
+static const eng_model_ops real_ops = {real_forward,     real_copy_block, real_copy_state, real_mtp,
+                                       real_image_start, real_image_run,  real_image_free};
 
 /* Tensor parallel rank 0: each operation is told to the other ranks first (o.mirror). */
 static cllm_status mirror_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {

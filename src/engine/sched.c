@@ -718,16 +718,6 @@ static int plan(sched *s) {
         pmatch pm;
         prefix_match(s, e, &pm);
         int k = pm.k, hit = k * bs + pm.r;
-        if (e->req->n_imgs) {
-            /* the vision tower runs before the prefill needs its rows (sched_img.c) */
-            cllm_error ie = {0};
-            if (sched_img_encode(s, e->req, hit, &ie) != CLLM_OK) {
-                LOG_WARN("request %llu: image encoding failed: %s", (unsigned long long)e->req->id,
-                         ie.msg);
-                req_end(s, e->req, CLLM_FINISH_ERROR, ie.msg);
-                continue;
-            }
-        }
         int n_new = e->n_tokens - hit;
         if (n_new > budget) n_new = budget;
         int need = blocks_for(hit + n_new, bs) - k;
@@ -735,6 +725,20 @@ static int plan(sched *s) {
             if (s->blocks.ref[blk_lookup(&s->blocks, e->hashes[j])] == 0) need++;
         if (pm.r) need++; /* the partial source is pinned while it is copied */
         if (need > blk_available(&s->blocks)) break;
+        if (e->req->n_imgs) {
+            /* the vision tower runs before the prefill needs its rows, in units over steps
+             * (sched_img.c); the queue behind waits, first come first served */
+            cllm_error ie = {0};
+            int r = sched_img_encode(s, e->req, hit, &budget, &ie);
+            if (r < 0) {
+                LOG_WARN("request %llu: image encoding failed: %s", (unsigned long long)e->req->id,
+                         ie.msg);
+                req_end(s, e->req, CLLM_FINISH_ERROR, ie.msg);
+                continue;
+            }
+            if (r == 0 || budget <= 0) break;
+            if (n_new > budget) n_new = budget; /* the blocks counted above still cover it */
+        }
         /* admit */
         if (sched_grow((void **)&e->table, &e->cap_table, blocks_for(e->n_tokens, bs),
                        sizeof(int32_t)) ||

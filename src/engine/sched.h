@@ -28,10 +28,15 @@ typedef struct eng_model_ops {
      * none. Needed by speculative method MTP only. */
     cllm_status (*mtp)(void *ctx, const cllm_mtp_seq *seqs, int n_seqs, float *logits,
                        cllm_error *err);
-    /* The vision tower over one image's patches (model/vision.h): out gets grid t*h*w / merge^2
-     * rows of hidden_size floats. NULL: no image input. */
-    cllm_status (*encode_image)(void *ctx, const float *pixels, const int grid[3], float *out,
-                                cllm_error *err);
+    /* The vision tower over one image's patches in work units (model/vision.h's job): start
+     * gives a job and its unit count (NULL on error), run does up to n units, the last writing
+     * out (grid t*h*w / merge^2 rows of hidden_size floats) and setting *done; free drops a job
+     * at any point. NULL start: no image input. */
+    void *(*image_start)(void *ctx, const float *pixels, const int grid[3], int *units,
+                         cllm_error *err);
+    cllm_status (*image_run)(void *ctx, void *job, int n_units, float *out, bool *done,
+                             cllm_error *err);
+    void (*image_free)(void *ctx, void *job);
 } eng_model_ops;
 
 typedef struct sched_cfg {

@@ -2,13 +2,14 @@
  * 3-D M-RoPE positions worked out (Qwen3-VL's rule, docs/model.md: text before an image at
  * t = h = w = its index; the image's tokens at start + (frame, row, column) over the merged
  * grid; the text after it from the image's largest position + 1), encoded by the vision tower
- * when the request is admitted (the encoder's rows are kept while the request lives, so a
- * preempted or forked sequence does not encode again), and handed to each forward call that
- * covers its pad tokens. The prefix cache keys a block by the content hash of every image
+ * before the request is admitted, a few work units per engine step (the tower's blocks; an
+ * image's tokens are its cost against the step's token budget), the rows kept while the request
+ * lives (a preempted or forked sequence does not encode again), and handed to each forward call
+ * that covers its pad tokens. The prefix cache keys a block by the content hash of every image
  * overlapping it, so the same image twice hits and two images behind the same text do not.
  *
- * Limits, said here because they shape the scheduling: an image is encoded in one engine step
- * (decode rows of that step wait for it); images are refused under tensor parallel. */
+ * Limits: one image encodes at a time, the head of the waiting queue's (the requests behind it
+ * wait, first come first served); images are refused under tensor parallel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@
 
 void sched_img_free(eng_req *q) {
     for (int i = 0; i < q->n_imgs; i++) {
+        if (q->imgs[i].job) q->imgs[i].ops->image_free(q->imgs[i].mctx, q->imgs[i].job);
         free(q->imgs[i].pixels);
         free(q->imgs[i].emb);
     }
@@ -139,29 +141,53 @@ void sched_img_hash(const eng_req *q, int from, int n, XXH3_state_t *st) {
     }
 }
 
-cllm_status sched_img_encode(sched *s, eng_req *q, int from, cllm_error *err) {
+int sched_img_encode(sched *s, eng_req *q, int from, int *budget, cllm_error *err) {
+    bool ran = false;
     for (int k = 0; k < q->n_imgs; k++) {
         eng_img *im = &q->imgs[k];
-        if (im->emb || im->pos + im->n_tok <= from) continue; /* encoded, or all cached */
-        if (!s->ops.encode_image)
-            return cllm_err_set(err, CLLM_EUNSUPPORTED, "image input: no vision tower");
-        im->emb = malloc((size_t)im->n_tok * (size_t)s->cfg.hidden_size * sizeof(float));
-        if (!im->emb) return cllm_err_set(err, CLLM_ENOMEM, "out of memory for image %d", k);
-        double t0 = cllm_time_s();
-        cllm_status rc = s->ops.encode_image(s->mctx, im->pixels, im->grid, im->emb, err);
-        if (rc != CLLM_OK) {
-            free(im->emb);
-            im->emb = NULL;
-            return rc;
+        if (im->encoded || im->pos + im->n_tok <= from) continue; /* done, or all cached */
+        if (!s->ops.image_start) {
+            cllm_err_set(err, CLLM_EUNSUPPORTED, "image input: no vision tower");
+            return -1;
         }
+        if (!im->job) {
+            if (!im->emb)
+                im->emb = malloc((size_t)im->n_tok * (size_t)s->cfg.hidden_size * sizeof(float));
+            if (!im->emb) {
+                cllm_err_set(err, CLLM_ENOMEM, "out of memory for image %d", k);
+                return -1;
+            }
+            im->job = s->ops.image_start(s->mctx, im->pixels, im->grid, &im->units, err);
+            if (!im->job) return -1;
+            im->ops = &s->ops;
+            im->mctx = s->mctx;
+        }
+        /* the image's tokens are its cost, shared by its units (vLLM counts an image's tokens
+         * against the encoder budget the same way) */
+        int cost = (im->n_tok + im->units - 1) / im->units, n = *budget / (cost ? cost : 1);
+        if (n < 1 && ran) return 0; /* this step has had its share */
+        if (n < 1) n = 1;
+        if (n > im->units) n = im->units;
+        double t0 = cllm_time_s();
+        bool done = false;
+        cllm_status rc = s->ops.image_run(s->mctx, im->job, n, im->emb, &done, err);
+        s->stats.image_encode_s += cllm_time_s() - t0;
+        if (rc != CLLM_OK) return -1;
+        ran = true;
+        im->units -= n;
+        *budget -= n * cost;
+        if (*budget < 0) *budget = 0;
+        if (!done) return 0;
+        s->ops.image_free(s->mctx, im->job);
+        im->job = NULL;
+        im->encoded = true;
         s->stats.images_encoded++;
         s->stats.image_tokens += (uint64_t)im->n_tok;
-        s->stats.image_encode_s += cllm_time_s() - t0;
         /* the patches are no longer needed: a preempted request keeps the rows */
         free(im->pixels);
         im->pixels = NULL;
     }
-    return CLLM_OK;
+    return 1;
 }
 
 void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b) {
@@ -194,7 +220,7 @@ void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b) {
         if (z > p0 + n) z = p0 + n;
         /* admission encoded every image not wholly below the cached prefix */
         for (int p = a; p < z; p++) {
-            CLLM_ASSERT(im->emb);
+            CLLM_ASSERT(im->encoded);
             rows[p - p0] = im->emb + (size_t)(p - im->pos) * s->cfg.hidden_size;
         }
     }

@@ -23,7 +23,12 @@ typedef struct eng_img {
     int grid[3];
     int pos, n_tok; /* its pad tokens in the prompt */
     blk_hash hash;  /* content */
-    float *emb;     /* [n_tok][hidden_size] once encoded */
+    float *emb;     /* [n_tok][hidden_size]: allocated when encoding starts, valid once done */
+    bool encoded;
+    void *job; /* the tower's job while encoding (ops.image_*) */
+    int units; /* its work units left */
+    const eng_model_ops *ops;
+    void *mctx;
 } eng_img;
 
 struct eng_req {
@@ -190,8 +195,11 @@ cllm_status sched_img_copy(const sched_cfg *cfg, const cllm_request *r, eng_req 
 void sched_img_free(eng_req *q);
 /* Mixes into a block's hash every image overlapping prompt positions [from, from + n). */
 void sched_img_hash(const eng_req *q, int from, int n, XXH3_state_t *st);
-/* Encodes the request's images that are not encoded and end after position from. */
-cllm_status sched_img_encode(sched *s, eng_req *q, int from, cllm_error *err);
+/* Advances the encoding of the request's images that are not encoded and end after position
+ * from, in work units charged to *budget (an image's units share its token count; at least one
+ * unit runs per call, so an image progresses even behind a full batch). 1: all encoded, 0:
+ * still encoding (the request waits), -1: failed (err). */
+int sched_img_encode(sched *s, eng_req *q, int from, int *budget, cllm_error *err);
 /* Sets b's embeds / mrope_pos / rope_delta for e's chunk (after batch_add filled the rest). */
 void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b);
 cllm_status sched_img_init(sched *s);

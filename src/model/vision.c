@@ -290,14 +290,18 @@ static void venc_free(venc *E) {
     }
 }
 
-static cllm_status encode(venc *E, const float *pixels, float *out) {
+/* Work unit u of an encode: 0 the patch embedding, 1..depth the blocks, depth + 1 the merger
+ * (its output is the caller's). */
+static cllm_status run_unit(venc *E, int u, const float *pixels, float *out) {
     const fwd_vision *v = E->v;
     const int D = v->D, N = E->N, mm2 = v->merge * v->merge, M = D * mm2;
     cllm_status s;
-    if ((s = mm(E, &v->patch_w, pixels, (size_t)v->patch_dim, N, E->x, D)) != CLLM_OK) return s;
-    rows_run(E, N, embed_worker);
-    for (int l = 0; l < v->depth; l++)
-        if ((s = run_block(E, &v->blocks[l])) != CLLM_OK) return s;
+    if (u == 0) {
+        if ((s = mm(E, &v->patch_w, pixels, (size_t)v->patch_dim, N, E->x, D)) != CLLM_OK) return s;
+        rows_run(E, N, embed_worker);
+        return CLLM_OK;
+    }
+    if (u <= v->depth) return run_block(E, &v->blocks[u - 1]);
     /* merger: LayerNorm per patch, then groups of merge^2 consecutive rows read as one row */
     run_ln(E, v->mn_w, v->mn_b, E->x, E->xn, D, D, N);
     if ((s = mm(E, &v->mfc1, E->xn, M, N / mm2, E->big, M)) != CLLM_OK) return s;
@@ -307,36 +311,83 @@ static cllm_status encode(venc *E, const float *pixels, float *out) {
     return CLLM_OK;
 }
 
-cllm_status cllm_vision_encode(cllm_fwd_ctx *c, const float *pixels, int grid_t, int grid_h,
-                               int grid_w, float *out, cllm_error *err) {
+struct cllm_vision_job {
+    venc E;
+    const float *pixels;
+    int grid[3];
+    int next, units; /* next work unit; depth + 2 in all */
+};
+
+cllm_status cllm_vision_job_start(cllm_fwd_ctx *c, const float *pixels, int grid_t, int grid_h,
+                                  int grid_w, cllm_vision_job **out, cllm_error *err) {
+    *out = NULL;
     const char *why = grid_error(c->m, grid_t, grid_h, grid_w);
     if (why)
         return cllm_err_set(err, CLLM_EINVAL, "vision encode (grid %d x %d x %d): %s", grid_t,
                             grid_h, grid_w, why);
     const fwd_vision *v = c->m->vision;
-    venc E = {.c = c, .v = v, .h = grid_h, .w = grid_w, .Nf = grid_h * grid_w};
-    E.N = grid_t * E.Nf;
-    const size_t N = (size_t)E.N, D = (size_t)v->D;
+    cllm_vision_job *j = calloc(1, sizeof(*j));
+    if (!j) return cllm_err_set(err, CLLM_ENOMEM, "vision encode: out of memory");
+    venc *E = &j->E;
+    *E = (venc){.c = c, .v = v, .h = grid_h, .w = grid_w, .Nf = grid_h * grid_w};
+    E->N = grid_t * E->Nf;
+    const size_t N = (size_t)E->N, D = (size_t)v->D;
     const size_t wide = (size_t)v->F > D ? (size_t)v->F : D;
-    E.x = cllm_alloc_aligned(N * D * sizeof(float));
-    E.xn = cllm_alloc_aligned(N * D * sizeof(float));
-    E.qkv = cllm_alloc_aligned(N * 3 * D * sizeof(float));
-    E.o = cllm_alloc_aligned(N * D * sizeof(float));
-    E.big = cllm_alloc_aligned(N * wide * sizeof(float));
-    E.ang_cs = cllm_alloc_aligned(N * (size_t)v->hd * sizeof(float));
-    E.att = cllm_alloc_aligned((size_t)c->n_threads * ATT_QB * E.Nf * sizeof(float));
-    cllm_status s = CLLM_ENOMEM;
-    if (E.x && E.xn && E.qkv && E.o && E.big && E.ang_cs && E.att) {
-        /* the matmul runner's profile tag belongs to the text forward's steps */
-        bool prof = c->prof_on;
-        c->prof_on = false;
-        s = encode(&E, pixels, out);
-        c->prof_on = prof;
-        c->n_jobs = 0; /* a failed queue leaves nothing behind for the next call */
+    E->x = cllm_alloc_aligned(N * D * sizeof(float));
+    E->xn = cllm_alloc_aligned(N * D * sizeof(float));
+    E->qkv = cllm_alloc_aligned(N * 3 * D * sizeof(float));
+    E->o = cllm_alloc_aligned(N * D * sizeof(float));
+    E->big = cllm_alloc_aligned(N * wide * sizeof(float));
+    E->ang_cs = cllm_alloc_aligned(N * (size_t)v->hd * sizeof(float));
+    E->att = cllm_alloc_aligned((size_t)c->n_threads * ATT_QB * E->Nf * sizeof(float));
+    if (!E->x || !E->xn || !E->qkv || !E->o || !E->big || !E->ang_cs || !E->att) {
+        cllm_vision_job_free(j);
+        return cllm_err_set(err, CLLM_ENOMEM, "vision encode (grid %d x %d x %d): out of memory",
+                            grid_t, grid_h, grid_w);
     }
-    venc_free(&E);
-    if (s != CLLM_OK)
-        return cllm_err_set(err, s, "vision encode (grid %d x %d x %d): out of memory", grid_t,
-                            grid_h, grid_w);
+    j->pixels = pixels;
+    j->grid[0] = grid_t, j->grid[1] = grid_h, j->grid[2] = grid_w;
+    j->units = v->depth + 2;
+    *out = j;
     return CLLM_OK;
+}
+
+int cllm_vision_job_units(const cllm_vision_job *j) {
+    return j->units - j->next;
+}
+
+cllm_status cllm_vision_job_run(cllm_fwd_ctx *c, cllm_vision_job *j, int n_units, float *out,
+                                bool *done, cllm_error *err) {
+    venc *E = &j->E;
+    cllm_status s = CLLM_OK;
+    E->c = c;
+    /* the matmul runner's profile tag belongs to the text forward's steps */
+    bool prof = c->prof_on;
+    c->prof_on = false;
+    for (int k = 0; k < n_units && j->next < j->units && s == CLLM_OK; k++)
+        if ((s = run_unit(E, j->next, j->pixels, out)) == CLLM_OK) j->next++;
+    c->prof_on = prof;
+    c->n_jobs = 0; /* a failed queue leaves nothing behind for the next call */
+    *done = j->next == j->units;
+    if (s != CLLM_OK)
+        return cllm_err_set(err, s, "vision encode (grid %d x %d x %d): out of memory", j->grid[0],
+                            j->grid[1], j->grid[2]);
+    return CLLM_OK;
+}
+
+void cllm_vision_job_free(cllm_vision_job *j) {
+    if (!j) return;
+    venc_free(&j->E);
+    free(j);
+}
+
+cllm_status cllm_vision_encode(cllm_fwd_ctx *c, const float *pixels, int grid_t, int grid_h,
+                               int grid_w, float *out, cllm_error *err) {
+    cllm_vision_job *j;
+    cllm_status s = cllm_vision_job_start(c, pixels, grid_t, grid_h, grid_w, &j, err);
+    if (s != CLLM_OK) return s;
+    bool done = false;
+    s = cllm_vision_job_run(c, j, j->units, out, &done, err);
+    cllm_vision_job_free(j);
+    return s;
 }

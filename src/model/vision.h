@@ -44,4 +44,21 @@ int cllm_vision_n_tokens(const cllm_model *m, int grid_t, int grid_h, int grid_w
 cllm_status cllm_vision_encode(cllm_fwd_ctx *c, const float *pixels, int grid_t, int grid_h,
                                int grid_w, float *out, cllm_error *err);
 
+/* The same encode in steps, so a server can spread one image over several engine steps (the
+ * decode rows of a step wait for the units it runs, not for the whole image). A job holds the
+ * tower's activations between steps (about N * (6 D + max(F, D)) floats for N patches); pixels
+ * must stay valid until the job is done. start: the checks and allocations of
+ * cllm_vision_encode (its only ENOMEM point besides the matmul queue), no work. run: up to
+ * n_units more units (the patch embedding, each block, the merger: depth + 2 in all; units()
+ * says how many are left) on c, a context of the same model (one call at a time per context, as
+ * cllm_forward); *done once out is written. The bits equal cllm_vision_encode's however the
+ * units are split. */
+typedef struct cllm_vision_job cllm_vision_job;
+cllm_status cllm_vision_job_start(cllm_fwd_ctx *c, const float *pixels, int grid_t, int grid_h,
+                                  int grid_w, cllm_vision_job **out, cllm_error *err);
+int cllm_vision_job_units(const cllm_vision_job *j);
+cllm_status cllm_vision_job_run(cllm_fwd_ctx *c, cllm_vision_job *j, int n_units, float *out,
+                                bool *done, cllm_error *err);
+void cllm_vision_job_free(cllm_vision_job *j);
+
 #endif

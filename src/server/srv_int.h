@@ -338,7 +338,7 @@ void srv_conn_write_raw(struct MHD_Connection *c, unsigned status, const char *j
 struct cllm_server {
     cllm_server_opts o;
     cllm_server_engine ops;
-    cllm_vision_info vision; /* read at ready (srv_image.c) */
+    cllm_vision_info vision;  /* read at ready (srv_image.c) */
     cllm_image_prep img_prep; /* the processor's settings: preprocessor_config.json or defaults */
     struct MHD_Daemon *d;
     int port;

@@ -16,8 +16,7 @@ enum { V = 97, H = 4, MERGE = 2, PDIM = 3, IMG_TOK = 96 };
 
 typedef struct img_model {
     fake_model f;
-    int encodes;
-    int32_t *tok; /* scratch for the folded values */
+    int encodes, runs, frees;
 } img_model;
 
 static uint32_t fbits(float x) {
@@ -80,16 +79,42 @@ static void fake_rows(const float *pixels, const int grid[3], float *out) {
             out[k * H + j] = (float)(fake_mix(h + (uint64_t)k * 131 + (uint64_t)j) >> 40);
 }
 
-static cllm_status img_encode(void *ctx, const float *pixels, const int grid[3], float *out,
-                              cllm_error *err) {
+/* The fake tower in FAKE_UNITS work units; the rows appear with the last. */
+enum { FAKE_UNITS = 5 };
+typedef struct fake_job {
+    const float *pixels;
+    int grid[3], left;
+} fake_job;
+
+static void *img_start(void *ctx, const float *pixels, const int grid[3], int *units,
+                       cllm_error *err) {
     (void)err;
     ((img_model *)ctx)->encodes++;
-    fake_rows(pixels, grid, out);
+    fake_job *j = calloc(1, sizeof(*j));
+    j->pixels = pixels;
+    memcpy(j->grid, grid, sizeof(j->grid));
+    j->left = *units = FAKE_UNITS;
+    return j;
+}
+
+static cllm_status img_run(void *ctx, void *job, int n, float *out, bool *done, cllm_error *err) {
+    (void)err;
+    img_model *m = ctx;
+    fake_job *j = job;
+    if (n < 1 || n > j->left) fake_err(&m->f, "image_run: units out of range");
+    m->runs++;
+    j->left -= n;
+    if ((*done = j->left <= 0)) fake_rows(j->pixels, j->grid, out);
     return CLLM_OK;
 }
 
+static void img_free(void *ctx, void *job) {
+    ((img_model *)ctx)->frees++;
+    free(job);
+}
+
 static const eng_model_ops img_ops = {img_forward, img_copy_block, img_copy_state, NULL,
-                                      img_encode};
+                                      img_start,   img_run,        img_free};
 
 typedef struct tcase {
     int32_t prompt[256];
@@ -216,7 +241,11 @@ static void test_alone(void) {
             expected(&c, 12, want);
             CHECK_MSG(o[0].n == 12 && !memcmp(o[0].toks, want, sizeof(want)),
                       "budget %d state %d: output differs from the expectation", budgets[bi], hs);
-            CHECK_MSG(m.encodes == 3, "encodes %d, want 3", m.encodes);
+            CHECK_MSG(m.encodes == 3 && m.frees == 3, "encodes %d, frees %d, want 3", m.encodes,
+                      m.frees);
+            /* a budget of 1000 encodes each image in one call; a small one spreads it */
+            CHECK_MSG(budgets[bi] >= 1000 ? m.runs == 3 : m.runs > 3,
+                      "budget %d: %d image_run calls", budgets[bi], m.runs);
             CHECK_MSG(!m.f.errors, "fake: %s", m.f.last_error);
             cllm_engine_stats st;
             sched_stats(s, &st);
@@ -306,6 +335,42 @@ static void test_mixed_preempt(void) {
     for (int i = 0; i < N; i++) free_case(&c[i]);
 }
 
+/* cancelled while its image is half encoded: the job is dropped, nothing leaks (ASan), and a
+ * text request queued behind it is served */
+static void test_cancel_mid_encode(void) {
+    img_model m = {0};
+    fake_init(&m.f, V, 32, 4, 2 + 32, false);
+    sched_cfg cfg = img_cfg(32, 4, 2, 1, false);
+    sched *s;
+    CHECK(sched_create(&cfg, &img_ops, &m, &s, NULL) == CLLM_OK);
+    const int g[1][3] = {{1, 4, 4}};
+    int sd[] = {3};
+    tcase c, t;
+    make_case(&c, 2, g, sd, 1, 2, 5);
+    make_case(&t, 6, g, sd, 0, 0, 6);
+    fake_out o[2];
+    memset(o, 0, sizeof(o));
+    cllm_error err = {0};
+    CHECK(submit(s, &cfg, &c, 4, &o[0], &err) == CLLM_OK);
+    uint64_t id = next_id - 1;
+    CHECK(submit(s, &cfg, &t, 4, &o[1], &err) == CLLM_OK);
+    sched_step(s);
+    sched_step(s);
+    CHECK_MSG(m.runs == 2 && m.frees == 0, "runs %d frees %d after two steps", m.runs, m.frees);
+    CHECK_MSG(o[1].n == 0, "the text request went ahead of the image one");
+    sched_cancel(s, id);
+    CHECK_MSG(m.frees == 1, "the cancelled request's job was not freed");
+    run(s);
+    int32_t want[4];
+    expected(&t, 4, want);
+    CHECK_MSG(o[1].n == 4 && !memcmp(o[1].toks, want, sizeof(want)), "the text request");
+    CHECK(o[0].fin == CLLM_FINISH_ABORT);
+    sched_free(s);
+    fake_free(&m.f);
+    free_case(&c);
+    free_case(&t);
+}
+
 static void test_refusals(void) {
     img_model m = {0};
     fake_init(&m.f, V, 32, 4, 2 + 32, false);
@@ -347,6 +412,7 @@ int main(void) {
     test_cache(false);
     test_cache(true);
     test_mixed_preempt();
+    test_cancel_mid_encode();
     test_refusals();
     return test_report("test_engine_images");
 }

@@ -126,6 +126,30 @@ static void test_tower(const char *dir) {
     }
     CHECK(finite);
     CHECK_MSG(hi - lo > 0.1, "output range [%g, %g]", lo, hi);
+    /* the same encode as a job run one unit, then two, then the rest: the same bits */
+    cllm_fwd_ctx *c = NULL;
+    CHECK(cllm_fwd_ctx_create(m, NULL, &c, &err) == CLLM_OK);
+    cllm_vision_job *j = NULL;
+    CHECK_MSG(c && cllm_vision_job_start(c, px, t, h, w, &j, &err) == CLLM_OK, "%s", err.msg);
+    if (j) {
+        int units = cllm_vision_job_units(j), steps = 0;
+        CHECK(units == vc->depth + 2);
+        bool done = false;
+        memset(o[1], 0, no * sizeof(float));
+        for (int n = 1; !done && steps < 100; n++, steps++)
+            CHECK(cllm_vision_job_run(c, j, n, o[1], &done, &err) == CLLM_OK);
+        CHECK(done && cllm_vision_job_units(j) == 0);
+        CHECK_MSG(!memcmp(o[0], o[1], no * sizeof(float)), "a job in steps differs");
+        cllm_vision_job_free(j);
+    }
+    /* a job dropped half way leaks nothing (ASan) */
+    j = NULL;
+    if (c && cllm_vision_job_start(c, px, t, h, w, &j, &err) == CLLM_OK) {
+        bool done = true;
+        CHECK(cllm_vision_job_run(c, j, 1, o[1], &done, &err) == CLLM_OK && !done);
+        cllm_vision_job_free(j);
+    }
+    cllm_fwd_ctx_free(c);
     for (int k = 0; k < 3; k++) free(o[k]);
     free(px);
     cllm_model_free(m);
