@@ -52,12 +52,13 @@ cllm_status cllm_image_decode(const void *data, size_t n, const cllm_image_limit
         return cllm_err_set(err, CLLM_EINVAL,
                             "image: %s images are not supported (PNG, JPEG and WebP are)", other);
     char hex[3 * 8 + 1] = "";
+    size_t k = 0;
     for (size_t i = 0; i < n && i < 8; i++) {
         static const char digits[] = "0123456789abcdef";
-        hex[3 * i] = digits[d[i] >> 4];
-        hex[3 * i + 1] = digits[d[i] & 15];
-        hex[3 * i + 2] = ' ';
-        hex[3 * i + 3] = '\0';
+        if (i) hex[k++] = ' ';
+        hex[k++] = digits[d[i] >> 4];
+        hex[k++] = digits[d[i] & 15];
+        hex[k] = '\0';
     }
     return cllm_err_set(err, CLLM_EINVAL,
                         "image: unknown format (first bytes %s): PNG, JPEG and WebP are read", hex);
