@@ -16,6 +16,10 @@
 
 #define BAD(param, ...) srv_bad(e, param, __VA_ARGS__)
 
+/* Smaller images are refused: the processor would blow a 1x1 image up to 256x256 (current
+ * transformers does; older releases refused sides under its factor, 32), inventing every pixel
+ * of what the model sees. */
+#define SRV_IMAGE_MIN_SIDE 4
 /* an image file read from disk may not be larger than the request body could be */
 #define SRV_IMAGE_FILE_MAX (64u << 20)
 
@@ -169,6 +173,13 @@ bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_er
     cllm_status st = cllm_image_decode(bytes, n, NULL, &img, &ie);
     free(bytes);
     if (st != CLLM_OK) return BAD("messages", "messages[%zu].content: image: %s", msg, ie.msg);
+    if (img.width < SRV_IMAGE_MIN_SIDE || img.height < SRV_IMAGE_MIN_SIDE) {
+        int w = img.width, h = img.height;
+        cllm_image_free(&img);
+        return BAD("messages",
+                   "messages[%zu].content: image is %dx%d pixels; each side must be at least %d",
+                   msg, w, h, SRV_IMAGE_MIN_SIDE);
+    }
     cllm_image_prep p = s->img_prep;
     if (g->mm_min_pixels) p.min_pixels = g->mm_min_pixels;
     if (g->mm_max_pixels) p.max_pixels = g->mm_max_pixels;

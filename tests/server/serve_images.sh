@@ -7,7 +7,7 @@
 #    qwen35.jinja) and a string-content one (models/tiny's: the server writes the placeholder);
 #  - the same image twice hits the prefix cache past the image; another image behind the same text
 #    does not reach past the text before it, and its logprobs differ;
-#  - JPEG and WebP load; a 1x1 image answers;
+#  - JPEG and WebP load; a 4x4 image answers, a 1x1 one is refused;
 #  - refused with 400 and a message, the server staying healthy: truncated PNG, garbage bytes, a
 #    PNG declaring 100000 x 100000 pixels, an http URL, a file:// URL without
 #    --allowed-local-media-path, more images than --limit-mm-per-prompt, a video part, bad
@@ -56,6 +56,7 @@ save(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), "b.png", "PNG")
 save(rng.integers(0, 256, (40, 40), dtype=np.uint8), "g.jpg", "JPEG")
 save(rng.integers(0, 256, (30, 50, 4), dtype=np.uint8), "r.webp", "WEBP")
 save(np.zeros((1, 1, 3), dtype=np.uint8), "one.png", "PNG")
+save(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8), "four.png", "PNG")
 save(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), "media/m.png", "PNG")
 b = open(f"{t}/a.png", "rb").read()
 open(f"{t}/trunc.png", "wb").write(b[: len(b) // 2])
@@ -164,9 +165,10 @@ for tmpl in lists string; do
     || bad "$tmpl: mm_processor_kwargs: $ps prompt tokens, $p0 without image, want $ns image tokens"
   ask jpg "{\"messages\": [$(img_msg 'x' @$T/g.jpg)], \"max_tokens\": 1}"; expect_status jpg 200
   ask webp "{\"messages\": [$(img_msg 'x' @$T/r.webp)], \"max_tokens\": 1}"; expect_status webp 200
-  ask one "{\"messages\": [$(img_msg 'x' @$T/one.png)], \"max_tokens\": 1}"; expect_status one 200
+  ask one "{\"messages\": [$(img_msg 'x' @$T/one.png)], \"max_tokens\": 1}"; expect_status one 400 "1x1 pixels"
+  ask four "{\"messages\": [$(img_msg 'x' @$T/four.png)], \"max_tokens\": 1}"; expect_status four 200
   ask two "{\"messages\": [$(img_msg 'x' @$T/a.png @$T/g.jpg)], \"max_tokens\": 1}"; expect_status two 200
-  ask three "{\"messages\": [$(img_msg 'x' @$T/a.png @$T/g.jpg @$T/one.png)], \"max_tokens\": 1}"
+  ask three "{\"messages\": [$(img_msg 'x' @$T/a.png @$T/g.jpg @$T/four.png)], \"max_tokens\": 1}"
   expect_status three 400 "At most 2 image"
   ask trunc "{\"messages\": [$(img_msg 'x' @$T/trunc.png)], \"max_tokens\": 1}"; expect_status trunc 400 "image"
   ask junk "{\"messages\": [$(img_msg 'x' @$T/junk.png)], \"max_tokens\": 1}"; expect_status junk 400 "image"
