@@ -176,6 +176,16 @@ static enum MHD_Result route_info(srv_req *r) {
         return MHD_NO;
     }
     json_object_set_new(o, "card", card ? card : json_object());
+    /* whether the chat offers image parts: s->vision is written only while not ready
+     * (server.c load_model_info), so before ready it is unknown (null) and the page asks again
+     * once the server is ready */
+    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 0;
+    json_object_set_new(o, "vision", ready ? json_boolean(s->vision.present) : json_null());
+    json_object_set_new(o, "vision_why_not",
+                        !ready || s->vision.present ? json_null()
+                        : s->vision.why_not         ? json_string(s->vision.why_not)
+                                                    : json_string("this model takes no images (it "
+                                                                          "has no vision tower)"));
     /* what the chat's settings are checked against before a request is sent: the API's own
      * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
      * to 100 but the console offers in OpenAI's 0..2 */
@@ -195,6 +205,9 @@ static enum MHD_Result route_info(srv_req *r) {
                                   mml > 1 ? mml - 1 : 1 << 30, "temperature_min", 0.0,
                                   "temperature_max", 2.0, "top_p_min", 0.01, "top_p_max", 1.0,
                                   "max_n", s->o.max_n));
+    /* images travel base64 inside the JSON body: the chat checks a request against this first */
+    json_object_set_new(json_object_get(o, "limits"), "max_body_size",
+                        json_integer((json_int_t)s->o.max_body_size));
     return reply_json(r, 200, o);
 }
 
