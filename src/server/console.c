@@ -407,6 +407,31 @@ static bool skip_url(const cllm_server *s, const char *url) {
     return srv_console_owns(s, url) || (srv_route_flags(url) & SRV_RT_PROBE);
 }
 
+/* A content array as the log shows it: its text parts, each image as "[image]" (never the image's
+ * bytes, which would fill the kept text with base64). NULL if there is nothing to show. */
+static char *parts_text(json_t *parts) {
+    char *out = malloc(PROMPT_KEEP + 1);
+    if (!out) return NULL;
+    size_t n = 0;
+    for (size_t k = 0; k < json_array_size(parts) && n < PROMPT_KEEP; k++) {
+        json_t *p = json_array_get(parts, k);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        const char *t = !ty                   ? NULL
+                        : !strcmp(ty, "text") ? json_string_value(json_object_get(p, "text"))
+                        : strstr(ty, "image") ? "[image]"
+                                              : NULL;
+        if (!t) continue;
+        n += (size_t)snprintf(out + n, PROMPT_KEEP + 1 - n, "%s%s", n ? " " : "", t);
+        if (n > PROMPT_KEEP) n = PROMPT_KEEP;
+    }
+    out[n] = 0;
+    if (!n) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* The user's words of the request: the prompt string, or the last user message of a chat. */
 static char *prompt_of(srv_req *r) {
     if (r->route != SRV_CHAT)
@@ -419,8 +444,12 @@ static char *prompt_of(srv_req *r) {
         json_t *m = json_array_get(msgs, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *ct = json_object_get(m, "content");
-        if (role && !strcmp(role, "user") && json_is_string(ct))
+        if (!role || strcmp(role, "user")) continue;
+        if (json_is_string(ct))
             out = strndup(json_string_value(ct), PROMPT_KEEP);
+        else if (json_is_array(ct))
+            out = parts_text(ct);
+        break; /* the last user message, whatever it holds */
     }
     json_decref(b);
     return out;

@@ -597,6 +597,23 @@ int main(void) {
         CHECK_MSG(p && !strcmp(p, "my words"), "logged prompt: %s", dump);
         free(dump);
         json_decref(j);
+        /* an image turn logs its text with "[image]" for each image, never the data URL (this
+         * engine has no tower: the request is a 400, logged all the same) */
+        http_post(port, "/v1/chat/completions", KEY,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"earlier\"},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                  "{\"url\":\"data:image/png;base64,iVBORw0KGgo=\"}},{\"type\":\"text\","
+                  "\"text\":\"what is it\"}]}],\"max_tokens\":2}",
+                  &r);
+        CHECK_MSG(r.status == 400, "image part without a tower: %ld", r.status);
+        http_free(&r);
+        wait_seq(port, 2);
+        j = get_json(port, "/console/requests", &st);
+        e = json_array_get(json_object_get(j, "requests"), 0);
+        p = json_string_value(json_object_get(e, "prompt"));
+        CHECK_MSG(p && !strcmp(p, "[image] what is it"), "logged image prompt: %s",
+                  p ? p : "(none)");
+        json_decref(j);
         cllm_server_stop(s);
     }
     fake_stop(&f);
