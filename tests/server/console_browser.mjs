@@ -953,9 +953,16 @@ async function images(browser) {
   // listening before the page loads: playwright turns on its file-chooser interception
   // asynchronously when the first listener comes, and a chooser opened before that is lost
   page.on('filechooser', (c) => choosers.push(c));
+  // a page opened while the model loads does not know yet (vision null); it asks again at ready
+  await page.route('**/console/info', async (route) => {
+    const resp = await route.fetch();
+    route.fulfill({ response: resp, json: Object.assign(await resp.json(), { ready: false, vision: null, vision_why_not: null }) });
+  });
   await page.goto(url + '/?poll=500', { waitUntil: 'load' });
-  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info');
-  check((await page.evaluate(() => window.cllmConsole.info.vision)) === true, '/console/info says the vision model takes images');
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.vision === null, null, 10000, 'info while loading');
+  await page.unroute('**/console/info');
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info at ready');
+  check((await page.evaluate(() => window.cllmConsole.info.vision)) === true, '/console/info, asked again once the stats say ready, says the vision model takes images');
   check((await page.getAttribute('#attach', 'aria-disabled')) === 'false' && /PNG, JPEG or WebP/.test(await page.getAttribute('#attach', 'title')),
     'the attach button is on, its tooltip says what it takes');
   await settings(page, { 'set-max': 8, 'set-temp': 0 });
