@@ -940,6 +940,15 @@ async function fileEvent(page, kind, name, type, b64, where) {
   }, [kind, name, type, b64, where]);
 }
 
+// /console/info as the server answers it, changed by fn(json); unrouteAll({behavior: 'wait'})
+// ends it without racing a request in flight (the page asks often while it thinks it is loading)
+function fakeInfo(page, fn) {
+  return page.route('**/console/info', async (route) => {
+    const resp = await route.fetch();
+    await route.fulfill({ response: resp, json: fn(await resp.json()) });
+  });
+}
+
 const chips = (page) => page.$$eval('#attach-list .chip', (l) => l.map((li) => ({
   name: li.querySelector('.chip-name').textContent, w: li.querySelector('img').naturalWidth })));
 
@@ -954,13 +963,10 @@ async function images(browser) {
   // asynchronously when the first listener comes, and a chooser opened before that is lost
   page.on('filechooser', (c) => choosers.push(c));
   // a page opened while the model loads does not know yet (vision null); it asks again at ready
-  await page.route('**/console/info', async (route) => {
-    const resp = await route.fetch();
-    route.fulfill({ response: resp, json: Object.assign(await resp.json(), { ready: false, vision: null, vision_why_not: null }) });
-  });
+  await fakeInfo(page, (j) => Object.assign(j, { ready: false, vision: null, vision_why_not: null }));
   await page.goto(url + '/?poll=500', { waitUntil: 'load' });
   await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.vision === null, null, 10000, 'info while loading');
-  await page.unroute('**/console/info');
+  await page.unrouteAll({ behavior: 'wait' });
   await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info at ready');
   check((await page.evaluate(() => window.cllmConsole.info.vision)) === true, '/console/info, asked again once the stats say ready, says the vision model takes images');
   check((await page.getAttribute('#attach', 'aria-disabled')) === 'false' && /PNG, JPEG or WebP/.test(await page.getAttribute('#attach', 'title')),
@@ -1052,11 +1058,9 @@ async function images(browser) {
   if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-chat-image.png') });
 
   // a conversation whose images outgrow the server's body limit is stopped in the page, saying so
-  await page.route('**/console/info', async (route) => {
-    const resp = await route.fetch();
-    const j = await resp.json();
+  await fakeInfo(page, (j) => {
     j.limits.max_body_size = 1000;
-    route.fulfill({ response: resp, json: j });
+    return j;
   });
   await page.reload({ waitUntil: 'load' });
   await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.limits.max_body_size === 1000, null, 10000, 'the small limit');
@@ -1067,7 +1071,7 @@ async function images(browser) {
   const lim = await page.textContent('#chat-log .msg.assistant:last-child .error');
   check(bodies.length === sent && /over the server's 1,000 B limit \(--max-body-size\)/.test(lim),
     'over the body limit nothing is sent and the chat says why: ' + lim);
-  await page.unroute('**/console/info');
+  await page.unrouteAll({ behavior: 'wait' });
 
   // storage full: the images leave the stored copy, the text stays; after a reload the image
   // shows as not kept and is not sent again
@@ -1131,10 +1135,7 @@ async function images(browser) {
   await sleep(300);
   check(!chooserOpened && (await chips(p2.page)).length === 0 && /no vision tower/.test(await p2.page.textContent('#attach-msg')),
     'pressing it or pasting an image attaches nothing and shows the reason');
-  await p2.page.route('**/console/info', async (route) => {
-    const resp = await route.fetch();
-    route.fulfill({ response: resp, json: Object.assign(await resp.json(), { vision: true, vision_why_not: null }) });
-  });
+  await fakeInfo(p2.page, (j) => Object.assign(j, { vision: true, vision_why_not: null }));
   await p2.page.reload({ waitUntil: 'load' });
   await waitFor(p2.page, () => window.cllmConsole.info && window.cllmConsole.info.vision === true, null, 10000, 'the faked info');
   await settings(p2.page, { 'set-max': 8 });
@@ -1149,6 +1150,7 @@ async function images(browser) {
     'the server\'s 400 is shown in the chat and the turn marked failed: ' + err.e);
   const other = p2.errors.filter((e) => !/status of 400/.test(e));
   check(other.length === 0, 'no console errors besides the expected 400' + (other.length ? ': ' + other.join(' | ') : ''));
+  await p2.page.unrouteAll({ behavior: 'ignoreErrors' });
   await p2.ctx.close();
 }
 
