@@ -176,6 +176,16 @@ static enum MHD_Result route_info(srv_req *r) {
         return MHD_NO;
     }
     json_object_set_new(o, "card", card ? card : json_object());
+    /* whether the chat offers image parts: s->vision is written only while not ready
+     * (server.c load_model_info), so before ready it is unknown (null) and the page asks again
+     * once the server is ready */
+    bool ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 0;
+    json_object_set_new(o, "vision", ready ? json_boolean(s->vision.present) : json_null());
+    json_object_set_new(o, "vision_why_not",
+                        !ready || s->vision.present ? json_null()
+                        : s->vision.why_not         ? json_string(s->vision.why_not)
+                                                    : json_string("this model takes no images (it "
+                                                                          "has no vision tower)"));
     /* what the chat's settings are checked against before a request is sent: the API's own
      * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
      * to 100 but the console offers in OpenAI's 0..2 */
@@ -195,6 +205,9 @@ static enum MHD_Result route_info(srv_req *r) {
                                   mml > 1 ? mml - 1 : 1 << 30, "temperature_min", 0.0,
                                   "temperature_max", 2.0, "top_p_min", 0.01, "top_p_max", 1.0,
                                   "max_n", s->o.max_n));
+    /* images travel base64 inside the JSON body: the chat checks a request against this first */
+    json_object_set_new(json_object_get(o, "limits"), "max_body_size",
+                        json_integer((json_int_t)s->o.max_body_size));
     return reply_json(r, 200, o);
 }
 
@@ -394,6 +407,31 @@ static bool skip_url(const cllm_server *s, const char *url) {
     return srv_console_owns(s, url) || (srv_route_flags(url) & SRV_RT_PROBE);
 }
 
+/* A content array as the log shows it: its text parts, each image as "[image]" (never the image's
+ * bytes, which would fill the kept text with base64). NULL if there is nothing to show. */
+static char *parts_text(json_t *parts) {
+    char *out = malloc(PROMPT_KEEP + 1);
+    if (!out) return NULL;
+    size_t n = 0;
+    for (size_t k = 0; k < json_array_size(parts) && n < PROMPT_KEEP; k++) {
+        json_t *p = json_array_get(parts, k);
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        const char *t = !ty                   ? NULL
+                        : !strcmp(ty, "text") ? json_string_value(json_object_get(p, "text"))
+                        : strstr(ty, "image") ? "[image]"
+                                              : NULL;
+        if (!t) continue;
+        n += (size_t)snprintf(out + n, PROMPT_KEEP + 1 - n, "%s%s", n ? " " : "", t);
+        if (n > PROMPT_KEEP) n = PROMPT_KEEP;
+    }
+    out[n] = 0;
+    if (!n) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* The user's words of the request: the prompt string, or the last user message of a chat. */
 static char *prompt_of(srv_req *r) {
     if (r->route != SRV_CHAT)
@@ -406,8 +444,12 @@ static char *prompt_of(srv_req *r) {
         json_t *m = json_array_get(msgs, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *ct = json_object_get(m, "content");
-        if (role && !strcmp(role, "user") && json_is_string(ct))
+        if (!role || strcmp(role, "user")) continue;
+        if (json_is_string(ct))
             out = strndup(json_string_value(ct), PROMPT_KEEP);
+        else if (json_is_array(ct))
+            out = parts_text(ct);
+        break; /* the last user message, whatever it holds */
     }
     json_decref(b);
     return out;

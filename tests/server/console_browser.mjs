@@ -3,7 +3,7 @@
 // node, chromium and playwright-core exist (exit 77 otherwise) and passes:
 //   CLLM_BIN, CLLM_SRC, MODEL, T (scratch dir), CHROMIUM, SHOTS (dir for screenshots or "")
 // Prints "ok: ..." / "FAIL: ..." lines and exits 1 on any failure.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -23,9 +23,9 @@ const check = (cond, m) => (cond ? ok(m) : bad(m));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const procs = [];
-function serve(name, args) {
+function serve(name, args, model) {
   const log = fs.openSync(path.join(T, name + '.log'), 'w');
-  const p = spawn(BIN, ['serve', MODEL, '--port', '0', '--stats-interval', '0', ...args], {
+  const p = spawn(BIN, ['serve', model || MODEL, '--port', '0', '--stats-interval', '0', ...args], {
     stdio: ['ignore', log, log],
   });
   procs.push(p);
@@ -98,14 +98,20 @@ async function main() {
     executablePath: process.env.CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
   });
+  // CLLM_CONSOLE_ONLY=images,key runs those parts alone (while working on one of them)
+  const only = (process.env.CLLM_CONSOLE_ONLY || '').split(',').filter(Boolean);
+  const run = (n) => !only.length || only.includes(n);
   try {
-    const url = await plain(browser);
-    await chatApp(browser, url);
-    await dashboard(browser, url);
-    await serverGone(browser);
-    await specDash(browser);
-    await withKey(browser);
-    await noConsole();
+    if (run('plain')) {
+      const url = await plain(browser);
+      await chatApp(browser, url);
+      await dashboard(browser, url);
+    }
+    if (run('images')) await images(browser);
+    if (run('gone')) await serverGone(browser);
+    if (run('spec')) await specDash(browser);
+    if (run('key')) await withKey(browser);
+    if (run('off')) await noConsole();
   } finally {
     await browser.close();
     stopAll();
@@ -879,6 +885,273 @@ async function withKey(browser) {
   // errors expected here: the 401s the page was built to get; anything else is a failure
   const other = errors.filter((e) => !/401|Unauthorized/.test(e));
   check(other.length === 0, 'no console errors besides the expected 401s' + (other.length ? ': ' + other.join(' | ') : ''));
+}
+
+// ---- images (issue 34): attach / paste / drop, chips, image_url parts, the 400 without a tower ----
+// a vision model like serve_images.sh's: configs/tiny-vision.json's shapes with models/tiny's
+// vocabulary and tokenizer plus the three vision tokens, synthetic weights
+function visionModel() {
+  const src = process.env.CLLM_SRC, dir = path.join(T, 'vis');
+  const c = JSON.parse(fs.readFileSync(path.join(src, 'configs/tiny-vision.json'), 'utf8'));
+  c.text_config.vocab_size = 4096;
+  c.text_config.eos_token_id = 4002;
+  Object.assign(c, { image_token_id: 4009, video_token_id: 4010, vision_start_token_id: 4007, vision_end_token_id: 4008 });
+  fs.mkdirSync(path.join(dir, 'tok'), { recursive: true });
+  fs.writeFileSync(path.join(dir, 'cfg.json'), JSON.stringify(c));
+  const tk = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8'));
+  for (const [id, content] of [[4007, '<|vision_start|>'], [4008, '<|vision_end|>'], [4009, '<|image_pad|>'], [4010, '<|video_pad|>']])
+    tk.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  fs.writeFileSync(path.join(dir, 'tok/tokenizer.json'), JSON.stringify(tk));
+  fs.copyFileSync(path.join(MODEL, 'tokenizer_config.json'), path.join(dir, 'tok/tokenizer_config.json'));
+  const r = spawnSync(BIN, ['synth', '--config', path.join(dir, 'cfg.json'), path.join(dir, 'model'), '--dtype', 'f32',
+    '--tokenizer', path.join(dir, 'tok'), '-q'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error('cllm synth: ' + r.stdout + r.stderr);
+  return path.join(dir, 'model');
+}
+
+// a PNG drawn by the page's canvas (w x h, a red square on blue): the bytes, for setInputFiles
+async function makePng(page, w, h) {
+  const b64 = await page.evaluate(([w, h]) => {
+    const c = document.createElement('canvas');
+    c.width = w;
+    c.height = h;
+    const g = c.getContext('2d');
+    g.fillStyle = '#1040c0';
+    g.fillRect(0, 0, w, h);
+    g.fillStyle = '#e02020';
+    g.fillRect(w / 4, h / 4, w / 2, h / 2);
+    return c.toDataURL('image/png').split(',')[1];
+  }, [w, h]);
+  return Buffer.from(b64, 'base64');
+}
+
+// paste (a ClipboardEvent on the message box) or drop (a DragEvent on the chat, or on the element
+// `where` names) of one file; -> whether the page took the event (preventDefault)
+async function fileEvent(page, kind, name, type, b64, where) {
+  return page.evaluate(([kind, name, type, b64, where]) => {
+    const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], name, { type }));
+    const target = document.getElementById(where || (kind === 'paste' ? 'chat-input' : 'chat-log'));
+    const ev = kind === 'paste' ? new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true })
+      : new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true });
+    if (kind === 'drop') target.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    return !target.dispatchEvent(ev);
+  }, [kind, name, type, b64, where]);
+}
+
+// /console/info as the server answers it, changed by fn(json); unrouteAll({behavior: 'wait'})
+// ends it without racing a request in flight (the page asks often while it thinks it is loading)
+function fakeInfo(page, fn) {
+  return page.route('**/console/info', async (route) => {
+    const resp = await route.fetch();
+    await route.fulfill({ response: resp, json: fn(await resp.json()) });
+  });
+}
+
+const chips = (page) => page.$$eval('#attach-list .chip', (l) => l.map((li) => ({
+  name: li.querySelector('.chip-name').textContent, w: li.querySelector('img').naturalWidth })));
+
+async function images(browser) {
+  const { url } = await serve('vision', [], visionModel());
+  const { ctx, page, errors } = await newPage(browser, url);
+  const bodies = [], choosers = [];
+  page.on('request', (r) => {
+    if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
+  });
+  // listening before the page loads: playwright turns on its file-chooser interception
+  // asynchronously when the first listener comes, and a chooser opened before that is lost
+  page.on('filechooser', (c) => choosers.push(c));
+  // a page opened while the model loads does not know yet (vision null); it asks again at ready
+  await fakeInfo(page, (j) => Object.assign(j, { ready: false, vision: null, vision_why_not: null }));
+  await page.goto(url + '/?poll=500', { waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.vision === null, null, 10000, 'info while loading');
+  await page.unrouteAll({ behavior: 'wait' });
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info at ready');
+  check((await page.evaluate(() => window.cllmConsole.info.vision)) === true, '/console/info, asked again once the stats say ready, says the vision model takes images');
+  check((await page.getAttribute('#attach', 'aria-disabled')) === 'false' && /PNG, JPEG or WebP/.test(await page.getAttribute('#attach', 'title')),
+    'the attach button is on, its tooltip says what it takes');
+  await settings(page, { 'set-max': 8, 'set-temp': 0 });
+
+  // keyboard: Tab reaches the button, Enter opens the file chooser; a PNG made here becomes a chip
+  const png = await makePng(page, 64, 48);
+  await page.focus('#chat-input');
+  await page.keyboard.press('Shift+Tab');
+  check(await page.evaluate(() => document.activeElement.id === 'attach'), 'Shift+Tab from the message box reaches the attach button');
+  await page.keyboard.press('Enter');
+  for (let i = 0; i < 50 && !choosers.length; i++) await sleep(100);
+  const chooser = choosers[0];
+  check(chooser && chooser.isMultiple(), 'Enter on it opens a file chooser (several files at once)');
+  if (chooser) await chooser.setFiles({ name: 'square.png', mimeType: 'image/png', buffer: png });
+  await waitFor(page, () => document.querySelectorAll('#attach-list .chip').length === 1, null, 5000, 'the chip');
+  let ch = await chips(page);
+  check(ch.length === 1 && ch[0].name === 'square.png' && ch[0].w === 64, 'the attached PNG shows as a thumbnail chip: ' + JSON.stringify(ch));
+  check(await page.isVisible('#attach-list'), 'the chip row is shown above the message box');
+
+  // refused: not an image type the server reads (a GIF, whatever its name says), over 10 MiB
+  await page.setInputFiles('#attach-file', { name: 'anim.png', mimeType: 'image/png', buffer: Buffer.from('GIF89a\x01\x00\x01\x00\x00\x00\x00;', 'latin1') });
+  await waitFor(page, () => /not a PNG, JPEG or WebP/.test(document.getElementById('attach-msg').textContent), null, 5000, 'the type refusal');
+  check(await page.isVisible('#attach-msg') && (await chips(page)).length === 1, 'a GIF named .png is refused with a visible message, no chip');
+  const huge = Buffer.alloc(10 * 1024 * 1024 + 1);
+  png.copy(huge);
+  await page.setInputFiles('#attach-file', { name: 'huge.png', mimeType: 'image/png', buffer: huge });
+  await waitFor(page, () => /over 10 MiB/.test(document.getElementById('attach-msg').textContent), null, 10000, 'the size refusal');
+  check((await chips(page)).length === 1, 'a file over 10 MiB is refused with a visible message: ' + await page.textContent('#attach-msg'));
+
+  // paste and drop add chips; their ✕ removes them
+  await fileEvent(page, 'paste', 'pasted.png', 'image/png', png.toString('base64'));
+  await fileEvent(page, 'drop', 'dropped.png', 'image/png', png.toString('base64'));
+  await waitFor(page, () => document.querySelectorAll('#attach-list .chip').length === 3, null, 5000, 'pasted and dropped chips');
+  ch = await chips(page);
+  check(ch.map((c) => c.name).join() === 'square.png,pasted.png,dropped.png', 'Ctrl+V of an image and a drop on the chat each add a chip: ' + ch.map((c) => c.name));
+  check(await page.textContent('#attach-msg') === '', 'the earlier refusal message is gone once images are accepted');
+  const taken = await fileEvent(page, 'drop', 'beside.png', 'image/png', png.toString('base64'), 'convs');
+  await sleep(200);
+  check(taken && (await chips(page)).length === 3 && page.url().startsWith(url),
+    'a file dropped beside the chat (the conversation list) neither attaches nor replaces the page');
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-chat-attach.png') });
+  await page.click('#attach-list .chip:nth-child(3) .chip-rm');
+  await page.click('[aria-label="Remove image pasted.png"]');
+  ch = await chips(page);
+  check(ch.length === 1 && ch[0].name === 'square.png', 'the chips\' ✕ buttons remove them');
+
+  // send: the request carries the image as an image_url part before the text
+  await page.fill('#chat-input', 'What is in this picture?');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 60000, 'the image answer');
+  const b1 = bodies[bodies.length - 1], u1 = b1.messages[b1.messages.length - 1];
+  check(Array.isArray(u1.content) && u1.content.length === 2 && u1.content[0].type === 'image_url' &&
+    u1.content[0].image_url.url === 'data:image/png;base64,' + png.toString('base64') &&
+    u1.content[1].type === 'text' && u1.content[1].text === 'What is in this picture?',
+  'the request has the PNG as an image_url data: part, then the text part');
+  const a1 = await page.evaluate(() => window.cllmConsole.chat.conv()[1]);
+  check(a1.usage && !a1.error, 'the vision model answered the image turn: ' + JSON.stringify(a1.usage || a1.error));
+  check((await chips(page)).length === 0 && await page.isHidden('#attach-list'), 'the chips leave the box when sent');
+  const th = await page.$$eval('#chat-log .msg.user .thumb img', (l) => l.map((i) => ({ w: i.naturalWidth, alt: i.alt })));
+  check(th.length === 1 && th[0].w === 64 && th[0].alt === 'square.png', 'the sent message shows the image as a thumbnail: ' + JSON.stringify(th));
+  await page.click('#chat-log .msg.user .thumb');
+  check((await page.getAttribute('#chat-log .msg.user .thumb', 'aria-pressed')) === 'true', 'clicking the thumbnail enlarges it');
+
+  // the next turn resends the image (the API is stateless); the same image hits the prefix cache
+  await page.fill('#chat-input', 'And the colours?');
+  await page.click('#send');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 4, null, 60000, 'the follow-up');
+  const b2 = bodies[bodies.length - 1];
+  const a2 = await page.evaluate(() => window.cllmConsole.chat.conv()[3]);
+  check(b2.messages.length === 3 && Array.isArray(b2.messages[0].content) && b2.messages[0].content[0].image_url.url === u1.content[0].image_url.url &&
+    b2.messages[2].content === 'And the colours?', 'the follow-up resends the image in the history, a plain-text question last');
+  const cached = a2.usage && a2.usage.prompt_tokens_details ? a2.usage.prompt_tokens_details.cached_tokens : 0;
+  check(!a2.error && cached > 0 && cached > a1.usage.prompt_tokens / 2, `the follow-up reuses the cached prefix past the image (${cached} of ${a2.usage && a2.usage.prompt_tokens})`);
+
+  // an image alone (no text) is a turn too; and it survives a reload from localStorage
+  await page.setInputFiles('#attach-file', { name: 'again.png', mimeType: 'image/png', buffer: await makePng(page, 40, 40) });
+  await waitFor(page, () => document.querySelectorAll('#attach-list .chip').length === 1, null, 5000, 'the chip');
+  await page.focus('#chat-input');
+  await page.keyboard.press('Enter');
+  await waitFor(page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 6, null, 60000, 'the image-only turn');
+  const b3 = bodies[bodies.length - 1].messages.at(-1);
+  check(b3.content.length === 1 && b3.content[0].type === 'image_url', 'an image with no text is sent as one image_url part');
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('#chat-log .msg').length >= 6, null, 10000, 'the conversation after reload');
+  const kept = await page.$$eval('#chat-log .msg.user .thumb img', (l) => l.map((i) => i.naturalWidth));
+  check(kept.join() === '64,40', 'the images are back after a reload (localStorage): ' + kept.join());
+  if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'console-chat-image.png') });
+
+  // a conversation whose images outgrow the server's body limit is stopped in the page, saying so
+  await fakeInfo(page, (j) => {
+    j.limits.max_body_size = 1000;
+    return j;
+  });
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.limits.max_body_size === 1000, null, 10000, 'the small limit');
+  const sent = bodies.length;
+  await page.fill('#chat-input', 'One more');
+  await page.click('#send');
+  await idle(page);
+  const lim = await page.textContent('#chat-log .msg.assistant:last-child .error');
+  check(bodies.length === sent && /over the server's 1,000 B limit \(--max-body-size\)/.test(lim),
+    'over the body limit nothing is sent and the chat says why: ' + lim);
+  await page.unrouteAll({ behavior: 'wait' });
+
+  // storage full: the images leave the stored copy, the text stays; after a reload the image
+  // shows as not kept and is not sent again
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info');
+  await page.click('#clear');
+  const free = await page.evaluate(() => {
+    const big = 'x'.repeat(1 << 20), small = 'x'.repeat(1 << 16);
+    let i = 0;
+    for (const s of [big, small])
+      try {
+        for (;;) localStorage.setItem('fill' + i++, s);
+      } catch (e) {}
+    localStorage.removeItem('fill' + (i - 2)); /* 64 K characters free: the text fits, the image does not */
+    return i;
+  });
+  const noise = Buffer.from(await page.evaluate(() => {
+    const c = document.createElement('canvas');
+    c.width = c.height = 256;
+    const g = c.getContext('2d'), d = g.createImageData(256, 256);
+    for (let k = 0; k < d.data.length; k++) d.data[k] = k % 4 === 3 ? 255 : (Math.random() * 256) | 0;
+    g.putImageData(d, 0, 0);
+    return c.toDataURL('image/png').split(',')[1];
+  }), 'base64');
+  await page.setInputFiles('#attach-file', { name: 'noise.png', mimeType: 'image/png', buffer: noise });
+  await waitFor(page, () => document.querySelectorAll('#attach-list .chip').length === 1, null, 5000, 'the noise chip');
+  await page.fill('#chat-input', 'Noise?');
+  await page.click('#send');
+  await idle(page);
+  const full = await page.textContent('#attach-msg');
+  check(/storage is full/.test(full), `with storage full (${free} fillers, image ${noise.length} bytes) the page says images are not kept: ` + full);
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(page, () => document.querySelectorAll('#chat-log .msg').length >= 2, null, 10000, 'the conversation after reload');
+  const gone = await page.evaluate(() => ({ note: (document.querySelector('#chat-log .thumb-gone') || {}).textContent,
+    text: document.querySelector('#chat-log .msg.user .text').textContent, thumbs: document.querySelectorAll('#chat-log .thumb').length }));
+  check(/noise\.png: not kept/.test(gone.note) && gone.text === 'Noise?' && gone.thumbs === 0,
+    'after a reload the text is there and the image shows as not kept: ' + JSON.stringify(gone));
+  await page.fill('#chat-input', 'Still there?');
+  await page.click('#send');
+  await idle(page);
+  check(JSON.stringify(bodies.at(-1).messages).indexOf('image_url') < 0 && bodies.at(-1).messages[0].content === 'Noise?',
+    'an image that was not kept is not sent again (its text is)');
+  await page.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith('fill')).forEach((k) => localStorage.removeItem(k)));
+  check(errors.length === 0, 'no console errors with images' + (errors.length ? ': ' + errors.join(' | ') : ''));
+  await ctx.close();
+
+  // a model without a tower: the button is off with the reason; a stale page that still sends an
+  // image gets the server's 400 shown in the chat like any other error
+  const nv = await serve('novision', []);
+  const p2 = await newPage(browser, nv.url);
+  let chooserOpened = false;
+  p2.page.on('filechooser', () => (chooserOpened = true));
+  await p2.page.goto(nv.url + '/?poll=500', { waitUntil: 'load' });
+  await waitFor(p2.page, () => window.cllmConsole.info && window.cllmConsole.info.ready, null, 10000, 'info');
+  const off = await p2.page.evaluate(() => ({ v: window.cllmConsole.info.vision, d: document.getElementById('attach').getAttribute('aria-disabled'),
+    t: document.getElementById('attach').title }));
+  check(off.v === false && off.d === 'true' && /no vision tower/.test(off.t), 'without a tower the attach button is off and says why: ' + JSON.stringify(off));
+  await p2.page.focus('#attach'); /* still focusable, so a keyboard user learns why too */
+  await p2.page.keyboard.press('Enter');
+  await fileEvent(p2.page, 'paste', 'pasted.png', 'image/png', png.toString('base64'));
+  await sleep(300);
+  check(!chooserOpened && (await chips(p2.page)).length === 0 && /no vision tower/.test(await p2.page.textContent('#attach-msg')),
+    'pressing it or pasting an image attaches nothing and shows the reason');
+  await fakeInfo(p2.page, (j) => Object.assign(j, { vision: true, vision_why_not: null }));
+  await p2.page.reload({ waitUntil: 'load' });
+  await waitFor(p2.page, () => window.cllmConsole.info && window.cllmConsole.info.vision === true, null, 10000, 'the faked info');
+  await settings(p2.page, { 'set-max': 8 });
+  await p2.page.setInputFiles('#attach-file', { name: 'square.png', mimeType: 'image/png', buffer: png });
+  await waitFor(p2.page, () => document.querySelectorAll('#attach-list .chip').length === 1, null, 5000, 'the chip');
+  await p2.page.fill('#chat-input', 'Look at this');
+  await p2.page.click('#send');
+  await waitFor(p2.page, () => !window.cllmConsole.chat.busy() && window.cllmConsole.chat.conv().length >= 2, null, 30000, 'the refusal');
+  const err = await p2.page.evaluate(() => ({ e: document.querySelector('.msg.assistant .error').textContent,
+    failed: document.querySelectorAll('.msg.failed').length }));
+  check(/HTTP 400: .*this model takes no images \(it has no vision tower\)/.test(err.e) && err.failed === 2,
+    'the server\'s 400 is shown in the chat and the turn marked failed: ' + err.e);
+  const other = p2.errors.filter((e) => !/status of 400/.test(e));
+  check(other.length === 0, 'no console errors besides the expected 400' + (other.length ? ': ' + other.join(' | ') : ''));
+  await p2.page.unrouteAll({ behavior: 'ignoreErrors' });
+  await p2.ctx.close();
 }
 
 // ---- --no-console ----

@@ -1,7 +1,8 @@
 /* The web console's server side (issue 17) against the scripted fake engine: the page and its
  * files are served (CSP, content types) without the API key, the data endpoints need it; the
  * request ring (size, wrap, fields, cancelled streams, no prompt text unless asked);
- * /console/stats fields and window percentiles; --no-console (opts.console false) 404s.
+ * /console/stats fields and window percentiles; --no-console (opts.console false) 404s;
+ * /console/info's vision field (the chat's image attach) and request size limit.
  * Also times /console/stats while 64 streams run (printed, not asserted). */
 #include <jansson.h>
 #include <pthread.h>
@@ -474,6 +475,66 @@ static void time_stats(int port, cllm_server *s) {
                inflight, calls, sum / calls * 1e3, best * 1e3);
 }
 
+/* /console/info says whether the chat may offer image parts: true with a tower, false with the
+ * reason without one (the server's own 400 text, or the engine's why_not), null before ready. */
+static void vision_yes(void *ctx, cllm_vision_info *vi) {
+    (void)ctx;
+    vi->present = true;
+    vi->patch_size = 16;
+}
+static void vision_tp(void *ctx, cllm_vision_info *vi) {
+    (void)ctx;
+    vi->why_not = "images are not served under tensor parallel";
+}
+
+static void test_vision_field(fake_engine *f) {
+    static const struct {
+        void (*op)(void *, cllm_vision_info *);
+        int want; /* 1 true, 0 false */
+        const char *why;
+    } cases[] = {
+        {NULL, 0, "this model takes no images (it has no vision tower)"},
+        {vision_yes, 1, NULL},
+        {vision_tp, 0, "images are not served under tensor parallel"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        cllm_server_engine ops = fake_ops(f);
+        ops.vision = cases[k].op;
+        cllm_server_opts o;
+        cllm_server_opts_defaults(&o);
+        o.port = 0;
+        o.api_key = KEY;
+        o.stats_interval_s = 0;
+        o.access_log = false;
+        o.console = true;
+        o.max_body_size = 3u << 20;
+        cllm_server *s = NULL;
+        cllm_error err = {0};
+        CHECK_MSG(cllm_server_start(&o, &ops, &s, &err) == CLLM_OK, "%s", err.msg);
+        if (!s) continue;
+        int port = cllm_server_port(s);
+        long st;
+        json_t *j = get_json(port, "/console/info", &st);
+        CHECK_MSG(st == 200 && json_is_null(json_object_get(j, "vision")) &&
+                      json_is_null(json_object_get(j, "vision_why_not")),
+                  "case %zu: before ready vision is unknown", k);
+        json_decref(j);
+        cllm_server_set_ready(s, true);
+        j = get_json(port, "/console/info", &st);
+        json_t *v = json_object_get(j, "vision");
+        const char *why = json_string_value(json_object_get(j, "vision_why_not"));
+        CHECK_MSG(json_is_boolean(v) && json_is_true(v) == (cases[k].want == 1),
+                  "case %zu: vision %s", k, json_is_true(v) ? "true" : "not true");
+        CHECK_MSG(cases[k].why ? why && !strcmp(why, cases[k].why)
+                               : json_is_null(json_object_get(j, "vision_why_not")),
+                  "case %zu: vision_why_not '%s'", k, why ? why : "(null)");
+        json_t *l = json_object_get(j, "limits");
+        CHECK(json_integer_value(json_object_get(l, "max_body_size")) == 3 << 20);
+        json_decref(j);
+        cllm_server_stop(s);
+    }
+}
+
 int main(void) {
     const char *src = getenv("CLLM_SRC");
     if (!src) src = ".";
@@ -484,6 +545,7 @@ int main(void) {
     if (fake_start(&f, tokdir)) return 1;
 
     test_hist_ring();
+    test_vision_field(&f);
     cllm_server *s = start(&f, true, 3, false);
     if (s) {
         int port = cllm_server_port(s);
@@ -534,6 +596,23 @@ int main(void) {
         char *dump = json_dumps(e, 0);
         CHECK_MSG(p && !strcmp(p, "my words"), "logged prompt: %s", dump);
         free(dump);
+        json_decref(j);
+        /* an image turn logs its text with "[image]" for each image, never the data URL (this
+         * engine has no tower: the request is a 400, logged all the same) */
+        http_post(port, "/v1/chat/completions", KEY,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"earlier\"},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+                  "{\"url\":\"data:image/png;base64,iVBORw0KGgo=\"}},{\"type\":\"text\","
+                  "\"text\":\"what is it\"}]}],\"max_tokens\":2}",
+                  &r);
+        CHECK_MSG(r.status == 400, "image part without a tower: %ld", r.status);
+        http_free(&r);
+        wait_seq(port, 2);
+        j = get_json(port, "/console/requests", &st);
+        e = json_array_get(json_object_get(j, "requests"), 0);
+        p = json_string_value(json_object_get(e, "prompt"));
+        CHECK_MSG(p && !strcmp(p, "[image] what is it"), "logged image prompt: %s",
+                  p ? p : "(none)");
         json_decref(j);
         cllm_server_stop(s);
     }

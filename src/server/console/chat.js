@@ -9,7 +9,12 @@
  * marked and left out of what is sent next, with its question: one refused 63k-character message
  * must not make every later turn fail. Stop aborts the fetch: the server sees the connection
  * close and cancels the request. Settings are checked against /console/info's limits before
- * anything is sent. */
+ * anything is sent.
+ *
+ * Images (attach.js) ride on user messages as m.images [{url: data URL, name, bytes}] and go out
+ * as image_url parts before the text, every turn. They are stored with the conversation while
+ * localStorage has room; when it is full, images leave the stored copies (oldest conversation
+ * first) before whole conversations do, and such an image shows as "not kept" after a reload. */
 'use strict';
 (function () {
   const C = window.cllmConsole, $ = C.$;
@@ -32,8 +37,32 @@
   function fresh() {
     return { id: newId(), title: '', created: Date.now(), updated: Date.now(), settings: defaults(), msgs: [] };
   }
+  /* what attach.js makes; anything else in storage (a hand-edited or foreign entry) is not drawn
+   * or sent as an image */
+  const IMG_URL = /^data:image\/(png|jpeg|webp);base64,[A-Za-z0-9+/]+=*$/;
+  function cleanImages(v) {
+    if (!Array.isArray(v)) return undefined;
+    const out = v.filter((x) => x && typeof x === 'object').slice(0, 64).map((x) => {
+      const im = { name: String(x.name || 'image').slice(0, 200), bytes: Number(x.bytes) || 0 };
+      if (typeof x.url === 'string' && IMG_URL.test(x.url)) im.url = x.url;
+      return im;
+    });
+    return out.length ? out : undefined;
+  }
   const cleanMsgs = (v) =>
-    (Array.isArray(v) ? v : []).filter((m) => m && (m.role === 'user' || m.role === 'assistant') && typeof m.content === 'string');
+    (Array.isArray(v) ? v : [])
+      .filter((m) => m && (m.role === 'user' || m.role === 'assistant') && typeof m.content === 'string')
+      .map((m) => {
+        const im = m.role === 'user' ? cleanImages(m.images) : undefined;
+        if (im) m.images = im;
+        else delete m.images;
+        return m;
+      });
+  const hasImages = (c) => c.msgs.some((m) => m.images && m.images.some((x) => x.url));
+  /* a copy of conversation c whose messages keep their images' names but not their data */
+  const withoutImages = (c) => Object.assign({}, c, {
+    msgs: c.msgs.map((m) => (m.images ? Object.assign({}, m, { images: m.images.map((x) => ({ name: x.name, bytes: x.bytes })) }) : m)),
+  });
   function load() {
     try {
       const v = JSON.parse(localStorage.getItem(STORE) || 'null');
@@ -70,14 +99,21 @@
   }
   function save() {
     const persist = db.list.filter((c) => c.msgs.length || c.title);
+    /* when full, images leave the stored copies first, oldest conversation first (the list is
+     * newest first); this page keeps them until it is closed */
+    const heavy = persist.filter(hasImages).reverse(), light = new Set();
     for (;;) {
       try {
-        localStorage.setItem(STORE, JSON.stringify({ cur: db.cur, list: persist }));
+        localStorage.setItem(STORE, JSON.stringify({ cur: db.cur, list: persist.map((c) => (light.has(c) ? withoutImages(c) : c)) }));
+        if (cur && light.has(cur) && C.attach) C.attach.say('This browser\'s storage is full: this chat\'s images are not kept after a reload.');
         return;
       } catch (e) {
-        /* full: the oldest conversations go first; disabled storage: this page still works */
-        if (persist.length <= 1 || !e || e.name !== 'QuotaExceededError') return;
-        persist.splice(persist.length - 1, 1);
+        /* full: then the oldest conversations go; disabled storage: this page still works */
+        if (!e || e.name !== 'QuotaExceededError') return;
+        const next = heavy.find((c) => !light.has(c));
+        if (next) light.add(next);
+        else if (persist.length <= 1) return;
+        else persist.splice(persist.length - 1, 1);
       }
     }
   }
@@ -88,7 +124,10 @@
     save();
     renderList();
   }
-  const title = (c) => c.title || (c.msgs.find((m) => m.role === 'user') || {}).content || 'New chat';
+  const title = (c) => {
+    const q = c.msgs.find((m) => m.role === 'user');
+    return c.title || (q && (q.content || (q.images ? 'Image' : ''))) || 'New chat';
+  };
 
   /* ---- the conversation list ---- */
   function renderList() {
@@ -318,6 +357,10 @@
     root.appendChild(who);
     const e = { root };
     if (m.role === 'user') {
+      e.imgs = document.createElement('div');
+      e.imgs.className = 'imgs';
+      e.imgs.hidden = true;
+      root.appendChild(e.imgs);
       e.body = document.createElement('div');
       e.body.className = 'text';
       root.appendChild(e.body);
@@ -354,6 +397,7 @@
     e.root.classList.toggle('pending', !!m.pending);
     if (m.role === 'user') {
       e.body.textContent = m.content; /* user text is shown verbatim, never parsed */
+      if (e.imgs.childElementCount !== (m.images ? m.images.length : 0)) C.attach.thumbs(e.imgs, m.images);
       e.err.textContent = m.failed ? 'Not answered: left out of what is sent next. Edit it, or send again.' : '';
       return;
     }
@@ -401,7 +445,14 @@
     if (sys) msgs.push({ role: 'system', content: sys });
     for (const m of cur.msgs.slice(0, upto)) {
       if (m.pending || m.failed || (m.role === 'assistant' && m.error && !m.content)) continue;
-      msgs.push({ role: m.role, content: m.content || '' });
+      const imgs = m.role === 'user' && m.images ? m.images.filter((x) => x.url) : [];
+      if (!imgs.length) msgs.push({ role: m.role, content: m.content || '' });
+      else {
+        /* images first, then the question: the order the OpenAI examples and Qwen's use */
+        const parts = imgs.map((x) => ({ type: 'image_url', image_url: { url: x.url } }));
+        if (m.content) parts.push({ type: 'text', text: m.content });
+        msgs.push({ role: m.role, content: parts });
+      }
     }
     const b = {
       model: C.info ? C.info.model : undefined,
@@ -431,10 +482,17 @@
     const t0 = performance.now();
     let tFirst = 0;
     try {
+      const body = JSON.stringify(requestBody(i));
+      /* images make bodies big: say so here rather than as the server's bare 413 */
+      const lim = C.info && C.info.limits && C.info.limits.max_body_size;
+      const size = lim && body.length > lim / 3 ? new TextEncoder().encode(body).length : body.length;
+      if (lim && size > lim)
+        throw new Error('this request is ' + C.bytes(size) + ' with the conversation\'s images, over the server\'s ' +
+          C.bytes(lim) + ' limit (--max-body-size): delete earlier images or start a new chat');
       const r = await C.api('/v1/chat/completions', {
         method: 'POST',
         headers: { 'Content-Type': 'application/json', Accept: 'text/event-stream' },
-        body: JSON.stringify(requestBody(i)),
+        body,
         signal: ctrl.signal,
       });
       if (!r.ok) {
@@ -535,9 +593,11 @@
   function send() {
     const input = $('chat-input');
     const text = input.value.trim();
-    if (!text || !ready()) return;
+    if (C.attach.busy()) return C.attach.say('Still reading the image: send again in a moment.');
+    if ((!text && !C.attach.count()) || !ready()) return;
     input.value = '';
-    cur.msgs.push({ role: 'user', content: text });
+    const images = C.attach.take();
+    cur.msgs.push(images.length ? { role: 'user', content: text, images } : { role: 'user', content: text });
     build(cur.msgs.length - 1);
     return answer();
   }
@@ -578,7 +638,7 @@
     bar.append(
       button('Save & send', 'Save and resend from here', 'act act-save', () => {
         const t = ta.value.trim();
-        if (!t || !ready()) return;
+        if ((!t && !cur.msgs[i].images) || !ready()) return;
         done();
         cut(i + 1);
         cur.msgs[i].content = t;

@@ -273,6 +273,8 @@
       $('fig-spec').hidden = !(s.spec_k > 0); /* only with --speculative-config */
       last = { stats: s, values: v, levels: lv };
       C.setConn(s.ready && !s.draining, s.draining ? 'draining' : s.ready ? 'ready' : 'loading model');
+      /* the page came up while the model loaded: what the model can do (images, context) is known now */
+      if (s.ready && C.info && !C.info.ready) C.loadInfo().catch(() => {});
       draw();
     } catch (e) {
       if (!(e instanceof C.AuthError)) C.setDown(true);
