@@ -184,8 +184,7 @@ static enum MHD_Result route_info(srv_req *r) {
     json_object_set_new(o, "vision_why_not",
                         !ready || s->vision.present ? json_null()
                         : s->vision.why_not         ? json_string(s->vision.why_not)
-                                                    : json_string("this model takes no images (it "
-                                                                          "has no vision tower)"));
+                                                    : json_string(SRV_NO_VISION));
     /* what the chat's settings are checked against before a request is sent: the API's own
      * bounds (openai.c parse_sampling / max_tokens), except temperature, which the API takes up
      * to 100 but the console offers in OpenAI's 0..2 */

@@ -143,8 +143,7 @@ bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_er
     const char *ty = json_string_value(json_object_get(part, "type"));
     if (!s->vision.present)
         return BAD("messages", "messages[%zu].content: %s", msg,
-                   s->vision.why_not ? s->vision.why_not
-                                     : "this model takes no images (it has no vision tower)");
+                   s->vision.why_not ? s->vision.why_not : SRV_NO_VISION);
     if (strcmp(ty, "image_url") && strcmp(ty, "input_image"))
         return BAD("messages",
                    "messages[%zu].content: '%.40s' parts are not supported (text, "

@@ -193,6 +193,8 @@ bool srv_image_expand(cllm_server *s, srv_gen *g, srv_err *e);
 void srv_image_free(srv_gen *g);
 /* the placeholder a string-content template gets for an image (Qwen3-VL's) */
 #define SRV_IMAGE_PLACEHOLDER "<|vision_start|><|image_pad|><|vision_end|>"
+/* why a model without a tower refuses images (chat and the console's /console/info) */
+#define SRV_NO_VISION "this model takes no images (it has no vision tower)"
 
 /* Parses a completions / chat / generate body into g. Returns false with e filled. */
 bool srv_parse_gen(cllm_server *s, srv_route route, json_t *body, srv_gen *g, srv_err *e);
