@@ -61,7 +61,7 @@ static cllm_engine *open_engine(const char *dir, int budget, cllm_error *err) {
     o.max_num_seqs = 4;
     o.max_num_batched_tokens = budget;
     o.max_model_len = 512;
-    o.kv_cache_bytes = 8u << 20;
+    o.kv_cache_bytes = 256u << 20; /* 512 positions of the full 35B shape fit */
     cllm_engine *e = NULL;
     return cllm_engine_create(&o, &e, err) == CLLM_OK ? e : NULL;
 }
