@@ -30,11 +30,6 @@ void sched_img_free(eng_req *q) {
     q->n_imgs = 0;
 }
 
-static int imax3(int a, int b, int c) {
-    int m = a > b ? a : b;
-    return m > c ? m : c;
-}
-
 /* The prompt's M-RoPE positions ([n_prompt][3]) and the delta of every later token. */
 static void mrope_positions(eng_req *q, int merge) {
     int next = 0, at = 0; /* next text position; prompt index */
@@ -52,7 +47,9 @@ static void mrope_positions(eng_req *q, int merge) {
                     q->mrope[3 * at + 1] = next + r;
                     q->mrope[3 * at + 2] = next + c;
                 }
-        next += imax3(gt, gh, gw);
+        /* HF get_rope_index: current_pos += max(grid_h, grid_w) / merge (the frame count is not
+         * part of it; an image has one) */
+        next += gh > gw ? gh : gw;
     }
     q->rope_delta = next - q->n_prompt;
 }

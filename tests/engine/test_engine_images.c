@@ -173,8 +173,7 @@ static void expected(const tcase *c, int n_out, int32_t *out) {
                     tr[at][2] = next + x;
                     rows[at] = emb[k] + i * H;
                 }
-        int big = g[0] > gh ? g[0] : gh;
-        next += big > gw ? big : gw;
+        next += gh > gw ? gh : gw; /* HF: max(grid_h, grid_w) / merge */
     }
     int delta = next - c->n;
     uint64_t h = 0;
