@@ -42,7 +42,7 @@ typedef struct outt {
     char name[224];
     cllm_dtype dt;
     int n_dims;
-    int64_t shape[3];
+    int64_t shape[CLLM_ST_MAX_DIMS];
     uint64_t nbytes;
     int part;
     const cllm_tensor *src;  /* P_COPY, P_DEQ */
@@ -645,7 +645,7 @@ static bool add_copy(qrun *r, const cllm_tensor *t) {
     snprintf(x->name, sizeof(x->name), "%s", t->name);
     x->dt = t->dtype;
     x->n_dims = t->n_dims;
-    for (int d = 0; d < t->n_dims && d < 3; d++) x->shape[d] = t->shape[d];
+    for (int d = 0; d < t->n_dims && d < CLLM_ST_MAX_DIMS; d++) x->shape[d] = t->shape[d];
     x->nbytes = t->nbytes;
     x->part = P_COPY;
     x->src = t;

@@ -8,7 +8,8 @@
 # position grid itself (1 8 8), larger than it (1 10 14: interpolated upwards), a tall one
 # (1 12 2) and two frames (2 4 4: attention stays within a frame). Each: max |c - ref| <=
 # 1e-4 * max(1, max |ref|) (the text forward's bound), and the C output with 1 and 2 threads
-# is the same bytes. Also: `cllm verify --full` accepts the synth model, and the M-RoPE
+# is the same bytes. Also: `cllm verify --full` accepts the synth model, `cllm quantize` keeps the
+# tower (verify passes, the same output bytes), and the M-RoPE
 # positions of vision_ref.py --rope-index on a prompt with two images against values worked
 # out by hand from the rule in docs/model.md. Exit 77 without /usr/bin/python3 + numpy.
 set -u
@@ -50,6 +51,17 @@ for cfg in tiny-vision tiny-vision-hd72; do
         if r=$($PY "$T/cmp.py" "$T/$tag.c1" "$T/$tag.r"); then ok "$tag: $r"; else bad "$tag: $r"; fi
     done
 done
+
+# `cllm quantize` keeps the tower (its 5-D patch kernel included) and its output is the same bytes
+q="$T/tiny-vision-w4"
+expect_rc 0 "quantize tiny-vision" "$BIN" quantize "$T/tiny-vision" "$q" --group-size 32
+expect_rc 0 "verify the quantized model" "$BIN" verify "$q"
+if "$DUMP" dump "$q" 1 4 6 "$T/tiny-vision-1x4x6.px" "$T/q.c1" 1 >"$T/out" 2>&1; then
+    cmp -s "$T/q.c1" "$T/tiny-vision-1x4x6.c1" && ok "quantized model: the tower's output is unchanged" \
+        || bad "quantized model: the tower's output changed"
+else
+    bad "quantized model: C encode"; cat "$T/out"
+fi
 
 # M-RoPE positions: 3 text tokens, an image of grid (1, 4, 6) (2 x 3 merged: 6 tokens), 2 text,
 # an image of grid (1, 2, 2) (1 token), 1 text. Image 1 starts at 3: (3, 3+r, 3+c); text resumes
