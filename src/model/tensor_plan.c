@@ -16,6 +16,7 @@ typedef struct plan {
     size_t n;
     bool optional;
     cllm_tensor_group force_group; /* CLLM_TG_COUNT = none */
+    const tt_row *row;             /* the table row being emitted; NULL: the vision tower */
 } plan;
 
 const char *cllm_tensor_group_name(cllm_tensor_group g) {
@@ -51,6 +52,8 @@ static void emit(plan *p, cllm_tensor_group g, cllm_tensor_init init, int fan_in
     s.active_den = den;
     s.optional = p->optional;
     s.force_f32 = init == CLLM_INIT_A_LOG;
+    s.tp_split = p->row ? p->row->split : TS_NONE;
+    s.tp_range = p->row ? p->row->range : TR_ALL;
     p->fn(p->ctx, &s);
     p->n++;
 }
@@ -93,8 +96,10 @@ static void block(plan *p, const tt_block *b, const char *lp, cllm_expert_layout
     for (size_t i = 0; i < b->n; i++) {
         const tt_row *r = &b->rows[i];
         if (!tt_present(c, r)) continue;
+        p->row = r;
         if (r->kind == TT_EXPERTS) {
             experts(p, lp, c->hidden_size, layout);
+            p->row = NULL;
             continue;
         }
         int64_t shape[3];
@@ -106,6 +111,7 @@ static void block(plan *p, const tt_block *b, const char *lp, cllm_expert_layout
         int den = r->group == CLLM_TG_EMBED ? c->vocab_size : 1;
         emit(p, (cllm_tensor_group)r->group, init, r->nd > 1 ? (int)shape[r->nd - 1] : 1, 1, den,
              r->nd, shape, "%s%s", r->top ? "" : lp, r->name);
+        p->row = NULL;
     }
 }
 
@@ -185,7 +191,7 @@ static void vision(plan *p) {
 size_t cllm_tensor_plan(const cllm_config *cfg, cllm_expert_layout layout, bool include_mtp,
                         bool include_vision, void (*fn)(void *ctx, const cllm_tensor_spec *s),
                         void *ctx) {
-    plan p = {cfg, fn, ctx, 0, false, CLLM_TG_COUNT};
+    plan p = {cfg, fn, ctx, 0, false, CLLM_TG_COUNT, NULL};
     const char *pre = cfg->weight_prefix;
     block(&p, &tt_embed, pre, layout);
     for (int l = 0; l < cfg->n_layers; l++) {
