@@ -230,6 +230,14 @@ bool tt_has_block(const cllm_config *c, const tt_block *b) {
     return false;
 }
 
+size_t tt_layer_mat_rows(void) {
+    size_t n = 0;
+    for (size_t b = 0; b < tt_n_layer_blocks; b++)
+        for (size_t i = 0; i < tt_layer_block_list[b]->n; i++)
+            n += tt_layer_block_list[b]->rows[i].kind == TT_MAT;
+    return n;
+}
+
 int64_t tt_dim(const cllm_config *c, int d) {
     switch ((tt_dimension)d) {
     case TD_1:

@@ -112,6 +112,8 @@ int tt_layer_blocks(const cllm_config *c, cllm_layer_type type, bool moe, const 
 /* True when some decoder layer of c has block b. */
 bool tt_has_block(const cllm_config *c, const tt_block *b);
 int64_t tt_dim(const cllm_config *c, int d);
+/* Matrix rows in all layer blocks together: the most fwd_layer_mats hands out besides experts. */
+size_t tt_layer_mat_rows(void);
 /* Whether c has the row's tensor. */
 bool tt_present(const cllm_config *c, const tt_row *r);
 

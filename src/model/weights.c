@@ -613,8 +613,9 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     const cllm_config *c = &m->cfg;
     double t0 = cllm_time_s();
     panel_plan pl = {m, NULL, 0, 0, 0};
-    /* a layer has 17 matrices besides its experts' (fwd_layer_mats) */
-    mat_list ml = {NULL, 0, 24 + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0)};
+    /* a layer's matrices besides its experts' are at most the tables' matrix rows */
+    mat_list ml = {NULL, 0,
+                   tt_layer_mat_rows() + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0)};
     if (!(ml.ws = malloc(ml.cap * sizeof(*ml.ws))))
         return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
     cllm_status st = CLLM_OK;
