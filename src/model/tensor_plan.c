@@ -1,5 +1,9 @@
-/* Expected-tensor enumeration; see tensor_plan.h. Shapes follow the spec (§2, §3). */
+/* Expected-tensor enumeration; see tensor_plan.h. The text model's tensors are the rows of
+ * model/tensor_table.c (its layers' blocks from the architecture's builder); the vision tower's
+ * are listed here. Shapes follow the spec (§2, §3). */
 #include "model/tensor_plan.h"
+
+#include "model/tensor_table_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +16,7 @@ typedef struct plan {
     size_t n;
     bool optional;
     cllm_tensor_group force_group; /* CLLM_TG_COUNT = none */
+    const tt_row *row;             /* the table row being emitted; NULL: the vision tower */
 } plan;
 
 const char *cllm_tensor_group_name(cllm_tensor_group g) {
@@ -47,6 +52,8 @@ static void emit(plan *p, cllm_tensor_group g, cllm_tensor_init init, int fan_in
     s.active_den = den;
     s.optional = p->optional;
     s.force_f32 = init == CLLM_INIT_A_LOG;
+    s.tp_split = p->row ? p->row->split : TS_NONE;
+    s.tp_range = p->row ? p->row->range : TR_ALL;
     p->fn(p->ctx, &s);
     p->n++;
 }
@@ -60,60 +67,6 @@ static void vec(plan *p, cllm_tensor_group g, cllm_tensor_init init, int64_t n, 
 static void mat(plan *p, cllm_tensor_group g, cllm_tensor_init init, int64_t rows, int64_t cols,
                 const char *name) {
     emit(p, g, init, (int)cols, 1, 1, 2, SHAPE(rows, cols), "%s", name);
-}
-
-static void attention(plan *p, const char *lp, int H) {
-    const cllm_config *c = p->cfg;
-    char n[160];
-    int q_rows = c->n_heads * c->head_dim * (c->attn_output_gate ? 2 : 1);
-    int kv_rows = c->n_kv_heads * c->head_dim;
-    snprintf(n, sizeof(n), "%sself_attn.q_proj.weight", lp);
-    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, q_rows, H, n);
-    snprintf(n, sizeof(n), "%sself_attn.k_proj.weight", lp);
-    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, kv_rows, H, n);
-    snprintf(n, sizeof(n), "%sself_attn.v_proj.weight", lp);
-    mat(p, CLLM_TG_ATTN, CLLM_INIT_LINEAR, kv_rows, H, n);
-    snprintf(n, sizeof(n), "%sself_attn.o_proj.weight", lp);
-    mat(p, CLLM_TG_ATTN, CLLM_INIT_OUT_PROJ, H, c->n_heads * c->head_dim, n);
-    if (c->attention_bias) {
-        snprintf(n, sizeof(n), "%sself_attn.q_proj.bias", lp);
-        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, q_rows, n);
-        snprintf(n, sizeof(n), "%sself_attn.k_proj.bias", lp);
-        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, kv_rows, n);
-        snprintf(n, sizeof(n), "%sself_attn.v_proj.bias", lp);
-        vec(p, CLLM_TG_ATTN, CLLM_INIT_ZERO, kv_rows, n);
-    }
-    cllm_tensor_init ni = c->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM;
-    snprintf(n, sizeof(n), "%sself_attn.q_norm.weight", lp);
-    vec(p, CLLM_TG_NORM, ni, c->head_dim, n);
-    snprintf(n, sizeof(n), "%sself_attn.k_norm.weight", lp);
-    vec(p, CLLM_TG_NORM, ni, c->head_dim, n);
-}
-
-static void gated_deltanet(plan *p, const char *lp, int H) {
-    const cllm_config *c = p->cfg;
-    char n[160];
-    int kd = c->lin_n_k_heads * c->lin_k_dim, vd = c->lin_n_v_heads * c->lin_v_dim;
-    int conv_ch = 2 * kd + vd;
-    snprintf(n, sizeof(n), "%slinear_attn.in_proj_qkv.weight", lp);
-    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, conv_ch, H, n);
-    snprintf(n, sizeof(n), "%slinear_attn.in_proj_z.weight", lp);
-    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, vd, H, n);
-    snprintf(n, sizeof(n), "%slinear_attn.in_proj_b.weight", lp);
-    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, c->lin_n_v_heads, H, n);
-    snprintf(n, sizeof(n), "%slinear_attn.in_proj_a.weight", lp);
-    mat(p, CLLM_TG_GDN, CLLM_INIT_LINEAR, c->lin_n_v_heads, H, n);
-    snprintf(n, sizeof(n), "%slinear_attn.conv1d.weight", lp);
-    emit(p, CLLM_TG_GDN, CLLM_INIT_CONV, c->lin_conv_kernel, 1, 1, 3,
-         SHAPE(conv_ch, 1, c->lin_conv_kernel), "%s", n);
-    snprintf(n, sizeof(n), "%slinear_attn.dt_bias", lp);
-    vec(p, CLLM_TG_GDN, CLLM_INIT_DT_BIAS, c->lin_n_v_heads, n);
-    snprintf(n, sizeof(n), "%slinear_attn.A_log", lp);
-    vec(p, CLLM_TG_GDN, CLLM_INIT_A_LOG, c->lin_n_v_heads, n);
-    snprintf(n, sizeof(n), "%slinear_attn.norm.weight", lp);
-    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM, c->lin_v_dim, n);
-    snprintf(n, sizeof(n), "%slinear_attn.out_proj.weight", lp);
-    mat(p, CLLM_TG_GDN, CLLM_INIT_OUT_PROJ, H, vd, n);
 }
 
 static void experts(plan *p, const char *lp, int H, cllm_expert_layout layout) {
@@ -136,61 +89,45 @@ static void experts(plan *p, const char *lp, int H, cllm_expert_layout layout) {
     }
 }
 
-static void dense_mlp(plan *p, const char *lp, const char *what, int H, int I,
-                      cllm_tensor_group g) {
-    char n[160];
-    snprintf(n, sizeof(n), "%s%s.gate_proj.weight", lp, what);
-    mat(p, g, CLLM_INIT_LINEAR, I, H, n);
-    snprintf(n, sizeof(n), "%s%s.up_proj.weight", lp, what);
-    mat(p, g, CLLM_INIT_LINEAR, I, H, n);
-    snprintf(n, sizeof(n), "%s%s.down_proj.weight", lp, what);
-    mat(p, g, CLLM_INIT_OUT_PROJ, H, I, n);
-}
-
-static void moe(plan *p, const char *lp, int H, cllm_expert_layout layout) {
+/* The present rows of block b under prefix lp (a layer's "model.language_model.layers.3.", or
+ * the model's weight_prefix; a top-level row takes none). */
+static void block(plan *p, const tt_block *b, const char *lp, cllm_expert_layout layout) {
     const cllm_config *c = p->cfg;
-    char n[160];
-    snprintf(n, sizeof(n), "%smlp.gate.weight", lp);
-    mat(p, CLLM_TG_ROUTER, CLLM_INIT_LINEAR, c->n_experts, H, n);
-    experts(p, lp, H, layout);
-    if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
-        dense_mlp(p, lp, "mlp.shared_expert", H, c->shared_expert_intermediate_size,
-                  CLLM_TG_SHARED);
-        snprintf(n, sizeof(n), "%smlp.shared_expert_gate.weight", lp);
-        mat(p, CLLM_TG_SHARED, CLLM_INIT_LINEAR, 1, H, n);
+    for (size_t i = 0; i < b->n; i++) {
+        const tt_row *r = &b->rows[i];
+        if (!tt_present(c, r)) continue;
+        p->row = r;
+        if (r->kind == TT_EXPERTS) {
+            experts(p, lp, c->hidden_size, layout);
+            p->row = NULL;
+            continue;
+        }
+        int64_t shape[3];
+        for (int d = 0; d < r->nd; d++) shape[d] = tt_dim(c, r->dims[d]);
+        cllm_tensor_init init = (cllm_tensor_init)r->init;
+        if (r->kind == TT_NORM) init = c->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM;
+        if (r->kind == TT_NORM_1P) init = CLLM_INIT_NORM_1P;
+        /* a token reads one embedding row: active share 1/vocab */
+        int den = r->group == CLLM_TG_EMBED ? c->vocab_size : 1;
+        emit(p, (cllm_tensor_group)r->group, init, r->nd > 1 ? (int)shape[r->nd - 1] : 1, 1, den,
+             r->nd, shape, "%s%s", r->top ? "" : lp, r->name);
+        p->row = NULL;
     }
 }
 
-/* One decoder layer under prefix lp ("model.language_model.layers.3."). */
+/* One decoder layer under prefix lp: the blocks its architecture's builder lists. */
 static void layer(plan *p, const char *lp, cllm_layer_type type, bool is_moe,
                   cllm_expert_layout layout) {
-    const cllm_config *c = p->cfg;
-    int H = c->hidden_size;
-    char n[160];
-    cllm_tensor_init ni = c->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM;
-    snprintf(n, sizeof(n), "%sinput_layernorm.weight", lp);
-    vec(p, CLLM_TG_NORM, ni, H, n);
-    snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", lp);
-    vec(p, CLLM_TG_NORM, ni, H, n);
-    if (type == CLLM_LAYER_LINEAR_ATTN)
-        gated_deltanet(p, lp, H);
-    else
-        attention(p, lp, H);
-    if (is_moe)
-        moe(p, lp, H, layout);
-    else
-        dense_mlp(p, lp, "mlp", H, c->intermediate_size, CLLM_TG_MLP);
+    const tt_block *bl[TT_MAX_BLOCKS];
+    int n = tt_layer_blocks(p->cfg, type, is_moe, bl);
+    for (int i = 0; i < n; i++) block(p, bl[i], lp, layout);
 }
 
 static void mtp(plan *p) {
     const cllm_config *c = p->cfg;
-    int H = c->hidden_size;
     p->optional = true;
     p->force_group = CLLM_TG_MTP;
-    mat(p, CLLM_TG_MTP, CLLM_INIT_LINEAR, H, 2 * H, "mtp.fc.weight");
-    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.pre_fc_norm_embedding.weight");
-    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.pre_fc_norm_hidden.weight");
-    vec(p, CLLM_TG_NORM, CLLM_INIT_NORM_1P, H, "mtp.norm.weight");
+    block(p, &tt_mtp, "", CLLM_EXPERTS_PER_EXPERT);
     for (int l = 0; l < c->mtp_num_hidden_layers; l++) {
         char lp[64];
         snprintf(lp, sizeof(lp), "mtp.layers.%d.", l);
@@ -254,23 +191,15 @@ static void vision(plan *p) {
 size_t cllm_tensor_plan(const cllm_config *cfg, cllm_expert_layout layout, bool include_mtp,
                         bool include_vision, void (*fn)(void *ctx, const cllm_tensor_spec *s),
                         void *ctx) {
-    plan p = {cfg, fn, ctx, 0, false, CLLM_TG_COUNT};
+    plan p = {cfg, fn, ctx, 0, false, CLLM_TG_COUNT, NULL};
     const char *pre = cfg->weight_prefix;
-    int H = cfg->hidden_size;
-    char n[160];
-    snprintf(n, sizeof(n), "%sembed_tokens.weight", pre);
-    /* A token reads one embedding row: active share 1/vocab. */
-    emit(&p, CLLM_TG_EMBED, CLLM_INIT_EMBED, H, 1, cfg->vocab_size, 2, SHAPE(cfg->vocab_size, H),
-         "%s", n);
+    block(&p, &tt_embed, pre, layout);
     for (int l = 0; l < cfg->n_layers; l++) {
         char lp[96];
         snprintf(lp, sizeof(lp), "%slayers.%d.", pre, l);
         layer(&p, lp, (cllm_layer_type)cfg->layer_types[l], cfg->layer_is_moe[l], layout);
     }
-    snprintf(n, sizeof(n), "%snorm.weight", pre);
-    vec(&p, CLLM_TG_NORM, cfg->norm_one_plus ? CLLM_INIT_NORM_1P : CLLM_INIT_NORM, H, n);
-    if (!cfg->tie_word_embeddings)
-        mat(&p, CLLM_TG_LM_HEAD, CLLM_INIT_LINEAR, cfg->vocab_size, H, "lm_head.weight");
+    block(&p, &tt_head, pre, layout);
     if (include_mtp && cfg->mtp_num_hidden_layers > 0) mtp(&p);
     if (include_vision && cfg->vision.present) vision(&p);
     return p.n;

@@ -58,6 +58,9 @@ typedef struct cllm_tensor_spec {
     int fan_in; /* for init */
     /* Fraction of these parameters used per token, as num/den (experts: top_k/E). */
     int active_num, active_den;
+    /* How tensor parallel cuts it: its table row's tt_split and tt_range
+     * (model/tensor_table_int.h); TS_NONE (not cut) for the vision tower */
+    unsigned char tp_split, tp_range;
 } cllm_tensor_spec;
 
 /* Calls fn once per expected tensor, in a stable order (layer by layer). include_mtp adds the

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model/tensor_plan.h"
+#include "model/tensor_table_int.h"
 
 /* Part `rank` of `total` rows in units of `align`: first (units % size) ranks get one extra. */
 static void split(int total, int rank, int size, int align, int *off, int *n) {
@@ -122,7 +123,7 @@ cllm_status cllm_shard_plan(const cllm_config *c, int rank, int size, int align,
                (s = split_rows(c->moe_intermediate_size, rank, size, align, &o->mi0, &o->nmi,
                                "mlp.experts: moe_intermediate_size", err)))
         return s;
-    if (any_moe && c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0 &&
+    if (tt_has_block(c, &tt_shared) &&
         (s = split_rows(c->shared_expert_intermediate_size, rank, size, align, &o->si0, &o->nsi,
                         "mlp.shared_expert: shared_expert_intermediate_size", err)))
         return s;
@@ -192,14 +193,12 @@ typedef struct bytes_ctx {
 static void count_one(void *vc, const cllm_tensor_spec *t) {
     bytes_ctx *b = vc;
     uint64_t n = cllm_tensor_spec_elems(t) * (uint64_t)(t->force_f32 ? 4 : b->eb);
-    bool repl = t->group == CLLM_TG_EMBED || t->group == CLLM_TG_NORM ||
-                t->group == CLLM_TG_ROUTER || strstr(t->name, "shared_expert_gate");
+    bool repl = t->tp_split == TS_REPL; /* embeddings, norms, router, shared expert gate */
     if (t->group == CLLM_TG_LM_HEAD) n = n / (uint64_t)b->g->vocab_size * (uint64_t)b->s->nv;
     if (t->group == CLLM_TG_EXPERTS && b->s->ep)
         n = n / (uint64_t)b->g->n_experts * (uint64_t)b->s->ne;
     /* KV heads / GDN key heads replicated when N exceeds them: count the copies as replicated */
-    if (b->s->size > b->g->n_kv_heads && (strstr(t->name, "k_proj") || strstr(t->name, "v_proj")))
-        repl = true;
+    if (b->s->size > b->g->n_kv_heads && t->tp_range == TR_KV) repl = true;
     b->total += n;
     if (repl) b->repl += n;
 }

@@ -1,7 +1,9 @@
 /* Weight binding for the forward pass: opens a model directory, validates every tensor the
  * config implies (model/tensor_plan.c is the list of names and shapes) and binds each one in
- * place in the safetensors mmap. Small vectors (norms, conv taps, A_log, dt_bias, biases) are
- * converted to fp32 copies owned by the model; matrices stay in their stored dtype.
+ * place in the safetensors mmap, walking the same tables (model/tensor_table.c: per block type,
+ * each row's destination an offset in fwd_layer or cllm_model). Small vectors (norms, conv taps,
+ * A_log, dt_bias, biases) are converted to fp32 copies owned by the model; matrices stay in their
+ * stored dtype.
  *
  * Called by cllm_model_load() users (cli/cmd_generate.c, cmd_eval.c, the engine). Experts are
  * bound one by one through fwd_mlp views (fused [E][2I][H] tensors are sliced per expert), so a
@@ -21,6 +23,7 @@
 #include "dist/dist.h"
 #include "model/qformat.h"
 #include "model/tensor_plan.h"
+#include "model/tensor_table_int.h"
 #include "model/vision_int.h"
 #include "model/weights_int.h"
 
@@ -226,7 +229,6 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
 }
 
 #define MAT(rows, cols, ...) mat(&B, rows, cols, __VA_ARGS__)
-#define VEC(n, add, ...)     vec_of(&B, get(&B, (uint64_t)(n), __VA_ARGS__), (size_t)(n), add)
 
 fwd_wt fwd_bind_mat(binder *b, int rows, int cols, const char *name) {
     return mat(b, rows, cols, "%s", name);
@@ -246,95 +248,98 @@ static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, in
     *b = B;
 }
 
-/* Binds one decoder layer; `count` = false for MTP layers (not part of the KV/state pools). */
-static void bind_layer(binder *bp, fwd_layer *L, const char *lp, cllm_layer_type type, bool moe,
-                       bool fused, bool count) {
+/* The routed experts (a TT_EXPERTS row named base): one fwd_mlp view each, slices of the fused
+ * [E][2I][H] and [E][H][I] tensors or the per-expert ones. */
+static void bind_experts(binder *bp, fwd_layer *L, const char *lp, const char *base, bool fused) {
     binder B = *bp;
-    cllm_model *m = B.m;
-    const cllm_config *c = &m->cfg;
-    int H = c->hidden_size, hd = c->head_dim;
-    float one = c->norm_one_plus ? 1.0f : 0.0f;
-    L->type = type;
-    L->moe = moe;
-    L->in_norm = VEC(H, one, "%sinput_layernorm.weight", lp);
-    L->post_norm = VEC(H, one, "%spost_attention_layernorm.weight", lp);
-    if (L->type == CLLM_LAYER_FULL_ATTN) {
-        L->sub = count ? m->n_attn++ : -1;
-        L->q = MAT(m->q_rows, H, "%sself_attn.q_proj.weight", lp);
-        L->k = MAT(m->kv_dim, H, "%sself_attn.k_proj.weight", lp);
-        L->v = MAT(m->kv_dim, H, "%sself_attn.v_proj.weight", lp);
-        L->o = MAT(H, c->n_heads * hd, "%sself_attn.o_proj.weight", lp);
-        if (c->attention_bias) {
-            L->q_bias = VEC(m->q_rows, 0.0f, "%sself_attn.q_proj.bias", lp);
-            L->k_bias = VEC(m->kv_dim, 0.0f, "%sself_attn.k_proj.bias", lp);
-            L->v_bias = VEC(m->kv_dim, 0.0f, "%sself_attn.v_proj.bias", lp);
-        }
-        L->q_norm = VEC(hd, one, "%sself_attn.q_norm.weight", lp);
-        L->k_norm = VEC(hd, one, "%sself_attn.k_norm.weight", lp);
-    } else {
-        L->sub = count ? m->n_gdn++ : -1;
-        int Hv = c->lin_n_v_heads, vd = Hv * c->lin_v_dim;
-        L->qkv = MAT(m->conv_ch, H, "%slinear_attn.in_proj_qkv.weight", lp);
-        L->z = MAT(vd, H, "%slinear_attn.in_proj_z.weight", lp);
-        L->b = MAT(Hv, H, "%slinear_attn.in_proj_b.weight", lp);
-        L->a = MAT(Hv, H, "%slinear_attn.in_proj_a.weight", lp);
-        L->out = MAT(H, vd, "%slinear_attn.out_proj.weight", lp);
-        L->conv_w = VEC(m->conv_ch * c->lin_conv_kernel, 0.0f, "%slinear_attn.conv1d.weight", lp);
-        L->dt_bias = VEC(Hv, 0.0f, "%slinear_attn.dt_bias", lp);
-        L->A = VEC(Hv, 0.0f, "%slinear_attn.A_log", lp);
-        if (L->A)
-            for (int h = 0; h < Hv; h++) L->A[h] = (float)-exp((double)L->A[h]);
-        L->gnorm = VEC(c->lin_v_dim, 0.0f, "%slinear_attn.norm.weight", lp);
-    }
-    if (L->moe) {
-        int E = c->n_experts, I = c->moe_intermediate_size;
-        L->router = MAT(E, H, "%smlp.gate.weight", lp);
-        L->experts = own(m, (size_t)E * sizeof(fwd_mlp));
-        if (!L->experts && B.st == CLLM_OK)
-            B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
-        if (B.st == CLLM_OK && fused) {
-            fwd_wt gu = MAT(E, 2 * I * H, "%smlp.experts.gate_up_proj", lp);
-            fwd_wt dn = MAT(E, H * I, "%smlp.experts.down_proj", lp);
-            if (B.st == CLLM_OK) {
-                size_t es = cllm_dtype_size(gu.dt), ds = cllm_dtype_size(dn.dt);
-                for (int e = 0; e < E; e++) {
-                    fwd_mlp *x = &L->experts[e];
-                    const char *g = (const char *)gu.data + (size_t)e * 2 * I * H * es;
-                    x->gate = (fwd_wt){g, gu.dt, I, H};
-                    x->up = (fwd_wt){g + (size_t)I * H * es, gu.dt, I, H};
-                    x->down = (fwd_wt){(const char *)dn.data + (size_t)e * H * I * ds, dn.dt, H, I};
-                    x->gate.src = x->up.src = gu.src, x->down.src = dn.src;
-                    x->gate.src_off = (uint64_t)e * 2 * I * H;
-                    x->up.src_off = x->gate.src_off + (uint64_t)I * H;
-                    x->down.src_off = (uint64_t)e * H * I;
-                }
-            }
-        } else if (B.st == CLLM_OK) {
-            for (int e = 0; e < E && B.st == CLLM_OK; e++) {
-                char what[48];
-                snprintf(what, sizeof(what), "mlp.experts.%d", e);
-                bind_mlp(&B, &L->experts[e], lp, what, H, I);
+    const cllm_config *c = &B.m->cfg;
+    int E = c->n_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    L->experts = own(B.m, (size_t)E * sizeof(fwd_mlp));
+    if (!L->experts && B.st == CLLM_OK) B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
+    if (B.st == CLLM_OK && fused) {
+        fwd_wt gu = MAT(E, 2 * I * H, "%s%s.gate_up_proj", lp, base);
+        fwd_wt dn = MAT(E, H * I, "%s%s.down_proj", lp, base);
+        if (B.st == CLLM_OK) {
+            size_t es = cllm_dtype_size(gu.dt), ds = cllm_dtype_size(dn.dt);
+            for (int e = 0; e < E; e++) {
+                fwd_mlp *x = &L->experts[e];
+                const char *g = (const char *)gu.data + (size_t)e * 2 * I * H * es;
+                x->gate = (fwd_wt){g, gu.dt, I, H};
+                x->up = (fwd_wt){g + (size_t)I * H * es, gu.dt, I, H};
+                x->down = (fwd_wt){(const char *)dn.data + (size_t)e * H * I * ds, dn.dt, H, I};
+                x->gate.src = x->up.src = gu.src, x->down.src = dn.src;
+                x->gate.src_off = (uint64_t)e * 2 * I * H;
+                x->up.src_off = x->gate.src_off + (uint64_t)I * H;
+                x->down.src_off = (uint64_t)e * H * I;
             }
         }
-        if (c->arch == CLLM_ARCH_QWEN35_MOE && c->shared_expert_intermediate_size > 0) {
-            L->has_shared = true;
-            bind_mlp(&B, &L->shared, lp, "mlp.shared_expert", H,
-                     c->shared_expert_intermediate_size);
-            L->shared_gate = MAT(1, H, "%smlp.shared_expert_gate.weight", lp);
+    } else if (B.st == CLLM_OK) {
+        for (int e = 0; e < E && B.st == CLLM_OK; e++) {
+            char what[64];
+            snprintf(what, sizeof(what), "%s.%d", base, e);
+            bind_mlp(&B, &L->experts[e], lp, what, H, I);
         }
-    } else {
-        bind_mlp(&B, &L->mlp, lp, "mlp", H, c->intermediate_size);
     }
     *bp = B;
 }
 
+/* Binds the present rows of block blk (model/tensor_table.c) into dst + each row's offset: a
+ * matrix in place, a vector as an fp32 copy ((1 + w) for the norms that store w), the routed
+ * experts by bind_experts. lp: the layer's prefix (or the model's weight_prefix). */
+static void bind_block(binder *b, const tt_block *blk, void *dst, const char *lp, bool fused) {
+    const cllm_config *c = &b->m->cfg;
+    for (size_t i = 0; i < blk->n && b->st == CLLM_OK; i++) {
+        const tt_row *r = &blk->rows[i];
+        if (!tt_present(c, r)) continue;
+        char name[200];
+        snprintf(name, sizeof(name), "%s%s", r->top ? "" : lp, r->name);
+        void *at = (char *)dst + r->off;
+        if (r->kind == TT_EXPERTS) {
+            bind_experts(b, dst, lp, r->name, fused);
+            continue;
+        }
+        if (r->kind == TT_MAT) {
+            *(fwd_wt *)at =
+                mat(b, (int)tt_dim(c, r->dims[0]), (int)tt_dim(c, r->dims[1]), "%s", name);
+            continue;
+        }
+        size_t n = 1;
+        for (int d = 0; d < r->nd; d++) n *= (size_t)tt_dim(c, r->dims[d]);
+        float add = r->kind == TT_NORM_1P || (r->kind == TT_NORM && c->norm_one_plus) ? 1.0f : 0.0f;
+        float *v = vec_of(b, get(b, (uint64_t)n, "%s", name), n, add);
+        if (v && r->neg_exp)
+            for (size_t h = 0; h < n; h++) v[h] = (float)-exp((double)v[h]);
+        *(float **)at = v;
+    }
+}
+
+/* Binds one decoder layer: the blocks its architecture's builder lists (model/tensor_table.c).
+ * count = false for MTP layers (not part of the KV/state pools). */
+static void bind_layer(binder *b, fwd_layer *L, const char *lp, cllm_layer_type type, bool moe,
+                       bool fused, bool count) {
+    cllm_model *m = b->m;
+    const tt_block *bl[TT_MAX_BLOCKS];
+    int n = tt_layer_blocks(&m->cfg, type, moe, bl);
+    L->type = CLLM_LAYER_FULL_ATTN;
+    for (int i = 0; i < n; i++) {
+        if (bl[i]->role == TB_GDN) L->type = CLLM_LAYER_LINEAR_ATTN;
+        if (bl[i]->role == TB_MOE) L->moe = true;
+        if (bl[i]->role == TB_SHARED) L->has_shared = true;
+    }
+    if (L->type == CLLM_LAYER_FULL_ATTN)
+        L->sub = count ? m->n_attn++ : -1;
+    else
+        L->sub = count ? m->n_gdn++ : -1;
+    for (int i = 0; i < n; i++) bind_block(b, bl[i], L, lp, fused);
+}
+
 void fwd_layer_mats(const fwd_layer *L, int n_experts, fwd_mat_fn fn, void *ctx) {
-    const fwd_wt *ws[] = {
-        &L->q,           &L->k,           &L->v,        &L->o,      &L->qkv,         &L->z,
-        &L->b,           &L->a,           &L->out,      &L->router, &L->shared.gate, &L->shared.up,
-        &L->shared.down, &L->shared_gate, &L->mlp.gate, &L->mlp.up, &L->mlp.down};
-    for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-        if (ws[i]->data) fn(ctx, ws[i], -1);
+    for (size_t b = 0; b < tt_n_layer_blocks; b++)
+        for (size_t i = 0; i < tt_layer_block_list[b]->n; i++) {
+            const tt_row *r = &tt_layer_block_list[b]->rows[i];
+            const fwd_wt *w = (const fwd_wt *)(const void *)((const char *)L + r->off);
+            if (r->kind == TT_MAT && w->data) fn(ctx, w, -1);
+        }
     for (int e = 0; L->moe && L->experts && e < n_experts; e++) {
         const fwd_mlp *x = &L->experts[e];
         if (x->gate.data) fn(ctx, &x->gate, e);
@@ -608,8 +613,9 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
     const cllm_config *c = &m->cfg;
     double t0 = cllm_time_s();
     panel_plan pl = {m, NULL, 0, 0, 0};
-    /* a layer has 17 matrices besides its experts' (fwd_layer_mats) */
-    mat_list ml = {NULL, 0, 24 + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0)};
+    /* a layer's matrices besides its experts' are at most the tables' matrix rows */
+    mat_list ml = {NULL, 0,
+                   tt_layer_mat_rows() + 3 * (size_t)(c->n_experts > 0 ? c->n_experts : 0)};
     if (!(ml.ws = malloc(ml.cap * sizeof(*ml.ws))))
         return cllm_err_set(err, CLLM_ENOMEM, "weight panels: out of memory");
     cllm_status st = CLLM_OK;
@@ -732,16 +738,15 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
         goto fail;
     }
     binder B = {m, err, CLLM_OK, cllm_qformat_act_bits(dir), qfmt};
-    int H = c->hidden_size;
-    m->embed = MAT(c->vocab_size, H, "%sembed_tokens.weight", c->weight_prefix);
-    m->lm_head = c->tie_word_embeddings ? m->embed : MAT(c->vocab_size, H, "lm_head.weight");
+    bind_block(&B, &tt_embed, m, c->weight_prefix, fused);
+    bind_block(&B, &tt_head, m, c->weight_prefix, fused);
+    if (c->tie_word_embeddings) m->lm_head = m->embed;
     /* quantized rows are read in the checkpoint's layout (fwd_embed_row); tied to the lm_head
      * they would be repacked into panels and their source pages dropped under the lookup */
     if (B.st == CLLM_OK && m->embed.q.bits && c->tie_word_embeddings)
         B.st = cllm_err_set(err, CLLM_EUNSUPPORTED,
                             "quantized embed_tokens tied to the lm_head are not supported "
                             "(keep them 16-bit)");
-    m->final_norm = VEC(H, c->norm_one_plus ? 1.0f : 0.0f, "%snorm.weight", c->weight_prefix);
     for (int l = 0; l < c->n_layers && B.st == CLLM_OK; l++) {
         char lp[96];
         snprintf(lp, sizeof(lp), "%slayers.%d.", c->weight_prefix, l);
@@ -755,10 +760,7 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
         m->n_mtp = c->mtp_num_hidden_layers;
         m->mtp_layers = own(m, (size_t)m->n_mtp * sizeof(fwd_layer));
         if (!m->mtp_layers) B.st = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
-        m->mtp_fc = MAT(H, 2 * H, "mtp.fc.weight");
-        m->mtp_norm = VEC(H, 1.0f, "mtp.norm.weight");
-        m->mtp_pre_emb = VEC(H, 1.0f, "mtp.pre_fc_norm_embedding.weight");
-        m->mtp_pre_hidden = VEC(H, 1.0f, "mtp.pre_fc_norm_hidden.weight");
+        bind_block(&B, &tt_mtp, m, "", fused);
         for (int l = 0; l < m->n_mtp && B.st == CLLM_OK; l++) {
             char lp[64], n[96];
             snprintf(lp, sizeof(lp), "mtp.layers.%d.", l);

@@ -12,6 +12,7 @@
  *    (rows along K are contiguous);
  *  - per-head vectors (A_log, dt_bias, conv taps, biases) follow their heads or channels;
  *  - expert parallel: a rank keeps its experts whole and leaves the others unbound.
+ * Which rule a tensor follows is its table row's split and range (model/tensor_table.c).
  * Only the slices are ever read, so a rank's resident weights are its slice plus the replicated
  * parts (embeddings, norms, router). The MTP head (unused by the forward pass) keeps its full
  * views and is never touched. */
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
+#include "model/tensor_table_int.h"
 #include "model/tp_shard.h"
 #include "model/weights_int.h"
 
@@ -143,61 +145,107 @@ static cllm_status mlp_slice(tp_ctx *t, fwd_mlp *x, int off, int n, const char *
     return CLLM_OK;
 }
 
+/* The rank's part of a table row's rows (tt_range, model/tensor_table_int.h): range_of writes
+ * them to out and returns how many (GDN in_proj_qkv: q, k and v parts). */
+static int range_of(const cllm_config *g, const cllm_shard *sh, int range, rng *out) {
+    int hd = g->head_dim, dk = g->lin_k_dim, dv = g->lin_v_dim, Kd = g->lin_n_k_heads * dk;
+    switch ((tt_range)range) {
+    case TR_ALL:
+        return 0;
+    case TR_QHEADS: {
+        int qs = g->attn_output_gate ? 2 * hd : hd;
+        out[0] = (rng){sh->h0 * qs, sh->nh * qs};
+        return 1;
+    }
+    case TR_KV:
+        out[0] = (rng){sh->kv0 * hd, sh->nkv * hd};
+        return 1;
+    case TR_OHEADS:
+        out[0] = (rng){sh->h0 * hd, sh->nh * hd};
+        return 1;
+    case TR_GQKV:
+        out[0] = (rng){sh->gk0 * dk, sh->ngk * dk};
+        out[1] = (rng){Kd + sh->gk0 * dk, sh->ngk * dk};
+        out[2] = (rng){2 * Kd + sh->gv0 * dv, sh->ngv * dv};
+        return 3;
+    case TR_GV:
+        out[0] = (rng){sh->gv0 * dv, sh->ngv * dv};
+        return 1;
+    case TR_GVH:
+        out[0] = (rng){sh->gv0, sh->ngv};
+        return 1;
+    case TR_I:
+        out[0] = (rng){sh->i0, sh->ni};
+        return 1;
+    case TR_SI:
+        out[0] = (rng){sh->si0, sh->nsi};
+        return 1;
+    }
+    return 0;
+}
+
+/* A vector cut with its rows (per values a row: a conv channel's taps): one range stays a view
+ * into the model's copy, several are gathered into a new one. */
+static cllm_status vec_rows(tp_ctx *t, float **v, const rng *r, int nr, size_t per,
+                            const char *name) {
+    if (!*v || !nr) return CLLM_OK;
+    if (nr == 1) {
+        *v += (size_t)r[0].off * per;
+        return CLLM_OK;
+    }
+    size_t n = 0;
+    for (int i = 0; i < nr; i++) n += (size_t)r[i].n;
+    float *d = take(t, n * per * sizeof(float));
+    if (!d) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", name);
+    for (int i = 0, o = 0; i < nr; o += r[i].n, i++)
+        memcpy(d + (size_t)o * per, *v + (size_t)r[i].off * per,
+               (size_t)r[i].n * per * sizeof(float));
+    *v = d;
+    return CLLM_OK;
+}
+
+/* The routed experts: whole ones under expert parallel (the others left unbound: fwd_moe skips
+ * them), else every expert's intermediate rows. */
+static cllm_status experts_slice(tp_ctx *t, fwd_layer *L, const cllm_shard *sh, const char *nm) {
+    cllm_status s;
+    for (int e = 0; e < t->m->cfg.n_experts; e++)
+        if (sh->ep) {
+            if (e < sh->e0 || e >= sh->e0 + sh->ne) L->experts[e] = (fwd_mlp){0};
+        } else if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) {
+            return s;
+        }
+    return CLLM_OK;
+}
+
+/* Cuts each present row of the layer's blocks (model/tensor_table.c) by its split rule. */
 static cllm_status layer_slice(tp_ctx *t, fwd_layer *L, int l, const cllm_shard *sh) {
     const cllm_config *g = &t->m->cfg; /* still the global config here */
-    char nm[96];
-    cllm_status s;
-    if (L->type == CLLM_LAYER_FULL_ATTN) {
-        int hd = g->head_dim, qs = g->attn_output_gate ? 2 * hd : hd;
-        rng q = {sh->h0 * qs, sh->nh * qs}, kv = {sh->kv0 * hd, sh->nkv * hd};
-        snprintf(nm, sizeof(nm), "layers.%d.self_attn", l);
-        if ((s = wt_rows(t, &L->q, &q, 1, nm)) || (s = wt_rows(t, &L->k, &kv, 1, nm)) ||
-            (s = wt_rows(t, &L->v, &kv, 1, nm)) ||
-            (s = wt_cols(t, &L->o, sh->h0 * hd, sh->nh * hd, nm)))
-            return s;
-        if (L->q_bias) {
-            L->q_bias += q.off;
-            L->k_bias += kv.off;
-            L->v_bias += kv.off;
-        }
-    } else {
-        int dk = g->lin_k_dim, dv = g->lin_v_dim, Kd = g->lin_n_k_heads * dk;
-        rng qkv[3] = {{sh->gk0 * dk, sh->ngk * dk},
-                      {Kd + sh->gk0 * dk, sh->ngk * dk},
-                      {2 * Kd + sh->gv0 * dv, sh->ngv * dv}};
-        rng z = {sh->gv0 * dv, sh->ngv * dv}, ab = {sh->gv0, sh->ngv};
-        snprintf(nm, sizeof(nm), "layers.%d.linear_attn", l);
-        if ((s = wt_rows(t, &L->qkv, qkv, 3, nm)) || (s = wt_rows(t, &L->z, &z, 1, nm)) ||
-            (s = wt_rows(t, &L->b, &ab, 1, nm)) || (s = wt_rows(t, &L->a, &ab, 1, nm)) ||
-            (s = wt_cols(t, &L->out, z.off, z.n, nm)))
-            return s;
-        int K = g->lin_conv_kernel, ch = 0;
-        float *cw = take(t, (size_t)(qkv[0].n + qkv[1].n + qkv[2].n) * K * sizeof(float));
-        if (!cw) return cllm_err_set(t->err, CLLM_ENOMEM, "out of memory: %s", nm);
-        for (int i = 0; i < 3; ch += qkv[i].n, i++)
-            memcpy(cw + (size_t)ch * K, L->conv_w + (size_t)qkv[i].off * K,
-                   (size_t)qkv[i].n * K * sizeof(float));
-        L->conv_w = cw;
-        L->A += sh->gv0;
-        L->dt_bias += sh->gv0;
-    }
-    if (L->moe) {
-        snprintf(nm, sizeof(nm), "layers.%d.mlp.experts", l);
-        for (int e = 0; e < g->n_experts; e++)
-            if (sh->ep) { /* whole experts; the others stay unbound (fwd_moe skips them) */
-                if (e < sh->e0 || e >= sh->e0 + sh->ne) L->experts[e] = (fwd_mlp){0};
-            } else if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) {
-                return s;
+    const tt_block *bl[TT_MAX_BLOCKS];
+    int nb = tt_layer_blocks(g, L->type, L->moe, bl);
+    cllm_status s = CLLM_OK;
+    for (int b = 0; b < nb && s == CLLM_OK; b++) {
+        char nm[96];
+        snprintf(nm, sizeof(nm), "layers.%d.%s", l, bl[b]->what);
+        for (size_t i = 0; i < bl[b]->n && s == CLLM_OK; i++) {
+            const tt_row *r = &bl[b]->rows[i];
+            void *at = (char *)L + r->off;
+            rng rg[3];
+            int nr = range_of(g, sh, r->range, rg);
+            if (!tt_present(g, r)) continue;
+            if (r->split == TS_EXPERTS) {
+                s = experts_slice(t, L, sh, nm);
+            } else if (r->split == TS_ROWS && r->kind == TT_MAT) {
+                s = wt_rows(t, at, rg, nr, nm);
+            } else if (r->split == TS_COLS && r->kind == TT_MAT) {
+                s = wt_cols(t, at, rg[0].off, rg[0].n, nm);
+            } else if (r->split == TS_ROWS) {
+                size_t per = 1;
+                for (int d = 1; d < r->nd; d++) per *= (size_t)tt_dim(g, r->dims[d]);
+                s = vec_rows(t, at, rg, nr, per, nm);
             }
-        if (L->has_shared) {
-            snprintf(nm, sizeof(nm), "layers.%d.mlp.shared_expert", l);
-            if ((s = mlp_slice(t, &L->shared, sh->si0, sh->nsi, nm))) return s;
         }
-    } else {
-        snprintf(nm, sizeof(nm), "layers.%d.mlp", l);
-        if ((s = mlp_slice(t, &L->mlp, sh->i0, sh->ni, nm))) return s;
     }
-    return CLLM_OK;
+    return s;
 }
 
 cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {

@@ -27,6 +27,17 @@ static void count(void *ctx, const cllm_tensor_spec *s) {
     (*(uint64_t *)ctx) += cllm_tensor_spec_elems(s);
 }
 
+/* Counts the specs whose name ends in suffix (ctx: {suffix, count}). */
+typedef struct suffix_count {
+    const char *suffix;
+    int n;
+} suffix_count;
+static void count_suffix(void *ctx, const cllm_tensor_spec *s) {
+    suffix_count *sc = ctx;
+    size_t a = strlen(s->name), b = strlen(sc->suffix);
+    sc->n += a >= b && !strcmp(s->name + a - b, sc->suffix);
+}
+
 int main(void) {
     const char *src = getenv("CLLM_SRC");
     char path[600];
@@ -101,6 +112,30 @@ int main(void) {
     if (!msg[0]) {
         CHECK(!c.layer_is_moe[0] && c.layer_is_moe[1] && !c.layer_is_moe[2] && !c.layer_is_moe[3]);
         CHECK(!c.norm_topk_prob && c.n_experts == 128);
+        /* the layer builders (model/tensor_table.c): layer 1's router and fused experts, no
+         * shared expert; the 3 dense layers' MLP; per layer 2 norms, 4 projections, q/k norms;
+         * embed, norm and lm_head */
+        suffix_count sc = {"mlp.gate.weight", 0};
+        CHECK(cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count_suffix, &sc) ==
+              3 + 4 * 8 + 3 + 3 * 3);
+        CHECK(sc.n == 1);
+        sc = (suffix_count){"shared_expert.up_proj.weight", 0};
+        cllm_tensor_plan(&c, CLLM_EXPERTS_PER_EXPERT, true, true, count_suffix, &sc);
+        CHECK(sc.n == 0);
+        cllm_config_free(&c);
+    }
+    /* presence predicates: attention_bias adds three biases a layer; a tied lm_head is none */
+    CHECK(parse("{\"model_type\":\"qwen3\",\"num_hidden_layers\":3,\"attention_bias\":true,"
+                "\"tie_word_embeddings\":true}",
+                &c, msg) == CLLM_OK);
+    if (!msg[0]) {
+        suffix_count sc = {"_proj.bias", 0};
+        CHECK(cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count_suffix, &sc) ==
+              2 + 3 * 14);
+        CHECK(sc.n == 9);
+        sc = (suffix_count){"lm_head.weight", 0};
+        cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count_suffix, &sc);
+        CHECK(sc.n == 0);
         cllm_config_free(&c);
     }
 
