@@ -129,6 +129,8 @@ Q4_AI void q4_cols(const cllm_qweight *w, int n0, int n1, const float *X, size_t
         q4_tile(w, n, X, ldx, Y, ldy, BITS, 1, TT, 1);
 }
 
+#define Q4_TT(k) ((k) <= Q4_TOK ? (k) : 1) /* cases over Q4_TOK never run: no tile for them */
+
 Q4_AI void q4_core(const cllm_qweight *w, int n0, int n1, const float *X, size_t ldx, int n_tok,
                    float *Y, size_t ldy, const int BITS) {
     if (Q4_OWN(w, n0, n1, X, ldx, n_tok, Y, ldy, BITS)) return;
@@ -136,23 +138,34 @@ Q4_AI void q4_core(const cllm_qweight *w, int n0, int n1, const float *X, size_t
         const int tn = n_tok - t < Q4_TOK ? n_tok - t : Q4_TOK;
         const float *Xt = X + (size_t)t * ldx;
         float *Yt = Y + (size_t)t * ldy;
-        /* TT a constant in each call, so the register tiles unroll */
-        if (Q4_TOK >= 8 && tn == 8)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 8);
-        else if (Q4_TOK >= 7 && tn == 7)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 7);
-        else if (Q4_TOK >= 6 && tn == 6)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 6);
-        else if (Q4_TOK >= 5 && tn == 5)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 5);
-        else if (Q4_TOK >= 4 && tn == 4)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 4);
-        else if (Q4_TOK >= 3 && tn == 3)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 3);
-        else if (tn == 2)
-            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 2);
-        else
+        /* TT a constant in each call, so the register tiles unroll (a switch: GCC allocates the
+         * AVX-512 decode loop's registers better than after an if-chain) */
+        switch (tn) {
+        case 8:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(8));
+            break;
+        case 7:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(7));
+            break;
+        case 6:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(6));
+            break;
+        case 5:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(5));
+            break;
+        case 4:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(4));
+            break;
+        case 3:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(3));
+            break;
+        case 2:
+            q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, Q4_TT(2));
+            break;
+        default:
             q4_cols(w, n0, n1, Xt, ldx, Yt, ldy, BITS, 1);
+            break;
+        }
     }
 }
 
