@@ -242,6 +242,10 @@ int main(void) {
     one_case_f(4, 128, 1024, 88, 70, 16, 0);
     one_case_f(4, 96, 576, 40, 13, 16, F_ASYM);
     one_case_f(8, 64, 640, 24, 9, 16, F_BF16 | F_RANDZ);
+    /* groups over KERN_Q_GEMM_MAXG: AVX2 runs its register tiles for any token count (blocks of
+     * 3, then 1 token with 4-vector tiles), AVX-512 its masked 8-column tail */
+    one_case_f(4, 512, 1024, 40, 7, 16, F_RANDZ);
+    one_case_f(8, 512, 1024, 24, 5, 16, F_ASYM | F_BF16);
     /* one token (AVX2 decode sweep): several 512-column blocks and a ragged last block */
     one_case_f(4, 128, 256, 1096, 1, 16, F_RANDZ);
     one_case_f(8, 32, 128, 1064, 1, 16, F_ASYM | F_BF16);

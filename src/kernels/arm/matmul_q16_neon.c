@@ -32,7 +32,7 @@
 #include "kernels/kern_int.h"
 
 #define AI __attribute__((always_inline)) static inline
-/* Full unrolling of the tile loops keeps the sum arrays in registers (as matmul_q4_neon.c). */
+/* Full unrolling of the tile loops keeps the sum arrays in registers (as matmul_q4_body_int.h). */
 #define UNROLL _Pragma("GCC unroll 8")
 #define DEC_W  512 /* columns per sweep block (acc: DEC_W x SW_MAX floats, 16 KiB) */
 #define SW_MAX 8   /* tokens per register tile */

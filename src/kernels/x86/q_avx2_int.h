@@ -1,5 +1,5 @@
-/* Private to the x86 AVX2 GPTQ kernels (matmul_q_dec_avx2.c, matmul_q16_avx2.c): per-group
- * zero points and scales of 8 consecutive output columns, the same loads in both kernels. */
+/* Private to the x86 AVX2 GPTQ kernels (matmul_q4_avx2.c, matmul_q_dec_avx2.c, matmul_q16_avx2.c):
+ * per-group zero points and scales of 8 consecutive output columns, the same loads in each. */
 #ifndef CLLM_KERNELS_X86_Q_AVX2_INT_H
 #define CLLM_KERNELS_X86_Q_AVX2_INT_H
 
