@@ -275,7 +275,7 @@ static cllm_status mm_run(cllm_fwd_ctx *c) {
         n += ((size_t)c->jobs[j].w->rows + MM_ROWS - 1) / MM_ROWS *
              (((size_t)c->jobs[j].n_tok + MM_TOK - 1) / MM_TOK);
     /* GPTQ weights (packed along K, N contiguous): wider items so each qweight row read is
-     * several cache lines (kernels/x86/matmul_q4_avx2.c); a multiple of MM_ROWS, so n is enough */
+     * several cache lines (kernels/matmul_q4_body_int.h); a multiple of MM_ROWS, so n is enough */
     if (n > c->cap_items) {
         struct fwd_item *ni = realloc(c->items, n * sizeof(*ni));
         if (!ni) return CLLM_ENOMEM;
