@@ -351,6 +351,15 @@ char *srv_metrics_render(cllm_server *s) {
     head(&b, "cllm_prefill_tokens_saved_total", "counter",
          "Prefill tokens skipped thanks to prefix caching.");
     sample(&b, "cllm_prefill_tokens_saved_total", L, NULL, (double)st.prefill_tokens_saved);
+    if (s->vision.present) { /* image input (engine/sched_img.c) */
+        head(&b, "cllm_images_encoded_total", "counter", "Images run through the vision tower.");
+        sample(&b, "cllm_images_encoded_total", L, NULL, (double)st.images_encoded);
+        head(&b, "cllm_image_tokens_total", "counter", "Text tokens the encoded images became.");
+        sample(&b, "cllm_image_tokens_total", L, NULL, (double)st.image_tokens);
+        head(&b, "cllm_image_encode_seconds_total", "counter",
+             "Engine-thread time spent in the vision tower.");
+        sample(&b, "cllm_image_encode_seconds_total", L, NULL, st.image_encode_s);
+    }
     head(&b, "cllm_prefill_tokens_computed_total", "counter",
          "Prompt tokens run through the model, advanced per prefill chunk (engine step).");
     sample(&b, "cllm_prefill_tokens_computed_total", L, NULL, (double)st.prompt_tokens);

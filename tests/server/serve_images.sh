@@ -185,6 +185,12 @@ for tmpl in lists string; do
   pr=$(jget resp 'd["usage"]["input_tokens"]')
   [ "$pr" = "$pa" ] && ok "$tmpl: responses input_image: $pr input tokens, as chat" || bad "$tmpl: responses: $pr input tokens, chat $pa"
   [ "$(curl -s -o /dev/null -w '%{http_code}' $U/health)" = 200 ] && ok "$tmpl: healthy after the bad images" || bad "$tmpl: /health"
+  curl -s $U/metrics >"$T/metrics"
+  ne=$(awk '/^cllm_images_encoded_total/ {print int($2)}' "$T/metrics")
+  nt=$(awk '/^cllm_image_tokens_total/ {print int($2)}' "$T/metrics")
+  # 11 images answered; the cache spares some encodes (a2 at least: all its blocks are a1's)
+  if [ "${ne:-0}" -ge 6 ] && [ "$ne" -le 10 ] && [ "${nt:-0}" -ge "$ne" ]; then ok "$tmpl: /metrics: $ne images encoded, $nt image tokens"
+  else bad "$tmpl: /metrics: images encoded '$ne', image tokens '$nt'"; fi
   kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
 done
 
