@@ -1,11 +1,12 @@
-/* Full (gated) attention layer over the paged KV pool (docs/model.md §2.3; Qwen3 without the gate).
+/* Full (gated) attention layer over the paged KV pool (docs/model.md §2.3; Qwen3 without the gate,
+ * Qwen2 without the gate and the q/k norms).
  *
  * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
- * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;
- * then one work item per (block of consecutive query tokens, KV head) runs online-softmax
- * attention over positions 0..pos of each token's sequence for that KV head's query heads.
- * Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one rescale per tile),
- * so the result depends neither on the batch nor on the KV block size. */
+ * RMSNorm per head (when the layer has them), NeoX RoPE on the first rotary_dim dims, K/V written
+ * to the token's block; then one work item per (block of consecutive query tokens, KV head) runs
+ * online-softmax attention over positions 0..pos of each token's sequence for that KV head's query
+ * heads. Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one rescale per
+ * tile), so the result depends neither on the batch nor on the KV block size. */
 #include <math.h>
 #include <string.h>
 
@@ -55,12 +56,12 @@ static void qk_rope_kv_worker(void *vj, size_t b, size_t e, int tid) {
         const float *cs = c->rope_cs + t * f->rotary_dim;
         for (int h = 0; h < f->n_heads; h++) {
             float *qh = Q + (size_t)h * qs;
-            fwd_rmsnorm(qh, qh, w->q_norm, hd, eps);
+            if (w->q_norm) fwd_rmsnorm(qh, qh, w->q_norm, hd, eps);
             rope(qh, cs, half);
         }
         for (int h = 0; h < f->n_kv_heads; h++) {
             float *kh = K + (size_t)h * hd;
-            fwd_rmsnorm(kh, kh, w->k_norm, hd, eps);
+            if (w->k_norm) fwd_rmsnorm(kh, kh, w->k_norm, hd, eps);
             rope(kh, cs, half);
         }
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];

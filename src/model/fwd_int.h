@@ -57,7 +57,7 @@ typedef struct fwd_norms_w {
 typedef struct fwd_attn_w {
     fwd_wt q, k, v, o;
     float *q_bias, *k_bias, *v_bias; /* NULL unless attention_bias */
-    float *q_norm, *k_norm;          /* [head_dim], effective */
+    float *q_norm, *k_norm;          /* [head_dim], effective; NULL: the architecture has none */
 } fwd_attn_w;
 
 /* Gated DeltaNet (fwd_deltanet.c) */

@@ -20,6 +20,8 @@
     { name, TT_VEC, 1, {n, 0, 0}, g, init, when, 0, 0, split, range, off }
 #define NORM(name, n, split, off)                                                                  \
     { name, TT_NORM, 1, {n, 0, 0}, CLLM_TG_NORM, 0, TW_ALWAYS, 0, 0, split, TR_ALL, off }
+#define NORM_IF(name, n, when, off)                                                                \
+    { name, TT_NORM, 1, {n, 0, 0}, CLLM_TG_NORM, 0, when, 0, 0, TS_REPL, TR_ALL, off }
 #define NORM1P(name, n, off)                                                                       \
     { name, TT_NORM_1P, 1, {n, 0, 0}, CLLM_TG_NORM, 0, TW_ALWAYS, 0, 1, TS_NONE, TR_ALL, off }
 #define ROWS(name) (sizeof(name) / sizeof(name[0]))
@@ -38,14 +40,14 @@ static const tt_row attn_rows[] = {
         ATT_(v)),
     MAT("self_attn.o_proj.weight", TD_H, TD_ATTN, CLLM_TG_ATTN, CLLM_INIT_OUT_PROJ, TS_COLS,
         TR_OHEADS, ATT_(o)),
-    VEC("self_attn.q_proj.bias", TD_QROWS, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS,
+    VEC("self_attn.q_proj.bias", TD_QROWS, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS,
         TR_QHEADS, ATT_(q_bias)),
-    VEC("self_attn.k_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS, TR_KV,
+    VEC("self_attn.k_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS, TR_KV,
         ATT_(k_bias)),
-    VEC("self_attn.v_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS, TR_KV,
+    VEC("self_attn.v_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS, TR_KV,
         ATT_(v_bias)),
-    NORM("self_attn.q_norm.weight", TD_HD, TS_REPL, ATT_(q_norm)),
-    NORM("self_attn.k_norm.weight", TD_HD, TS_REPL, ATT_(k_norm)),
+    NORM_IF("self_attn.q_norm.weight", TD_HD, TW_QK_NORM, ATT_(q_norm)),
+    NORM_IF("self_attn.k_norm.weight", TD_HD, TW_QK_NORM, ATT_(k_norm)),
 };
 
 static const tt_row gdn_rows[] = {
@@ -204,7 +206,8 @@ static int qwen3_moe_layer(const cllm_config *c, cllm_layer_type type, bool moe,
     return 3;
 }
 
-/* Qwen3 (dense): attention and a SwiGLU MLP. */
+/* Qwen3 and Qwen2 (dense): attention and a SwiGLU MLP (Qwen2's q/k/v biases and missing q/k
+ * norms are the rows' predicates). */
 static int qwen3_layer(const cllm_config *c, cllm_layer_type type, bool moe, const tt_block **out) {
     (void)c, (void)type, (void)moe;
     out[0] = &tt_norms;
@@ -220,6 +223,7 @@ int tt_layer_blocks(const cllm_config *c, cllm_layer_type type, bool moe, const 
     case CLLM_ARCH_QWEN3_MOE:
         return qwen3_moe_layer(c, type, moe, out);
     case CLLM_ARCH_QWEN3:
+    case CLLM_ARCH_QWEN2:
         return qwen3_layer(c, type, moe, out);
     }
     return 0;
@@ -292,6 +296,8 @@ bool tt_present(const cllm_config *c, const tt_row *r) {
         return c->attention_bias;
     case TW_UNTIED:
         return !c->tie_word_embeddings;
+    case TW_QK_NORM:
+        return !c->no_qk_norm;
     }
     return false;
 }
