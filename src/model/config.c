@@ -12,6 +12,10 @@
  *  qwen3_moe: vocab 151936, hidden 2048, intermediate 6144, layers 24, heads 32, kv heads 4,
  *    head_dim hidden/heads, experts 128, top-k 8, moe width 768, decoder_sparse_step 1,
  *    mlp_only_layers [], norm_topk_prob false, rope_theta 10000.
+ *  qwen2: vocab 151936, hidden 4096, intermediate 22016, layers 32, heads 32, kv heads = heads,
+ *    head_dim hidden/heads, rope_theta 10000, eps 1e-6, max positions 32768,
+ *    tie_word_embeddings false, use_sliding_window false (sliding_window 4096 and
+ *    max_window_layers 28 only matter when it is true); q/k/v bias always, no q/k norms.
  * rope parameters are read from rope_parameters (new HF layout), then rope_scaling, then the
  * top level. A rope_type other than "default" is rejected as unsupported for now. */
 #include "model/config.h"
@@ -356,6 +360,53 @@ static void parse_qwen3(reader *r, json_t *tc, cllm_config *c, bool moe) {
     }
 }
 
+/* Qwen2 (HF Qwen2Config / modeling_qwen2.py): Qwen3's dense layout with q/k/v biases always
+ * (o_proj none), no q/k norms, head_dim hidden / heads unless given. Sliding-window layers
+ * (use_sliding_window: layers from max_window_layers on, or "sliding_attention" in
+ * layer_types) are refused: every layer here attends to the whole context. */
+static void parse_qwen2(reader *r, json_t *tc, cllm_config *c) {
+    c->arch = CLLM_ARCH_QWEN2;
+    snprintf(c->weight_prefix, sizeof(c->weight_prefix), "model.");
+    c->attention_bias = true;
+    c->no_qk_norm = true;
+    rd_int(r, tc, "vocab_size", 151936, 1, 1 << 24, &c->vocab_size);
+    rd_int(r, tc, "hidden_size", 4096, 1, DIM_MAX, &c->hidden_size);
+    rd_int(r, tc, "intermediate_size", 22016, 1, DIM_MAX, &c->intermediate_size);
+    rd_int(r, tc, "num_hidden_layers", 32, 1, 4096, &c->n_layers);
+    rd_int(r, tc, "num_attention_heads", 32, 1, 4096, &c->n_heads);
+    rd_int(r, tc, "num_key_value_heads", c->n_heads, 1, 4096, &c->n_kv_heads);
+    if (r->st) return;
+    rd_int(r, tc, "head_dim", c->hidden_size / c->n_heads, 2, 65536, &c->head_dim);
+    rd_int(r, tc, "max_position_embeddings", 32768, 1, 1 << 30, &c->max_position_embeddings);
+    rd_num(r, tc, "rms_norm_eps", 1e-6, &c->rms_norm_eps);
+    read_rope(r, tc, tc, c, 10000.0, 1.0);
+    rd_bool(r, tc, "tie_word_embeddings", false, &c->tie_word_embeddings);
+    rd_ids(r, tc, "eos_token_id", c->eos_ids, &c->n_eos);
+    int bos, mwl = 28;
+    rd_int(r, tc, "bos_token_id", -1, -1, INT32_MAX, &bos);
+    c->bos_token_id = bos;
+    bool sw = false;
+    rd_bool(r, tc, "use_sliding_window", false, &sw);
+    rd_int(r, tc, "max_window_layers", 28, 0, 1 << 20, &mwl);
+    json_t *lt = json_object_get(tc, "layer_types");
+    for (size_t i = 0; !r->st && json_is_array(lt) && i < json_array_size(lt); i++) {
+        const char *s = json_string_value(json_array_get(lt, i));
+        if (!s || strcmp(s, "full_attention"))
+            r->st =
+                cllm_err_set(r->err, CLLM_EUNSUPPORTED,
+                             "%s: layer_types[%zu] = '%s' is not supported (full_attention only)",
+                             r->label, i, s ? s : "(not a string)");
+    }
+    json_t *win = json_object_get(tc, "sliding_window");
+    if (!r->st && !lt && sw && win && !json_is_null(win) && mwl < c->n_layers)
+        r->st = cllm_err_set(r->err, CLLM_EUNSUPPORTED,
+                             "%s: use_sliding_window with max_window_layers %d < "
+                             "num_hidden_layers %d: sliding-window attention is not supported",
+                             r->label, mwl, c->n_layers);
+    if (r->st || !alloc_layers(r, c)) return;
+    memset(c->layer_types, CLLM_LAYER_FULL_ATTN, (size_t)c->n_layers);
+}
+
 cllm_status cllm_config_parse(const char *json, size_t len, const char *label, cllm_config *cfg,
                               cllm_error *err) {
     memset(cfg, 0, sizeof(*cfg));
@@ -394,10 +445,13 @@ cllm_status cllm_config_parse(const char *json, size_t len, const char *label, c
         parse_qwen3(&r, top, cfg, true);
     } else if (!strcmp(mt, "qwen3")) {
         parse_qwen3(&r, top, cfg, false);
+    } else if (!strcmp(mt, "qwen2")) {
+        parse_qwen2(&r, top, cfg);
     } else {
-        r.st = cllm_err_set(err, CLLM_EUNSUPPORTED,
-                            "%s: model_type '%s' is not supported (qwen3_5_moe, qwen3_moe, qwen3)",
-                            label, mt);
+        r.st = cllm_err_set(
+            err, CLLM_EUNSUPPORTED,
+            "%s: model_type '%s' is not supported (qwen3_5_moe, qwen3_moe, qwen3, qwen2)", label,
+            mt);
         goto done;
     }
     validate(&r, cfg);

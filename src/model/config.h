@@ -1,7 +1,7 @@
 /* Model hyper-parameters from config.json / generation_config.json.
  *
  * Supported model_type: "qwen3_5_moe" (keys under text_config; also "qwen3_5_moe_text" flat),
- * "qwen3_moe", "qwen3". Missing optional keys take the Hugging Face class defaults
+ * "qwen3_moe", "qwen3", "qwen2". Missing optional keys take the Hugging Face class defaults
  * (documented per key in config.c). Anything inconsistent (head counts that do not divide,
  * layer_types of the wrong length, top-k > experts...) is an error naming the key. */
 #ifndef CLLM_MODEL_CONFIG_H
@@ -16,6 +16,7 @@ typedef enum cllm_arch {
     CLLM_ARCH_QWEN35_MOE, /* hybrid Gated DeltaNet + gated attention, MoE with shared expert */
     CLLM_ARCH_QWEN3_MOE,  /* attention + MoE (no shared expert) */
     CLLM_ARCH_QWEN3,      /* dense attention + SwiGLU */
+    CLLM_ARCH_QWEN2,      /* dense attention with q/k/v bias, no q/k norms + SwiGLU */
 } cllm_arch;
 
 typedef enum cllm_layer_type {
@@ -41,7 +42,8 @@ typedef struct cllm_config {
     int hidden_size, n_layers, vocab_size;
     int n_heads, n_kv_heads, head_dim;
     bool attn_output_gate; /* q_proj rows are per-head [query | gate] */
-    bool attention_bias;
+    bool attention_bias;   /* q/k/v projections have biases (Qwen2 always) */
+    bool no_qk_norm;       /* no per-head RMSNorm of q and k (Qwen2); Qwen3 and Qwen3.5 have it */
     bool norm_one_plus;    /* RMSNorm weight applied as (1 + w): Qwen3.5 */
     uint8_t *layer_types;  /* [n_layers] cllm_layer_type */
     uint8_t *layer_is_moe; /* [n_layers] 1 = MoE block, 0 = dense MLP */

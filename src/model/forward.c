@@ -677,27 +677,28 @@ cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cll
     float *xr = NULL;
     bool tp = m->tp_size > 1;
     if (c->prof_on) tpr = cllm_time_s();
-    fwd_rmsnorm_rows(c, L->in_norm, c->x, c->xn, NULL, T);
+    fwd_rmsnorm_rows(c, L->norm.in, c->x, c->xn, NULL, T);
     if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
     if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
         return cllm_err_set(err, s, "forward: out of memory");
     c->prof_tag = L->type == CLLM_LAYER_FULL_ATTN ? FWD_P_ATTN_PROJ : FWD_P_GDN_PROJ;
     double before = c->prof[c->prof_tag];
     if (c->prof_on) tpr = cllm_time_s();
-    s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, L, T) : fwd_deltanet(c, L, T);
+    s = L->type == CLLM_LAYER_FULL_ATTN ? fwd_attention(c, &L->attn, L->sub, T)
+                                        : fwd_deltanet(c, &L->gdn, L->sub, T);
     if (c->prof_on && L->type == CLLM_LAYER_FULL_ATTN)
         c->prof[FWD_P_ATTN_CORE] += cllm_time_s() - tpr - (c->prof[FWD_P_ATTN_PROJ] - before);
     if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
     if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     if (c->prof_on) tpr = cllm_time_s();
-    fwd_rmsnorm_rows(c, L->post_norm, c->x, c->xn, NULL, T);
+    fwd_rmsnorm_rows(c, L->norm.post, c->x, c->xn, NULL, T);
     if (c->prof_on) c->prof[FWD_P_NORM] += cllm_time_s() - tpr;
     if (tp && (s = fwd_tp_begin(c, T, &xr)) != CLLM_OK)
         return cllm_err_set(err, s, "forward: out of memory");
     c->prof_tag = FWD_P_MOE_RS;
     before = c->prof[FWD_P_MOE_RS] + c->prof[FWD_P_MOE_GU] + c->prof[FWD_P_MOE_DOWN];
     if (c->prof_on) tpr = cllm_time_s();
-    s = L->moe ? fwd_moe(c, L, T) : fwd_mlp_dense(c, &L->mlp, T);
+    s = L->is_moe ? fwd_moe(c, &L->moe, T) : fwd_mlp_dense(c, &L->mlp, T);
     if (c->prof_on)
         c->prof[FWD_P_MOE_REST] +=
             cllm_time_s() - tpr -

@@ -3,7 +3,7 @@
  *
  * Request path: engine scheduler -> cllm_forward() -> (kernels/) -> logits -> sampler.
  * Architectures: qwen3_5_moe (hybrid Gated DeltaNet + gated attention + MoE with shared expert),
- * qwen3_moe, qwen3 (docs/model.md §2).
+ * qwen3_moe, qwen3, qwen2 (docs/model.md §2).
  *
  * Memory the engine owns and hands in:
  *  - cllm_kv_pool: attention K/V in fixed-size blocks. Block b holds, for every full-attention

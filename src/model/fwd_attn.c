@@ -1,11 +1,12 @@
-/* Full (gated) attention layer over the paged KV pool (docs/model.md §2.3; Qwen3 without the gate).
+/* Full (gated) attention layer over the paged KV pool (docs/model.md §2.3; Qwen3 without the gate,
+ * Qwen2 without the gate and the q/k norms).
  *
  * q/k/v projections for all T tokens in one matmul pass; per token: optional biases, q/k
- * RMSNorm per head, NeoX RoPE on the first rotary_dim dims, K/V written to the token's block;
- * then one work item per (block of consecutive query tokens, KV head) runs online-softmax
- * attention over positions 0..pos of each token's sequence for that KV head's query heads.
- * Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one rescale per tile),
- * so the result depends neither on the batch nor on the KV block size. */
+ * RMSNorm per head (when the layer has them), NeoX RoPE on the first rotary_dim dims, K/V written
+ * to the token's block; then one work item per (block of consecutive query tokens, KV head) runs
+ * online-softmax attention over positions 0..pos of each token's sequence for that KV head's query
+ * heads. Positions are visited in tiles of ATT_TILE aligned to absolute position 0 (one rescale per
+ * tile), so the result depends neither on the batch nor on the KV block size. */
 #include <math.h>
 #include <string.h>
 
@@ -32,7 +33,8 @@ static void rope(float *x, const float *cs, int half) {
 
 typedef struct attn_job {
     cllm_fwd_ctx *c;
-    const fwd_layer *L;
+    const fwd_attn_w *w;
+    int sub; /* KV pool layer */
     int ldp; /* floats per token in c->proj */
 } attn_job;
 
@@ -41,31 +43,31 @@ static void qk_rope_kv_worker(void *vj, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = j->c;
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
-    const fwd_layer *L = j->L;
+    const fwd_attn_w *w = j->w;
     int hd = f->head_dim, qs = f->attn_output_gate ? 2 * hd : hd, half = f->rotary_dim / 2;
     float eps = (float)f->rms_norm_eps;
     cllm_kv_pool *kv = c->kv;
     for (size_t t = b; t < e; t++) {
         float *Q = c->proj + t * j->ldp, *K = Q + m->q_rows, *V = K + m->kv_dim;
-        if (L->q_bias) {
-            for (int i = 0; i < m->q_rows; i++) Q[i] += L->q_bias[i];
-            for (int i = 0; i < m->kv_dim; i++) K[i] += L->k_bias[i], V[i] += L->v_bias[i];
+        if (w->q_bias) {
+            for (int i = 0; i < m->q_rows; i++) Q[i] += w->q_bias[i];
+            for (int i = 0; i < m->kv_dim; i++) K[i] += w->k_bias[i], V[i] += w->v_bias[i];
         }
         const float *cs = c->rope_cs + t * f->rotary_dim;
         for (int h = 0; h < f->n_heads; h++) {
             float *qh = Q + (size_t)h * qs;
-            fwd_rmsnorm(qh, qh, L->q_norm, hd, eps);
+            if (w->q_norm) fwd_rmsnorm(qh, qh, w->q_norm, hd, eps);
             rope(qh, cs, half);
         }
         for (int h = 0; h < f->n_kv_heads; h++) {
             float *kh = K + (size_t)h * hd;
-            fwd_rmsnorm(kh, kh, L->k_norm, hd, eps);
+            if (w->k_norm) fwd_rmsnorm(kh, kh, w->k_norm, hd, eps);
             rope(kh, cs, half);
         }
         const cllm_seq_batch *sq = &c->batch->seqs[c->tok_seq[t]];
         int pos = c->tok_pos[t], blk = sq->block_table[pos / kv->block_size],
             row = pos % kv->block_size;
-        void *kd = kv_at(kv, blk, L->sub, 0, row), *vdst = kv_at(kv, blk, L->sub, 1, row);
+        void *kd = kv_at(kv, blk, j->sub, 0, row), *vdst = kv_at(kv, blk, j->sub, 1, row);
         if (kv->dtype == CLLM_KV_F32) {
             memcpy(kd, K, (size_t)m->kv_dim * 4);
             memcpy(vdst, V, (size_t)m->kv_dim * 4);
@@ -139,7 +141,7 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     const cllm_kern_ops *k = c->k;
     const cllm_kv_pool *kv = c->kv;
     int hd = f->head_dim, nkv = f->n_kv_heads, qs = f->attn_output_gate ? 2 * hd : hd;
-    int group = f->n_heads / nkv, bs = kv->block_size, L = j->L->sub;
+    int group = f->n_heads / nkv, bs = kv->block_size, L = j->sub;
     bool f32 = kv->dtype == CLLM_KV_F32;
     float scale = (float)(1.0 / sqrt((double)hd));
     size_t RM = (size_t)ATT_QB * group;
@@ -224,14 +226,14 @@ static void attn_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
+cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T) {
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     int H = f->hidden_size;
-    attn_job j = {c, L, m->q_rows + 2 * m->kv_dim};
-    if (fwd_mm_add(c, &L->q, c->xn, H, T, c->proj, j.ldp) ||
-        fwd_mm_add(c, &L->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
-        fwd_mm_add(c, &L->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
+    attn_job j = {c, w, sub, m->q_rows + 2 * m->kv_dim};
+    if (fwd_mm_add(c, &w->q, c->xn, H, T, c->proj, j.ldp) ||
+        fwd_mm_add(c, &w->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
+        fwd_mm_add(c, &w->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
     /* query blocks: runs of consecutive positions of one sequence, at most ATT_QB tokens */
@@ -244,7 +246,7 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     /* handed out one at a time: a later position's item has more tiles (a static split gave the
      * second thread the prompt's expensive half) */
     cllm_pool_for_dyn(c->pool, (size_t)nb * f->n_kv_heads, attn_worker, &j);
-    if (fwd_mm_add(c, &L->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
+    if (fwd_mm_add(c, &w->o, c->o, (size_t)f->n_heads * f->head_dim, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];

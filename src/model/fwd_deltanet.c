@@ -38,7 +38,8 @@ int cllm_gdn_prefill_parse(const char *s) {
 
 typedef struct gdn_job {
     cllm_fwd_ctx *c;
-    const fwd_layer *L;
+    const fwd_gdn_w *w;
+    int sub; /* state layer */
     int ldp, kd, vd;
 } gdn_job;
 
@@ -62,15 +63,14 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
     const cllm_batch *bt = c->batch;
     cllm_state_pool *st = c->st;
     int k1 = st->conv_k1, ch = st->conv_ch;
-    const float *w = j->L->conv_w; /* [k1 + 1][ch] */
+    const float *w = j->w->conv_w; /* [k1 + 1][ch] */
     float acc[CONV_CB];
     for (size_t c0 = b; c0 < e; c0 += CONV_CB) {
         int nc = e - c0 < CONV_CB ? (int)(e - c0) : CONV_CB;
         for (int q = 0; q < bt->n_seqs; q++) {
             const cllm_seq_batch *sq = &bt->seqs[q];
-            float *ring = st->conv +
-                          ((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * ch * k1 +
-                          c0;
+            float *ring =
+                st->conv + ((size_t)sq->state_slot * st->n_layers + (size_t)j->sub) * ch * k1 + c0;
             int head = k1 > 0 ? sq->start_pos % k1 : 0; /* ring row of the oldest input */
             for (int t = 0; t < sq->n_tokens; t++) {
                 float *xp = c->proj + (size_t)(c->seq_tok0[q] + t) * j->ldp + c0;
@@ -110,9 +110,9 @@ static void tokprep_worker(void *vj, size_t b, size_t e, int tid) {
         }
         float *bb = P + j->kd * 2 + j->vd + j->vd, *aa = bb + Hv;
         for (int h = 0; h < Hv; h++) {
-            double x = (double)aa[h] + j->L->dt_bias[h];
+            double x = (double)aa[h] + j->w->dt_bias[h];
             double sp = x > 20.0 ? x : log1p(exp(x));
-            aa[h] = (float)exp((double)j->L->A[h] * sp);
+            aa[h] = (float)exp((double)j->w->A[h] * sp);
             bb[h] = fwd_sigmoid(bb[h]);
         }
     }
@@ -144,7 +144,7 @@ static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, flo
             const float *z =
                 c->proj + (t + (size_t)i) * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
             float *o = c->o + (t + (size_t)i) * j->vd + (size_t)h * dv;
-            fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
+            fwd_rmsnorm(o, o, j->w->gnorm, dv, eps);
             c->k->silu_mul(o, z, o, dv);
         }
     }
@@ -166,7 +166,7 @@ static void rec_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, float
     for (int i = 0; i < n; i++) {
         const float *z = P + (size_t)i * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
         float *o = o0 + (size_t)i * j->vd;
-        fwd_rmsnorm(o, o, j->L->gnorm, dv, eps);
+        fwd_rmsnorm(o, o, j->w->gnorm, dv, eps);
         c->k->silu_mul(o, z, o, dv);
     }
 }
@@ -182,9 +182,8 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     for (size_t it = b; it < e; it++) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
         const cllm_seq_batch *sq = &c->batch->seqs[q];
-        float *S =
-            st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->L->sub) * Hv + h) *
-                          (size_t)dk * dv;
+        float *S = st->rec + (((size_t)sq->state_slot * st->n_layers + (size_t)j->sub) * Hv + h) *
+                                 (size_t)dk * dv;
         size_t t0 = (size_t)c->seq_tok0[q];
         int ca = sq->n_tokens, cb = sq->n_tokens; /* [ca, cb) run chunked: 64-aligned chunks */
         if (c->gdn_prefill == CLLM_GDN_CHUNKED) {
@@ -199,17 +198,17 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
+cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_gdn_w *w, int sub, int T) {
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     int H = f->hidden_size, Hv = f->lin_n_v_heads;
-    gdn_job j = {c, L, 0, f->lin_n_k_heads * f->lin_k_dim, Hv * f->lin_v_dim};
+    gdn_job j = {c, w, sub, 0, f->lin_n_k_heads * f->lin_k_dim, Hv * f->lin_v_dim};
     j.ldp = m->conv_ch + j.vd + 2 * Hv;
     float *P = c->proj;
-    if (fwd_mm_add(c, &L->qkv, c->xn, H, T, P, j.ldp) ||
-        fwd_mm_add(c, &L->z, c->xn, H, T, P + m->conv_ch, j.ldp) ||
-        fwd_mm_add(c, &L->b, c->xn, H, T, P + m->conv_ch + j.vd, j.ldp) ||
-        fwd_mm_add(c, &L->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
+    if (fwd_mm_add(c, &w->qkv, c->xn, H, T, P, j.ldp) ||
+        fwd_mm_add(c, &w->z, c->xn, H, T, P + m->conv_ch, j.ldp) ||
+        fwd_mm_add(c, &w->b, c->xn, H, T, P + m->conv_ch + j.vd, j.ldp) ||
+        fwd_mm_add(c, &w->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     double t0 = c->prof_on ? cllm_time_s() : 0.0;
     /* one token: conv_ch x kernel taps, a few microseconds, less than a region's hand-off */
@@ -221,7 +220,7 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
         c->prof[FWD_P_GDN_CONV] += t1 - t0;
         c->prof[FWD_P_GDN_REC] += cllm_time_s() - t1;
     }
-    if (fwd_mm_add(c, &L->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c))
+    if (fwd_mm_add(c, &w->out, c->o, (size_t)j.vd, T, c->tmp, H) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];

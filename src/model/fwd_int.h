@@ -46,29 +46,47 @@ typedef struct fwd_mlp {
     fwd_wt gate, up, down; /* gate/up [I][H], down [H][I] */
 } fwd_mlp;
 
-typedef struct fwd_layer {
-    cllm_layer_type type;
-    bool moe;
-    int sub;                    /* index among attention layers (KV pool) or GDN layers (state) */
-    float *in_norm, *post_norm; /* [H], effective weight ((1 + w) already applied if needed) */
-    /* full attention */
+/* A decoder layer's weights, one struct per block type of the tensor tables
+ * (model/tensor_table.c: each row's offsetof names a field below). A block the layer's builder
+ * does not list stays zeroed (NULL data); each layer body reads its own block's struct. */
+typedef struct fwd_norms_w {
+    float *in, *post; /* [H], effective weight ((1 + w) already applied if needed) */
+} fwd_norms_w;
+
+/* full attention (fwd_attn.c) */
+typedef struct fwd_attn_w {
     fwd_wt q, k, v, o;
     float *q_bias, *k_bias, *v_bias; /* NULL unless attention_bias */
-    float *q_norm, *k_norm;          /* [head_dim], effective */
-    /* Gated DeltaNet */
+    float *q_norm, *k_norm;          /* [head_dim], effective; NULL: the architecture has none */
+} fwd_attn_w;
+
+/* Gated DeltaNet (fwd_deltanet.c) */
+typedef struct fwd_gdn_w {
     fwd_wt qkv, z, b, a, out;
     float *conv_w;  /* [kernel][conv_ch]: tap-major (weights.c conv_tap_major) */
     float *A;       /* [Hv] = -exp(A_log) */
     float *dt_bias; /* [Hv] */
     float *gnorm;   /* [dv], plain w */
-    /* MoE */
+} fwd_gdn_w;
+
+/* MoE router, routed experts and the optional shared expert (fwd_moe.c) */
+typedef struct fwd_moe_w {
     fwd_wt router;    /* [E][H] */
     fwd_mlp *experts; /* [E]; an expert with NULL gate.data is not bound (not this shard) */
     bool has_shared;
     fwd_mlp shared;
     fwd_wt shared_gate; /* [1][H] */
-    /* dense MLP */
-    fwd_mlp mlp;
+} fwd_moe_w;
+
+typedef struct fwd_layer {
+    cllm_layer_type type; /* CLLM_LAYER_FULL_ATTN: attn is bound, else gdn */
+    bool is_moe;          /* moe is bound, else mlp */
+    int sub;              /* index among attention layers (KV pool) or GDN layers (state) */
+    fwd_norms_w norm;
+    fwd_attn_w attn;
+    fwd_gdn_w gdn;
+    fwd_moe_w moe;
+    fwd_mlp mlp; /* dense SwiGLU MLP */
 } fwd_layer;
 
 struct cllm_model {
@@ -253,8 +271,9 @@ static inline float fwd_sigmoid(float x) {
 }
 
 /* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
-cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_layer *L, int T);
-cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+/* sub: the layer's index among attention layers (its KV pool layer) or GDN layers (its state). */
+cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T);
+cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_gdn_w *w, int sub, int T);
 /* Extra per-thread scratch floats the GDN layer needs for the chunked prefill (allocated whatever
  * the mode, so the mode can change between calls). */
 size_t fwd_gdn_scratch(const cllm_config *f);
@@ -263,7 +282,7 @@ size_t fwd_attn_scratch(const cllm_config *f);
 /* The MoE block on c->xn, added into c->x (fwd_moe.c). Returns the status of the first matmul
  * queue or run that failed (fwd_mm_add / fwd_mm_run), or CLLM_EUNSUPPORTED when a routed expert
  * has no weights outside expert parallel; the caller names the layer. */
-cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T);
+cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_moe_w *w, int T);
 /* The screened int8 lm_head (m->lm_screen > 0): logits [R][vocab] of the R normed rows in c->xn;
  * row t exact when row_k[t] is 0, else its row_k[t] best exact and the rest -inf (fwd_lmhead.c). */
 cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits);

@@ -15,7 +15,7 @@
 
 typedef struct moe_job {
     cllm_fwd_ctx *c;
-    const fwd_layer *L;
+    const fwd_moe_w *w;
     int T, k, E, I;
 } moe_job;
 
@@ -91,7 +91,7 @@ static void combine_worker(void *vj, size_t b, size_t e, int tid) {
             const float *d = c->dn + (size_t)c->pos_of[t * j->k + s] * H;
             for (int i = 0; i < H; i++) y[i] += w * d[i];
         }
-        if (j->L->has_shared) {
+        if (j->w->has_shared) {
             float g = fwd_sigmoid(c->proj2[t * (2 * (size_t)Ish + 1) + 2 * (size_t)Ish]);
             const float *sd = c->o + t * H;
             for (int i = 0; i < H; i++) y[i] += sd[i] * g;
@@ -101,16 +101,16 @@ static void combine_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
-cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
+cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_moe_w *w, int T) {
     const cllm_config *f = &c->m->cfg;
     int H = f->hidden_size;
-    moe_job j = {c, L, T, f->n_experts_per_tok, f->n_experts, f->moe_intermediate_size};
+    moe_job j = {c, w, T, f->n_experts_per_tok, f->n_experts, f->moe_intermediate_size};
     int Ish = f->shared_expert_intermediate_size, lds = 2 * Ish + 1;
-    cllm_status s = fwd_mm_add(c, &L->router, c->xn, H, T, c->proj, (size_t)j.E);
-    if (s == CLLM_OK && L->has_shared) {
-        s = fwd_mm_add(c, &L->shared.gate, c->xn, H, T, c->proj2, lds);
-        if (s == CLLM_OK) s = fwd_mm_add(c, &L->shared.up, c->xn, H, T, c->proj2 + Ish, lds);
-        if (s == CLLM_OK) s = fwd_mm_add(c, &L->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds);
+    cllm_status s = fwd_mm_add(c, &w->router, c->xn, H, T, c->proj, (size_t)j.E);
+    if (s == CLLM_OK && w->has_shared) {
+        s = fwd_mm_add(c, &w->shared.gate, c->xn, H, T, c->proj2, lds);
+        if (s == CLLM_OK) s = fwd_mm_add(c, &w->shared.up, c->xn, H, T, c->proj2 + Ish, lds);
+        if (s == CLLM_OK) s = fwd_mm_add(c, &w->shared_gate, c->xn, H, T, c->proj2 + 2 * Ish, lds);
     }
     if (s == CLLM_OK) s = fwd_mm_run(c);
     if (s != CLLM_OK) return s;
@@ -135,7 +135,7 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     for (int e = 0; e < j.E; e++) {
         int cnt = c->exp_cnt[e];
         if (!cnt) continue;
-        const fwd_mlp *x = &L->experts[e];
+        const fwd_mlp *x = &w->experts[e];
         if (!x->gate.data) {                 /* expert not bound in this process */
             if (c->m->tp_size > 1) continue; /* expert parallel: another rank owns it */
             return CLLM_EUNSUPPORTED;
@@ -148,18 +148,18 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_layer *L, int T) {
     if ((s = fwd_mm_run(c)) != CLLM_OK) return s;
     act_job aj = {c->k, c->gu, I};
     cllm_pool_for(small, (size_t)n, act_worker, &aj);
-    if (L->has_shared) {
+    if (w->has_shared) {
         /* shared act: rows of width lds, gate at 0, up at Ish */
         for (int t = 0; t < T; t++) {
             float *g = c->proj2 + (size_t)t * lds, *u = g + Ish;
             c->k->silu_mul(g, g, u, Ish);
         }
-        if ((s = fwd_mm_add(c, &L->shared.down, c->proj2, lds, T, c->o, H)) != CLLM_OK) return s;
+        if ((s = fwd_mm_add(c, &w->shared.down, c->proj2, lds, T, c->o, H)) != CLLM_OK) return s;
     }
     for (int e = 0; e < j.E; e++) {
         int cnt = c->exp_cnt[e];
         if (!cnt) continue;
-        const fwd_mlp *x = &L->experts[e];
+        const fwd_mlp *x = &w->experts[e];
         if (!x->down.data) { /* expert parallel: the owner adds it in the all-reduce */
             memset(c->dn + (size_t)c->exp_off[e] * H, 0, (size_t)cnt * H * sizeof(float));
             continue;

@@ -6,8 +6,13 @@
 #include "model/tensor_plan.h"
 #include "model/tensor_table_int.h"
 
-#define L_(f) offsetof(fwd_layer, f)
-#define M_(f) offsetof(cllm_model, f)
+/* where a layer row lands: its block's struct inside fwd_layer (fwd_int.h) */
+#define NRM_(f) offsetof(fwd_layer, norm.f)
+#define ATT_(f) offsetof(fwd_layer, attn.f)
+#define GDN_(f) offsetof(fwd_layer, gdn.f)
+#define MOE_(f) offsetof(fwd_layer, moe.f)
+#define MLP_(f) offsetof(fwd_layer, mlp.f)
+#define M_(f)   offsetof(cllm_model, f)
 /* matrix [r][c]; vector [n]; norm [n] */
 #define MAT(name, r, c, g, init, split, range, off)                                                \
     { name, TT_MAT, 2, {r, c, 0}, g, init, TW_ALWAYS, 0, 0, split, range, off }
@@ -15,43 +20,45 @@
     { name, TT_VEC, 1, {n, 0, 0}, g, init, when, 0, 0, split, range, off }
 #define NORM(name, n, split, off)                                                                  \
     { name, TT_NORM, 1, {n, 0, 0}, CLLM_TG_NORM, 0, TW_ALWAYS, 0, 0, split, TR_ALL, off }
+#define NORM_IF(name, n, when, off)                                                                \
+    { name, TT_NORM, 1, {n, 0, 0}, CLLM_TG_NORM, 0, when, 0, 0, TS_REPL, TR_ALL, off }
 #define NORM1P(name, n, off)                                                                       \
     { name, TT_NORM_1P, 1, {n, 0, 0}, CLLM_TG_NORM, 0, TW_ALWAYS, 0, 1, TS_NONE, TR_ALL, off }
 #define ROWS(name) (sizeof(name) / sizeof(name[0]))
 
 static const tt_row norm_rows[] = {
-    NORM("input_layernorm.weight", TD_H, TS_REPL, L_(in_norm)),
-    NORM("post_attention_layernorm.weight", TD_H, TS_REPL, L_(post_norm)),
+    NORM("input_layernorm.weight", TD_H, TS_REPL, NRM_(in)),
+    NORM("post_attention_layernorm.weight", TD_H, TS_REPL, NRM_(post)),
 };
 
 static const tt_row attn_rows[] = {
     MAT("self_attn.q_proj.weight", TD_QROWS, TD_H, CLLM_TG_ATTN, CLLM_INIT_LINEAR, TS_ROWS,
-        TR_QHEADS, L_(q)),
+        TR_QHEADS, ATT_(q)),
     MAT("self_attn.k_proj.weight", TD_KV, TD_H, CLLM_TG_ATTN, CLLM_INIT_LINEAR, TS_ROWS, TR_KV,
-        L_(k)),
+        ATT_(k)),
     MAT("self_attn.v_proj.weight", TD_KV, TD_H, CLLM_TG_ATTN, CLLM_INIT_LINEAR, TS_ROWS, TR_KV,
-        L_(v)),
+        ATT_(v)),
     MAT("self_attn.o_proj.weight", TD_H, TD_ATTN, CLLM_TG_ATTN, CLLM_INIT_OUT_PROJ, TS_COLS,
-        TR_OHEADS, L_(o)),
-    VEC("self_attn.q_proj.bias", TD_QROWS, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS,
-        TR_QHEADS, L_(q_bias)),
-    VEC("self_attn.k_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS, TR_KV,
-        L_(k_bias)),
-    VEC("self_attn.v_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_ZERO, TW_ATTN_BIAS, TS_ROWS, TR_KV,
-        L_(v_bias)),
-    NORM("self_attn.q_norm.weight", TD_HD, TS_REPL, L_(q_norm)),
-    NORM("self_attn.k_norm.weight", TD_HD, TS_REPL, L_(k_norm)),
+        TR_OHEADS, ATT_(o)),
+    VEC("self_attn.q_proj.bias", TD_QROWS, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS,
+        TR_QHEADS, ATT_(q_bias)),
+    VEC("self_attn.k_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS, TR_KV,
+        ATT_(k_bias)),
+    VEC("self_attn.v_proj.bias", TD_KV, CLLM_TG_ATTN, CLLM_INIT_BIAS, TW_ATTN_BIAS, TS_ROWS, TR_KV,
+        ATT_(v_bias)),
+    NORM_IF("self_attn.q_norm.weight", TD_HD, TW_QK_NORM, ATT_(q_norm)),
+    NORM_IF("self_attn.k_norm.weight", TD_HD, TW_QK_NORM, ATT_(k_norm)),
 };
 
 static const tt_row gdn_rows[] = {
     MAT("linear_attn.in_proj_qkv.weight", TD_CONV, TD_H, CLLM_TG_GDN, CLLM_INIT_LINEAR, TS_ROWS,
-        TR_GQKV, L_(qkv)),
+        TR_GQKV, GDN_(qkv)),
     MAT("linear_attn.in_proj_z.weight", TD_VD, TD_H, CLLM_TG_GDN, CLLM_INIT_LINEAR, TS_ROWS, TR_GV,
-        L_(z)),
+        GDN_(z)),
     MAT("linear_attn.in_proj_b.weight", TD_HV, TD_H, CLLM_TG_GDN, CLLM_INIT_LINEAR, TS_ROWS, TR_GVH,
-        L_(b)),
+        GDN_(b)),
     MAT("linear_attn.in_proj_a.weight", TD_HV, TD_H, CLLM_TG_GDN, CLLM_INIT_LINEAR, TS_ROWS, TR_GVH,
-        L_(a)),
+        GDN_(a)),
     /* [conv_ch][1][kernel], bound as [conv_ch][kernel] (weights.c makes it tap-major) */
     {"linear_attn.conv1d.weight",
      TT_VEC,
@@ -64,9 +71,9 @@ static const tt_row gdn_rows[] = {
      0,
      TS_ROWS,
      TR_GQKV,
-     L_(conv_w)},
+     GDN_(conv_w)},
     VEC("linear_attn.dt_bias", TD_HV, CLLM_TG_GDN, CLLM_INIT_DT_BIAS, TW_ALWAYS, TS_ROWS, TR_GVH,
-        L_(dt_bias)),
+        GDN_(dt_bias)),
     /* stored F32 in official checkpoints; bound as A = -exp(A_log) */
     {"linear_attn.A_log",
      TT_VEC,
@@ -79,16 +86,16 @@ static const tt_row gdn_rows[] = {
      0,
      TS_ROWS,
      TR_GVH,
-     L_(A)},
+     GDN_(A)},
     VEC("linear_attn.norm.weight", TD_DV, CLLM_TG_NORM, CLLM_INIT_NORM, TW_ALWAYS, TS_REPL, TR_ALL,
-        L_(gnorm)),
+        GDN_(gnorm)),
     MAT("linear_attn.out_proj.weight", TD_H, TD_VD, CLLM_TG_GDN, CLLM_INIT_OUT_PROJ, TS_COLS, TR_GV,
-        L_(out)),
+        GDN_(out)),
 };
 
 static const tt_row moe_rows[] = {
     MAT("mlp.gate.weight", TD_E, TD_H, CLLM_TG_ROUTER, CLLM_INIT_LINEAR, TS_REPL, TR_ALL,
-        L_(router)),
+        MOE_(router)),
     {"mlp.experts",
      TT_EXPERTS,
      0,
@@ -100,26 +107,26 @@ static const tt_row moe_rows[] = {
      0,
      TS_EXPERTS,
      TR_ALL,
-     L_(experts)},
+     MOE_(experts)},
 };
 
 static const tt_row shared_rows[] = {
     MAT("mlp.shared_expert.gate_proj.weight", TD_SI, TD_H, CLLM_TG_SHARED, CLLM_INIT_LINEAR,
-        TS_ROWS, TR_SI, L_(shared.gate)),
+        TS_ROWS, TR_SI, MOE_(shared.gate)),
     MAT("mlp.shared_expert.up_proj.weight", TD_SI, TD_H, CLLM_TG_SHARED, CLLM_INIT_LINEAR, TS_ROWS,
-        TR_SI, L_(shared.up)),
+        TR_SI, MOE_(shared.up)),
     MAT("mlp.shared_expert.down_proj.weight", TD_H, TD_SI, CLLM_TG_SHARED, CLLM_INIT_OUT_PROJ,
-        TS_COLS, TR_SI, L_(shared.down)),
+        TS_COLS, TR_SI, MOE_(shared.down)),
     MAT("mlp.shared_expert_gate.weight", TD_1, TD_H, CLLM_TG_SHARED, CLLM_INIT_LINEAR, TS_REPL,
-        TR_ALL, L_(shared_gate)),
+        TR_ALL, MOE_(shared_gate)),
 };
 
 static const tt_row mlp_rows[] = {
     MAT("mlp.gate_proj.weight", TD_I, TD_H, CLLM_TG_MLP, CLLM_INIT_LINEAR, TS_ROWS, TR_I,
-        L_(mlp.gate)),
-    MAT("mlp.up_proj.weight", TD_I, TD_H, CLLM_TG_MLP, CLLM_INIT_LINEAR, TS_ROWS, TR_I, L_(mlp.up)),
+        MLP_(gate)),
+    MAT("mlp.up_proj.weight", TD_I, TD_H, CLLM_TG_MLP, CLLM_INIT_LINEAR, TS_ROWS, TR_I, MLP_(up)),
     MAT("mlp.down_proj.weight", TD_H, TD_I, CLLM_TG_MLP, CLLM_INIT_OUT_PROJ, TS_COLS, TR_I,
-        L_(mlp.down)),
+        MLP_(down)),
 };
 
 /* embed_tokens and norm get the config's weight_prefix (tensor_plan.c, weights.c); the lm_head
@@ -199,7 +206,8 @@ static int qwen3_moe_layer(const cllm_config *c, cllm_layer_type type, bool moe,
     return 3;
 }
 
-/* Qwen3 (dense): attention and a SwiGLU MLP. */
+/* Qwen3 and Qwen2 (dense): attention and a SwiGLU MLP (Qwen2's q/k/v biases and missing q/k
+ * norms are the rows' predicates). */
 static int qwen3_layer(const cllm_config *c, cllm_layer_type type, bool moe, const tt_block **out) {
     (void)c, (void)type, (void)moe;
     out[0] = &tt_norms;
@@ -215,6 +223,7 @@ int tt_layer_blocks(const cllm_config *c, cllm_layer_type type, bool moe, const 
     case CLLM_ARCH_QWEN3_MOE:
         return qwen3_moe_layer(c, type, moe, out);
     case CLLM_ARCH_QWEN3:
+    case CLLM_ARCH_QWEN2:
         return qwen3_layer(c, type, moe, out);
     }
     return 0;
@@ -287,6 +296,8 @@ bool tt_present(const cllm_config *c, const tt_row *r) {
         return c->attention_bias;
     case TW_UNTIED:
         return !c->tie_word_embeddings;
+    case TW_QK_NORM:
+        return !c->no_qk_norm;
     }
     return false;
 }

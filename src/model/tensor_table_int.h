@@ -54,6 +54,7 @@ typedef enum tt_when {
     TW_ALWAYS,
     TW_ATTN_BIAS, /* config attention_bias */
     TW_UNTIED,    /* !tie_word_embeddings */
+    TW_QK_NORM,   /* !no_qk_norm: per-head q/k RMSNorm (not Qwen2) */
 } tt_when;
 
 /* What tensor parallel keeps on a rank (weights_tp.c, tp_shard.h): the whole tensor, a range of

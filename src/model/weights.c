@@ -1,9 +1,9 @@
 /* Weight binding for the forward pass: opens a model directory, validates every tensor the
  * config implies (model/tensor_plan.c is the list of names and shapes) and binds each one in
  * place in the safetensors mmap, walking the same tables (model/tensor_table.c: per block type,
- * each row's destination an offset in fwd_layer or cllm_model). Small vectors (norms, conv taps,
- * A_log, dt_bias, biases) are converted to fp32 copies owned by the model; matrices stay in their
- * stored dtype.
+ * each row's destination a field of its block's struct in fwd_layer, or of cllm_model). Small
+ * vectors (norms, conv taps, A_log, dt_bias, biases) are converted to fp32 copies owned by the
+ * model; matrices stay in their stored dtype.
  *
  * Called by cllm_model_load() users (cli/cmd_generate.c, cmd_eval.c, the engine). Experts are
  * bound one by one through fwd_mlp views (fused [E][2I][H] tensors are sliced per expert), so a
@@ -250,19 +250,19 @@ static void bind_mlp(binder *b, fwd_mlp *o, const char *lp, const char *what, in
 
 /* The routed experts (a TT_EXPERTS row named base): one fwd_mlp view each, slices of the fused
  * [E][2I][H] and [E][H][I] tensors or the per-expert ones. */
-static void bind_experts(binder *bp, fwd_layer *L, const char *lp, const char *base, bool fused) {
+static void bind_experts(binder *bp, fwd_mlp **out, const char *lp, const char *base, bool fused) {
     binder B = *bp;
     const cllm_config *c = &B.m->cfg;
     int E = c->n_experts, I = c->moe_intermediate_size, H = c->hidden_size;
-    L->experts = own(B.m, (size_t)E * sizeof(fwd_mlp));
-    if (!L->experts && B.st == CLLM_OK) B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
+    fwd_mlp *ex = *out = own(B.m, (size_t)E * sizeof(fwd_mlp));
+    if (!ex && B.st == CLLM_OK) B.st = cllm_err_set(B.err, CLLM_ENOMEM, "out of memory");
     if (B.st == CLLM_OK && fused) {
         fwd_wt gu = MAT(E, 2 * I * H, "%s%s.gate_up_proj", lp, base);
         fwd_wt dn = MAT(E, H * I, "%s%s.down_proj", lp, base);
         if (B.st == CLLM_OK) {
             size_t es = cllm_dtype_size(gu.dt), ds = cllm_dtype_size(dn.dt);
             for (int e = 0; e < E; e++) {
-                fwd_mlp *x = &L->experts[e];
+                fwd_mlp *x = &ex[e];
                 const char *g = (const char *)gu.data + (size_t)e * 2 * I * H * es;
                 x->gate = (fwd_wt){g, gu.dt, I, H};
                 x->up = (fwd_wt){g + (size_t)I * H * es, gu.dt, I, H};
@@ -277,7 +277,7 @@ static void bind_experts(binder *bp, fwd_layer *L, const char *lp, const char *b
         for (int e = 0; e < E && B.st == CLLM_OK; e++) {
             char what[64];
             snprintf(what, sizeof(what), "%s.%d", base, e);
-            bind_mlp(&B, &L->experts[e], lp, what, H, I);
+            bind_mlp(&B, &ex[e], lp, what, H, I);
         }
     }
     *bp = B;
@@ -295,7 +295,7 @@ static void bind_block(binder *b, const tt_block *blk, void *dst, const char *lp
         snprintf(name, sizeof(name), "%s%s", r->top ? "" : lp, r->name);
         void *at = (char *)dst + r->off;
         if (r->kind == TT_EXPERTS) {
-            bind_experts(b, dst, lp, r->name, fused);
+            bind_experts(b, at, lp, r->name, fused);
             continue;
         }
         if (r->kind == TT_MAT) {
@@ -323,8 +323,8 @@ static void bind_layer(binder *b, fwd_layer *L, const char *lp, cllm_layer_type 
     L->type = CLLM_LAYER_FULL_ATTN;
     for (int i = 0; i < n; i++) {
         if (bl[i]->role == TB_GDN) L->type = CLLM_LAYER_LINEAR_ATTN;
-        if (bl[i]->role == TB_MOE) L->moe = true;
-        if (bl[i]->role == TB_SHARED) L->has_shared = true;
+        if (bl[i]->role == TB_MOE) L->is_moe = true;
+        if (bl[i]->role == TB_SHARED) L->moe.has_shared = true;
     }
     if (L->type == CLLM_LAYER_FULL_ATTN)
         L->sub = count ? m->n_attn++ : -1;
@@ -340,8 +340,8 @@ void fwd_layer_mats(const fwd_layer *L, int n_experts, fwd_mat_fn fn, void *ctx)
             const fwd_wt *w = (const fwd_wt *)(const void *)((const char *)L + r->off);
             if (r->kind == TT_MAT && w->data) fn(ctx, w, -1);
         }
-    for (int e = 0; L->moe && L->experts && e < n_experts; e++) {
-        const fwd_mlp *x = &L->experts[e];
+    for (int e = 0; L->is_moe && L->moe.experts && e < n_experts; e++) {
+        const fwd_mlp *x = &L->moe.experts[e];
         if (x->gate.data) fn(ctx, &x->gate, e);
         if (x->up.data) fn(ctx, &x->up, e);
         if (x->down.data) fn(ctx, &x->down, e);
@@ -672,7 +672,7 @@ static cllm_status conv_tap_major(cllm_model *m, cllm_error *err) {
     int K = m->cfg.lin_conv_kernel, ch = m->conv_ch;
     float *tmp = NULL;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        float *w = m->layers[l].conv_w;
+        float *w = m->layers[l].gdn.conv_w;
         if (!w) continue;
         if (!tmp && !(tmp = malloc((size_t)ch * K * sizeof(float))))
             return cllm_err_set(err, CLLM_ENOMEM, "out of memory (conv taps)");

@@ -206,12 +206,12 @@ static cllm_status vec_rows(tp_ctx *t, float **v, const rng *r, int nr, size_t p
 
 /* The routed experts: whole ones under expert parallel (the others left unbound: fwd_moe skips
  * them), else every expert's intermediate rows. */
-static cllm_status experts_slice(tp_ctx *t, fwd_layer *L, const cllm_shard *sh, const char *nm) {
+static cllm_status experts_slice(tp_ctx *t, fwd_mlp *ex, const cllm_shard *sh, const char *nm) {
     cllm_status s;
     for (int e = 0; e < t->m->cfg.n_experts; e++)
         if (sh->ep) {
-            if (e < sh->e0 || e >= sh->e0 + sh->ne) L->experts[e] = (fwd_mlp){0};
-        } else if ((s = mlp_slice(t, &L->experts[e], sh->mi0, sh->nmi, nm))) {
+            if (e < sh->e0 || e >= sh->e0 + sh->ne) ex[e] = (fwd_mlp){0};
+        } else if ((s = mlp_slice(t, &ex[e], sh->mi0, sh->nmi, nm))) {
             return s;
         }
     return CLLM_OK;
@@ -221,7 +221,7 @@ static cllm_status experts_slice(tp_ctx *t, fwd_layer *L, const cllm_shard *sh, 
 static cllm_status layer_slice(tp_ctx *t, fwd_layer *L, int l, const cllm_shard *sh) {
     const cllm_config *g = &t->m->cfg; /* still the global config here */
     const tt_block *bl[TT_MAX_BLOCKS];
-    int nb = tt_layer_blocks(g, L->type, L->moe, bl);
+    int nb = tt_layer_blocks(g, L->type, L->is_moe, bl);
     cllm_status s = CLLM_OK;
     for (int b = 0; b < nb && s == CLLM_OK; b++) {
         char nm[96];
@@ -233,7 +233,7 @@ static cllm_status layer_slice(tp_ctx *t, fwd_layer *L, int l, const cllm_shard 
             int nr = range_of(g, sh, r->range, rg);
             if (!tt_present(g, r)) continue;
             if (r->split == TS_EXPERTS) {
-                s = experts_slice(t, L, sh, nm);
+                s = experts_slice(t, *(fwd_mlp **)at, sh, nm);
             } else if (r->split == TS_ROWS && r->kind == TT_MAT) {
                 s = wt_rows(t, at, rg, nr, nm);
             } else if (r->split == TS_COLS && r->kind == TT_MAT) {
@@ -255,10 +255,11 @@ cllm_status fwd_tp_shard(cllm_model *m, int rank, int size, cllm_error *err) {
     int align = 1;
     for (int l = 0; l < g->n_layers && align == 1; l++) {
         const fwd_layer *L = &m->layers[l];
-        const fwd_wt *d = L->moe ? (L->experts ? &L->experts[0].down : NULL) : &L->mlp.down;
+        const fwd_moe_w *mo = &L->moe;
+        const fwd_wt *d = L->is_moe ? (mo->experts ? &mo->experts[0].down : NULL) : &L->mlp.down;
         if (d && d->q.bits) align = d->q.group > 8 ? d->q.group : 8;
-        if (L->has_shared && L->shared.down.q.bits)
-            align = L->shared.down.q.group > 8 ? L->shared.down.q.group : 8;
+        if (mo->has_shared && mo->shared.down.q.bits)
+            align = mo->shared.down.q.group > 8 ? mo->shared.down.q.group : 8;
     }
     int ep = cllm_dist_expert_parallel();
     cllm_shard sh;

@@ -2,8 +2,8 @@
 # Golden test of the forward pass against the independent numpy reference (tools/ref), plus the
 # CLI's determinism and bad-input behaviour. Run by ctest with CLLM_BIN, CLLM_SRC, CLLM_TMP.
 #
-# For each tiny config (tiny, tiny-gqa, tiny-moe, tiny-qwen3, tiny-qwen3-moe) and weight dtype
-# (f32, bf16; f16 for one), fused experts and (two cases) per-expert tensors:
+# For each tiny config (tiny, tiny-gqa, tiny-moe, tiny-qwen3, tiny-qwen3-moe, tiny-qwen2) and
+# weight dtype (f32, bf16; f16 for one), fused experts and (two cases) per-expert tensors:
 # `cllm eval` logits of every position vs tools/ref/ref_forward.py on
 #   - a 1-token prompt,
 #   - a 70-token prompt (crosses the 64-token chunk and several 16-position KV blocks),
@@ -41,7 +41,7 @@ seq 0 299 | awk '{print ($1*53+11)%300}' > "$TMP/t300"
 hash() { "$BIN" eval "$@" --logits-hash 2>&1 | awk '/logits-hash/{print $2}'; }
 for spec in tiny:f32 tiny:bf16 tiny-gqa:f32 tiny-gqa:bf16 tiny-moe:f32 tiny-moe:bf16 \
             tiny-qwen3:f32 tiny-qwen3:bf16 tiny-qwen3-moe:f32 tiny-qwen3-moe:f16 \
-            tiny-moe:bf16:per-expert tiny-qwen3-moe:f32:per-expert; do
+            tiny-qwen2:f32 tiny-qwen2:bf16 tiny-moe:bf16:per-expert tiny-qwen3-moe:f32:per-expert; do
   IFS=: read -r cfg dt layout <<<"$spec"; layout=${layout:-fused}; M="$TMP/$cfg-$dt-$layout"
   "$BIN" synth --config "$SRC/configs/$cfg.json" "$M" --seed 3 --dtype $dt --experts $layout -q 2>/dev/null ||
     { bad "synth $spec"; continue; }

@@ -8,7 +8,7 @@ T=${CLLM_TMP:-/tmp}/synth_verify
 rm -rf "$T" && mkdir -p "$T"
 . "$SRC/tests/lib/check.sh"
 
-for cfg in tiny tiny-gqa tiny-moe tiny-qwen3 tiny-qwen3-moe; do
+for cfg in tiny tiny-gqa tiny-moe tiny-qwen3 tiny-qwen3-moe tiny-qwen2; do
   for layout in fused per-expert; do
     d="$T/$cfg-$layout"
     expect_rc 0 "synth $cfg $layout" "$BIN" synth -q --config "$SRC/configs/$cfg.json" --experts $layout --seed 7 "$d"

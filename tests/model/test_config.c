@@ -139,6 +139,35 @@ int main(void) {
         cllm_config_free(&c);
     }
 
+    /* qwen2 (HF Qwen2Config): head_dim hidden / heads, kv heads = heads, rope_theta 1e4, untied;
+     * q/k/v biases always, no q/k norms: per layer 2 norms, 4 projections, 3 biases; the
+     * sliding window only counts when use_sliding_window is true */
+    CHECK(parse("{\"model_type\":\"qwen2\",\"num_hidden_layers\":3,\"hidden_size\":896,"
+                "\"num_attention_heads\":14,\"use_sliding_window\":false,\"sliding_window\":64,"
+                "\"max_window_layers\":1}",
+                &c, msg) == CLLM_OK);
+    if (!msg[0]) {
+        CHECK(c.arch == CLLM_ARCH_QWEN2 && c.head_dim == 64 && c.n_kv_heads == 14 &&
+              c.rotary_dim == 64 && c.rope_theta == 10000.0 && !c.tie_word_embeddings);
+        CHECK(c.attention_bias && c.no_qk_norm && !c.norm_one_plus && !c.attn_output_gate);
+        CHECK(!c.layer_is_moe[2] && c.layer_types[2] == CLLM_LAYER_FULL_ATTN &&
+              !strcmp(c.weight_prefix, "model."));
+        suffix_count sc = {"_norm.weight", 0};
+        CHECK(cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count_suffix, &sc) ==
+              3 + 3 * 12);
+        CHECK(sc.n == 0);
+        sc = (suffix_count){"_proj.bias", 0};
+        cllm_tensor_plan(&c, CLLM_EXPERTS_FUSED, true, true, count_suffix, &sc);
+        CHECK(sc.n == 9);
+        cllm_config_free(&c);
+    }
+    EXPECT_FAIL("{\"model_type\":\"qwen2\",\"num_hidden_layers\":4,\"use_sliding_window\":true,"
+                "\"sliding_window\":64,\"max_window_layers\":2}",
+                "sliding-window");
+    EXPECT_FAIL("{\"model_type\":\"qwen2\",\"num_hidden_layers\":2,\"layer_types\":"
+                "[\"full_attention\",\"sliding_attention\"]}",
+                "layer_types[1]");
+
     /* Bad configs. */
     EXPECT_FAIL("{\"model_type\":\"llama\"}", "not supported");
     EXPECT_FAIL("{\"text_config\":{}}", "model_type");

@@ -251,5 +251,6 @@ int main(void) {
     one_model(src, "tiny-moe", CLLM_DT_BF16, tmp);
     one_model(src, "tiny-qwen3", CLLM_DT_F16, tmp);
     one_model(src, "tiny-qwen3-moe", CLLM_DT_BF16, tmp);
+    one_model(src, "tiny-qwen2", CLLM_DT_BF16, tmp);
     return test_report("test_forward");
 }

@@ -87,6 +87,24 @@ for v in "asym --asym" "bf16 --scale-dtype bf16" "asymbf16 --asym --scale-dtype 
   $PY "$T/cmp.py" "$T" "$n" "$n-dq" && ok "$n: kernels == numpy dequant" || bad "$n logits mismatch"
 done
 grep -q '"sym": false' "$T/asym/config.json" && ok "asym config sym false" || bad "asym config"
+# Qwen2 (q/k/v biases, no q/k norms): quantize keeps the biases float, verify finds the plan,
+# and the int4 kernels match the numpy dequantization as above
+Q2="$T/qwen2"; mkdir -p "$Q2"
+expect_rc 0 "synth tiny-qwen2" "$BIN" synth -q --config "$SRC/configs/tiny-qwen2.json" --seed 3 --dtype f32 "$Q2/fp"
+expect_rc 0 "quantize tiny-qwen2" "$BIN" quantize -q -g 32 "$Q2/fp" "$Q2/q4"
+expect_rc 0 "verify tiny-qwen2 q4" "$BIN" verify --full "$Q2/q4"
+$PY - "$Q2/q4/model.safetensors" <<'PY' && ok "qwen2: biases float, projections GPTQ" || bad "qwen2 tensor set"
+import json, struct, sys
+f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+b = [k for k in h if k.endswith("_proj.bias")]
+assert len(b) == 9 and all(h[k]["dtype"] in ("F32", "BF16", "F16") for k in b), b
+assert "model.layers.0.self_attn.q_proj.qweight" in h and not any("q_norm" in k for k in h)
+PY
+$PY "$T/dequant.py" "$Q2/q4" "$Q2/dq" || bad "numpy dequant qwen2 failed"
+expect_rc 0 "eval qwen2 q4" "$BIN" eval "$Q2/q4" --tokens "$TOK" --dump-logits "$Q2/q4.bin"
+expect_rc 0 "eval qwen2 dq" "$BIN" eval "$Q2/dq" --tokens "$TOK" --dump-logits "$Q2/dq.bin"
+expect_rc 0 "eval qwen2 fp" "$BIN" eval "$Q2/fp" --tokens "$TOK" --dump-logits "$Q2/fp.bin"
+$PY "$T/cmp.py" "$Q2" q4 dq && ok "qwen2: kernels == numpy dequant" || bad "qwen2 logits mismatch"
 # compressed-tensors "pack-quantized" (vllm/llm-compressor W4A16 layout): an independent numpy
 # writer quantizes the fp model per Linear (same set and bits as q4) into weight_packed [N, K/8]
 # (packed along K, low bits first, stored q + 8), weight_scale [N, K/G], weight_zero_point

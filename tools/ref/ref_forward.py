@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Independent float64 numpy reference forward pass for qwen3_5_moe, qwen3 and qwen3_moe.
+"""Independent float64 numpy reference forward pass for qwen3_5_moe, qwen3, qwen3_moe and qwen2.
 
 Written from docs/model.md (section numbers below are that spec's) and,
-for qwen3 / qwen3_moe, from the HF transformers model definitions as remembered; never from
+for qwen3 / qwen3_moe, from the HF transformers model definitions as remembered; for qwen2 from
+HF transformers' configuration_qwen2.py / modeling_qwen2.py (docs/model.md "Qwen2"); never from
 the C code. Slow and obvious on purpose: every formula is spelled out once, all math in
 float64 (weights are converted to float64 on load), a loop over tokens where the model is
 sequential (attention, the delta rule), numpy only across heads / dims.
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_np import SafetensorsModel  # noqa: E402
 
 QWEN35_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
-SUPPORTED = QWEN35_TYPES + ("qwen3", "qwen3_moe")
+SUPPORTED = QWEN35_TYPES + ("qwen3", "qwen3_moe", "qwen2")
 
 
 # ----------------------------------------------------------------------------- config (§1)
@@ -91,6 +92,10 @@ def parse_config(raw):
     # Norm flavour and attention output gate
     c.norm_one_plus = is35                # §2.1: Qwen3.5 norms are x*rms*(1+w); Qwen3: x*rms*w
     c.attn_output_gate = bool(t.get("attn_output_gate", True)) if is35 else False
+    # Qwen2Attention: q/k/v Linear layers with bias=True always, o_proj bias=False, and no
+    # q_norm / k_norm (Qwen3 added those); Qwen3/3.5 biases follow attention_bias (optional here)
+    c.qk_norm = c.arch != "qwen2"
+    c.qkv_bias_required = c.arch == "qwen2"
 
     # Layer types (§1): layer_types list or full_attention_interval (full at (i+1)%n==0)
     if is35:
@@ -109,6 +114,9 @@ def parse_config(raw):
     else:
         if t.get("use_sliding_window"):
             raise ValueError("config.json: use_sliding_window=true unsupported by the reference")
+        for x in t.get("layer_types") or []:
+            if x != "full_attention":
+                raise ValueError(f"config.json: layer type {x!r} unsupported by the reference")
         c.layer_types = ["full_attention"] * c.n_layers
 
     # Gated DeltaNet dims (§1, §2.4)
@@ -128,7 +136,7 @@ def parse_config(raw):
     #  qwen3_5_moe: every layer is MoE (HF Qwen3_5MoeDecoderLayer builds the sparse block
     #             unconditionally; the real config has mlp_only_layers = []); other keys ignored.
     c.warnings = []
-    c.num_experts = int(t.get("num_experts", 0) or 0) if c.arch != "qwen3" else 0
+    c.num_experts = int(t.get("num_experts", 0) or 0) if c.arch not in ("qwen3", "qwen2") else 0
     if is35:
         if c.num_experts <= 0:
             raise ValueError("config.json: qwen3_5_moe needs num_experts > 0")
@@ -406,12 +414,15 @@ class Model:
                 e[a + "k_proj.weight"] = (c.n_kv * hd, H)
                 e[a + "v_proj.weight"] = (c.n_kv * hd, H)
                 e[a + "o_proj.weight"] = (H, c.n_heads * hd)
-                e[a + "q_norm.weight"] = (hd,)
-                e[a + "k_norm.weight"] = (hd,)
-                opt[a + "q_proj.bias"] = (qrows,)
-                opt[a + "k_proj.bias"] = (c.n_kv * hd,)
-                opt[a + "v_proj.bias"] = (c.n_kv * hd,)
-                opt[a + "o_proj.bias"] = (H,)
+                if c.qk_norm:
+                    e[a + "q_norm.weight"] = (hd,)
+                    e[a + "k_norm.weight"] = (hd,)
+                bias = e if c.qkv_bias_required else opt
+                bias[a + "q_proj.bias"] = (qrows,)
+                bias[a + "k_proj.bias"] = (c.n_kv * hd,)
+                bias[a + "v_proj.bias"] = (c.n_kv * hd,)
+                if c.arch != "qwen2":   # Qwen2's o_proj has no bias
+                    opt[a + "o_proj.bias"] = (H,)
             else:
                 g = p + "linear_attn."
                 kd, vd = c.lin_k_heads * c.lin_k_dim, c.lin_v_heads * c.lin_v_dim
@@ -577,7 +588,7 @@ class State:
 
 def attention(model, L, x, state, pos3=None):
     """§2.3 gated full attention (qwen3_5_moe) / plain Qwen3 attention (no gate, plain-w norms,
-    rotary over the whole head). x: [T, H] normed input; appends to state's K/V. pos3: [T, 3]
+    rotary over the whole head) / Qwen2 attention (Qwen3's without q/k norms, q/k/v biases). x: [T, H] normed input; appends to state's K/V. pos3: [T, 3]
     M-RoPE positions (rope_mrope) instead of state.pos + t (the causal mask is by order, not by
     position)."""
     c = model.cfg
@@ -591,8 +602,9 @@ def attention(model, L, x, state, pos3=None):
         q, gate = qa.reshape(T, nh, hd), None
     k = linear(x, model.w(a + "k_proj.weight"), model.w(a + "k_proj.bias", True)).reshape(T, nkv, hd)
     v = linear(x, model.w(a + "v_proj.weight"), model.w(a + "v_proj.bias", True)).reshape(T, nkv, hd)
-    q = rmsnorm(q, model.w(a + "q_norm.weight"), c.eps, c.norm_one_plus)   # per head; gate not normed
-    k = rmsnorm(k, model.w(a + "k_norm.weight"), c.eps, c.norm_one_plus)
+    if c.qk_norm:   # per head; gate not normed. Qwen2: no q/k norm, RoPE on the raw projections
+        q = rmsnorm(q, model.w(a + "q_norm.weight"), c.eps, c.norm_one_plus)
+        k = rmsnorm(k, model.w(a + "k_norm.weight"), c.eps, c.norm_one_plus)
     if pos3 is None:
         pos = state.pos + np.arange(T)
         q = rope_neox(q, pos, c.rotary_dim, c.rope_theta)
@@ -619,7 +631,8 @@ def attention(model, L, x, state, pos3=None):
     o = o.reshape(T, nh * hd)
     if gate is not None:
         o = o * sigmoid(gate.reshape(T, nh * hd))   # sigmoid output gate, same head-major order
-    return linear(o, model.w(a + "o_proj.weight"), model.w(a + "o_proj.bias", True))
+    ob = None if c.arch == "qwen2" else model.w(a + "o_proj.bias", True)   # Qwen2: bias=False
+    return linear(o, model.w(a + "o_proj.weight"), ob)
 
 
 def gated_deltanet(model, L, x, state, mode="recurrent", chunk=64):
