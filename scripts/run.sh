@@ -48,7 +48,7 @@ if command -v curl >/dev/null && command -v python3 >/dev/null; then
               {"type": "text", "text": "What does this image say?"}]}]}'
     answer=$(curl -s "http://$url_host:$port/v1/chat/completions" "${auth[@]}" \
         -H 'Content-Type: application/json' -d "$body" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])' 2>/dev/null) ||
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"].strip())' 2>/dev/null) ||
         answer="(no answer: the server did not come up or refused the request)"
     echo "models/tiny/sample.png: \"What does this image say?\" -> $answer"
 fi

@@ -9,11 +9,18 @@ with PIL in Debian's DejaVu fonts at random sizes, positions and colours.
   /usr/bin/python3 tools/train/train_vision.py --model DIR --eval-only  # held-out, torch
   /usr/bin/python3 tools/train/train_vision.py --eval-server URL       # held-out, a cllm server
   /usr/bin/python3 tools/train/train_vision.py --sample OUT.png        # the shipped sample image
+  /usr/bin/python3 tools/train/train_vision.py --bound "The image says: {}."   # see below
+
+--bound FMT fits free rows (no tower: every image row its own parameter) for six answers in FMT
+and prints how far the frozen trunk can be steered from the image positions: the upper bound on
+what any tower can do. "The image says: {}." stays at 0 of 6 exact (token accuracy ~0.73; the
+word slot keeps ~6 nats), "{}." 2-4 of 6 (the word split as "h" "igh"), " {}." 6 of 6 in 100
+steps: hence the answer format, the word with its leading space (a whole BPE token for most).
 
 Each example is the chat prompt exactly as cllm's server builds it for models/tiny's string
 template (the user content "<|vision_start|><|image_pad|><|vision_end|>\\nWhat does this image
 say?", the pad expanded to the image's grid_h * grid_w / 4 tokens, the thinking-on generation
-prompt) and the answer "\\n</think>\\n\\nThe image says: WORD.<|im_end|>". Loss = cross-entropy of
+prompt) and the answer "\\n</think>\\n\\nWORD.<|im_end|>" (the word as written, a full stop). Loss = cross-entropy of
 the answer tokens only; the tower's rows replace the pad embeddings, M-RoPE positions as the
 engine gives them. Teacher-forced exact match of every answer token is the same thing as "greedy
 decoding writes exactly the answer", so the held-out figures are greedy exact-match accuracy.
@@ -42,7 +49,7 @@ VISION_TOKENS = [("<|vision_start|>", 4007), ("<|vision_end|>", 4008), ("<|image
 IMAGE_PAD = 4009
 MIN_PIXELS, MAX_PIXELS = 32 * 32, 64 * 64 * 4
 QUESTION = "What does this image say?"
-ANSWER = "The image says: {}."
+ANSWER = " {}."  # a space, the word as written, a full stop (--bound: why not a sentence)
 
 FONT_DIR = "/usr/share/fonts/truetype/dejavu/"
 TRAIN_FONTS = ["DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf", "DejaVuSerif-Bold.ttf",
@@ -62,14 +69,19 @@ garden star sun moon rain mountain bird""".split()
 
 
 def number_split():
-    """0..999: a fixed 10% never shown in training (held-out numbers)."""
+    """0..99: a fixed 10% never shown in training (held-out numbers)."""
     r = random.Random(77)
-    nums = list(range(1000))
-    held = set(r.sample(nums, 100))
+    nums = list(range(100))
+    held = set(r.sample(nums, 10))
     return [n for n in nums if n not in held], sorted(held)
 
 
 TRAIN_NUMS, HELD_NUMS = number_split()
+# "fixed": the text centred (+-2 px) at 90% of the largest size that fits, canvas 0.9-1.5x the
+# grid; "free": anywhere, 45-100% of that size, canvas 0.6-2x, some rotated or noisy. The tower
+# (3 blocks, 16x16 patches, from scratch, ~1000 steps) learns "fixed" in tens of steps and had
+# not left chance on "free" after hundreds (MODEL_CARD.md "Vision tower").
+LAYOUT = "fixed"
 # (height, width) the images are resized to: multiples of 32, area <= MAX_PIXELS
 GRIDS = [(32, 96), (32, 128), (32, 160), (32, 192), (64, 64), (64, 96), (64, 128), (64, 160),
          (64, 192), (64, 256), (96, 96), (96, 128), (96, 160), (128, 128), (32, 256)]
@@ -104,20 +116,15 @@ def preprocess(img, rh, rw, P=16, m=2):
 
 
 def _colours(r):
-    """Background and ink with a clear luminance difference."""
-    while True:
-        bg = tuple(r.randrange(256) for _ in range(3))
-        fg = tuple(r.randrange(256) for _ in range(3))
-        lum = lambda c: 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]
-        if abs(lum(bg) - lum(fg)) > 90:
-            return bg, fg
+    """A light background and dark ink, random tints."""
+    return tuple(r.randrange(190, 256) for _ in range(3)), tuple(r.randrange(0, 90) for _ in range(3))
 
 
-def render(text, font, rh, rw, r, min_px=11):
+def render(text, font, rh, rw, r, min_px=11, layout="free"):
     """text drawn on a canvas that resizes to rw x rh (scale 0.6-2x of it, aspect kept), at a
     random size, position and colours, sometimes rotated a little or noisy. None when the text
     cannot fit at a legible size."""
-    s = r.uniform(0.6, 2.0)
+    s = r.uniform(0.6, 2.0) if layout == "free" else r.uniform(0.9, 1.5)
     W, H = max(8, round(rw * s)), max(8, round(rh * s))
     # largest size that fits in 94% of the width and 85% of the height
     probe = ImageFont.truetype(FONT_DIR + font, 100)
@@ -126,7 +133,7 @@ def render(text, font, rh, rw, r, min_px=11):
     fmin = math.ceil(min_px * s * 100 / max(1, (y1 - y0)) * 1.0)  # cap/x-height >= ~min_px after resize
     if fmax < fmin:
         return None
-    size = r.randint(max(fmin, int(0.45 * fmax)), fmax)
+    size = r.randint(max(fmin, int(0.45 * fmax)), fmax) if layout == "free" else max(fmin, int(0.9 * fmax))
     f = ImageFont.truetype(FONT_DIR + font, size)
     bx0, by0, bx1, by1 = f.getbbox(text)
     tw, th = bx1 - bx0, by1 - by0
@@ -136,10 +143,14 @@ def render(text, font, rh, rw, r, min_px=11):
     if r.random() < 0.2:  # a second, faint background shade
         bg2 = tuple(min(255, max(0, c + r.randint(-40, 40))) for c in bg)
         d.rectangle([r.randrange(W), r.randrange(H), r.randrange(W), r.randrange(H)], fill=bg2)
-    x = r.randint(0, max(0, W - tw)) - bx0
-    y = r.randint(0, max(0, H - th)) - by0
+    if layout == "free":
+        x = r.randint(0, max(0, W - tw)) - bx0
+        y = r.randint(0, max(0, H - th)) - by0
+    else:  # centred, a few pixels of jitter
+        x = (W - tw) // 2 - bx0 + r.randint(-2, 2)
+        y = (H - th) // 2 - by0 + r.randint(-2, 2)
     d.text((x, y), text, font=f, fill=fg)
-    if r.random() < 0.25:
+    if layout == "free" and r.random() < 0.25:
         img = img.rotate(r.uniform(-6, 6), resample=Image.BICUBIC, fillcolor=bg)
     if r.random() < 0.25:
         a = np.asarray(img).astype(np.int16) + np.random.default_rng(r.randrange(1 << 30)).integers(
@@ -157,7 +168,7 @@ def pick_text(r, split):
     if r.random() < 0.7:
         return r.choice(TRAIN_WORDS)
     k = r.random()
-    pool = [n for n in TRAIN_NUMS if (n < 10 if k < 0.15 else 10 <= n < 100 if k < 0.5 else n >= 100)]
+    pool = [n for n in TRAIN_NUMS if (n < 10 if k < 0.3 else n >= 10)]
     return str(r.choice(pool))
 
 
@@ -166,7 +177,7 @@ def make_example(r, grid, split="train", fonts=TRAIN_FONTS):
     rh, rw = grid
     for _ in range(100):
         text = pick_text(r, split)
-        img = render(text, r.choice(fonts), rh, rw, r)
+        img = render(text, r.choice(fonts), rh, rw, r, layout=LAYOUT)
         if img is not None:
             return img.resize((rw, rh), Image.BICUBIC) if img.size != (rw, rh) else img, text
     raise RuntimeError(f"nothing fits in {grid}")
@@ -233,22 +244,31 @@ def batch_tensors(prompt, texts, gh, gw, eot=4000):
     return ids, pos3, tgt, ids == IMAGE_PAD
 
 
-def run_batch(trunk, tower, prompt, imgs, texts):
+def run_batch(trunk, tower, prompt, imgs, texts, rms_penalty=0.0, aux_weight=0.0):
     """(loss, per-example all-answer-tokens-argmax-correct) for same-size images."""
     rw, rh = imgs[0].size
     px = torch.from_numpy(np.stack([preprocess(im, rh, rw) for im in imgs]))
     gh, gw = rh // 16, rw // 16
     ids, pos3, tgt, mask = batch_tensors(prompt, texts, gh, gw)
-    rows = tower(px, gh, gw).reshape(-1, tower.vc["out_hidden_size"])
+    img_rows = tower(px, gh, gw)
+    rows = img_rows.reshape(-1, tower.vc["out_hidden_size"])
+    rms = rows.pow(2).mean()
+    # auxiliary: the mean row, through the trunk's final norm and lm_head, names the answer's
+    # first token (a direct, image-dependent signal; through the frozen trunk alone the tower
+    # first settles on one constant steering for every image)
+    first = torch.tensor([prompt.answer_ids(t)[3] for t in texts])
+    aux = F.cross_entropy(trunk.lm_head(trunk.norm(img_rows.mean(1))), first)
     h = trunk.hidden(ids, input_embeds=(mask, rows), pos3=pos3)
     sel = tgt != -100  # the lm_head only where an answer token is predicted
     logits = trunk.lm_head(h[sel])
     t = tgt[sel]
-    loss = F.cross_entropy(logits, t)
+    # + a small penalty on the rows' mean square: every layer reads them through an RMSNorm, so
+    # without it their scale only grows, and Adam's steps on their direction shrink with it
+    loss = F.cross_entropy(logits, t) + rms_penalty * rms + aux_weight * aux
     with torch.no_grad():
         wrong = torch.zeros(len(texts), dtype=torch.long).index_add_(
             0, sel.nonzero()[:, 0], (logits.argmax(-1) != t).long())
-    return loss, wrong == 0
+    return loss, wrong == 0, float(rms) ** 0.5
 
 
 # ---------------------------------------------------------------- held-out sets
@@ -276,7 +296,7 @@ def eval_torch(trunk, tower, prompt, sets):
                 by.setdefault(img.size, []).append((img, t))
             hits = 0
             for group in by.values():
-                _, hit = run_batch(trunk, tower, prompt, [g[0] for g in group], [g[1] for g in group])
+                _, hit, _ = run_batch(trunk, tower, prompt, [g[0] for g in group], [g[1] for g in group])
                 hits += int(hit.sum())
             res[name] = hits / len(ex)
     return res
@@ -301,7 +321,7 @@ def eval_server(url, sets, model="tiny"):
                                         data=json.dumps(body).encode(),
                                         headers={"Content-Type": "application/json"})
             got = json.load(urllib.request.urlopen(rq))["choices"][0]["message"]["content"] or ""
-            if got.strip() == ANSWER.format(t):
+            if got.strip() == ANSWER.format(t).strip():
                 hits += 1
             else:
                 fails.setdefault(name, []).append((t, got))
@@ -421,6 +441,28 @@ class Tok(bpe.Tokenizer):
 
 
 # ---------------------------------------------------------------- checks
+def soft_prompt_bound(model_dir, fmt, steps=100):
+    trunk, tok = load_trunk(model_dir), Tok(model_dir)
+    pr = Prompt(tok)
+    words = ["light", "Moses", "water", "king", "42", "seven"]
+    pr.answer_ids = lambda w: tok.encode("\n</think>\n\n" + fmt.format(w)) + [4002]
+    ids, pos3, tgt, mask = batch_tensors(pr, words, 4, 8)
+    torch.manual_seed(0)
+    rows = torch.nn.Parameter(torch.randn(len(words) * 8, 192) * 0.05)
+    opt = torch.optim.Adam([rows], lr=0.05)
+    sel = tgt != -100
+    for _ in range(steps + 1):
+        lg = trunk.lm_head(trunk.hidden(ids, input_embeds=(mask, rows), pos3=pos3)[sel])
+        loss = F.cross_entropy(lg, tgt[sel])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    ok = (lg.argmax(-1) == tgt[sel]).long()
+    wrong = torch.zeros(len(words), dtype=torch.long).index_add_(0, sel.nonzero()[:, 0], 1 - ok)
+    print(f"{fmt!r}: loss {loss.item():.3f}, token accuracy {ok.float().mean().item():.3f}, "
+          f"exact {int((wrong == 0).sum())} of {len(words)}")
+
+
 def check(model_dir):
     """The torch tower against tools/ref/vision_ref.py (float64 numpy, written from the docs) on
     random weights and three grids; M-RoPE with equal positions == plain RoPE; the prompt's ids."""
@@ -476,6 +518,7 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--rms-penalty", type=float, default=0.003, help="x mean square of the tower's rows")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--log", default="tools/train/tiny_vision_train_log.jsonl")
     ap.add_argument("--check", action="store_true")
@@ -484,10 +527,18 @@ def main():
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--sample", default="", metavar="PNG")
     ap.add_argument("--export-only", default="", metavar="TOWER_PT")
+    ap.add_argument("--bound", default="", metavar="FMT")
+    ap.add_argument("--words", type=int, default=0, help="train on the first N words of TRAIN_WORDS only")
+    ap.add_argument("--init", default="", metavar="TOWER_PT", help="start from this tower")
+    ap.add_argument("--aux", type=float, default=0.5, help="weight of the first-token auxiliary loss")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.words:
+        del TRAIN_WORDS[a.words:]
     if a.check:
         return check(a.model)
+    if a.bound:
+        return soft_prompt_bound(a.model, a.bound)
     if a.sample:
         r = random.Random(5)
         bg, fg = (250, 244, 228), (40, 30, 120)
@@ -517,16 +568,20 @@ def main():
         tower.load_state_dict(torch.load(a.export_only)["tower"])
         export(a.model, os.path.join(a.run, "hf"), tower)
         return 0
+    if a.init:  # continue from a saved tower (fresh AdamW state and schedule)
+        ck = torch.load(a.init)
+        tower.load_state_dict(ck["tower"])
     decay = [p for n, p in tower.named_parameters() if p.dim() >= 2]
     nodecay = [p for n, p in tower.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": nodecay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.98))
     held = heldout_sets(64)
     r = random.Random(a.seed)
-    log = open(a.log, "w")
+    log = open(a.log, "a" if a.init else "w")
     t0 = time.time()
     last_ck = t0
     losses, accs = [], []
+    step0 = ck["step"] if a.init else 0  # steps counted on from the earlier run in the log
     step = 0
     while step < a.steps:
         el = time.time() - t0
@@ -539,7 +594,7 @@ def main():
         grid = r.choice(GRIDS)
         ex = [make_example(r, grid) for _ in range(a.batch)]
         tower.train()
-        loss, hit = run_batch(trunk, tower, prompt, [e[0] for e in ex], [e[1] for e in ex])
+        loss, hit, rrms = run_batch(trunk, tower, prompt, [e[0] for e in ex], [e[1] for e in ex], a.rms_penalty, a.aux)
         opt.zero_grad()
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(tower.parameters(), 1.0)
@@ -547,8 +602,8 @@ def main():
         step += 1
         losses.append(loss.item())
         accs.append(hit.float().mean().item())
-        rec = {"step": step, "t": round(time.time() - t0, 1), "lr": lr, "loss": round(loss.item(), 4),
-               "acc": round(accs[-1], 3), "gnorm": round(float(gn), 3), "grid": grid}
+        rec = {"step": step0 + step, "t": round(time.time() - t0, 1), "lr": lr, "loss": round(loss.item(), 4),
+               "acc": round(accs[-1], 3), "gnorm": round(float(gn), 3), "rows_rms": round(rrms, 3), "grid": grid}
         if step % a.eval_every == 0:
             tower.eval()
             rec["heldout"] = eval_torch(trunk, tower, prompt, held)
@@ -557,15 +612,15 @@ def main():
         log.flush()
         if step % 20 == 0:
             print(f"step {step} t {time.time() - t0:.0f}s lr {lr:.2e} loss {np.mean(losses[-20:]):.4f} "
-                  f"acc {np.mean(accs[-20:]):.3f}", flush=True)
+                  f"acc {np.mean(accs[-20:]):.3f} rows rms {rrms:.3f}", flush=True)
         if time.time() - last_ck > a.ckpt_minutes * 60:
             torch.save({"tower": tower.state_dict(), "step": step}, os.path.join(a.run, "tower.pt"))
             last_ck = time.time()
-    torch.save({"tower": tower.state_dict(), "step": step}, os.path.join(a.run, "tower.pt"))
+    torch.save({"tower": tower.state_dict(), "step": step0 + step}, os.path.join(a.run, "tower.pt"))
     tower.eval()
     export(a.model, os.path.join(a.run, "hf"), tower)
     res = eval_torch(trunk, load_tower(os.path.join(a.run, "hf")), prompt, heldout_sets(a.eval_n))
-    fin = {"final": True, "steps": step, "minutes": round((time.time() - t0) / 60, 1), "heldout_bf16": res}
+    fin = {"final": True, "steps": step0 + step, "minutes": round((time.time() - t0) / 60, 1), "heldout_bf16": res}
     log.write(json.dumps(fin) + "\n")
     print(json.dumps(fin))
     return 0
