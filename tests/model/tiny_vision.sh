@@ -8,7 +8,7 @@
 #    temporal (2 frames), py, px)) and random pixels on three other grids, each
 #    max |c - ref| <= 1e-4 * max(1, max |ref|);
 #  - the greedy chat answer to "What does this image say?" with models/tiny/sample.png as a
-#    data: URL is the documented one, "light." (12 image tokens: 31 prompt
+#    data: URL is the documented one, "city." (wrong: the tower barely reads, MODEL_CARD.md; 12 image tokens: 31 prompt
 #    tokens), with the pixel bounds given per request and, from preprocessor_config.json, without.
 # Exit 77 without /usr/bin/python3 + numpy + PIL.
 set -u
@@ -75,12 +75,12 @@ ask() { # ask EXTRA_JSON: prints "content|prompt_tokens"
    {"type": "text", "text": "What does this image say?"}]}]}
 EOF
 }
-expect_eq "sample.png, bounds in the request" "$(ask ', "mm_processor_kwargs": {"min_pixels": 1024, "max_pixels": 16384}')" "light.|31"
+expect_eq "sample.png, bounds in the request" "$(ask ', "mm_processor_kwargs": {"min_pixels": 1024, "max_pixels": 16384}')" "city.|31"
 # without them the bounds come from models/tiny/preprocessor_config.json where the server reads
 # it; a server that does not yet uses the processor defaults (65536 pixels at least: 70 tokens)
 got=$(ask '')
 case $got in
-*"|31") expect_eq "sample.png, bounds from preprocessor_config.json" "$got" "light.|31" ;;
+*"|31") expect_eq "sample.png, bounds from preprocessor_config.json" "$got" "city.|31" ;;
 *) echo "note: the server ignores preprocessor_config.json (got [$got]); not checked" ;;
 esac
 exit $fail

@@ -526,6 +526,7 @@ def main():
     ap.add_argument("--eval-server", default="", metavar="URL")
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--sample", default="", metavar="PNG")
+    ap.add_argument("--sample-word", default="light")
     ap.add_argument("--export-only", default="", metavar="TOWER_PT")
     ap.add_argument("--bound", default="", metavar="FMT")
     ap.add_argument("--words", type=int, default=0, help="train on the first N words of TRAIN_WORDS only")
@@ -544,8 +545,8 @@ def main():
         bg, fg = (250, 244, 228), (40, 30, 120)
         img = Image.new("RGB", (192, 64), bg)
         f = ImageFont.truetype(FONT_DIR + "DejaVuSerif-Bold.ttf", 38)
-        x0, y0, x1, y1 = f.getbbox("light")
-        ImageDraw.Draw(img).text(((192 - (x1 - x0)) // 2 - x0, (64 - (y1 - y0)) // 2 - y0), "light",
+        x0, y0, x1, y1 = f.getbbox(a.sample_word)
+        ImageDraw.Draw(img).text(((192 - (x1 - x0)) // 2 - x0, (64 - (y1 - y0)) // 2 - y0), a.sample_word,
                                  font=f, fill=fg)
         img.save(a.sample, optimize=True)
         return 0
