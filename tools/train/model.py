@@ -525,7 +525,7 @@ def load_hf(model_dir):
     sd = load_safetensors(f"{model_dir}/model.safetensors")
     own = {}
     for n, t in sd.items():
-        if n.startswith("mtp."):  # the MTP head (train_mtp.py) is not part of the trunk
+        if n.startswith(("mtp.", "model.visual.")):  # MTP head, vision tower: not the trunk
             continue
         own[n if n == "lm_head.weight" else n[len("model.language_model."):]] = t
     missing = set(m.state_dict()) ^ set(own)

@@ -416,15 +416,9 @@ def load_tower(model_dir):
 
 
 def load_trunk(model_dir):
-    """The text trunk from its stored BF16 weights, frozen; load_hf skips mtp.*, and visual.*
-    here."""
-    import model as M
-    orig = M.load_safetensors
-    M.load_safetensors = lambda p: {k: v for k, v in orig(p).items() if not k.startswith("model.visual.")}
-    try:
-        trunk, cfg = load_hf(model_dir)
-    finally:
-        M.load_safetensors = orig
+    """The text trunk from its stored BF16 weights, frozen (load_hf skips mtp.* and
+    model.visual.*)."""
+    trunk, _ = load_hf(model_dir)
     trunk.eval()
     for p in trunk.parameters():
         p.requires_grad_(False)
