@@ -37,7 +37,7 @@ trap 'kill $pid 2>/dev/null' INT TERM
 # vision tower, models/tiny/MODEL_CARD.md "Vision tower"), sent as a data: URL.
 if command -v curl >/dev/null && command -v python3 >/dev/null; then
     for _ in $(seq 600); do
-        curl -s -o /dev/null "http://$url_host:$port/health" && break
+        curl -sf -o /dev/null "http://$url_host:$port/health" && break
         kill -0 $pid 2>/dev/null || break
         sleep 0.1
     done
