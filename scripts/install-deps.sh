@@ -13,7 +13,8 @@ pkgs=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user # NEON tier tests (tests/kernels/arm_kernels.sh)
       openmpi-bin libopenmpi-dev) # tensor parallel over MPI (src/dist/, tests/dist/)
 if [ "${1:-}" = "--train" ]; then
-  pkgs+=(python3-torch python3-matplotlib bible-kjv bible-kjv-text fortunes-zh)
+  pkgs+=(python3-torch python3-matplotlib bible-kjv bible-kjv-text fortunes-zh
+        fonts-dejavu-core fonts-dejavu-extra) # tools/train/train_vision.py renders its images
 fi
 
 # Node.js (reference tokenizers and templates for tests) may come from elsewhere (NodeSource);

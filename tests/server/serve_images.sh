@@ -34,8 +34,9 @@ json.dump(c, open(f"{t}/cfg.json", "w"), indent=1)
 import os
 os.makedirs(f"{t}/tok", exist_ok=True)
 tk = json.load(open(f"{src}/models/tiny/tokenizer.json"))
+have = {a["content"] for a in tk["added_tokens"]}  # models/tiny has 4007-4009 since its tower
 for i, s in [(4007, "<|vision_start|>"), (4008, "<|vision_end|>"), (4009, "<|image_pad|>"), (4010, "<|video_pad|>")]:
-    tk["added_tokens"].append({"id": i, "content": s, "single_word": False, "lstrip": False,
+    if s not in have: tk["added_tokens"].append({"id": i, "content": s, "single_word": False, "lstrip": False,
                                "rstrip": False, "normalized": False, "special": True})
 json.dump(tk, open(f"{t}/tok/tokenizer.json", "w"))
 tc = json.load(open(f"{src}/models/tiny/tokenizer_config.json"))

@@ -21,6 +21,8 @@ QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+
 ADDED = [  # (content, special)
     ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
     ("<think>", False), ("</think>", False), ("<tool_call>", False), ("</tool_call>", False),
+    # image placeholders (train_vision.py; ids 4007-4009 with the 4000-token vocabulary)
+    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|image_pad|>", True),
 ]
 
 WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006" \

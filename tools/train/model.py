@@ -137,6 +137,24 @@ def rope_tables(T, rot, theta):
     return ang.cos().float(), ang.sin().float()
 
 
+def mrope_tables(pos3, rot, theta, section, interleaved=True):
+    """cos, sin [..., T, rot/2] for 3-D (T, H, W) positions pos3 [..., T, 3] (docs/model.md §2.3,
+    M-RoPE): frequency slot i takes component H when i % 3 == 1 and i < 3 * section[1], W when
+    i % 3 == 2 and i < 3 * section[2], else T (interleaved, Qwen3-VL / Qwen3.5); contiguous
+    sections otherwise. With T = H = W it is rope_tables at those positions."""
+    half = rot // 2
+    comp = []
+    for i in range(half):
+        if interleaved:
+            comp.append(1 if i % 3 == 1 and i < 3 * section[1] else
+                        2 if i % 3 == 2 and i < 3 * section[2] else 0)
+        else:
+            comp.append(0 if i < section[0] else 1 if i < section[0] + section[1] else 2)
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+    ang = pos3.to(torch.float64)[..., comp] * inv
+    return ang.cos().float(), ang.sin().float()
+
+
 def apply_rope(x, cos, sin, rot):  # x [B,h,T,D]; NeoX pairs (i, i+rot/2) within first rot dims
     half = rot // 2
     x1, x2, rest = x[..., :half], x[..., half:rot], x[..., rot:]
@@ -157,8 +175,11 @@ class GatedAttention(nn.Module):
         rp = c["rope_parameters"]
         self.rot = int(self.hd * rp["partial_rotary_factor"])
         self.theta = rp["rope_theta"]
+        self.mrope_section = rp.get("mrope_section")
+        self.mrope_interleaved = bool(rp.get("mrope_interleaved", False))
 
-    def forward(self, x):
+    def forward(self, x, pos3=None):
+        """pos3: None (1-D positions 0..T-1) or [T, 3] / [B, T, 3] M-RoPE positions."""
         B, T, _ = x.shape
         qg = self.q_proj(x).reshape(B, T, self.nh, 2 * self.hd)
         q, gate = qg[..., :self.hd], qg[..., self.hd:]
@@ -167,7 +188,13 @@ class GatedAttention(nn.Module):
         q = self.q_norm(q).transpose(1, 2)
         k = self.k_norm(k).transpose(1, 2)
         v = v.transpose(1, 2)
-        cos, sin = rope_tables(T, self.rot, self.theta)
+        if pos3 is None:
+            cos, sin = rope_tables(T, self.rot, self.theta)
+        else:
+            cos, sin = mrope_tables(pos3, self.rot, self.theta, self.mrope_section,
+                                    self.mrope_interleaved)
+            if cos.dim() == 3:  # per sequence: [B, 1, T, half] against q [B, h, T, D]
+                cos, sin = cos[:, None], sin[:, None]
         q = apply_rope(q, cos, sin, self.rot)
         k = apply_rope(k, cos, sin, self.rot)
         rep = self.nh // self.nkv
@@ -234,9 +261,11 @@ class Layer(nn.Module):
             self.self_attn = GatedAttention(c)
         self.mlp = MoE(c)
 
-    def forward(self, h):
-        mix = self.linear_attn if self.kind == "linear_attention" else self.self_attn
-        h = h + mix(self.input_layernorm(h))
+    def forward(self, h, pos3=None):
+        if self.kind == "linear_attention":
+            h = h + self.linear_attn(self.input_layernorm(h))
+        else:
+            h = h + self.self_attn(self.input_layernorm(h), pos3)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -261,15 +290,21 @@ class Qwen35MoeText(nn.Module):
             if l.kind == "linear_attention":
                 l.linear_attn.recurrent = on
 
-    def forward(self, ids):
-        return self.lm_head(self.hidden(ids))
+    def forward(self, ids, input_embeds=None, pos3=None):
+        return self.lm_head(self.hidden(ids, input_embeds, pos3))
 
-    def hidden(self, ids):
+    def hidden(self, ids, input_embeds=None, pos3=None):
         """Final-normed hidden state (model.norm output): what the lm_head reads and what the MTP
-        head reads as h_p (docs/model.md §2.7)."""
+        head reads as h_p (docs/model.md §2.7). input_embeds: (mask [B, T] bool, rows [K, H]):
+        rows replace the token embeddings where mask is set, in row-major order (an image's
+        encoder output at its image-pad tokens). pos3: M-RoPE positions for the full-attention
+        layers ([T, 3] or [B, T, 3]); None = 1-D positions, as before."""
         h = self.embed_tokens(ids)
+        if input_embeds is not None:
+            mask, rows = input_embeds
+            h = h.masked_scatter(mask[..., None], rows.to(h.dtype))
         for l in self.layers:
-            h = l(h)
+            h = l(h, pos3)
         return self.norm(h)
 
     def aux_loss(self):
@@ -317,6 +352,114 @@ class MTP(nn.Module):
 
     def aux_loss(self):
         return sum(l.mlp.aux for l in self.layers) / len(self.layers)
+
+
+# ---------------------------------------------------------------- vision tower
+class VisionBlock(nn.Module):
+    def __init__(self, D, F_, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(D, eps=1e-6)
+        self.norm2 = nn.LayerNorm(D, eps=1e-6)
+        self.attn = nn.Module()
+        self.attn.qkv = nn.Linear(D, 3 * D)
+        self.attn.proj = nn.Linear(D, D)
+        self.mlp = nn.Module()
+        self.mlp.linear_fc1 = nn.Linear(D, F_)
+        self.mlp.linear_fc2 = nn.Linear(F_, D)
+
+    def forward(self, x, cos, sin):
+        """x [B, N, D] (one frame per sequence: attention over all N, both directions);
+        cos, sin [N, hd]."""
+        B, N, D = x.shape
+        hd = D // self.heads
+        qkv = self.attn.qkv(self.norm1(x)).reshape(B, N, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]  # [B, h, N, hd]
+
+        def rope(a):  # rotate_half over the whole head
+            return a * cos + torch.cat([-a[..., hd // 2:], a[..., :hd // 2]], -1) * sin
+
+        q, k = rope(q), rope(k)
+        o = torch.softmax(q @ k.transpose(-1, -2) * hd ** -0.5, -1) @ v
+        x = x + self.attn.proj(o.transpose(1, 2).reshape(B, N, D))
+        u = F.gelu(self.mlp.linear_fc1(self.norm2(x)), approximate="tanh")
+        return x + self.mlp.linear_fc2(u)
+
+
+class VisionTower(nn.Module):
+    """Qwen3-VL-style ViT as docs/model.md "Vision tower" and tools/ref/vision_ref.py describe it:
+    Conv3d patch embedding (stride = kernel, so a matmul over the flattened (channel, temporal,
+    py, px) patch) + bias, the learned side x side position table bilinearly resampled to the grid
+    (align_corners), blocks of LayerNorm -> qkv -> 2-D rotary (row | column angles) -> attention
+    -> proj and LayerNorm -> fc1 -> gelu_tanh -> fc2, then the merger: LayerNorm -> 2x2 groups
+    (consecutive rows in the processor's patch order) -> fc1 -> GELU(erf) -> fc2 to the text
+    hidden size. Names as the checkpoint's `model.visual.*` without the prefix. Images of one
+    batch share a grid (t = 1)."""
+
+    def __init__(self, vc):
+        super().__init__()
+        self.vc = vc
+        D, self.heads = vc["hidden_size"], vc["num_heads"]
+        self.D, self.m, self.P = D, vc["spatial_merge_size"], vc["patch_size"]
+        self.side = int(round(math.sqrt(vc["num_position_embeddings"])))
+        C, TP = vc["in_channels"], vc["temporal_patch_size"]
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Module()
+        self.patch_embed.proj.weight = nn.Parameter(torch.randn(D, C, TP, self.P, self.P) * 0.02)
+        self.patch_embed.proj.bias = nn.Parameter(torch.zeros(D))
+        self.pos_embed = nn.Embedding(vc["num_position_embeddings"], D)
+        nn.init.normal_(self.pos_embed.weight, std=0.02)
+        self.blocks = nn.ModuleList([VisionBlock(D, vc["intermediate_size"], self.heads)
+                                     for _ in range(vc["depth"])])
+        M = D * self.m * self.m
+        self.merger = nn.Module()
+        self.merger.norm = nn.LayerNorm(D, eps=1e-6)
+        self.merger.linear_fc1 = nn.Linear(M, M)
+        self.merger.linear_fc2 = nn.Linear(M, vc["out_hidden_size"])
+        self._grid = {}
+
+    def _merge_order(self, a, h, w):
+        m = self.m
+        rest = a.shape[1:]
+        a = a.reshape((h // m, m, w // m, m) + rest)
+        return a.permute((0, 2, 1, 3) + tuple(range(4, 4 + len(rest)))).reshape((h * w,) + rest)
+
+    def _tables(self, h, w):
+        """Per grid: bilinear indices/weights of the position table and rotary cos/sin, both in
+        the processor's patch order."""
+        if (h, w) not in self._grid:
+            def axis(n):
+                src = torch.linspace(0.0, self.side - 1, n, dtype=torch.float64)
+                lo = src.floor().long()
+                return lo, (lo + 1).clamp(max=self.side - 1), src - lo
+
+            h0, h1, dh = axis(h)
+            w0, w1, dw = axis(w)
+            dh, dw = dh[:, None], dw[None, :]
+            idx = [(h0[:, None] * self.side + w0[None, :]), (h0[:, None] * self.side + w1[None, :]),
+                   (h1[:, None] * self.side + w0[None, :]), (h1[:, None] * self.side + w1[None, :])]
+            wt = [(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw]
+            idx = torch.stack([self._merge_order(i.reshape(-1), h, w) for i in idx])
+            wt = torch.stack([self._merge_order(x.reshape(-1), h, w) for x in wt]).float()
+            hd = self.D // self.heads
+            sd = hd // 2
+            inv = 10000.0 ** (-torch.arange(0, sd, 2, dtype=torch.float64) / sd)
+            rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            ang = torch.cat([rows.reshape(-1, 1) * inv, cols.reshape(-1, 1) * inv], 1)
+            ang = self._merge_order(torch.cat([ang, ang], 1), h, w)
+            self._grid[(h, w)] = (idx, wt, ang.cos().float(), ang.sin().float())
+        return self._grid[(h, w)]
+
+    def forward(self, pixels, h, w):
+        """pixels [B, h*w, C*TP*P*P] in the processor's order -> [B, h*w/m^2, out_hidden]."""
+        B, N, _ = pixels.shape
+        idx, wt, cos, sin = self._tables(h, w)
+        x = pixels @ self.patch_embed.proj.weight.reshape(self.D, -1).t() + self.patch_embed.proj.bias
+        x = x + (self.pos_embed.weight[idx] * wt[..., None]).sum(0)
+        for b in self.blocks:
+            x = b(x, cos, sin)
+        x = self.merger.norm(x).reshape(B, N // (self.m * self.m), -1)
+        return self.merger.linear_fc2(F.gelu(self.merger.linear_fc1(x)))
 
 
 # ---------------------------------------------------------------- HF export / import
@@ -382,7 +525,7 @@ def load_hf(model_dir):
     sd = load_safetensors(f"{model_dir}/model.safetensors")
     own = {}
     for n, t in sd.items():
-        if n.startswith("mtp."):  # the MTP head (train_mtp.py) is not part of the trunk
+        if n.startswith(("mtp.", "model.visual.")):  # MTP head, vision tower: not the trunk
             continue
         own[n if n == "lm_head.weight" else n[len("model.language_model."):]] = t
     missing = set(m.state_dict()) ^ set(own)
