@@ -899,12 +899,27 @@ function visionModel() {
   fs.mkdirSync(path.join(dir, 'tok'), { recursive: true });
   fs.writeFileSync(path.join(dir, 'cfg.json'), JSON.stringify(c));
   const tk = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer.json'), 'utf8'));
+  // (models/tiny's own tokenizer has the first three since it gained its tower)
   for (const [id, content] of [[4007, '<|vision_start|>'], [4008, '<|vision_end|>'], [4009, '<|image_pad|>'], [4010, '<|video_pad|>']])
-    tk.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+    if (!tk.added_tokens.some((a) => a.id === id))
+      tk.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
   fs.writeFileSync(path.join(dir, 'tok/tokenizer.json'), JSON.stringify(tk));
   fs.copyFileSync(path.join(MODEL, 'tokenizer_config.json'), path.join(dir, 'tok/tokenizer_config.json'));
   const r = spawnSync(BIN, ['synth', '--config', path.join(dir, 'cfg.json'), path.join(dir, 'model'), '--dtype', 'f32',
     '--tokenizer', path.join(dir, 'tok'), '-q'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error('cllm synth: ' + r.stdout + r.stderr);
+  return path.join(dir, 'model');
+}
+
+// a text-only model (models/tiny has a tower now): configs/tiny.json with models/tiny's vocabulary
+function textModel() {
+  const src = process.env.CLLM_SRC, dir = path.join(T, 'text');
+  fs.mkdirSync(dir, { recursive: true });
+  const c = JSON.parse(fs.readFileSync(path.join(src, 'configs/tiny.json'), 'utf8'));
+  c.text_config.vocab_size = 4096;
+  fs.writeFileSync(path.join(dir, 'cfg.json'), JSON.stringify(c));
+  const r = spawnSync(BIN, ['synth', '--config', path.join(dir, 'cfg.json'), path.join(dir, 'model'), '--dtype', 'f32',
+    '--tokenizer', MODEL, '-q'], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error('cllm synth: ' + r.stdout + r.stderr);
   return path.join(dir, 'model');
 }
@@ -1120,7 +1135,7 @@ async function images(browser) {
 
   // a model without a tower: the button is off with the reason; a stale page that still sends an
   // image gets the server's 400 shown in the chat like any other error
-  const nv = await serve('novision', []);
+  const nv = await serve('novision', [], textModel());
   const p2 = await newPage(browser, nv.url);
   let chooserOpened = false;
   p2.page.on('filechooser', () => (chooserOpened = true));

@@ -6,7 +6,7 @@
 # --api-key 401 then the key prompt, --console-log-prompts, --no-console, phone width; images
 # (issue 34) on a synthetic vision model: attach (keyboard), paste and drop make chips, type and
 # size refusals, image_url parts before the text, resent in later turns, thumbnails, storage and
-# body limits, and on models/tiny (no tower) the button off and the server's 400 in the chat.
+# body limits, and on a text-only model (no tower) the button off and the server's 400 in the chat.
 # CLLM_CONSOLE_ONLY=images (comma list of plain,images,gone,spec,key,off) runs parts alone.
 # Skips (77) when node, chromium or playwright-core is missing.
 # CLLM_CONSOLE_SHOTS=DIR also writes the screenshots (docs/console-*.png come from this).
