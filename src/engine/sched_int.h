@@ -197,8 +197,8 @@ void sched_img_free(eng_req *q);
 void sched_img_hash(const eng_req *q, int from, int n, XXH3_state_t *st);
 /* Advances the encoding of the request's images that are not encoded and end after position
  * from, in work units charged to *budget (an image's units share its token count; at least one
- * unit runs per call, so an image progresses even behind a full batch). 1: all encoded, 0:
- * still encoding (the request waits), -1: failed (err). */
+ * unit runs per call, so an image progresses even behind a full batch; only one while the step
+ * has other rows). 1: all encoded, 0: still encoding (the request waits), -1: failed (err). */
 int sched_img_encode(sched *s, eng_req *q, int from, int *budget, cllm_error *err);
 /* Sets b's embeds / mrope_pos / rope_delta for e's chunk (after batch_add filled the rest). */
 void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b);

@@ -370,6 +370,40 @@ static void test_cancel_mid_encode(void) {
     free_case(&t);
 }
 
+/* beside a decoding request the image takes one unit per step whatever the budget (a unit is
+ * far dearer than its tokens' worth of prefill); alone it takes what the budget allows */
+static void test_unit_per_step(void) {
+    img_model m = {0};
+    fake_init(&m.f, V, 64, 4, 4 + 32, true);
+    sched_cfg cfg = img_cfg(64, 4, 4, 1000, true);
+    sched *s;
+    CHECK(sched_create(&cfg, &img_ops, &m, &s, NULL) == CLLM_OK);
+    const int g[1][3] = {{1, 4, 4}};
+    int sd[] = {9};
+    tcase t, c;
+    make_case(&t, 5, g, sd, 0, 0, 8);
+    make_case(&c, 3, g, sd, 1, 2, 9);
+    fake_out o[2];
+    memset(o, 0, sizeof(o));
+    cllm_error err = {0};
+    CHECK(submit(s, &cfg, &t, 30, &o[0], &err) == CLLM_OK);
+    sched_step(s);
+    sched_step(s);
+    CHECK(submit(s, &cfg, &c, 4, &o[1], &err) == CLLM_OK);
+    for (int k = 1; k <= 3; k++) {
+        sched_step(s);
+        CHECK_MSG(m.runs == k, "step %d beside a decode: %d image_run calls", k, m.runs);
+    }
+    run(s);
+    int32_t want[4];
+    expected(&c, 4, want);
+    CHECK_MSG(o[1].n == 4 && !memcmp(o[1].toks, want, sizeof(want)), "the image request");
+    sched_free(s);
+    fake_free(&m.f);
+    free_case(&t);
+    free_case(&c);
+}
+
 static void test_refusals(void) {
     img_model m = {0};
     fake_init(&m.f, V, 32, 4, 2 + 32, false);
@@ -412,6 +446,7 @@ int main(void) {
     test_cache(true);
     test_mixed_preempt();
     test_cancel_mid_encode();
+    test_unit_per_step();
     test_refusals();
     return test_report("test_engine_images");
 }
