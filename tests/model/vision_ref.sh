@@ -68,6 +68,15 @@ else
     bad "quantized model: C encode"; cat "$T/out"
 fi
 
+# cllm bench-vision prints a row per size (the tower's tokens as the processor sizes the image)
+expect_rc 0 "bench-vision" "$BIN" bench-vision "$T/tiny-vision" --sizes 64,300 -r 1 -t 1
+grep -q '^| 64x64 | 16x16 | 64 |' "$T/out" && grep -q '^| 300x300 | 18x18 | 81 |' "$T/out" &&
+    ok "bench-vision rows: 64x64 -> 16x16 patches (min pixels), 300x300 -> 18x18" ||
+    { bad "bench-vision rows"; cat "$T/out"; }
+"$BIN" synth -q --config "$SRC/configs/tiny.json" --dtype f32 "$T/text" >/dev/null 2>&1
+expect_rc 1 "bench-vision on a model without a tower" "$BIN" bench-vision "$T/text"
+grep -q "has no vision tower" "$T/out" && ok "bench-vision says why" || bad "bench-vision: no reason given"
+
 # M-RoPE positions: 3 text tokens, an image of grid (1, 4, 6) (2 x 3 merged: 6 tokens), 2 text,
 # an image of grid (1, 2, 2) (1 token), 1 text. Image 1 starts at 3: (3, 3+r, 3+c); text resumes
 # at 3 + max(2, 3) = 6; image 2 at 8: (8, 8, 8); the last text token at 9; delta = 10 - 13 = -3.
