@@ -539,11 +539,12 @@ static int check_mm(serve_args *a) {
         const char *k;
         json_t *v;
         json_object_foreach(j, k, v) ok &= (!strcmp(k, "min_pixels") || !strcmp(k, "max_pixels")) &&
-                                           json_is_integer(v) && json_integer_value(v) >= 1;
+                                           json_is_integer(v) && json_integer_value(v) >= 1 &&
+                                           json_integer_value(v) <= (1LL << 28);
         json_decref(j);
         if (!ok)
             return refuse("--mm-processor-kwargs must be a JSON object of min_pixels / max_pixels "
-                          "(positive integers)");
+                          "(integers in [1, 268435456])");
     }
     struct stat sb;
     if (a->media_path && (stat(a->media_path, &sb) || !S_ISDIR(sb.st_mode)))

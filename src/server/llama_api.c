@@ -432,9 +432,7 @@ static int total_slots(const cllm_server *s) {
 }
 
 json_t *srv_llama_props(cllm_server *s) {
-    const char *tmpl = s->o.chat_template ? s->o.chat_template
-                       : s->tok           ? cllm_tok_chat_template(s->tok)
-                                          : NULL;
+    const char *tmpl = srv_chat_template_src(s);
     json_t *dgs = json_pack("{s:i, s:i, s:i, s:b, s:b, s:o, s:s}", "id", 0, "id_task", -1, "n_ctx",
                             s->max_model_len, "speculative", 0, "is_processing", 0, "params",
                             default_params(s), "prompt", "");

@@ -339,7 +339,7 @@ static bool check_message(json_t *m, size_t i, srv_err *e) {
  * string, vLLM's way: a placeholder line per image, then the text parts joined by newlines. */
 static json_t *content_with_images(cllm_server *s, json_t *content, size_t i, srv_gen *g,
                                    srv_err *e) {
-    bool lists = srv_image_lists(s);
+    bool lists = s->tmpl_image_parts;
     json_t *out = lists ? json_array() : NULL;
     srv_buf ph = {0}, t = {0};
     size_t j;
@@ -349,8 +349,10 @@ static json_t *content_with_images(cllm_server *s, json_t *content, size_t i, sr
         const char *ty = json_string_value(json_object_get(part, "type"));
         json_t *tx = json_object_get(part, "text");
         if (ty && !strcmp(ty, "text") && json_is_string(tx)) {
-            if (lists)
+            if (lists) {
                 json_array_append_new(out, json_pack("{s:s, s:O}", "type", "text", "text", tx));
+                continue;
+            }
             if (!first) srv_buf_adds(&t, "\n");
             srv_buf_add(&t, json_string_value(tx), json_string_length(tx));
             first = false;
@@ -363,8 +365,10 @@ static json_t *content_with_images(cllm_server *s, json_t *content, size_t i, sr
             srv_buf_free(&t);
             return NULL;
         }
-        if (lists) json_array_append_new(out, json_pack("{s:s}", "type", "image"));
-        srv_buf_adds(&ph, SRV_IMAGE_PLACEHOLDER "\n");
+        if (lists)
+            json_array_append_new(out, json_pack("{s:s}", "type", "image"));
+        else
+            srv_buf_adds(&ph, SRV_IMAGE_PLACEHOLDER "\n");
     }
     if (!lists) {
         srv_buf_add(&ph, t.p ? t.p : "", t.len);
@@ -537,7 +541,7 @@ static bool parse_chat(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
     if (st != CLLM_OK) return BAD("messages", "chat template: %s", ce.msg);
     g->prompt_text = text;
     if (!encode(s, text, len, 0, g, e) || !srv_image_expand(s, g, e)) return false;
-    const char *src = s->o.chat_template ? s->o.chat_template : cllm_tok_chat_template(s->tok);
+    const char *src = srv_chat_template_src(s);
     g->parse_reasoning = src && strstr(src, "<think>");
     if (g->parse_reasoning) {
         /* the prompt already opened <think> (Qwen3.5's default with thinking on) */

@@ -956,9 +956,7 @@ static void load_model_info(cllm_server *s) {
     }
     cllm_jinja_free(s->tmpl);
     s->tmpl = NULL;
-    const char *tsrc = s->o.chat_template ? s->o.chat_template
-                       : s->tok           ? cllm_tok_chat_template(s->tok)
-                                          : NULL;
+    const char *tsrc = srv_chat_template_src(s);
     if (tsrc) {
         cllm_error te = {0};
         if (cllm_jinja_compile(tsrc, strlen(tsrc), &s->tmpl, &te) != CLLM_OK)

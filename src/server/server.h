@@ -92,7 +92,8 @@ typedef struct cllm_server_opts {
     int max_num_seqs; /* the engine's --max-num-seqs: llama-server's slots in /props, /slots */
     /* image input (srv_image.c): vLLM's --limit-mm-per-prompt image count (default 999, vLLM's),
      * --allowed-local-media-path (file:// URLs under it; NULL = none), --mm-processor-kwargs
-     * (JSON object text: min_pixels / max_pixels defaults for every request, or NULL) */
+     * (JSON object text: min_pixels / max_pixels defaults for every request, or NULL; read once
+     * at ready, its keys and ranges checked by the caller: `cllm serve` refuses bad ones) */
     int limit_mm_images;
     const char *allowed_local_media_path;
     const char *mm_processor_kwargs;

@@ -47,13 +47,8 @@ static bool read_pixels_kw(json_t *kw, const char *where, long *minp, long *maxp
 }
 
 bool srv_image_kwargs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e) {
+    (void)s; /* the server's --mm-processor-kwargs are in s->img_prep already */
     g->mm_min_pixels = g->mm_max_pixels = 0;
-    if (s->o.mm_processor_kwargs) {
-        json_t *d = json_loads(s->o.mm_processor_kwargs, 0, NULL);
-        bool ok = read_pixels_kw(d, "mm_processor_kwargs", &g->mm_min_pixels, &g->mm_max_pixels, e);
-        json_decref(d);
-        if (!ok) return false;
-    }
     return read_pixels_kw(json_object_get(body, "mm_processor_kwargs"), "mm_processor_kwargs",
                           &g->mm_min_pixels, &g->mm_max_pixels, e);
 }
@@ -72,20 +67,33 @@ static void prep_triple(json_t *o, const char *key, float *dst) {
     for (size_t i = 0; i < 3; i++) dst[i] = (float)json_number_value(json_array_get(v, i));
 }
 
+/* --mm-processor-kwargs (cmd_serve.c checked its keys and ranges at start) */
+static void server_kwargs(cllm_server *s) {
+    json_t *d = s->o.mm_processor_kwargs ? json_loads(s->o.mm_processor_kwargs, 0, NULL) : NULL;
+    prep_pixels(d, "min_pixels", &s->img_prep.min_pixels);
+    prep_pixels(d, "max_pixels", &s->img_prep.max_pixels);
+    json_decref(d);
+}
+
 void srv_image_load_prep(cllm_server *s) {
     cllm_image_prep *p = &s->img_prep;
+    const char *tsrc = srv_chat_template_src(s);
+    s->tmpl_image_parts = tsrc && strstr(tsrc, "image_pad");
     cllm_image_prep_default(p);
     if (s->vision.patch_size > 0) {
         p->patch_size = s->vision.patch_size;
         p->temporal_patch_size = s->vision.temporal_patch_size;
         p->merge_size = s->vision.merge_size;
     }
-    if (!s->vision.present || !s->o.model_dir) return;
+    if (!s->vision.present) return;
     char path[4096];
     snprintf(path, sizeof(path), "%s/preprocessor_config.json", s->o.model_dir);
     json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
-    if (!o) return; /* none: the Qwen3.5 processor's defaults */
+    json_t *o = s->o.model_dir ? json_load_file(path, 0, &je) : NULL;
+    if (!o) { /* none: the Qwen3.5 processor's defaults */
+        server_kwargs(s);
+        return;
+    }
     /* HF's Qwen2-VL processor: size {shortest_edge, longest_edge}, and min_pixels / max_pixels
      * over it when given (its backward-compatible keys) */
     json_t *size = json_object_get(o, "size");
@@ -101,15 +109,9 @@ void srv_image_load_prep(cllm_server *s) {
     if (json_is_integer(ps) && json_integer_value(ps) != p->patch_size)
         LOG_WARN("%s: patch_size %lld differs from the tower's %d (the tower's is used)", path,
                  (long long)json_integer_value(ps), p->patch_size);
-    LOG_INFO("image processor: %s (pixels %ld..%ld)", path, p->min_pixels, p->max_pixels);
     json_decref(o);
-}
-
-bool srv_image_lists(const cllm_server *s) {
-    const char *src = s->o.chat_template ? s->o.chat_template
-                      : s->tok           ? cllm_tok_chat_template(s->tok)
-                                         : NULL;
-    return src && strstr(src, "image_pad");
+    server_kwargs(s);
+    LOG_INFO("image processor: %s (pixels %ld..%ld)", path, p->min_pixels, p->max_pixels);
 }
 
 /* file://PATH under the allowed folder (both resolved, so no .. or link escapes it) */
@@ -179,7 +181,7 @@ bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_er
                    "messages[%zu].content: image is %dx%d pixels; each side must be at least %d",
                    msg, w, h, SRV_IMAGE_MIN_SIDE);
     }
-    cllm_image_prep p = s->img_prep;
+    cllm_image_prep p = s->img_prep; /* the request's kwargs over it */
     if (g->mm_min_pixels) p.min_pixels = g->mm_min_pixels;
     if (g->mm_max_pixels) p.max_pixels = g->mm_max_pixels;
     float *pixels = NULL;

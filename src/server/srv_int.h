@@ -178,17 +178,20 @@ void srv_err_set(srv_err *e, unsigned status, const char *type, const char *para
 bool srv_bad(srv_err *e, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The chat template's Jinja source: --chat-template's, else the tokenizer's, else NULL. */
+const char *srv_chat_template_src(const cllm_server *s);
+
 /* srv_image.c: image content parts. srv_image_kwargs reads the request's mm_processor_kwargs
- * (over the server's) before the messages; srv_image_part loads one image part (data: URL, or a
- * file:// URL under --allowed-local-media-path) into g->images; srv_image_lists: the chat
- * template renders image parts itself (else the server writes the placeholder text);
- * srv_image_expand turns each image-pad token of g->prompt into the image's tokens. */
+ * before the messages; srv_image_part loads one image part (data: URL, or a file:// URL under
+ * --allowed-local-media-path) into g->images; srv_image_expand turns each image-pad token of
+ * g->prompt into the image's tokens. */
 bool srv_image_kwargs(cllm_server *s, json_t *body, srv_gen *g, srv_err *e);
-/* At ready: s->img_prep from the model folder's preprocessor_config.json (HF keys) over the
- * Qwen3.5 defaults, the patch geometry from the tower's config. */
+/* At ready: s->img_prep from the model folder's preprocessor_config.json (HF keys), then
+ * --mm-processor-kwargs, over the Qwen3.5 defaults, the patch geometry from the tower's config;
+ * s->tmpl_image_parts (the template renders image parts itself, else the server writes the
+ * placeholder text). */
 void srv_image_load_prep(cllm_server *s);
 bool srv_image_part(cllm_server *s, json_t *part, size_t msg, srv_gen *g, srv_err *e);
-bool srv_image_lists(const cllm_server *s);
 bool srv_image_expand(cllm_server *s, srv_gen *g, srv_err *e);
 void srv_image_free(srv_gen *g);
 /* the placeholder a string-content template gets for an image (Qwen3-VL's) */
@@ -341,7 +344,9 @@ struct cllm_server {
     cllm_server_opts o;
     cllm_server_engine ops;
     cllm_vision_info vision;  /* read at ready (srv_image.c) */
-    cllm_image_prep img_prep; /* the processor's settings: preprocessor_config.json or defaults */
+    cllm_image_prep img_prep; /* the processor's settings: preprocessor_config.json and
+                                 --mm-processor-kwargs over the defaults */
+    bool tmpl_image_parts;    /* the chat template renders image parts itself (srv_image.c) */
     struct MHD_Daemon *d;
     int port;
     const cllm_tok *tok;

@@ -115,6 +115,10 @@ bool srv_path_listed(const char *list, const char *path) {
     return false;
 }
 
+const char *srv_chat_template_src(const cllm_server *s) {
+    return s->o.chat_template ? s->o.chat_template : s->tok ? cllm_tok_chat_template(s->tok) : NULL;
+}
+
 bool srv_model_known(const cllm_server *s, const char *name) {
     if (!strcmp(name, s->model_name)) return true;
     for (int i = 0; i < s->o.n_model_aliases; i++)

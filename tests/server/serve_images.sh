@@ -196,7 +196,16 @@ for tmpl in lists string; do
 done
 
 # without the folder flag file:// is refused; the SDK
-start_serve "$T/model" || exit 1
+# --mm-processor-kwargs: refused out of range at start; in range, every request's default
+expect_rc 1 "--mm-processor-kwargs max_pixels over 2^28 refused" "$BIN" serve "$T/model" --port 1 \
+  --mm-processor-kwargs '{"max_pixels": 268435457}'
+grep -q "mm-processor-kwargs" "$T/out" && ok "the refusal names the flag" || bad "the refusal does not name the flag"
+start_serve "$T/model" --mm-processor-kwargs '{"min_pixels": 1024, "max_pixels": 4096}' || exit 1
+ask srvkw "{\"messages\": [$(img_msg 'x' @$T/a.png)], \"max_tokens\": 1}"
+ask srvkw0 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 1}"
+d=$(( $(jget srvkw 'd["usage"]["prompt_tokens"]') - $(jget srvkw0 'd["usage"]["prompt_tokens"]') - $(ntok 48 64 1024 4096) ))
+[ "$d" -ge 2 ] && [ "$d" -le 3 ] && ok "--mm-processor-kwargs: the image gets $(ntok 48 64 1024 4096) tokens" \
+  || bad "--mm-processor-kwargs not applied ($d extra tokens)"
 ask nolocal "{\"messages\": [$(img_msg 'x' file://$T/media/m.png)], \"max_tokens\": 1}"
 expect_status nolocal 400 "allowed-local-media-path"
 if command -v node >/dev/null && [ -d "$SRC/node_modules/openai" ]; then
