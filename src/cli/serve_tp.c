@@ -9,9 +9,9 @@
 
 enum { OP_FORWARD = 1, OP_COPY_BLOCK, OP_COPY_STATE, OP_EXIT };
 enum {
-    SEQ_INTS = 8
+    SEQ_INTS = 10
 }; /* per sequence: n_tokens, start_pos, n_table, state_slot, logits, topk,
-      scale bits, logits_n */
+      scale bits, logits_n, state_fork, state_src */
 
 typedef struct op_hdr {
     int32_t op, a, b;
@@ -65,6 +65,8 @@ static cllm_status lead_forward(void *user, const cllm_batch *b, cllm_error *err
         if (q->logits_topk > 0) memcpy(p, &q->logits_scale, sizeof(float));
         p++;
         *p++ = q->logits_n;
+        *p++ = q->state_fork;
+        *p++ = q->state_src;
     }
     for (int i = 0; i < b->n_seqs; i++) {
         memcpy(p, b->seqs[i].tokens, (size_t)b->seqs[i].n_tokens * sizeof(int32_t));
@@ -145,7 +147,9 @@ static cllm_status unpack(const int32_t *p, int n_ints, int n_seqs, cllm_seq_bat
                                    .state_slot = h[3],
                                    .logits = (cllm_logits_mode)h[4],
                                    .logits_topk = h[5],
-                                   .logits_n = h[7]};
+                                   .logits_n = h[7],
+                                   .state_fork = h[8] != 0,
+                                   .state_src = h[9]};
         memcpy(&seqs[i].logits_scale, &h[6], sizeof(float));
         d += (size_t)h[0] + (size_t)h[2];
     }

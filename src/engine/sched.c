@@ -591,6 +591,7 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->block_table = e->table;
     b->n_table = e->n_table;
     b->state_slot = e->slot;
+    b->state_fork = false;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
     b->logits_n = 0;
     t->n_draft = 0;
@@ -620,7 +621,11 @@ static void batch_add_verify(sched *s, eng_seq *e, int n_pending) {
     t->n_draft = nd;
     b->logits = CLLM_LOGITS_LAST;
     b->logits_n = nd + 1;
-    if (e->spec_slot >= 0) b->state_slot = e->spec_slot;
+    if (e->spec_slot >= 0) { /* the verify's state goes to the spare slot, the live one stays */
+        b->state_slot = e->spec_slot;
+        b->state_fork = true;
+        b->state_src = e->slot;
+    }
     /* rows past min_tokens or a grammar that switches on inside the window need the exact
      * distribution: the tests are those of a row at the window's start, widened */
     const eng_req *q = e->req;

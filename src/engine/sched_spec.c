@@ -8,8 +8,9 @@
  * the acceptance, a draw that does not is the residual sample).
  *
  * Rollback. Attention KV rows of rejected drafts are simply overwritten later. Gated DeltaNet
- * state cannot be rewound, so a hybrid model's verify runs on a copy of the live slot
- * (e->spec_slot); when every draft is accepted the copy becomes the live slot, otherwise it is
+ * state cannot be rewound, so a hybrid model's verify reads the live slot and writes its state
+ * to a spare one (e->spec_slot, a forked row: forward.h state_fork); when every draft is
+ * accepted the spare becomes the live slot, otherwise it is
  * dropped and the accepted tokens stay pending: the next step's row recomputes them in front of
  * its own drafts (a few more positions in one forward, no extra weight pass).
  *
@@ -202,10 +203,9 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         return 0;
     int need = (e->n_computed + P + nd + bs - 1) / bs;
     if (sched_grow((void **)&e->table, &e->cap_table, need, sizeof(int32_t))) return 0;
-    if (s->cfg.has_state) {
+    if (s->cfg.has_state) { /* the verify forks the live state into it (batch_add_verify) */
         int sl = slot_live_alloc(&s->slots);
         if (sl < 0) return 0;
-        s->ops.copy_state(s->mctx, sl, e->slot);
         e->spec_slot = sl;
     }
     while (e->n_table < need) {

@@ -567,6 +567,18 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
                 if (b->seqs[s2].state_slot == q->state_slot)
                     return cllm_err_set(err, CLLM_EINVAL, "sequences %d and %d share state slot %d",
                                         s2, s, q->state_slot);
+            if (q->state_fork) {
+                if (q->state_src < 0 || q->state_src >= st->n_slots)
+                    return cllm_err_set(err, CLLM_EINVAL,
+                                        "sequence %d: state source slot %d out of range [0, %d)", s,
+                                        q->state_src, st->n_slots);
+                for (int s2 = 0; s2 < b->n_seqs; s2++)
+                    if (b->seqs[s2].state_slot == q->state_src)
+                        return cllm_err_set(err, CLLM_EINVAL,
+                                            "sequence %d reads state slot %d that sequence %d "
+                                            "writes",
+                                            s, q->state_src, s2);
+            }
         }
         T += q->n_tokens;
         if (T > (1L << 24))

@@ -184,6 +184,15 @@ typedef struct cllm_seq_batch {
      * places the K/V and the causal mask. 0 and NULL: plain RoPE at the cache position. */
     const int32_t *mrope_pos;
     int rope_delta;
+    /* Fork: with state_fork the Gated DeltaNet state before the call is read from slot
+     * state_src (left unchanged) instead of state_slot, whose old contents are ignored and which
+     * receives the state after the call. Bitwise what copying src to state_slot first would give,
+     * without the copy's separate pass over the slot (a speculative verify whose state may be
+     * dropped runs this way). No other sequence of the batch may write state_src. Ignored at
+     * start_pos 0 (the state starts empty). A calibration call that stops early (stop_layer)
+     * leaves the later layers' state in state_slot unwritten. */
+    bool state_fork;
+    int state_src;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
 

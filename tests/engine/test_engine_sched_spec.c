@@ -90,7 +90,7 @@ static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fak
     memset(&st, 0, sizeof(st));
     int nb = rc->small_pool ? 40 : 400;
     fake_model f;
-    /* synthetic runs: a spare live slot per row, so every verify can copy its state */
+    /* synthetic runs: a spare live slot per row, so every verify can fork its state */
     int live = rc->synth > 0 ? 8 : 4;
     fake_init(&f, V, nb, 4, live + 32, rc->has_state); /* live + snapshot slots */
     f.markov = true;
@@ -117,6 +117,10 @@ static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fak
     run_all(s);
     sched_stats(s, &st);
     CHECK_MSG(f.errors == 0, "fake model: %d errors, first: %s", f.errors, f.last_error);
+    /* a hybrid row's verify forks the live state (no copy before the call): one fork per verify */
+    if (rc->has_state)
+        CHECK_MSG(f.forks == st.spec_drafts, "%llu forked rows for %llu verifies",
+                  (unsigned long long)f.forks, (unsigned long long)st.spec_drafts);
     CHECK_MSG(blk_used(&s->blocks) == 0 || c.prefix_caching, "blocks left in use");
     CHECK_MSG(slot_live_used(&s->slots) == 0, "%d live slots left in use",
               slot_live_used(&s->slots));

@@ -26,6 +26,7 @@ typedef struct fake_model {
     char last_error[256];
     uint64_t calls, tokens;
     uint64_t all_rows; /* rows returned for CLLM_LOGITS_ALL entries */
+    uint64_t forks;    /* sequences whose state was read from another slot (state_fork) */
     int max_seqs_in_batch;
     /* logits from the last token only (a Markov chain: greedy output cycles, so n-gram drafts
      * get accepted); the KV / state checks still fold the whole history */
@@ -108,6 +109,17 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             if (s->start_pos == 0) {
                 f->st_hash[s->state_slot] = 0;
                 f->st_len[s->state_slot] = 0;
+            } else if (s->state_fork) { /* forward.h: read from state_src, written to state_slot */
+                if (s->state_src < 0 || s->state_src >= f->n_slots ||
+                    s->state_src == s->state_slot) {
+                    fake_err(f, "bad fork source");
+                    return cllm_err_set(err, CLLM_EINVAL, "fork");
+                }
+                for (int j = 0; j < b->n_seqs; j++)
+                    if (b->seqs[j].state_slot == s->state_src) fake_err(f, "fork source written");
+                f->st_hash[s->state_slot] = f->st_hash[s->state_src];
+                f->st_len[s->state_slot] = f->st_len[s->state_src];
+                f->forks++;
             }
             if (f->st_len[s->state_slot] != s->start_pos)
                 fake_err(f, "state slot length != start_pos");

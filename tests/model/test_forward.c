@@ -144,6 +144,61 @@ static void bad_input(cllm_model *m) {
     rig_close(&r);
 }
 
+/* A forked row (cllm_seq_batch.state_fork): bitwise what copying the source slot and running on
+ * the copy gives (logits and the state written), and the source slot is left as it was. Three
+ * tokens after a 12-token prompt, 2 threads (the conv runs per channel block there). */
+static void fork_state(cllm_model *m, const char *cfg) {
+    rig r;
+    if (rig_open(&r, m, 2, 16, 0)) return;
+    const cllm_state_pool *st = &r.st;
+    size_t conv = (size_t)st->n_layers * st->conv_ch * st->conv_k1,
+           rec = (size_t)st->n_layers * st->n_v_heads * st->dk * st->dv;
+    float *lg = malloc((size_t)3 * 2 * r.V * sizeof(float)), *keep = NULL;
+    cllm_error err;
+    cllm_seq_batch sb = {toks[0], 12, 0, r.table[0], 80, 0, CLLM_LOGITS_LAST};
+    cllm_batch b = {&sb, 1};
+    CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_OK);
+    if (rec > 0) {
+        keep = malloc((conv + rec) * sizeof(float));
+        memcpy(keep, st->conv, conv * sizeof(float));
+        memcpy(keep + conv, st->rec, rec * sizeof(float));
+    }
+    /* the copy way: slot 0 -> NSEQ, then three tokens on NSEQ */
+    cllm_state_slot_copy(&r.st, NSEQ, 0);
+    sb = (cllm_seq_batch){toks[0] + 12, 3, 12, r.table[0], 80, NSEQ, CLLM_LOGITS_LAST};
+    sb.logits_n = 3;
+    CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_OK);
+    /* the fork: slot 0 read, NSEQ + 1 written (its old contents garbage) */
+    if (rec > 0) {
+        for (size_t i = 0; i < conv; i++) st->conv[(NSEQ + 1) * conv + i] = 1e30f;
+        for (size_t i = 0; i < rec; i++) st->rec[(NSEQ + 1) * rec + i] = -1e30f;
+    }
+    sb.state_slot = NSEQ + 1, sb.state_fork = true, sb.state_src = 0;
+    float *lg2 = lg + (size_t)3 * r.V;
+    CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg2, &err) == CLLM_OK);
+    CHECK_MSG(!memcmp(lg, lg2, (size_t)3 * r.V * sizeof(float)), "%s: fork logits != copy's", cfg);
+    if (rec > 0) {
+        CHECK_MSG(
+            !memcmp(st->conv + NSEQ * conv, st->conv + (NSEQ + 1) * conv, conv * sizeof(float)) &&
+                !memcmp(st->rec + NSEQ * rec, st->rec + (NSEQ + 1) * rec, rec * sizeof(float)),
+            "%s: fork state != copy's", cfg);
+        CHECK_MSG(!memcmp(keep, st->conv, conv * sizeof(float)) &&
+                      !memcmp(keep + conv, st->rec, rec * sizeof(float)),
+                  "%s: the fork's source slot changed", cfg);
+        /* refused: a source out of range, or one another row of the batch writes */
+        sb.state_src = 99;
+        CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg2, &err) == CLLM_EINVAL);
+        cllm_seq_batch two[2] = {sb, {toks[1], 2, 0, r.table[1], 80, 0, CLLM_LOGITS_LAST}};
+        two[0].state_src = 0;
+        cllm_batch b2 = {two, 2};
+        CHECK_MSG(cllm_forward(r.ctx, &b2, &r.kv, &r.st, lg2, &err) == CLLM_EINVAL,
+                  "%s: a fork from a slot the batch writes was accepted", cfg);
+    }
+    free(keep);
+    free(lg);
+    rig_close(&r);
+}
+
 static void one_model(const char *src, const char *cfg, cllm_dtype dt, const char *tmp) {
     char cpath[1024], dir[1024];
     snprintf(cpath, sizeof(cpath), "%s/configs/%s.json", src, cfg);
@@ -236,6 +291,7 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         cllm_state_pool_free(&st);
     }
     bad_input(m);
+    fork_state(m, cfg);
     free_rows(alone);
     free_rows(got);
     cllm_model_free(m);
