@@ -7,11 +7,11 @@
 #include "dist/dist.h"
 #include "model/forward.h"
 
-enum { OP_FORWARD = 1, OP_COPY_BLOCK, OP_COPY_STATE, OP_EXIT };
+enum { OP_FORWARD = 1, OP_COPY_BLOCK, OP_COPY_STATE, OP_EXIT, OP_COMMIT_STATE };
 enum {
-    SEQ_INTS = 10
+    SEQ_INTS = 11
 }; /* per sequence: n_tokens, start_pos, n_table, state_slot, logits, topk,
-      scale bits, logits_n, state_fork, state_src */
+      scale bits, logits_n, state_fork, state_src, state_save */
 
 typedef struct op_hdr {
     int32_t op, a, b;
@@ -67,6 +67,7 @@ static cllm_status lead_forward(void *user, const cllm_batch *b, cllm_error *err
         *p++ = q->logits_n;
         *p++ = q->state_fork;
         *p++ = q->state_src;
+        *p++ = q->state_save;
     }
     for (int i = 0; i < b->n_seqs; i++) {
         memcpy(p, b->seqs[i].tokens, (size_t)b->seqs[i].n_tokens * sizeof(int32_t));
@@ -86,6 +87,11 @@ static void lead_copy_block(void *user, int dst, int src) {
 
 static void lead_copy_state(void *user, int dst, int src) {
     send_op(OP_COPY_STATE, dst, src, NULL, 0);
+}
+
+static void lead_commit_state(void *user, int seq, int n, int slot) {
+    int32_t s = slot;
+    send_op(OP_COMMIT_STATE, seq, n, &s, 1);
 }
 
 static void lead_close(void *user) {
@@ -121,7 +127,8 @@ static void explain(void *user, cllm_error *err) {
 }
 
 static const cllm_engine_mirror leader = {
-    NULL, sync_sizes, lead_forward, lead_copy_block, lead_copy_state, lead_close, explain};
+    NULL,       sync_sizes, lead_forward,     lead_copy_block, lead_copy_state,
+    lead_close, explain,    lead_commit_state};
 static const cllm_engine_mirror follower = {NULL, sync_sizes, NULL, NULL, NULL, NULL, NULL};
 
 const cllm_engine_mirror *serve_tp_mirror(void) {
@@ -149,7 +156,8 @@ static cllm_status unpack(const int32_t *p, int n_ints, int n_seqs, cllm_seq_bat
                                    .logits_topk = h[5],
                                    .logits_n = h[7],
                                    .state_fork = h[8] != 0,
-                                   .state_src = h[9]};
+                                   .state_src = h[9],
+                                   .state_save = h[10] != 0};
         memcpy(&seqs[i].logits_scale, &h[6], sizeof(float));
         d += (size_t)h[0] + (size_t)h[2];
     }
@@ -180,6 +188,16 @@ cllm_status serve_tp_follow(cllm_engine *e, cllm_error *err) {
         }
         if (h.op == OP_COPY_STATE) {
             cllm_engine_follow_copy_state(e, h.a, h.b);
+            continue;
+        }
+        if (h.op == OP_COMMIT_STATE) {
+            int32_t slot;
+            if (h.n_ints != 1 || cllm_dist_bcast(&slot, sizeof(slot), 0) != CLLM_OK) {
+                rc = h.n_ints != 1 ? cllm_err_set(err, CLLM_EINVAL, "tensor parallel: bad commit")
+                                   : dist_err(CLLM_EIO, err);
+                break;
+            }
+            cllm_engine_follow_commit_state(e, h.a, h.b, slot);
             continue;
         }
         if (h.op != OP_FORWARD || h.n_ints < 0) {

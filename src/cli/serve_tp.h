@@ -9,8 +9,9 @@
  *
  * Wire format (dist/ broadcasts from rank 0): a fixed header {op, a, b, payload ints, sequence
  * number}, then for a forward the batch as int32s: per sequence {n_tokens, start_pos, n_table,
- * state_slot, logits, logits_topk, logits_scale's bits, logits_n, state_fork, state_src}, then
- * every sequence's tokens and block table. */
+ * state_slot, logits, logits_topk, logits_scale's bits, logits_n, state_fork, state_src,
+ * state_save}, then every sequence's tokens and block table; a state commit: a = batch row,
+ * b = tokens, one payload int (the slot). */
 #ifndef CLLM_CLI_SERVE_TP_H
 #define CLLM_CLI_SERVE_TP_H
 

@@ -129,8 +129,17 @@ static void real_image_free(void *ctx, void *job) {
     cllm_vision_job_free(job);
 }
 
-static const eng_model_ops real_ops = {real_forward,     real_copy_block, real_copy_state, real_mtp,
-                                       real_image_start, real_image_run,  real_image_free};
+static bool real_commit_state(void *ctx, int seq, int n, int slot) {
+    cllm_engine *e = ctx;
+    cllm_error err = {0};
+    if (cllm_forward_state_commit(e->fctx, &e->st, seq, n, slot, &err) == CLLM_OK) return true;
+    LOG_WARN("state commit: %s (the positions are recomputed instead)", err.msg);
+    return false;
+}
+
+static const eng_model_ops real_ops = {real_forward,    real_copy_block,  real_copy_state,
+                                       real_mtp,        real_image_start, real_image_run,
+                                       real_image_free, real_commit_state};
 
 /* Tensor parallel rank 0: each operation is told to the other ranks first (o.mirror). */
 static cllm_status mirror_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
@@ -153,7 +162,19 @@ static void mirror_copy_state(void *ctx, int dst, int src) {
     real_copy_state(ctx, dst, src);
 }
 
-static const eng_model_ops mirror_ops = {mirror_forward, mirror_copy_block, mirror_copy_state};
+/* every rank saved the same row's inputs in its forward, so a commit that works here works on
+ * each rank (its own heads): the others are told only once it did */
+static bool mirror_commit_state(void *ctx, int seq, int n, int slot) {
+    cllm_engine *e = ctx;
+    if (!e->o.mirror->commit_state || !real_commit_state(ctx, seq, n, slot)) return false;
+    e->o.mirror->commit_state(e->o.mirror->user, seq, n, slot);
+    return true;
+}
+
+static const eng_model_ops mirror_ops = {.forward = mirror_forward,
+                                         .copy_block = mirror_copy_block,
+                                         .copy_state = mirror_copy_state,
+                                         .commit_state = mirror_commit_state};
 
 cllm_status cllm_engine_follow_forward(cllm_engine *e, const cllm_batch *b, cllm_error *err) {
     size_t need = cllm_batch_logit_rows(b) * (size_t)cllm_model_config(e->m)->vocab_size;
@@ -173,6 +194,10 @@ void cllm_engine_follow_copy_block(cllm_engine *e, int dst, int src) {
 
 void cllm_engine_follow_copy_state(cllm_engine *e, int dst, int src) {
     real_copy_state(e, dst, src);
+}
+
+void cllm_engine_follow_commit_state(cllm_engine *e, int seq, int n, int slot) {
+    real_commit_state(e, seq, n, slot);
 }
 
 /* ---- sizing ---- */

@@ -159,6 +159,9 @@ typedef struct cllm_engine_mirror {
     void (*close)(void *user);
     /* after a forward failed: may replace err's message by its cause (a rank died) */
     void (*explain)(void *user, cllm_error *err);
+    /* a state commit after the last forward (eng_model_ops.commit_state); NULL: the engine
+     * does not commit (recomputes instead) */
+    void (*commit_state)(void *user, int seq, int n, int slot);
 } cllm_engine_mirror;
 
 /* Speculative decoding (docs/internals/spec.md). Drafts are proposed per decoding sequence,
@@ -271,6 +274,9 @@ typedef struct cllm_engine_stats {
      * drafts accepted, and accepted drafts by position (0 = the first draft) */
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
     uint64_t spec_accepted_per_pos[CLLM_SPEC_MAX_K];
+    /* verifies of a hybrid model whose accepted positions were committed from the verify's saved
+     * inputs (no recompute in the next step) */
+    uint64_t spec_commits;
     /* per finished sequence, its verified draft tokens folded in order, h = (h ^ (token + 1)) *
      * 0x100000001b3 from 0; the sum over sequences: a test compares the drafts themselves, not
      * only how many were accepted, however the sequences interleaved */
@@ -314,5 +320,6 @@ void cllm_engine_forward_time(cllm_engine *e, double *seconds, uint64_t *tokens)
 cllm_status cllm_engine_follow_forward(cllm_engine *e, const struct cllm_batch *b, cllm_error *err);
 void cllm_engine_follow_copy_block(cllm_engine *e, int dst, int src);
 void cllm_engine_follow_copy_state(cllm_engine *e, int dst, int src);
+void cllm_engine_follow_commit_state(cllm_engine *e, int seq, int n, int slot);
 
 #endif

@@ -592,6 +592,7 @@ static void batch_add(sched *s, eng_seq *e, int n_new) {
     b->n_table = e->n_table;
     b->state_slot = e->slot;
     b->state_fork = false;
+    b->state_save = false;
     b->logits = t->logits ? CLLM_LOGITS_LAST : CLLM_LOGITS_NONE;
     b->logits_n = 0;
     t->n_draft = 0;
@@ -625,6 +626,7 @@ static void batch_add_verify(sched *s, eng_seq *e, int n_pending) {
         b->state_slot = e->spec_slot;
         b->state_fork = true;
         b->state_src = e->slot;
+        b->state_save = s->ops.commit_state != NULL; /* a partial accept commits (sched_spec.c) */
     }
     /* rows past min_tokens or a grammar that switches on inside the window need the exact
      * distribution: the tests are those of a row at the window's start, widened */
@@ -918,7 +920,9 @@ int sched_step(sched *s) {
         s->stats.iter_tokens_counts[bk]++;
         s->stats.iter_tokens_sum += step_tokens;
         s->stats.iter_steps++;
-        sched_spec_record(s, (int)step_tokens, dt + s->step_draft_s); /* drafts cost too */
+        /* drafts and the last step's state commits cost too */
+        sched_spec_record(s, (int)step_tokens, dt + s->step_draft_s + s->commit_s);
+        s->commit_s = 0;
     }
     for (int i = 0; i < n; i++) {
         eng_seq *e = s->bent[i].seq;

@@ -37,6 +37,11 @@ typedef struct eng_model_ops {
     cllm_status (*image_run)(void *ctx, void *job, int n_units, float *out, bool *done,
                              cllm_error *err);
     void (*image_free)(void *ctx, void *job);
+    /* Moves state slot `slot` past the first n tokens of batch row seq of the last forward, a
+     * row that had state_save (cllm_forward_state_commit): a verify whose later drafts were
+     * rejected keeps its accepted positions without computing them again. NULL, or false
+     * returned: the scheduler recomputes them in the next step instead. */
+    bool (*commit_state)(void *ctx, int seq, int n, int slot);
 } eng_model_ops;
 
 typedef struct sched_cfg {

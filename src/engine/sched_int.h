@@ -180,6 +180,7 @@ struct sched {
     float *mtp_step, *mtp_h;
     bool mtp_failed;     /* an MTP call failed once (logged; drafting stays off) */
     double step_draft_s; /* drafting time of the step being planned: the cost model's share */
+    double commit_s;     /* state commits after the last recorded step: the next record's share */
     int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
     int mtp_rows;        /* MTP verify rows planned in this step */
     int mtp_keep;        /* unread hidden rows a sequence keeps at most (SPEC_MTP_*) */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/mem.h"
 #include "engine/sched_int.h"
 #include "engine/spec_ngram.h"
 #include "engine/spec_suffix.h"
@@ -74,7 +75,9 @@ static double step_time(const sched *s, int T) {
  * step (the state rolls back): the expected extra time of that step, at i accepted with
  * probability a^i (1 - a) for i < k. Attention-only rows keep their accepted KV: none. */
 static double replay_time(const sched *s, double a, int k, int base) {
-    if (!s->cfg.has_state) return 0.0;
+    /* a model that commits (eng_model_ops.commit_state) replays nothing; the commit's time is
+     * in the measured step times */
+    if (!s->cfg.has_state || s->ops.commit_state) return 0.0;
     double extra = 0.0, p = a, one = step_time(s, base + 1);
     for (int i = 1; i < k; i++, p *= a) extra += p * (1.0 - a) * (step_time(s, base + 1 + i) - one);
     return extra;
@@ -233,6 +236,14 @@ void sched_spec_release(sched *s, eng_seq *e) {
     e->n_draft = 0;
 }
 
+static bool commit(sched *s, int row, int n, int slot) {
+    if (!s->ops.commit_state) return false;
+    double t0 = cllm_time_s();
+    bool ok = s->ops.commit_state(s->mctx, row, n, slot);
+    s->commit_s += cllm_time_s() - t0;
+    return ok;
+}
+
 void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
     eng_seq *e = t->seq;
     eng_req *q = e->req;
@@ -274,6 +285,11 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
             e->slot = e->spec_slot;
             e->spec_slot = -1;
             sched_after_compute(s, e, P + nd, true);
+        } else if (commit(s, (int)(t - s->bent), P + j, e->slot)) {
+            /* the live slot moved past the accepted positions from the verify's saved inputs */
+            sched_spec_release(s, e);
+            sched_after_compute(s, e, P + j, true);
+            s->stats.spec_commits++;
         } else {
             sched_spec_release(s, e); /* rolled back: the accepted tokens stay pending */
         }

@@ -407,6 +407,8 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->lm_rowk);
     cllm_free_aligned(c->mtp_in);
     free(c->mtp_sb);
+    cllm_free_aligned(c->gsave);
+    free(c->gsave_at);
     cllm_free_aligned(c->thr);
     fwd_tp_free(c);
     free(c);
@@ -843,6 +845,8 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     cllm_status s = fwd_validate(m, b, kv, st, true, &T, err);
     if (s == CLLM_OK && m->tp_size > 1) s = fwd_tp_check_batch(b, err);
     if (s == CLLM_OK) s = fwd_prepare(c, b, T, err);
+    if (s == CLLM_OK && fwd_gdn_save_begin(c, b) != CLLM_OK)
+        s = cllm_err_set(err, CLLM_ENOMEM, "out of memory (saved Gated DeltaNet inputs)");
     if (s != CLLM_OK) return s;
     /* decode: one token per sequence; CLLM_PROFILE=prefill: the other steps */
     c->prof_on = c->prof_env && (T == b->n_seqs) != c->prof_prefill;

@@ -193,6 +193,11 @@ typedef struct cllm_seq_batch {
      * leaves the later layers' state in state_slot unwritten. */
     bool state_fork;
     int state_src;
+    /* Keep this row's Gated DeltaNet inputs until the next cllm_forward on the context, so that
+     * cllm_forward_state_commit can move a slot past a prefix of its tokens (a verify whose later
+     * drafts were rejected). Rows at start_pos 0, and rows of 64 tokens or more under the chunked
+     * prefill form, are not kept. */
+    bool state_save;
 } cllm_seq_batch;
 #define CLLM_LOGITS_TOPK_MAX 256
 
@@ -264,6 +269,15 @@ size_t cllm_batch_logit_rows(const cllm_batch *b);
  * only if their calls never touch the same blocks or slots concurrently. */
 cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
                          cllm_state_pool *st, float *logits, cllm_error *err);
+
+/* Moves state slot `slot` forward by the first n tokens of sequence seq (its index in the batch)
+ * of the last cllm_forward call on c, which must have had state_save on that row: the slot must
+ * hold that row's state before the call (its state_src when forked, else a copy taken before).
+ * Runs only the conv ring and the recurrence over the saved inputs; the slot ends bitwise where a
+ * call of those n tokens alone would have left it. EINVAL when nothing was saved for the row or
+ * n exceeds its tokens. For models without GDN layers it does nothing. */
+cllm_status cllm_forward_state_commit(cllm_fwd_ctx *c, cllm_state_pool *st, int seq, int n,
+                                      int slot, cllm_error *err);
 
 /* The MTP head (docs/model.md §2.7): true when the checkpoint's mtp.* tensors are bound. */
 bool cllm_model_has_mtp(const cllm_model *m);

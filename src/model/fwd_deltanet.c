@@ -230,9 +230,11 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_gdn_w *w, int sub, int T) {
         fwd_mm_add(c, &w->a, c->xn, H, T, P + m->conv_ch + j.vd + Hv, j.ldp) || fwd_mm_run(c))
         return CLLM_ENOMEM;
     double t0 = c->prof_on ? cllm_time_s() : 0.0;
+    fwd_gdn_save_raw(c, sub, (size_t)j.ldp);
     /* one token: conv_ch x kernel taps, a few microseconds, less than a region's hand-off */
     cllm_pool_for(T == 1 ? NULL : c->pool, (size_t)m->conv_ch, conv_worker, &j);
     cllm_pool_for(c->pool, (size_t)T, tokprep_worker, &j);
+    fwd_gdn_save_prep(c, sub, (size_t)j.ldp, (size_t)m->conv_ch + (size_t)j.vd);
     double t1 = c->prof_on ? cllm_time_s() : 0.0;
     cllm_pool_for(c->pool, (size_t)c->batch->n_seqs * Hv, rec_worker, &j);
     if (c->prof_on) {

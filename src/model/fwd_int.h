@@ -225,6 +225,13 @@ struct cllm_fwd_ctx {
     size_t cap_mtp_in;
     cllm_seq_batch *mtp_sb;
     int cap_mtp_sb;
+    /* Gated DeltaNet inputs of the last cllm_forward's state_save rows (fwd_gdn_save.c):
+     * [n_gdn][gsave_n tokens][row]; gsave_at [gsave_seqs] each sequence's first saved token (-1:
+     * none), followed by its start_pos [gsave_seqs] and n_tokens [gsave_seqs] */
+    float *gsave;
+    size_t cap_gsave;
+    int *gsave_at;
+    int cap_gsave_at, gsave_n, gsave_seqs;
     /* cllm_fwd_opts.act16: how act_bits 16 GPTQ matmuls take their activations */
     cllm_act16 act16;
     /* cllm_fwd_opts.profile (see FWD_P_*): prof_on for the step being run */
@@ -277,6 +284,13 @@ cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_gdn_w *w, int sub, int T);
 /* Extra per-thread scratch floats the GDN layer needs for the chunked prefill (allocated whatever
  * the mode, so the mode can change between calls). */
 size_t fwd_gdn_scratch(const cllm_config *f);
+/* cllm_forward_state_commit's inputs (fwd_gdn_save.c): sized for the batch's state_save rows at
+ * the start of a call (ENOMEM), then each GDN layer saves its raw conv inputs (proj rows of
+ * stride ldp, before the conv) and the recurrence's prepared inputs (after the per-token prep;
+ * beta and decay at ba_off). */
+cllm_status fwd_gdn_save_begin(cllm_fwd_ctx *c, const cllm_batch *b);
+void fwd_gdn_save_raw(cllm_fwd_ctx *c, int sub, size_t ldp);
+void fwd_gdn_save_prep(cllm_fwd_ctx *c, int sub, size_t ldp, size_t ba_off);
 /* Floats of per-thread scratch the attention needs (fwd_attn.c). */
 size_t fwd_attn_scratch(const cllm_config *f);
 /* The MoE block on c->xn, added into c->x (fwd_moe.c). Returns the status of the first matmul

@@ -82,6 +82,7 @@ typedef struct run_cfg {
     bool has_state, small_pool;
     int k;
     double synth;
+    bool no_commit; /* the model offers no commit_state: partial accepts recompute */
 } run_cfg;
 
 /* Runs the jobs at once; outs[job * 2 + sample]; returns the scheduler's stats. */
@@ -94,6 +95,7 @@ static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fak
     int live = rc->synth > 0 ? 8 : 4;
     fake_init(&f, V, nb, 4, live + 32, rc->has_state); /* live + snapshot slots */
     f.markov = true;
+    f.no_commit = rc->no_commit;
     sched_cfg c = fake_cfg(V, nb, 4, 4, 24, rc->has_state, true);
     c.n_live_slots = live;
     c.max_model_len = 160;
@@ -117,10 +119,19 @@ static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fak
     run_all(s);
     sched_stats(s, &st);
     CHECK_MSG(f.errors == 0, "fake model: %d errors, first: %s", f.errors, f.last_error);
-    /* a hybrid row's verify forks the live state (no copy before the call): one fork per verify */
-    if (rc->has_state)
+    /* a hybrid row's verify forks the live state (no copy before the call): one fork per verify;
+     * a verify whose drafts were not all accepted commits its accepted positions (or, without
+     * the op, recomputes them) */
+    if (rc->has_state) {
         CHECK_MSG(f.forks == st.spec_drafts, "%llu forked rows for %llu verifies",
                   (unsigned long long)f.forks, (unsigned long long)st.spec_drafts);
+        CHECK_MSG(f.commits == st.spec_commits, "fake model saw %llu commits, scheduler %llu",
+                  (unsigned long long)f.commits, (unsigned long long)st.spec_commits);
+        if (rc->k && !rc->no_commit)
+            CHECK_MSG(st.spec_commits > 0, "no state commit in %llu verifies",
+                      (unsigned long long)st.spec_drafts);
+        if (rc->no_commit) CHECK(st.spec_commits == 0);
+    }
     CHECK_MSG(blk_used(&s->blocks) == 0 || c.prefix_caching, "blocks left in use");
     CHECK_MSG(slot_live_used(&s->slots) == 0, "%d live slots left in use",
               slot_live_used(&s->slots));
@@ -141,9 +152,10 @@ static void test_equal(bool has_state, bool small_pool) {
     make_jobs(&j, V);
     run_cfg base = {has_state, small_pool, 0, 0};
     run_jobs(&j, V, &base, want);
-    for (int k = 1; k <= 4; k++) {
+    for (int k = 1; k <= 5; k++) {
         run_cfg rc = base;
-        rc.k = k;
+        rc.k = k <= 4 ? k : 3;
+        rc.no_commit = k == 5; /* k 3 once more, recomputing instead of committing */
         cllm_engine_stats st = run_jobs(&j, V, &rc, got);
         for (int i = 0; i < NJ; i++)
             for (int n = 0; n < j.sp[i].n; n++)

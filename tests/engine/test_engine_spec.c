@@ -449,8 +449,9 @@ static int rig_drafts(mtp_rig *r, const int32_t *x, int n, int k, int32_t *d) {
  * the prefill (nd[t] = 0: a plain row). The engine's rule on this hybrid model: with n tokens
  * known and `comp` computed, a row drafts min(k, tokens still to come - 1) positions while at
  * most 33 are pending (sched_spec.c SPEC_MAX_PENDING; more are computed as a plain row first).
- * A verify accepted whole makes its state the live one (all computed); otherwise the state rolls
- * back and the verified tokens stay pending. Returns the steps, -1 on a failed call. */
+ * A verify accepted whole makes its state the live one (all computed); otherwise the live state
+ * is committed past the accepted positions (eng_model_ops.commit_state), so they are computed
+ * too: only the sampler's own last token is pending. Returns the steps, -1 on a failed call. */
 static int replay_steps(mtp_rig *g, const int32_t *x, int np, int nout, int k, int32_t (*dr)[4],
                         int *nd, int *acc) {
     int steps = 0;
@@ -468,7 +469,7 @@ static int replay_steps(mtp_rig *g, const int32_t *x, int np, int nout, int k, i
         while (a < m && dr[steps][a] == x[n + a]) a++;
         nd[steps] = m;
         acc[steps] = a;
-        if (a == m) comp = n + m;
+        comp = n + a; /* accepted whole or committed: every verified position is computed */
         n += a + 1;
     }
     return steps;

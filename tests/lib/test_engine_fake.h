@@ -27,6 +27,11 @@ typedef struct fake_model {
     uint64_t calls, tokens;
     uint64_t all_rows; /* rows returned for CLLM_LOGITS_ALL entries */
     uint64_t forks;    /* sequences whose state was read from another slot (state_fork) */
+    uint64_t commits;  /* state commits (eng_model_ops.commit_state) */
+    bool no_commit;    /* ops without commit_state: the scheduler recomputes instead */
+    /* the last call's state_save rows: start_pos, tokens (a commit folds a prefix of them) */
+    int sv_n[64], sv_pos[64];
+    int32_t sv_tok[64][64];
     int max_seqs_in_batch;
     /* logits from the last token only (a Markov chain: greedy output cycles, so n-gram drafts
      * get accepted); the KV / state checks still fold the whole history */
@@ -79,6 +84,7 @@ static inline void fake_err(fake_model *f, const char *m) {
 static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, cllm_error *err) {
     fake_model *f = ctx;
     f->calls++;
+    for (int i = 0; i < 64; i++) f->sv_n[i] = -1; /* a commit reads this call's rows only */
     if (b->n_seqs > f->max_seqs_in_batch) f->max_seqs_in_batch = b->n_seqs;
     for (int i = 0; i < b->n_seqs; i++)
         for (int j = i + 1; j < b->n_seqs; j++)
@@ -149,6 +155,12 @@ static cllm_status fake_forward(void *ctx, const cllm_batch *b, float *logits, c
             f->st_hash[s->state_slot] = h;
             f->st_len[s->state_slot] = end;
         }
+        if (i < 64) {
+            f->sv_n[i] = s->state_save && s->n_tokens <= 64 ? s->n_tokens : -1;
+            f->sv_pos[i] = s->start_pos;
+            if (f->sv_n[i] > 0)
+                memcpy(f->sv_tok[i], s->tokens, (size_t)s->n_tokens * sizeof(int32_t));
+        }
         /* a hidden-state row (embeddings): the same function of the history as a logits row */
         if (s->logits == CLLM_LOGITS_HIDDEN) fake_logits(f->V, h, logits + (size_t)row++ * f->V);
     }
@@ -167,7 +179,25 @@ static void fake_copy_state(void *ctx, int dst, int src) {
     f->st_len[dst] = f->st_len[src];
 }
 
-static const eng_model_ops fake_ops = {fake_forward, fake_copy_block, fake_copy_state};
+/* forward.h cllm_forward_state_commit: the slot must hold the row's state before the call */
+static bool fake_commit_state(void *ctx, int seq, int n, int slot) {
+    fake_model *f = ctx;
+    if (f->no_commit) return false;
+    if (seq < 0 || seq >= 64 || f->sv_n[seq] < n || n < 0 || slot < 0 || slot >= f->n_slots) {
+        fake_err(f, "commit of a row that saved nothing, or past its tokens");
+        return false;
+    }
+    if (f->st_len[slot] != f->sv_pos[seq]) fake_err(f, "commit onto a slot at another position");
+    for (int i = 0; i < n; i++) f->st_hash[slot] = fake_fold(f->st_hash[slot], f->sv_tok[seq][i]);
+    f->st_len[slot] += n;
+    f->commits++;
+    return true;
+}
+
+static const eng_model_ops fake_ops = {.forward = fake_forward,
+                                       .copy_block = fake_copy_block,
+                                       .copy_state = fake_copy_state,
+                                       .commit_state = fake_commit_state};
 
 static inline void fake_init(fake_model *f, int V, int n_blocks, int bs, int n_slots,
                              bool has_state) {

@@ -185,6 +185,29 @@ static void fork_state(cllm_model *m, const char *cfg) {
         CHECK_MSG(!memcmp(keep, st->conv, conv * sizeof(float)) &&
                       !memcmp(keep + conv, st->rec, rec * sizeof(float)),
                   "%s: the fork's source slot changed", cfg);
+        /* commit: a forked 3-token row saved with state_save, then slot 0's state moved past
+         * its first n tokens == the state of a call of those n tokens alone */
+        size_t cb = conv * sizeof(float), rb = rec * sizeof(float);
+        for (int n = 1; n <= 3; n++) {
+            cllm_state_slot_copy(&r.st, 2, 0);
+            cllm_seq_batch one = {toks[0] + 12, n, 12, r.table[0], 80, 2, CLLM_LOGITS_LAST};
+            cllm_batch b1 = {&one, 1};
+            CHECK(cllm_forward(r.ctx, &b1, &r.kv, &r.st, lg2, &err) == CLLM_OK);
+            sb.state_src = 0, sb.state_save = true;
+            CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg2, &err) == CLLM_OK);
+            cllm_state_slot_copy(&r.st, 1, 0);
+            CHECK_MSG(cllm_forward_state_commit(r.ctx, &r.st, 0, n, 1, &err) == CLLM_OK, "%s",
+                      err.msg);
+            CHECK_MSG(!memcmp(st->conv + 1 * conv, st->conv + 2 * conv, cb) &&
+                          !memcmp(st->rec + 1 * rec, st->rec + 2 * rec, rb),
+                      "%s: state committed past %d of 3 tokens != a call of %d", cfg, n, n);
+        }
+        CHECK(cllm_forward_state_commit(r.ctx, &r.st, 0, 4, 1, &err) == CLLM_EINVAL);
+        CHECK(cllm_forward_state_commit(r.ctx, &r.st, 1, 1, 1, &err) == CLLM_EINVAL);
+        sb.state_save = false;
+        CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg2, &err) == CLLM_OK);
+        CHECK_MSG(cllm_forward_state_commit(r.ctx, &r.st, 0, 1, 1, &err) == CLLM_EINVAL,
+                  "%s: a commit without saved inputs was accepted", cfg);
         /* refused: a source out of range, or one another row of the batch writes */
         sb.state_src = 99;
         CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg2, &err) == CLLM_EINVAL);
