@@ -172,6 +172,8 @@ void sched_mtp_draft_all(sched *s) {
     if (R == 0) return;
     double t0 = cllm_time_s();
     size_t H = (size_t)s->cfg.hidden_size, V = (size_t)s->cfg.vocab_size;
+    /* a draft vocabulary's rows end in -inf past it (forward.h vocab_rows): not scanned */
+    int dv = s->mtp_vocab > 0 ? s->mtp_vocab : (int)V;
     cllm_mtp_seq q[SPEC_VERIFY_ROWS];
     /* every row's unread hidden rows, positions mtp_pos .. N - 2 with the tokens after them;
      * the last one's logits predict position N. Output in place: the rows are spent after. */
@@ -189,7 +191,7 @@ void sched_mtp_draft_all(sched *s) {
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
         memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));
-        e->draft[0] = row_argmax(s->logits + r * V, (int)V);
+        e->draft[0] = row_argmax(s->logits + r * V, dv);
         sched_mtp_restart(e, e->n_tokens - 1);
     }
     /* draft d of a row sits at position N - 2 + d, reading the draft before it and the head's
@@ -204,7 +206,7 @@ void sched_mtp_draft_all(sched *s) {
         }
         if (!mtp_call(s, q, n)) break;
         for (int i = 0; i < n; i++)
-            rows[who[i]]->draft[d] = row_argmax(s->logits + (size_t)i * V, (int)V);
+            rows[who[i]]->draft[d] = row_argmax(s->logits + (size_t)i * V, dv);
     }
     /* the verify rows read the drafts after each sequence's tokens */
     for (int r = 0; r < R; r++)
