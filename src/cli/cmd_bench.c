@@ -457,8 +457,13 @@ static void spec_note(cllm_engine *e, const cllm_engine_stats *st0, char *out, s
     double d = (double)(st.spec_drafts - st0->spec_drafts);
     double dt = (double)(st.spec_draft_tokens - st0->spec_draft_tokens);
     double acc = (double)(st.spec_accepted_tokens - st0->spec_accepted_tokens);
-    snprintf(out, cap, "%.0f verifies, %.2f drafts and %.2f tokens per verify, %.1f%% accepted", d,
-             d > 0 ? dt / d : 0, d > 0 ? 1 + acc / d : 0, dt > 0 ? 100 * acc / dt : 0);
+    int n =
+        snprintf(out, cap, "%.0f verifies, %.2f drafts and %.2f tokens per verify, %.1f%% accepted",
+                 d, d > 0 ? dt / d : 0, d > 0 ? 1 + acc / d : 0, dt > 0 ? 100 * acc / dt : 0);
+    /* hybrid models: verifies not accepted whole whose state was committed (no recompute) */
+    uint64_t cm = st.spec_commits - st0->spec_commits;
+    if (cm > 0 && n > 0 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, ", %llu state commits", (unsigned long long)cm);
 }
 
 static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
