@@ -1,7 +1,12 @@
 /* `cllm bench-forward MODEL [-p 512 -n 32 --threads N]`: prefill and decode tok/s of one
  * sequence with random token ids, printed beside the decode roofline: weight bytes read per
  * decoded token (cllm_model_decode_bytes) over the memory read bandwidth this command measures
- * with a multi-threaded streaming read of a buffer far larger than the caches. */
+ * with a multi-threaded streaming read of a buffer far larger than the caches.
+ *
+ * With --speculative-config: the verify-cost curve after the decode, i.e. what one forward of
+ * 1..k+1 positions costs at the sequence's end, run as the engine runs a verify (a forked state,
+ * logits for every position), and with synthetic_acceptance a the tok/s each k would give with
+ * free drafts, from that curve. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +14,7 @@
 #include "base/mem.h"
 #include "base/threadpool.h"
 #include "cli/cli.h"
+#include "cli/cli_spec.h"
 #include "cli/commands.h"
 #include "model/seq_runner.h"
 
@@ -44,6 +50,71 @@ static double measure_bandwidth(cllm_pool *pool) {
     return best;
 }
 
+/* The verify-cost curve: forwards of T = 1..K+1 positions after the runner's tokens, each on a
+ * state forked from the live one (so the sequence does not grow; the rows written past it are
+ * overwritten by the next trial) with logits for every position as a verify asks; mean of reps
+ * after a warm-up. t[T] in seconds. */
+static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t seed, double *t,
+                                cllm_error *err) {
+    const cllm_config *cf = cllm_model_config(r->m);
+    int V = cf->vocab_size;
+    cllm_state_pool st;
+    /* the runner has one slot: a two-slot pool holding its state as slot 0 */
+    cllm_status s = cllm_state_pool_init(&st, r->m, 2, err);
+    if (s != CLLM_OK) return s;
+    if (st.conv) {
+        size_t nc = (size_t)st.n_layers * st.conv_ch * st.conv_k1,
+               nr = (size_t)st.n_layers * st.n_v_heads * st.dk * st.dv;
+        memcpy(st.conv, r->st.conv, nc * sizeof(float));
+        memcpy(st.rec, r->st.rec, nr * sizeof(float));
+    }
+    float *lg = malloc((size_t)(K + 1) * V * sizeof(float));
+    int32_t toks[CLLM_SPEC_MAX_K + 1];
+    for (int i = 0; i <= K; i++) toks[i] = (int32_t)((seed + 7919u * (uint64_t)i) % (uint64_t)V);
+    for (int T = 1; lg && s == CLLM_OK && T <= K + 1; T++) {
+        cllm_seq_batch q = {toks, T, r->pos, r->table, r->n_table, 1, CLLM_LOGITS_LAST};
+        q.logits_n = T;
+        q.logits_topk = 1;
+        q.logits_scale = 1.0f;
+        q.state_fork = true;
+        q.state_src = 0;
+        cllm_batch b = {&q, 1};
+        double sum = 0;
+        for (int i = 0; i <= reps && s == CLLM_OK; i++) {
+            double t0 = cllm_time_s();
+            s = cllm_forward(r->ctx, &b, &r->kv, &st, lg, err);
+            if (i > 0) sum += cllm_time_s() - t0;
+        }
+        t[T] = sum / reps;
+    }
+    if (!lg) s = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
+    free(lg);
+    cllm_state_pool_free(&st);
+    return s;
+}
+
+/* 1 + a + ... + a^k: tokens a verify of k drafts yields at per-position acceptance a */
+static double expected_tokens(double a, int k) {
+    double sum = 1.0, p = 1.0;
+    for (int i = 0; i < k; i++) sum += (p *= a);
+    return sum;
+}
+
+static void print_curve(const double *t, int K, double a) {
+    printf("verify cost (one forward of T positions at the sequence's end, forked state, "
+           "logits for each):\n");
+    for (int T = 1; T <= K + 1; T++)
+        printf("  T %2d: %8.3f ms = %.3f x one position\n", T, 1e3 * t[T], t[T] / t[1]);
+    if (a <= 0) return;
+    printf("at synthetic acceptance %.2f with free drafts (an estimate from the curve, no "
+           "drafter's cost):\n",
+           a);
+    for (int k = 1; k <= K; k++)
+        printf("  k %2d: %.2f tokens per verify, %.2f tok/s = %.2fx plain (%.2f tok/s)\n", k,
+               expected_tokens(a, k), expected_tokens(a, k) / t[k + 1],
+               expected_tokens(a, k) / t[k + 1] * t[1], 1.0 / t[1]);
+}
+
 int cmd_bench_forward(int argc, char **argv) {
     long n_prompt = 512, n_gen = 32, threads = 0, seed = 1, block = 16, chunk = 0;
     bool no_prefault = false;
@@ -53,7 +124,8 @@ int cmd_bench_forward(int argc, char **argv) {
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--speculative-config", NULL, CLI_STR, &spec_json,
-         "not here yet: speculative decoding runs in the engine (serve, bench)"},
+         "also print the verify-cost curve for 1..num_speculative_tokens+1 positions (and, with "
+         "synthetic_acceptance, tok/s per k from it)"},
         {"--prefill-chunk", NULL, CLI_INT, &chunk, "prefill in calls of N tokens (0 = one call)",
          NULL, 0, 1e9},
         {"--block-size", NULL, CLI_INT, &block, "KV block size", NULL, 1, 65536},
@@ -76,22 +148,19 @@ int cmd_bench_forward(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
-    if (spec_json) {
-        /* this command drives one sequence through the forward pass directly, without the
-         * engine that drafts, verifies and rolls back */
-        fprintf(
-            stderr,
-            "cllm bench-forward: --speculative-config is not supported here yet; use `cllm bench "
-            "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
-            "or `cllm serve`\n");
+    cllm_spec_opts so;
+    char smsg[256];
+    if (cli_spec_parse(spec_json, true, &so, smsg, sizeof(smsg)) != 0) {
+        fprintf(stderr, "cllm bench-forward: %s\n", smsg);
         return 2;
     }
     const cllm_fwd_opts fwd = cli_fwd_opts(act16);
     cllm_error err = {0};
     cllm_seq_runner r;
     double tl = cllm_time_s();
-    if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, (int)(n_prompt + n_gen), (int)block,
-                             CLLM_KV_F32, &err)) {
+    int K = so.num_speculative_tokens; /* 0 without --speculative-config */
+    if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, (int)(n_prompt + n_gen) + K + 1,
+                             (int)block, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
         return 1;
     }
@@ -153,6 +222,15 @@ int cmd_bench_forward(int argc, char **argv) {
     printf("roofline: %.3f GB weights/token, measured read bandwidth %.2f GB/s -> %.2f tok/s; "
            "decode at %.1f%% of roofline (%.2f GB/s effective)\n",
            bpt / 1e9, bw / 1e9, roof, roof > 0 ? 100.0 * tg / roof : 0.0, tg * bpt / 1e9);
+    if (K > 0) {
+        double t[CLLM_SPEC_MAX_K + 2];
+        if (verify_curve(&r, K, n_gen > 8 ? 8 : 3, (uint64_t)seed, t, &err) != CLLM_OK) {
+            fprintf(stderr, "cllm bench-forward: verify curve: %s\n", err.msg);
+            ret = 1;
+            goto done;
+        }
+        print_curve(t, K, so.synthetic_acceptance);
+    }
 done:
     free(ids);
     free(logits);
