@@ -12,7 +12,9 @@
 #include "base/file.h"
 #include "base/mem.h"
 #include "cli/cli.h"
+#include "cli/cli_spec.h"
 #include "cli/commands.h"
+#include "cli/generate_engine.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
 #include "model/config.h"
@@ -83,10 +85,9 @@ static int load_prompt(gen *g, const char *dir, const char *prompt, const char *
     return 0;
 }
 
-/* Structured output: the same grammar masks the server's sampler path applies. At most one of
- * the three; returns 0 or the exit code. */
-static int setup_constraint(gen *g, const char *schema_file, const char *regex,
-                            const char *grammar_file) {
+/* The constraint's grammar (g->gm) from one of the three sources; returns 0 or the exit code. */
+static int compile_constraint(gen *g, const char *schema_file, const char *regex,
+                              const char *grammar_file) {
     if ((!!schema_file + !!regex + !!grammar_file) > 1 || !g->tok) {
         fprintf(stderr, "cllm generate: %s\n",
                 g->tok ? "give one of --json-schema, --regex, --grammar"
@@ -105,11 +106,23 @@ static int setup_constraint(gen *g, const char *schema_file, const char *regex,
                       : regex     ? cllm_gm_from_regex(regex, strlen(regex), NULL, &g->gm, err)
                                   : cllm_gm_from_gbnf(src, sl, NULL, &g->gm, err);
     free(src);
+    if (gst == CLLM_OK) return 0;
+    fprintf(stderr, "cllm generate: %s\n", err->msg);
+    return 2;
+}
+
+/* Structured output: the same grammar masks the server's sampler path applies. At most one of
+ * the three; returns 0 or the exit code. */
+static int setup_constraint(gen *g, const char *schema_file, const char *regex,
+                            const char *grammar_file) {
+    int rc = compile_constraint(g, schema_file, regex, grammar_file);
+    if (rc) return rc;
+    cllm_error *err = &g->err;
     int eos_all[2 * CLLM_MAX_EOS], n_all = 0;
     for (int e = 0; e < g->cf->n_eos; e++) eos_all[n_all++] = g->cf->eos_ids[e];
     for (int e = 0; e < g->gen_cfg.n_eos && n_all < 2 * CLLM_MAX_EOS; e++)
         eos_all[n_all++] = g->gen_cfg.eos_ids[e];
-    if (gst == CLLM_OK) gst = cllm_gm_vocab_from_tok(g->tok, eos_all, n_all, &g->gv, err);
+    cllm_status gst = cllm_gm_vocab_from_tok(g->tok, eos_all, n_all, &g->gv, err);
     if (gst == CLLM_OK && cllm_gm_vocab_size(g->gv) > g->V)
         gst = cllm_err_set(err, CLLM_EINVAL, "the tokenizer has more ids than the model");
     if (gst == CLLM_OK) {
@@ -225,7 +238,8 @@ int cmd_generate(int argc, char **argv) {
          "sampling seed (same seed as a server request's: same tokens)", NULL, 0, 9.2e18},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--speculative-config", NULL, CLI_STR, &spec_json,
-         "not here yet: speculative decoding runs in the engine (serve, bench)"},
+         "speculative decoding as serve takes it (also synthetic_acceptance): the sequence runs "
+         "through the engine; same tokens as without"},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
@@ -254,13 +268,18 @@ int cmd_generate(int argc, char **argv) {
     const char *pos[1];
     int np, rc = cli_parse(&spec, argc, argv, pos, &np);
     if (rc) return rc < 0 ? 0 : rc;
-    if (spec_json) {
-        /* this command drives one sequence through the forward pass directly, without the
-         * engine that drafts, verifies and rolls back */
+    cllm_spec_opts so;
+    char smsg[256];
+    if (cli_spec_parse(spec_json, true, &so, smsg, sizeof(smsg)) != 0) {
+        fprintf(stderr, "cllm generate: %s\n", smsg);
+        return 2;
+    }
+    /* the engine runs the sequence then: what only the direct path has is refused by name */
+    if (spec_json && (hash || chunk > 0)) {
         fprintf(stderr,
-                "cllm generate: --speculative-config is not supported here yet; use `cllm bench "
-                "MODEL --speculative-config ...` (tg rows and the sweep with and without) "
-                "or `cllm serve`\n");
+                "cllm generate: %s does not go with --speculative-config (the engine runs the "
+                "sequence; it exposes no logits and plans its own prefill chunks)\n",
+                hash ? "--logits-hash" : "--prefill-chunk");
         return 2;
     }
     const cllm_fwd_opts fwd = cli_fwd_opts(act16);
@@ -272,19 +291,6 @@ int cmd_generate(int argc, char **argv) {
     int ret = load_prompt(&g, pos[0], prompt, tokens);
     if (ret) goto done;
     if (!g.tok) print_ids = true;
-    /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
-    if (cllm_gen_config_load(pos[0], &g.gen_cfg, &g.err) != CLLM_OK) g.gen_cfg.n_eos = 0;
-    if (cllm_seq_runner_open(&g.r, pos[0], &fwd, (int)threads, g.n + (int)n_gen, (int)block,
-                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
-                             &g.err) != CLLM_OK) {
-        fprintf(stderr, "cllm generate: %s\n", g.err.msg);
-        ret = 1;
-        goto done;
-    }
-    g.r_open = true;
-    cllm_fwd_ctx_set_gdn_prefill(g.r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
-    g.cf = cllm_model_config(g.r.m);
-    g.V = g.cf->vocab_size;
     /* the fields the server fills from a request; the rest off */
     g.sp = (cllm_sampling){.temperature = temperature,
                            .top_p = top_p,
@@ -299,6 +305,40 @@ int cmd_generate(int argc, char **argv) {
                            .ignore_eos = ignore_eos,
                            .logprobs = -1,
                            .n = 1};
+    if (spec_json) {
+        gen_engine_args ea = {pos[0],
+                              (const int *)g.ids,
+                              g.n,
+                              (int)n_gen,
+                              g.sp,
+                              so,
+                              fwd,
+                              (int)threads,
+                              (int)block,
+                              cllm_gdn_prefill_parse(gdn_mode),
+                              !strcmp(kvd, "bf16"),
+                              print_ids};
+        /* a constraint goes to the engine as the server gives it: the compiled grammar */
+        if ((schema_file || regex || grammar_file) &&
+            (ret = compile_constraint(&g, schema_file, regex, grammar_file)))
+            goto done;
+        ea.sampling.grammar = g.gm;
+        ret = generate_engine(&ea);
+        goto done;
+    }
+    /* generation_config.json may list more end tokens than config.json (Qwen3.5: <|im_end|>). */
+    if (cllm_gen_config_load(pos[0], &g.gen_cfg, &g.err) != CLLM_OK) g.gen_cfg.n_eos = 0;
+    if (cllm_seq_runner_open(&g.r, pos[0], &fwd, (int)threads, g.n + (int)n_gen, (int)block,
+                             !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
+                             &g.err) != CLLM_OK) {
+        fprintf(stderr, "cllm generate: %s\n", g.err.msg);
+        ret = 1;
+        goto done;
+    }
+    g.r_open = true;
+    cllm_fwd_ctx_set_gdn_prefill(g.r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
+    g.cf = cllm_model_config(g.r.m);
+    g.V = g.cf->vocab_size;
     g.logits = malloc((size_t)g.V * sizeof(float));
     g.out = malloc(((size_t)n_gen + 1) * sizeof(int32_t));
     if (!g.logits || !g.out || smp_init(&g.sm, g.V)) {

@@ -202,6 +202,12 @@ void cllm_engine_follow_commit_state(cllm_engine *e, int seq, int n, int slot) {
 
 /* ---- sizing ---- */
 
+/* Spare live state slots for speculative verifies (at most SPEC_VERIFY_ROWS verify a step). */
+static int spec_spares(const cllm_engine_opts *o, int n_gdn) {
+    if (!n_gdn || o->spec.method == CLLM_SPEC_NONE || o->spec.num_speculative_tokens < 1) return 0;
+    return o->max_num_seqs < 16 ? o->max_num_seqs : 16;
+}
+
 static uint64_t weights_bytes(const char *dir) {
     uint64_t sum = 0;
     DIR *d = opendir(dir);
@@ -374,7 +380,7 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
     if (!kv_budget) {
         uint64_t total = (uint64_t)(o.memory_utilization * (double)cllm_mem_total());
         uint64_t w = weights_bytes(o.model_dir),
-                 live = (uint64_t)slot_bytes * (uint64_t)o.max_num_seqs;
+                 live = (uint64_t)slot_bytes * (uint64_t)(o.max_num_seqs + spec_spares(&o, n_gdn));
         kv_budget = total > w + live ? total - w - live : 0;
     }
     int want_len = o.max_model_len > 0 ? o.max_model_len : cf->max_position_embeddings;
@@ -407,7 +413,10 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
         }
         max_len = (int)(n_blocks * (uint64_t)bs);
     }
-    int n_live = o.max_num_seqs;
+    /* a hybrid model's verify writes its state to a spare live slot (sched_spec.c): without
+     * spares an engine whose every slot runs a sequence never speculates (--max-num-seqs 1:
+     * never at all); admission stops at max_num_seqs, so these stay free for verifies */
+    int n_live = o.max_num_seqs + spec_spares(&o, n_gdn);
     int n_snap = 0;
     if (n_gdn && o.enable_prefix_caching) {
         uint64_t sb = o.state_snapshot_bytes ? o.state_snapshot_bytes : kv_budget / 4;
