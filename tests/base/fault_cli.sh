@@ -77,7 +77,7 @@ CHECK_NO_OUT="$T/q" walk "quantize w4a16" "rm -rf $T/q $T/q.tmp-*" -- \
     "$B" quantize "$T/syn" "$T/q" --scheme w4a16 -g 32 -q
 # serve start-up: exit 1 with a message, or it starts (then the probe's SIGTERM drains it: exit 0)
 serve_probe() {
-    "$B" serve "$CLLM_SRC/models/tiny" --port $((30000 + RANDOM % 20000)) --threads 1 \
+    "$B" serve "$CLLM_SRC/models/tiny" --port $((20000 + RANDOM % 12000)) --threads 1 \
         --kv-cache-memory 2MiB --max-model-len 512 --stats-interval 0 &
     local p=$!
     for _ in $(seq 30); do kill -0 $p 2> /dev/null || break; sleep 0.1; done

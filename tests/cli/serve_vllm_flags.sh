@@ -20,7 +20,7 @@ mkdir -p "$T"
 source "$CLLM_SRC/tests/lib/check.sh"
 command -v curl > /dev/null || exit 77
 M="$CLLM_SRC/models/tiny"
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U="http://127.0.0.1:$PORT"
 COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
 SPID=
@@ -39,7 +39,7 @@ start() { # start LOG FLAGS...: serve in the background, wait for /health 200
         done
         # the random port was held by someone else: draw another (as tests/lib/serve.sh)
         kill -0 $SPID 2> /dev/null || ! grep -q "address already in use" "$log" || {
-            PORT=$((20000 + RANDOM % 20000))
+            PORT=$((20000 + RANDOM % 12000))
             U="http://127.0.0.1:$PORT"
             COMMON=(--kv-cache-memory 16MiB --max-num-seqs 4 --threads 1 --port $PORT)
             for i in "${!args[@]}"; do [ "${args[$i]}" = --port ] && args[$((i + 1))]=$PORT; done

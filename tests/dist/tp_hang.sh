@@ -16,7 +16,7 @@ rm -rf "$T"; mkdir -p "$T"
 . "$SRC/tests/lib/tp.sh"
 tp_require curl
 M=$SRC/models/tiny
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U=http://127.0.0.1:$PORT
 mine() { pgrep -f -- "--port $PORT " ; }
 cleanup() { local p; p=$(mine); [ -n "$p" ] && { kill -CONT $p; kill -9 $p; } 2>/dev/null; }
@@ -52,7 +52,7 @@ for try in 1 2 3 4 5; do # a random port another test holds: the job fails to bi
     sleep 0.1
   done
   kill -0 $JOB 2>/dev/null || ! grep -q "address already in use" "$T/serve.log" || {
-    PORT=$((20000 + RANDOM % 20000)) U=http://127.0.0.1:$PORT
+    PORT=$((20000 + RANDOM % 12000)) U=http://127.0.0.1:$PORT
     continue
   }
   break

@@ -19,7 +19,7 @@ rm -rf "$T"; mkdir -p "$T"
 tp_require curl python3
 M=$SRC/models/tiny
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U=http://127.0.0.1:$PORT
 SERVE=(serve "$M" --port $PORT --max-model-len 2048 --kv-cache-memory 16MiB --max-num-seqs 8
   --threads 1 --stats-interval 0 --disable-log-requests)

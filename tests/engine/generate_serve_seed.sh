@@ -9,7 +9,7 @@ T=${CLLM_TMP:-/tmp}/generate_serve_seed
 rm -rf "$T" && mkdir -p "$T"
 command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
 
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U="http://127.0.0.1:$PORT"
 "$BIN" serve "$M" --port $PORT --threads 2 --kv-cache-dtype fp32 --kv-cache-memory 64MiB \
   >"$T/server.log" 2>&1 &

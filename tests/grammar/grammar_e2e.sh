@@ -12,7 +12,7 @@ command -v node > /dev/null || exit 77
 for p in openai ajv ajv-draft-04 ajv-formats json-schema-test-suite; do
     [ -d "$SRC/node_modules/$p" ] || { echo "npm package $p missing (npm ci)"; exit 77; }
 done
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 "$BIN" serve "$SRC/models/tiny" --port $PORT --served-model-name tiny --threads 2 \
     --max-model-len 2048 --kv-cache-memory 128MiB > "$T/server.log" 2>&1 &
 SPID=$!

@@ -12,7 +12,7 @@ SRC=${CLLM_SRC:-.}
 T=${CLLM_TMP:-/tmp}/grammar_limits_e2e
 mkdir -p "$T"
 command -v python3 > /dev/null || exit 77
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U=http://127.0.0.1:$PORT
 "$BIN" serve "$SRC/models/tiny" --port $PORT --served-model-name tiny --threads 2 \
     --max-model-len 2048 --kv-cache-memory 128MiB > "$T/server.log" 2>&1 &

@@ -9,7 +9,7 @@ start_serve() { # start_serve MODEL [serve flags]: waits for /health 200 (30 s),
   local model=$1; shift
   local try
   for try in 1 2 3 4 5; do # a random port another test holds: pick another one
-    PORT=$((20000 + RANDOM % 20000)) KEY=sk-e2e
+    PORT=$((20000 + RANDOM % 12000)) KEY=sk-e2e
     H="Authorization: Bearer $KEY" U="http://127.0.0.1:$PORT"
     "$BIN" serve "$model" --port $PORT --api-key $KEY --served-model-name tiny --max-model-len 4096 \
       --kv-cache-memory 64MiB --threads 2 "$@" >"$T/serve.log" 2>&1 &

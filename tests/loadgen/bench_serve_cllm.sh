@@ -9,7 +9,7 @@ mkdir -p "$CLLM_TMP"
 if ! "$CLLM_BIN" serve --help >/dev/null 2>&1; then echo "SKIP: no cllm serve in this build"; exit 77; fi
 M="$CLLM_TMP/bs_tiny"
 "$CLLM_BIN" synth --config "$CLLM_SRC/configs/tiny.json" --tokenizer "$CLLM_SRC/models/tiny" -q "$M" || exit 1
-PORT=$(( 20000 + RANDOM % 20000 ))
+PORT=$(( 20000 + RANDOM % 12000 ))
 "$CLLM_BIN" serve "$M" --port $PORT --threads 1 --kv-cache-memory 64MiB > "$CLLM_TMP/bs_serve.log" 2>&1 &
 SP=$!
 trap 'kill $SP 2>/dev/null; wait $SP 2>/dev/null' EXIT

@@ -15,7 +15,7 @@ mkdir -p "$T"
 source "$CLLM_SRC/tests/lib/check.sh"
 command -v curl > /dev/null || exit 77
 M="$CLLM_SRC/models/tiny"
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U="http://127.0.0.1:$PORT"
 "$CLLM_BIN" serve -m "$M" -c 1024 -np 3 -t 1 --host 127.0.0.1 --port $PORT \
     --kv-cache-memory 16MiB --stats-interval 0 > "$T/serve.log" 2>&1 &

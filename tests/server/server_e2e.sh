@@ -22,7 +22,7 @@ sed 's/"vocab_size": 512/"vocab_size": 4096/' "$SRC/configs/tiny.json" > "$TMP/t
     exit 1
 }
 
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 KEY=sk-e2e
 H="Authorization: Bearer $KEY"
 U="http://127.0.0.1:$PORT"

@@ -14,7 +14,7 @@ mkdir -p "$T"
 source "$CLLM_SRC/tests/lib/check.sh"
 command -v curl > /dev/null || exit 77
 M="$CLLM_SRC/models/tiny"
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((20000 + RANDOM % 12000))
 U="http://127.0.0.1:$PORT"
 N=0
 start() {
