@@ -229,6 +229,27 @@ void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b) {
     b->mrope_pos = pos;
 }
 
+int sched_img_mtp_pos(const eng_seq *e, cllm_mtp_seq *m, int32_t *buf) {
+    const eng_req *q = e->req;
+    m->mrope_pos = NULL;
+    m->rope_delta = 0;
+    if (!q->n_imgs) return 0;
+    if (m->start_pos >= q->n_prompt) {
+        m->rope_delta = q->rope_delta;
+        return 0;
+    }
+    if (!buf) return 0;
+    for (int i = 0; i < m->n_tokens; i++) {
+        int p = m->start_pos + i;
+        if (p < q->n_prompt)
+            memcpy(buf + 3 * i, q->mrope + 3 * (size_t)p, 3 * sizeof(int32_t));
+        else
+            buf[3 * i] = buf[3 * i + 1] = buf[3 * i + 2] = p + q->rope_delta;
+    }
+    m->mrope_pos = buf;
+    return m->n_tokens;
+}
+
 cllm_status sched_img_init(sched *s) {
     if (s->cfg.vision_merge < 1) return CLLM_OK;
     /* a step's rows: the token budget plus every verify row's drafts */

@@ -188,6 +188,9 @@ struct sched {
     const float **img_rows;
     int32_t *img_pos;
     int img_cap, img_used;
+    /* the MTP head's M-RoPE positions of a call's prompt rows ([cap][3], sched_mtp.c) */
+    int32_t *mtp_rope;
+    int cap_mtp_rope;
 };
 
 /* sched_img.c */
@@ -203,6 +206,10 @@ void sched_img_hash(const eng_req *q, int from, int n, XXH3_state_t *st);
 int sched_img_encode(sched *s, eng_req *q, int from, int *budget, cllm_error *err);
 /* Sets b's embeds / mrope_pos / rope_delta for e's chunk (after batch_add filled the rest). */
 void sched_img_bind(sched *s, eng_seq *e, cllm_seq_batch *b);
+/* The MTP head's rotary positions for m's rows (the target's of the same positions): rows of
+ * an image request inside its prompt take buf ([m->n_tokens][3]; returns the rows used), later
+ * rows its rope_delta, others nothing (0). */
+int sched_img_mtp_pos(const eng_seq *e, cllm_mtp_seq *m, int32_t *buf);
 cllm_status sched_img_init(sched *s);
 void sched_img_release(sched *s);
 

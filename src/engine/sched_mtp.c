@@ -37,6 +37,9 @@ cllm_status sched_mtp_init(sched *s, cllm_error *err) {
 void sched_mtp_free(sched *s) {
     free(s->mtp_step);
     free(s->mtp_h);
+    free(s->mtp_rope);
+    s->mtp_rope = NULL;
+    s->cap_mtp_rope = 0;
     s->mtp_step = s->mtp_h = NULL;
 }
 
@@ -184,6 +187,16 @@ void sched_mtp_draft_all(sched *s) {
         if (nd[r] > K) K = nd[r];
         if (q[r].n_tokens > most) most = q[r].n_tokens;
     }
+    /* after an image the target's rotary positions are not the cache positions: the head's
+     * rows take the target's (sched_img_mtp_pos); without room for them, the cache positions
+     * (only the acceptance can suffer) */
+    int pr = 0;
+    for (int r = 0; r < R; r++)
+        pr += rows[r]->req->n_imgs && q[r].start_pos < rows[r]->req->n_prompt ? q[r].n_tokens : 0;
+    bool room = pr == 0 || sched_grow((void **)&s->mtp_rope, &s->cap_mtp_rope, 3 * pr,
+                                      sizeof(int32_t)) == CLLM_OK;
+    for (int r = 0, off = 0; room && r < R; r++)
+        off += 3 * sched_img_mtp_pos(rows[r], &q[r], s->mtp_rope + off);
     if (!mtp_call(s, q, R)) return;
     /* a catch-up over a prompt is prefill work: charged to this step's drafts it would make
      * drafting look dear for good (sched_spec.c learns the step time by step size) */
@@ -202,6 +215,7 @@ void sched_mtp_draft_all(sched *s) {
             if (nd[r] <= d) continue;
             eng_seq *e = rows[r];
             q[n] = head_rows(s, e, s->mtp_h + r * H, &e->draft[d - 1], 1, e->n_tokens - 2 + d);
+            sched_img_mtp_pos(e, &q[n], NULL); /* past the prompt: a delta at most */
             who[n++] = r;
         }
         if (!mtp_call(s, q, n)) break;

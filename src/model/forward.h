@@ -306,6 +306,10 @@ typedef struct cllm_mtp_seq {
      * hi-plane estimate there: argmax-grade, not exact logits); the same in every sequence of a
      * call. 0 = the whole vocabulary */
     int vocab_rows;
+    /* Rotary positions as cllm_seq_batch's (M-RoPE after an image): NULL / 0 = the cache
+     * positions. The head's row p takes the target model's position of p. */
+    const int32_t *mrope_pos;
+    int rope_delta;
 } cllm_mtp_seq;
 
 /* Runs the MTP head over n_seqs sequences: fc(concat(pre_fc_norm_embedding(embed(token)),

@@ -107,7 +107,9 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
                                         .logits_topk = sq->logits_topk,
                                         .logits_scale = sq->logits_scale,
                                         .logits_n = sq->logits_n,
-                                        .hidden_out = sq->hidden_out};
+                                        .hidden_out = sq->hidden_out,
+                                        .mrope_pos = sq->mrope_pos,
+                                        .rope_delta = sq->rope_delta};
     }
     cllm_batch b = {c->mtp_sb, n_seqs};
     int T = 0, H = f->hidden_size;

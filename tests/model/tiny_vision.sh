@@ -9,7 +9,8 @@
 #    max |c - ref| <= 1e-4 * max(1, max |ref|);
 #  - the greedy chat answer to "What does this image say?" with models/tiny/sample.png as a
 #    data: URL is the documented one, "city." (wrong: the tower barely reads, MODEL_CARD.md; 12 image tokens: 31 prompt
-#    tokens), with the pixel bounds given per request and, from preprocessor_config.json, without.
+#    tokens), with the pixel bounds given per request and, from preprocessor_config.json, without;
+#  - with MTP speculation the same 24 tokens (ignore_eos), drafts verified.
 # Exit 77 without /usr/bin/python3 + numpy + PIL.
 set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tiny_vision
@@ -83,4 +84,14 @@ case $got in
 *"|31") expect_eq "sample.png, bounds from preprocessor_config.json" "$got" "city.|31" ;;
 *) echo "note: the server ignores preprocessor_config.json (got [$got]); not checked" ;;
 esac
+# MTP speculation on an image prompt (the head takes the target's M-RoPE positions): 24 tokens
+# past EOS, the same answer as without, and drafts verified
+KW=', "mm_processor_kwargs": {"min_pixels": 1024, "max_pixels": 16384}, "ignore_eos": true'
+plain=$(ask "$KW")
+kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+start_serve "$M" --speculative-config '{"method": "mtp", "num_speculative_tokens": 2, "fixed_k": true}' || exit 1
+expect_eq "MTP drafts on the image prompt: the same 24 tokens" "$(ask "$KW")" "$plain"
+curl -s -H "$H" "$U/metrics" > "$T/spec.metrics"
+v=$(awk '/^vllm:spec_decode_num_drafts_total/ {print $2 + 0}' "$T/spec.metrics")
+[ "${v:-0}" -gt 0 ] && ok "$v verifies after the image" || bad "no verify after the image (${v:-none})"
 exit $fail
