@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Block-FP8 (quant_method "fp8") as `cllm quantize` input and AutoAWQ gemm checkpoints served, end
-# to end on synth tiny Qwen3.5-MoE models (`cllm synth --layout fp8|awq`), against
+# to end on synth tiny Qwen3.5-MoE models (`cllm synth --layout fp8|awq`; AWQ also over HTTP), against
 # tools/ref/awq_fp8_ref.py (numpy decoders written from the e4m3 spec and AutoAWQ's packing,
 # independent of the C code):
 #  - the numpy e4m3 decoder on all 256 codes (spec spot values; torch.float8_e4m3fn when present);
@@ -118,6 +118,18 @@ PYEOF
 logits "$T/awq" "$T/a.c" || bad "eval awq"
 $PY "$SRC/tools/ref/ref_forward.py" "$T/awq-dq" --tokens "$TOK" --out "$T/a.r" >/dev/null 2>&1 || bad "ref awq"
 $PY "$T/cmp.py" "$T/a.c" "$T/a.r" "awq vs numpy ref" && ok "awq == numpy dequant + float64 forward" || bad "awq vs ref"
+# and served: a completion over token ids (the synth model has no tokenizer)
+if command -v curl >/dev/null; then
+    . "$SRC/tests/lib/serve.sh"
+    if start_serve "$T/awq" --skip-tokenizer-init; then
+        code=$(curl -s -o "$T/awq.json" -w '%{http_code}' "$U/v1/completions" -H "$H" \
+            -H 'Content-Type: application/json' \
+            -d '{"model": "tiny", "prompt": [1, 2, 3, 4], "max_tokens": 5, "temperature": 0, "ignore_eos": true}')
+        n=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["completion_tokens"])' "$T/awq.json" 2>/dev/null)
+        [ "$code" = 200 ] && [ "$n" = 5 ] && ok "awq served: 200, 5 tokens" || { bad "awq serve: $code $n"; cat "$T/awq.json"; }
+        kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+    else bad "awq: the server did not come up"; fi
+fi
 
 # ---- compressed-tensors asymmetric group-128 int4 (AWQ-style) on a 128-wide tiny config
 $PY - "$C" "$T/c128.json" <<'PYEOF'
