@@ -238,6 +238,26 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         return st;
     }
     const int kq = cllm_gguf_kq_type(t->type);
+    const size_t pb = kq && !cu ? cllm_kq_panel_bytes(kq, (int)K, (int)N) : 0;
+    if (pb) { /* repacked into panels of 16 rows, rows in HF order (model/gguf_ckpt.h) */
+        const size_t p1 = cllm_kq_panel_bytes(kq, (int)K, 16);
+        uint8_t *d = arena_alloc(x->ar, pb);
+        if (!d) return oom(x);
+        for (int64_t r0 = 0; r0 < N; r0 += 16) {
+            const uint8_t *rows[16];
+            const int nr = N - r0 < 16 ? (int)(N - r0) : 16;
+            for (int r = 0; r < nr; r++) rows[r] = src + (size_t)src_row(&x->s, p, r0 + r) * rb;
+            cllm_kq_panel_pack(kq, (int)K, rows, nr, d + (size_t)(r0 / 16) * p1);
+        }
+        cllm_drop_pages(src, (size_t)N * rb); /* never read again */
+        cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
+        if (!st) {
+            cllm_tensor *tt = &x->f->tensors[x->f->n_tensors - 1];
+            tt->nbytes = pb;
+            tt->kq_type = kq | CLLM_KQ_PANEL;
+        }
+        return st;
+    }
     if (kq && !cu) { /* ggml blocks kept, rows in HF order (model/gguf_ckpt.h) */
         const uint8_t *d = src;
         if (p && p->rows_unit) {
