@@ -176,6 +176,7 @@ void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, flo
 /* The panel form's geometry (kernels/matmul_kq_panel.c): byte offsets inside one panel. */
 typedef struct kern_kq_geo_t {
     int cw, G, U; /* code bits (4 / 6 / 8), units per scale code, units per row */
+    int dsh;      /* unit u's block scales: entry u >> dsh (4; 3 with CLLM_KQ_D128) */
     bool min;
     size_t unit_bytes, sc, mn, d, dm, bytes;
 } kern_kq_geo_t;
@@ -185,7 +186,7 @@ static inline int kern_kq_visit(int U, int u) {
     return (u % 8) * (U / 8) + u / 8;
 }
 static inline size_t kern_kq_block_bytes(int type) {
-    switch (type & ~CLLM_KQ_PANEL) {
+    switch (type & ~(CLLM_KQ_PANEL | CLLM_KQ_D128)) {
     case CLLM_KQ_Q4_1:
         return 20;
     case CLLM_KQ_Q5_1:

@@ -79,11 +79,11 @@ KQ_AI void kq_tile(const kern_kq_geo_t *g, const uint8_t *P, const kq_tok *A, fl
             }
             kv_f ws[KV_NV], wm[KV_NV];
             for (int v = 0; v < KV_NV; v++) {
-                ws[v] =
-                    kv_mul(kv_scale(sc + (u / G) * 16, v), kv_fload(d + (u / 16) * 16 + v * KV_W));
+                ws[v] = kv_mul(kv_scale(sc + (u / G) * 16, v),
+                               kv_fload(d + (u >> g->dsh) * 16 + v * KV_W));
                 if (MIN)
                     wm[v] = kv_mul(kv_scale(mn + (u / G) * 16, v),
-                                   kv_fload(dm + (u / 16) * 16 + v * KV_W));
+                                   kv_fload(dm + (u >> g->dsh) * 16 + v * KV_W));
             }
             for (int t = 0; t < TT; t++) {
                 const kv_f s = kv_fset(A[t].su[u]);
@@ -164,7 +164,7 @@ KQ_AI void kq_panel_run(const cllm_kqweight *w, int n0, int n1, const float *X, 
     }
     const char *toks = kern_kq_tokens(w, X, ldx, A, n_tok, &k);
     const size_t tb = cllm_kq_act_bytes(w->K, 1);
-    const int base = w->type & ~CLLM_KQ_PANEL;
+    const int base = w->type & ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     if (base == CLLM_KQ_Q4_K)
         kq_panel_core(w, n0, n1, toks, tb, n_tok, Y, ldy, 4, 1, VNNI);
     else if (base == CLLM_KQ_Q5_K)

@@ -17,7 +17,10 @@
  *         bytes 2r, 2r + 1 (sign-extended to int16 pairs);
  *   sc: int8 scale codes [U / G][16] (G units per scale: 2 for 32-weight sub-blocks, 1 for Q6_K);
  *   mn: int8 min codes [U / G][16] (Q4_K / Q5_K);
- *   d, dm: float block scales [K / 256][16] (the fp16 d and dmin, exactly).
+ *   d, dm: float block scales [K / 256][16] (the fp16 d and dmin, exactly); with CLLM_KQ_D128
+ *     one per 128 columns [K / 128][16], so that the loader can move 128-column chunks of a
+ *     block (a V-head order on the columns: the GDN out_proj) and each keeps its own block's.
+ *     (kern_kq_geo's dsh: d entry of unit u = u >> dsh.)
  * Each unit's scale is d * (float)sc and min dm * (float)mn: ggml's products, so decoding a panel
  * row gives the block decoder's bits. */
 #include <string.h>
@@ -27,9 +30,8 @@
 
 bool kern_kq_geo(int type, int K, kern_kq_geo_t *g) {
     memset(g, 0, sizeof(*g));
-    type &= ~CLLM_KQ_PANEL;
     if (K <= 0 || K % 256) return false;
-    switch (type) {
+    switch (type & ~(CLLM_KQ_PANEL | CLLM_KQ_D128)) {
     case CLLM_KQ_Q4_K:
         g->cw = 4, g->G = 2, g->min = true;
         break;
@@ -45,7 +47,8 @@ bool kern_kq_geo(int type, int K, kern_kq_geo_t *g) {
     default:
         return false;
     }
-    const size_t U = (size_t)K / 16, NG = U / (size_t)g->G, NB = (size_t)K / 256;
+    g->dsh = type & CLLM_KQ_D128 ? 3 : 4;
+    const size_t U = (size_t)K / 16, NG = U / (size_t)g->G, NB = U >> g->dsh;
     g->U = (int)U;
     g->unit_bytes = (size_t)g->cw * 32; /* 16 rows x 16 codes x cw bits */
     g->sc = U * g->unit_bytes;
@@ -142,27 +145,37 @@ static void block_codes(int type, const uint8_t *b, int8_t *c, int *sc, int *mn,
     kern_kq_decode_row(&one, 0, c, ws, wm);
 }
 
-void cllm_kq_panel_pack(int type, int K, const uint8_t *const *rows, int n_rows, uint8_t *dst) {
+void cllm_kq_panel_pack(int type, int K, const uint8_t *const *rows, int n_rows,
+                        const int *chunk_src, uint8_t *dst) {
     kern_kq_geo_t g;
-    if (!kern_kq_geo(type, K, &g)) return;
+    if (!kern_kq_geo(type, K, &g) || (chunk_src && !(type & CLLM_KQ_D128))) return;
     memset(dst, 0, g.bytes);
+    type &= ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     int8_t *sc = (int8_t *)(dst + g.sc), *mn = (int8_t *)(dst + g.mn);
     float *d = (float *)(void *)(dst + g.d), *dm = (float *)(void *)(dst + g.dm);
     const size_t bb = kern_kq_block_bytes(type);
-    for (int r = 0; r < n_rows && r < 16; r++)
-        for (int b = 0; b < K / 256; b++) {
-            int8_t c[256];
-            int s[16] = {0}, m[16] = {0};
-            float db = 0, dmb = 0;
-            block_codes(type, rows[r] + (size_t)b * bb, c, s, m, &db, &dmb);
-            for (int i = 0; i < 16 / g.G; i++) {
-                sc[(b * 16 / g.G + i) * 16 + r] = (int8_t)s[i];
-                if (g.min) mn[(b * 16 / g.G + i) * 16 + r] = (int8_t)m[i];
+    const int du = 1 << g.dsh; /* units per d entry: 16, or 8 (D128) */
+    for (int r = 0; r < n_rows && r < 16; r++) {
+        int8_t c[256];
+        int s[16] = {0}, m[16] = {0};
+        float db = 0, dmb = 0;
+        int last = -1;
+        for (int ch = 0; ch < K / 128; ch++) { /* destination 128-column chunks, 8 units */
+            const int src = chunk_src ? chunk_src[ch] : ch, b = src / 2, h = src % 2;
+            if (b != last) block_codes(type, rows[r] + (size_t)b * bb, c, s, m, &db, &dmb);
+            last = b;
+            for (int i = 0; i < 8; i++) { /* unit 8 ch + i <- source unit 16 b + 8 h + i */
+                const int u = 8 * ch + i, us = 8 * h + i;
+                put_unit(&g, dst, u, r, c + 16 * us);
+                if (i % g.G == 0) {
+                    sc[(u / g.G) * 16 + r] = (int8_t)s[us / g.G];
+                    if (g.min) mn[(u / g.G) * 16 + r] = (int8_t)m[us / g.G];
+                }
             }
-            d[b * 16 + r] = db;
-            if (g.min) dm[b * 16 + r] = dmb;
-            for (int i = 0; i < 16; i++) put_unit(&g, dst, 16 * b + i, r, c + 16 * i);
+            d[(8 * ch / du) * 16 + r] = db;
+            if (g.min) dm[(8 * ch / du) * 16 + r] = dmb;
         }
+    }
 }
 
 void kern_kq_panel_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm) {
@@ -174,7 +187,7 @@ void kern_kq_panel_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, floa
     const float *d = (const float *)(const void *)(p + g.d),
                 *dm = (const float *)(const void *)(p + g.dm);
     for (int u = 0; u < g.U; u++) {
-        const int gi = (u / g.G) * 16 + r, bi = (u / 16) * 16 + r;
+        const int gi = (u / g.G) * 16 + r, bi = (u >> g.dsh) * 16 + r;
         ws[u] = d[bi] * (float)sc[gi];
         wm[u] = g.min ? dm[bi] * (float)mn[gi] : 0.0f;
         for (int i = 0; i < 16; i++) c[16 * u + i] = (int8_t)get_code(&g, p, u, r, i);

@@ -20,13 +20,13 @@ static float h2f(const uint8_t *p) {
 }
 
 bool kern_kq_has_min(int type) {
-    type &= ~CLLM_KQ_PANEL;
+    type &= ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     return type == CLLM_KQ_Q4_K || type == CLLM_KQ_Q5_K || type == CLLM_KQ_Q4_1 ||
            type == CLLM_KQ_Q5_1;
 }
 
 int kern_kq_block(int type) {
-    type &= ~CLLM_KQ_PANEL;
+    type &= ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     return type == CLLM_KQ_Q4_1 || type == CLLM_KQ_Q5_1 ? 32 : 256;
 }
 

@@ -133,7 +133,7 @@ int main(void) {
                     const uint8_t *rows[16];
                     int nr = N - 16 * p < 16 ? N - 16 * p : 16;
                     for (int r = 0; r < nr; r++) rows[r] = W + (size_t)(16 * p + r) * rb;
-                    cllm_kq_panel_pack(types[ti].kq, K, rows, nr, Pw + (size_t)p * p1);
+                    cllm_kq_panel_pack(types[ti].kq, K, rows, nr, NULL, Pw + (size_t)p * p1);
                 }
                 cllm_kqweight pw = {Pw, 0, types[ti].kq | CLLM_KQ_PANEL, K, N};
                 for (int n = 0; n < N; n++) {
@@ -160,6 +160,38 @@ int main(void) {
                     CHECK(!memcmp(y1, Yr + 3 * (size_t)N, sizeof(y1)));
                 }
                 free(Pw);
+                /* 128-column chunks moved (CLLM_KQ_D128, the loader's V-head order on columns):
+                 * rows decode to the block rows' chunks in that order, tiers == ref */
+                const int pt = types[ti].kq | CLLM_KQ_PANEL | CLLM_KQ_D128, NC = K / 128;
+                int chunk[8];
+                for (int i = 0; i < NC; i++) chunk[i] = (i * 5 + 1) % NC; /* 5 coprime to 2,4,6 */
+                const size_t q1 = cllm_kq_panel_bytes(pt, K, 16);
+                uint8_t *Qw = malloc(cllm_kq_panel_bytes(pt, K, N));
+                for (int p = 0; p * 16 < N; p++) {
+                    const uint8_t *rows[16];
+                    int nr = N - 16 * p < 16 ? N - 16 * p : 16;
+                    for (int r = 0; r < nr; r++) rows[r] = W + (size_t)(16 * p + r) * rb;
+                    cllm_kq_panel_pack(pt, K, rows, nr, chunk, Qw + (size_t)p * q1);
+                }
+                cllm_kqweight qw = {Qw, 0, pt, K, N};
+                for (int n = 0; n < N; n++) {
+                    cllm_kq_dequant_row(&w, n, row);
+                    cllm_kq_dequant_row(&qw, n, row2);
+                    for (int i = 0; i < NC; i++)
+                        CHECK_MSG(!memcmp(row + 128 * chunk[i], row2 + 128 * i, 512),
+                                  "%s K %d row %d chunk %d: moved panel row differs",
+                                  types[ti].name, K, n, i);
+                }
+                float *Yq = calloc((size_t)T * N, 4);
+                ref->matmul_kq(&qw, 0, N, X, (size_t)K, NULL, T, Yq, (size_t)N, false);
+                for (int i = 0; i < nt; i++) {
+                    memset(Ya, 0, sizeof(float) * (size_t)T * N);
+                    tiers[i]->matmul_kq(&qw, 0, 5, NULL, 0, A, T, Ya, (size_t)N, false);
+                    tiers[i]->matmul_kq(&qw, 5, N, X, (size_t)K, NULL, T, Ya, (size_t)N, false);
+                    CHECK_MSG(!memcmp(Ya, Yq, sizeof(float) * (size_t)T * N),
+                              "%s: moved panel %s K %d differs", tiers[i]->name, types[ti].name, K);
+                }
+                free(Yq), free(Qw);
             }
             free(a), free(A), free(W), free(X), free(row), free(row2), free(Yr), free(Ya);
         }
