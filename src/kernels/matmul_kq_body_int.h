@@ -122,6 +122,20 @@ KQ_AI void kq_panel_core(const cllm_kqweight *w, int n0, int n1, const char *tok
                 A[t].au = (const int32_t *)(const void *)(A[t].su + U);
             }
             switch (TT) {
+#if KV_TT >= 8
+            case 8:
+                kq_tile(&g, P, A, out, CW, MIN, 8, VNNI);
+                break;
+            case 7:
+                kq_tile(&g, P, A, out, CW, MIN, 7, VNNI);
+                break;
+            case 6:
+                kq_tile(&g, P, A, out, CW, MIN, 6, VNNI);
+                break;
+            case 5:
+                kq_tile(&g, P, A, out, CW, MIN, 5, VNNI);
+                break;
+#endif
 #if KV_TT >= 4
             case 4:
                 kq_tile(&g, P, A, out, CW, MIN, 4, VNNI);

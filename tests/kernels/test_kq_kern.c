@@ -70,7 +70,7 @@ int main(void) {
         int bytes, blk = cllm_ggml_block(types[ti].ggml, &bytes);
         const int Ks[] = {blk, 2 * blk, blk == 32 ? 96 : 768};
         for (size_t ki = 0; ki < 3; ki++) {
-            const int K = Ks[ki], N = 37, T = 5;
+            const int K = Ks[ki], N = 37, T = 9;
             const size_t rb = (size_t)(K / blk) * (size_t)bytes;
             uint8_t *W = malloc(rb * N);
             fill_blocks(types[ti].ggml, W, (size_t)N * (size_t)(K / blk), bytes);
@@ -145,7 +145,8 @@ int main(void) {
                 const cllm_kern_ops *all[CLLM_KERN_TIERS_MAX + 1] = {ref};
                 for (int i = 0; i < nt; i++) all[i + 1] = tiers[i];
                 for (int i = 0; i <= nt; i++) {
-                    for (int T1 = 1; T1 <= T; T1++) { /* every token tile shape */
+                    for (int T1 = 1; T1 <= T;
+                         T1++) { /* every token tile shape (AVX-512: up to 8) */
                         memset(Ya, 0, sizeof(float) * (size_t)T * N);
                         all[i]->matmul_kq(&pw, 0, 5, X, (size_t)K, NULL, T1, Ya, (size_t)N, false);
                         all[i]->matmul_kq(&pw, 5, 21, NULL, 0, A, T1, Ya, (size_t)N, false);

@@ -1,8 +1,9 @@
 /* AVX-512 ggml block-format matmul (cllm_kern_ops.matmul_kq of the avx512 tiers, kernels.c):
  * panel-form weights through kernels/matmul_kq_body_int.h over 16-lane vectors (one panel of 16
- * rows per vector, up to 4 tokens per tile), with VNNI's vpdpwssd (it wraps like vpaddd: the same
- * integers) or vpmaddwd + vpaddd; block-form weights (Q4_1 / Q5_1, or a caller that did not
- * repack) take the AVX2 kernel. Bitwise the ref's results either way (test_kq_kern). */
+ * rows per vector, up to 8 tokens per tile: 1.15-1.2x 4 at 8 and 64 tokens), with VNNI's vpdpwssd
+ * (it wraps like vpaddd: the same integers) or vpmaddwd + vpaddd; block-form weights (Q4_1 / Q5_1,
+ * or a caller that did not repack) take the AVX2 kernel. Bitwise the ref's results either way
+ * (test_kq_kern). */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -10,7 +11,7 @@
 
 #define KV_AI __attribute__((always_inline)) static inline
 #define KV_W  16
-#define KV_TT 4
+#define KV_TT 8
 typedef __m512i kv_i;
 typedef __m512 kv_f;
 
