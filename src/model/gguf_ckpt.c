@@ -241,7 +241,11 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
     /* columns moved by V head (the GDN out_proj): whole 128-column chunks, each keeping its
      * block's scales (CLLM_KQ_D128) */
     const int pt = kq ? kq | CLLM_KQ_PANEL | (cu ? CLLM_KQ_D128 : 0) : 0;
-    const size_t pb = kq && cu % 128 == 0 ? cllm_kq_panel_bytes(pt, (int)K, (int)N) : 0;
+    /* Q4_K / Q6_K panels are the file's size (4.75 / 6.6 bits a weight, file 4.5 / 6.56); Q5_K's
+     * and IQ4_XS's int8 codes would be 8.6 (file 5.5 / 4.25), so they stay in blocks unless the
+     * alternative is F32 */
+    const bool panel = kq == CLLM_KQ_Q4_K || kq == CLLM_KQ_Q6_K || (kq && cu);
+    const size_t pb = panel && cu % 128 == 0 ? cllm_kq_panel_bytes(pt, (int)K, (int)N) : 0;
     if (pb) { /* repacked into panels of 16 rows, rows in HF order (model/gguf_ckpt.h) */
         const size_t p1 = cllm_kq_panel_bytes(pt, (int)K, 16);
         uint8_t *d = arena_alloc(x->ar, pb);
