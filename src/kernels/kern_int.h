@@ -173,6 +173,38 @@ static inline void kern_kq_k45_scales(const uint8_t *b, float d, float dmin, flo
     }
 }
 void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
+/* The panel form's geometry (kernels/matmul_kq_panel.c): byte offsets inside one panel. */
+typedef struct kern_kq_geo_t {
+    int cw, G, U; /* code bits (4 / 6 / 8), units per scale code, units per row */
+    int dsh;      /* unit u's block scales: entry u >> dsh (4; 3 with CLLM_KQ_D128) */
+    bool min;
+    size_t unit_bytes, sc, mn, d, dm, bytes;
+} kern_kq_geo_t;
+bool kern_kq_geo(int type, int K, kern_kq_geo_t *g);
+/* Unit u's place in a panel's code stream: lane class u % 8 first, then u / 8. */
+static inline int kern_kq_visit(int U, int u) {
+    return (u % 8) * (U / 8) + u / 8;
+}
+static inline size_t kern_kq_block_bytes(int type) {
+    switch (type & ~(CLLM_KQ_PANEL | CLLM_KQ_D128)) {
+    case CLLM_KQ_Q4_1:
+        return 20;
+    case CLLM_KQ_Q5_1:
+        return 24;
+    case CLLM_KQ_Q4_K:
+        return 144;
+    case CLLM_KQ_Q5_K:
+        return 176;
+    case CLLM_KQ_Q6_K:
+        return 210;
+    case CLLM_KQ_IQ4_XS:
+        return 136;
+    default:
+        return 0;
+    }
+}
+/* Row n of a panel-form matrix as kern_kq_decode_row gives it. */
+void kern_kq_panel_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm);
 /* This thread's scratch for a call of n_tok tokens; -1 when it cannot grow. */
 int kern_kq_scratch(const cllm_kqweight *w, int n_tok, kern_kq_work *k);
 /* The tokens the kernel reads: A when given, else X prepared into k's scratch. */
@@ -185,6 +217,10 @@ void kern_matmul_kq_ref(const cllm_kqweight *w, int n0, int n1, const float *X, 
                         const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                          const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
+void kern_matmul_kq_avx512(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                           const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
+void kern_matmul_kq_avx512_vnni(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
+                                const void *A, int n_tok, float *Y, size_t ldy, bool act_f32);
 /* The act_f32 form (kernels.h), the same in every tier. */
 void kern_matmul_kq_f32(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                         int n_tok, float *Y, size_t ldy);

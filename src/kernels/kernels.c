@@ -50,8 +50,8 @@ static void fill_avx2(cllm_kern_ops *o) {
     o->silu_mul = kern_silu_mul_avx2;
 }
 
-/* avx2 + AVX-512 F/BW/VL/DQ for the GPTQ int kernels, gemm_f32 and gdn_step; float matmuls, the
- * chunked GDN, the activation preps, matmul_kq and silu_mul stay AVX2. */
+/* avx2 + AVX-512 F/BW/VL/DQ for the GPTQ int kernels, gemm_f32, gdn_step and panel-form
+ * matmul_kq; float matmuls, the chunked GDN, the activation preps and silu_mul stay AVX2. */
 static void fill_avx512_bw(cllm_kern_ops *o) {
     *o = avx2_ops;
     o->name = "avx512bw";
@@ -60,6 +60,7 @@ static void fill_avx512_bw(cllm_kern_ops *o) {
     o->matmul_q4_qact = kern_matmul_q4_qact_avx512;
     o->matmul_q_qact16 = kern_matmul_q_qact16_avx512;
     o->gemm_f32 = kern_gemm_f32_avx512;
+    o->matmul_kq = kern_matmul_kq_avx512;
 }
 
 /* avx512bw with VNNI's vpdpbusd / vpdpwssd for the integer-activation kernels instead of
@@ -69,6 +70,7 @@ static void fill_avx512_vnni(cllm_kern_ops *o) {
     o->name = "avx512";
     o->matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni;
     o->matmul_q_qact16 = kern_matmul_q_qact16_avx512_vnni;
+    o->matmul_kq = kern_matmul_kq_avx512_vnni;
 }
 #endif
 

@@ -152,6 +152,11 @@ typedef void (*cllm_gemm_fn)(int M, int N, int K, const float *A, size_t lda, co
  * m of the 32-sub-block; Q6_K: d * sc of the 16; IQ4_XS: d * (ls - 32), c the codebook value;
  * Q4_1 / Q5_1: d and -m). */
 enum { CLLM_KQ_Q4_1 = 1, CLLM_KQ_Q5_1, CLLM_KQ_Q4_K, CLLM_KQ_Q5_K, CLLM_KQ_Q6_K, CLLM_KQ_IQ4_XS };
+/* type | CLLM_KQ_PANEL: the same weights repacked by cllm_kq_panel_pack (data = the panels,
+ * row_bytes unused by the kernels); every tier runs both forms with the same results. */
+#define CLLM_KQ_PANEL 0x100
+/* with CLLM_KQ_PANEL: block scales kept per 128 columns (cllm_kq_panel_pack's chunk_src) */
+#define CLLM_KQ_D128 0x200
 /* ggml's non-linear 4-bit codebook (kvalues_iq4nl) of IQ4_NL and IQ4_XS. */
 extern const int8_t cllm_kq_iq4_values[16];
 typedef struct cllm_kqweight {
@@ -173,6 +178,17 @@ typedef struct cllm_kqweight {
 /* Row n of w as floats: ws_u * c - wm_u (two roundings at most; ggml's own dequantization may
  * fuse them, 1 ulp apart). */
 void cllm_kq_dequant_row(const cllm_kqweight *w, int n, float *dst);
+/* Panel form (kernels/matmul_kq_panel.c has the layout): 16 rows per panel, codes in the order the
+ * SIMD tiers read them, unit scales as int8 codes times float block scales, so the kernels stream
+ * the weights with no per-call decoding. Lossless: a panel row decodes to the block row's bits.
+ * Q4_K, Q5_K, Q6_K and IQ4_XS with K % 256 == 0; cllm_kq_panel_bytes is 0 for anything else
+ * (Q4_1 / Q5_1 stay in blocks). pack writes one panel (cllm_kq_panel_bytes(type, K, 16) bytes)
+ * from n_rows <= 16 block-form rows; missing rows are zero. chunk_src (NULL: identity; needs
+ * type | CLLM_KQ_D128): column chunk i (128 columns) of the panel is source chunk chunk_src[i]
+ * (a permutation of whole 128-column chunks, ggml's blocks split in halves). */
+size_t cllm_kq_panel_bytes(int type, int K, int N);
+void cllm_kq_panel_pack(int type, int K, const uint8_t *const *rows, int n_rows,
+                        const int *chunk_src, uint8_t *dst);
 /* matmul_kq's prepared activations, the same layout in every tier: per token, int16 codes [K],
  * the unit scales s_{u/2} [K/16] (float) and the unit code sums [K/16] (int32). A caller that
  * runs several row slices of one input prepares it once (model/forward.c); K % 32 == 0. */

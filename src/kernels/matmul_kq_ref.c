@@ -20,11 +20,13 @@ static float h2f(const uint8_t *p) {
 }
 
 bool kern_kq_has_min(int type) {
+    type &= ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     return type == CLLM_KQ_Q4_K || type == CLLM_KQ_Q5_K || type == CLLM_KQ_Q4_1 ||
            type == CLLM_KQ_Q5_1;
 }
 
 int kern_kq_block(int type) {
+    type &= ~(CLLM_KQ_PANEL | CLLM_KQ_D128);
     return type == CLLM_KQ_Q4_1 || type == CLLM_KQ_Q5_1 ? 32 : 256;
 }
 
@@ -85,6 +87,10 @@ static void dec_q_1(const uint8_t *b, bool q5, int8_t *c, float *ws, float *wm) 
 }
 
 void kern_kq_decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, float *wm) {
+    if (w->type & CLLM_KQ_PANEL) {
+        kern_kq_panel_row(w, n, c, ws, wm);
+        return;
+    }
     const uint8_t *b = w->data + (size_t)n * w->row_bytes;
     const int B = kern_kq_block(w->type), nb = w->K / B;
     const size_t bb = w->row_bytes / (size_t)nb;

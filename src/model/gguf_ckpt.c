@@ -238,6 +238,40 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         return st;
     }
     const int kq = cllm_gguf_kq_type(t->type);
+    /* columns moved by V head (the GDN out_proj): whole 128-column chunks, each keeping its
+     * block's scales (CLLM_KQ_D128) */
+    const int pt = kq ? kq | CLLM_KQ_PANEL | (cu ? CLLM_KQ_D128 : 0) : 0;
+    /* Q4_K / Q6_K panels are the file's size (4.75 / 6.6 bits a weight, file 4.5 / 6.56); Q5_K's
+     * and IQ4_XS's int8 codes would be 8.6 (file 5.5 / 4.25), so they stay in blocks unless the
+     * alternative is F32 */
+    const bool panel = kq == CLLM_KQ_Q4_K || kq == CLLM_KQ_Q6_K || (kq && cu);
+    const size_t pb = panel && cu % 128 == 0 ? cllm_kq_panel_bytes(pt, (int)K, (int)N) : 0;
+    if (pb) { /* repacked into panels of 16 rows, rows in HF order (model/gguf_ckpt.h) */
+        const size_t p1 = cllm_kq_panel_bytes(pt, (int)K, 16);
+        uint8_t *d = arena_alloc(x->ar, pb);
+        int *chunks = cu ? malloc(sizeof(int) * (size_t)(K / 128)) : NULL;
+        if (!d || (cu && !chunks)) {
+            free(chunks);
+            return oom(x);
+        }
+        for (int64_t i = 0; cu && i < K / 128; i++)
+            chunks[i] = (int)(src_col(&x->s, cu, 128 * i) / 128);
+        for (int64_t r0 = 0; r0 < N; r0 += 16) {
+            const uint8_t *rows[16];
+            const int nr = N - r0 < 16 ? (int)(N - r0) : 16;
+            for (int r = 0; r < nr; r++) rows[r] = src + (size_t)src_row(&x->s, p, r0 + r) * rb;
+            cllm_kq_panel_pack(pt, (int)K, rows, nr, chunks, d + (size_t)(r0 / 16) * p1);
+        }
+        free(chunks);
+        cllm_drop_pages(src, (size_t)N * rb); /* never read again */
+        cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
+        if (!st) {
+            cllm_tensor *tt = &x->f->tensors[x->f->n_tensors - 1];
+            tt->nbytes = pb;
+            tt->kq_type = pt;
+        }
+        return st;
+    }
     if (kq && !cu) { /* ggml blocks kept, rows in HF order (model/gguf_ckpt.h) */
         const uint8_t *d = src;
         if (p && p->rows_unit) {

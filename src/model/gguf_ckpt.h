@@ -4,9 +4,12 @@
  * A = -exp(A_log), stacked experts) with where each fact comes from.
  *
  * Weights keep their exact values: Q4_0 / Q5_0 / Q8_0 / IQ4_NL become GPTQ int4 / int8 groups of
- * 32 with the block's fp16 scale (P.qweight, P.qzeros, P.scales: no rounding anywhere); Q4_1,
- * Q5_1, Q4_K, Q5_K, Q6_K and IQ4_XS stay in their blocks (P.weight, dtype U8, kq_type set: run by
- * cllm_kern_ops.matmul_kq, rows copied only when the V-head order moves them); F32 / F16 / BF16
+ * 32 with the block's fp16 scale (P.qweight, P.qzeros, P.scales: no rounding anywhere); Q4_K
+ * and Q6_K (and Q5_K / IQ4_XS matrices whose columns move by V head) are repacked into
+ * matmul_kq's panel form (kernels.h, cllm_kq_panel_pack: the same codes and scales, rows in HF
+ * order; kq_type has CLLM_KQ_PANEL), Q4_1 / Q5_1 / Q5_K / IQ4_XS stay in their blocks (rows copied
+ * only when the V-head order moves them), both P.weight, dtype U8, run by
+ * cllm_kern_ops.matmul_kq; F32 / F16 / BF16
  * stay as they are (views into the map when no reordering is needed). What cannot stay in blocks
  * (a matrix whose columns the V-head order moves: the GDN out_proj when there are more V than K
  * heads, unless its blocks are whole heads; a tied embedding; rows not a multiple of 8 for the

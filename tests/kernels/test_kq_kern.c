@@ -70,7 +70,7 @@ int main(void) {
         int bytes, blk = cllm_ggml_block(types[ti].ggml, &bytes);
         const int Ks[] = {blk, 2 * blk, blk == 32 ? 96 : 768};
         for (size_t ki = 0; ki < 3; ki++) {
-            const int K = Ks[ki], N = 13, T = 5;
+            const int K = Ks[ki], N = 37, T = 9;
             const size_t rb = (size_t)(K / blk) * (size_t)bytes;
             uint8_t *W = malloc(rb * N);
             fill_blocks(types[ti].ggml, W, (size_t)N * (size_t)(K / blk), bytes);
@@ -116,10 +116,83 @@ int main(void) {
                 tiers[i]->matmul_kq(&w, 5, N, NULL, 0, A, T, Ya, (size_t)N, false);
                 CHECK_MSG(!memcmp(Ya, Yr, sizeof(float) * (size_t)T * N), "%s: %s K %d differs",
                           tiers[i]->name, types[ti].name, K);
-                float y1[13];
+                float y1[37];
                 tiers[i]->matmul_kq(&w, 0, N, X + 3 * (size_t)K, (size_t)K, NULL, 1, y1, (size_t)N,
                                     false);
                 CHECK(!memcmp(y1, Yr + 3 * (size_t)N, sizeof(y1)));
+            }
+            /* the panel form (Q4_K / Q5_K / Q6_K / IQ4_XS): rows decode to the block rows' bits,
+             * every tier (ref included) gives the block form's results, in ranges that cut
+             * panels, alone and in a batch */
+            const size_t pb = cllm_kq_panel_bytes(types[ti].kq, K, N);
+            CHECK(!pb == (types[ti].kq == CLLM_KQ_Q4_1 || types[ti].kq == CLLM_KQ_Q5_1));
+            if (pb) {
+                const size_t p1 = cllm_kq_panel_bytes(types[ti].kq, K, 16);
+                uint8_t *Pw = malloc(pb);
+                for (int p = 0; p * 16 < N; p++) {
+                    const uint8_t *rows[16];
+                    int nr = N - 16 * p < 16 ? N - 16 * p : 16;
+                    for (int r = 0; r < nr; r++) rows[r] = W + (size_t)(16 * p + r) * rb;
+                    cllm_kq_panel_pack(types[ti].kq, K, rows, nr, NULL, Pw + (size_t)p * p1);
+                }
+                cllm_kqweight pw = {Pw, 0, types[ti].kq | CLLM_KQ_PANEL, K, N};
+                for (int n = 0; n < N; n++) {
+                    cllm_kq_dequant_row(&w, n, row);
+                    cllm_kq_dequant_row(&pw, n, row2);
+                    CHECK_MSG(!memcmp(row, row2, sizeof(float) * (size_t)K),
+                              "%s K %d row %d: panel row != block row", types[ti].name, K, n);
+                }
+                const cllm_kern_ops *all[CLLM_KERN_TIERS_MAX + 1] = {ref};
+                for (int i = 0; i < nt; i++) all[i + 1] = tiers[i];
+                for (int i = 0; i <= nt; i++) {
+                    for (int T1 = 1; T1 <= T;
+                         T1++) { /* every token tile shape (AVX-512: up to 8) */
+                        memset(Ya, 0, sizeof(float) * (size_t)T * N);
+                        all[i]->matmul_kq(&pw, 0, 5, X, (size_t)K, NULL, T1, Ya, (size_t)N, false);
+                        all[i]->matmul_kq(&pw, 5, 21, NULL, 0, A, T1, Ya, (size_t)N, false);
+                        all[i]->matmul_kq(&pw, 21, N, NULL, 0, A, T1, Ya, (size_t)N, false);
+                        CHECK_MSG(!memcmp(Ya, Yr, sizeof(float) * (size_t)T1 * N),
+                                  "%s: panel %s K %d, %d tokens differs", all[i]->name,
+                                  types[ti].name, K, T1);
+                    }
+                    float y1[37];
+                    all[i]->matmul_kq(&pw, 0, N, X + 3 * (size_t)K, (size_t)K, NULL, 1, y1,
+                                      (size_t)N, false);
+                    CHECK(!memcmp(y1, Yr + 3 * (size_t)N, sizeof(y1)));
+                }
+                free(Pw);
+                /* 128-column chunks moved (CLLM_KQ_D128, the loader's V-head order on columns):
+                 * rows decode to the block rows' chunks in that order, tiers == ref */
+                const int pt = types[ti].kq | CLLM_KQ_PANEL | CLLM_KQ_D128, NC = K / 128;
+                int chunk[8];
+                for (int i = 0; i < NC; i++) chunk[i] = (i * 5 + 1) % NC; /* 5 coprime to 2,4,6 */
+                const size_t q1 = cllm_kq_panel_bytes(pt, K, 16);
+                uint8_t *Qw = malloc(cllm_kq_panel_bytes(pt, K, N));
+                for (int p = 0; p * 16 < N; p++) {
+                    const uint8_t *rows[16];
+                    int nr = N - 16 * p < 16 ? N - 16 * p : 16;
+                    for (int r = 0; r < nr; r++) rows[r] = W + (size_t)(16 * p + r) * rb;
+                    cllm_kq_panel_pack(pt, K, rows, nr, chunk, Qw + (size_t)p * q1);
+                }
+                cllm_kqweight qw = {Qw, 0, pt, K, N};
+                for (int n = 0; n < N; n++) {
+                    cllm_kq_dequant_row(&w, n, row);
+                    cllm_kq_dequant_row(&qw, n, row2);
+                    for (int i = 0; i < NC; i++)
+                        CHECK_MSG(!memcmp(row + 128 * chunk[i], row2 + 128 * i, 512),
+                                  "%s K %d row %d chunk %d: moved panel row differs",
+                                  types[ti].name, K, n, i);
+                }
+                float *Yq = calloc((size_t)T * N, 4);
+                ref->matmul_kq(&qw, 0, N, X, (size_t)K, NULL, T, Yq, (size_t)N, false);
+                for (int i = 0; i < nt; i++) {
+                    memset(Ya, 0, sizeof(float) * (size_t)T * N);
+                    tiers[i]->matmul_kq(&qw, 0, 5, NULL, 0, A, T, Ya, (size_t)N, false);
+                    tiers[i]->matmul_kq(&qw, 5, N, X, (size_t)K, NULL, T, Ya, (size_t)N, false);
+                    CHECK_MSG(!memcmp(Ya, Yq, sizeof(float) * (size_t)T * N),
+                              "%s: moved panel %s K %d differs", tiers[i]->name, types[ti].name, K);
+                }
+                free(Yq), free(Qw);
             }
             free(a), free(A), free(W), free(X), free(row), free(row2), free(Yr), free(Ya);
         }

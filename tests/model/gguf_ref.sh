@@ -13,7 +13,9 @@
 # forward_golden.sh for F32 models (cllm computes in fp32 over the same weight values, whatever
 # path a type takes: GPTQ groups, F32 expansion or block kernels). For the q4_k_m mix also a
 # 1-token prompt and --prefill-chunk 30 (three calls, crossing the 64-token GDN chunk) vs the
-# same reference. Exit 77 without /usr/bin/python3 + numpy.
+# same reference; and the q4_k_m mix once more on linear_value_head_dim 128 (out_proj's columns
+# then move in 128-column chunks and stay quantized: not logged as F32, logits == reference; a
+# loader that ignored the chunk order was 1.56 off). Exit 77 without /usr/bin/python3 + numpy.
 # (The split mix found an off-by-one in split_name, fixed since.)
 set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/gguf_ref
@@ -119,6 +121,20 @@ PYEOF
       bad "$mix: int16 codes, chunked prefill differs"
   else bad "$mix: eval with int16 codes"; fi
 done
+# linear_value_head_dim 128 (the real model's): the K-quant out_proj's columns move in whole
+# 128-column chunks, so it is repacked into panels with per-128 block scales (CLLM_KQ_D128)
+# instead of held as F32 as with the 64 above; the q4km mix against its reference.
+V=$T/v128; mkdir -p "$V"
+sed 's/"linear_value_head_dim": 64/"linear_value_head_dim": 128/' "$T/cfg.json" >"$V/cfg.json"
+if grep -q '"linear_value_head_dim": 128' "$V/cfg.json" &&
+  "$BIN" synth --config "$V/cfg.json" "$V/fp" --seed 12 --dtype f32 -q &&
+  $PY "$T/prep.py" "$V/fp" "$V" "$T70" q4km >/dev/null &&
+  "$BIN" eval "$V/$(cat "$V/q4km.first")" --tokens "$T70" --dump-logits "$V/c.f32" >"$V/out" 2>&1; then
+  ! grep -q "held as F32" "$V/out" && ok "v128: out_proj kept quantized" ||
+    bad "v128: out_proj held as F32"
+  $PY "$T/cmp.py" "$V/c.f32" "$V/q4km.70.r.f32" "q4km v128 70 tokens" && ok "q4km v128 == reference" ||
+    bad "q4km v128: logits vs reference"
+else bad "v128: synth / convert / eval"; fi
 if [ -f "$T/split.first" ]; then n=$(ls "$T"/split-*-of-*.gguf 2>/dev/null | wc -l)
   [ "$n" -gt 1 ] && ok "split set has $n files" || bad "split set: $n files"; fi
 [ $fail = 0 ] && echo "gguf_ref: all passed"

@@ -1,6 +1,8 @@
-/* AVX2 ggml block-format matmul (cllm_kern_ops.matmul_kq, kernels.h): eight units of 16 inputs
- * per step, their exact int32 sums gathered into one vector so that lane j accumulates unit
- * u = 8i + j exactly as the reference's L[u % 8] does (bitwise the same results). */
+/* AVX2 ggml block-format matmul (cllm_kern_ops.matmul_kq, kernels.h). Panel form: the shared
+ * body (kernels/matmul_kq_body_int.h) over 8-lane vectors. Block form (Q4_1 / Q5_1, or weights a
+ * caller did not repack): rows decoded once per call, eight units of 16 inputs per step, their
+ * exact int32 sums gathered into one vector so that lane j accumulates unit u = 8i + j exactly as
+ * the reference's L[u % 8] does. Bitwise the same results as ref either way. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -92,10 +94,92 @@ static void decode_row(const cllm_kqweight *w, int n, int8_t *c, float *ws, floa
 #undef ST
 }
 
+/* ---- panel form (kernels/matmul_kq_body_int.h over 8 lanes: a panel is two vectors) ---- */
+#define KV_AI __attribute__((always_inline)) static inline
+#define KV_W  8
+#define KV_TT 2
+typedef __m256i kv_i;
+typedef __m256 kv_f;
+
+KV_AI kv_i kv_izero(void) {
+    return _mm256_setzero_si256();
+}
+KV_AI kv_i kv_iadd(kv_i a, kv_i b) {
+    return _mm256_add_epi32(a, b);
+}
+KV_AI kv_i kv_dot(kv_i acc, kv_i u, int32_t a, const int VNNI) {
+    (void)VNNI;
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(u, _mm256_set1_epi32(a)));
+}
+KV_AI kv_i kv_isub(kv_i a, kv_i b) {
+    return _mm256_sub_epi32(a, b);
+}
+KV_AI kv_i kv_iset(int32_t x) {
+    return _mm256_set1_epi32(x);
+}
+KV_AI kv_i kv_or(kv_i a, kv_i b) {
+    return _mm256_or_si256(a, b);
+}
+KV_AI kv_i kv_hi2(kv_i x, int j) {
+    const kv_i m = _mm256_set1_epi32(0x00300030);
+    if (j < 2) return _mm256_and_si256(_mm256_slli_epi32(x, 4 - 2 * j), m);
+    return _mm256_and_si256(j > 2 ? _mm256_srli_epi32(x, 2 * j - 4) : x, m);
+}
+KV_AI void kv_prefetch(const uint8_t *p) {
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+}
+KV_AI kv_i kv_load4(const uint8_t *p, int v) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)(p + 32 * v));
+}
+KV_AI kv_i kv_pairs4(kv_i x, int j) {
+    const __m256i m = _mm256_set1_epi32(0x000F000F);
+    return _mm256_and_si256(j ? _mm256_srli_epi32(x, 4 * j) : x, m);
+}
+KV_AI kv_i kv_codes8(const uint8_t *p, int v) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * v)));
+}
+KV_AI kv_f kv_scale(const int8_t *p, int v) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8 * v))));
+}
+KV_AI kv_f kv_fzero(void) {
+    return _mm256_setzero_ps();
+}
+KV_AI kv_f kv_fload(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+KV_AI void kv_fstore(float *p, kv_f v) {
+    _mm256_storeu_ps(p, v);
+}
+KV_AI kv_f kv_fset(float x) {
+    return _mm256_set1_ps(x);
+}
+KV_AI kv_f kv_cvt(kv_i x) {
+    return _mm256_cvtepi32_ps(x);
+}
+KV_AI kv_f kv_mul(kv_f a, kv_f b) {
+    return _mm256_mul_ps(a, b);
+}
+KV_AI kv_f kv_add(kv_f a, kv_f b) {
+    return _mm256_add_ps(a, b);
+}
+KV_AI kv_f kv_fmadd(kv_f a, kv_f b, kv_f c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
+KV_AI kv_f kv_fnmadd(kv_f a, kv_f b, kv_f c) {
+    return _mm256_fnmadd_ps(a, b, c);
+}
+
+#include "kernels/matmul_kq_body_int.h"
+
 void kern_matmul_kq_avx2(const cllm_kqweight *w, int n0, int n1, const float *X, size_t ldx,
                          const void *A, int n_tok, float *Y, size_t ldy, bool act_f32) {
     if (act_f32) {
         kern_matmul_kq_f32(w, n0, n1, X, ldx, n_tok, Y, ldy);
+        return;
+    }
+    if (w->type & CLLM_KQ_PANEL) {
+        kq_panel_run(w, n0, n1, X, ldx, A, n_tok, Y, ldy, 0);
         return;
     }
     kern_kq_work k;
