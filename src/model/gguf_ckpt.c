@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/mem.h"
+#include "base/threadpool.h"
 #include "kernels/kernels.h"
 #include "model/gguf_quant.h"
 #include "model/gguf_tok.h"
@@ -89,6 +90,7 @@ typedef struct gctx {
     shape s;
     cllm_error *err;
     unsigned f32_types; /* bit per type already logged as held in F32 */
+    cllm_pool *pool;    /* the K-quant panel repack's threads (made at the first panel matrix) */
 } gctx;
 
 static cllm_status oom(gctx *x) {
@@ -186,6 +188,32 @@ static cllm_status mat_f32(gctx *x, const cllm_gguf_tensor *t, const char *name,
 }
 
 /* HF matrix `hf` (no ".weight") [N][K] from GGUF rows at src (row length K, type of t). */
+
+/* Panels [b, e) of one K-quant matrix (cllm_kq_panel_pack), rows in HF order. */
+typedef struct pack_job {
+    gctx *x;
+    const perm *p;
+    const uint8_t *src;
+    size_t rb;
+    int64_t N, K;
+    int pt;
+    size_t p1;
+    const int *chunks;
+    uint8_t *d;
+} pack_job;
+
+static void pack_worker(void *vj, size_t b, size_t e, int tid) {
+    (void)tid;
+    pack_job *j = vj;
+    for (size_t i = b; i < e; i++) {
+        int64_t r0 = (int64_t)i * 16;
+        const uint8_t *rows[16];
+        const int nr = j->N - r0 < 16 ? (int)(j->N - r0) : 16;
+        for (int r = 0; r < nr; r++)
+            rows[r] = j->src + (size_t)src_row(&j->x->s, j->p, r0 + r) * j->rb;
+        cllm_kq_panel_pack(j->pt, (int)j->K, rows, nr, j->chunks, j->d + i * j->p1);
+    }
+}
 static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const uint8_t *src,
                        int64_t N, int64_t K, const perm *p) {
     int bytes, blk = cllm_ggml_block(t->type, &bytes), bits = 0, zero = 0;
@@ -256,12 +284,10 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         }
         for (int64_t i = 0; cu && i < K / 128; i++)
             chunks[i] = (int)(src_col(&x->s, cu, 128 * i) / 128);
-        for (int64_t r0 = 0; r0 < N; r0 += 16) {
-            const uint8_t *rows[16];
-            const int nr = N - r0 < 16 ? (int)(N - r0) : 16;
-            for (int r = 0; r < nr; r++) rows[r] = src + (size_t)src_row(&x->s, p, r0 + r) * rb;
-            cllm_kq_panel_pack(pt, (int)K, rows, nr, chunks, d + (size_t)(r0 / 16) * p1);
-        }
+        /* every panel is its own output: threads (about 1 ns a weight on one) */
+        if (!x->pool) x->pool = cllm_pool_create(0);
+        pack_job j = {x, p, src, rb, N, K, pt, p1, chunks, d};
+        cllm_pool_for(x->pool, (size_t)(N + 15) / 16, pack_worker, &j);
         free(chunks);
         cllm_drop_pages(src, (size_t)N * rb); /* never read again */
         cllm_status st = add(x, name, CLLM_DT_U8, N, K, d);
@@ -640,9 +666,10 @@ cllm_status cllm_gguf_ckpt_fill(cllm_ckpt *c, const char *path, cllm_error *err)
         f->path = real;
     }
     if (st) return st;
-    gctx x = {o->g, f, 0, &o->ar, {0}, err, 0};
+    gctx x = {o->g, f, 0, &o->ar, {0}, err, 0, NULL};
     if ((st = read_shape(o->g, &x.s, path, err))) return st;
     for (size_t i = 0; i < o->g->n_tensors && !st; i++) st = one_tensor(&x, &o->g->tensors[i]);
+    if (x.pool) cllm_pool_free(x.pool);
     return st;
 }
 
