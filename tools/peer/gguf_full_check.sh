@@ -18,10 +18,16 @@
 # Prints max |diff| / max |logit| per row (as tools/peer/gguf_vs_llama.sh) and the chat answer.
 #   PEER_DIR=/work/peer tools/peer/gguf_full_check.sh        # both parts
 #   PARTS=exact | PARTS=full                                  # one of them
-# Environment: WAIT_MEM (10-s waits for RAM before cllm loads the full file, 60), DIR (work folder, default a new one under /work/peer/tmp: the files are big, keep
-# them off a small /tmp), KEEP=1 (keep the files), CLLM, PORT (18298), IDS (token ids).
+#   PARTS=depth DEPTHS="2 8"   cllm float vs cllm int16 codes vs llama.cpp on Q4_K_M files of
+#                              2, 8, ... layers: how the on-file gap grows with depth
+# Environment: MIX (the exact part's mix: q4_k_m, q4_0, q8_0), RETYPE (exact part: gguf_retype.py
+# rules applied to its file first, e.g. '@Q6_K=Q8_0'), WAIT_MEM (10-s waits for 8 GiB available
+# before cllm loads the full file, 60), DIR (work folder, default a new one under $PEER_DIR/tmp:
+# the files are big, keep them off a small /tmp), KEEP=1 (keep the files), CLLM, PORT (18298),
+# IDS (token ids).
 # Needs: disk for the full file (~21.7 GB) or the exact part's two (~2 + ~11 GB); RAM: one engine
-# at a time (cllm holds the full model's panels, ~20 GB).
+# at a time (measured on the full file: llama.cpp without repacking 7.0 GB max RSS, cllm 7.0 GB:
+# both run the K-quant blocks from the mapped file).
 set -euo pipefail
 : "${PEER_DIR:?set PEER_DIR}"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,9 +71,13 @@ c = json.load(open(sys.argv[1]))
 c.get("text_config", c)["full_attention_interval"] = 2  # 2 layers: linear, full
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
-        log "exact: writing the 2-layer full-width Q4_K_M GGUF"
+        log "exact: writing the 2-layer full-width ${MIX:-q4_k_m} GGUF"
         $PY "$SRC/tools/ref/make_gguf_random.py" --config "$T/w2.json" --layers 2 --no-mtp \
-            --mix q4_k_m --vocab-gguf "$VOC" --out "$T/w2.gguf" | tail -1
+            --mix "${MIX:-q4_k_m}" --vocab-gguf "$VOC" --out "$T/w2.gguf" | tail -1
+        if [ -n "${RETYPE:-}" ]; then # bisecting by tensor kind: re-encode some tensors first
+            $PY "$SRC/tools/peer/gguf_retype.py" "$T/w2.gguf" "$T/w2r.gguf" "$RETYPE"
+            mv "$T/w2r.gguf" "$T/w2.gguf"
+        fi
         log "exact: its F32 twin"
         timed $PY "$SRC/tools/peer/gguf_to_f32.py" "$T/w2.gguf" "$T/w2.f32.gguf"
         log "exact: llama.cpp on the F32 twin"
@@ -78,7 +88,7 @@ PY
         log "exact: cllm on the Q4_K_M file, float activations and int16 codes"
         CLLM_ACT16=float timed "$CLLM" eval "$T/w2.gguf" -t 2 --tokens "$IDS" --dump-logits "$T/cllm_float" 2>&1 | tail -1
         CLLM_ACT16=int timed "$CLLM" eval "$T/w2.gguf" -t 2 --tokens "$IDS" --dump-logits "$T/cllm_int" 2>&1 | tail -1
-        compare "exact (2 layers, full width, Q4_K_M)" "$T/ll_f32" "$T/cllm_float" "$T/cllm_int" "$T/ll_q"
+        compare "exact (2 layers, full width, ${MIX:-q4_k_m})" "$T/ll_f32" "$T/cllm_float" "$T/cllm_int" "$T/ll_q"
         [ -z "${KEEP:-}" ] && rm -f "$T/w2.gguf"
         ;;
     full)
@@ -95,9 +105,9 @@ PY
         LLAMA_LOGITS_NO_REPACK=1 timed "$LL" "$BIG" "$IDS" "$T/full_ll" >"$T/full_ll.log" 2>&1 ||
             tail -5 "$T/full_ll.log"
         tail -1 "$T/full_ll.log"
-        # cllm holds the model's panels in anonymous memory (about the file's size): on a shared box
-        # wait until that much is available rather than push another process into the OOM killer
-        need=$(($(stat -c %s "$BIG") / 1024 + 1024 * 1024))
+        # cllm runs the K-quant blocks from the mapped file (7.0 GB max RSS measured): on a shared
+        # box wait for that much rather than push another process into the OOM killer
+        need=$((8 * 1024 * 1024))
         enough=""
         for i in $(seq 1 "${WAIT_MEM:-60}"); do
             avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
@@ -133,6 +143,19 @@ print("chat answer:", repr(c["message"]["content"]), "finish", c["finish_reason"
         kill "$SP" 2>/dev/null || true
         wait "$SP" 2>/dev/null || true
         [ -z "${KEEP:-}" ] && rm -f "$BIG"
+        ;;
+    depth)
+        # how far llama.cpp's 8-bit activations take it from cllm on the file as layers are added
+        for L in ${DEPTHS:-2 8}; do
+            log "depth: $L layers, Q4_K_M"
+            $PY "$SRC/tools/ref/make_gguf_random.py" --config "$SRC/configs/qwen3.5-35b-a3b.json" \
+                --layers "$L" --no-mtp --mix q4_k_m --vocab-gguf "$VOC" --out "$T/d$L.gguf" | tail -1
+            "$LL" "$T/d$L.gguf" "$IDS" "$T/d${L}_ll" >"$T/d${L}_ll.log" 2>&1
+            CLLM_ACT16=int "$CLLM" eval "$T/d$L.gguf" -t 2 --tokens "$IDS" --dump-logits "$T/d${L}_int" 2>/dev/null
+            CLLM_ACT16=float "$CLLM" eval "$T/d$L.gguf" -t 2 --tokens "$IDS" --dump-logits "$T/d${L}_float" 2>/dev/null
+            compare "depth $L (Q4_K_M, on the file)" "$T/d${L}_float" "$T/d${L}_int" "$T/d${L}_ll"
+            rm -f "$T/d$L.gguf"
+        done
         ;;
     *) echo "unknown part $part" >&2 ;;
     esac
