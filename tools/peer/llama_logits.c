@@ -1,7 +1,8 @@
 /* Test-only tool, outside CI: the logits llama.cpp (the peer build of ../shared/peer/RECIPE.sh)
  * computes for a prompt of token ids, in the format of `cllm eval --dump-logits` (raw float32
  * [rows][vocab] + FILE.shape "rows vocab"), so tests/model/gguf_peer.sh can compare the two
- * engines on one GGUF file. Build: tools/peer/build.sh. Usage: llama_logits MODEL.gguf 1,2,3 OUT */
+ * engines on one GGUF file. Build: tools/peer/build.sh. Usage: llama_logits MODEL.gguf 1,2,3 OUT
+ * (LLAMA_LOGITS_NO_REPACK=1: no weight repacking, see below) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@ int main(int argc, char **argv) {
     }
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
+    /* LLAMA_LOGITS_NO_REPACK: weights stay in the mapped file (no CPU_REPACK copies). A full-size
+     * Q4_K model repacked is ~20 GB of anonymous memory, more than a 24 GB box can spare. */
+    if (getenv("LLAMA_LOGITS_NO_REPACK")) mp.use_extra_bufts = false;
     struct llama_model *m = llama_model_load_from_file(argv[1], mp);
     if (!m) return 1;
     struct llama_context_params cp = llama_context_default_params();
