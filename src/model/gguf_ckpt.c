@@ -187,8 +187,6 @@ static cllm_status mat_f32(gctx *x, const cllm_gguf_tensor *t, const char *name,
     return add(x, name, CLLM_DT_F32, N, K, w);
 }
 
-/* HF matrix `hf` (no ".weight") [N][K] from GGUF rows at src (row length K, type of t). */
-
 /* Panels [b, e) of one K-quant matrix (cllm_kq_panel_pack), rows in HF order. */
 typedef struct pack_job {
     gctx *x;
@@ -214,6 +212,41 @@ static void pack_worker(void *vj, size_t b, size_t e, int tid) {
         cllm_kq_panel_pack(j->pt, (int)j->K, rows, nr, j->chunks, j->d + i * j->p1);
     }
 }
+/* Rows [b, e) of a code-form matrix (Q4_0 / Q5_0 / Q8_0 / IQ4_NL) into the GPTQ v1 layout:
+ * row r owns the words of column r, so rows run on any thread; codes/d16 per thread. */
+typedef struct codes_job {
+    gctx *x;
+    const cllm_gguf_tensor *t;
+    const perm *p;
+    const uint8_t *src;
+    size_t rb;
+    int64_t N, K, cu;
+    int bits;
+    uint8_t *codes; /* [threads][K] */
+    uint16_t *d16;  /* [threads][K / 32] */
+    int32_t *qw;
+    uint16_t *sc;
+} codes_job;
+
+static void codes_worker(void *vj, size_t b, size_t e, int tid) {
+    codes_job *j = vj;
+    const int per = 32 / j->bits;
+    const int64_t N = j->N, K = j->K;
+    uint8_t *codes = j->codes + (size_t)tid * (size_t)K;
+    uint16_t *d16 = j->d16 + (size_t)tid * (size_t)(K / 32);
+    for (int64_t r = (int64_t)b; r < (int64_t)e; r++) {
+        cllm_gguf_row_codes(j->t->type, j->src + (size_t)src_row(&j->x->s, j->p, r) * j->rb, codes,
+                            d16, K);
+        for (int64_t k = 0; k < K; k++) {
+            int64_t ks = src_col(&j->x->s, j->cu, k);
+            uint32_t u = codes[ks];
+            j->qw[(k / per) * N + r] |= (int32_t)(u << (j->bits * (k % per)));
+            if (k % 32 == 0) j->sc[(k / 32) * N + r] = d16[ks / 32];
+        }
+    }
+}
+
+/* HF matrix `hf` (no ".weight") [N][K] from GGUF rows at src (row length K, type of t). */
 static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const uint8_t *src,
                        int64_t N, int64_t K, const perm *p) {
     int bytes, blk = cllm_ggml_block(t->type, &bytes), bits = 0, zero = 0;
@@ -233,8 +266,10 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         int32_t *qw = arena_alloc(x->ar, (size_t)(K / per) * (size_t)N * 4);
         int32_t *qz = arena_alloc(x->ar, (size_t)(K / 32) * (size_t)(N / per) * 4);
         uint16_t *sc = arena_alloc(x->ar, (size_t)(K / 32) * (size_t)N * 2);
-        uint8_t *codes = malloc((size_t)K);
-        uint16_t *d16 = malloc((size_t)(K / 32) * 2);
+        if (!x->pool) x->pool = cllm_pool_create(0);
+        const size_t nt = x->pool ? (size_t)cllm_pool_size(x->pool) : 1;
+        uint8_t *codes = malloc(nt * (size_t)K);
+        uint16_t *d16 = malloc(nt * (size_t)(K / 32) * 2);
         if (!qw || !qz || !sc || !codes || !d16) {
             free(codes);
             free(d16);
@@ -243,15 +278,8 @@ static cllm_status mat(gctx *x, const cllm_gguf_tensor *t, const char *hf, const
         const uint32_t zw = bits == 4 ? 0x11111111u * (uint32_t)(zero - 1)
                                       : 0x01010101u * (uint32_t)(zero - 1); /* v1 stores z - 1 */
         for (size_t i = 0; i < (size_t)(K / 32) * (size_t)(N / per); i++) qz[i] = (int32_t)zw;
-        for (int64_t r = 0; r < N; r++) {
-            cllm_gguf_row_codes(t->type, src + (size_t)src_row(&x->s, p, r) * rb, codes, d16, K);
-            for (int64_t k = 0; k < K; k++) {
-                int64_t ks = src_col(&x->s, cu, k);
-                uint32_t u = codes[ks];
-                qw[(k / per) * N + r] |= (int32_t)(u << (bits * (k % per)));
-                if (k % 32 == 0) sc[(k / 32) * N + r] = d16[ks / 32];
-            }
-        }
+        codes_job j = {x, t, p, src, rb, N, K, cu, bits, codes, d16, qw, sc};
+        cllm_pool_for(x->pool, (size_t)N, codes_worker, &j);
         free(codes);
         free(d16);
         cllm_drop_pages(src, (size_t)N * rb); /* never read again */
