@@ -334,8 +334,11 @@ static uint64_t files_bytes(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     for (struct dirent *de; (de = readdir(d));) {
+        /* a GGUF is run through a private folder of links to its file(s) (cli_model.c) */
         size_t n = strlen(de->d_name);
-        if (n < 12 || strcmp(de->d_name + n - 12, ".safetensors")) continue;
+        bool st = n >= 12 && !strcmp(de->d_name + n - 12, ".safetensors"),
+             gg = n >= 5 && !strcmp(de->d_name + n - 5, ".gguf");
+        if (!st && !gg) continue;
         char p[4096];
         snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
         struct stat sb;
