@@ -33,7 +33,8 @@
 #   CLLM       the cllm binary (default build/cllm)
 #   RATES      conditional acceptance rates (default "0.5 0.65 0.8")
 #   K          draft cap (default 3); KMODES which cllm k choices (default "auto 1 2 3": auto = its
-#              own choice under cap K, a number = fixed k)
+#              own choice under cap K, a number = fixed k; MODE@N adds "draft_vocab_size": N, e.g.
+#              "auto auto@32768": the head's lm_head pass over the first N ids only)
 #   ROUNDS (2), THREADS (2), PORT (18297), OUT (results folder, default a new /tmp folder)
 #   REPORT_ONLY set (with OUT = an earlier run's folder): run nothing, print that run's table
 #   LOCK       a file to flock around every engine run (shared boxes: one big process at a time)
@@ -174,13 +175,15 @@ if [ -z "${REPORT_ONLY:-}" ]; then
         log "no ik_llama.cpp at $IK_BUILD: skipped"
     fi
     for p in $RATES; do
-        for m in $KMODES; do
+        for mode in $KMODES; do
+            m=${mode%@*} dv=""
+            [ "$mode" != "$m" ] && dv=",\"draft_vocab_size\":${mode#*@}"
             if [ "$m" = auto ]; then
-                s="{\"method\":\"mtp\",\"num_speculative_tokens\":$K,\"synthetic_acceptance\":$p}"
+                s="{\"method\":\"mtp\",\"num_speculative_tokens\":$K,\"synthetic_acceptance\":$p$dv}"
             else
-                s="{\"method\":\"mtp\",\"num_speculative_tokens\":$m,\"synthetic_acceptance\":$p,\"fixed_k\":true}"
+                s="{\"method\":\"mtp\",\"num_speculative_tokens\":$m,\"synthetic_acceptance\":$p,\"fixed_k\":true$dv}"
             fi
-            cllm_bench "cllm-$m-$p" "$s"
+            cllm_bench "cllm-$mode-$p" "$s"
         done
     done
     uptime >"$OUT/uptime.end"
@@ -244,7 +247,8 @@ for p in rates:
     for m in kmodes:
         pl, v, a, n = cllm(f"cllm-{m}-{p}")
         if pl: cplain.append((pl, load(f"{out}/cllm-{m}-{p}.load")))
-        cfg = f"mtp auto k (cap {K})" if m == "auto" else f"mtp fixed k {m}"
+        k, _, dv = m.partition("@")
+        cfg = (f"mtp auto k (cap {K})" if k == "auto" else f"mtp fixed k {k}") + (f", draft vocab {dv}" if dv else "")
         cl.append(("cllm", cfg, p, v, a, n, load(f"{out}/cllm-{m}-{p}.load")))
 if cplain:
     b = max(cplain)
