@@ -126,6 +126,7 @@ typedef struct sched_ent {
 #define SPEC_HIST_TOKENS 65536
 typedef struct spec_cost {
     double t[SPEC_COST_N + 1]; /* seconds per step of T tokens, decayed mean; 0 = not seen */
+    int n[SPEC_COST_N + 1];    /* samples of each size so far (the first ones are averaged) */
 } spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */

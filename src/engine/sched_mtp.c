@@ -198,9 +198,11 @@ void sched_mtp_draft_all(sched *s) {
     for (int r = 0, off = 0; room && r < R; r++)
         off += 3 * sched_img_mtp_pos(rows[r], &q[r], s->mtp_rope + off);
     if (!mtp_call(s, q, R)) return;
-    /* a catch-up over a prompt is prefill work: charged to this step's drafts it would make
-     * drafting look dear for good (sched_spec.c learns the step time by step size) */
-    if (most > CLLM_SPEC_MAX_K + 1) t0 = cllm_time_s();
+    /* a catch-up over more rows than a verify yields (a prompt, or the steps a row spent not
+     * drafting) is prefill work: charged to this step's drafts it would make drafting look dear
+     * for good (sched_spec.c learns the step time by step size; a prompt of 16 charged to the
+     * first verify kept a bench's engine from drafting at acceptance 0.5) */
+    if (most > K + 1) t0 = cllm_time_s();
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
         memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));

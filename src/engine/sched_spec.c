@@ -85,8 +85,13 @@ static double replay_time(const sched *s, double a, int k, int base) {
 
 void sched_spec_record(sched *s, int step_tokens, double seconds) {
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
+    /* the first samples of a size are averaged, later ones decay at 0.8: one odd first step
+     * (a cold page, another process) must not decide a size's cost for long, as sizes that stop
+     * being chosen are measured again only by the rare probe */
     double *t = &s->cost.t[step_tokens];
-    *t = *t > 0 ? 0.8 * *t + 0.2 * seconds : seconds;
+    int n = ++s->cost.n[step_tokens];
+    double w = n < 5 ? 1.0 / n : 0.2;
+    *t = *t > 0 ? (1.0 - w) * *t + w * seconds : seconds;
 }
 
 static bool decoding(const eng_seq *e) {
