@@ -42,14 +42,6 @@ int cllm_gdn_prefill_parse(const char *s) {
 static bool gdn_forks(const cllm_seq_batch *sq) {
     return sq->state_fork && sq->start_pos > 0 && sq->state_src != sq->state_slot;
 }
-static float *gdn_conv_ring(cllm_state_pool *st, int slot, int sub) {
-    return st->conv + ((size_t)slot * st->n_layers + (size_t)sub) * st->conv_ch * st->conv_k1;
-}
-static float *gdn_rec_state(cllm_state_pool *st, int slot, int sub, int h) {
-    return st->rec + (((size_t)slot * st->n_layers + (size_t)sub) * st->n_v_heads + h) *
-                         (size_t)st->dk * st->dv;
-}
-
 typedef struct gdn_job {
     cllm_fwd_ctx *c;
     const fwd_gdn_w *w;
@@ -83,9 +75,9 @@ static void conv_worker(void *vj, size_t b, size_t e, int tid) {
         int nc = e - c0 < CONV_CB ? (int)(e - c0) : CONV_CB;
         for (int q = 0; q < bt->n_seqs; q++) {
             const cllm_seq_batch *sq = &bt->seqs[q];
-            float *ring = gdn_conv_ring(st, sq->state_slot, j->sub) + c0;
+            float *ring = fwd_gdn_ring(st, sq->state_slot, j->sub) + c0;
             if (gdn_forks(sq)) {
-                const float *src = gdn_conv_ring(st, sq->state_src, j->sub) + c0;
+                const float *src = fwd_gdn_ring(st, sq->state_src, j->sub) + c0;
                 for (int r = 0; r < k1; r++)
                     memcpy(ring + (size_t)r * ch, src + (size_t)r * ch, (size_t)nc * sizeof(float));
             }
@@ -200,9 +192,9 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     for (size_t it = b; it < e; it++) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
         const cllm_seq_batch *sq = &c->batch->seqs[q];
-        float *S = gdn_rec_state(st, sq->state_slot, j->sub, h);
+        float *S = fwd_gdn_rec(st, sq->state_slot, j->sub, h);
         if (gdn_forks(sq))
-            memcpy(S, gdn_rec_state(st, sq->state_src, j->sub, h), (size_t)dk * dv * sizeof(float));
+            memcpy(S, fwd_gdn_rec(st, sq->state_src, j->sub, h), (size_t)dk * dv * sizeof(float));
         size_t t0 = (size_t)c->seq_tok0[q];
         int ca = sq->n_tokens, cb = sq->n_tokens; /* [ca, cb) run chunked: 64-aligned chunks */
         if (c->gdn_prefill == CLLM_GDN_CHUNKED) {

@@ -107,9 +107,7 @@ static void commit_worker(void *vj, size_t b, size_t e, int tid) {
     float *tmp = c->thr + (size_t)tid * c->thr_stride, *o = tmp + ((size_t)dv + 7) / 8 * 8;
     for (size_t it = b; it < e; it++) {
         int sub = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
-        cllm_state_pool *st = j->st;
-        float *S =
-            st->rec + (((size_t)j->slot * st->n_layers + (size_t)sub) * Hv + h) * (size_t)dk * dv;
+        float *S = fwd_gdn_rec(j->st, j->slot, sub, h);
         const float *r = save_row(c, sub, j->q, 0), *ba = r + ch;
         /* o: one row rewritten per token (ldo 0), the outputs are not needed */
         c->k->gdn_step(S, r + (size_t)kh * dk, r + kd + (size_t)kh * dk,
@@ -134,7 +132,7 @@ cllm_status cllm_forward_state_commit(cllm_fwd_ctx *c, cllm_state_pool *st, int 
     int k1 = st->conv_k1, ch = st->conv_ch, start = pos[seq];
     size_t raw = (size_t)ch + 2 * (size_t)m->cfg.lin_n_v_heads;
     for (int sub = 0; k1 > 0 && sub < m->n_gdn; sub++) {
-        float *ring = st->conv + ((size_t)slot * st->n_layers + (size_t)sub) * ch * k1;
+        float *ring = fwd_gdn_ring(st, slot, sub);
         for (int i = n > k1 ? n - k1 : 0; i < n; i++)
             memcpy(ring + (size_t)((start + i) % k1) * ch, save_row(c, sub, seq, i) + raw,
                    (size_t)ch * sizeof(float));

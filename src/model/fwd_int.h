@@ -273,6 +273,16 @@ void fwd_hook_matmul(cllm_fwd_ctx *c, const fwd_wt *w, const float *X, size_t ld
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, over n (sum of squares in double, index order). */
 void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* A state slot's conv ring of GDN layer sub ([conv_k1][conv_ch]) and its recurrent state of value
+ * head h ([dk][dv]): the pool's layout (forward.h), read by fwd_deltanet.c and fwd_gdn_save.c. */
+static inline float *fwd_gdn_ring(cllm_state_pool *st, int slot, int sub) {
+    return st->conv + ((size_t)slot * st->n_layers + (size_t)sub) * st->conv_ch * st->conv_k1;
+}
+static inline float *fwd_gdn_rec(cllm_state_pool *st, int slot, int sub, int h) {
+    return st->rec + (((size_t)slot * st->n_layers + (size_t)sub) * st->n_v_heads + h) *
+                         (size_t)st->dk * st->dv;
+}
+
 static inline float fwd_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
