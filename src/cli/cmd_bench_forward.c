@@ -93,13 +93,6 @@ static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t se
     return s;
 }
 
-/* 1 + a + ... + a^k: tokens a verify of k drafts yields at per-position acceptance a */
-static double expected_tokens(double a, int k) {
-    double sum = 1.0, p = 1.0;
-    for (int i = 0; i < k; i++) sum += (p *= a);
-    return sum;
-}
-
 static void print_curve(const double *t, int K, double a) {
     printf("verify cost (one forward of T positions at the sequence's end, forked state, "
            "logits for each):\n");
@@ -111,8 +104,8 @@ static void print_curve(const double *t, int K, double a) {
            a);
     for (int k = 1; k <= K; k++)
         printf("  k %2d: %.2f tokens per verify, %.2f tok/s = %.2fx plain (%.2f tok/s)\n", k,
-               expected_tokens(a, k), expected_tokens(a, k) / t[k + 1],
-               expected_tokens(a, k) / t[k + 1] * t[1], 1.0 / t[1]);
+               cllm_spec_expected_tokens(a, k), cllm_spec_expected_tokens(a, k) / t[k + 1],
+               cllm_spec_expected_tokens(a, k) / t[k + 1] * t[1], 1.0 / t[1]);
 }
 
 int cmd_bench_forward(int argc, char **argv) {

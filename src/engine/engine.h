@@ -176,6 +176,9 @@ typedef enum cllm_spec_method {
     CLLM_SPEC_MTP     /* the checkpoint's MTP head, chained for k > 1 (sched_mtp.c) */
 } cllm_spec_method;
 #define CLLM_SPEC_MAX_K 16
+/* Tokens a verify of k drafts yields at per-position acceptance a: 1 + a + ... + a^k (the
+ * scheduler's choice of k, bench-forward's estimate). */
+double cllm_spec_expected_tokens(double a, int k);
 typedef struct cllm_spec_opts {
     cllm_spec_method method;
     int num_speculative_tokens;               /* cap on drafts per step, 1..CLLM_SPEC_MAX_K */

@@ -46,8 +46,7 @@ static double row_alpha(const eng_seq *e) {
     return (e->acc_hits + SPEC_PRIOR * SPEC_PRIOR_W) / (e->acc_trials + SPEC_PRIOR_W);
 }
 
-/* Expected tokens a row emits with k drafts at per-position acceptance a: 1 + a + ... + a^k. */
-static double expect_tokens(double a, int k) {
+double cllm_spec_expected_tokens(double a, int k) {
     double sum = 1.0, p = 1.0;
     for (int i = 0; i < k; i++) sum += (p *= a);
     return sum;
@@ -118,7 +117,7 @@ void sched_spec_begin_step(sched *s) {
     a /= B;
     double best = B / step_time(s, B);
     for (int k = 1; k <= K; k++) {
-        double r = B * expect_tokens(a, k) / step_time(s, B * (1 + k));
+        double r = B * cllm_spec_expected_tokens(a, k) / step_time(s, B * (1 + k));
         if (r > best) {
             best = r;
             s->spec_k_step = k;
@@ -159,8 +158,8 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
         int kk = 0;
         for (int j = 1; j <= k; j++) {
-            double r =
-                expect_tokens(a, j) / (step_time(s, base + P + j) + replay_time(s, a, j, base));
+            double r = cllm_spec_expected_tokens(a, j) /
+                       (step_time(s, base + P + j) + replay_time(s, a, j, base));
             if (r > best) {
                 best = r;
                 kk = j;
