@@ -147,6 +147,7 @@ int cmd_bench_forward(int argc, char **argv) {
         fprintf(stderr, "cllm bench-forward: %s\n", smsg);
         return 2;
     }
+    if (cli_check_model_dir("bench-forward", &pos[0])) return 1;
     const cllm_fwd_opts fwd = cli_fwd_opts(act16);
     cllm_error err = {0};
     cllm_seq_runner r;

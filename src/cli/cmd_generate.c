@@ -287,6 +287,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cllm generate: give exactly one of -p TEXT or --tokens IDS\n");
         return 2;
     }
+    if (cli_check_model_dir("generate", &pos[0])) return 1;
     gen g = {0};
     int ret = load_prompt(&g, pos[0], prompt, tokens);
     if (ret) goto done;

@@ -94,6 +94,7 @@ struct eng_seq {
                                     before it (the live slot runs the verify), else -1 */
     double acc_hits, acc_trials; /* decayed counts of accepted / tried draft positions */
     int spec_idle;               /* steps since this sequence last drafted */
+    int spec_explore;            /* verifies since it last tried one draft more than it chose */
     uint64_t spec_hash;          /* its verified drafts folded in order (engine.h's stats) */
     /* MTP drafts (sched_mtp.c): the target's final-normed hidden rows of positions mtp_pos ..
      * mtp_pos + mtp_n - 1 that the MTP head has not read yet; its KV is final below mtp_pos */
@@ -110,6 +111,7 @@ typedef struct sched_ent {
 
 /* Measured forward time by tokens in the step (sched_spec.c's cost model for choosing k). */
 #define SPEC_COST_N 256
+#define SPEC_COST_R 5 /* samples per size the median is taken over */
 /* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
  * 1 MB); past a few rows a verify does not pay anyway. */
 #define SPEC_VERIFY_ROWS 16
@@ -125,8 +127,10 @@ typedef struct sched_ent {
  * take tens of microseconds). */
 #define SPEC_HIST_TOKENS 65536
 typedef struct spec_cost {
-    double t[SPEC_COST_N + 1]; /* seconds per step of T tokens, decayed mean; 0 = not seen */
-    int n[SPEC_COST_N + 1];    /* samples of each size so far (the first ones are averaged) */
+    double t[SPEC_COST_N +
+             1]; /* seconds per step of T tokens: median of the recent samples; 0 = not seen */
+    double r[SPEC_COST_N + 1][SPEC_COST_R]; /* the last SPEC_COST_R samples of each size, a ring */
+    int n[SPEC_COST_N + 1];                 /* samples of each size so far */
 } spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */

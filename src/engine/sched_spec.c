@@ -84,13 +84,31 @@ static double replay_time(const sched *s, double a, int k, int base) {
 
 void sched_spec_record(sched *s, int step_tokens, double seconds) {
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
-    /* the first samples of a size are averaged, later ones decay at 0.8: one odd first step
-     * (a cold page, another process) must not decide a size's cost for long, as sizes that stop
-     * being chosen are measured again only by the rare probe */
-    double *t = &s->cost.t[step_tokens];
-    int n = ++s->cost.n[step_tokens];
-    double w = n < 5 ? 1.0 / n : 0.2;
-    *t = *t > 0 ? (1.0 - w) * *t + w * seconds : seconds;
+    /* the median of a size's last few samples: the noise here is one-sided and lumpy (a cold
+     * page on the first verify, the first MTP call, another process), and a mean kept one
+     * 74 ms first sample of a 29 ms verify long enough to switch drafting off for most of a
+     * bench (2026-12-05); a median drops such a sample as soon as two normal ones follow */
+    spec_cost *c = &s->cost;
+    /* a size's first step is the one that meets cold pages and first allocations: not kept */
+    int n = c->n[step_tokens]++ - 1, m = n + 1 < SPEC_COST_R ? n + 1 : SPEC_COST_R;
+    if (n < 0) return;
+    c->r[step_tokens][n % SPEC_COST_R] = seconds;
+    double v[SPEC_COST_R];
+    memcpy(v, c->r[step_tokens], (size_t)m * sizeof(double));
+    for (int i = 1; i < m; i++) /* insertion sort of at most SPEC_COST_R values */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    c->t[step_tokens] = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
+/* Idle steps after which a row drafts one token to measure again: soon while the size it would
+ * run at has few samples (one odd sample must not decide for long), rarely once it has them. */
+static int probe_idle(const sched *s, int T) {
+    if (T > SPEC_COST_N) T = SPEC_COST_N;
+    return s->cost.n[T] < SPEC_COST_R ? 4 : SPEC_PROBE_IDLE;
 }
 
 static bool decoding(const eng_seq *e) {
@@ -123,9 +141,13 @@ void sched_spec_begin_step(sched *s) {
             s->spec_k_step = k;
         }
     }
+    /* what the choice saw (--log-level debug): B rows' mean acceptance, step times by size */
+    LOG_DEBUG("spec: B %d a %.3f t1 %.2f t2 %.2f t3 %.2f t4 %.2f ms (n %d %d %d %d) k %d", B, a,
+              1e3 * s->cost.t[1], 1e3 * s->cost.t[2], 1e3 * s->cost.t[3], 1e3 * s->cost.t[4],
+              s->cost.n[1], s->cost.n[2], s->cost.n[3], s->cost.n[4], s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
-        if (decoding(s->running[i]) && s->running[i]->spec_idle >= SPEC_PROBE_IDLE)
+        if (decoding(s->running[i]) && s->running[i]->spec_idle >= probe_idle(s, B + 1))
             s->spec_k_step = 1;
 }
 
@@ -168,7 +190,14 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         /* the times of the sizes a row stopped drafting at are no longer measured: one probe
          * draft now and then keeps them current (a noisy or one-off sample otherwise keeps
          * drafting off for good) */
-        k = kk == 0 && e->spec_idle >= SPEC_PROBE_IDLE ? 1 : kk;
+        k = kk == 0 && e->spec_idle >= probe_idle(s, base + P + 1) ? 1 : kk;
+        /* a size above the chosen one with few samples may be dear only by a cold first
+         * measure: every fourth verify tries it until it has its samples */
+        if (kk > 0 && kk < s->spec_k_step && base + P + kk + 1 <= SPEC_COST_N &&
+            s->cost.n[base + P + kk + 1] <= SPEC_COST_R && ++e->spec_explore >= 4) {
+            k = kk + 1;
+            e->spec_explore = 0;
+        }
     }
     /* no drafts past what the request can still emit (the last token is the sampler's own) */
     if (k > q->max_out - n_out - 1) k = q->max_out - n_out - 1;

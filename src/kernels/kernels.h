@@ -46,6 +46,10 @@ typedef struct cllm_qweight {
     const uint16_t *scales;
     int bits, group, K, N, act_bits;
     int scale_bf16; /* 0: scales are F16; 1: BF16 */
+    /* > 0: every group's effective zero (stored + 1) is this value (symmetric GPTQ, GGUF Q4_0
+     * and Q8_0 converted), so a kernel may skip qzeros; 0: read them. Only a hint: qzeros stay
+     * valid and the results are the same bits either way. */
+    int zero_const;
 } cllm_qweight;
 
 /* Y[t*ldy + n] = sum_k w[n][k] * X[t*ldx + k]  for n in [n0, n1) (multiples of 8), t < n_tok.

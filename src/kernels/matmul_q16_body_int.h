@@ -106,6 +106,20 @@ Q16_AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, fl
             }
         }
     }
+    if (w->zero_const) { /* one zero for all: z * asum is a scalar, no qzeros read (the
+                          * multiply by a constant 1 folds away); the same d, the same bits */
+        for (int b = 0; b < NB; b++) {
+            qv_f ws = qv_scales(w, g, n + QV_W * b, TAIL);
+            for (int t = 0; t < TT; t++) {
+                qv_i is = SPLIT ? qv_iadd(isum[b][0], odd[b]) : isum[b][t];
+                float *ac = acc + (size_t)t * DEC_W + QV_W * b;
+                int32_t zs = (int32_t)((uint32_t)w->zero_const * (uint32_t)A[t].sum[h]);
+                qv_f o = qv_group_end(is, qv_iset(1), zs, ws, A[t].s[h], qv_fload(ac, TAIL));
+                qv_fstore(ac, o, TAIL);
+            }
+        }
+        return;
+    }
     for (int b = 0; b < NB; b++) {
         qv_i z = qv_zeros(w, g, n + QV_W * b, BITS, TAIL);
         qv_f ws = qv_scales(w, g, n + QV_W * b, TAIL);

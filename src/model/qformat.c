@@ -628,6 +628,18 @@ cllm_status cllm_qformat_check_config(const char *dir, unsigned *flags, cllm_err
     return st;
 }
 
+int cllm_qformat_uniform_zero(const cllm_qweight *q) {
+    if (!q->qzeros || q->bits <= 0 || q->group <= 0) return 0;
+    int per = 32 / q->bits;
+    size_t n = (size_t)(q->K / q->group) * (size_t)(q->N / per);
+    uint32_t w0 = (uint32_t)q->qzeros[0], z = w0 & ((1u << q->bits) - 1);
+    for (int j = 1; j < per; j++) /* the word's other fields hold the same zero */
+        if (((w0 >> (j * q->bits)) & ((1u << q->bits) - 1)) != z) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((uint32_t)q->qzeros[i] != w0) return 0;
+    return (int)z + 1;
+}
+
 cllm_status cllm_qformat_check_sym_zeros(const cllm_qweight *q, unsigned flags, const char *base,
                                          cllm_error *err) {
     int per = 32 / q->bits, NG = q->K / q->group;

@@ -92,6 +92,10 @@ cllm_status cllm_qformat_bind_awq(const cllm_ckpt *ck, const char *base, int N, 
 #define CLLM_QFORMAT_GPTQ_SYM 2u /* gptq with "sym": true */
 #define CLLM_QFORMAT_AWQ      4u /* awq gemm: P.qweight etc. are AutoAWQ's (bind_awq) */
 
+/* The effective zero (stored + 1) shared by every group and output of q, or 0 when they differ:
+ * cllm_qweight.zero_const, which lets the kernels skip qzeros (symmetric GPTQ, GGUF Q4_0/Q8_0). */
+int cllm_qformat_uniform_zero(const cllm_qweight *q);
+
 /* For a bound GPTQ matrix of a "sym": true file: every stored zero must be the symmetric one
  * (2^(b-1) - 1 in v1, 2^(b-1) with CLLM_QFORMAT_GPTQ_V2). vLLM's gptq_marlin ignores qzeros when
  * sym is true (scalar type uint4b8/uint8b128); cllm reads them, so a file where they disagree

@@ -188,6 +188,7 @@ static fwd_wt mat(binder *b, int rows, int cols, const char *fmt, ...) {
                                                &w.q, b->err);
         if (qs == CLLM_OK) {
             w.q.act_bits = b->act_bits;
+            w.q.zero_const = cllm_qformat_uniform_zero(&w.q);
             w.data = w.q.qweight;
             w.dt = CLLM_DT_I32;
             w.rows = rows;
@@ -653,6 +654,7 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
             *views[v] = *head;
             views[v]->q.bits = 4;
             views[v]->q.qzeros = ls.z[v];
+            views[v]->q.zero_const = 0; /* the planes' own zeros (lm_zeros) */
         }
         m->lm_lx.q.qweight += lm_lo_offset(&head->q);
         m->lm_lx.data = m->lm_lx.q.qweight;

@@ -34,6 +34,7 @@ enum { F_ASYM = 1, F_BF16 = 2, F_RANDZ = 4 };
 enum { X_RAND, X_ZERO_TOK, X_ZERO_GROUP, X_HUGE, X_TINY, X_OUTLIER, X_NAN };
 
 static const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX]; /* all but ref (cllm_kern_tiers) */
+static int n_shared_zero; /* cases run again with cllm_qweight.zero_const set */
 static int n_tiers;
 
 static void run(const cllm_kern_ops *k, const cllm_qweight *w, int n0, int n1, const float *X,
@@ -93,6 +94,17 @@ static void make_w(cllm_qbuf *q, int bits, int G, int K, int N, int flags) {
         for (size_t i = 0; i < (size_t)K / (32 / bits) * N; i++) q->qweight[i] = (int32_t)urand();
     }
     free(W);
+}
+
+/* The effective zero every group of w shares (stored + 1), or 0: what the loader puts in
+ * cllm_qweight.zero_const (model/qformat.c), computed here on its own. */
+static int shared_zero(const cllm_qweight *w) {
+    int per = 32 / w->bits;
+    uint32_t m = (1u << w->bits) - 1, z = (uint32_t)w->qzeros[0] & m;
+    for (size_t i = 0; i < (size_t)w->K / w->group * (w->N / per); i++)
+        for (int j = 0; j < per; j++)
+            if ((((uint32_t)w->qzeros[i] >> (j * w->bits)) & m) != z) return 0;
+    return (int)z + 1;
 }
 
 /* Independent check of the ref on one case: codes, scales, sums from the ref prep; outputs vs
@@ -196,6 +208,15 @@ static void one_case(int bits, int G, int K, int N, int T, int flags, int pat) {
                       G, K, N, T);
             CHECK(Y1[0] == 0.0f);
         }
+        cllm_qweight wz = w; /* one zero for all groups: the kernels may skip qzeros */
+        if ((wz.zero_const = shared_zero(&w)) > 0) {
+            n_shared_zero++;
+            stale(Ya, T, N, ldy);
+            run(kt, &wz, 0, N, X, ldx, T, Ya, ldy, 0);
+            CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4),
+                      "%s with zero_const %d != ref bitwise (bits %d G %d K %d N %d T %d)",
+                      kt->name, wz.zero_const, bits, G, K, N, T);
+        }
         memset(Ya, 0, T * ldy * 4); /* columns [8, N - 8) of the batch: ragged both ends */
         if (N > 16) {
             run(kt, &w, 8, N - 8, X, ldx, T, Ya, ldy, 0);
@@ -236,6 +257,13 @@ static void extreme_case(int bits, int G, int K, int lo) {
         run(tiers[i], &w, 0, N, X, (size_t)K, 1, Ya, (size_t)N, 0);
         CHECK_MSG(!memcmp(Ya, Yr, (size_t)N * 4), "%s: extreme case bits %d G %d", tiers[i]->name,
                   bits, G);
+        cllm_qweight wz = w; /* every zero alike: the qzeros-free group end, same bits */
+        wz.zero_const = shared_zero(&w);
+        CHECK(wz.zero_const == (lo ? 1 << bits : 1));
+        memset(Ya, 0, (size_t)N * 4);
+        run(tiers[i], &wz, 0, N, X, (size_t)K, 1, Ya, (size_t)N, 0);
+        CHECK_MSG(!memcmp(Ya, Yr, (size_t)N * 4), "%s: extreme case, zero_const, bits %d G %d",
+                  tiers[i]->name, bits, G);
     }
     cllm_qbuf_free(&q);
     free(X), free(Yr), free(Ya);
@@ -291,8 +319,9 @@ int main(void) {
         extreme_case(4, 128, 256, lo);
         extreme_case(4, 8192, 8192, lo);
     }
+    CHECK_MSG(n_shared_zero >= 50, "only %d cases had one zero for all groups", n_shared_zero);
     fprintf(stderr, "q16 kernels: ref");
     for (int i = 0; i < n_tiers; i++) fprintf(stderr, " + %s", tiers[i]->name);
-    fprintf(stderr, " tiers checked\n");
+    fprintf(stderr, " tiers checked (%d cases also with zero_const)\n", n_shared_zero);
     return test_report("test_q16_kern");
 }
