@@ -104,11 +104,13 @@ void sched_spec_record(sched *s, int step_tokens, double seconds) {
     c->t[step_tokens] = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-/* Idle steps after which a row drafts one token to measure again: soon while the size it would
- * run at has few samples (one odd sample must not decide for long), rarely once it has them. */
-static int probe_idle(const sched *s, int T) {
+/* Idle steps after which row e drafts one token to measure again: soon while the size it would
+ * run at (T tokens) has few samples and its drafts were accepted often enough to be worth it
+ * (one odd sample must not decide for long), rarely otherwise (a large batch or rejected drafts:
+ * every probe there is a step made dearer). */
+static int probe_idle(const sched *s, const eng_seq *e, int T) {
     if (T > SPEC_COST_N) T = SPEC_COST_N;
-    return s->cost.n[T] < SPEC_COST_R ? 4 : SPEC_PROBE_IDLE;
+    return s->cost.n[T] <= SPEC_COST_R && row_alpha(e) >= 0.3 ? 4 : SPEC_PROBE_IDLE;
 }
 
 static bool decoding(const eng_seq *e) {
@@ -147,7 +149,8 @@ void sched_spec_begin_step(sched *s) {
               s->cost.n[1], s->cost.n[2], s->cost.n[3], s->cost.n[4], s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
-        if (decoding(s->running[i]) && s->running[i]->spec_idle >= probe_idle(s, B + 1))
+        if (decoding(s->running[i]) &&
+            s->running[i]->spec_idle >= probe_idle(s, s->running[i], B + 1))
             s->spec_k_step = 1;
 }
 
@@ -190,7 +193,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         /* the times of the sizes a row stopped drafting at are no longer measured: one probe
          * draft now and then keeps them current (a noisy or one-off sample otherwise keeps
          * drafting off for good) */
-        k = kk == 0 && e->spec_idle >= probe_idle(s, base + P + 1) ? 1 : kk;
+        k = kk == 0 && e->spec_idle >= probe_idle(s, e, base + P + 1) ? 1 : kk;
         /* a size above the chosen one with few samples may be dear only by a cold first
          * measure: every fourth verify tries it until it has its samples */
         if (kk > 0 && kk < s->spec_k_step && base + P + kk + 1 <= SPEC_COST_N &&
