@@ -31,6 +31,10 @@
 #              from configs/qwen3.5-35b-a3b-quarter.json with mtp_num_hidden_layers 1, mix q4_0,
 #              the Qwen3.5 vocabulary of llama.cpp-src/models/ggml-vocab-qwen35.gguf, when missing)
 #   CLLM       the cllm binary (default build/cllm)
+#   CLLM_MODEL the model cllm runs (default $GGUF, the peers' file): e.g. a W4A16 model directory
+#              written by `cllm synth --scheme w4a16` from the same quarter config with
+#              mtp_num_hidden_layers 1, to set cllm's own format beside the peers' Q4_0 in one run
+#              (the table's title names both)
 #   RATES      conditional acceptance rates (default "0.5 0.65 0.8")
 #   K          draft cap (default 3); KMODES which cllm k choices (default "auto 1 2 3": auto = its
 #              own choice under cap K, a number = fixed k; MODE@N adds "draft_vocab_size": N, e.g.
@@ -46,6 +50,7 @@ LB=$PEER_DIR/llama.cpp-src/build/bin
 IK_BUILD=$(realpath -m "${IK_BUILD:-$PEER_DIR/ik/build}")
 GGUF=$(realpath -m "${GGUF:-$PEER_DIR/models/q35-L10-mtp-q4_0.gguf}")
 CLLM=$(realpath -m "${CLLM:-$SRC/build/cllm}")
+CLLM_MODEL=$(realpath -m "${CLLM_MODEL:-$GGUF}")
 RATES=${RATES:-0.5 0.65 0.8}
 K=${K:-3}
 KMODES=${KMODES:-auto $(seq -s ' ' 1 "$K")}
@@ -154,13 +159,14 @@ cllm_bench() {
     ns=$(printf '128,%.0s' $(seq 1 "$ROUNDS"))
     log "cllm bench: $name $spec"
     load1 >"$OUT/$name.load"
-    (cd "$OUT" && locked "$CLLM" bench "$GGUF" -t "$T" -p 16 -n "${ns%,}" -r 1 --no-sweep --json \
+    (cd "$OUT" && locked "$CLLM" bench "$CLLM_MODEL" -t "$T" -p 16 -n "${ns%,}" -r 1 --no-sweep --json \
         --speculative-config "$spec" >"$OUT/$name.json" 2>"$OUT/$name.err") ||
         log "$name failed (see $OUT/$name.err)"
 }
 
 if [ -z "${REPORT_ONLY:-}" ]; then
     uptime >"$OUT/uptime.start"
+    echo "$CLLM_MODEL" >"$OUT/cllm-model"
     echo "$RATES" >"$OUT/rates"
     echo "$KMODES" >"$OUT/kmodes"
     llama_server ll-plain
@@ -197,6 +203,7 @@ kmodes = open(f"{out}/kmodes").read().split()
 def rd(p):
     try: return open(p).read()
     except OSError: return ""
+cmodel = rd(f"{out}/cllm-model").strip() or gguf
 def load(p):
     v = rd(p).strip()
     return float(v) if v else None
@@ -257,7 +264,10 @@ rows += cl
 peer_plain = [r[3] for r in rows if r[0] != "cllm" and r[2] == "-" and r[3]]
 best = max(peer_plain) if peer_plain else None
 f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"
-print(f"\n# bench-spec-peer: {os.path.basename(gguf)}, batch 1, best of the rounds; best peer plain decode {f(best)} t/s")
+same = os.path.realpath(cmodel) == os.path.realpath(gguf)
+print(f"\n# bench-spec-peer: peers on {os.path.basename(gguf)}, cllm on "
+      + ("the same file" if same else os.path.basename(cmodel.rstrip("/")))
+      + f", batch 1, best of the rounds; best peer plain decode {f(best)} t/s")
 print("| engine | configuration | synthetic acceptance (conditional) | decode t/s | accepted share of drafts | / best peer plain | / llama.cpp draft-mtp same rate | load avg 1 min | notes |")
 print("|---|---|---|---:|---:|---:|---:|---:|---|")
 for e, c, p, v, a, n, l in rows:
