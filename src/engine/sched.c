@@ -688,6 +688,7 @@ static int plan(sched *s) {
     s->n_batch = 0;
     s->logit_rows_extra = s->logit_rows_cap - s->batch_cap;
     s->step_draft_s = 0;
+    s->step_draft_passes = 0;
     s->mtp_rows = 0;
     s->img_used = 0;
     sched_spec_begin_step(s);
@@ -920,8 +921,9 @@ int sched_step(sched *s) {
         s->stats.iter_tokens_counts[bk]++;
         s->stats.iter_tokens_sum += step_tokens;
         s->stats.iter_steps++;
-        /* drafts and the last step's state commits cost too */
-        sched_spec_record(s, (int)step_tokens, dt + s->step_draft_s + s->commit_s);
+        /* the last step's state commits cost too; the drafts are priced apart */
+        sched_spec_record(s, (int)step_tokens, dt + s->commit_s, s->step_draft_s,
+                          s->step_draft_passes);
         s->commit_s = 0;
     }
     for (int i = 0; i < n; i++) {

@@ -109,7 +109,9 @@ typedef struct sched_ent {
     int n_draft; /* > 0: a verify row; its last n_draft + 1 positions give logits */
 } sched_ent;
 
-/* Measured forward time by tokens in the step (sched_spec.c's cost model for choosing k). */
+/* Measured step time by tokens in the step, state commits included, and the time of one MTP head
+ * pass apart (sched_spec.c's cost model for choosing k): a pass reads the head's weights once
+ * for all the rows drafting in it, so it is a cost per step and draft depth, not per token. */
 #define SPEC_COST_N 256
 #define SPEC_COST_R 5 /* samples per size the median is taken over */
 /* Sequences per step that may verify drafts (bounds the logits buffer: a 248k vocabulary row is
@@ -131,6 +133,8 @@ typedef struct spec_cost {
              1]; /* seconds per step of T tokens: median of the recent samples; 0 = not seen */
     double r[SPEC_COST_N + 1][SPEC_COST_R]; /* the last SPEC_COST_R samples of each size, a ring */
     int n[SPEC_COST_N + 1];                 /* samples of each size so far */
+    double pass_t, pass_r[SPEC_COST_R];     /* seconds per head pass: median, samples */
+    int pass_n;
 } spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */
@@ -179,16 +183,18 @@ struct sched {
     int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
     int logit_rows_extra; /* verify rows still free in the step being planned */
     int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
+    eng_seq *spec_one;    /* set: only this row drafts this step (one token: a batch's probe) */
     /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size] and the
      * chained hidden rows of the verify rows [SPEC_VERIFY_ROWS][hidden_size]; the head's logits
      * use s->logits, free while a step is planned */
     float *mtp_step, *mtp_h;
-    bool mtp_failed;     /* an MTP call failed once (logged; drafting stays off) */
-    double step_draft_s; /* drafting time of the step being planned: the cost model's share */
-    double commit_s;     /* state commits after the last recorded step: the next record's share */
-    int mtp_vocab;       /* the head's draft vocabulary (ids below it; 0 = all) */
-    int mtp_rows;        /* MTP verify rows planned in this step */
-    int mtp_keep;        /* unread hidden rows a sequence keeps at most (SPEC_MTP_*) */
+    bool mtp_failed;       /* an MTP call failed once (logged; drafting stays off) */
+    double step_draft_s;   /* drafting time of the step being planned: the cost model's share */
+    int step_draft_passes; /* the head passes step_draft_s timed */
+    double commit_s;       /* state commits after the last recorded step: the next record's share */
+    int mtp_vocab;         /* the head's draft vocabulary (ids below it; 0 = all) */
+    int mtp_rows;          /* MTP verify rows planned in this step */
+    int mtp_keep;          /* unread hidden rows a sequence keeps at most (SPEC_MTP_*) */
     /* image input (sched_img.c): the step's embedding-row pointers and M-RoPE positions */
     const float **img_rows;
     int32_t *img_pos;
@@ -242,7 +248,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget);
 /* Chooses the step's draft count from the cost model and the rows' acceptance (before plan). */
 void sched_spec_begin_step(sched *s);
 /* Records a forward's time for the cost model. */
-void sched_spec_record(sched *s, int step_tokens, double seconds);
+void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s, int passes);
 /* Samples a verify row's k + 1 logits rows, accepts the drafts the sampler agrees with, and
  * leaves the sequence's cache at its accepted tokens (rolling the GDN state back if needed). */
 void sched_spec_accept(sched *s, const sched_ent *t, const float *rows);

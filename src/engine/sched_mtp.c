@@ -202,7 +202,11 @@ void sched_mtp_draft_all(sched *s) {
      * drafting) is prefill work: charged to this step's drafts it would make drafting look dear
      * for good (sched_spec.c learns the step time by step size; a prompt of 16 charged to the
      * first verify kept a bench's engine from drafting at acceptance 0.5) */
-    if (most > K + 1) t0 = cllm_time_s();
+    int passes = K; /* timed below: the first pass (unless reset here) and the chained ones */
+    if (most > K + 1) {
+        t0 = cllm_time_s();
+        passes = K - 1;
+    }
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
         memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));
@@ -230,4 +234,5 @@ void sched_mtp_draft_all(sched *s) {
                (size_t)nd[r] * sizeof(int32_t));
     /* the head's passes are part of what a draft costs (sched_spec.c's choice of k) */
     s->step_draft_s += cllm_time_s() - t0;
+    s->step_draft_passes += passes;
 }

@@ -52,9 +52,12 @@ double cllm_spec_expected_tokens(double a, int k) {
     return sum;
 }
 
-/* Forward seconds for a step of T tokens: the measured mean, else interpolated between the
- * nearest measured sizes, else a prior of 10% of a one-token step per extra token (about the
- * quarter shape's verify curve) scaled from the smallest measured size. */
+/* Forward seconds for a step of T tokens: the measured median, else interpolated between the
+ * nearest measured sizes, else extrapolated from the nearest: at a prior of 10% of a one-token
+ * step per extra token, or at the slope between the two largest measured sizes below T where
+ * that is steeper (a batch's steps: at B = 8 on the quarter shape each verified token and its
+ * draft cost about 0.2 of a one-token step, and the prior alone took a 133 ms verify of 16
+ * tokens for 84 ms). */
 static double step_time(const sched *s, int T) {
     if (T < 1) T = 1;
     if (T > SPEC_COST_N) T = SPEC_COST_N;
@@ -65,7 +68,13 @@ static double step_time(const sched *s, int T) {
     while (hi <= SPEC_COST_N && t[hi] <= 0) hi++;
     if (lo >= 1 && hi <= SPEC_COST_N)
         return t[lo] + (t[hi] - t[lo]) * (double)(T - lo) / (double)(hi - lo);
-    if (lo >= 1) return t[lo] * (1.0 + 0.1 * (T - 1)) / (1.0 + 0.1 * (lo - 1));
+    if (lo >= 1) {
+        double slope = t[lo] * 0.1 / (1.0 + 0.1 * (lo - 1));
+        int l2 = lo - 1;
+        while (l2 >= 1 && t[l2] <= 0) l2--;
+        if (l2 >= 1 && (t[lo] - t[l2]) / (lo - l2) > slope) slope = (t[lo] - t[l2]) / (lo - l2);
+        return t[lo] + slope * (T - lo);
+    }
     if (hi <= SPEC_COST_N) return t[hi] * (1.0 + 0.1 * (T - 1)) / (1.0 + 0.1 * (hi - 1));
     return 1.0 + 0.1 * (T - 1);
 }
@@ -82,34 +91,51 @@ static double replay_time(const sched *s, double a, int k, int base) {
     return extra;
 }
 
-void sched_spec_record(sched *s, int step_tokens, double seconds) {
-    if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
-    /* the median of a size's last few samples: the noise here is one-sided and lumpy (a cold
-     * page on the first verify, the first MTP call, another process), and a mean kept one
-     * 74 ms first sample of a 29 ms verify long enough to switch drafting off for most of a
-     * bench (2026-12-05); a median drops such a sample as soon as two normal ones follow */
-    spec_cost *c = &s->cost;
-    /* a size's first step is the one that meets cold pages and first allocations: not kept */
-    int n = c->n[step_tokens]++ - 1, m = n + 1 < SPEC_COST_R ? n + 1 : SPEC_COST_R;
-    if (n < 0) return;
-    c->r[step_tokens][n % SPEC_COST_R] = seconds;
+/* One more sample x of a quantity kept as the median of its last SPEC_COST_R samples (ring r,
+ * count n; *med updated). The noise here is one-sided and lumpy (a cold page on the first
+ * verify, the first MTP call, another process), and a mean kept one 74 ms first sample of a
+ * 29 ms verify long enough to switch drafting off for most of a bench (2026-12-05); a median
+ * drops such a sample as soon as two normal ones follow. The first sample is the one that meets
+ * cold pages and first allocations: not kept. */
+static void ring_add(double *r, int *n, double *med, double x) {
+    int i = (*n)++ - 1, m = i + 1 < SPEC_COST_R ? i + 1 : SPEC_COST_R;
+    if (i < 0) return;
+    r[i % SPEC_COST_R] = x;
     double v[SPEC_COST_R];
-    memcpy(v, c->r[step_tokens], (size_t)m * sizeof(double));
-    for (int i = 1; i < m; i++) /* insertion sort of at most SPEC_COST_R values */
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double x = v[j];
+    memcpy(v, r, (size_t)m * sizeof(double));
+    for (int a = 1; a < m; a++) /* insertion sort of at most SPEC_COST_R values */
+        for (int j = a; j > 0 && v[j - 1] > v[j]; j--) {
+            double y = v[j];
             v[j] = v[j - 1];
-            v[j - 1] = x;
+            v[j - 1] = y;
         }
-    c->t[step_tokens] = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    *med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
-/* Idle steps after which row e drafts one token to measure again: soon while the size it would
- * run at (T tokens) has few samples and its drafts were accepted often enough to be worth it
- * (one odd sample must not decide for long), rarely otherwise (a large batch or rejected drafts:
- * every probe there is a step made dearer). */
-static int probe_idle(const sched *s, const eng_seq *e, int T) {
+void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s, int passes) {
+    if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
+    spec_cost *c = &s->cost;
+    ring_add(c->r[step_tokens], &c->n[step_tokens], &c->t[step_tokens], seconds);
+    if (passes > 0 && draft_s > 0) ring_add(c->pass_r, &c->pass_n, &c->pass_t, draft_s / passes);
+}
+
+/* Seconds the drafts of a step with k drafts per row add: k head passes (MTP; until measured a
+ * prior of 8% of a one-token step each, about the quarter shape's), nothing for the n-gram and
+ * suffix drafters (a lookup in the plan). */
+static double draft_time(const sched *s, int k) {
+    if (s->cfg.spec.method != CLLM_SPEC_MTP || k <= 0) return 0.0;
+    return k * (s->cost.pass_t > 0 ? s->cost.pass_t : 0.08 * step_time(s, 1));
+}
+
+/* Idle steps after which row e drafts one token to measure again, in a step of B decoding rows
+ * whose probe would run T tokens: alone (B = 1) soon while that size has few samples and the
+ * row's drafts were accepted often enough to be worth it (one odd sample must not decide for
+ * long), rarely otherwise. In a batch the rows go idle together, so their probes fall in one
+ * step that costs what a verify of every row costs (at B = 8 on the quarter shape 133 ms against
+ * a 57 ms plain step): one every SPEC_PROBE_IDLE x B steps keeps that under 1%. */
+static int probe_idle(const sched *s, const eng_seq *e, int B, int T) {
     if (T > SPEC_COST_N) T = SPEC_COST_N;
+    if (B > 1) return SPEC_PROBE_IDLE * B;
     return s->cost.n[T] <= SPEC_COST_R && row_alpha(e) >= 0.3 ? 4 : SPEC_PROBE_IDLE;
 }
 
@@ -119,6 +145,7 @@ static bool decoding(const eng_seq *e) {
 
 void sched_spec_begin_step(sched *s) {
     s->spec_k_step = 0;
+    s->spec_one = NULL;
     if (!spec_on(s)) return;
     int K = s->cfg.spec.num_speculative_tokens, B = 0;
     double a = 0;
@@ -134,23 +161,43 @@ void sched_spec_begin_step(sched *s) {
         s->spec_k_step = K;
         return;
     }
+    /* the plain step of this batch is measured first (its first sample is dropped, so two
+     * steps): a verify's time is judged against it, and without it the prior's guess stands
+     * for it, which at B = 8 took a 57 ms step for 90 ms and kept a 133 ms verify chosen */
+    if (s->cost.n[B < SPEC_COST_N ? B : SPEC_COST_N] < 2) return;
     a /= B;
     double best = B / step_time(s, B);
     for (int k = 1; k <= K; k++) {
-        double r = B * cllm_spec_expected_tokens(a, k) / step_time(s, B * (1 + k));
+        double r =
+            B * cllm_spec_expected_tokens(a, k) / (step_time(s, B * (1 + k)) + draft_time(s, k));
         if (r > best) {
             best = r;
             s->spec_k_step = k;
         }
     }
-    /* what the choice saw (--log-level debug): B rows' mean acceptance, step times by size */
-    LOG_DEBUG("spec: B %d a %.3f t1 %.2f t2 %.2f t3 %.2f t4 %.2f ms (n %d %d %d %d) k %d", B, a,
-              1e3 * s->cost.t[1], 1e3 * s->cost.t[2], 1e3 * s->cost.t[3], 1e3 * s->cost.t[4],
-              s->cost.n[1], s->cost.n[2], s->cost.n[3], s->cost.n[4], s->spec_k_step);
+    /* a batch would verify every row at a size never measured: one row drafts one token first
+     * (a step of B + 1), so the slope from the plain step prices the bigger sizes (step_time)
+     * before a whole batch pays for a verify that may not pay (at B = 8 the first two cost 5%
+     * of a 128-token run) */
+    if (B > 1 && s->spec_k_step > 0 && B + 1 <= SPEC_COST_N && s->cost.n[B + 1] < 2)
+        for (int i = 0; i < s->n_running && !s->spec_one; i++)
+            if (decoding(s->running[i])) {
+                s->spec_one = s->running[i];
+                s->spec_k_step = 1;
+            }
+    /* what the choice saw (--log-level debug): B rows' mean acceptance, the step times it used
+     * (B, 2B, 3B, 4B tokens; interpolated where not measured) and their sample counts */
+    int sz[4];
+    for (int i = 0; i < 4; i++) sz[i] = B * (i + 1) < SPEC_COST_N ? B * (i + 1) : SPEC_COST_N;
+    LOG_DEBUG("spec: B %d a %.3f t(B..4B) %.2f %.2f %.2f %.2f ms (n %d %d %d %d) pass %.2f ms "
+              "k %d",
+              B, a, 1e3 * step_time(s, sz[0]), 1e3 * step_time(s, sz[1]), 1e3 * step_time(s, sz[2]),
+              1e3 * step_time(s, sz[3]), s->cost.n[sz[0]], s->cost.n[sz[1]], s->cost.n[sz[2]],
+              s->cost.n[sz[3]], 1e3 * s->cost.pass_t, s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
         if (decoding(s->running[i]) &&
-            s->running[i]->spec_idle >= probe_idle(s, s->running[i], B + 1))
+            s->running[i]->spec_idle >= probe_idle(s, s->running[i], B, B + 1))
             s->spec_k_step = 1;
 }
 
@@ -172,19 +219,21 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     int n_out = e->n_tokens - e->n_prompt;
     /* this row's k: the step's, cut where its own acceptance stops paying */
     int k = s->spec_k_step;
-    if (k == 0) {
+    if (k == 0 || (s->spec_one && s->spec_one != e)) {
         row_idle(e);
         return 0;
     }
-    if (!o->fixed_k) {
+    if (!o->fixed_k && !s->spec_one) {
         int B = 0;
         for (int i = 0; i < s->n_running; i++) B += decoding(s->running[i]);
         int base = (B - 1) * (1 + s->spec_k_step);
         double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
         int kk = 0;
         for (int j = 1; j <= k; j++) {
+            /* in a batch the head's passes are the step's (every drafting row shares them) */
             double r = cllm_spec_expected_tokens(a, j) /
-                       (step_time(s, base + P + j) + replay_time(s, a, j, base));
+                       (step_time(s, base + P + j) + (B > 1 ? 0.0 : draft_time(s, j)) +
+                        replay_time(s, a, j, base));
             if (r > best) {
                 best = r;
                 kk = j;
@@ -193,7 +242,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         /* the times of the sizes a row stopped drafting at are no longer measured: one probe
          * draft now and then keeps them current (a noisy or one-off sample otherwise keeps
          * drafting off for good) */
-        k = kk == 0 && e->spec_idle >= probe_idle(s, e, base + P + 1) ? 1 : kk;
+        k = kk == 0 && e->spec_idle >= probe_idle(s, e, B, base + P + 1) ? 1 : kk;
         /* a size above the chosen one with few samples may be dear only by a cold first
          * measure: every fourth verify tries it until it has its samples */
         if (kk > 0 && kk < s->spec_k_step && base + P + kk + 1 <= SPEC_COST_N &&

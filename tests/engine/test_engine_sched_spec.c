@@ -12,7 +12,10 @@
  *  - suffix drafts: a request that repeats an earlier one's answer drafts from the history of
  *    finished outputs; outputs equal to no speculation;
  *  - distribution: 20000 seeded samples of the first three tokens at temperature 1 through verify
- *    rows match the target's exact joint distribution (chi-square over the 512 cells). */
+ *    rows match the target's exact joint distribution (chi-square over the 512 cells);
+ *  - the choice of k (sched_spec_begin_step) from given step times: the plain step measured
+ *    first, a batch's one-row probe before a whole batch verifies, a dear verify (8 rows) or
+ *    dear head passes turning drafting off, a cheap verify turning it on. */
 #include <math.h>
 #include <string.h>
 
@@ -406,7 +409,92 @@ static void test_suffix(bool has_state) {
               (unsigned long long)accepted, (unsigned long long)drafted);
 }
 
+/* A scheduler with B requests decoding (n-gram drafter, cap 3, the cost model on) whose step
+ * times are then set by hand; NULL when it could not be built. */
+static sched *cost_sched(fake_model *f, int B) {
+    enum { V = 64 };
+    fake_init(f, V, 400, 4, 64, false);
+    sched_cfg c = fake_cfg(V, 400, 4, 8, 64, false, false);
+    c.spec.method = CLLM_SPEC_NGRAM;
+    c.spec.num_speculative_tokens = 3;
+    c.spec.prompt_lookup_min = 1;
+    c.spec.prompt_lookup_max = 3;
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, f, &s, &err) == CLLM_OK);
+    if (!s) return NULL;
+    static fake_out out[8];
+    for (int i = 0; i < B; i++) {
+        int32_t prompt[4] = {1 + i, 2, 3, 4};
+        submit(s, &c, prompt, 4, sp_greedy(200), &out[i]);
+    }
+    for (int i = 0; i < 4; i++) sched_step(s); /* prefill, then decoding */
+    CHECK(s->n_running == B);
+    return s;
+}
+
+/* Step times in ms for sizes 1..n (0: not measured), each recorded 3 times (the first of a size
+ * is dropped), every row's acceptance a; then the step's choice. */
+static void cost_set(sched *s, const double *ms, int n, double pass_ms, double a) {
+    memset(&s->cost, 0, sizeof(s->cost));
+    for (int T = 1; T <= n; T++)
+        for (int r = 0; ms[T - 1] > 0 && r < 3; r++)
+            sched_spec_record(s, T, ms[T - 1] * 1e-3, pass_ms * 1e-3, pass_ms > 0);
+    for (int i = 0; i < s->n_running; i++) {
+        s->running[i]->acc_hits = 100 * a;
+        s->running[i]->acc_trials = 100;
+        s->running[i]->spec_idle = 0;
+    }
+    sched_spec_begin_step(s);
+}
+
+static void test_cost_model(void) {
+    fake_model f;
+    sched *s = cost_sched(&f, 8);
+    if (s) {
+        double t[16] = {0};
+        /* the plain step of 8 rows not measured yet: no drafts, whatever the acceptance */
+        t[0] = 27;
+        cost_set(s, t, 16, 0, 0.9);
+        CHECK_MSG(s->spec_k_step == 0, "B 8, plain step unmeasured: k %d", s->spec_k_step);
+        /* measured, 9 tokens not: the prior finds a verify worth it, one row probes first */
+        t[7] = 57;
+        cost_set(s, t, 16, 0, 0.65);
+        CHECK_MSG(s->spec_k_step == 1 && s->spec_one != NULL, "B 8 probe: k %d one %d",
+                  s->spec_k_step, s->spec_one != NULL);
+        /* the probe found 7 ms per token (past the batched kernels' sweep): 16 tokens would
+         * cost ~113 ms for 8 x 1.65 tokens, less than 8 plain tokens per 57 ms */
+        t[8] = 64;
+        cost_set(s, t, 16, 0, 0.65);
+        CHECK_MSG(s->spec_k_step == 0 && !s->spec_one, "B 8 dear verify: k %d", s->spec_k_step);
+        /* a cheap verify (1 ms per token): drafting pays, for every row */
+        t[8] = 58;
+        cost_set(s, t, 16, 0, 0.65);
+        CHECK_MSG(s->spec_k_step >= 1 && !s->spec_one, "B 8 cheap verify: k %d one %d",
+                  s->spec_k_step, s->spec_one != NULL);
+        sched_free(s);
+    }
+    fake_free(&f);
+    s = cost_sched(&f, 1);
+    if (s) {
+        double t[4] = {27, 30, 0, 0};
+        /* one row, verify 3 ms per token: drafting pays at 0.65 ... */
+        cost_set(s, t, 4, 0, 0.65);
+        CHECK_MSG(s->spec_k_step >= 1, "B 1: k %d", s->spec_k_step);
+        /* ... unless each head pass (priced only for MTP) costs more than it brings */
+        s->cfg.spec.method = CLLM_SPEC_MTP;
+        cost_set(s, t, 4, 3.3, 0.65);
+        CHECK_MSG(s->spec_k_step >= 1, "B 1, 3.3 ms passes: k %d", s->spec_k_step);
+        cost_set(s, t, 4, 15, 0.65);
+        CHECK_MSG(s->spec_k_step == 0, "B 1, 15 ms passes: k %d", s->spec_k_step);
+        s->cfg.spec.method = CLLM_SPEC_NGRAM;
+        sched_free(s);
+    }
+    fake_free(&f);
+}
+
 int main(void) {
+    test_cost_model();
     test_suffix(false);
     test_suffix(true);
     test_distribution(false);
