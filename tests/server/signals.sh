@@ -80,7 +80,15 @@ stream L1 3900 &
 a=$!
 plain L2 3900 &
 b=$!
-for _ in $(seq 200); do [ -s $T/L1.out ] && break; sleep 0.05; done
+# both in the engine before the signal (waiting for L1's first bytes alone let L2 arrive after
+# it under a loaded ctest -j2, and a request after SIGTERM rightly gets 503)
+for _ in $(seq 200); do
+    m=$(curl -s $U/metrics)
+    run=$(echo "$m" | sed -n 's/^vllm:num_requests_running{[^}]*} //p')
+    wai=$(echo "$m" | sed -n 's/^vllm:num_requests_waiting{[^}]*} //p')
+    [ $((${run%.*} + ${wai%.*})) -ge 2 ] && [ -s $T/L1.out ] && break
+    sleep 0.05
+done
 kill -TERM $SPID
 wait $a $b
 wait $SPID
