@@ -22,8 +22,9 @@
  * qv_group_end(isum, z, asum, ws, s, acc), qv_zeros(w, g, n, BITS, TAIL), qv_scales(w, g, n, TAIL),
  * qv_fzero, qv_fload(p, TAIL), qv_fstore(p, v, TAIL), QV_PIN(x) (an empty asm keeping a sum in a
  * register where the compiler would otherwise spill), Q16_NB_SWEEP(TT) (column vectors per sweep
- * tile for TT tokens), Q16_ONE_TREE (1: one token adds its pair products as a tree through qv_madd,
- * for a tier without a fused multiply-add; 0: two vpdpwssd chains per column vector). */
+ * tile for TT tokens), optionally Q16_SW_MAX (tokens the sweep takes, default 8; AVX-512 16),
+ * Q16_ONE_TREE (1: one token adds its pair products as a tree through qv_madd, for a tier without a
+ * fused multiply-add; 0: two vpdpwssd chains per column vector). */
 #if !defined(QV_W) || !defined(Q16_NB_SWEEP) || !defined(Q16_ONE_TREE)
 #error "define the q16 shim (QV_W, qv_*, Q16_NB_SWEEP) before including this (kernels/x86/)"
 #endif
@@ -36,7 +37,11 @@
 #define DEC_W   512 /* columns per sweep block (acc 2 KiB per token) */
 #define PF_ROWS 16  /* multi-token: prefetch distance in qweight rows */
 #define TB      64  /* multi-token: tokens per block (64 x 2K bytes of codes in L2) */
-#define SW_MAX  8
+#ifdef Q16_SW_MAX   /* the tier's: as many token sums as its registers hold at one column vector */
+#define SW_MAX Q16_SW_MAX
+#else
+#define SW_MAX 8
+#endif
 
 typedef struct {
     const int32_t *aw;  /* code pairs as int32 words: [K/2] */
@@ -185,9 +190,35 @@ Q16_AI void few(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok
     case 7:
         sweep(w, n0, n1, A, Y, ldy, BITS, 7, VNNI);
         break;
-    default:
+    case 8:
         sweep(w, n0, n1, A, Y, ldy, BITS, 8, VNNI);
         break;
+#if SW_MAX > 8
+    case 9:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 9, VNNI);
+        break;
+    case 10:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 10, VNNI);
+        break;
+    case 11:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 11, VNNI);
+        break;
+    case 12:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 12, VNNI);
+        break;
+    case 13:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 13, VNNI);
+        break;
+    case 14:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 14, VNNI);
+        break;
+    case 15:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 15, VNNI);
+        break;
+    default:
+        sweep(w, n0, n1, A, Y, ldy, BITS, 16, VNNI);
+        break;
+#endif
     }
 }
 

@@ -66,8 +66,9 @@ QV_AI void qv_fstore(float *p, qv_f v, const int TAIL) {
 }
 /* No register pin: on zmm it made gcc spill the sums of 4- and 8-token tiles (1.6x slower). */
 #define QV_PIN(x) ((void)0)
-/* 32 zmm registers: 4 column vectors x up to 4 tokens, 2 x 5..8 */
-#define Q16_NB_SWEEP(TT) ((TT) <= 4 ? 4 : 2)
+/* 32 zmm registers: 4 column vectors x up to 4 tokens, 2 x 5..8, 1 x 9..16 */
+#define Q16_NB_SWEEP(TT) ((TT) <= 4 ? 4 : (TT) <= 8 ? 2 : 1)
+#define Q16_SW_MAX       16 /* the sweep up to 16 tokens (a batch's verify, batched decode) */
 #define Q16_ONE_TREE     0
 
 #include "kernels/matmul_q16_body_int.h"
