@@ -186,14 +186,17 @@ void sched_spec_begin_step(sched *s) {
                 s->spec_k_step = 1;
             }
     /* what the choice saw (--log-level debug): B rows' mean acceptance, the step times it used
-     * (B, 2B, 3B, 4B tokens; interpolated where not measured) and their sample counts */
+     * (B, 2B, 3B, 4B tokens; interpolated where not measured) and their sample counts; only
+     * computed when the line is printed (every step runs this) */
     int sz[4];
     for (int i = 0; i < 4; i++) sz[i] = B * (i + 1) < SPEC_COST_N ? B * (i + 1) : SPEC_COST_N;
-    LOG_DEBUG("spec: B %d a %.3f t(B..4B) %.2f %.2f %.2f %.2f ms (n %d %d %d %d) pass %.2f ms "
-              "k %d",
-              B, a, 1e3 * step_time(s, sz[0]), 1e3 * step_time(s, sz[1]), 1e3 * step_time(s, sz[2]),
-              1e3 * step_time(s, sz[3]), s->cost.n[sz[0]], s->cost.n[sz[1]], s->cost.n[sz[2]],
-              s->cost.n[sz[3]], 1e3 * s->cost.pass_t, s->spec_k_step);
+    if (cllm_log_enabled(CLLM_LOG_DEBUG))
+        LOG_DEBUG("spec: B %d a %.3f t(B..4B) %.2f %.2f %.2f %.2f ms (n %d %d %d %d) pass %.2f ms "
+                  "k %d",
+                  B, a, 1e3 * step_time(s, sz[0]), 1e3 * step_time(s, sz[1]),
+                  1e3 * step_time(s, sz[2]), 1e3 * step_time(s, sz[3]), s->cost.n[sz[0]],
+                  s->cost.n[sz[1]], s->cost.n[sz[2]], s->cost.n[sz[3]], 1e3 * s->cost.pass_t,
+                  s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
         if (decoding(s->running[i]) &&

@@ -462,8 +462,8 @@ static void test_cost_model(void) {
         cost_set(s, t, 16, 0, 0.65);
         CHECK_MSG(s->spec_k_step == 1 && s->spec_one != NULL, "B 8 probe: k %d one %d",
                   s->spec_k_step, s->spec_one != NULL);
-        /* the probe found 7 ms per token (past the batched kernels' sweep): 16 tokens would
-         * cost ~113 ms for 8 x 1.65 tokens, less than 8 plain tokens per 57 ms */
+        /* the probe found 7 ms per token (batched decode is compute-bound at 8 rows): 16 tokens
+         * would cost ~113 ms for 8 x 1.65 tokens, less than 8 plain tokens per 57 ms */
         t[8] = 64;
         cost_set(s, t, 16, 0, 0.65);
         CHECK_MSG(s->spec_k_step == 0 && !s->spec_one, "B 8 dear verify: k %d", s->spec_k_step);
