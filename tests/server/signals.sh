@@ -41,19 +41,24 @@ plain() {
     curl -s -o "$T/$1.out" -w '%{http_code}' $U/v1/completions \
         -d "{\"prompt\":\"Once upon a time $1\",\"max_tokens\":$2,\"ignore_eos\":true}" > "$T/$1.code" 2> /dev/null
 }
+# Waits (up to 10 s) until at least $1 requests are in the engine (running + waiting).
+in_engine() {
+    local m run wai
+    for _ in $(seq 200); do
+        m=$(curl -s $U/metrics)
+        run=$(echo "$m" | sed -n 's/^vllm:num_requests_running{[^}]*} //p')
+        wai=$(echo "$m" | sed -n 's/^vllm:num_requests_waiting{[^}]*} //p')
+        [ $((${run%.*} + ${wai%.*})) -ge "$1" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
 
 # --- SIGTERM under load: 8 accepted (4 running, 4 queued: --max-num-seqs 4), all finish ---
 start --shutdown-timeout 120
 pids=()
 for i in 1 2 3 4; do stream s$i 150 & pids+=($!); plain p$i 150 & pids+=($!); done
-# wait until all 8 are in the engine (running + waiting)
-for _ in $(seq 200); do
-    m=$(curl -s $U/metrics)
-    run=$(echo "$m" | sed -n 's/^vllm:num_requests_running{[^}]*} //p')
-    wai=$(echo "$m" | sed -n 's/^vllm:num_requests_waiting{[^}]*} //p')
-    [ $((${run%.*} + ${wai%.*})) -ge 8 ] && break
-    sleep 0.05
-done
+in_engine 8
 kill -TERM $SPID
 sleep 0.2
 late=$(curl -s -o /dev/null -w '%{http_code}' $U/v1/completions -d '{"prompt":"late","max_tokens":2}')
@@ -82,13 +87,8 @@ plain L2 3900 &
 b=$!
 # both in the engine before the signal (waiting for L1's first bytes alone let L2 arrive after
 # it under a loaded ctest -j2, and a request after SIGTERM rightly gets 503)
-for _ in $(seq 200); do
-    m=$(curl -s $U/metrics)
-    run=$(echo "$m" | sed -n 's/^vllm:num_requests_running{[^}]*} //p')
-    wai=$(echo "$m" | sed -n 's/^vllm:num_requests_waiting{[^}]*} //p')
-    [ $((${run%.*} + ${wai%.*})) -ge 2 ] && [ -s $T/L1.out ] && break
-    sleep 0.05
-done
+in_engine 2
+for _ in $(seq 200); do [ -s $T/L1.out ] && break; sleep 0.05; done
 kill -TERM $SPID
 wait $a $b
 wait $SPID
