@@ -124,6 +124,17 @@ uint64_t cllm_mem_available(void) {
     return meminfo_kb("MemAvailable");
 }
 
+uint64_t cllm_mem_anon_huge(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
 uint64_t cllm_mem_rss(void) {
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return 0;

@@ -17,6 +17,8 @@ void cllm_free_aligned(void *p);
  * streamed end to end every step (weight panels, recurrent state): a 4 KiB page per 4 KiB read
  * is a TLB miss each, where a 2 MiB page covers 512 of them. Free with cllm_free_aligned. */
 void *cllm_alloc_huge(size_t size);
+/* Bytes of this process's anonymous memory on transparent huge pages (0 if unknown). */
+uint64_t cllm_mem_anon_huge(void);
 
 /* MADV_DONTNEED on the whole pages inside [p, p + n): their memory goes back to the kernel (file
  * pages are read again on the next touch, anonymous ones come back zeroed); a neighbour's bytes
