@@ -11,9 +11,9 @@
  * an int16 add and vpmaddwd by 1 give the same integers. The zero point is folded in once per
  * group, sum q a - z sum a, exact in int32, so every tier and tile shape has the same integer;
  * the conversion acc = fma(w_scale * a_scale, (float)isum, acc) is the reference's sequence.
- * Tiles of 4 (decode) or 2 column blocks x 1..4 tokens only decide which accumulators share
- * registers, and an 8-column tail masks lanes 8..15: batch invariant and bitwise equal to
- * kernels/matmul_q4a8_ref.c. */
+ * Tiles of 4 (decode) or 2 column blocks x 1..8 tokens (past 4, float sums kept in L1) only
+ * decide which accumulators share registers, and an 8-column tail masks lanes 8..15: batch
+ * invariant and bitwise equal to kernels/matmul_q4a8_ref.c. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +24,7 @@
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16 /* as the AVX2 tier */
 #define TOK     4  /* tokens per prefill tile */
+#define FEW     8  /* up to 2 x FEW tokens (a verify, batched decode): passes of up to 8 tokens */
 
 /* Output columns [n0, n0 + 16*NB) (TAIL: NB 1 and 8 columns) x tokens [0, TT) of the prepared
  * activations A (token stride `as` bytes). VNNI selects vpdpbusd over vpmaddubsw/vpmaddwd. */
@@ -35,11 +36,19 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
     const __mmask16 cm = TAIL ? 0x00ff : 0xffff;
     /* decode has only NB chains: give vpdpbusd's even and odd halves their own accumulators */
     const int SPLIT = VNNI && TT == 1;
+    /* past TOK tokens the float sums wait in L1 between groups (read and written once a group),
+     * leaving the registers to the NB x TT integer sums: the same fma sequence, the same bits */
+    const int MEM = TT > TOK;
     __m512 acc[4][TOK];
+    float accm[4][FEW][16] __attribute__((aligned(64)));
     for (int b = 0; b < NB; b++)
-        for (int t = 0; t < TT; t++) acc[b][t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; t++)
+            if (MEM)
+                _mm512_store_ps(accm[b][t], _mm512_setzero_ps());
+            else
+                acc[b][t] = _mm512_setzero_ps();
     for (int g = 0; g < NG; g++) {
-        __m512i isum[4][TOK], isum2[4];
+        __m512i isum[4][FEW], isum2[4];
         for (int b = 0; b < NB; b++) {
             isum2[b] = _mm512_setzero_si512();
             for (int t = 0; t < TT; t++) isum[b][t] = _mm512_setzero_si512();
@@ -84,7 +93,11 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
                 __m512i gi =
                     _mm512_sub_epi32(isum[b][t], _mm512_mullo_epi32(zv, _mm512_set1_epi32(sum)));
                 __m512 sc = _mm512_mul_ps(sv, _mm512_set1_ps(s));
-                acc[b][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(gi), acc[b][t]);
+                if (MEM)
+                    _mm512_store_ps(accm[b][t], _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(gi),
+                                                                _mm512_load_ps(accm[b][t])));
+                else
+                    acc[b][t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(gi), acc[b][t]);
             }
         }
     }
@@ -92,9 +105,9 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
         for (int t = 0; t < TT; t++) {
             float *y = Y + (size_t)t * ldy + n0 + 16 * b;
             if (TAIL)
-                _mm512_mask_storeu_ps(y, cm, acc[b][t]);
+                _mm512_mask_storeu_ps(y, cm, MEM ? _mm512_load_ps(accm[b][t]) : acc[b][t]);
             else
-                _mm512_storeu_ps(y, acc[b][t]);
+                _mm512_storeu_ps(y, MEM ? _mm512_load_ps(accm[b][t]) : acc[b][t]);
         }
 }
 
@@ -108,21 +121,50 @@ AI void cols(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, fl
     if (n < n1) tile(w, n, A, as, Y, ldy, 1, TT, 1, VNNI);
 }
 
+/* Tokens [0, tn) in one pass over the columns (every pass reads the weights again, from L1 or L2
+ * after the first): tn up to FEW. */
+AI void pass(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, float *Y, size_t ldy,
+             int tn, const int VNNI) {
+    switch (tn) {
+    case 8:
+        cols(w, n0, n1, A, as, Y, ldy, 8, VNNI);
+        break;
+    case 7:
+        cols(w, n0, n1, A, as, Y, ldy, 7, VNNI);
+        break;
+    case 6:
+        cols(w, n0, n1, A, as, Y, ldy, 6, VNNI);
+        break;
+    case 5:
+        cols(w, n0, n1, A, as, Y, ldy, 5, VNNI);
+        break;
+    case 4:
+        cols(w, n0, n1, A, as, Y, ldy, 4, VNNI);
+        break;
+    case 3:
+        cols(w, n0, n1, A, as, Y, ldy, 3, VNNI);
+        break;
+    case 2:
+        cols(w, n0, n1, A, as, Y, ldy, 2, VNNI);
+        break;
+    default:
+        cols(w, n0, n1, A, as, Y, ldy, 1, VNNI);
+        break;
+    }
+}
+
+/* Up to 2 x FEW tokens (a verify of up to 16 positions, the screened lm_head's estimate of a
+ * batch) in passes of up to FEW, balanced (9 = 5 + 4, not 4 + 4 + 1): a verify of 9 positions
+ * read the lm_head's panels three times. More tokens (prefill): blocks of TOK, 2 column blocks a
+ * tile. */
 AI void core(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok, float *Y, size_t ldy,
              const int VNNI) {
     const size_t as = cllm_qact_bytes(w->K, w->group, 1);
-    for (int t = 0; t < n_tok; t += TOK) {
-        int tn = n_tok - t < TOK ? n_tok - t : TOK;
-        const char *At = (const char *)A + (size_t)t * as;
-        float *Yt = Y + (size_t)t * ldy;
-        if (tn == 4)
-            cols(w, n0, n1, At, as, Yt, ldy, 4, VNNI);
-        else if (tn == 3)
-            cols(w, n0, n1, At, as, Yt, ldy, 3, VNNI);
-        else if (tn == 2)
-            cols(w, n0, n1, At, as, Yt, ldy, 2, VNNI);
-        else
-            cols(w, n0, n1, At, as, Yt, ldy, 1, VNNI);
+    const int np = n_tok <= 2 * FEW ? (n_tok + FEW - 1) / FEW : 0;
+    const int step = np ? (n_tok + np - 1) / np : TOK;
+    for (int t = 0; t < n_tok; t += step) {
+        int tn = n_tok - t < step ? n_tok - t : step;
+        pass(w, n0, n1, (const char *)A + (size_t)t * as, as, Y + (size_t)t * ldy, ldy, tn, VNNI);
     }
 }
 
