@@ -258,6 +258,9 @@ void sched_spec_release(sched *s, eng_seq *e);
 void sched_spec_seq_done(sched *s, const eng_seq *e);
 /* sched_mtp.c */
 cllm_status sched_mtp_init(sched *s, cllm_error *err); /* buffers, when the method is MTP */
+/* lm_head rows an MTP draft reads for the request's draft_vocab_size (0: the default,
+ * CLLM_SPEC_DRAFT_VOCAB_DEFAULT), rounded up to 64; 0 = the whole vocabulary. */
+int sched_mtp_vocab_rows(int draft_vocab_size, int vocab_size);
 void sched_mtp_free(sched *s);
 /* Points each batch entry's hidden_out into the step's rows (before the forward). */
 void sched_mtp_bind(sched *s);

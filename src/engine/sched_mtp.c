@@ -14,6 +14,12 @@
 #include "base/mem.h"
 #include "engine/sched_int.h"
 
+int sched_mtp_vocab_rows(int draft_vocab_size, int vocab_size) {
+    int dv = draft_vocab_size > 0 ? draft_vocab_size : CLLM_SPEC_DRAFT_VOCAB_DEFAULT;
+    dv = (dv + 63) / 64 * 64; /* whole kernel tiles of lm_head rows; the key is at most 1 << 24 */
+    return dv < vocab_size ? dv : 0;
+}
+
 cllm_status sched_mtp_init(sched *s, cllm_error *err) {
     if (s->cfg.spec.method != CLLM_SPEC_MTP) return CLLM_OK;
     size_t H = (size_t)s->cfg.hidden_size;
@@ -26,9 +32,11 @@ cllm_status sched_mtp_init(sched *s, cllm_error *err) {
     s->mtp_keep = share > SPEC_MTP_ROWS       ? SPEC_MTP_ROWS
                   : share < SPEC_MTP_ROWS_MIN ? SPEC_MTP_ROWS_MIN
                                               : (int)share;
-    /* whole kernel tiles of lm_head rows */
-    int dv = (s->cfg.spec.draft_vocab_size + 63) / 64 * 64;
-    s->mtp_vocab = dv > 0 && dv < s->cfg.vocab_size ? dv : 0;
+    s->mtp_vocab = sched_mtp_vocab_rows(s->cfg.spec.draft_vocab_size, s->cfg.vocab_size);
+    if (s->mtp_vocab)
+        LOG_INFO("speculative mtp: drafts over token ids below %d of %d (draft_vocab_size%s)",
+                 s->mtp_vocab, s->cfg.vocab_size,
+                 s->cfg.spec.draft_vocab_size > 0 ? "" : ", the default");
     if (!s->mtp_step || !s->mtp_h)
         return cllm_err_set(err, CLLM_ENOMEM, "scheduler: out of memory (MTP rows)");
     return CLLM_OK;

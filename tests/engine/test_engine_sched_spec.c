@@ -493,7 +493,22 @@ static void test_cost_model(void) {
     fake_free(&f);
 }
 
+/* The MTP draft vocabulary: the default on a large vocabulary, the whole of a small one, a key
+ * rounded up to whole 64-row tiles, and a key of the vocabulary's size or more reading it all. */
+static void test_mtp_vocab_rows(void) {
+    CHECK(sched_mtp_vocab_rows(0, 248320) == CLLM_SPEC_DRAFT_VOCAB_DEFAULT);
+    CHECK(CLLM_SPEC_DRAFT_VOCAB_DEFAULT == 65536);
+    CHECK(sched_mtp_vocab_rows(0, 4096) == 0);
+    CHECK(sched_mtp_vocab_rows(32768, 248320) == 32768);
+    CHECK(sched_mtp_vocab_rows(100, 248320) == 128);
+    CHECK(sched_mtp_vocab_rows(248320, 248320) == 0);
+    CHECK(sched_mtp_vocab_rows(1 << 24, 248320) == 0);
+    CHECK(sched_mtp_vocab_rows(4000, 4096) == 4032);
+    CHECK(sched_mtp_vocab_rows(4090, 4096) == 0);
+}
+
 int main(void) {
+    test_mtp_vocab_rows();
     test_cost_model();
     test_suffix(false);
     test_suffix(true);
