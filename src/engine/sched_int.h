@@ -135,8 +135,6 @@ typedef struct spec_cost {
     int n[SPEC_COST_N + 1];                 /* samples of each size so far */
     double pass_t, pass_r[SPEC_COST_R];     /* seconds per head pass: median, samples */
     int pass_n;
-    long steps;                 /* steps recorded so far */
-    long last[SPEC_COST_N + 1]; /* `steps` when each size was last sampled */
 } spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */

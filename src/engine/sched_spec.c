@@ -37,11 +37,6 @@
 #define SPEC_DECAY   0.9
 /* Steps without a draft after which a row drafts one token anyway, to measure again */
 #define SPEC_PROBE_IDLE 32
-/* Steps after which a batch that drafts every step takes one plain step, so the time every
- * verify is judged against is measured again: otherwise it is the first plain steps' after
- * prefill (often ~10% slow: caches cold) for the whole run, and it never follows the attention
- * cost growing with the context. One step in 64 costs the gain of one step (~0.5%). */
-#define SPEC_PLAIN_REFRESH 64
 
 static bool spec_on(const sched *s) {
     return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
@@ -121,7 +116,6 @@ void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
     spec_cost *c = &s->cost;
     ring_add(c->r[step_tokens], &c->n[step_tokens], &c->t[step_tokens], seconds);
-    c->last[step_tokens] = ++c->steps;
     if (passes > 0 && draft_s > 0) ring_add(c->pass_r, &c->pass_n, &c->pass_t, draft_s / passes);
 }
 
@@ -208,11 +202,6 @@ void sched_spec_begin_step(sched *s) {
         if (decoding(s->running[i]) &&
             s->running[i]->spec_idle >= probe_idle(s, s->running[i], B, B + 1))
             s->spec_k_step = 1;
-    int Bc = B < SPEC_COST_N ? B : SPEC_COST_N;
-    if (s->spec_k_step > 0 && s->cost.steps - s->cost.last[Bc] >= SPEC_PLAIN_REFRESH) {
-        s->spec_k_step = 0; /* measure the plain step again */
-        s->spec_one = NULL;
-    }
 }
 
 /* A row that drafts nothing this step: its history fades slowly (so a row that stopped paying
