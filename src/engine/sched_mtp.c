@@ -192,6 +192,7 @@ void sched_mtp_draft_all(sched *s) {
         eng_seq *e = rows[r];
         q[r] = head_rows(s, e, e->mtp_hid, e->tokens + e->mtp_pos + 1, e->n_tokens - 1 - e->mtp_pos,
                          e->mtp_pos);
+        q[r].kv_rows = q[r].n_tokens - 1; /* only the last row's output is read */
         if (nd[r] > K) K = nd[r];
         if (q[r].n_tokens > most) most = q[r].n_tokens;
     }

@@ -407,6 +407,7 @@ void cllm_fwd_ctx_free(cllm_fwd_ctx *c) {
     free(c->lm_rowk);
     cllm_free_aligned(c->mtp_in);
     free(c->mtp_sb);
+    free(c->mtp_split);
     cllm_free_aligned(c->gsave);
     free(c->gsave_at);
     cllm_free_aligned(c->thr);
@@ -720,6 +721,12 @@ cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cll
     if (tp && s == CLLM_OK) s = fwd_tp_end(c, T, xr);
     if (s != CLLM_OK) return cllm_err_set(err, s, "forward: layer %d: %s", l, cllm_status_name(s));
     return CLLM_OK;
+}
+
+cllm_status fwd_layer_kv(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T) {
+    c->layer = l;
+    fwd_rmsnorm_rows(c, L->norm.in, c->x, c->xn, NULL, T);
+    return fwd_attention_kv(c, &L->attn, L->sub, T);
 }
 
 cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, int n_ids,

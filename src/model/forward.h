@@ -310,6 +310,12 @@ typedef struct cllm_mtp_seq {
      * positions. The head's row p takes the target model's position of p. */
     const int32_t *mrope_pos;
     int rope_delta;
+    /* > 0: the first kv_rows rows only write the head's K/V (bitwise what a whole pass writes)
+     * and give no output: their hidden_out rows are left as they are and none of them may be
+     * asked for logits (LAST with logits_n <= n_tokens - kv_rows; not ALL). A catch-up over rows
+     * the head has not read needs only the last row's output: this skips the layer's attention,
+     * MoE and lm_head for the others. */
+    int kv_rows;
 } cllm_mtp_seq;
 
 /* Runs the MTP head over n_seqs sequences: fc(concat(pre_fc_norm_embedding(embed(token)),

@@ -34,8 +34,9 @@ static void rope(float *x, const float *cs, int half) {
 typedef struct attn_job {
     cllm_fwd_ctx *c;
     const fwd_attn_w *w;
-    int sub; /* KV pool layer */
-    int ldp; /* floats per token in c->proj */
+    int sub;      /* KV pool layer */
+    int ldp;      /* floats per token in c->proj */
+    bool kv_only; /* fwd_attention_kv: no queries (c->proj's q part is not written) */
 } attn_job;
 
 static void qk_rope_kv_worker(void *vj, size_t b, size_t e, int tid) {
@@ -50,11 +51,11 @@ static void qk_rope_kv_worker(void *vj, size_t b, size_t e, int tid) {
     for (size_t t = b; t < e; t++) {
         float *Q = c->proj + t * j->ldp, *K = Q + m->q_rows, *V = K + m->kv_dim;
         if (w->q_bias) {
-            for (int i = 0; i < m->q_rows; i++) Q[i] += w->q_bias[i];
+            for (int i = 0; i < m->q_rows && !j->kv_only; i++) Q[i] += w->q_bias[i];
             for (int i = 0; i < m->kv_dim; i++) K[i] += w->k_bias[i], V[i] += w->v_bias[i];
         }
         const float *cs = c->rope_cs + t * f->rotary_dim;
-        for (int h = 0; h < f->n_heads; h++) {
+        for (int h = 0; h < f->n_heads && !j->kv_only; h++) {
             float *qh = Q + (size_t)h * qs;
             if (w->q_norm) fwd_rmsnorm(qh, qh, w->q_norm, hd, eps);
             rope(qh, cs, half);
@@ -230,7 +231,7 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T) 
     const cllm_model *m = c->m;
     const cllm_config *f = &m->cfg;
     int H = f->hidden_size;
-    attn_job j = {c, w, sub, m->q_rows + 2 * m->kv_dim};
+    attn_job j = {c, w, sub, m->q_rows + 2 * m->kv_dim, false};
     if (fwd_mm_add(c, &w->q, c->xn, H, T, c->proj, j.ldp) ||
         fwd_mm_add(c, &w->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
         fwd_mm_add(c, &w->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
@@ -250,5 +251,18 @@ cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T) 
         return CLLM_ENOMEM;
     size_t n = (size_t)T * H;
     for (size_t i = 0; i < n; i++) c->x[i] += c->tmp[i];
+    return CLLM_OK;
+}
+
+cllm_status fwd_attention_kv(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T) {
+    const cllm_model *m = c->m;
+    int H = m->cfg.hidden_size;
+    /* the same matmuls, norms and rotation of each row as fwd_attention's (batch-invariant
+     * kernels): the K/V written are its bits */
+    attn_job j = {c, w, sub, m->q_rows + 2 * m->kv_dim, true};
+    if (fwd_mm_add(c, &w->k, c->xn, H, T, c->proj + m->q_rows, j.ldp) ||
+        fwd_mm_add(c, &w->v, c->xn, H, T, c->proj + m->q_rows + m->kv_dim, j.ldp) || fwd_mm_run(c))
+        return CLLM_ENOMEM;
+    cllm_pool_for(c->pool, (size_t)T, qk_rope_kv_worker, &j);
     return CLLM_OK;
 }

@@ -225,6 +225,9 @@ struct cllm_fwd_ctx {
     size_t cap_mtp_in;
     cllm_seq_batch *mtp_sb;
     int cap_mtp_sb;
+    cllm_batch mtp_b;        /* {mtp_sb, n}: c->batch during a call */
+    cllm_mtp_seq *mtp_split; /* [2][cap_mtp_split]: a call's K/V-only rows and the rest */
+    int cap_mtp_split;
     /* Gated DeltaNet inputs of the last cllm_forward's state_save rows (fwd_gdn_save.c):
      * [n_gdn][gsave_n tokens][row]; gsave_at [gsave_seqs] each sequence's first saved token (-1:
      * none), followed by its start_pos [gsave_seqs] and n_tokens [gsave_seqs] */
@@ -257,6 +260,9 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
                          const cllm_state_pool *st, bool with_state, int *T_out, cllm_error *err);
 cllm_status fwd_prepare(cllm_fwd_ctx *c, const cllm_batch *b, int T, cllm_error *err);
 cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cllm_error *err);
+/* A full-attention layer up to its K/V: the input norm, then fwd_attention_kv (the bits
+ * fwd_run_layer would write into the pool; nothing else of the layer runs). */
+cllm_status fwd_layer_kv(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T);
 cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, int n_ids,
                      float *logits, cllm_error *err);
 /* The embedding row of token id as fp32 [H]. */
@@ -290,6 +296,9 @@ static inline float fwd_sigmoid(float x) {
 /* Layer bodies: read c->xn [T][H], add the block's output into c->x. */
 /* sub: the layer's index among attention layers (its KV pool layer) or GDN layers (its state). */
 cllm_status fwd_attention(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T);
+/* Only the K/V of the T rows of c->xn into the pool's layer sub (fwd_attention's bits, no
+ * queries, no attention, no output): rows whose output nobody reads (cllm_mtp_seq.kv_rows). */
+cllm_status fwd_attention_kv(cllm_fwd_ctx *c, const fwd_attn_w *w, int sub, int T);
 cllm_status fwd_deltanet(cllm_fwd_ctx *c, const fwd_gdn_w *w, int sub, int T);
 /* Extra per-thread scratch floats the GDN layer needs for the chunked prefill (allocated whatever
  * the mode, so the mode can change between calls). */

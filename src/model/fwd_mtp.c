@@ -72,6 +72,15 @@ static cllm_status check_call(const cllm_model *m, const cllm_fwd_ctx *c, const 
     for (int s = 0; s < n_seqs; s++) {
         if (!seqs[s].hidden)
             return cllm_err_set(err, CLLM_EINVAL, "forward_mtp: sequence %d: no hidden states", s);
+        const cllm_mtp_seq *q = &seqs[s];
+        int out = q->n_tokens - q->kv_rows; /* rows that run the whole head */
+        if (q->kv_rows < 0 || (q->kv_rows > 0 && out < 1) ||
+            (q->kv_rows > 0 && q->logits == CLLM_LOGITS_ALL) ||
+            (q->kv_rows > 0 && q->logits == CLLM_LOGITS_LAST && q->logits_n > out))
+            return cllm_err_set(err, CLLM_EINVAL,
+                                "forward_mtp: sequence %d: kv_rows %d of %d rows (want 0, or fewer "
+                                "than the rows, none of them asked for logits)",
+                                s, q->kv_rows, q->n_tokens);
         if (seqs[s].vocab_rows != seqs[0].vocab_rows || seqs[s].vocab_rows < 0 ||
             seqs[s].vocab_rows > m->cfg.vocab_size)
             return cllm_err_set(err, CLLM_EINVAL,
@@ -82,20 +91,18 @@ static cllm_status check_call(const cllm_model *m, const cllm_fwd_ctx *c, const 
     return CLLM_OK;
 }
 
-cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
-                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
+/* The rows as a batch of the main forward's kind (its checks, attention's block tables and
+ * fwd_head's row selection read it), validated, and the context made ready for them. */
+static cllm_status mtp_batch(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, int *T, cllm_error *err) {
     const cllm_model *m = c->m;
-    const cllm_config *f = &m->cfg;
-    cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
-    if (s != CLLM_OK) return s;
+    cllm_status s;
     if (n_seqs > c->cap_mtp_sb) {
         cllm_seq_batch *nb = realloc(c->mtp_sb, (size_t)n_seqs * sizeof(*nb));
         if (!nb) return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
         c->mtp_sb = nb;
         c->cap_mtp_sb = n_seqs;
     }
-    /* the rows as a batch of the main forward's kind: its checks, attention's block tables and
-     * fwd_head's row selection read it */
     for (int q = 0; q < n_seqs; q++) {
         const cllm_mtp_seq *sq = &seqs[q];
         c->mtp_sb[q] = (cllm_seq_batch){.tokens = sq->tokens,
@@ -111,10 +118,19 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
                                         .mrope_pos = sq->mrope_pos,
                                         .rope_delta = sq->rope_delta};
     }
-    cllm_batch b = {c->mtp_sb, n_seqs};
+    c->mtp_b = (cllm_batch){c->mtp_sb, n_seqs}; /* c->batch points at it for the call */
+    if ((s = fwd_validate(m, &c->mtp_b, kv, NULL, false, T, err)) != CLLM_OK) return s;
+    return fwd_prepare(c, &c->mtp_b, *T, err);
+}
+
+/* One pass of the head over the rows; kv_only: up to their K/V in the MTP layer (no output). */
+static cllm_status mtp_pass(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs, cllm_kv_pool *kv,
+                            bool kv_only, float *logits, cllm_error *err) {
+    const cllm_model *m = c->m;
+    const cllm_config *f = &m->cfg;
     int T = 0, H = f->hidden_size;
-    if ((s = fwd_validate(m, &b, kv, NULL, false, &T, err)) != CLLM_OK) return s;
-    if ((s = fwd_prepare(c, &b, T, err)) != CLLM_OK) return s;
+    cllm_status s = mtp_batch(c, seqs, n_seqs, kv, &T, err);
+    if (s != CLLM_OK) return s;
     size_t need = (size_t)T * 2 * (size_t)H;
     if (need > c->cap_mtp_in) {
         cllm_free_aligned(c->mtp_in);
@@ -140,7 +156,56 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
         fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
     fwd_rope_tables(c, T);
+    if (kv_only)
+        return fwd_layer_kv(c, &m->mtp_layers[0], f->n_layers, T) == CLLM_OK
+                   ? CLLM_OK
+                   : cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
     for (int l = 0; l < m->n_mtp; l++)
         if ((s = fwd_run_layer(c, &m->mtp_layers[l], f->n_layers + l, T, err)) != CLLM_OK) return s;
     return fwd_head(c, m->mtp_norm, T, 0.0, seqs[0].vocab_rows, logits, err);
+}
+
+cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
+    const cllm_model *m = c->m;
+    int T = 0, H = m->cfg.hidden_size, nk = 0;
+    cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
+    if (s == CLLM_OK) s = mtp_batch(c, seqs, n_seqs, kv, &T, err); /* the whole call's checks */
+    if (s != CLLM_OK) return s;
+    for (int q = 0; q < n_seqs; q++) nk += seqs[q].kv_rows > 0;
+    if (nk == 0 || m->mtp_layers[0].type != CLLM_LAYER_FULL_ATTN)
+        return mtp_pass(c, seqs, n_seqs, kv, false, logits, err);
+    /* K/V-only rows first (their K/V is what a whole pass would write: the same per-row ops on
+     * batch-invariant kernels), then the rest reading it: a catch-up of 33 rows ran the head's
+     * MoE over all of them (26-46 ms on the quarter shape) for one row's output */
+    if (n_seqs > c->cap_mtp_split) {
+        cllm_mtp_seq *ns = realloc(c->mtp_split, 2 * (size_t)n_seqs * sizeof(*ns));
+        if (!ns) return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+        c->mtp_split = ns;
+        c->cap_mtp_split = n_seqs;
+    }
+    cllm_mtp_seq *a = c->mtp_split, *b = a + n_seqs;
+    int na = 0;
+    for (int q = 0; q < n_seqs; q++) {
+        const cllm_mtp_seq *sq = &seqs[q];
+        int k = sq->kv_rows;
+        if (k > 0) {
+            a[na] = *sq;
+            a[na].n_tokens = k;
+            a[na].logits = CLLM_LOGITS_NONE;
+            a[na].logits_n = 0;
+            a[na].hidden_out = NULL;
+            a[na++].kv_rows = 0;
+        }
+        b[q] = *sq;
+        b[q].hidden += (size_t)k * H;
+        b[q].tokens += k;
+        b[q].n_tokens -= k;
+        b[q].start_pos += k;
+        if (b[q].hidden_out) b[q].hidden_out += (size_t)k * H;
+        if (b[q].mrope_pos) b[q].mrope_pos += 3 * (size_t)k;
+        b[q].kv_rows = 0;
+    }
+    if ((s = mtp_pass(c, a, na, kv, true, NULL, err)) != CLLM_OK) return s;
+    return mtp_pass(c, b, n_seqs, kv, false, logits, err);
 }

@@ -278,6 +278,76 @@ static void test_model(const char *tmp, const char *name, const char *cfg, const
         CHECK_MSG(!memcmp(io, mhA, rA * H * 4), "%s: MTP in place differs", name);
         free(io);
     }
+    { /* kv_rows: the first rows only write the head's K/V, bitwise a whole pass's; the other
+       * rows' logits and hidden_out are a whole pass's; with a second sequence in the call
+       * that runs whole (kv_rows 0) */
+        const cllm_kv_pool *kp = &r.kv;
+        size_t row_b = (size_t)kp->kv_dim * kp->elem_size, out = 3;
+        size_t pool = (size_t)kp->n_blocks * kp->n_layers * 2 * kp->block_size * row_b;
+        float *lw = malloc((out + 1) * V * 4), *lk = malloc((out + 1) * V * 4);
+        float *hw = malloc(rA * H * 4), *hk = malloc(rA * H * 4), *hbw = malloc(nB * H * 4),
+              *hbk = malloc(nB * H * 4);
+        unsigned char *kv0 = malloc(pool);
+        cllm_mtp_seq q[2] = {{.hidden = hA3,
+                              .tokens = ma,
+                              .n_tokens = RA,
+                              .block_table = r.tab[0],
+                              .n_table = TAB,
+                              .logits = CLLM_LOGITS_LAST,
+                              .logits_n = (int)out,
+                              .hidden_out = hw},
+                             {.hidden = hB,
+                              .tokens = mb,
+                              .n_tokens = NB,
+                              .block_table = r.tab[1],
+                              .n_table = TAB,
+                              .logits = CLLM_LOGITS_LAST,
+                              .hidden_out = hbw}};
+        cllm_error err = {0};
+        CHECK(cllm_forward_mtp(r.c, q, 2, &r.kv, lw, &err) == CLLM_OK);
+        memcpy(kv0, kp->data, pool);
+        /* the MTP layer's K/V of both sequences overwritten: the second call must write it */
+        for (int s2 = 0; s2 < 2; s2++)
+            for (int p = 0; p < (s2 ? NB : RA); p++)
+                for (int w = 0; w < 2; w++) {
+                    size_t idx = (((size_t)r.tab[s2][p / kp->block_size] * kp->n_layers +
+                                   (size_t)kp->n_layers - 1) *
+                                      2 +
+                                  (size_t)w) *
+                                     kp->block_size +
+                                 (size_t)(p % kp->block_size);
+                    memset((char *)kp->data + idx * row_b, 0x55, row_b);
+                }
+        memset(hk, 0x33, rA * H * 4);
+        q[0].hidden_out = hk;
+        q[0].kv_rows = RA - (int)out;
+        q[1].hidden_out = hbk;
+        CHECK(cllm_forward_mtp(r.c, q, 2, &r.kv, lk, &err) == CLLM_OK);
+        CHECK_MSG(!memcmp(lk, lw, (out + 1) * V * 4), "%s: kv_rows: logits differ", name);
+        CHECK_MSG(!memcmp(hk + (RA - out) * H, hw + (RA - out) * H, out * H * 4) &&
+                      !memcmp(hbk, hbw, nB * H * 4),
+                  "%s: kv_rows: hidden_out differs", name);
+        bool kept = true;
+        for (size_t i = 0; i < (RA - out) * H * 4; i++) kept &= ((unsigned char *)hk)[i] == 0x33;
+        CHECK_MSG(kept, "%s: kv_rows: a K/V-only row's hidden_out was written", name);
+        CHECK_MSG(!memcmp(kp->data, kv0, pool), "%s: kv_rows: the pool differs from a whole pass",
+                  name);
+        /* refused: a K/V-only row asked for logits, no row left whole, a negative count */
+        int bad[][3] = {{CLLM_LOGITS_ALL, 0, 1},
+                        {CLLM_LOGITS_LAST, 2, RA - 1},
+                        {CLLM_LOGITS_NONE, 0, RA},
+                        {CLLM_LOGITS_NONE, 0, -1}};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            cllm_mtp_seq b1 = q[0];
+            b1.logits = (cllm_logits_mode)bad[i][0];
+            b1.logits_n = bad[i][1];
+            b1.kv_rows = bad[i][2];
+            CHECK_MSG(cllm_forward_mtp(r.c, &b1, 1, &r.kv, lk, &err) == CLLM_EINVAL &&
+                          strstr(err.msg, "kv_rows") != NULL,
+                      "%s: kv_rows case %zu not refused (%s)", name, i, err.msg);
+        }
+        free(lw), free(lk), free(hw), free(hk), free(hbw), free(hbk), free(kv0);
+    }
     { /* a draft vocabulary: the ids below vocab_rows bitwise as the whole row's, -inf after */
         float *lf = malloc(rA * V * 4), *lp = malloc(rA * V * 4);
         cllm_mtp_seq q = {.hidden = hA3,
