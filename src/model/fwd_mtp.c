@@ -170,11 +170,12 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
     const cllm_model *m = c->m;
     int T = 0, H = m->cfg.hidden_size, nk = 0;
     cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
-    if (s == CLLM_OK) s = mtp_batch(c, seqs, n_seqs, kv, &T, err); /* the whole call's checks */
     if (s != CLLM_OK) return s;
     for (int q = 0; q < n_seqs; q++) nk += seqs[q].kv_rows > 0;
     if (nk == 0 || m->mtp_layers[0].type != CLLM_LAYER_FULL_ATTN)
         return mtp_pass(c, seqs, n_seqs, kv, false, logits, err);
+    /* two passes: the whole call's checks first, so a bad row fails before any K/V is written */
+    if ((s = mtp_batch(c, seqs, n_seqs, kv, &T, err)) != CLLM_OK) return s;
     /* K/V-only rows first (their K/V is what a whole pass would write: the same per-row ops on
      * batch-invariant kernels), then the rest reading it: a catch-up of 33 rows ran the head's
      * MoE over all of them (26-46 ms on the quarter shape) for one row's output */
