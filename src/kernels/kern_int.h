@@ -39,6 +39,8 @@ void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group,
                         void *A);
 void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                              float *Y, size_t ldy);
+void kern_matmul_q2_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                             float *Y, size_t ldy);
 /* act_bits 16 integer path (kernels/matmul_q16_ref.c): per group
  * of ag inputs s[h] = absmax / 32767, q[k] = round(x[k] / s[h]) (0 when s[h] == 0), sum[h]. */
 void kern_quant_act16(const float *x, int K, int ag, int16_t *q, float *s, int32_t *sum);
@@ -93,6 +95,8 @@ void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group
                          void *A);
 void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
+void kern_matmul_q2_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy);
 /* kernels/x86/matmul_q16_avx2.c: the act_bits 16 integer path (its prep also the avx512 tables') */
 void kern_qact16_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int ag, int bits, void *A);
 void kern_matmul_q_qact16_avx2(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
@@ -103,6 +107,10 @@ void kern_matmul_q_avx512(const cllm_qweight *w, int n0, int n1, const float *X,
 void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                 float *Y, size_t ldy);
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
+                                     int n_tok, float *Y, size_t ldy);
+void kern_matmul_q2_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                float *Y, size_t ldy);
+void kern_matmul_q2_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy);
 void kern_gdn_step_avx512(float *S, const float *q, const float *k, const float *v,
                           const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
@@ -137,6 +145,10 @@ void kern_qact_prep_neon(const float *X, size_t ldx, int n_tok, int K, int group
 void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy);
 void kern_matmul_q4_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                  float *Y, size_t ldy);
+void kern_matmul_q2_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy);
+void kern_matmul_q2_qact_neon_dot(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                   float *Y, size_t ldy);
 /* kernels/arm/matmul_q16_neon.c: the act_bits 16 integer path (both NEON tables; the ref's
  * activation layout) */

@@ -17,6 +17,7 @@ static const cllm_kern_ops ref_ops = {
     .matmul_q = kern_matmul_q_ref,
     .qact_prep = kern_qact_prep_ref,
     .matmul_q4_qact = kern_matmul_q4_qact_ref,
+    .matmul_q2_qact = kern_matmul_q2_qact_ref,
     .qact16_prep = kern_qact16_prep_ref,
     .matmul_q_qact16 = kern_matmul_q_qact16_ref,
     .gemm_f32 = kern_gemm_f32_ref,
@@ -43,6 +44,7 @@ static void fill_avx2(cllm_kern_ops *o) {
     o->matmul_q = kern_matmul_q_avx2;
     o->qact_prep = kern_qact_prep_avx2;
     o->matmul_q4_qact = kern_matmul_q4_qact_avx2;
+    o->matmul_q2_qact = kern_matmul_q2_qact_avx2;
     o->qact16_prep = kern_qact16_prep_avx2;
     o->matmul_q_qact16 = kern_matmul_q_qact16_avx2;
     o->gemm_f32 = kern_gemm_f32_avx2;
@@ -58,6 +60,7 @@ static void fill_avx512_bw(cllm_kern_ops *o) {
     o->gdn_step = kern_gdn_step_avx512;
     o->matmul_q = kern_matmul_q_avx512;
     o->matmul_q4_qact = kern_matmul_q4_qact_avx512;
+    o->matmul_q2_qact = kern_matmul_q2_qact_avx512;
     o->matmul_q_qact16 = kern_matmul_q_qact16_avx512;
     o->gemm_f32 = kern_gemm_f32_avx512;
     o->matmul_kq = kern_matmul_kq_avx512;
@@ -69,6 +72,7 @@ static void fill_avx512_vnni(cllm_kern_ops *o) {
     *o = avx512_bw_ops;
     o->name = "avx512";
     o->matmul_q4_qact = kern_matmul_q4_qact_avx512_vnni;
+    o->matmul_q2_qact = kern_matmul_q2_qact_avx512_vnni;
     o->matmul_q_qact16 = kern_matmul_q_qact16_avx512_vnni;
     o->matmul_kq = kern_matmul_kq_avx512_vnni;
 }
@@ -89,6 +93,7 @@ static void fill_neon(cllm_kern_ops *o) {
     o->matmul_q = kern_matmul_q_neon;
     o->qact_prep = kern_qact_prep_neon;
     o->matmul_q4_qact = kern_matmul_q4_qact_neon;
+    o->matmul_q2_qact = kern_matmul_q2_qact_neon;
     o->qact16_prep = kern_qact16_prep_neon;
     o->matmul_q_qact16 = kern_matmul_q_qact16_neon;
     o->silu_mul = kern_silu_mul_neon;
@@ -99,6 +104,7 @@ static void fill_neon_dot(cllm_kern_ops *o) {
     *o = neon_ops;
     o->name = "neon-dot";
     o->matmul_q4_qact = kern_matmul_q4_qact_neon_dot;
+    o->matmul_q2_qact = kern_matmul_q2_qact_neon_dot;
 }
 #endif
 

@@ -223,6 +223,12 @@ typedef struct cllm_kern_ops {
      * activations by float rounding only. */
     cllm_qact_prep_fn qact_prep;
     cllm_matmul_qact_fn matmul_q4_qact;
+    /* The same on 2-bit codes (bits 2; the screened lm_head's estimate plane, model/weights.c):
+     * qweight row r holds inputs [16 r, 16 r + 16) of each column in one word, input 16 r + 8 h +
+     * 2 j + o at bits 8 j + 2 (2 h + o) (so a shift by 2 s and a mask of 3 per byte meet the
+     * tiers' even/odd activation words); qzeros and scales as the int4 layout (4-bit zeros,
+     * effective zero stored + 1, one per column and group). group % 16 == 0. */
+    cllm_matmul_qact_fn matmul_q2_qact;
     /* act_bits 16 on int16 activation codes (see cllm_qact16_group), int4 and int8 weights. */
     cllm_qact16_prep_fn qact16_prep;
     cllm_matmul_qact16_fn matmul_q_qact16;

@@ -1,4 +1,5 @@
-/* W4A8/W4A4 kernels (cllm_kern_ops qact_prep + matmul_q4_qact): int8 activation codes
+/* W4A8/W4A4 kernels (cllm_kern_ops qact_prep + matmul_q4_qact, and matmul_q2_qact's 2-bit codes
+ * at the end: q2_case): int8 activation codes
  * (act_bits 8, or the 4-bit grid -7..7) x int4 GPTQ codes with exact int32 group sums. Every
  * available tier (avx2, avx512 with and without VNNI, neon) vs ref bitwise, whether tokens are
  * prepared together or one by one; a token alone == inside any batch (every tier, column
@@ -195,6 +196,84 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
     free(W), free(X), free(Wd), free(Yr), free(Ya), free(Ye), free(Y1), free(xa);
 }
 
+/* matmul_q2_qact (2-bit codes, kernels.h): codes c[n][k] packed by the layout's definition,
+ * random 4-bit zeros and scales; ref vs a double sum over the codes and the activation codes
+ * (kern_quant_act) within TOL, every tier == ref bitwise (batch and single preparation, a token
+ * alone, a column sub-range). */
+static void q2_case(int G, int K, int N, int T, int bf16) {
+    const int NG = K / G;
+    size_t ldx = (size_t)K + 3, ldy = (size_t)N + 5, per = cllm_qact_bytes(K, G, 1);
+    uint8_t *c = malloc((size_t)N * K);
+    int32_t *qw = calloc((size_t)K / 16 * N, 4), *qz = malloc((size_t)NG * N / 8 * 4);
+    uint16_t *sc = malloc((size_t)NG * N * 2);
+    float *X = malloc(T * ldx * 4), *Yr = calloc(T * ldy, 4), *Ya = calloc(T * ldy, 4);
+    int8_t *qa = malloc((size_t)K);
+    float *as = malloc((size_t)NG * 4);
+    int32_t *asum = malloc((size_t)NG * 4);
+    char *A = malloc(per * T);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) {
+            c[(size_t)n * K + k] = (uint8_t)(urand() & 3);
+            int h = (k % 16) / 8, j = (k % 8) / 2, o = k % 2;
+            qw[(size_t)(k / 16) * N + n] |=
+                (int32_t)((uint32_t)c[(size_t)n * K + k] << (8 * j + 2 * (2 * h + o)));
+        }
+    for (int i = 0; i < NG * N / 8; i++) qz[i] = (int32_t)urand();
+    for (int i = 0; i < NG * N; i++)
+        sc[i] = bf16 ? cllm_f32_to_bf16(0.01f + 0.02f * fabsf(frand()))
+                     : cllm_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++)
+            X[t * ldx + k] = (t == 1 && k < G) ? 0.0f : frand() * (k % 29 == 3 ? 20.0f : 1.0f);
+    cllm_qweight w = {qw, qz, sc, 2, G, K, N, 8, bf16, 0};
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
+    const int nt = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
+    ref->qact_prep(X, ldx, T, K, G, 8, A);
+    ref->matmul_q2_qact(&w, 0, N, A, T, Yr, ldy);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        kern_quant_act(X + t * ldx, K, G, 8, qa, as, asum);
+        for (int n = 0; n < N; n++) {
+            double acc = 0, mag = 0;
+            for (int g = 0; g < NG; g++) {
+                int z = (int)(((uint32_t)qz[g * (N / 8) + n / 8] >> (4 * (n % 8))) & 15u) + 1;
+                double ws = bf16 ? cllm_bf16_to_f32(sc[g * N + n]) : cllm_f16_to_f32(sc[g * N + n]);
+                for (int k = g * G; k < (g + 1) * G; k++) {
+                    double v = ws * as[g] * (c[(size_t)n * K + k] - z) * qa[k];
+                    acc += v;
+                    mag += fabs(v);
+                }
+            }
+            double e = fabs(acc - Yr[t * ldy + n]) / (mag + 1e-6);
+            worst = e > worst ? e : worst;
+        }
+    }
+    CHECK_MSG(worst < TOL, "q2 G %d K %d N %d T %d: ref vs oracle rel err %g", G, K, N, T, worst);
+    for (int i = 0; i < nt; i++) {
+        for (int single = 0; single < 2; single++) {
+            memset(Ya, 0, T * ldy * 4);
+            if (single)
+                for (int t = 0; t < T; t++)
+                    tiers[i]->qact_prep(X + t * ldx, ldx, 1, K, G, 8, A + per * t);
+            else
+                tiers[i]->qact_prep(X, ldx, T, K, G, 8, A);
+            tiers[i]->matmul_q2_qact(&w, 0, N, A, T, Ya, ldy);
+            CHECK_MSG(!memcmp(Yr, Ya, T * ldy * 4), "%s q2 != ref (G %d K %d N %d T %d single %d)",
+                      tiers[i]->name, G, K, N, T, single);
+        }
+        for (int t = 0; t < T; t++) { /* token t alone, columns [8, N) */
+            memset(Ya, 0, ldy * 4);
+            tiers[i]->matmul_q2_qact(&w, 8, N, A + per * t, 1, Ya, ldy);
+            CHECK_MSG(!memcmp(Ya + 8, Yr + t * ldy + 8, (size_t)(N - 8) * 4),
+                      "%s q2: token %d alone != in a batch of %d", tiers[i]->name, t, T);
+            CHECK(Ya[0] == 0.0f);
+        }
+    }
+    free(c), free(qw), free(qz), free(sc), free(X), free(Yr), free(Ya), free(qa), free(as);
+    free(asum), free(A);
+}
+
 int main(void) {
     grid_case(256, 32);
     grid_case(384, 128);
@@ -208,6 +287,9 @@ int main(void) {
             for (int f = 0; f < 8; f++)
                 for (int abits = 4; abits <= 8; abits += 4)
                     one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f, abits);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+        for (int T = 1; T <= 17; T += T < 10 ? 1 : 3)
+            q2_case(shapes[s][0], shapes[s][1], shapes[s][2], T, T % 2);
     const cllm_kern_ops *more[CLLM_KERN_TIERS_MAX];
     int nmore = cllm_kern_tiers(more, CLLM_KERN_TIERS_MAX);
     fprintf(stderr, "w4a8/w4a4 kernels: ref");

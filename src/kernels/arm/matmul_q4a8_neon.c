@@ -26,11 +26,15 @@
 #define PF_ROWS 16 /* as the AVX2 tier; not tuned on ARM */
 #define MAX_TT  4  /* tokens per tile */
 
+/* BITS 4: a qweight row is 8 inputs (`& 0x0f`, `>> 4` against the even and odd words); BITS 2
+ * (kernels.h, matmul_q2_qact): 16 inputs, four code vectors `>> 2c & 3` against the words of
+ * two 8-input blocks (|int16 sum| <= 4 x 3 x 128). */
 AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, const int NV,
-             const int TT) {
+             const int TT, const int BITS) {
     const int G = w->group, NG = w->K / G;
+    const int NS = 8 / BITS, RK = 32 / BITS; /* code vectors per row, inputs per row */
     const size_t N = (size_t)w->N;
-    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    const uint8x16_t mk = vdupq_n_u8(BITS == 4 ? 0x0f : 0x03);
     float32x4_t acc[4][MAX_TT];
     UNROLL
     for (int b = 0; b < NV; b++) UNROLL
@@ -41,27 +45,34 @@ AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t 
         UNROLL
         for (int b = 0; b < NV; b++) UNROLL
         for (int t = 0; t < TT; t++) p01[b][t] = p23[b][t] = vdupq_n_s32(0);
-        const int k8e = (g + 1) * G / 8;
-        for (int k8 = g * G / 8; k8 < k8e; k8++) {
-            int8x16_t lo[4], hi[4];
+        const int re = (g + 1) * G / RK;
+        for (int r = g * G / RK; r < re; r++) {
+            int8x16_t cv[4][4]; /* [vector][code vector] */
             UNROLL
             for (int b = 0; b < NV; b++) {
-                const int32_t *src = w->qweight + (size_t)k8 * N + (size_t)(n0 + 4 * b);
+                const int32_t *src = w->qweight + (size_t)r * N + (size_t)(n0 + 4 * b);
                 __builtin_prefetch(src + PF_ROWS * N);
                 uint8x16_t v = vreinterpretq_u8_s32(vld1q_s32(src));
-                lo[b] = vreinterpretq_s8_u8(vandq_u8(v, m4));
-                hi[b] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+                UNROLL
+                for (int c = 0; c < NS; c++)
+                    cv[b][c] = vreinterpretq_s8_u8(
+                        vandq_u8(vshlq_u8(v, vdupq_n_s8((int8_t)(-BITS * c))), mk));
             }
             UNROLL
             for (int t = 0; t < TT; t++) {
-                int8x16_t ae = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8]));
-                int8x16_t ao = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[2 * k8 + 1]));
+                int8x16_t a[4];
+                UNROLL
+                for (int c = 0; c < NS; c++)
+                    a[c] = vreinterpretq_s8_u32(vdupq_n_u32(A[t].ev[NS * r + c]));
                 UNROLL
                 for (int b = 0; b < NV; b++) {
-                    int16x8_t l = vmull_s8(vget_low_s8(lo[b]), vget_low_s8(ae));
-                    l = vmlal_s8(l, vget_low_s8(hi[b]), vget_low_s8(ao));
-                    int16x8_t h = vmull_high_s8(lo[b], ae);
-                    h = vmlal_high_s8(h, hi[b], ao);
+                    int16x8_t l = vmull_s8(vget_low_s8(cv[b][0]), vget_low_s8(a[0]));
+                    int16x8_t h = vmull_high_s8(cv[b][0], a[0]);
+                    UNROLL
+                    for (int c = 1; c < NS; c++) {
+                        l = vmlal_s8(l, vget_low_s8(cv[b][c]), vget_low_s8(a[c]));
+                        h = vmlal_high_s8(h, cv[b][c], a[c]);
+                    }
                     p01[b][t] = vpadalq_s16(p01[b][t], l);
                     p23[b][t] = vpadalq_s16(p23[b][t], h);
                 }
@@ -81,18 +92,28 @@ AI void tile(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t 
     for (int t = 0; t < TT; t++) vst1q_f32(Y + (size_t)t * ldy + (size_t)(n0 + 4 * b), acc[b][t]);
 }
 
+AI void tiles_b(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
+                int tt, const int BITS) {
+    if (nv == 4)
+        tile(w, n0, A, Y, ldy, 4, 1, BITS);
+    else if (tt == 4)
+        tile(w, n0, A, Y, ldy, 2, 4, BITS);
+    else if (tt == 3)
+        tile(w, n0, A, Y, ldy, 2, 3, BITS);
+    else if (tt == 2)
+        tile(w, n0, A, Y, ldy, 2, 2, BITS);
+    else
+        tile(w, n0, A, Y, ldy, 2, 1, BITS);
+}
+
 static void tiles(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
                   int tt) {
-    if (nv == 4)
-        tile(w, n0, A, Y, ldy, 4, 1);
-    else if (tt == 4)
-        tile(w, n0, A, Y, ldy, 2, 4);
-    else if (tt == 3)
-        tile(w, n0, A, Y, ldy, 2, 3);
-    else if (tt == 2)
-        tile(w, n0, A, Y, ldy, 2, 2);
-    else
-        tile(w, n0, A, Y, ldy, 2, 1);
+    tiles_b(w, n0, A, Y, ldy, nv, tt, 4);
+}
+
+static void tiles2(const cllm_qweight *w, int n0, const q4a8_tok *A, float *Y, size_t ldy, int nv,
+                   int tt) {
+    tiles_b(w, n0, A, Y, ldy, nv, tt, 2);
 }
 
 /* Quantize one token (kern_quant_act's grid bit for bit: maxNum and minNum ignore NaN like
@@ -164,4 +185,9 @@ void kern_q4a8_drive_neon(const cllm_qweight *w, int n0, int n1, const void *Ap,
 void kern_matmul_q4_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                               float *Y, size_t ldy) {
     kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles);
+}
+
+void kern_matmul_q2_qact_neon(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                              float *Y, size_t ldy) {
+    kern_q4a8_drive_neon(w, n0, n1, A, n_tok, Y, ldy, tiles2);
 }

@@ -1,4 +1,6 @@
-/* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4_qact, kernels.h).
+/* AVX2 W4A8: GPTQ int4 weights x int8 activations (cllm_kern_ops.matmul_q4_qact, kernels.h),
+ * and 2-bit codes on the same walk (matmul_q2_qact: a row of 16 inputs, four code vectors
+ * `>> 2s & 3` against the even/odd words of its two 8-input blocks).
  *
  * Activations are quantized per token and group on kern_quant_act's grid (vectorized, bitwise
  * the same; qmax 127 for act_bits 8, 7 for act_bits 4) by kern_qact_prep_avx2, which the AVX-512
@@ -48,40 +50,43 @@ AI __m256i zeros8(const cllm_qweight *w, int g, int n0) {
  * two walks down the whole panel fetched every other line each, and 2 tokens ran at half the
  * stream rate of one (250 MB lm_head estimate, one core: 40 ms against 20). */
 AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy, const int NB,
-             const int TT, const int NH) {
+             const int TT, const int NH, const int BITS) {
     const int G = w->group, NG = w->K / G;
+    const int NS = 8 / BITS, RK = 32 / BITS; /* code vectors per row, inputs per row */
     const size_t N = (size_t)w->N;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i mk = _mm256_set1_epi8(BITS == 4 ? 0x0f : 0x03), ones = _mm256_set1_epi16(1);
     __m256 acc[2][4][4];
     for (int h = 0; h < NH; h++)
         for (int b = 0; b < NB; b++)
             for (int t = 0; t < TT; t++) acc[h][b][t] = _mm256_setzero_ps();
     for (int g = 0; g < NG; g++) {
-        const int k8e = (g + 1) * G / 8;
+        const int re = (g + 1) * G / RK;
         for (int h = 0; h < NH; h++) {
             const int nh = n0 + 8 * NB * h;
             __m256i isum[4][4];
             for (int b = 0; b < NB; b++)
                 for (int t = 0; t < TT; t++) isum[b][t] = _mm256_setzero_si256();
-            for (int k8 = g * G / 8; k8 < k8e; k8++) {
-                __m256i lo[4], hi[4];
+            for (int r = g * G / RK; r < re; r++) {
+                __m256i cv[4][4];                    /* [block][code vector] */
                 for (int b = 0; b < NB * NH; b += 2) /* one per 64-byte line, the first pass */
                     if (h == 0)
                         _mm_prefetch(
-                            (const char *)(w->qweight + (size_t)(k8 + PF_ROWS) * N + n0 + 8 * b),
+                            (const char *)(w->qweight + (size_t)(r + PF_ROWS) * N + n0 + 8 * b),
                             _MM_HINT_T0);
                 for (int b = 0; b < NB; b++) {
-                    const int32_t *src = w->qweight + (size_t)k8 * N + nh + 8 * b;
+                    const int32_t *src = w->qweight + (size_t)r * N + nh + 8 * b;
                     __m256i v = _mm256_loadu_si256((const __m256i *)src);
-                    lo[b] = _mm256_and_si256(v, m4);
-                    hi[b] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    for (int c = 0; c < NS; c++)
+                        cv[b][c] = _mm256_and_si256(c ? _mm256_srli_epi16(v, BITS * c) : v, mk);
                 }
                 for (int t = 0; t < TT; t++) {
-                    __m256i ae = _mm256_set1_epi32((int32_t)A[t].ev[2 * k8]);
-                    __m256i ao = _mm256_set1_epi32((int32_t)A[t].ev[2 * k8 + 1]);
-                    for (int b = 0; b < NB; b++) {
-                        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[b], ae),
-                                                     _mm256_maddubs_epi16(hi[b], ao));
+                    __m256i a[4];
+                    for (int c = 0; c < NS; c++)
+                        a[c] = _mm256_set1_epi32((int32_t)A[t].ev[NS * r + c]);
+                    for (int b = 0; b < NB; b++) { /* int16 pairs: <= 3810, or 4 x 762 */
+                        __m256i p = _mm256_maddubs_epi16(cv[b][0], a[0]);
+                        for (int c = 1; c < NS; c++)
+                            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(cv[b][c], a[c]));
                         isum[b][t] = _mm256_add_epi32(isum[b][t], _mm256_madd_epi16(p, ones));
                     }
                 }
@@ -160,17 +165,17 @@ void kern_qact_prep_avx2(const float *X, size_t ldx, int n_tok, int K, int group
         prep(X + (size_t)t * ldx, K, group, act_bits, (char *)A + (size_t)t * stride);
 }
 
-void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
-                              float *Y, size_t ldy) {
+AI void walk(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok, float *Y, size_t ldy,
+             const int BITS) {
     const int K = w->K, NG = K / w->group;
     int t = 0;
     for (; t + 4 <= n_tok; t += 4) {
         qtok A[4];
         for (int i = 0; i < 4; i++) A[i] = qtok_at(Ap, K, NG, t + i);
         int n = n0;
-        for (; n + 32 <= n1; n += 32) tile(w, n, A, Y + (size_t)t * ldy, ldy, 2, 4, 2);
-        for (; n + 16 <= n1; n += 16) tile(w, n, A, Y + (size_t)t * ldy, ldy, 2, 4, 1);
-        for (; n < n1; n += 8) tile(w, n, A, Y + (size_t)t * ldy, ldy, 1, 4, 1);
+        for (; n + 32 <= n1; n += 32) tile(w, n, A, Y + (size_t)t * ldy, ldy, 2, 4, 2, BITS);
+        for (; n + 16 <= n1; n += 16) tile(w, n, A, Y + (size_t)t * ldy, ldy, 2, 4, 1, BITS);
+        for (; n < n1; n += 8) tile(w, n, A, Y + (size_t)t * ldy, ldy, 1, 4, 1, BITS);
     }
     for (; t < n_tok; t += 3) {
         int tn = n_tok - t < 3 ? n_tok - t : 3;
@@ -179,28 +184,38 @@ void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void 
         float *Yt = Y + (size_t)t * ldy;
         int n = n0;
         if (tn == 1)
-            for (; n + 32 <= n1; n += 32) tile(w, n, A, Yt, ldy, 4, 1, 1);
+            for (; n + 32 <= n1; n += 32) tile(w, n, A, Yt, ldy, 4, 1, 1, BITS);
         for (; n + 32 <= n1; n += 32) {
             if (tn == 3)
-                tile(w, n, A, Yt, ldy, 2, 3, 2);
+                tile(w, n, A, Yt, ldy, 2, 3, 2, BITS);
             else
-                tile(w, n, A, Yt, ldy, 2, 2, 2);
+                tile(w, n, A, Yt, ldy, 2, 2, 2, BITS);
         }
         for (; n + 16 <= n1; n += 16) {
             if (tn == 3)
-                tile(w, n, A, Yt, ldy, 2, 3, 1);
+                tile(w, n, A, Yt, ldy, 2, 3, 1, BITS);
             else if (tn == 2)
-                tile(w, n, A, Yt, ldy, 2, 2, 1);
+                tile(w, n, A, Yt, ldy, 2, 2, 1, BITS);
             else
-                tile(w, n, A, Yt, ldy, 2, 1, 1);
+                tile(w, n, A, Yt, ldy, 2, 1, 1, BITS);
         }
         for (; n < n1; n += 8) {
             if (tn == 3)
-                tile(w, n, A, Yt, ldy, 1, 3, 1);
+                tile(w, n, A, Yt, ldy, 1, 3, 1, BITS);
             else if (tn == 2)
-                tile(w, n, A, Yt, ldy, 1, 2, 1);
+                tile(w, n, A, Yt, ldy, 1, 2, 1, BITS);
             else
-                tile(w, n, A, Yt, ldy, 1, 1, 1);
+                tile(w, n, A, Yt, ldy, 1, 1, 1, BITS);
         }
     }
+}
+
+void kern_matmul_q4_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
+                              float *Y, size_t ldy) {
+    walk(w, n0, n1, Ap, n_tok, Y, ldy, 4);
+}
+
+void kern_matmul_q2_qact_avx2(const cllm_qweight *w, int n0, int n1, const void *Ap, int n_tok,
+                              float *Y, size_t ldy) {
+    walk(w, n0, n1, Ap, n_tok, Y, ldy, 2);
 }

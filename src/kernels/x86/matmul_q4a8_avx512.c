@@ -1,6 +1,7 @@
 /* AVX-512 W4A8/W4A4: GPTQ int4 weights x int8 activation codes (cllm_kern_ops.matmul_q4_qact
  * of the avx512 tier, kernels.c), called by the forward pass per slice of output
- * columns (model/forward.c mm_worker) on activations it prepared once per matmul.
+ * columns (model/forward.c mm_worker) on activations it prepared once per matmul; and the same
+ * walk over 2-bit codes (matmul_q2_qact: the screened lm_head's estimate plane).
  *
  * Activations are prepared by kern_qact_prep_avx2 (kernels/x86/matmul_q4a8_avx2.c: same layout,
  * int8 codes regrouped per 8 inputs into an even-k and an odd-k word). One 512-bit load of
@@ -27,12 +28,16 @@
 #define FEW     8  /* up to 2 x FEW tokens (a verify, batched decode): passes of up to 8 tokens */
 
 /* Output columns [n0, n0 + 16*NB) (TAIL: NB 1 and 8 columns) x tokens [0, TT) of the prepared
- * activations A (token stride `as` bytes). VNNI selects vpdpbusd over vpmaddubsw/vpmaddwd. */
+ * activations A (token stride `as` bytes). VNNI selects vpdpbusd over vpmaddubsw/vpmaddwd. BITS
+ * 4: a qweight row is 8 inputs, its two code vectors (`& 0x0f`, `>> 4 & 0x0f`) meet the even and
+ * odd activation words; BITS 2 (kernels.h, matmul_q2_qact): a row is 16 inputs, its four code
+ * vectors (`>> 2s & 3`) meet the words of two 8-input blocks. */
 AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, size_t ldy,
-             const int NB, const int TT, const int TAIL, const int VNNI) {
+             const int NB, const int TT, const int TAIL, const int VNNI, const int BITS) {
     const int G = w->group, NG = w->K / G;
+    const int NS = 8 / BITS, RK = 32 / BITS; /* code vectors per row, inputs per row */
     const size_t N = (size_t)w->N, K = (size_t)w->K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
+    const __m512i mk = _mm512_set1_epi8(BITS == 4 ? 0x0f : 0x03), ones = _mm512_set1_epi16(1);
     const __mmask16 cm = TAIL ? 0x00ff : 0xffff;
     /* decode has only NB chains: give vpdpbusd's even and odd halves their own accumulators */
     const int SPLIT = VNNI && TT == 1;
@@ -53,30 +58,33 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
             isum2[b] = _mm512_setzero_si512();
             for (int t = 0; t < TT; t++) isum[b][t] = _mm512_setzero_si512();
         }
-        const int k8e = (g + 1) * G / 8;
-        for (int k8 = g * G / 8; k8 < k8e; k8++) {
-            __m512i lo[4], hi[4];
+        const int re = (g + 1) * G / RK;
+        for (int r = g * G / RK; r < re; r++) {
+            __m512i cv[4][4]; /* [block][code vector] */
             for (int b = 0; b < NB; b++) {
-                const int32_t *src = w->qweight + (size_t)k8 * N + n0 + 16 * b;
+                const int32_t *src = w->qweight + (size_t)r * N + n0 + 16 * b;
                 _mm_prefetch((const char *)(src + PF_ROWS * N), _MM_HINT_T0);
                 __m512i v = TAIL ? _mm512_maskz_loadu_epi32(cm, src) : _mm512_loadu_si512(src);
-                lo[b] = _mm512_and_si512(v, m4);
-                hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for (int c = 0; c < NS; c++)
+                    cv[b][c] = _mm512_and_si512(c ? _mm512_srli_epi16(v, BITS * c) : v, mk);
             }
             for (int t = 0; t < TT; t++) {
                 const uint32_t *ev = (const uint32_t *)(const void *)(A + (size_t)t * as);
-                __m512i ae = _mm512_set1_epi32((int32_t)ev[2 * k8]);
-                __m512i ao = _mm512_set1_epi32((int32_t)ev[2 * k8 + 1]);
+                __m512i a[4];
+                for (int c = 0; c < NS; c++) a[c] = _mm512_set1_epi32((int32_t)ev[NS * r + c]);
                 for (int b = 0; b < NB; b++) {
                     if (VNNI && SPLIT) {
-                        isum[b][t] = _mm512_dpbusd_epi32(isum[b][t], lo[b], ae);
-                        isum2[b] = _mm512_dpbusd_epi32(isum2[b], hi[b], ao);
+                        for (int c = 0; c < NS; c += 2) {
+                            isum[b][t] = _mm512_dpbusd_epi32(isum[b][t], cv[b][c], a[c]);
+                            isum2[b] = _mm512_dpbusd_epi32(isum2[b], cv[b][c + 1], a[c + 1]);
+                        }
                     } else if (VNNI) {
-                        isum[b][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(isum[b][t], lo[b], ae),
-                                                         hi[b], ao);
-                    } else {
-                        __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo[b], ae),
-                                                     _mm512_maddubs_epi16(hi[b], ao));
+                        for (int c = 0; c < NS; c++)
+                            isum[b][t] = _mm512_dpbusd_epi32(isum[b][t], cv[b][c], a[c]);
+                    } else { /* |pair| <= 3810 (int4) or 762 (int2, four pairs summed: 3048) */
+                        __m512i p = _mm512_maddubs_epi16(cv[b][0], a[0]);
+                        for (int c = 1; c < NS; c++)
+                            p = _mm512_add_epi16(p, _mm512_maddubs_epi16(cv[b][c], a[c]));
                         isum[b][t] = _mm512_add_epi32(isum[b][t], _mm512_madd_epi16(p, ones));
                     }
                 }
@@ -112,43 +120,43 @@ AI void tile(const cllm_qweight *w, int n0, const char *A, size_t as, float *Y, 
 }
 
 AI void cols(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, float *Y, size_t ldy,
-             const int TT, const int VNNI) {
+             const int TT, const int VNNI, const int BITS) {
     int n = n0;
     if (TT == 1) /* decode: 64 columns = 256 bytes of each qweight row per pass */
-        for (; n + 64 <= n1; n += 64) tile(w, n, A, as, Y, ldy, 4, 1, 0, VNNI);
-    for (; n + 32 <= n1; n += 32) tile(w, n, A, as, Y, ldy, 2, TT, 0, VNNI);
-    for (; n + 16 <= n1; n += 16) tile(w, n, A, as, Y, ldy, 1, TT, 0, VNNI);
-    if (n < n1) tile(w, n, A, as, Y, ldy, 1, TT, 1, VNNI);
+        for (; n + 64 <= n1; n += 64) tile(w, n, A, as, Y, ldy, 4, 1, 0, VNNI, BITS);
+    for (; n + 32 <= n1; n += 32) tile(w, n, A, as, Y, ldy, 2, TT, 0, VNNI, BITS);
+    for (; n + 16 <= n1; n += 16) tile(w, n, A, as, Y, ldy, 1, TT, 0, VNNI, BITS);
+    if (n < n1) tile(w, n, A, as, Y, ldy, 1, TT, 1, VNNI, BITS);
 }
 
 /* Tokens [0, tn) in one pass over the columns (every pass reads the weights again, from L1 or L2
  * after the first): tn up to FEW. */
 AI void pass(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, float *Y, size_t ldy,
-             int tn, const int VNNI) {
+             int tn, const int VNNI, const int BITS) {
     switch (tn) {
     case 8:
-        cols(w, n0, n1, A, as, Y, ldy, 8, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 8, VNNI, BITS);
         break;
     case 7:
-        cols(w, n0, n1, A, as, Y, ldy, 7, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 7, VNNI, BITS);
         break;
     case 6:
-        cols(w, n0, n1, A, as, Y, ldy, 6, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 6, VNNI, BITS);
         break;
     case 5:
-        cols(w, n0, n1, A, as, Y, ldy, 5, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 5, VNNI, BITS);
         break;
     case 4:
-        cols(w, n0, n1, A, as, Y, ldy, 4, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 4, VNNI, BITS);
         break;
     case 3:
-        cols(w, n0, n1, A, as, Y, ldy, 3, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 3, VNNI, BITS);
         break;
     case 2:
-        cols(w, n0, n1, A, as, Y, ldy, 2, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 2, VNNI, BITS);
         break;
     default:
-        cols(w, n0, n1, A, as, Y, ldy, 1, VNNI);
+        cols(w, n0, n1, A, as, Y, ldy, 1, VNNI, BITS);
         break;
     }
 }
@@ -158,22 +166,33 @@ AI void pass(const cllm_qweight *w, int n0, int n1, const char *A, size_t as, fl
  * read the lm_head's panels three times. More tokens (prefill): blocks of TOK, 2 column blocks a
  * tile. */
 AI void core(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok, float *Y, size_t ldy,
-             const int VNNI) {
+             const int VNNI, const int BITS) {
     const size_t as = cllm_qact_bytes(w->K, w->group, 1);
     const int np = n_tok <= 2 * FEW ? (n_tok + FEW - 1) / FEW : 0;
     const int step = np ? (n_tok + np - 1) / np : TOK;
     for (int t = 0; t < n_tok; t += step) {
         int tn = n_tok - t < step ? n_tok - t : step;
-        pass(w, n0, n1, (const char *)A + (size_t)t * as, as, Y + (size_t)t * ldy, ldy, tn, VNNI);
+        pass(w, n0, n1, (const char *)A + (size_t)t * as, as, Y + (size_t)t * ldy, ldy, tn, VNNI,
+             BITS);
     }
 }
 
 void kern_matmul_q4_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                 float *Y, size_t ldy) {
-    core(w, n0, n1, A, n_tok, Y, ldy, 0);
+    core(w, n0, n1, A, n_tok, Y, ldy, 0, 4);
 }
 
 void kern_matmul_q4_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
                                      int n_tok, float *Y, size_t ldy) {
-    core(w, n0, n1, A, n_tok, Y, ldy, 1);
+    core(w, n0, n1, A, n_tok, Y, ldy, 1, 4);
+}
+
+void kern_matmul_q2_qact_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                                float *Y, size_t ldy) {
+    core(w, n0, n1, A, n_tok, Y, ldy, 0, 2);
+}
+
+void kern_matmul_q2_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, const void *A,
+                                     int n_tok, float *Y, size_t ldy) {
+    core(w, n0, n1, A, n_tok, Y, ldy, 1, 2);
 }
