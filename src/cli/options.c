@@ -57,6 +57,16 @@ static cllm_status p_lm_screen(cllm_opts *o, const char *v, const char *name, cl
     return CLLM_OK;
 }
 
+static cllm_status p_lm_est(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
+    if (!*v || !strcmp(v, "2"))
+        o->fwd.lm_est_bits = 2;
+    else if (!strcmp(v, "4"))
+        o->fwd.lm_est_bits = 4;
+    else
+        return cllm_err_set(err, CLLM_EINVAL, "%s=%s: expected 2 or 4", name, v);
+    return CLLM_OK;
+}
+
 static cllm_status zero_one(const char *v, const char *name, bool *off, cllm_error *err) {
     if (strcmp(v, "0") && strcmp(v, "1"))
         return cllm_err_set(err, CLLM_EINVAL, "%s=%s: expected 0 or 1", name, v);
@@ -166,10 +176,15 @@ static const opt_row rows[] = {
      "flag wins over the variable.",
      p_act16, NULL},
     {"CLLM_LM_SCREEN", NULL, "auto", "auto, 0, 1..4096",
-     "Screening of an int8 lm_head: auto screens one of at least 65536 rows with 32 candidates "
-     "per row, N forces N candidates at any vocabulary size, 0 keeps the plain int8 lm_head "
-     "(README, Quantization).",
+     "Screening of an int8 lm_head: auto screens one of at least 65536 rows with 128 candidates "
+     "per row on the 2-bit estimate (32 with CLLM_LM_EST=4), N forces N candidates at any "
+     "vocabulary size, 0 keeps the plain int8 lm_head (README, Quantization).",
      p_lm_screen, NULL},
+    {"CLLM_LM_EST", NULL, "2", "2, 4",
+     "Bits of the screened lm_head's estimate: 2 (the top two bits of each int8 code, a quarter "
+     "of its bytes) or 4 (the hi nibbles, half; the rule before 2026-12-07). The candidates are "
+     "computed exactly either way.",
+     p_lm_est, NULL},
     {"CLLM_PANEL", NULL, "1", "0, 1",
      "0: no repack of GPTQ weights into column panels at load (the matmuls read the checkpoint's "
      "layout; slower, for A/B checks).",

@@ -805,13 +805,12 @@ cllm_status fwd_head(cllm_fwd_ctx *c, const float *norm_w, int T, double tp0, in
  * parallel split), unless every row is a hidden-state row. */
 /* The first n_ids rows of the lm_head over the R normed rows in c->xn, every later entry -inf:
  * contiguous rows of a 16-bit matrix, the first columns of a GPTQ one (paneled or not: the
- * kernels take a column range). A screened int8 lm_head has no plain int8 panels left: its
- * hi-plane estimate stands in (1/16 of a logit's units, about an int4 lm_head's error: the argmax
- * a draft needs, not exact logits). */
+ * kernels take a column range). A screened int8 lm_head screens the prefix instead
+ * (fwd_lm_screen's n_ids: a draft's argmax at the estimate plane's cost). */
 static cllm_status lm_head_prefix(cllm_fwd_ctx *c, int R, int n_ids, float *logits) {
     const cllm_model *m = c->m;
     int V = m->cfg.vocab_size;
-    fwd_wt v = m->lm_screen ? m->lm_hi : m->lm_head;
+    fwd_wt v = m->lm_head;
     v.rows = n_ids;
     if (fwd_mm_add(c, &v, c->xn, (size_t)m->cfg.hidden_size, R, logits, (size_t)V) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
@@ -830,11 +829,12 @@ static cllm_status fwd_logit_rows(cllm_fwd_ctx *c, const cllm_batch *b, int R, i
     for (int q = 0; q < b->n_seqs; q++)
         any |= b->seqs[q].logits == CLLM_LOGITS_ALL || b->seqs[q].logits == CLLM_LOGITS_LAST;
     if (!any) return CLLM_OK;
-    if (n_ids > 0 && n_ids < f->vocab_size) return lm_head_prefix(c, R, n_ids, logits);
+    if (n_ids > 0 && n_ids < f->vocab_size && !m->lm_screen)
+        return lm_head_prefix(c, R, n_ids, logits);
     if (m->tp_size > 1) return fwd_tp_lm_head(c, R, logits);
     if (m->lm_screen) {
         double t0 = c->prof_on ? cllm_time_s() : 0.0;
-        if (fwd_lm_screen(c, R, c->lm_rowk, logits) != CLLM_OK) return CLLM_ENOMEM;
+        if (fwd_lm_screen(c, R, c->lm_rowk, n_ids, logits) != CLLM_OK) return CLLM_ENOMEM;
         if (c->prof_on) c->prof[FWD_P_LM_HEAD] += cllm_time_s() - t0;
         return CLLM_OK;
     }

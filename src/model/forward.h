@@ -51,7 +51,7 @@ typedef enum cllm_fwd_profile {
     CLLM_PROFILE_DECODE,  /* wall time per op family of the decode steps, logged at ctx free */
     CLLM_PROFILE_PREFILL, /* the same for the prefill steps */
 } cllm_fwd_profile;
-#define CLLM_LM_SCREEN_AUTO 0  /* screen an int8 lm_head of >= 65536 rows with 32 candidates */
+#define CLLM_LM_SCREEN_AUTO 0  /* screen an int8 lm_head of >= 65536 rows (weights.c: how many) */
 #define CLLM_LM_SCREEN_OFF  -1 /* the plain int8 lm_head */
 #define CLLM_LM_SCREEN_MAX  4096
 typedef struct cllm_fwd_opts {
@@ -60,6 +60,8 @@ typedef struct cllm_fwd_opts {
     /* int8 lm_head screening (CLLM_LM_SCREEN): AUTO, OFF, or 1..CLLM_LM_SCREEN_MAX candidates
      * forced at any vocabulary size */
     int lm_screen;
+    /* the screened lm_head's estimate plane (CLLM_LM_EST): 2 (default when 0) or 4 bits */
+    int lm_est_bits;
     bool no_panels;           /* CLLM_PANEL=0: no weight panel repack at load */
     bool no_lm_panel;         /* CLLM_LM_PANEL=0: no panels (so no screening) for lm_head */
     cllm_fwd_profile profile; /* CLLM_PROFILE */

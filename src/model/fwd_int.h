@@ -113,6 +113,10 @@ struct cllm_model {
      * and lm_lx the lo plane for exact logits (16 lm_hx + lm_lx); lm_head keeps the int8 zeros */
     int lm_screen;
     fwd_wt lm_hi, lm_hx, lm_lx;
+    /* the 2-bit estimate plane (bits 2, kernels.h matmul_q2_qact; the top two bits of each int8
+     * code, zeros in quarters: weights.c lm_zeros), which the estimate reads instead of lm_hi;
+     * data NULL when the screen estimates from lm_hi (CLLM_LM_EST=4) */
+    fwd_wt lm_q2;
     void **allocs; /* owned blocks (vectors, slices, panel arenas), cllm_free_aligned */
     size_t n_allocs, cap_allocs;
     /* tensor parallel (model/weights_tp.c): cfg holds this rank's dims; 1 = not sharded */
@@ -317,8 +321,10 @@ size_t fwd_attn_scratch(const cllm_config *f);
  * has no weights outside expert parallel; the caller names the layer. */
 cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_moe_w *w, int T);
 /* The screened int8 lm_head (m->lm_screen > 0): logits [R][vocab] of the R normed rows in c->xn;
- * row t exact when row_k[t] is 0, else its row_k[t] best exact and the rest -inf (fwd_lmhead.c). */
-cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits);
+ * row t exact when row_k[t] is 0, else its row_k[t] best exact and the rest -inf (fwd_lmhead.c).
+ * n_ids in 1..vocab - 1: only the first n_ids ids live (a draft vocabulary), every later entry
+ * -inf; 0: all. */
+cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, float *logits);
 /* The dense SwiGLU MLP on c->xn, added into c->x; the failing matmul's status as fwd_moe. */
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 

@@ -2,17 +2,20 @@
  *
  * Decode reads the lm_head more than anything else: the default W4A16 file's int8 lm_head is 0.52
  * of the 0.85 GB a quarter-shape token streams. A row whose caller needs only its k best logits
- * (cllm_seq_batch.logits_topk: greedy k = 1, top-k sampling k = top_k) reads about half of it:
- *  1. every vocabulary entry is estimated from the hi nibbles of its int8 codes (lm_hi, an int4
- *     GPTQ panel array whose zero sits at the int8 code's expected value given its hi nibble) by
- *     the W4A8 kernel on int8 activation codes: about the error of an int4 RTN lm_head;
- *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate panels of 32
- *     entries, whose logits are then computed exactly (below);
+ * (cllm_seq_batch.logits_topk: greedy k = 1, top-k sampling k = top_k) reads about a quarter:
+ *  1. every vocabulary entry is estimated by the W4A8 walk on int8 activation codes from the
+ *     2-bit plane (lm_q2: each column and group quantized to 4 uniform levels of its int8 values,
+ *     weights.c lm_q2_panel; about 4x the error of the hi plane below, a quarter of the int8
+ *     bytes), or with CLLM_LM_EST=4 from the hi nibbles of the int8 codes (lm_hi, an int4 GPTQ
+ *     panel array whose zero sits at the int8 code's expected value given its hi nibble: about
+ *     an int4 RTN lm_head's error, half the bytes);
+ *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate blocks of
+ *     16 entries (LM_BLK, a half panel), whose logits are then computed exactly (below);
  *  3. while the k-th best exact logit is not above every estimate left, the best estimate left
- *     has its panel rescored (bounded by the slots);
- *  4. every entry outside the rescored panels becomes -inf (forward.h allows it for such rows).
+ *     has its block rescored (bounded by the slots);
+ *  4. every entry outside the rescored blocks becomes -inf (forward.h allows it for such rows).
  * The k best are then the plain int8 lm_head's unless an estimate was off by more than the gap
- * between the true k-th best and the candidates' tail, several times an int4 matrix's error.
+ * between the true k-th best and the candidates' tail, several times the estimate's error.
  * Every other row (logits_topk 0: logprobs, penalties, plain sampling, eval) is exact. An exact
  * logit is 16 x (the hi plane at zero zh, lm_hx) + (the lo plane at zero zl, lm_lx), two int4
  * kernel calls whose integer group sums are the int8 codes' (16 zh + zl = the int8 zero), then
@@ -28,43 +31,68 @@
 
 #define LM_ITEM_PANS 8  /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
 #define PICK_BLOCK   64 /* entries pick skips at once when none can enter the heap */
+#define LM_BLK       16 /* entries a candidate rescores: a 16-column block of its panel */
 
 typedef struct lm_job {
     cllm_fwd_ctx *c;
     const cllm_model *m;
     int R, V, K, P, np; /* P: panel width (fwd_wt.panel) */
+    int Vl;             /* live entries: the first Vl ids (a draft vocabulary), np their panels */
+    int nb;             /* their blocks of LM_BLK entries (candidates, rescores, marks) */
+    float em;           /* an estimate's unit in logits: 16 (hi plane) or 1 (2-bit plane) */
     const int *row_k;   /* [R] logits_topk of the row; 0 = exact row */
     int S;              /* candidate slots per row */
     size_t b4, b8;      /* bytes per token: int16 codes (int4 layout), the estimate's int8 codes */
     char *a4, *a8;      /* exact logits' codes; the estimate's (sums halved: its half-unit zero) */
     float *logits;
-    int *cand;  /* [R][S] candidate panels (ascending after pick, then appended) */
+    int *cand;  /* [R][S] candidate blocks (ascending after pick, then appended) */
     int *ncand; /* [R] */
     float *thr; /* [R] the smallest estimate kept by pick, x 16 (logit units) */
-    int *items; /* rescore items: (row, panel) pairs, panel-major */
+    int *items; /* rescore items: (row, block) pairs, block-major */
     float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;
-    uint8_t *mark; /* [n_threads][np] settle's rescored-panel maps */
-    float *vals;   /* [n_threads][S * j->P] settle's exact values */
+    uint8_t *mark; /* [n_threads][nb] settle's rescored-block maps */
+    float *vals;   /* [n_threads][S * LM_BLK] settle's exact values */
 } lm_job;
 
-/* One past the last vocabulary entry of panel p (the last panel may be narrower). */
-static int panel_end(const lm_job *j, int p) {
-    return (p + 1) * j->P < j->V ? (p + 1) * j->P : j->V;
+/* One past the last live vocabulary entry of block b (the last may be narrower). */
+static int block_end(const lm_job *j, int b) {
+    return (b + 1) * LM_BLK < j->Vl ? (b + 1) * LM_BLK : j->Vl;
 }
 
-/* Exact logits of panel p for rows [t0, t0 + nt): 16 x hi + lo (see the top). */
-static void exact(lm_job *j, int p, int t0, int nt, int tid) {
+/* Panel p of the 2-bit plane: rows of 16 inputs, zeros in the int4 layout (fwd_panel would take
+ * 2-bit zeros). */
+static cllm_qweight q2_panel(const cllm_qweight *q, int P, int p) {
+    const size_t ng = (size_t)q->K / q->group;
+    cllm_qweight r = *q;
+    r.qweight += (size_t)p * ((size_t)q->K / 16) * P;
+    r.qzeros += (size_t)p * ng * (P / 8);
+    r.scales += (size_t)p * ng * P;
+    r.N = q->N - p * P < P ? q->N - p * P : P;
+    return r;
+}
+
+/* Exact logits of columns [n0, n1) of panel p (n1 -1: its end) for rows [t0, t0 + nt): 16 x hi
+ * + lo (see the top). A column's value does not depend on the range it was computed in
+ * (kernels.h: tile shapes give the same bits). */
+static void exact_cols(lm_job *j, int p, int n0, int n1, int t0, int nt, int tid) {
     const cllm_kern_ops *k = j->c->k;
     float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * j->P;
     float *h = j->scr + (size_t)tid * j->scr_stride;
     const char *A = j->a4 + (size_t)t0 * j->b4;
     cllm_qweight hx = fwd_panel(&j->m->lm_hx.q, j->P, p), lx = fwd_panel(&j->m->lm_lx.q, j->P, p);
-    k->matmul_q_qact16(&hx, 0, hx.N, A, nt, h, j->P);
-    k->matmul_q_qact16(&lx, 0, lx.N, A, nt, Y, (size_t)j->V);
+    if (n1 < 0 || n1 > hx.N) n1 = hx.N;
+    k->matmul_q_qact16(&hx, n0, n1, A, nt, h, j->P);
+    k->matmul_q_qact16(&lx, n0, n1, A, nt, Y, (size_t)j->V);
     for (int t = 0; t < nt; t++)
-        for (int n = 0; n < hx.N; n++)
+        for (int n = n0; n < n1; n++)
             Y[(size_t)t * j->V + n] = fmaf(16.0f, h[t * j->P + n], Y[(size_t)t * j->V + n]);
+}
+
+/* Exact logits of block b for row t (a candidate): 16 columns of its panel, not 32. */
+static void exact_block(lm_job *j, int b, int t, int tid) {
+    const int p = b * LM_BLK / j->P, n0 = b * LM_BLK - p * j->P;
+    exact_cols(j, p, n0, n0 + LM_BLK, t, 1, tid);
 }
 
 /* Work item i: panels [8i, 8i + 8): estimates of the screened rows, exact logits of the others,
@@ -80,14 +108,18 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
                 for (t1 = t0 + 1; t1 < j->R && (j->row_k[t1] > 0) == est; t1++) {
                 }
                 float *Y = j->logits + (size_t)t0 * j->V + (size_t)p * j->P;
-                if (est) {
+                if (est && j->m->lm_q2.data) {
+                    /* in logits (its scales hold the step); pick and settle scale the hi
+                     * plane's by em = 16, exactly, where they compare with exact logits */
+                    cllm_qweight q = q2_panel(&j->m->lm_q2.q, j->P, p);
+                    k->matmul_q2_qact(&q, 0, q.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
+                                      (size_t)j->V);
+                } else if (est) { /* hi-plane units: 1/16 of a logit's (codes are 16 hi + lo) */
                     cllm_qweight q = fwd_panel(&j->m->lm_hi.q, j->P, p);
-                    /* in hi-plane units: 1/16 of a logit's (codes are 16 hi + lo); pick and
-                     * settle scale by 16, exactly, where they compare with exact logits */
                     k->matmul_q4_qact(&q, 0, q.N, j->a8 + (size_t)t0 * j->b8, t1 - t0, Y,
                                       (size_t)j->V);
                 } else {
-                    exact(j, p, t0, t1 - t0, tid);
+                    exact_cols(j, p, 0, -1, t0, t1 - t0, tid);
                 }
             }
     }
@@ -95,15 +127,15 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
 
 static int heap_size(const lm_job *j, int t) {
     int C = j->m->lm_screen > 2 * j->row_k[t] ? j->m->lm_screen : 2 * j->row_k[t];
-    return C < j->V ? C : j->V;
+    return C < j->Vl ? C : j->Vl;
 }
 
-/* Candidate panels row t may hold, rescores included. From the row's own k only: a bound shared
+/* Candidate blocks row t may hold, rescores included. From the row's own k only: a bound shared
  * by the batch (its largest k) let a greedy row beside a top-k row rescore more panels than
  * alone, so where the estimate had missed its best entry the row's argmax depended on its batch
  * (found by tests/engine/test_engine_spec.c at CLLM_LM_SCREEN=8). */
 static int row_slots(const lm_job *j, int t) {
-    return 2 * heap_size(j, t) < j->np ? 2 * heap_size(j, t) : j->np;
+    return 2 * heap_size(j, t) < j->nb ? 2 * heap_size(j, t) : j->nb;
 }
 
 /* Screened row t's C largest estimates (a min-heap; an equal later value does not displace an
@@ -118,10 +150,10 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
         const float *y = j->logits + t * (size_t)j->V;
         const int C = heap_size(j, (int)t);
         int n = 0;
-        for (int v = 0; v < j->V; v++) {
+        for (int v = 0; v < j->Vl; v++) {
             /* a full heap's root rises fast: most blocks of 64 hold nothing above it, and their
              * maximum is cheaper than a compare and branch per entry (0.33 -> 0.12 ms a row) */
-            if (n == C && (v & (PICK_BLOCK - 1)) == 0 && v + PICK_BLOCK <= j->V) {
+            if (n == C && (v & (PICK_BLOCK - 1)) == 0 && v + PICK_BLOCK <= j->Vl) {
                 float m8[8]; /* eight chains: a max's latency per entry otherwise; a NaN never
                               * passes the root test below, so the max skips it too */
                 for (int l = 0; l < 8; l++) m8[l] = -INFINITY;
@@ -156,12 +188,12 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
             hv[s] = x;
             hid[s] = v;
         }
-        j->thr[t] = 16.0f * hv[0];
+        j->thr[t] = j->em * hv[0];
         /* the panels sort in the heap's own array: n may exceed the row's S slots (n > np where
          * the vocabulary is small), only the unique panels (<= min(n, np) <= S) go to cand, which
          * a sort there overran into the next row's slots (a race with its pick at 2 threads)
          * and past the last row's into the counts and thresholds */
-        for (int i = 0; i < n; i++) hid[i] /= j->P;
+        for (int i = 0; i < n; i++) hid[i] /= LM_BLK;
         for (int i = 1; i < n; i++) /* ascending (insertion sort: n is small), then unique */
             for (int q = i; q > 0 && hid[q - 1] > hid[q]; q--) {
                 int x = hid[q];
@@ -177,7 +209,7 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
 
 static void rescore_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
-    for (size_t i = b; i < e; i++) exact(j, j->items[2 * i + 1], j->items[2 * i], 1, tid);
+    for (size_t i = b; i < e; i++) exact_block(j, j->items[2 * i + 1], j->items[2 * i], tid);
 }
 
 static int desc(const void *a, const void *b) {
@@ -192,7 +224,7 @@ static float kth_exact(lm_job *j, int t, float *vals) {
     int n = 0;
     float best = -INFINITY;
     for (int i = 0; i < j->ncand[t]; i++) {
-        for (int v = cd[i] * j->P, v1 = panel_end(j, cd[i]); v < v1; v++) {
+        for (int v = cd[i] * LM_BLK, v1 = block_end(j, cd[i]); v < v1; v++) {
             best = y[v] > best ? y[v] : best;
             vals[n++] = y[v];
         }
@@ -205,31 +237,39 @@ static float kth_exact(lm_job *j, int t, float *vals) {
 /* Steps 3 and 4 for the screened rows (step 3 is rare). */
 static void settle_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
-    uint8_t *mark = j->mark + (size_t)tid * j->np;
-    float *vals = j->vals + (size_t)tid * j->S * j->P;
+    uint8_t *mark = j->mark + (size_t)tid * j->nb;
+    float *vals = j->vals + (size_t)tid * j->S * LM_BLK;
     for (size_t tt = b; tt < e; tt++) {
         const int t = (int)tt;
         if (j->row_k[t] <= 0) continue;
         float *y = j->logits + (size_t)t * j->V;
         int *cd = j->cand + (size_t)t * j->S;
-        memset(mark, 0, (size_t)j->np);
+        memset(mark, 0, (size_t)j->nb);
         for (int i = 0; i < j->ncand[t]; i++) mark[cd[i]] = 1;
         float kth = kth_exact(j, t, vals);
         if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best left */
             while (j->ncand[t] < row_slots(j, t)) {
                 int arg = -1;
-                for (int v = 0; v < j->V; v++)
-                    if (!mark[v / j->P] && (arg < 0 || y[v] > y[arg])) arg = v;
-                if (arg < 0 || 16.0f * y[arg] < kth) break;
-                mark[arg / j->P] = 1;
-                cd[j->ncand[t]++] = arg / j->P;
-                exact(j, arg / j->P, t, 1, tid);
+                for (int v = 0; v < j->Vl; v++)
+                    if (!mark[v / LM_BLK] && (arg < 0 || y[v] > y[arg])) arg = v;
+                if (arg < 0 || j->em * y[arg] < kth) break;
+                mark[arg / LM_BLK] = 1;
+                cd[j->ncand[t]++] = arg / LM_BLK;
+                exact_block(j, arg / LM_BLK, t, tid);
                 kth = kth_exact(j, t, vals);
             }
-        for (int p = 0; p < j->np; p++)
-            if (!mark[p])
-                for (int v = p * j->P, v1 = panel_end(j, p); v < v1; v++) y[v] = -INFINITY;
+        for (int bk = 0; bk < j->nb; bk++)
+            if (!mark[bk])
+                for (int v = bk * LM_BLK, v1 = block_end(j, bk); v < v1; v++) y[v] = -INFINITY;
     }
+}
+
+/* Past a draft vocabulary: -inf in every row (its last panel computed a few entries more). */
+static void tail_worker(void *vj, size_t b, size_t e, int tid) {
+    (void)tid;
+    lm_job *j = vj;
+    for (size_t t = b; t < e; t++)
+        for (int v = j->Vl; v < j->V; v++) j->logits[t * (size_t)j->V + (size_t)v] = -INFINITY;
 }
 
 static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
@@ -237,20 +277,23 @@ static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
     return x[1] != y[1] ? (x[1] > y[1]) - (x[1] < y[1]) : (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logits) {
+cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, float *logits) {
     const cllm_model *m = c->m;
     const cllm_qweight *q = &m->lm_head.q;
     lm_job j = {.c = c, .m = m, .R = R, .V = q->N, .K = q->K, .P = m->lm_head.panel};
+    j.Vl = n_ids > 0 && n_ids < j.V ? n_ids : j.V;
+    j.em = m->lm_q2.data ? 1.0f : 16.0f;
     j.row_k = row_k;
     j.logits = logits;
-    j.np = (j.V + j.P - 1) / j.P;
+    j.np = (j.Vl + j.P - 1) / j.P;
+    j.nb = (j.Vl + LM_BLK - 1) / LM_BLK;
     int n_scr = 0, cmax = 0;
     for (int t = 0; t < R; t++)
         if (row_k[t] > 0) {
             n_scr++;
             cmax = heap_size(&j, t) > cmax ? heap_size(&j, t) : cmax;
         }
-    j.S = 2 * cmax < j.np ? 2 * cmax : j.np;
+    j.S = 2 * cmax < j.nb ? 2 * cmax : j.nb;
     const int ag4 = cllm_qact16_group(4, q->group);
     j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
     j.b8 = cllm_qact_bytes(j.K, q->group, 1);
@@ -262,8 +305,8 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
                             (size_t)R * j.S * 2 * sizeof(int),
                             (size_t)R * sizeof(int),
                             (size_t)R * sizeof(float),
-                            (size_t)c->n_threads * j.np,
-                            (size_t)c->n_threads * j.S * j.P * sizeof(float)};
+                            (size_t)c->n_threads * j.nb,
+                            (size_t)c->n_threads * j.S * LM_BLK * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
@@ -290,10 +333,11 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     const int H = m->cfg.hidden_size;
     c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
     if (n_scr) {
-        /* int8 codes (W4A8's, kernels.h): the estimate is int4-accurate, and they run twice the
-         * int16 codes' multiply-adds per instruction where a batch of rows makes it compute
-         * bound. Its zero is in halves (weights.c lm_zeros): halve the code sums, which every
-         * tier stores after the codes and scales (kernels.h, qact_prep) */
+        /* int8 codes (W4A8's, kernels.h): far finer than the estimate's weights, and they run
+         * twice the int16 codes' multiply-adds per instruction where a batch of rows makes it
+         * compute bound. Either plane's zero is in halves (weights.c lm_zeros, LM_Q2_ZERO):
+         * halve the code sums, which every tier stores after the codes and scales (kernels.h,
+         * qact_prep) */
         c->k->qact_prep(c->xn, (size_t)H, R, j.K, q->group, 8, j.a8);
         const int ng = j.K / q->group;
         for (int t = 0; t < R; t++) {
@@ -304,7 +348,10 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     }
     double tp[5] = {c->prof_on ? cllm_time_s() : 0.0};
     cllm_pool_for_dyn(c->pool, (size_t)((j.np + LM_ITEM_PANS - 1) / LM_ITEM_PANS), pass_worker, &j);
-    if (!n_scr) return CLLM_OK;
+    if (!n_scr) {
+        if (j.Vl < j.V) cllm_pool_for(R > 1 ? c->pool : NULL, (size_t)R, tail_worker, &j);
+        return CLLM_OK;
+    }
     if (c->prof_on) tp[1] = cllm_time_s();
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_worker, &j);
     if (c->prof_on) tp[2] = cllm_time_s();
@@ -319,6 +366,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, float *logit
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
     if (c->prof_on) tp[3] = cllm_time_s();
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, settle_worker, &j);
+    if (j.Vl < j.V) cllm_pool_for(R > 1 ? c->pool : NULL, (size_t)R, tail_worker, &j);
     if (c->prof_on) {
         tp[4] = cllm_time_s();
         for (int i = 0; i < 4; i++) c->prof_lm[i] += tp[i + 1] - tp[i];

@@ -443,9 +443,10 @@ static size_t lm_lo_offset(const cllm_qweight *q) {
 }
 
 /* The planes' int4 zeros for int8 effective zero z8 (est 0 when they cannot hold it): est, in
- * halves of a unit (the estimate computes isum_hi - est * (asum / 2) ~ isum_hi - ((z8 - 7.5) /
- * 16) asum, the int8 code's expected value given its hi nibble, lo uniform in 0..15); zh and zl
- * with 16 zh + zl = z8, each an effective int4 zero (1..16). */
+ * halves of a unit (the hi-plane estimate computes isum_hi - est * (asum / 2) ~ isum_hi -
+ * ((z8 - 7.5) / 16) asum, the int8 code's expected value given its hi nibble, lo uniform in
+ * 0..15); zh and zl with 16 zh + zl = z8, each an effective int4 zero (1..16). The 2-bit plane's
+ * zero is 3 halves everywhere (LM_Q2_ZERO). */
 typedef struct lm_zeros {
     int est, zh, zl;
 } lm_zeros;
@@ -457,9 +458,49 @@ static lm_zeros lm_zeros_of(int z8) {
     return z;
 }
 
+#define LM_Q2_ZERO 3 /* in halves: levels (code - 1.5) x step, the sums halved as the hi plane's   \
+                      */
+
 typedef struct lm_split {
-    int32_t *z[3]; /* the est, hi and lo views' zeros (zeroed) */
+    int32_t *z[4];   /* the est, hi, lo and 2-bit views' zeros (zeroed) */
+    int32_t *q2;     /* the 2-bit plane (kernels.h matmul_q2_qact), panel by panel; NULL: none */
+    uint16_t *q2_sc; /* its scales, the int8 scales' layout */
 } lm_split;
+
+/* The 2-bit estimate of panel columns [0, wd) (column c0 + c of the int8 matrix src): each
+ * column and group is quantized on its own to the uniform 4 levels (-1.5, -0.5, 0.5, 1.5) x step
+ * of its int8 values (codes minus zero), step = 0.996 x their RMS (the mean-square optimum of a
+ * uniform 4-level grid for a Gaussian: about 0.12 of the variance left, where the int8 codes'
+ * top two bits, on an absmax grid, leave most of the weights in its two middle levels and about
+ * a third). Scale: step x the int8 scale, so the estimate is in logit units. Codes in the 2-bit
+ * layout (kernels.h, matmul_q2_qact): rows of 16 inputs, stride wd. */
+static void lm_q2_panel(const cllm_qweight *src, size_t c0, size_t wd, int32_t *q2, uint16_t *sc) {
+    const size_t K = (size_t)src->K, G = (size_t)src->group, N = (size_t)src->N;
+    int v[4096]; /* a group's int8 values; lm_screen_plan: group <= 4096 */
+    for (size_t c = 0; c < wd; c++)
+        for (size_t g = 0; g < K / G; g++) {
+            const int z8 = cllm_qweight_zero(src, (int)g, (int)(c0 + c));
+            double ss = 0;
+            for (size_t k = 0; k < G; k++) {
+                size_t kk = g * G + k;
+                v[k] = (int)(((uint32_t)src->qweight[(kk / 4) * N + c0 + c] >> (8 * (kk % 4))) &
+                             0xffu) -
+                       z8;
+                ss += (double)v[k] * v[k];
+            }
+            const double step = 0.996 * sqrt(ss / (double)G);
+            for (size_t k = 0; k < G; k++) {
+                int code = step > 0 ? (int)floor(v[k] / step) + 2 : 2;
+                code = code < 0 ? 0 : code > 3 ? 3 : code;
+                size_t kk = g * G + k, i = kk % 16;
+                size_t h = i / 8, j = (i % 8) / 2, o = i % 2;
+                q2[(kk / 16) * wd + c] |= (int32_t)((uint32_t)code << (8 * j + 2 * (2 * h + o)));
+            }
+            uint16_t s8 = src->scales[g * N + c0 + c];
+            float f = (float)step * (src->scale_bf16 ? cllm_bf16_to_f32(s8) : cllm_f16_to_f32(s8));
+            sc[g * wd + c] = src->scale_bf16 ? cllm_f32_to_bf16(f) : cllm_f32_to_f16(f);
+        }
+}
 
 static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split *ls) {
     const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = PANEL_W;
@@ -480,11 +521,13 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split
         if (ls) { /* the screened lm_head (lm_screen_plan): int8 codes into two int4 planes */
             int32_t *hi = qw + p * (kw / 2) * P;
             lm_split_panel(src.qweight + c0, (size_t)N, kw / 2, wd, hi, hi + lm_lo_offset(&src));
+            if (ls->q2)
+                lm_q2_panel(&src, c0, wd, ls->q2 + p * (K / 16) * P, ls->q2_sc + p * ng * P);
             for (size_t g = 0; g < ng; g++)
                 for (size_t c = 0; c < wd; c++) {
                     lm_zeros z = lm_zeros_of(cllm_qweight_zero(&src, (int)g, (int)(c0 + c)));
-                    const int zv[3] = {z.est, z.zh, z.zl};
-                    for (int i = 0; i < 3; i++)
+                    const int zv[4] = {z.est, z.zh, z.zl, LM_Q2_ZERO};
+                    for (int i = 0; i < 4; i++)
                         ls->z[i][p * ng * (P / 8) + g * (wd / 8) + c / 8] |=
                             (int32_t)(((uint32_t)(zv[i] - 1) & 0xF) << (4 * (c % 8)));
                 }
@@ -570,16 +613,25 @@ static void list_mat(void *vl, const fwd_wt *w, int expert) {
 }
 
 /* cllm_fwd_opts.lm_screen (CLLM_LM_SCREEN, docs/env.md): AUTO (default) screens an int8 lm_head
- * of at least LM_SCREEN_MIN_VOCAB rows with LM_SCREEN_AUTO candidates, N forces N candidates at
- * any size, OFF keeps the plain int8 lm_head. Sets m->lm_screen and the split's buffers when it
- * applies. */
-#define LM_SCREEN_AUTO      32
+ * of at least LM_SCREEN_MIN_VOCAB rows with LM_SCREEN_AUTO candidates (LM_SCREEN_AUTO4 on the hi
+ * plane's estimate, CLLM_LM_EST=4), N forces N candidates at any size, OFF keeps the plain int8
+ * lm_head. Sets m->lm_screen and the split's buffers when it applies. The 2-bit estimate's
+ * default is 4x the hi plane's: on models/tiny (trained, W4A16 + int8 lm_head, 1400 positions of
+ * its model card) the true argmax ranked up to 20th among its 2-bit estimates (3rd on the hi
+ * plane) and 16 candidates missed it 3 times; 128 costs 0.35 ms a quarter-shape step more than
+ * 32 (16-entry rescores). */
+#define LM_SCREEN_AUTO      128
+#define LM_SCREEN_AUTO4     32
 #define LM_SCREEN_MIN_VOCAB 65536
 
 static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) {
     const int want = m->opts.lm_screen;
     const bool forced = want > 0;
-    const long n = want == CLLM_LM_SCREEN_AUTO ? LM_SCREEN_AUTO : forced ? want : 0;
+    const bool est2 =
+        m->opts.lm_est_bits != 4 && m->lm_head.q.group % 16 == 0 && m->lm_head.q.group <= 4096;
+    const long n = want == CLLM_LM_SCREEN_AUTO ? (est2 ? LM_SCREEN_AUTO : LM_SCREEN_AUTO4)
+                   : forced                    ? want
+                                               : 0;
     const fwd_wt *h = &m->lm_head;
     const cllm_qweight *q = &h->q;
     if (!n || (!forced && q->N < LM_SCREEN_MIN_VOCAB)) return CLLM_OK;
@@ -602,9 +654,17 @@ static cllm_status lm_screen_plan(cllm_model *m, lm_split *ls, cllm_error *err) 
         return CLLM_OK;
     }
     const size_t np = ((size_t)q->N + PANEL_W - 1) / PANEL_W;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!(ls->z[i] = own(m, np * ng * (PANEL_W / 8) * 4)))
             return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
+    /* the 2-bit estimate plane (a quarter of the int8 bytes) unless CLLM_LM_EST=4 or the group
+     * does not hold whole 16-input rows */
+    if (est2) {
+        size_t b = np * ((size_t)q->K / 16) * PANEL_W * 4, bs = np * ng * PANEL_W * 2;
+        if (!(ls->q2 = own_huge(m, b)) || !(ls->q2_sc = own(m, bs)))
+            return cllm_err_set(err, CLLM_ENOMEM, "lm_head screen: out of memory");
+        m->panel_bytes += b;
+    }
     m->lm_screen = (int)n;
     return CLLM_OK;
 }
@@ -626,7 +686,7 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         st = panel_set(&pl, ml.ws, ml.n, err);
     }
     fwd_wt *head = &m->lm_head;
-    lm_split ls = {{NULL, NULL, NULL}};
+    lm_split ls = {{NULL, NULL, NULL, NULL}, NULL, NULL};
     if (st == CLLM_OK && !m->opts.no_lm_panel && (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {
         size_t j0 = pl.n_jobs;
         st = panel_set(&pl, &head, 1, err);
@@ -658,8 +718,18 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         }
         m->lm_lx.q.qweight += lm_lo_offset(&head->q);
         m->lm_lx.data = m->lm_lx.q.qweight;
-        LOG_DEBUG("lm_head: int8 codes in two int4 planes, screened with %d candidates",
-                  m->lm_screen);
+        if (ls.q2) { /* its panels are [K/16][width] words, zeros as the int4 views' */
+            m->lm_q2 = *head;
+            m->lm_q2.q.bits = 2;
+            m->lm_q2.q.qweight = ls.q2;
+            m->lm_q2.q.qzeros = ls.z[3];
+            m->lm_q2.q.scales = ls.q2_sc;
+            m->lm_q2.q.zero_const = LM_Q2_ZERO;
+            m->lm_q2.data = ls.q2;
+        }
+        LOG_DEBUG("lm_head: int8 codes in two int4 planes, screened with %d candidates on a %d-bit "
+                  "estimate",
+                  m->lm_screen, ls.q2 ? 2 : 4);
     } else {
         m->lm_screen = 0;
     }
@@ -844,7 +914,7 @@ uint64_t cllm_model_decode_bytes(const cllm_model *m) {
      * panels of 32 rows (greedy decode, the case this figure is for) */
     uint64_t lm = wbytes(&m->lm_head);
     if (m->lm_screen)
-        lm = wbytes(&m->lm_hi) +
+        lm = (m->lm_q2.data ? wbytes(&m->lm_hi) / 2 : wbytes(&m->lm_hi)) +
              (uint64_t)m->lm_screen *
                  (cllm_qformat_bytes(8, m->lm_head.q.group, m->lm_head.cols, PANEL_W) -
                   4ull * m->lm_head.cols);

@@ -606,11 +606,19 @@ int main(void) {
         cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 5, .dtype = CLLM_DT_BF16};
         if (tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0 &&
             cllm_synth(&so, &err) == CLLM_OK && tm_quantize_w4a16(bf, q, 32, 8, &err) == CLLM_OK) {
-            g_fwd.lm_screen = 8;
-            fprintf(stderr, "model tiny w4a16, screened lm_head\n");
-            g_k_step = 2;
-            test_model(q, false, 1000, true, false);
+            /* the hi-plane estimate with 8 candidates, the 2-bit one with 16 (its error is
+             * about 4x the hi plane's) */
+            const uint64_t rs0 = rs; /* both runs on the same prompts */
+            for (int est = 4; est >= 2; est -= 2) {
+                rs = rs0;
+                g_fwd.lm_screen = est == 4 ? 8 : 16;
+                g_fwd.lm_est_bits = est;
+                fprintf(stderr, "model tiny w4a16, screened lm_head, %d-bit estimate\n", est);
+                g_k_step = 2;
+                test_model(q, false, 1000, true, false);
+            }
             g_fwd.lm_screen = CLLM_LM_SCREEN_AUTO;
+            g_fwd.lm_est_bits = 0;
         } else {
             CHECK_MSG(0, "screened model: %s", err.msg);
         }

@@ -1,5 +1,7 @@
 /* The screened int8 lm_head (model/fwd_lmhead.c) against the plain one, on a quantized tiny
- * model (per-group scales; vocabulary 1000 = 31 panels of 32 + one of 8), CLLM_LM_SCREEN=8:
+ * model (per-group scales), twice: the hi-plane estimate (CLLM_LM_EST=4) on vocabulary 1000 (31
+ * panels of 32 + one of 8) with CLLM_LM_SCREEN=8, and the 2-bit estimate (CLLM_LM_EST=2, about 4x
+ * the hi plane's error) on vocabulary 8200 (256 panels + one of 8) with 64 candidates:
  *  - rows that need every logit (eval's LOGITS_ALL, logits_topk 0) are the plain rows up to
  *    float rounding (the planes' per-group float ops), argmax the same;
  *  - greedy rows (logits_topk 1): every finite entry is bitwise the same model's exact row's,
@@ -26,12 +28,15 @@
 #define NP 13 /* prompt tokens */
 #define NG 40 /* decode steps */
 
+static const char *g_est; /* the case's CLLM_LM_EST */
+
 /* screen: a CLLM_LM_SCREEN value, parsed by the CLI's option table */
 static int open_runner(cllm_seq_runner *r, const char *dir, const char *screen, int threads) {
     cllm_opts o;
     cllm_error err = {0};
     cllm_status s = cllm_opts_from_env(&o, &err);
     if (s == CLLM_OK) s = cllm_opts_set(&o, "CLLM_LM_SCREEN", screen, NULL, &err);
+    if (s == CLLM_OK) s = cllm_opts_set(&o, "CLLM_LM_EST", g_est, NULL, &err);
     if (s == CLLM_OK)
         s = cllm_seq_runner_open(r, dir, &o.fwd, threads, NP + NG + 8, 16, CLLM_KV_F32, &err);
     CHECK_MSG(s == CLLM_OK, "open (CLLM_LM_SCREEN=%s): %s", screen, err.msg);
@@ -129,10 +134,10 @@ static int inv_rows(inv_seq q) {
     return q.kind == 'n' ? 0 : q.kind == 'a' ? q.n_tok : q.kind == 'v' ? 2 : 1;
 }
 
-static void batch_invariance(const char *dir) {
+static void batch_invariance(const char *dir, int ncand) {
     static const char *const cases[] = {"gtg",  "gT",       "Tgg",     "agtnTfe", "vtTg",
                                         "eTtf", "ggggTtgg", "tgtgtgt", "nfTgav"};
-    const cllm_fwd_opts screen8 = {.lm_screen = 8};
+    const cllm_fwd_opts screen8 = {.lm_screen = ncand, .lm_est_bits = atoi(g_est)};
     cllm_model *m = NULL;
     cllm_error err = {0};
     cllm_status s = cllm_model_load(dir, &screen8, &m, &err);
@@ -222,15 +227,18 @@ out:
     free(ex);
 }
 
-int main(void) {
+/* One estimate plane: est (CLLM_LM_EST) on a vocabulary of vocab with ncand candidates. */
+static int run_case(const char *est, int vocab, int ncand) {
     const char *src = test_src(), *tmp = test_tmp();
     mkdir(tmp, 0755);
-    char cfg[1024], bf[1024], q8[1024];
-    snprintf(cfg, sizeof(cfg), "%s/lmscreen.json", tmp);
-    snprintf(bf, sizeof(bf), "%s/lmscreen-bf16", tmp);
-    snprintf(q8, sizeof(q8), "%s/lmscreen-w4", tmp);
-    static const char *const from[] = {"\"vocab_size\": 512"}, *const to[] = {
-                                                                   "\"vocab_size\": 1000"};
+    char cfg[1024], bf[1024], q8[1024], nc[16], vs[64];
+    g_est = est;
+    snprintf(nc, sizeof(nc), "%d", ncand);
+    snprintf(vs, sizeof(vs), "\"vocab_size\": %d", vocab);
+    snprintf(cfg, sizeof(cfg), "%s/lmscreen-%d.json", tmp, vocab);
+    snprintf(bf, sizeof(bf), "%s/lmscreen-%d-bf16", tmp, vocab);
+    snprintf(q8, sizeof(q8), "%s/lmscreen-%d-w4", tmp, vocab);
+    const char *const from[] = {"\"vocab_size\": 512"}, *const to[] = {vs};
     CHECK(tm_write_config(src, "tiny.json", cfg, from, to, 1) == 0);
     cllm_error err;
     cllm_synth_opts so = {.config_path = cfg, .out_dir = bf, .seed = 21, .dtype = CLLM_DT_BF16};
@@ -238,11 +246,11 @@ int main(void) {
     CHECK_MSG(tm_quantize_w4a16(bf, q8, 32, 8, &err) == CLLM_OK, "quantize: %s", err.msg);
 
     cllm_seq_runner plain, exa, scr, scr1;
-    if (open_runner(&plain, q8, "0", 2) || open_runner(&exa, q8, "8", 2) ||
-        open_runner(&scr, q8, "8", 2) || open_runner(&scr1, q8, "8", 1))
-        return test_report("test_lm_screen");
+    if (open_runner(&plain, q8, "0", 2) || open_runner(&exa, q8, nc, 2) ||
+        open_runner(&scr, q8, nc, 2) || open_runner(&scr1, q8, nc, 1))
+        return -1;
     const int V = cllm_model_config(plain.m)->vocab_size;
-    CHECK(V == 1000);
+    CHECK(V == vocab);
     int32_t prompt[NP];
     for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 389 + 17) % V);
     float *ya = malloc((size_t)NP * V * sizeof(float)),
@@ -255,7 +263,7 @@ int main(void) {
         step(&exa, prompt, NP, CLLM_LOGITS_ALL, ye) ||
         step(&scr, prompt, NP, CLLM_LOGITS_ALL, yb) ||
         step(&scr1, prompt, NP, CLLM_LOGITS_NONE, NULL))
-        return test_report("test_lm_screen");
+        return -1;
     CHECK_MSG(memcmp(ye, yb, (size_t)NP * V * sizeof(float)) == 0,
               "LOGITS_ALL rows differ between runs");
     double dmax = 0, amax = 0;
@@ -281,7 +289,7 @@ int main(void) {
         if (step(&plain, &tok, 1, CLLM_LOGITS_LAST, ya) ||
             step(&exa, &tok, 1, CLLM_LOGITS_LAST, ye) ||
             step(&scr, &tok, 1, CLLM_LOGITS_LAST, yb) || step(&scr1, &tok, 1, CLLM_LOGITS_LAST, yc))
-            return test_report("test_lm_screen");
+            return -1;
         int fin = 0, eq = 1;
         for (int v = 0; v < V; v++)
             if (yb[v] > -INFINITY) {
@@ -305,7 +313,7 @@ int main(void) {
     scr.logits_scale = 1.0f / 0.7f;
     if (step(&plain, &tok, 1, CLLM_LOGITS_LAST, ya) || step(&exa, &tok, 1, CLLM_LOGITS_LAST, ye) ||
         step(&scr, &tok, 1, CLLM_LOGITS_LAST, yb))
-        return test_report("test_lm_screen");
+        return -1;
     int ia[5], ib[5], same = 1;
     topk(ya, V, 5, ia);
     topk(yb, V, 5, ib);
@@ -317,8 +325,22 @@ int main(void) {
     cllm_seq_runner_close(&scr);
     cllm_seq_runner_close(&scr1);
 
-    batch_invariance(q8);
+    batch_invariance(q8, ncand);
 
+    free(ya);
+    free(yb);
+    free(yc);
+    free(ye);
+    return 0;
+}
+
+int main(void) {
+    run_case("4", 1000, 8);
+    run_case("2", 8200, 64);
+    const char *tmp = test_tmp();
+    char q8[1024];
+    cllm_error err;
+    snprintf(q8, sizeof(q8), "%s/lmscreen-1000-w4", tmp);
     /* refusal: by the option table, reading the environment; and by the model, out of range */
     cllm_opts o;
     setenv("CLLM_LM_SCREEN", "abc", 1);
@@ -332,9 +354,11 @@ int main(void) {
     s = cllm_seq_runner_open(&bad, q8, &big, 1, 8, 16, CLLM_KV_F32, &err);
     CHECK_MSG(s == CLLM_EINVAL, "lm_screen %d: %d %s", big.lm_screen, (int)s, err.msg);
     if (s == CLLM_OK) cllm_seq_runner_close(&bad);
-    free(ya);
-    free(yb);
-    free(yc);
-    free(ye);
+    setenv("CLLM_LM_EST", "3", 1);
+    memset(&err, 0, sizeof(err));
+    s = cllm_opts_from_env(&o, &err);
+    unsetenv("CLLM_LM_EST");
+    CHECK_MSG(s == CLLM_EINVAL && strstr(err.msg, "CLLM_LM_EST=3"), "CLLM_LM_EST=3: %d %s", (int)s,
+              err.msg);
     return test_report("test_lm_screen");
 }

@@ -522,7 +522,7 @@ static void best5(const float *y, int *id) {
 }
 
 /* The screened lm_head serves MTP rows with logits_topk as it serves the main forward's. */
-static void test_screened(const char *tmp) {
+static void test_screened(const char *tmp, int est_bits, int ncand) {
     char src[512], dir[512];
     snprintf(src, sizeof src, "%s/test_mtp/f32", tmp);
     snprintf(dir, sizeof dir, "%s/test_mtp/w4a16", tmp);
@@ -531,10 +531,12 @@ static void test_screened(const char *tmp) {
         CHECK_MSG(0, "quantize: %s", err.msg);
         return;
     }
-    g_fwd.lm_screen = 8;
+    g_fwd.lm_screen = ncand;
+    g_fwd.lm_est_bits = est_bits;
     rig r;
     int bad = rig_open(&r, dir, 1, 16);
     g_fwd.lm_screen = CLLM_LM_SCREEN_AUTO;
+    g_fwd.lm_est_bits = 0;
     if (bad) return;
     CHECK_MSG(cllm_model_has_mtp(r.m), "the W4A16 copy lost its MTP head");
     if (!cllm_model_has_mtp(r.m)) {
@@ -617,6 +619,7 @@ int main(void) {
     /* models/tiny with its trained head (tools/train/train_mtp.py), BF16 as shipped */
     test_model(tmp, "tiny", NULL, NULL, NULL, 2, 16);
     test_errors(tmp);
-    test_screened(tmp);
+    test_screened(tmp, 4, 8);
+    test_screened(tmp, 2, 24);
     return test_report("test_mtp");
 }
