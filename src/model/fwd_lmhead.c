@@ -47,7 +47,7 @@ typedef struct lm_job {
     float *logits;
     int *cand;  /* [R][S] candidate blocks (ascending after pick, then appended) */
     int *ncand; /* [R] */
-    float *thr; /* [R] the smallest estimate kept by pick, x 16 (logit units) */
+    float *thr; /* [R] the smallest estimate kept by pick, x em (logit units) */
     int *items; /* rescore items: (row, block) pairs, block-major */
     float *scr; /* [n_threads][scr_stride] the hi plane's part of exact logits */
     size_t scr_stride;

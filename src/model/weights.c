@@ -910,13 +910,14 @@ static void add_decode(void *vs, const fwd_wt *w, int expert) {
 
 uint64_t cllm_model_decode_bytes(const cllm_model *m) {
     const cllm_config *c = &m->cfg;
-    /* a screened lm_head (fwd_lmhead.c) reads its hi plane, then at most lm_screen whole int8
-     * panels of 32 rows (greedy decode, the case this figure is for) */
+    /* a screened lm_head (fwd_lmhead.c) reads its estimate plane (2-bit: half the hi plane's
+     * bytes), then at most lm_screen int8 blocks of 16 rows (greedy decode, the case this
+     * figure is for) */
     uint64_t lm = wbytes(&m->lm_head);
     if (m->lm_screen)
         lm = (m->lm_q2.data ? wbytes(&m->lm_hi) / 2 : wbytes(&m->lm_hi)) +
              (uint64_t)m->lm_screen *
-                 (cllm_qformat_bytes(8, m->lm_head.q.group, m->lm_head.cols, PANEL_W) -
+                 (cllm_qformat_bytes(8, m->lm_head.q.group, m->lm_head.cols, 16) -
                   4ull * m->lm_head.cols);
     decode_sum s = {(uint64_t)c->hidden_size * cllm_dtype_size(m->embed.dt) + lm,
                     c->n_experts_per_tok};
