@@ -48,8 +48,20 @@ void kern_qact_prep_ref(const float *X, size_t ldx, int n_tok, int K, int group,
     }
 }
 
-void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
-                             float *Y, size_t ldy) {
+/* Code of input k of column n: int4 (GPTQ nibbles, 8 inputs a word) or 2-bit (kernels.h,
+ * matmul_q2_qact: k = 16 r + 8 h + 2 j + o at bits 8 j + 2 (2 h + o) of row r's word, so shift
+ * 2 s and mask 3 per byte yields the codes that meet the tiers' even/odd activation word s). */
+static int32_t code_at(const cllm_qweight *w, int n, int k) {
+    if (w->bits == 4)
+        return (int32_t)(((uint32_t)w->qweight[(size_t)(k / 8) * w->N + n] >> (4 * (k % 8))) & 15u);
+    uint32_t v = (uint32_t)w->qweight[(size_t)(k / 16) * w->N + n];
+    int kk = k % 16, h = kk / 8, j = (kk % 8) / 2, o = kk % 2;
+    return (int32_t)((v >> (8 * j + 2 * (2 * h + o))) & 3u);
+}
+
+/* Both weight widths: per group the exact integer sum, then the reference's fma. */
+static void qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok, float *Y,
+                     size_t ldy) {
     int G = w->group, NG = w->K / G;
     size_t stride = cllm_qact_bytes(w->K, G, 1);
     for (int t = 0; t < n_tok; t++) {
@@ -63,11 +75,7 @@ void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *
                 uint32_t zw = (uint32_t)w->qzeros[(size_t)g * (w->N / 8) + n / 8];
                 int32_t z = (int32_t)((zw >> ((n % 8) * 4)) & 15u) + 1;
                 int32_t isum = 0;
-                for (int k8 = g * G / 8; k8 < (g + 1) * G / 8; k8++) {
-                    uint32_t v = (uint32_t)w->qweight[(size_t)k8 * w->N + n];
-                    for (int j = 0; j < 8; j++)
-                        isum += (int32_t)((v >> (4 * j)) & 15u) * qa[k8 * 8 + j];
-                }
+                for (int k = g * G; k < (g + 1) * G; k++) isum += code_at(w, n, k) * qa[k];
                 uint16_t sh = w->scales[(size_t)g * w->N + n];
                 float ws = w->scale_bf16 ? cllm_bf16_to_f32(sh) : cllm_f16_to_f32(sh);
                 acc = fmaf(ws * asb[g], (float)(isum - z * asumb[g]), acc);
@@ -77,38 +85,12 @@ void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *
     }
 }
 
-/* The crumb of input k in a 2-bit qweight word (kernels.h, matmul_q2_qact): k = 16 r + 8 h + 2 j
- * + o sits at bits 8 j + 2 (2 h + o) of row r's word, so shift 2 s and mask 3 per byte yields the
- * codes that meet the tiers' even/odd activation word s. */
-static int crumb(uint32_t v, int kk) {
-    int h = kk / 8, j = (kk % 8) / 2, o = kk % 2;
-    return (int)((v >> (8 * j + 2 * (2 * h + o))) & 3u);
+void kern_matmul_q4_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
+                             float *Y, size_t ldy) {
+    qact_ref(w, n0, n1, A, n_tok, Y, ldy);
 }
 
 void kern_matmul_q2_qact_ref(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                              float *Y, size_t ldy) {
-    int G = w->group, NG = w->K / G;
-    size_t stride = cllm_qact_bytes(w->K, G, 1);
-    for (int t = 0; t < n_tok; t++) {
-        const char *p = (const char *)A + (size_t)t * stride;
-        const int8_t *qa = (const int8_t *)p;
-        const float *asb = (const float *)(const void *)(p + w->K);
-        const int32_t *asumb = (const int32_t *)(const void *)(p + w->K + 4 * (size_t)NG);
-        for (int n = n0; n < n1; n++) {
-            float acc = 0.0f;
-            for (int g = 0; g < NG; g++) {
-                uint32_t zw = (uint32_t)w->qzeros[(size_t)g * (w->N / 8) + n / 8];
-                int32_t z = (int32_t)((zw >> ((n % 8) * 4)) & 15u) + 1;
-                int32_t isum = 0;
-                for (int r = g * G / 16; r < (g + 1) * G / 16; r++) {
-                    uint32_t v = (uint32_t)w->qweight[(size_t)r * w->N + n];
-                    for (int kk = 0; kk < 16; kk++) isum += crumb(v, kk) * qa[r * 16 + kk];
-                }
-                uint16_t sh = w->scales[(size_t)g * w->N + n];
-                float ws = w->scale_bf16 ? cllm_bf16_to_f32(sh) : cllm_f16_to_f32(sh);
-                acc = fmaf(ws * asb[g], (float)(isum - z * asumb[g]), acc);
-            }
-            Y[(size_t)t * ldy + n] = acc;
-        }
-    }
+    qact_ref(w, n0, n1, A, n_tok, Y, ldy);
 }
