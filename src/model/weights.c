@@ -458,8 +458,9 @@ static lm_zeros lm_zeros_of(int z8) {
     return z;
 }
 
-#define LM_Q2_ZERO 3 /* in halves: levels (code - 1.5) x step, the sums halved as the hi plane's   \
-                      */
+/* The 2-bit plane's zero, in halves (levels (code - 1.5) x step; the sums halved as for the hi
+ * plane). */
+#define LM_Q2_ZERO 3
 
 typedef struct lm_split {
     int32_t *z[4];   /* the est, hi, lo and 2-bit views' zeros (zeroed) */
