@@ -11,8 +11,10 @@
  *     an int4 RTN lm_head's error, half the bytes);
  *  2. the max(lm_screen, 2k) largest estimates (ties to the lower id) name candidate blocks of
  *     16 entries (LM_BLK, a half panel), whose logits are then computed exactly (below);
- *  3. while the k-th best exact logit is not above every estimate left, the best estimate left
- *     has its block rescored (bounded by the slots);
+ *  3. while the k-th best exact logit is not above every estimate left by a margin (LM_MARGIN_Z
+ *     x the RMS error the row's rescored estimates showed), the best estimate left has its
+ *     block rescored (bounded by the slots): the screen widens itself where the model's
+ *     estimates err more than the gaps between its logits;
  *  4. every entry outside the rescored blocks becomes -inf (forward.h allows it for such rows).
  * The k best are then the plain int8 lm_head's unless an estimate was off by more than the gap
  * between the true k-th best and the candidates' tail, several times the estimate's error.
@@ -32,6 +34,7 @@
 #define LM_ITEM_PANS 8  /* panels per work item: 256 columns, as forward.c's MM_QROWS_DEC */
 #define PICK_BLOCK   64 /* entries pick skips at once when none can enter the heap */
 #define LM_BLK       16 /* entries a candidate rescores: a 16-column block of its panel */
+#define LM_MARGIN_Z  4  /* settle's margin: this many RMS errors of the row's rescored estimates */
 
 typedef struct lm_job {
     cllm_fwd_ctx *c;
@@ -53,6 +56,10 @@ typedef struct lm_job {
     size_t scr_stride;
     uint8_t *mark; /* [n_threads][nb] settle's rescored-block maps */
     float *vals;   /* [n_threads][S * LM_BLK] settle's exact values */
+    float *ie2;    /* [items] sum of (exact - estimate)^2 over the item's block */
+    int n_it;      /* rescore items */
+    float *hv;     /* [n_threads][S] settle's heap of estimates left (and hid their ids) */
+    int *hid;
 } lm_job;
 
 /* One past the last live vocabulary entry of block b (the last may be narrower). */
@@ -214,9 +221,22 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
     }
 }
 
+/* Rescores item i's block, and records how far its estimates were from the exact values. */
 static void rescore_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
-    for (size_t i = b; i < e; i++) exact_block(j, j->items[2 * i + 1], j->items[2 * i], tid);
+    for (size_t i = b; i < e; i++) {
+        const int t = j->items[2 * i], bk = j->items[2 * i + 1], v0 = bk * LM_BLK;
+        const int n = block_end(j, bk) - v0;
+        float *y = j->logits + (size_t)t * j->V + v0, est[LM_BLK];
+        memcpy(est, y, (size_t)n * sizeof(float));
+        exact_block(j, bk, t, tid);
+        float e2 = 0.0f;
+        for (int v = 0; v < n; v++) {
+            float d = y[v] - j->em * est[v];
+            e2 += d * d;
+        }
+        j->ie2[i] = e2;
+    }
 }
 
 static int desc(const void *a, const void *b) {
@@ -241,11 +261,31 @@ static float kth_exact(lm_job *j, int t, float *vals) {
     return k <= n ? vals[k - 1] : -INFINITY;
 }
 
-/* Steps 3 and 4 for the screened rows (step 3 is rare). */
+/* Row t's margin: LM_MARGIN_Z x the RMS error of the estimates its rescored blocks replaced. The
+ * estimate's error is the model's own (a real lm_head's, not a synthetic one's): where it is
+ * large against the row's gaps, step 3 rescores more. */
+static float row_margin(const lm_job *j, int t) {
+    double e2 = 0.0;
+    int n = 0;
+    for (int i = 0; i < j->n_it; i++)
+        if (j->items[2 * i] == t) {
+            e2 += j->ie2[i];
+            n += block_end(j, j->items[2 * i + 1]) - j->items[2 * i + 1] * LM_BLK;
+        }
+    return n ? LM_MARGIN_Z * (float)sqrt(e2 / n) : 0.0f;
+}
+
+/* Steps 3 and 4 for the screened rows. Step 3: every estimate left that could still beat the
+ * k-th best exact value (within the row's margin of it) has its block rescored, best first,
+ * until none can or the row's slots are spent; one pass over the row gathers the best of them
+ * (as many as slots are left: a block of several gathered entries rescores once, so a row can
+ * stop with slots unspent). */
 static void settle_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
     uint8_t *mark = j->mark + (size_t)tid * j->nb;
     float *vals = j->vals + (size_t)tid * j->S * LM_BLK;
+    float *hv = j->hv + (size_t)tid * j->S;
+    int *hid = j->hid + (size_t)tid * j->S;
     for (size_t tt = b; tt < e; tt++) {
         const int t = (int)tt;
         if (j->row_k[t] <= 0) continue;
@@ -254,17 +294,53 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
         memset(mark, 0, (size_t)j->nb);
         for (int i = 0; i < j->ncand[t]; i++) mark[cd[i]] = 1;
         float kth = kth_exact(j, t, vals);
-        if (!(kth > j->thr[t])) /* an estimate left may beat the k-th: rescore the best left */
-            while (j->ncand[t] < row_slots(j, t)) {
-                int arg = -1;
-                for (int v = 0; v < j->Vl; v++)
-                    if (!mark[v / LM_BLK] && (arg < 0 || y[v] > y[arg])) arg = v;
-                if (arg < 0 || j->em * y[arg] < kth) break;
-                mark[arg / LM_BLK] = 1;
-                cd[j->ncand[t]++] = arg / LM_BLK;
-                exact_block(j, arg / LM_BLK, t, tid);
+        const float margin = row_margin(j, t);
+        const int C = row_slots(j, t) - j->ncand[t];
+        if (!(kth > j->thr[t] + margin) && C > 0) {
+            /* the C best estimates left at or above kth - margin: a min-heap (root hv[0]) */
+            int n = 0;
+            for (int v = 0; v < j->Vl; v++) {
+                float x = j->em * y[v];
+                if (mark[v / LM_BLK] || !(x + margin >= kth) || (n == C && !(x > hv[0]))) continue;
+                int q;
+                if (n < C) {
+                    for (q = n++; q > 0 && x < hv[(q - 1) / 2]; q = (q - 1) / 2) {
+                        hv[q] = hv[(q - 1) / 2];
+                        hid[q] = hid[(q - 1) / 2];
+                    }
+                } else {
+                    for (q = 0;;) {
+                        int c = 2 * q + 1;
+                        if (c >= n) break;
+                        if (c + 1 < n && hv[c + 1] < hv[c]) c++;
+                        if (!(hv[c] < x)) break;
+                        hv[q] = hv[c];
+                        hid[q] = hid[c];
+                        q = c;
+                    }
+                }
+                hv[q] = x;
+                hid[q] = v;
+            }
+            for (int i = 1; i < n; i++) /* descending value, then ascending id */
+                for (int q = i;
+                     q > 0 && (hv[q] > hv[q - 1] || (hv[q] == hv[q - 1] && hid[q] < hid[q - 1]));
+                     q--) {
+                    float xv = hv[q];
+                    int xi = hid[q];
+                    hv[q] = hv[q - 1], hid[q] = hid[q - 1];
+                    hv[q - 1] = xv, hid[q - 1] = xi;
+                }
+            for (int i = 0; i < n && j->ncand[t] < row_slots(j, t); i++) {
+                const int bk = hid[i] / LM_BLK;
+                if (mark[bk]) continue;
+                if (hv[i] + margin < kth) break;
+                mark[bk] = 1;
+                cd[j->ncand[t]++] = bk;
+                exact_block(j, bk, t, tid);
                 kth = kth_exact(j, t, vals);
             }
+        }
         for (int bk = 0; bk < j->nb; bk++)
             if (!mark[bk])
                 for (int v = bk * LM_BLK, v1 = block_end(j, bk); v < v1; v++) y[v] = -INFINITY;
@@ -313,7 +389,10 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
                             (size_t)R * sizeof(int),
                             (size_t)R * sizeof(float),
                             (size_t)c->n_threads * j.nb,
-                            (size_t)c->n_threads * j.S * LM_BLK * sizeof(float)};
+                            (size_t)c->n_threads * j.S * LM_BLK * sizeof(float),
+                            (size_t)R * j.S * sizeof(float),
+                            (size_t)c->n_threads * j.S * sizeof(float),
+                            (size_t)c->n_threads * j.S * sizeof(int)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
@@ -337,6 +416,9 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
     j.thr = (float *)(void *)at[6];
     j.mark = (uint8_t *)at[7];
     j.vals = (float *)(void *)at[8];
+    j.ie2 = (float *)(void *)at[9];
+    j.hv = (float *)(void *)at[10];
+    j.hid = (int *)(void *)at[11];
     const int H = m->cfg.hidden_size;
     c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
     if (n_scr) {
@@ -370,6 +452,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
             n_it++;
         }
     if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a panel's rows together */
+    j.n_it = (int)n_it;
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
     if (c->prof_on) tp[3] = cllm_time_s();
     cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, settle_worker, &j);
