@@ -619,8 +619,8 @@ static void list_mat(void *vl, const fwd_wt *w, int expert) {
  * lm_head. Sets m->lm_screen and the split's buffers when it applies. The 2-bit estimate's
  * default is 4x the hi plane's: on models/tiny (trained, W4A16 + int8 lm_head, 1400 positions of
  * its model card) the true argmax ranked up to 20th among its 2-bit estimates (3rd on the hi
- * plane) and 16 candidates missed it 3 times; 128 costs 0.35 ms a quarter-shape step more than
- * 32 (16-entry rescores). */
+ * plane) and 16 candidates missed it 3 times before fwd_lmhead.c's settle margin (0 after);
+ * 128 costs 0.35 ms a quarter-shape step more than 32 (16-entry rescores). */
 #define LM_SCREEN_AUTO      128
 #define LM_SCREEN_AUTO4     32
 #define LM_SCREEN_MIN_VOCAB 65536
