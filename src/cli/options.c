@@ -181,9 +181,10 @@ static const opt_row rows[] = {
      "vocabulary size, 0 keeps the plain int8 lm_head (README, Quantization).",
      p_lm_screen, NULL},
     {"CLLM_LM_EST", NULL, "2", "2, 4",
-     "Bits of the screened lm_head's estimate: 2 (the top two bits of each int8 code, a quarter "
-     "of its bytes) or 4 (the hi nibbles, half; the rule before 2026-12-07). The candidates are "
-     "computed exactly either way.",
+     "Bits of the screened lm_head's estimate: 2 (a 2-bit quantization of each column and group "
+     "of the int8 lm_head, a quarter of its bytes; 128 candidates by default) or 4 (the hi "
+     "nibbles of the int8 codes, half its bytes; 32 candidates; the rule until 2026-12-06). The "
+     "candidates are computed exactly either way (README, Quantization).",
      p_lm_est, NULL},
     {"CLLM_PANEL", NULL, "1", "0, 1",
      "0: no repack of GPTQ weights into column panels at load (the matmuls read the checkpoint's "
