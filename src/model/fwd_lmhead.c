@@ -137,6 +137,32 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
  * than the 128 of the auto screen. */
 #define LM_DRAFT_CAND 32
 
+/* Keeps the C largest values offered (a min-heap of *n entries, root hv[0]): an equal later value
+ * does not displace an earlier one, so ties go to the earlier (lower) id; a NaN can enter only a
+ * heap not yet full. */
+static void heap_offer(float *hv, int *hid, int *n, int C, float x, int id) {
+    if (*n == C && !(x > hv[0])) return;
+    int s;
+    if (*n < C) { /* insert: sift up */
+        for (s = (*n)++; s > 0 && x < hv[(s - 1) / 2]; s = (s - 1) / 2) {
+            hv[s] = hv[(s - 1) / 2];
+            hid[s] = hid[(s - 1) / 2];
+        }
+    } else { /* replace the root: sift down */
+        for (s = 0;;) {
+            int c = 2 * s + 1;
+            if (c >= *n) break;
+            if (c + 1 < *n && hv[c + 1] < hv[c]) c++;
+            if (!(hv[c] < x)) break;
+            hv[s] = hv[c];
+            hid[s] = hid[c];
+            s = c;
+        }
+    }
+    hv[s] = x;
+    hid[s] = id;
+}
+
 static int heap_size(const lm_job *j, int t) {
     int C = j->m->lm_screen;
     if (j->Vl < j->V && C > LM_DRAFT_CAND) C = LM_DRAFT_CAND;
@@ -180,27 +206,7 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
                     continue;
                 }
             }
-            float x = y[v];
-            if (n == C && !(x > hv[0])) continue;
-            int s;
-            if (n < C) { /* insert: sift up */
-                for (s = n++; s > 0 && x < hv[(s - 1) / 2]; s = (s - 1) / 2) {
-                    hv[s] = hv[(s - 1) / 2];
-                    hid[s] = hid[(s - 1) / 2];
-                }
-            } else { /* replace the root: sift down */
-                for (s = 0;;) {
-                    int c = 2 * s + 1;
-                    if (c >= n) break;
-                    if (c + 1 < n && hv[c + 1] < hv[c]) c++;
-                    if (!(hv[c] < x)) break;
-                    hv[s] = hv[c];
-                    hid[s] = hid[c];
-                    s = c;
-                }
-            }
-            hv[s] = x;
-            hid[s] = v;
+            heap_offer(hv, hid, &n, C, y[v], v);
         }
         j->thr[t] = j->em * hv[0];
         /* the panels sort in the heap's own array: n may exceed the row's S slots (n > np where
@@ -301,26 +307,7 @@ static void settle_worker(void *vj, size_t b, size_t e, int tid) {
             int n = 0;
             for (int v = 0; v < j->Vl; v++) {
                 float x = j->em * y[v];
-                if (mark[v / LM_BLK] || !(x + margin >= kth) || (n == C && !(x > hv[0]))) continue;
-                int q;
-                if (n < C) {
-                    for (q = n++; q > 0 && x < hv[(q - 1) / 2]; q = (q - 1) / 2) {
-                        hv[q] = hv[(q - 1) / 2];
-                        hid[q] = hid[(q - 1) / 2];
-                    }
-                } else {
-                    for (q = 0;;) {
-                        int c = 2 * q + 1;
-                        if (c >= n) break;
-                        if (c + 1 < n && hv[c + 1] < hv[c]) c++;
-                        if (!(hv[c] < x)) break;
-                        hv[q] = hv[c];
-                        hid[q] = hid[c];
-                        q = c;
-                    }
-                }
-                hv[q] = x;
-                hid[q] = v;
+                if (!mark[v / LM_BLK] && x + margin >= kth) heap_offer(hv, hid, &n, C, x, v);
             }
             for (int i = 1; i < n; i++) /* descending value, then ascending id */
                 for (int q = i;
