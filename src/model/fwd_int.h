@@ -113,9 +113,10 @@ struct cllm_model {
      * and lm_lx the lo plane for exact logits (16 lm_hx + lm_lx); lm_head keeps the int8 zeros */
     int lm_screen;
     fwd_wt lm_hi, lm_hx, lm_lx;
-    /* the 2-bit estimate plane (bits 2, kernels.h matmul_q2_qact; the top two bits of each int8
-     * code, zeros in quarters: weights.c lm_zeros), which the estimate reads instead of lm_hi;
-     * data NULL when the screen estimates from lm_hi (CLLM_LM_EST=4) */
+    /* the 2-bit estimate plane (bits 2, kernels.h matmul_q2_qact: each column and group of the
+     * int8 codes quantized on its own, scales of its own, zero LM_Q2_ZERO halves; weights.c
+     * lm_q2_panel), which the estimate reads instead of lm_hi; data NULL when the screen
+     * estimates from lm_hi (CLLM_LM_EST=4) */
     fwd_wt lm_q2;
     void **allocs; /* owned blocks (vectors, slices, panel arenas), cllm_free_aligned */
     size_t n_allocs, cap_allocs;

@@ -67,15 +67,11 @@ static int block_end(const lm_job *j, int b) {
     return (b + 1) * LM_BLK < j->Vl ? (b + 1) * LM_BLK : j->Vl;
 }
 
-/* Panel p of the 2-bit plane: rows of 16 inputs, zeros in the int4 layout (fwd_panel would take
- * 2-bit zeros). */
+/* Panel p of the 2-bit plane: fwd_panel's view (rows of 16 inputs, scales), but its zeros keep
+ * the int4 layout where fwd_panel would step over 2-bit ones. */
 static cllm_qweight q2_panel(const cllm_qweight *q, int P, int p) {
-    const size_t ng = (size_t)q->K / q->group;
-    cllm_qweight r = *q;
-    r.qweight += (size_t)p * ((size_t)q->K / 16) * P;
-    r.qzeros += (size_t)p * ng * (P / 8);
-    r.scales += (size_t)p * ng * P;
-    r.N = q->N - p * P < P ? q->N - p * P : P;
+    cllm_qweight r = fwd_panel(q, P, p);
+    r.qzeros = q->qzeros + (size_t)p * ((size_t)q->K / q->group) * (P / 8);
     return r;
 }
 
@@ -178,8 +174,8 @@ static int row_slots(const lm_job *j, int t) {
     return 2 * heap_size(j, t) < j->nb ? 2 * heap_size(j, t) : j->nb;
 }
 
-/* Screened row t's C largest estimates (a min-heap; an equal later value does not displace an
- * earlier one, so ties go to the lower id) -> its candidate panels, ascending, and threshold. */
+/* Screened row t's C largest estimates (heap_offer: ties go to the lower id) -> its candidate
+ * blocks, ascending, and threshold. */
 static void pick_worker(void *vj, size_t b, size_t e, int tid) {
     (void)tid;
     lm_job *j = vj;
@@ -209,8 +205,8 @@ static void pick_worker(void *vj, size_t b, size_t e, int tid) {
             heap_offer(hv, hid, &n, C, y[v], v);
         }
         j->thr[t] = j->em * hv[0];
-        /* the panels sort in the heap's own array: n may exceed the row's S slots (n > np where
-         * the vocabulary is small), only the unique panels (<= min(n, np) <= S) go to cand, which
+        /* the blocks sort in the heap's own array: n may exceed the row's S slots (n > nb where
+         * the vocabulary is small), only the unique blocks (<= min(n, nb) <= S) go to cand, which
          * a sort there overran into the next row's slots (a race with its pick at 2 threads)
          * and past the last row's into the counts and thresholds */
         for (int i = 0; i < n; i++) hid[i] /= LM_BLK;
@@ -250,7 +246,7 @@ static int desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-/* The k-th best exact value of row t (its rescored panels). */
+/* The k-th best exact value of row t (its rescored blocks). */
 static float kth_exact(lm_job *j, int t, float *vals) {
     const float *y = j->logits + (size_t)t * j->V;
     const int *cd = j->cand + (size_t)t * j->S, k = j->row_k[t];
@@ -342,7 +338,7 @@ static void tail_worker(void *vj, size_t b, size_t e, int tid) {
         for (int v = j->Vl; v < j->V; v++) j->logits[t * (size_t)j->V + (size_t)v] = -INFINITY;
 }
 
-static int item_cmp(const void *a, const void *b) { /* panel-major, then row */
+static int item_cmp(const void *a, const void *b) { /* block-major, then row */
     const int *x = a, *y = b;
     return x[1] != y[1] ? (x[1] > y[1]) - (x[1] < y[1]) : (x[0] > y[0]) - (x[0] < y[0]);
 }
@@ -438,7 +434,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
             j.items[2 * n_it + 1] = j.cand[(size_t)t * j.S + i];
             n_it++;
         }
-    if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a panel's rows together */
+    if (n_scr > 1) qsort(j.items, n_it, 2 * sizeof(int), item_cmp); /* a block's rows together */
     j.n_it = (int)n_it;
     cllm_pool_for(c->pool, n_it, rescore_worker, &j);
     if (c->prof_on) tp[3] = cllm_time_s();
