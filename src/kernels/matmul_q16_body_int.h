@@ -23,6 +23,7 @@
  * qv_fzero, qv_fload(p, TAIL), qv_fstore(p, v, TAIL), QV_PIN(x) (an empty asm keeping a sum in a
  * register where the compiler would otherwise spill), Q16_NB_SWEEP(TT) (column vectors per sweep
  * tile for TT tokens), optionally Q16_SW_MAX (tokens the sweep takes, default 8; AVX-512 16),
+ * Q16_SW_SPLIT(TT) (tokens of a first pass over each tile, the rest in a second; default all),
  * Q16_ONE_TREE (1: one token adds its pair products as a tree through qv_madd, for a tier without a
  * fused multiply-add; 0: two vpdpwssd chains per column vector). */
 #if !defined(QV_W) || !defined(Q16_NB_SWEEP) || !defined(Q16_ONE_TREE)
@@ -34,10 +35,13 @@
 #include "kernels/kern_int.h"
 
 #define Q16_AI  __attribute__((always_inline)) static inline
-#define DEC_W   512 /* columns per sweep block (acc 2 KiB per token) */
-#define PF_ROWS 16  /* multi-token: prefetch distance in qweight rows */
-#define TB      64  /* multi-token: tokens per block (64 x 2K bytes of codes in L2) */
-#ifdef Q16_SW_MAX   /* the tier's: as many token sums as its registers hold at one column vector */
+#define DEC_W   512  /* columns per sweep block (acc 2 KiB per token) */
+#define PF_ROWS 16   /* multi-token: prefetch distance in qweight rows */
+#define TB      64   /* multi-token: tokens per block (64 x 2K bytes of codes in L2) */
+#ifndef Q16_SW_SPLIT /* tokens of a sweep's first pass over a tile: all of them */
+#define Q16_SW_SPLIT(TT) (TT)
+#endif
+#ifdef Q16_SW_MAX /* the tier's: as many token sums as its registers hold at one column vector */
 #define SW_MAX Q16_SW_MAX
 #else
 #define SW_MAX 8
@@ -137,10 +141,22 @@ Q16_AI void gtile(const cllm_qweight *w, int h, int AG, int n, const qtok *A, fl
     }
 }
 
+/* One column tile of group h for all TT tokens: in token chunks of T1 (the tier's
+ * Q16_SW_SPLIT(TT)) and TT - T1, each chunk the tile's rows again while they are in L1 (more
+ * tokens in one pass would hold more sums than the registers take). */
+Q16_AI void gsplit(const cllm_qweight *w, int h, int AG, int n, const qtok *A, float *acc,
+                   const int BITS, const int NB, const int TT, const int TAIL, const int VNNI) {
+    const int T1 = Q16_SW_SPLIT(TT);
+    gtile(w, h, AG, n, A, acc, BITS, NB, T1, TAIL, VNNI);
+    if (TT > T1)
+        gtile(w, h, AG, n, A + T1, acc + (size_t)T1 * DEC_W, BITS, NB, TT > T1 ? TT - T1 : 1, TAIL,
+              VNNI);
+}
+
 Q16_AI void sweep(const cllm_qweight *w, int n0, int n1, const qtok *A, float *Y, size_t ldy,
                   const int BITS, const int TT, const int VNNI) {
     const int AG = cllm_qact16_group(BITS, w->group), NH = w->K / AG;
-    const int NB = Q16_NB_SWEEP(TT); /* NB x TT int32 sums in registers */
+    const int NB = Q16_NB_SWEEP(Q16_SW_SPLIT(TT)); /* NB x chunk int32 sums in registers */
     float acc[SW_MAX * DEC_W] __attribute__((aligned(64)));
     for (int nb = n0; nb < n1; nb += DEC_W) {
         const int ne = nb + DEC_W < n1 ? nb + DEC_W : n1;
@@ -149,14 +165,14 @@ Q16_AI void sweep(const cllm_qweight *w, int n0, int n1, const qtok *A, float *Y
             int n = nb;
             if (NB >= 4)
                 for (; n + 4 * QV_W <= ne; n += 4 * QV_W)
-                    gtile(w, h, AG, n, A, acc + (n - nb), BITS, 4, TT, 0, VNNI);
+                    gsplit(w, h, AG, n, A, acc + (n - nb), BITS, 4, TT, 0, VNNI);
             if (NB >= 2)
                 for (; n + 2 * QV_W <= ne; n += 2 * QV_W)
-                    gtile(w, h, AG, n, A, acc + (n - nb), BITS, 2, TT, 0, VNNI);
+                    gsplit(w, h, AG, n, A, acc + (n - nb), BITS, 2, TT, 0, VNNI);
             for (; n + QV_W <= ne; n += QV_W)
-                gtile(w, h, AG, n, A, acc + (n - nb), BITS, 1, TT, 0, VNNI);
+                gsplit(w, h, AG, n, A, acc + (n - nb), BITS, 1, TT, 0, VNNI);
             if (n < ne) /* 8 columns left of a 16-lane vector (n1 - n0 is a multiple of 8) */
-                gtile(w, h, AG, n, A, acc + (n - nb), BITS, 1, TT, 1, VNNI);
+                gsplit(w, h, AG, n, A, acc + (n - nb), BITS, 1, TT, 1, VNNI);
         }
         for (int t = 0; t < TT; t++)
             memcpy(Y + (size_t)t * ldy + nb, acc + t * DEC_W, (size_t)(ne - nb) * sizeof(float));

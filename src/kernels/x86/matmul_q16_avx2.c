@@ -135,8 +135,13 @@ QV_AI void qv_fstore(float *p, qv_f v, const int TAIL) {
 /* keeps a sum in a register: without it gcc reassociates the integer adds across j into a tree of
  * temporaries and spills them */
 #define QV_PIN(x) __asm__("" : "+x"(x))
-/* 16 ymm registers: 4 column vectors x 1..2 tokens, 2 x 3..4, 1 x 5..8 */
+/* 16 ymm registers: 4 column vectors x 1..2 tokens, 2 x 3..4, 1 x 5 */
 #define Q16_NB_SWEEP(TT) ((TT) <= 2 ? 4 : (TT) <= 4 ? 2 : 1)
+/* 6..8 tokens in two passes over a tile, 4 + the rest: one pass at 1 column vector held 8 token
+ * pointers and sums, and the pointers were reloaded from the stack every row (microbench,
+ * tools/kbench, Zen 3, K 2048, 32-column panels: 8 tokens 9.58 -> 8.46 us, 7 tokens 8.42 ->
+ * 7.37 us; 5 tokens, 5.5 us, gain nothing from 4 + 1 or 3 + 2) */
+#define Q16_SW_SPLIT(TT) ((TT) <= 5 ? (TT) : 4)
 /* one token: (p0 + p2) + (p1 + p3) per row, 13% faster than two add chains here (Zen 4, panels) */
 #define Q16_ONE_TREE 1
 
