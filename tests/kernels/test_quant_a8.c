@@ -200,7 +200,7 @@ static void one_case(int G, int K, int N, int T, int flags, int abits) {
  * random 4-bit zeros and scales; ref vs a double sum over the codes and the activation codes
  * (kern_quant_act) within TOL, every tier == ref bitwise (batch and single preparation, a token
  * alone, a column sub-range). */
-static void q2_case(int G, int K, int N, int T, int bf16) {
+static void q2_case(int G, int K, int N, int T, int bf16, int ext) {
     const int NG = K / G;
     size_t ldx = (size_t)K + 3, ldy = (size_t)N + 5, per = cllm_qact_bytes(K, G, 1);
     uint8_t *c = malloc((size_t)N * K);
@@ -213,7 +213,7 @@ static void q2_case(int G, int K, int N, int T, int bf16) {
     char *A = malloc(per * T);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++) {
-            c[(size_t)n * K + k] = (uint8_t)(urand() & 3);
+            c[(size_t)n * K + k] = ext ? 3 : (uint8_t)(urand() & 3);
             int h = (k % 16) / 8, j = (k % 8) / 2, o = k % 2;
             qw[(size_t)(k / 16) * N + n] |=
                 (int32_t)((uint32_t)c[(size_t)n * K + k] << (8 * j + 2 * (2 * h + o)));
@@ -224,7 +224,9 @@ static void q2_case(int G, int K, int N, int T, int bf16) {
                      : cllm_f32_to_f16(0.01f + 0.02f * fabsf(frand()));
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
-            X[t * ldx + k] = (t == 1 && k < G) ? 0.0f : frand() * (k % 29 == 3 ? 20.0f : 1.0f);
+            X[t * ldx + k] = ext                 ? (t % 2 ? -1.0f : 1.0f) /* every code +-127 */
+                             : (t == 1 && k < G) ? 0.0f
+                                                 : frand() * (k % 29 == 3 ? 20.0f : 1.0f);
     cllm_qweight w = {qw, qz, sc, 2, G, K, N, 8, bf16, 0};
     const cllm_kern_ops *ref = cllm_kern_ref();
     const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
@@ -289,7 +291,14 @@ int main(void) {
                     one_case(shapes[s][0], shapes[s][1], shapes[s][2], T, f, abits);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int T = 1; T <= 17; T += T < 10 ? 1 : 3)
-            q2_case(shapes[s][0], shapes[s][1], shapes[s][2], T, T % 2);
+            q2_case(shapes[s][0], shapes[s][1], shapes[s][2], T, T % 2, 0);
+    /* groups of 10 rows (the most whose int16 pair sums an AVX2 tile adds before widening) at
+     * the extremes, codes 3 x activations +-127, and of 16 rows (widened every row) */
+    for (int T = 1; T <= 9; T += 4) {
+        q2_case(160, 480, 40, T, 0, 1);
+        q2_case(256, 512, 24, T, 1, 0);
+        q2_case(256, 512, 24, T, 1, 1);
+    }
     const cllm_kern_ops *more[CLLM_KERN_TIERS_MAX];
     int nmore = cllm_kern_tiers(more, CLLM_KERN_TIERS_MAX);
     fprintf(stderr, "w4a8/w4a4 kernels: ref");
