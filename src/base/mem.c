@@ -144,6 +144,16 @@ uint64_t cllm_mem_rss(void) {
     return n == 2 ? rss * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
+void cllm_evict_pages(const void *p, size_t n) {
+#ifdef MADV_PAGEOUT
+    uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;
+    if (b1 > b0) (void)madvise((void *)b0, b1 - b0, MADV_PAGEOUT);
+#else
+    (void)p, (void)n;
+#endif
+}
+
 void cllm_drop_pages(const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t b0 = (a + pg - 1) / pg * pg, b1 = (a + n) / pg * pg;

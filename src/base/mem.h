@@ -24,6 +24,10 @@ uint64_t cllm_mem_anon_huge(void);
  * pages are read again on the next touch, anonymous ones come back zeroed); a neighbour's bytes
  * on a shared edge page stay. For data that is never read again (a source copied elsewhere). */
 void cllm_drop_pages(const void *p, size_t n);
+/* MADV_PAGEOUT on the whole pages inside [p, p + n) of a file mapping: their clean pages leave
+ * the page cache now (not when memory runs short), so their memory is free at once. A hint:
+ * nothing happens where the kernel lacks it. */
+void cllm_evict_pages(const void *p, size_t n);
 
 /* Overflow-checked size arithmetic: 0 on success, -1 on overflow. */
 static inline int cllm_mul_size(size_t a, size_t b, size_t *out) {

@@ -79,6 +79,12 @@ static cllm_status p_panel(cllm_opts *o, const char *v, const char *name, cllm_e
 static cllm_status p_lm_panel(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
     return zero_one(v, name, &o->fwd.no_lm_panel, err);
 }
+static cllm_status p_panel_evict(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
+    bool off = true;
+    cllm_status s = zero_one(v, name, &off, err);
+    o->fwd.panel_evict = !off;
+    return s;
+}
 
 static cllm_status p_profile(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
     o->fwd.profile = !*v || !strcmp(v, "0")  ? CLLM_PROFILE_OFF
@@ -192,6 +198,12 @@ static const opt_row rows[] = {
      p_panel, NULL},
     {"CLLM_LM_PANEL", NULL, "1", "0, 1",
      "0: the lm_head alone is not repacked into panels (and so never screened).", p_lm_panel, NULL},
+    {"CLLM_PANEL_EVICT", NULL, "0", "0, 1",
+     "1: each GPTQ matrix's checkpoint pages leave the page cache once copied into panels "
+     "(MADV_PAGEOUT), so the panels find free memory for huge pages when a cached checkpoint "
+     "nearly fills RAM (full shape, 24 GiB: 8.5 -> 18.1 GB of 19.2 on huge pages; decode the same "
+     "on Zen 3); the next start reads the file from disk again.",
+     p_panel_evict, NULL},
     {"CLLM_PROFILE", NULL, "0", "0, 1, prefill",
      "Wall time per op family of the decode steps (1) or of the prefill steps (prefill), summed "
      "over a forward context's life and logged when it is freed.",

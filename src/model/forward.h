@@ -64,6 +64,7 @@ typedef struct cllm_fwd_opts {
     int lm_est_bits;
     bool no_panels;           /* CLLM_PANEL=0: no weight panel repack at load */
     bool no_lm_panel;         /* CLLM_LM_PANEL=0: no panels (so no screening) for lm_head */
+    bool panel_evict;         /* CLLM_PANEL_EVICT=1: copied checkpoint pages leave the page cache */
     cllm_fwd_profile profile; /* CLLM_PROFILE */
     bool no_tp_topk;          /* CLLM_TP_TOPK=0: tensor parallel sends whole logits slices */
 } cllm_fwd_opts;

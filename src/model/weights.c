@@ -366,17 +366,22 @@ int cllm_model_tp_size(const cllm_model *m) {
     return m->tp_size > 1 ? m->tp_size : 1;
 }
 
-bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
+/* True when [p, p + n) lies in one of the checkpoint's file mappings. */
+static bool ckpt_maps(const cllm_ckpt *ck, const void *p, size_t n) {
     uintptr_t a = (uintptr_t)p, e = a + n;
     for (size_t i = 0; i < ck->n_files; i++) {
         const cllm_st_file *f = ck->files[i];
         if (!f || !f->map) continue;
         uintptr_t m0 = (uintptr_t)f->map, m1 = m0 + f->map_size;
-        if (a < m0 || e > m1) continue;
-        cllm_drop_pages(p, n);
-        return true;
+        if (a >= m0 && e <= m1) return true;
     }
     return false;
+}
+
+bool fwd_ckpt_drop(const cllm_ckpt *ck, const void *p, size_t n) {
+    if (!ckpt_maps(ck, p, n)) return false;
+    cllm_drop_pages(p, n);
+    return true;
 }
 
 /* GPTQ matrices repacked into column panels (fwd_wt.panel). In the checkpoint's layout the rows
@@ -410,7 +415,11 @@ static size_t panel_bytes(const fwd_wt *w) {
 /* The copied-from bytes are never read again: file pages leave RSS (fwd_ckpt_drop); a private
  * copy (a tensor-parallel slice, a format conversion: owned by the model until it is freed) has
  * its whole pages returned to the kernel, so a rank does not hold its slices twice. */
-static void drop_source(const cllm_ckpt *ck, const void *p, size_t n) {
+static void drop_source(const cllm_ckpt *ck, bool evict, const void *p, size_t n) {
+    /* CLLM_PANEL_EVICT=1: out of the page cache too, before the mapping lets go of the pages
+     * (the eviction walks this process's page tables): the panels still to be copied then fault
+     * into free memory, which is what huge pages need when the checkpoint nearly fills RAM */
+    if (evict && ckpt_maps(ck, p, n)) cllm_evict_pages(p, n);
     if (!fwd_ckpt_drop(ck, p, n)) cllm_drop_pages(p, n);
 }
 
@@ -503,7 +512,7 @@ static void lm_q2_panel(const cllm_qweight *src, size_t c0, size_t wd, int32_t *
         }
 }
 
-static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split *ls) {
+static void panel_fill(const cllm_ckpt *ck, bool evict, fwd_wt *w, char *dst, const lm_split *ls) {
     const int per = 32 / w->q.bits, K = w->q.K, G = w->q.group, N = w->q.N, P = PANEL_W;
     const size_t kw = (size_t)K / per, ng = (size_t)K / G, np = ((size_t)N + P - 1) / P;
     int32_t *qw = (int32_t *)(void *)dst;
@@ -540,9 +549,9 @@ static void panel_fill(const cllm_ckpt *ck, fwd_wt *w, char *dst, const lm_split
             memcpy(ds + g * wd, src.scales + g * N + c0, wd * 2);
         }
     }
-    drop_source(ck, src.qweight, kw * (size_t)N * 4);
-    drop_source(ck, src.qzeros, ng * ((size_t)N / per) * 4);
-    drop_source(ck, src.scales, ng * (size_t)N * 2);
+    drop_source(ck, evict, src.qweight, kw * (size_t)N * 4);
+    drop_source(ck, evict, src.qzeros, ng * ((size_t)N / per) * 4);
+    drop_source(ck, evict, src.scales, ng * (size_t)N * 2);
     w->q.qweight = qw;
     w->q.qzeros = qz;
     w->q.scales = sc;
@@ -598,7 +607,8 @@ static void panel_worker(void *vp, size_t b, size_t e, int tid) {
     (void)tid;
     panel_plan *pl = vp;
     for (size_t i = b; i < e; i++)
-        panel_fill(pl->m->ckpt, pl->jobs[i].w, pl->jobs[i].dst, pl->jobs[i].ls);
+        panel_fill(pl->m->ckpt, pl->m->opts.panel_evict, pl->jobs[i].w, pl->jobs[i].dst,
+                   pl->jobs[i].ls);
 }
 
 typedef struct mat_list {

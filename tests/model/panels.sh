@@ -6,7 +6,8 @@
 # model with per-group scales and zeros; all positions
 # at once (multi-token tiles), one token per call (the decode sweep) and chunks of 5, on the int16
 # and the float activation paths; the lm_head alone in the checkpoint's layout (CLLM_LM_PANEL=0);
-# greedy generation (the engine's decode steps) the same.
+# greedy generation (the engine's decode steps) the same; the same logits when the copied
+# checkpoint pages are evicted from the page cache (CLLM_PANEL_EVICT=1).
 set -u
 . "$CLLM_SRC/tests/lib/check.sh"
 BIN=$CLLM_BIN SRC=$CLLM_SRC
@@ -43,11 +44,13 @@ for m in w4a16:int8 w4a16:int4 w8a16:int8 w4a8:int8 quant:asym; do
   done
   a=$(CLLM_PANEL=0 hash "$d" 0) b=$(CLLM_LM_PANEL=0 hash "$d" 0)
   expect_eq "$m: lm_head alone unpaneled == all unpaneled" "$b" "$a"
+  b=$(CLLM_PANEL_EVICT=1 hash "$d" 0) # the source pages evicted after their copy
+  expect_eq "$m: panels with CLLM_PANEL_EVICT=1 == checkpoint layout" "$b" "$a"
   a=$(CLLM_PANEL=0 "$BIN" generate "$d" --tokens 1,2,3 -n 12 --temperature 0 --ids 2>/dev/null)
   b=$("$BIN" generate "$d" --tokens 1,2,3 -n 12 --temperature 0 --ids 2>/dev/null)
   [ -n "$a" ] && [ "$a" = "$b" ] && ok "$m: greedy generation the same" || bad "$m: generation '$a' vs '$b'"
 done
-for v in CLLM_PANEL CLLM_LM_PANEL; do
+for v in CLLM_PANEL CLLM_LM_PANEL CLLM_PANEL_EVICT; do
   env "$v=yes" "$BIN" eval "$T/m-w4a16-int8" --tokens 1,2 --logits-hash >"$T/out" 2>&1
   rc=$?
   [ $rc != 0 ] && grep -q "$v=yes: expected 0 or 1" "$T/out" && ok "$v=yes refused (rc $rc)" ||
