@@ -25,6 +25,9 @@
 
 #define AI      __attribute__((always_inline)) static inline
 #define PF_ROWS 16
+/* keeps a sum in a register (an empty asm): without it gcc interleaves the blocks' code vectors
+ * and spills them */
+#define Q8_PIN(x) __asm__("" : "+x"(x))
 
 /* One prepared token (cllm_qact_bytes layout: ev words, then s, then sum). */
 typedef struct {
@@ -76,6 +79,27 @@ AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy,
                         _mm_prefetch(
                             (const char *)(w->qweight + (size_t)(r + PF_ROWS) * N + n0 + 8 * b),
                             _MM_HINT_T0);
+                if (TT == 1) { /* one block at a time: its codes used as they are made (all
+                                * NB x NS code vectors at once spilled, 2-bit: 7 of 16) */
+                    __m256i a[4];
+                    for (int c = 0; c < NS; c++)
+                        a[c] = _mm256_set1_epi32((int32_t)A[0].ev[NS * r + c]);
+                    for (int b = 0; b < NB; b++) {
+                        const int32_t *src = w->qweight + (size_t)r * N + nh + 8 * b;
+                        __m256i v = _mm256_loadu_si256((const __m256i *)src);
+                        __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(v, mk), a[0]);
+                        for (int c = 1; c < NS; c++)
+                            p = _mm256_add_epi16(
+                                p, _mm256_maddubs_epi16(
+                                       _mm256_and_si256(_mm256_srli_epi16(v, BITS * c), mk), a[c]));
+                        if (S16)
+                            isum[b][0] = _mm256_add_epi16(isum[b][0], p);
+                        else
+                            isum[b][0] = _mm256_add_epi32(isum[b][0], _mm256_madd_epi16(p, ones));
+                        Q8_PIN(isum[b][0]);
+                    }
+                    continue;
+                }
                 for (int b = 0; b < NB; b++) {
                     const int32_t *src = w->qweight + (size_t)r * N + nh + 8 * b;
                     __m256i v = _mm256_loadu_si256((const __m256i *)src);
