@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/argmax.h"
 #include "base/log.h"
 #include "base/mem.h"
 #include "engine/sched_int.h"
@@ -132,14 +133,6 @@ bool sched_mtp_ready(const eng_seq *e) {
     return e->mtp_n > 0 && e->mtp_pos <= last && e->mtp_pos + e->mtp_n > last;
 }
 
-/* The sampler's greedy choice of a best-1 row: the largest entry, lowest id on ties. */
-static int32_t row_argmax(const float *x, int V) {
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if (x[v] > x[best]) best = v;
-    return best;
-}
-
 static bool mtp_call(sched *s, const cllm_mtp_seq *q, int n) {
     cllm_error err = {0};
     if (s->ops.mtp(s->mctx, q, n, s->logits, &err) == CLLM_OK) return true;
@@ -219,7 +212,7 @@ void sched_mtp_draft_all(sched *s) {
     for (int r = 0; r < R; r++) {
         eng_seq *e = rows[r];
         memcpy(s->mtp_h + r * H, e->mtp_hid + (size_t)(q[r].n_tokens - 1) * H, H * sizeof(float));
-        e->draft[0] = row_argmax(s->logits + r * V, dv);
+        e->draft[0] = cllm_argmax(s->logits + r * V, dv);
         sched_mtp_restart(e, e->n_tokens - 1);
     }
     /* draft d of a row sits at position N - 2 + d, reading the draft before it and the head's
@@ -235,7 +228,7 @@ void sched_mtp_draft_all(sched *s) {
         }
         if (!mtp_call(s, q, n)) break;
         for (int i = 0; i < n; i++)
-            rows[who[i]]->draft[d] = row_argmax(s->logits + (size_t)i * V, dv);
+            rows[who[i]]->draft[d] = cllm_argmax(s->logits + (size_t)i * V, dv);
     }
     /* the verify rows read the drafts after each sequence's tokens */
     for (int r = 0; r < R; r++)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/argmax.h"
 #include "base/mem.h"
 #include "base/progress.h"
 #include "model/seq_runner.h"
@@ -63,13 +64,6 @@ static void log_softmax(const float *x, double *y, int V) {
     for (int i = 0; i < V; i++) y[i] = x[i] - l;
 }
 
-static int argmax(const float *x, int V) {
-    int b = 0;
-    for (int i = 1; i < V; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static int greedy(cllm_seq_runner *r, const int32_t *prompt, int np, int ng, int V, float *lg,
                   int32_t *out, stats *s) {
     cllm_error err;
@@ -83,7 +77,7 @@ static int greedy(cllm_seq_runner *r, const int32_t *prompt, int np, int ng, int
     s->t_prefill += t1 - t0;
     s->n_prefill += np;
     for (int i = 0; i < ng; i++) {
-        out[i] = argmax(lg, V);
+        out[i] = cllm_argmax(lg, V);
         if (i + 1 == ng) break;
         if (cllm_seq_runner_step(r, &out[i], 1, CLLM_LOGITS_LAST, lg, &err)) {
             fprintf(stderr, "cllm eval: %s\n", err.msg);
@@ -238,7 +232,7 @@ static int score_windows(pair *p, const int32_t *tok, int n, stats *s) {
                 double k = 0;
                 for (int i = 0; i < V; i++) k += exp(p->pb[i]) * (p->pb[i] - p->pa[i]);
                 s->kld += k;
-                s->top1 += argmax(la, V) == argmax(lb, V);
+                s->top1 += cllm_argmax(la, V) == cllm_argmax(lb, V);
             }
         }
         snprintf(line, sizeof(line), "%d/%d windows of %d tokens", ++p->done, nw, o->ctx);

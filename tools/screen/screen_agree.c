@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/argmax.h"
 #include "cli/options.h"
 #include "model/seq_runner.h"
 
@@ -20,13 +21,6 @@ static int open_runner(cllm_seq_runner *r, const char *dir, const char *screen, 
     if (s == CLLM_OK) s = cllm_seq_runner_open(r, dir, &o.fwd, 2, n + 8, 16, CLLM_KV_F32, &err);
     if (s != CLLM_OK) fprintf(stderr, "cllm-screen-agree: %s\n", err.msg);
     return s == CLLM_OK ? 0 : -1;
-}
-
-static int argmax(const float *y, int V) {
-    int a = 0;
-    for (int v = 1; v < V; v++)
-        if (y[v] > y[a]) a = v;
-    return a;
 }
 
 int main(int argc, char **argv) {
@@ -68,7 +62,7 @@ int main(int argc, char **argv) {
             rc = 1;
             break;
         }
-        int a = argmax(ya, V), b = argmax(yb, V);
+        int a = cllm_argmax(ya, V), b = cllm_argmax(yb, V);
         agree += a == b;
         if (a != b)
             printf("position %d: plain %d (%.4f), screened %d (plain's value %.4f)\n", i, a, ya[a],
