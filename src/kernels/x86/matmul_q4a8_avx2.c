@@ -49,6 +49,25 @@ AI __m256i zeros8(const cllm_qweight *w, int g, int n0) {
     return _mm256_add_epi32(_mm256_and_si256(z, _mm256_set1_epi32(15)), _mm256_set1_epi32(1));
 }
 
+/* The NS code vectors of one qweight row's 8 columns at src: int4 q0 q2 q4 q6 / q1 q3 q5 q7 in
+ * the lane's bytes (`& 0x0f`, `>> 4 & 0x0f`), 2-bit `>> 2s & 3`. */
+AI void codes(const int32_t *src, __m256i *cv, const int BITS) {
+    const __m256i mk = _mm256_set1_epi8(BITS == 4 ? 0x0f : 0x03);
+    __m256i v = _mm256_loadu_si256((const __m256i *)src);
+    for (int c = 0; c < 8 / BITS; c++)
+        cv[c] = _mm256_and_si256(c ? _mm256_srli_epi16(v, BITS * c) : v, mk);
+}
+
+/* isum + one row's products of codes cv and activation words a: int16 pair sums (<= 3810, or
+ * 4 x 762), added as int16 (S16: widened once per group by the caller) or widened to int32. */
+AI __m256i row_sum(__m256i isum, const __m256i *cv, const __m256i *a, const int BITS,
+                   const int S16) {
+    __m256i p = _mm256_maddubs_epi16(cv[0], a[0]);
+    for (int c = 1; c < 8 / BITS; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(cv[c], a[c]));
+    if (S16) return _mm256_add_epi16(isum, p);
+    return _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
 /* Columns [n0, n0 + 8 NB NH) x tokens [0, TT): per group, NH passes over the group's rows, each
  * NB column vectors wide, the float sums in acc (registers or L1). Two half-width passes per
  * group (NH 2: a panel's 32 columns at NB 2, for 2..4 tokens, whose integer sums do not fit the
@@ -60,7 +79,7 @@ AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy,
     const int G = w->group, NG = w->K / G;
     const int NS = 8 / BITS, RK = 32 / BITS; /* code vectors per row, inputs per row */
     const size_t N = (size_t)w->N;
-    const __m256i mk = _mm256_set1_epi8(BITS == 4 ? 0x0f : 0x03), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2][4][4];
     for (int h = 0; h < NH; h++)
         for (int b = 0; b < NB; b++)
@@ -85,40 +104,20 @@ AI void tile(const cllm_qweight *w, int n0, const qtok *A, float *Y, size_t ldy,
                     for (int c = 0; c < NS; c++)
                         a[c] = _mm256_set1_epi32((int32_t)A[0].ev[NS * r + c]);
                     for (int b = 0; b < NB; b++) {
-                        const int32_t *src = w->qweight + (size_t)r * N + nh + 8 * b;
-                        __m256i v = _mm256_loadu_si256((const __m256i *)src);
-                        __m256i p = _mm256_maddubs_epi16(_mm256_and_si256(v, mk), a[0]);
-                        for (int c = 1; c < NS; c++)
-                            p = _mm256_add_epi16(
-                                p, _mm256_maddubs_epi16(
-                                       _mm256_and_si256(_mm256_srli_epi16(v, BITS * c), mk), a[c]));
-                        if (S16)
-                            isum[b][0] = _mm256_add_epi16(isum[b][0], p);
-                        else
-                            isum[b][0] = _mm256_add_epi32(isum[b][0], _mm256_madd_epi16(p, ones));
+                        codes(w->qweight + (size_t)r * N + nh + 8 * b, cv[0], BITS);
+                        isum[b][0] = row_sum(isum[b][0], cv[0], a, BITS, S16);
                         Q8_PIN(isum[b][0]);
                     }
                     continue;
                 }
-                for (int b = 0; b < NB; b++) {
-                    const int32_t *src = w->qweight + (size_t)r * N + nh + 8 * b;
-                    __m256i v = _mm256_loadu_si256((const __m256i *)src);
-                    for (int c = 0; c < NS; c++)
-                        cv[b][c] = _mm256_and_si256(c ? _mm256_srli_epi16(v, BITS * c) : v, mk);
-                }
+                for (int b = 0; b < NB; b++)
+                    codes(w->qweight + (size_t)r * N + nh + 8 * b, cv[b], BITS);
                 for (int t = 0; t < TT; t++) {
                     __m256i a[4];
                     for (int c = 0; c < NS; c++)
                         a[c] = _mm256_set1_epi32((int32_t)A[t].ev[NS * r + c]);
-                    for (int b = 0; b < NB; b++) { /* int16 pairs: <= 3810, or 4 x 762 */
-                        __m256i p = _mm256_maddubs_epi16(cv[b][0], a[0]);
-                        for (int c = 1; c < NS; c++)
-                            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(cv[b][c], a[c]));
-                        if (S16) /* the int32 sum once per group (below) */
-                            isum[b][t] = _mm256_add_epi16(isum[b][t], p);
-                        else
-                            isum[b][t] = _mm256_add_epi32(isum[b][t], _mm256_madd_epi16(p, ones));
-                    }
+                    for (int b = 0; b < NB; b++)
+                        isum[b][t] = row_sum(isum[b][t], cv[b], a, BITS, S16);
                 }
             }
             if (S16)
