@@ -412,7 +412,7 @@ static size_t panel_bytes(const fwd_wt *w) {
     return al64(np * kw * P * 4) + al64(np * ng * (P / per) * 4) + al64(np * ng * P * 2);
 }
 
-/* The copied-from bytes are never read again: file pages leave RSS (fwd_ckpt_drop); a private
+/* The copied-from bytes are never read again: file pages leave RSS (MADV_DONTNEED); a private
  * copy (a tensor-parallel slice, a format conversion: owned by the model until it is freed) has
  * its whole pages returned to the kernel, so a rank does not hold its slices twice. */
 static void drop_source(const cllm_ckpt *ck, bool evict, const void *p, size_t n) {
@@ -420,7 +420,7 @@ static void drop_source(const cllm_ckpt *ck, bool evict, const void *p, size_t n
      * (the eviction walks this process's page tables): the panels still to be copied then fault
      * into free memory, which is what huge pages need when the checkpoint nearly fills RAM */
     if (evict && ckpt_maps(ck, p, n)) cllm_evict_pages(p, n);
-    if (!fwd_ckpt_drop(ck, p, n)) cllm_drop_pages(p, n);
+    cllm_drop_pages(p, n); /* file pages and a private copy's alike */
 }
 
 /* The screened lm_head (model/fwd_lmhead.c): an int8 panel's codes q = 16 hi + lo stored as two
