@@ -100,8 +100,9 @@ static void exact_block(lm_job *j, int b, int t, int tid) {
     exact_cols(j, p, n0, n0 + LM_BLK, t, 1, tid);
 }
 
-/* Work item i: panels [8i, 8i + 8): estimates of the screened rows, exact logits of the others,
- * each over runs of consecutive rows of the same kind (the kernels take contiguous tokens). */
+/* Work item i: panels [LM_ITEM_PANS i, LM_ITEM_PANS (i + 1)): estimates of the screened rows, exact
+ * logits of the others, each over runs of consecutive rows of the same kind (the kernels take
+ * contiguous tokens). */
 static void pass_worker(void *vj, size_t b, size_t e, int tid) {
     lm_job *j = vj;
     const cllm_kern_ops *k = j->c->k;
