@@ -353,7 +353,7 @@ static void run_forward(const cllm_model *m) {
     float *lg = malloc((size_t)V * sizeof(float));
     if (lg && cllm_fwd_ctx_create(m, NULL, &ctx, &err) == CLLM_OK &&
         cllm_kv_pool_init(&kv, m, 2, 16, CLLM_KV_F32, &err) == CLLM_OK &&
-        cllm_state_pool_init(&sp, m, 1, &err) == CLLM_OK) {
+        cllm_state_pool_init(&sp, m, 1, CLLM_KV_F32, &err) == CLLM_OK) {
         static const int32_t toks[2] = {1, 5};
         static const int32_t table[2] = {0, 1};
         cllm_seq_batch sb = {toks, 2, 0, table, 2, 0, CLLM_LOGITS_LAST};

@@ -218,7 +218,7 @@ typedef struct bench_args {
     cllm_spec_opts spec; /* --speculative-config: tg rows and the sweep run with and without */
     long reps, block, seed, budget;
     long mt_conv, mt_turns, mt_first, mt_msg, mt_answer;
-    bool json, mt, no_table, no_sweep, kv_bf16, no_prefault, no_warmup;
+    bool json, mt, no_table, no_sweep, kv_bf16, ssm_bf16, no_prefault, no_warmup;
     uint64_t kv_bytes;
     int p[16], n[16], t[16], b[64];
     int np, nn, nt, nb;
@@ -266,6 +266,8 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
         {"--max-num-batched-tokens", NULL, CLI_INT, &a->budget, BUDGET_HELP, NULL, 0, 1e8},
         {"--seed", "-s", CLI_INT, &a->seed, "seed for the random prompts", NULL, 0, 9e18},
         {"--kv-bf16", NULL, CLI_FLAG, &a->kv_bf16, "KV cache in bf16"},
+        {"--ssm-bf16", NULL, CLI_FLAG, &a->ssm_bf16,
+         "Gated DeltaNet recurrent state in bf16 (serve: --mamba-ssm-cache-dtype bfloat16)"},
         {"--no-prefault", NULL, CLI_FLAG, &a->no_prefault,
          "do not page in every weight before the runs (cold pages are then timed)"},
         {"--no-warmup", NULL, CLI_FLAG, &a->no_warmup,
@@ -394,6 +396,7 @@ static void bench_engine_opts(const bench_args *a, const bench_model *bm, int th
         a->budget > 0 ? (int)a->budget
                       : (int)(need_budget > floor_budget ? need_budget : floor_budget);
     o->kv_cache_bf16 = a->kv_bf16;
+    o->ssm_state_bf16 = a->ssm_bf16;
     o->no_prefault = a->no_prefault;
     uint64_t kv = a->kv_bytes;
     if (!kv) {

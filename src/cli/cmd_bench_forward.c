@@ -65,13 +65,17 @@ static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t se
     int V = cf->vocab_size;
     cllm_state_pool st;
     /* the runner has one slot: a two-slot pool holding its state as slot 0 */
-    cllm_status s = cllm_state_pool_init(&st, r->m, 2, err);
+    cllm_status s =
+        cllm_state_pool_init(&st, r->m, 2, r->st.rec16 ? CLLM_KV_BF16 : CLLM_KV_F32, err);
     if (s != CLLM_OK) return s;
     if (st.conv) {
         size_t nc = (size_t)st.n_layers * st.conv_ch * st.conv_k1,
                nr = (size_t)st.n_layers * st.n_v_heads * st.dk * st.dv;
         memcpy(st.conv, r->st.conv, nc * sizeof(float));
-        memcpy(st.rec, r->st.rec, nr * sizeof(float));
+        if (st.rec16)
+            memcpy(st.rec16, r->st.rec16, nr * sizeof(uint16_t));
+        else
+            memcpy(st.rec, r->st.rec, nr * sizeof(float));
     }
     float *lg = malloc((size_t)(K + 1) * V * sizeof(float));
     int32_t toks[CLLM_SPEC_MAX_K + 1];
@@ -116,7 +120,7 @@ static void print_curve(const double *t, int K, double a) {
 int cmd_bench_forward(int argc, char **argv) {
     long n_prompt = 512, n_gen = 32, threads = 0, seed = 1, block = 16, chunk = 0;
     bool no_prefault = false;
-    const char *gdn_mode = "recurrent", *act16 = NULL, *spec_json = NULL;
+    const char *gdn_mode = "recurrent", *act16 = NULL, *spec_json = NULL, *ssmd = "f32";
     const cli_opt opts[] = {
         {"--n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens (prefill)", NULL, 1, 1e7},
         {"--n-gen", "-n", CLI_INT, &n_gen, "decoded tokens", NULL, 0, 1e7},
@@ -135,6 +139,9 @@ int cmd_bench_forward(int argc, char **argv) {
          "2.4)",
          "recurrent|chunked"},
         {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
+        {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
+         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype)",
+         "f32|bf16"},
         {0}};
     const cli_spec spec = {
         "bench-forward",
@@ -161,6 +168,11 @@ int cmd_bench_forward(int argc, char **argv) {
     if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, (int)(n_prompt + n_gen) + K + 1,
                              (int)block, CLLM_KV_F32, &err)) {
         fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
+        return 1;
+    }
+    if (!strcmp(ssmd, "bf16") && cllm_seq_runner_set_state_dtype(&r, CLLM_KV_BF16, &err)) {
+        fprintf(stderr, "cllm bench-forward: %s\n", err.msg);
+        cllm_seq_runner_close(&r);
         return 1;
     }
     cllm_fwd_ctx_set_gdn_prefill(r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));

@@ -69,7 +69,7 @@ static void print_logprobs(const float *logits, const int32_t *ids, int n, int V
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *tokens = NULL, *dump = NULL, *kvd = "f32";
+    const char *tokens = NULL, *dump = NULL, *kvd = "f32", *ssmd = "f32";
     const char *gdn_mode = "recurrent", *act16 = NULL;
     long threads = 1, chunk = 0, block = 16;
     bool hash = false, quiet = false, logprobs = false;
@@ -88,6 +88,9 @@ int cmd_eval(int argc, char **argv) {
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
+         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype)",
+         "f32|bf16"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
          "2.4)",
@@ -160,6 +163,12 @@ int cmd_eval(int argc, char **argv) {
     if (cllm_seq_runner_open(&r, pos[0], &fwd, (int)threads, n, (int)block,
                              !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32, &err) != CLLM_OK) {
         fprintf(stderr, "cllm eval: %s\n", err.msg);
+        free(ids);
+        return 1;
+    }
+    if (!strcmp(ssmd, "bf16") && cllm_seq_runner_set_state_dtype(&r, CLLM_KV_BF16, &err)) {
+        fprintf(stderr, "cllm eval: %s\n", err.msg);
+        cllm_seq_runner_close(&r);
         free(ids);
         return 1;
     }

@@ -212,7 +212,7 @@ static int decode(gen *g, int n_gen, bool print_ids, bool hash, int *made) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *prompt = NULL, *tokens = NULL, *kvd = "f32";
+    const char *prompt = NULL, *tokens = NULL, *kvd = "f32", *ssmd = "f32";
     const char *gdn_mode = "recurrent", *act16 = NULL, *spec_json = NULL;
     const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     long n_gen = 32, threads = 0, top_k = 0, seed = 0, block = 16, chunk = 0;
@@ -242,6 +242,9 @@ int cmd_generate(int argc, char **argv) {
          "through the engine; same tokens as without"},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
+         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype)",
+         "f32|bf16"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
          "2.4)",
@@ -318,6 +321,7 @@ int cmd_generate(int argc, char **argv) {
                               (int)block,
                               cllm_gdn_prefill_parse(gdn_mode),
                               !strcmp(kvd, "bf16"),
+                              !strcmp(ssmd, "bf16"),
                               print_ids};
         /* a constraint goes to the engine as the server gives it: the compiled grammar */
         if ((schema_file || regex || grammar_file) &&
@@ -337,6 +341,12 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     g.r_open = true;
+    if (!strcmp(ssmd, "bf16") &&
+        cllm_seq_runner_set_state_dtype(&g.r, CLLM_KV_BF16, &g.err) != CLLM_OK) {
+        fprintf(stderr, "cllm generate: %s\n", g.err.msg);
+        ret = 1;
+        goto done;
+    }
     cllm_fwd_ctx_set_gdn_prefill(g.r.ctx, (cllm_gdn_prefill)cllm_gdn_prefill_parse(gdn_mode));
     g.cf = cllm_model_config(g.r.m);
     g.V = g.cf->vocab_size;

@@ -41,8 +41,8 @@
 
 typedef struct serve_args {
     const char *model, *model_flag, *tokenizer, *host, *api_key, *origins, *log_format, *kwargs;
-    const char *dtype, *kv_dtype, *gdn_prefill, *act16, *chat_template_arg, *tool_parser,
-        *reasoning_parser, *quant;
+    const char *dtype, *kv_dtype, *ssm_dtype, *gdn_prefill, *act16, *chat_template_arg,
+        *tool_parser, *reasoning_parser, *quant;
     /* vLLM flags with an effect here (the rest: serve_vllm.c) */
     const char *gen_config, *gen_override, *uvicorn_level, *list_vllm, *access_skip;
     bool no_log_stats, no_uvicorn_access, force_usage;
@@ -222,6 +222,10 @@ static int serve_parse(int argc, char **argv, serve_args *a) {
         {"--kv-cache-dtype", NULL, CLI_STR, &a->kv_dtype,
          "KV cache element type: auto (= float32), float32/fp32, bfloat16/bf16; float16, fp8*, "
          "int8 and nvfp4 are refused"},
+        {"--mamba-ssm-cache-dtype", NULL, CLI_STR, &a->ssm_dtype,
+         "Gated DeltaNet recurrent state element type: auto (= the checkpoint's mamba_ssm_dtype, "
+         "float32), float32/fp32, bfloat16/bf16 (half the state memory and traffic); float16 is "
+         "refused"},
         {"--generation-config", NULL, CLI_STR, &a->gen_config,
          "sampling defaults: auto (the model's generation_config.json), vllm (neutral), or a "
          "folder with a generation_config.json"},
@@ -486,6 +490,34 @@ static int check_kv_dtype(serve_args *a) {
     return refuse("--kv-cache-dtype %s: unknown; use auto (float32), float32 or bfloat16", v);
 }
 
+static bool is_bf16(const char *v) {
+    return v && (!strcmp(v, "bfloat16") || !strcmp(v, "bf16"));
+}
+
+/* --mamba-ssm-cache-dtype: vLLM's names for the recurrent state's type. float16 is refused by
+ * name, and so is bfloat16 beside --gdn-prefill chunked (whose WY form updates a float32 state
+ * in place). */
+static int check_ssm_dtype(serve_args *a) {
+    const char *v = a->ssm_dtype;
+    if (!v) return 0;
+    if (!strcmp(v, "float16") || !strcmp(v, "fp16") || !strcmp(v, "half"))
+        return refuse("--mamba-ssm-cache-dtype %s: a float16 recurrent state is not implemented; "
+                      "bfloat16 takes the same memory (use bfloat16, or auto for float32)",
+                      v);
+    if (is_bf16(v)) {
+        if (a->gdn_prefill && cllm_gdn_prefill_parse(a->gdn_prefill) == CLLM_GDN_CHUNKED)
+            return refuse("--mamba-ssm-cache-dtype %s with --gdn-prefill chunked: the chunked "
+                          "prefill needs a float32 recurrent state",
+                          v);
+        return 0;
+    }
+    static const char *const ok[] = {"auto", "fp32", "float32", "float"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        if (!strcmp(v, ok[i])) return 0;
+    return refuse("--mamba-ssm-cache-dtype %s: unknown; use auto (float32), float32 or bfloat16",
+                  v);
+}
+
 /* --generation-config DIR must hold a generation_config.json (vLLM would fall back to its
  * neutral defaults without a word); --override-generation-config is checked on a scratch copy so
  * a bad one fails before the server listens. */
@@ -559,7 +591,7 @@ static int serve_check(serve_args *a) {
     if (serve_vllm_check(&a->vllm) || check_mm(a)) return 1;
     const char *given = a->model; /* a .gguf file is replaced by its private folder */
     if (cli_check_model_dir("serve", &a->model)) return 1;
-    if (check_kv_dtype(a) || check_gen_config(a)) return 1;
+    if (check_kv_dtype(a) || check_ssm_dtype(a) || check_gen_config(a)) return 1;
     if (a->pp > 1)
         return refuse("--pipeline-parallel-size %ld: pipeline parallelism is not supported (use "
                       "--pipeline-parallel-size 1)",
@@ -640,8 +672,8 @@ static void fill_engine_opts(const serve_args *a, cllm_engine_opts *eo) {
     eo->kv_cache_bytes = a->kv_bytes;
     eo->memory_utilization = a->mem_util;
     eo->enable_prefix_caching = !a->no_prefix;
-    eo->kv_cache_bf16 =
-        a->kv_dtype && (!strcmp(a->kv_dtype, "bfloat16") || !strcmp(a->kv_dtype, "bf16"));
+    eo->kv_cache_bf16 = is_bf16(a->kv_dtype);
+    eo->ssm_state_bf16 = is_bf16(a->ssm_dtype);
     eo->generation_config = a->gen_config;
     eo->override_generation_config = a->gen_override;
     if (a->gdn_prefill) eo->gdn_prefill = cllm_gdn_prefill_parse(a->gdn_prefill);

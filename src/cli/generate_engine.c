@@ -52,6 +52,7 @@ int generate_engine(const gen_engine_args *a) {
     o.memory_utilization = 0.95; /* one short sequence: the weights are what counts */
     o.enable_prefix_caching = false;
     o.kv_cache_bf16 = a->kv_bf16;
+    o.ssm_state_bf16 = a->ssm_bf16;
     o.gdn_prefill = a->gdn_prefill;
     o.spec = a->spec;
     o.fwd = a->fwd;

@@ -15,7 +15,7 @@ typedef struct gen_engine_args {
     cllm_spec_opts spec;
     cllm_fwd_opts fwd;
     int threads, block_size, gdn_prefill;
-    bool kv_bf16, print_ids;
+    bool kv_bf16, ssm_bf16, print_ids;
 } gen_engine_args;
 
 /* Returns the exit code (0, 1 runtime failure, 2 refused request). */

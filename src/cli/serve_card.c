@@ -109,6 +109,7 @@ void cli_serve_card_set(cllm_server *srv, const char *model_dir, const char *nam
     json_object_set_new(card, "version", json_string(CLLM_VERSION));
     json_object_set_new(card, "build", json_string(CLLM_BUILD_TYPE));
     json_object_set_new(card, "kv_cache_dtype", json_string(eo->kv_cache_bf16 ? "bf16" : "fp32"));
+    json_object_set_new(card, "ssm_cache_dtype", json_string(eo->ssm_state_bf16 ? "bf16" : "fp32"));
     json_object_set_new(card, "prefix_caching", json_boolean(eo->enable_prefix_caching));
     char *t = json_dumps(card, JSON_COMPACT);
     json_decref(card);

@@ -193,11 +193,11 @@ const serve_vflag serve_vflags[] = {
     NOOP("--kv-sharing-fast-prefill", NULL, NULL,
          "this model shares no KV across layers (a GPU prefill shortcut)"),
     COND("--mamba-cache-dtype", NULL, "auto", "auto|float32",
-         "the recurrent (Gated DeltaNet) state is always float32",
-         "the recurrent state is float32 only", "float16"),
-    COND("--mamba-ssm-cache-dtype", NULL, "auto", "auto|float32",
-         "the recurrent (Gated DeltaNet) state is always float32",
-         "the recurrent state is float32 only", "float16"),
+         "the Gated DeltaNet conv and recurrent states stay float32",
+         "the conv state is float32 only: --mamba-ssm-cache-dtype bfloat16 stores the recurrent "
+         "state (99% of it) in bf16",
+         "bfloat16"),
+    NATIVE("--mamba-ssm-cache-dtype", NULL),
     NOOP("--mamba-block-size", NULL, "256", "state snapshots are taken at --block-size boundaries"),
 
     /* ---- MultiModalConfig ---- */

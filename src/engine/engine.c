@@ -371,11 +371,12 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
         (size_t)n_attn * 2 * (size_t)bs * (size_t)cf->n_kv_heads * (size_t)cf->head_dim * kv_elem;
     size_t conv_ch =
         (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
-    size_t slot_bytes = n_gdn ? (size_t)n_gdn *
-                                    (conv_ch * (size_t)(cf->lin_conv_kernel - 1) +
-                                     (size_t)cf->lin_n_v_heads * cf->lin_k_dim * cf->lin_v_dim) *
-                                    4
-                              : 0;
+    size_t rec_elem = o.ssm_state_bf16 ? 2 : 4;
+    size_t slot_bytes =
+        n_gdn
+            ? (size_t)n_gdn * (conv_ch * (size_t)(cf->lin_conv_kernel - 1) * 4 +
+                               (size_t)cf->lin_n_v_heads * cf->lin_k_dim * cf->lin_v_dim * rec_elem)
+            : 0;
     uint64_t kv_budget = o.kv_cache_bytes;
     if (!kv_budget) {
         uint64_t total = (uint64_t)(o.memory_utilization * (double)cllm_mem_total());
@@ -468,7 +469,8 @@ static cllm_status create_pools(cllm_engine *e, const pool_plan *pp, cllm_error 
                   : cllm_kv_pool_init(&e->kv, e->m, (int)pp->n_blocks, o.block_size, kvt, err)) !=
         CLLM_OK)
         return rc;
-    if ((rc = cllm_state_pool_init(&e->st, e->m, pp->n_live + pp->n_snap, err)) != CLLM_OK)
+    if ((rc = cllm_state_pool_init(&e->st, e->m, pp->n_live + pp->n_snap,
+                                   o.ssm_state_bf16 ? CLLM_KV_BF16 : CLLM_KV_F32, err)) != CLLM_OK)
         return rc;
     e->block_bytes = cllm_kv_pool_block_bytes(&e->kv);
     e->pool = cllm_pool_create(o.n_threads);
@@ -559,14 +561,14 @@ cllm_status cllm_engine_create(const cllm_engine_opts *opts, cllm_engine **out, 
                            &e->s, err)) != CLLM_OK)
         goto fail;
     sched_stats(e->s, &e->stats);
-    LOG_INFO("KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots "
-             "(%.1f MiB each); "
-             "max_model_len %d, prefix caching %s",
-             (unsigned long long)pp.n_blocks,
-             (unsigned long long)pp.n_blocks * (uint64_t)o.block_size,
-             (double)pp.n_blocks * (double)e->block_bytes / 1048576.0,
-             o.kv_cache_bf16 ? "bf16" : "fp32", pp.n_live, pp.n_snap,
-             (double)pp.slot_bytes / 1048576.0, pp.max_len, o.enable_prefix_caching ? "on" : "off");
+    LOG_INFO(
+        "KV: %llu blocks = %llu tokens (%.1f MiB, %s); state slots: %d live + %d snapshots "
+        "(%.1f MiB each, recurrent state %s); "
+        "max_model_len %d, prefix caching %s",
+        (unsigned long long)pp.n_blocks, (unsigned long long)pp.n_blocks * (uint64_t)o.block_size,
+        (double)pp.n_blocks * (double)e->block_bytes / 1048576.0, o.kv_cache_bf16 ? "bf16" : "fp32",
+        pp.n_live, pp.n_snap, (double)pp.slot_bytes / 1048576.0, o.ssm_state_bf16 ? "bf16" : "fp32",
+        pp.max_len, o.enable_prefix_caching ? "on" : "off");
     if (pthread_create(&e->thread, NULL, step_main, e) != 0) {
         rc = cllm_err_set(err, CLLM_ENOMEM, "engine: cannot start the step thread");
         goto fail;

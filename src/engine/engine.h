@@ -225,6 +225,9 @@ typedef struct cllm_engine_opts {
     int max_queued_requests;       /* admission control; 0 = unbounded */
     bool kv_cache_bf16;        /* KV cache in bf16 instead of fp32 (half the memory; logits differ
                                   slightly) */
+    bool ssm_state_bf16;       /* GDN recurrent state in bf16 instead of fp32 (vLLM's
+                                  --mamba-ssm-cache-dtype bfloat16: half the state memory and its
+                                  traffic per step; logits differ slightly) */
     const char *tokenizer_dir; /* tokenizer.json from here (NULL = model_dir) */
     /* sampling defaults and end tokens (vLLM's --generation-config): NULL or "auto" the model's
      * generation_config.json, "vllm" neutral sampling (end tokens still the model's), else a

@@ -12,16 +12,17 @@
  * S^T k), with u/d/o held in registers and the block of S (dk x 32 fp32 = 16 KiB at dk = 128 and
  * 8 lanes) staying in L1 across all tokens. Sums over the k dimension run in index order, per
  * column: the result depends only on the inputs, never on the batch, the thread or the width. */
-#ifndef GDN_STEP_FN
-#error "define GDN_STEP_FN before including kernels/deltanet_step_body_int.h"
+#if !defined(GDN_STEP_FN) || !defined(GDN_STEP_BF16_FN)
+#error "define GDN_STEP_FN and GDN_STEP_BF16_FN before including kernels/deltanet_step_body_int.h"
 #endif
 #include "kernels/kern_int.h"
 
 #ifndef GDN_VL /* the 8-lane shim: a vector is 8 columns, so the HALF (8-column) block never runs  \
                 */
 #include "kernels/simd8_int.h"
-#define GDN_VL 8
-#define GV     S8
+#define GDN_VL   8
+#define GDN_PAIR 1 /* the bf16 state's even/odd pair loads (ld16_bf16_eo ...) */
+#define GV       S8
 typedef f32x8 gv_t;
 GV gv_t gv_zero(void) {
     return zero8();
@@ -46,6 +47,21 @@ GV gv_t gv_sub(gv_t a, gv_t b) {
 GV gv_t gv_fmadd(gv_t a, gv_t b, gv_t c) {
     return fmadd8(a, b, c);
 }
+GV gv_t gv_ldb(const uint16_t *p, const int half) {
+    (void)half;
+    return ld8_bf16(p);
+}
+GV gv_t gv_rnd(gv_t v) {
+    return rnd8_bf16(v);
+}
+GV void gv_stb(uint16_t *p, gv_t v, const int half) {
+    (void)half;
+    st8_bf16(p, v);
+}
+#endif
+
+#ifndef GDN_PAIR
+#define GDN_PAIR 0
 #endif
 
 /* One prefetch per 64-byte line: every vector on 16 lanes, every other one on 8. The state that
@@ -159,5 +175,190 @@ void GDN_STEP_FN(float *S, const float *q, const float *k, const float *v, const
             size_t r = (size_t)t * ld;
             gdn_tail(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp, dk, dv,
                      n);
+        }
+}
+
+/* ---- bf16 state (gdn_step_bf16, kernels.h) ----
+ * The same lane operations with the state stored as bf16: a token's decayed state is never
+ * stored (the rounding would then fall between decay and update), so each pass recomputes
+ * bf16(S) x decay, and the updated state is rounded once per token (gv_rnd, to nearest even)
+ * before it is stored and before the next token's decay reads it. Rounding per token is what
+ * keeps T tokens in one call bitwise equal to T calls of one. */
+#define GDN_PF_STEP_B16 (GDN_VL >= 16 ? 2 : 4)
+
+GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const float *v,
+                          const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                          int T, int dk, int dv, int n0, const int NV, const int HALF) {
+    const int W = GDN_VL;
+    gv_t u[4], d[4], acc[4];
+    for (int i = 0; i < NV; i++) u[i] = gv_zero();
+    {
+        const gv_t vd = gv_set(decay[0]);
+        for (int m = 0; m < dk; m++) {
+            uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+            const gv_t km = gv_set(k[m]);
+            for (int i = 0; i < NV; i += GDN_PF_STEP_B16)
+                __builtin_prefetch(s + (size_t)dk * dv + W * i, 1, 2);
+            for (int i = 0; i < NV; i++)
+                u[i] = gv_fmadd(gv_mul(gv_ldb(s + W * i, HALF), vd), km, u[i]);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * ld, *kt = k + (size_t)t * ld;
+        const gv_t vb = gv_set(beta[(size_t)t * ld]), vd = gv_set(decay[(size_t)t * ld]);
+        for (int i = 0; i < NV; i++) {
+            d[i] = gv_mul(gv_sub(gv_ld(v + (size_t)t * ld + n0 + W * i, HALF), u[i]), vb);
+            acc[i] = gv_zero();
+            u[i] = gv_zero();
+        }
+        if (t + 1 < T) { /* the next token's decayed state and u in the same pass */
+            const float *kn = kt + ld;
+            const gv_t vdn = gv_set(decay[(size_t)(t + 1) * ld]);
+            for (int m = 0; m < dk; m++) {
+                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
+                for (int i = 0; i < NV; i++) {
+                    gv_t sv = gv_fmadd(km, d[i], gv_mul(gv_ldb(s + W * i, HALF), vd));
+                    acc[i] = gv_fmadd(sv, qm, acc[i]);
+                    sv = gv_rnd(sv);
+                    gv_stb(s + W * i, sv, HALF);
+                    u[i] = gv_fmadd(gv_mul(sv, vdn), kmn, u[i]);
+                }
+            }
+        } else {
+            for (int m = 0; m < dk; m++) {
+                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
+                for (int i = 0; i < NV; i++) {
+                    gv_t sv = gv_fmadd(km, d[i], gv_mul(gv_ldb(s + W * i, HALF), vd));
+                    acc[i] = gv_fmadd(sv, qm, acc[i]);
+                    gv_stb(s + W * i, gv_rnd(sv), HALF);
+                }
+            }
+        }
+        for (int i = 0; i < NV; i++) gv_st(o + (size_t)t * ldo + n0 + W * i, acc[i], HALF);
+    }
+}
+
+#if GDN_PAIR
+/* The update of one state vector x (bf16-exact) for the token: acc += x' q, returns x' =
+ * bf16(k d + x decay), the lane operations of gdn_block_run_b16. */
+GV gv_t b16_upd(gv_t x, gv_t km, gv_t d, gv_t vd, gv_t qm, gv_t *acc) {
+    gv_t sv = gv_fmadd(km, d, gv_mul(x, vd));
+    *acc = gv_fmadd(sv, qm, *acc);
+    return gv_rnd(sv);
+}
+
+/* gdn_block_run_b16 for NV = 2 or 4 vectors as NV / 2 pairs of 16 columns, each pair loaded and
+ * stored as one 32-byte row of bf16 (ld16_bf16_eo: vector 2i holds the pair's even columns, 2i+1
+ * its odd ones; v and o split and merged to match), which halves the conversion work. Each
+ * column still gets the lane operations of the unpaired runner, so the bits are the same. */
+GV void gdn_block_run_b16p(uint16_t *S, const float *q, const float *k, const float *v,
+                           const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                           int T, int dk, int dv, int n0, const int NV) {
+    const int W = GDN_VL;
+    gv_t u[4], d[4], acc[4], x[4];
+    for (int i = 0; i < NV; i++) u[i] = gv_zero();
+    {
+        const gv_t vd = gv_set(decay[0]);
+        for (int m = 0; m < dk; m++) {
+            uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+            const gv_t km = gv_set(k[m]);
+            for (int i = 0; i < NV; i += GDN_PF_STEP_B16)
+                __builtin_prefetch(s + (size_t)dk * dv + W * i, 1, 2);
+            for (int i = 0; i < NV; i += 2) {
+                ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
+                u[i] = gv_fmadd(gv_mul(x[i], vd), km, u[i]);
+                u[i + 1] = gv_fmadd(gv_mul(x[i + 1], vd), km, u[i + 1]);
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * ld, *kt = k + (size_t)t * ld;
+        const gv_t vb = gv_set(beta[(size_t)t * ld]), vd = gv_set(decay[(size_t)t * ld]);
+        for (int i = 0; i < NV; i += 2) {
+            gv_t ve, vo;
+            ld16_eo(v + (size_t)t * ld + n0 + W * i, &ve, &vo);
+            d[i] = gv_mul(gv_sub(ve, u[i]), vb);
+            d[i + 1] = gv_mul(gv_sub(vo, u[i + 1]), vb);
+            acc[i] = acc[i + 1] = gv_zero();
+            u[i] = u[i + 1] = gv_zero();
+        }
+        if (t + 1 < T) {
+            const float *kn = kt + ld;
+            const gv_t vdn = gv_set(decay[(size_t)(t + 1) * ld]);
+            for (int m = 0; m < dk; m++) {
+                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
+                for (int i = 0; i < NV; i += 2) {
+                    ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
+                    x[i] = b16_upd(x[i], km, d[i], vd, qm, &acc[i]);
+                    x[i + 1] = b16_upd(x[i + 1], km, d[i + 1], vd, qm, &acc[i + 1]);
+                    st16_bf16_eo(s + W * i, x[i], x[i + 1]);
+                    u[i] = gv_fmadd(gv_mul(x[i], vdn), kmn, u[i]);
+                    u[i + 1] = gv_fmadd(gv_mul(x[i + 1], vdn), kmn, u[i + 1]);
+                }
+            }
+        } else {
+            for (int m = 0; m < dk; m++) {
+                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
+                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
+                for (int i = 0; i < NV; i += 2) {
+                    ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
+                    x[i] = b16_upd(x[i], km, d[i], vd, qm, &acc[i]);
+                    x[i + 1] = b16_upd(x[i + 1], km, d[i + 1], vd, qm, &acc[i + 1]);
+                    st16_bf16_eo(s + W * i, x[i], x[i + 1]);
+                }
+            }
+        }
+        for (int i = 0; i < NV; i += 2)
+            st16_eo(o + (size_t)t * ldo + n0 + W * i, acc[i], acc[i + 1]);
+    }
+}
+#endif
+
+/* Columns [n, dv) (fewer than 8) in scalars: fmaf where the lanes fuse, so the same bits. */
+static void gdn_tail_b16(uint16_t *S, const float *q, const float *k, const float *v, float decay,
+                         float beta, float *o, float *u, int dk, int dv, int n) {
+    for (int j = n; j < dv; j++) u[j] = 0.0f, o[j] = 0.0f;
+    for (int m = 0; m < dk; m++) {
+        const uint16_t *s = S + (size_t)m * dv;
+        for (int j = n; j < dv; j++) u[j] = fmaf(kern_bf16_f32(s[j]) * decay, k[m], u[j]);
+    }
+    for (int j = n; j < dv; j++) u[j] = (v[j] - u[j]) * beta;
+    for (int m = 0; m < dk; m++) {
+        uint16_t *s = S + (size_t)m * dv;
+        for (int j = n; j < dv; j++) {
+            float sv = fmaf(k[m], u[j], kern_bf16_f32(s[j]) * decay);
+            o[j] = fmaf(sv, q[m], o[j]);
+            s[j] = kern_bf16_rne(sv);
+        }
+    }
+}
+
+void GDN_STEP_BF16_FN(uint16_t *S, const float *q, const float *k, const float *v,
+                      const float *decay, const float *beta, size_t ld, float *o, size_t ldo, int T,
+                      float *tmp, int dk, int dv) {
+    int n = 0;
+#if GDN_PAIR
+    for (; n + 4 * GDN_VL <= dv; n += 4 * GDN_VL)
+        gdn_block_run_b16p(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4);
+    for (; n + 2 * GDN_VL <= dv; n += 2 * GDN_VL)
+        gdn_block_run_b16p(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 2);
+#else
+    for (; n + 4 * GDN_VL <= dv; n += 4 * GDN_VL)
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4, 0);
+#endif
+    for (; n + GDN_VL <= dv; n += GDN_VL)
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 0);
+    if (GDN_VL > 8 && n + 8 <= dv) {
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 1);
+        n += 8;
+    }
+    if (n < dv)
+        for (int t = 0; t < T; t++) {
+            size_t r = (size_t)t * ld;
+            gdn_tail_b16(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp, dk,
+                         dv, n);
         }
 }

@@ -2,9 +2,28 @@
 #ifndef CLLM_KERNELS_KERN_INT_H
 #define CLLM_KERNELS_KERN_INT_H
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
+
+/* The bf16 recurrent state's conversions (gdn_step_bf16): widening is exact; kern_bf16_rne rounds
+ * to nearest even by adding 0x7fff + lsb to the bits, the integer formula every SIMD tier's
+ * lanes use (so tiers and ref agree bitwise). A NaN is not special-cased: a state that is NaN
+ * already makes the layer's outputs NaN. */
+static inline float kern_bf16_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t kern_bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 void kern_matmul_f32_ref(const void *W, size_t ldw, int n_rows, const float *X, size_t ldx,
                          int n_tok, int K, float *Y, size_t ldy);
@@ -15,6 +34,9 @@ void kern_matmul_bf16_ref(const void *W, size_t ldw, int n_rows, const float *X,
 void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v, const float *decay,
                        const float *beta, size_t ld, float *o, size_t ldo, int T, float *tmp,
                        int dk, int dv);
+void kern_gdn_step_bf16_ref(uint16_t *S, const float *q, const float *k, const float *v,
+                            const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                            int T, float *tmp, int dk, int dv);
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                         int dk, int dv, float *work);
@@ -86,6 +108,9 @@ void kern_matmul_q_dec_avx2(const cllm_qweight *w, int n0, int n1, const float *
 void kern_gdn_step_avx2(float *S, const float *q, const float *k, const float *v,
                         const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
                         int T, float *tmp, int dk, int dv);
+void kern_gdn_step_bf16_avx2(uint16_t *S, const float *q, const float *k, const float *v,
+                             const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                             int T, float *tmp, int dk, int dv);
 void kern_gdn_chunk_avx2(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);
@@ -115,6 +140,9 @@ void kern_matmul_q2_qact_avx512_vnni(const cllm_qweight *w, int n0, int n1, cons
 void kern_gdn_step_avx512(float *S, const float *q, const float *k, const float *v,
                           const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
                           int T, float *tmp, int dk, int dv);
+void kern_gdn_step_bf16_avx512(uint16_t *S, const float *q, const float *k, const float *v,
+                               const float *decay, const float *beta, size_t ld, float *o,
+                               size_t ldo, int T, float *tmp, int dk, int dv);
 /* kernels/x86/matmul_q16_avx512.c: the act_bits 16 path on kern_qact16_prep_avx2's layout */
 void kern_matmul_q_qact16_avx512(const cllm_qweight *w, int n0, int n1, const void *A, int n_tok,
                                  float *Y, size_t ldy);
@@ -134,6 +162,9 @@ void kern_matmul_bf16_neon(const void *W, size_t ldw, int n_rows, const float *X
 void kern_gdn_step_neon(float *S, const float *q, const float *k, const float *v,
                         const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
                         int T, float *tmp, int dk, int dv);
+void kern_gdn_step_bf16_neon(uint16_t *S, const float *q, const float *k, const float *v,
+                             const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                             int T, float *tmp, int dk, int dv);
 void kern_gdn_chunk_neon(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                          size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                          int dk, int dv, float *work);

@@ -13,6 +13,7 @@ static const cllm_kern_ops ref_ops = {
     .matmul_f16 = kern_matmul_f16_ref,
     .matmul_bf16 = kern_matmul_bf16_ref,
     .gdn_step = kern_gdn_step_ref,
+    .gdn_step_bf16 = kern_gdn_step_bf16_ref,
     .gdn_chunk = kern_gdn_chunk_ref,
     .matmul_q = kern_matmul_q_ref,
     .qact_prep = kern_qact_prep_ref,
@@ -40,6 +41,7 @@ static void fill_avx2(cllm_kern_ops *o) {
     o->matmul_f16 = kern_matmul_f16_avx2;
     o->matmul_bf16 = kern_matmul_bf16_avx2;
     o->gdn_step = kern_gdn_step_avx2;
+    o->gdn_step_bf16 = kern_gdn_step_bf16_avx2;
     o->gdn_chunk = kern_gdn_chunk_avx2;
     o->matmul_q = kern_matmul_q_avx2;
     o->qact_prep = kern_qact_prep_avx2;
@@ -58,6 +60,7 @@ static void fill_avx512_bw(cllm_kern_ops *o) {
     *o = avx2_ops;
     o->name = "avx512bw";
     o->gdn_step = kern_gdn_step_avx512;
+    o->gdn_step_bf16 = kern_gdn_step_bf16_avx512;
     o->matmul_q = kern_matmul_q_avx512;
     o->matmul_q4_qact = kern_matmul_q4_qact_avx512;
     o->matmul_q2_qact = kern_matmul_q2_qact_avx512;
@@ -89,6 +92,7 @@ static void fill_neon(cllm_kern_ops *o) {
     o->matmul_f16 = kern_matmul_f16_neon;
     o->matmul_bf16 = kern_matmul_bf16_neon;
     o->gdn_step = kern_gdn_step_neon;
+    o->gdn_step_bf16 = kern_gdn_step_bf16_neon;
     o->gdn_chunk = kern_gdn_chunk_neon;
     o->matmul_q = kern_matmul_q_neon;
     o->qact_prep = kern_qact_prep_neon;

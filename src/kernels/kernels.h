@@ -68,6 +68,14 @@ typedef void (*cllm_matmul_q_fn)(const cllm_qweight *w, int n0, int n1, const fl
 typedef void (*cllm_gdn_step_fn)(float *S, const float *q, const float *k, const float *v,
                                  const float *decay, const float *beta, size_t ld, float *o,
                                  size_t ldo, int T, float *tmp, int dk, int dv);
+/* gdn_step with the state S stored as bf16 (--mamba-ssm-cache-dtype bfloat16): per token the same
+ * fp32 arithmetic on the widened state, u and the update from bf16(S) x decay (the decayed state
+ * is not stored), o from the updated state before rounding, then the updated state rounded to
+ * nearest even into S. Rounded every token, so T tokens in one call are bitwise T calls of one;
+ * every tier (ref included) is bitwise the same. */
+typedef void (*cllm_gdn_step_bf16_fn)(uint16_t *S, const float *q, const float *k, const float *v,
+                                      const float *decay, const float *beta, size_t ld, float *o,
+                                      size_t ldo, int T, float *tmp, int dk, int dv);
 
 /* Gated DeltaNet chunked WY form (docs/model.md §2.4) for one value head over T tokens, in chunks
  * of CLLM_GDN_CHUNK from token 0 (the last chunk may be shorter): per chunk, gamma = cumsum g, L/A
@@ -210,6 +218,7 @@ typedef struct cllm_kern_ops {
     const char *name; /* "ref" | "avx2" | "avx512" | ... */
     cllm_matmul_fn matmul_f32, matmul_f16, matmul_bf16;
     cllm_gdn_step_fn gdn_step;
+    cllm_gdn_step_bf16_fn gdn_step_bf16;
     cllm_gdn_chunk_fn gdn_chunk; /* prefill option (--gdn-prefill chunked) */
     /* GPTQ int4/int8 weights x fp32 activations (unpacking fused into the dot product). */
     cllm_matmul_q_fn matmul_q;

@@ -55,6 +55,46 @@ S8 f32x8 ld8_bf16(const uint16_t *p) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
+/* x rounded to bf16 precision (nearest, ties to even: the integer formula of kern_bf16_rne), as
+ * fp32; st8_bf16 stores the upper halves of 8 such values (exact for them) */
+S8 f32x8 rnd8_bf16(f32x8 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)));
+}
+S8 void st8_bf16(uint16_t *p, f32x8 x) {
+    __m256i u = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+    __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+    _mm_storeu_si128((__m128i *)(void *)p, h);
+}
+/* Even/odd pairs (the bf16 GDN state's 16-column pairs): 16 bf16 values as the vectors of their
+ * even and odd elements (exact: shift and mask of 32-bit words), 16 bf16-exact values (low 16
+ * bits zero) stored back, and 16 floats split and merged the same way. */
+S8 void ld16_bf16_eo(const uint16_t *p, f32x8 *ev, f32x8 *od) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    *ev = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    *od = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+}
+S8 void st16_bf16_eo(uint16_t *p, f32x8 ev, f32x8 od) {
+    __m256i x =
+        _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(ev), 16), _mm256_castps_si256(od));
+    _mm256_storeu_si256((__m256i *)(void *)p, x);
+}
+S8 void ld16_eo(const float *p, f32x8 *ev, f32x8 *od) {
+    __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    /* [a0 a2 b0 b2 | a4 a6 b4 b6], then 64-bit elements in order 0 2 1 3 */
+    *ev = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+    *od = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+S8 void st16_eo(float *p, f32x8 ev, f32x8 od) {
+    __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xd8));
+    __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xd8));
+    _mm256_storeu_ps(p, _mm256_unpacklo_ps(e, o));
+    _mm256_storeu_ps(p + 8, _mm256_unpackhi_ps(e, o));
+}
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return _mm256_div_ps(a, b);
 }
@@ -123,6 +163,45 @@ S8 f32x8 ld8_bf16(const uint16_t *p) {
     uint16x8_t v = vld1q_u16(p);
     return (f32x8){vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(v), 16)),
                    vreinterpretq_f32_u32(vshll_high_n_u16(v, 16))};
+}
+S8 void ld16_bf16_eo(const uint16_t *p, f32x8 *ev, f32x8 *od) {
+    uint32x4_t a = vreinterpretq_u32_u16(vld1q_u16(p)), b = vreinterpretq_u32_u16(vld1q_u16(p + 8));
+    uint32x4_t m = vdupq_n_u32(0xffff0000u);
+    *ev = (f32x8){vreinterpretq_f32_u32(vshlq_n_u32(a, 16)),
+                  vreinterpretq_f32_u32(vshlq_n_u32(b, 16))};
+    *od = (f32x8){vreinterpretq_f32_u32(vandq_u32(a, m)), vreinterpretq_f32_u32(vandq_u32(b, m))};
+}
+S8 void st16_bf16_eo(uint16_t *p, f32x8 ev, f32x8 od) {
+    uint32x4_t a =
+        vorrq_u32(vshrq_n_u32(vreinterpretq_u32_f32(ev.lo), 16), vreinterpretq_u32_f32(od.lo));
+    uint32x4_t b =
+        vorrq_u32(vshrq_n_u32(vreinterpretq_u32_f32(ev.hi), 16), vreinterpretq_u32_f32(od.hi));
+    vst1q_u16(p, vreinterpretq_u16_u32(a));
+    vst1q_u16(p + 8, vreinterpretq_u16_u32(b));
+}
+S8 void ld16_eo(const float *p, f32x8 *ev, f32x8 *od) {
+    float32x4_t a = vld1q_f32(p), b = vld1q_f32(p + 4), c = vld1q_f32(p + 8), d = vld1q_f32(p + 12);
+    *ev = (f32x8){vuzp1q_f32(a, b), vuzp1q_f32(c, d)};
+    *od = (f32x8){vuzp2q_f32(a, b), vuzp2q_f32(c, d)};
+}
+S8 void st16_eo(float *p, f32x8 ev, f32x8 od) {
+    vst1q_f32(p, vzip1q_f32(ev.lo, od.lo));
+    vst1q_f32(p + 4, vzip2q_f32(ev.lo, od.lo));
+    vst1q_f32(p + 8, vzip1q_f32(ev.hi, od.hi));
+    vst1q_f32(p + 12, vzip2q_f32(ev.hi, od.hi));
+}
+S8 float32x4_t rnd4_bf16_(float32x4_t x) {
+    uint32x4_t u = vreinterpretq_u32_f32(x);
+    uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    u = vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff)));
+    return vreinterpretq_f32_u32(vandq_u32(u, vdupq_n_u32(0xffff0000u)));
+}
+S8 f32x8 rnd8_bf16(f32x8 x) {
+    return (f32x8){rnd4_bf16_(x.lo), rnd4_bf16_(x.hi)};
+}
+S8 void st8_bf16(uint16_t *p, f32x8 x) {
+    vst1q_u16(p, vcombine_u16(vshrn_n_u32(vreinterpretq_u32_f32(x.lo), 16),
+                              vshrn_n_u32(vreinterpretq_u32_f32(x.hi), 16)));
 }
 S8 f32x8 div8(f32x8 a, f32x8 b) {
     return (f32x8){vdivq_f32(a.lo, b.lo), vdivq_f32(a.hi, b.hi)};

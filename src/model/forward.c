@@ -501,7 +501,7 @@ cllm_status fwd_validate(const cllm_model *m, const cllm_batch *b, const cllm_kv
         return cllm_err_set(err, CLLM_EINVAL, "kv pool does not match the model");
     if (!with_state) st = NULL;
     if (with_state && m->n_gdn > 0 &&
-        (!st || st->n_layers != m->n_gdn || st->conv_ch != m->conv_ch || !st->rec))
+        (!st || st->n_layers != m->n_gdn || st->conv_ch != m->conv_ch || (!st->rec && !st->rec16)))
         return cllm_err_set(err, CLLM_EINVAL, "state pool does not match the model");
     long T = 0;
     for (int s = 0; s < b->n_seqs; s++) {
@@ -851,6 +851,11 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     int T = 0;
     cllm_status s = fwd_validate(m, b, kv, st, true, &T, err);
     if (s == CLLM_OK && m->tp_size > 1) s = fwd_tp_check_batch(b, err);
+    /* the chunked WY form works on a float32 state in place */
+    if (s == CLLM_OK && m->n_gdn > 0 && st->rec16 && c->gdn_prefill == CLLM_GDN_CHUNKED)
+        s = cllm_err_set(err, CLLM_EINVAL,
+                         "--gdn-prefill chunked needs a float32 recurrent state (this one is "
+                         "bfloat16: --mamba-ssm-cache-dtype)");
     if (s == CLLM_OK) s = fwd_prepare(c, b, T, err);
     if (s == CLLM_OK && fwd_gdn_save_begin(c, b) != CLLM_OK)
         s = cllm_err_set(err, CLLM_ENOMEM, "out of memory (saved Gated DeltaNet inputs)");

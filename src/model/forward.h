@@ -130,12 +130,19 @@ typedef struct cllm_state_pool {
     int conv_ch, conv_k1;  /* conv channels (2*Hk*dk + Hv*dv), kernel - 1 */
     int n_v_heads, dk, dv;
     float *conv; /* [n_slots][n_layers][conv_k1][conv_ch], a ring: position p in row p % k1 */
-    float *rec;  /* [n_slots][n_layers][n_v_heads][dk][dv] */
+    /* [n_slots][n_layers][n_v_heads][dk][dv]: rec when the recurrent state is float32 (the
+     * checkpoint's mamba_ssm_dtype), rec16 when bf16 (--mamba-ssm-cache-dtype bfloat16: half
+     * the state memory and its traffic per decode step); the other is NULL */
+    float *rec;
+    uint16_t *rec16;
 } cllm_state_pool;
 
-/* For a model without GDN layers the pool is valid and empty (slot indices are ignored). */
+/* For a model without GDN layers the pool is valid and empty (slot indices are ignored).
+ * rec_dtype: the recurrent state's element type (the conv ring is float32 either way). */
 cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_slots,
-                                 cllm_error *err);
+                                 cllm_kv_dtype rec_dtype, cllm_error *err);
+/* Bytes of one slot's state (conv ring and recurrent state, all GDN layers). */
+size_t cllm_state_slot_bytes(const cllm_state_pool *p);
 void cllm_state_pool_free(cllm_state_pool *p);
 void cllm_state_slot_clear(cllm_state_pool *p, int slot);
 void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src);

@@ -107,12 +107,16 @@ static void commit_worker(void *vj, size_t b, size_t e, int tid) {
     float *tmp = c->thr + (size_t)tid * c->thr_stride, *o = tmp + ((size_t)dv + 7) / 8 * 8;
     for (size_t it = b; it < e; it++) {
         int sub = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
-        float *S = fwd_gdn_rec(j->st, j->slot, sub, h);
         const float *r = save_row(c, sub, j->q, 0), *ba = r + ch;
+        const float *q = r + (size_t)kh * dk, *k = r + kd + (size_t)kh * dk;
+        const float *v = r + 2 * kd + (size_t)h * dv;
         /* o: one row rewritten per token (ldo 0), the outputs are not needed */
-        c->k->gdn_step(S, r + (size_t)kh * dk, r + kd + (size_t)kh * dk,
-                       r + 2 * kd + (size_t)h * dv, ba + Hv + h, ba + h, ld, o, 0, j->n, tmp, dk,
-                       dv);
+        if (j->st->rec16)
+            c->k->gdn_step_bf16(fwd_gdn_rec16(j->st, j->slot, sub, h), q, k, v, ba + Hv + h, ba + h,
+                                ld, o, 0, j->n, tmp, dk, dv);
+        else
+            c->k->gdn_step(fwd_gdn_rec(j->st, j->slot, sub, h), q, k, v, ba + Hv + h, ba + h, ld, o,
+                           0, j->n, tmp, dk, dv);
     }
 }
 

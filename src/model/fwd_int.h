@@ -289,9 +289,16 @@ void fwd_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 static inline float *fwd_gdn_ring(cllm_state_pool *st, int slot, int sub) {
     return st->conv + ((size_t)slot * st->n_layers + (size_t)sub) * st->conv_ch * st->conv_k1;
 }
+static inline size_t fwd_gdn_rec_at(const cllm_state_pool *st, int slot, int sub, int h) {
+    return (((size_t)slot * st->n_layers + (size_t)sub) * st->n_v_heads + h) * (size_t)st->dk *
+           st->dv;
+}
+/* (float32 pools only; fwd_gdn_rec16 for bf16 ones) */
 static inline float *fwd_gdn_rec(cllm_state_pool *st, int slot, int sub, int h) {
-    return st->rec + (((size_t)slot * st->n_layers + (size_t)sub) * st->n_v_heads + h) *
-                         (size_t)st->dk * st->dv;
+    return st->rec + fwd_gdn_rec_at(st, slot, sub, h);
+}
+static inline uint16_t *fwd_gdn_rec16(cllm_state_pool *st, int slot, int sub, int h) {
+    return st->rec16 + fwd_gdn_rec_at(st, slot, sub, h);
 }
 
 static inline float fwd_sigmoid(float x) {

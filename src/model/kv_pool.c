@@ -57,7 +57,7 @@ size_t cllm_kv_pool_block_bytes(const cllm_kv_pool *p) {
 }
 
 cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_slots,
-                                 cllm_error *err) {
+                                 cllm_kv_dtype rec_dtype, cllm_error *err) {
     memset(p, 0, sizeof(*p));
     const cllm_config *c = &m->cfg;
     if (n_slots < 1) return cllm_err_set(err, CLLM_EINVAL, "state pool: n_slots must be >= 1");
@@ -73,8 +73,12 @@ cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_
     size_t nr = (size_t)n_slots * (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk *
                 (size_t)p->dv;
     p->conv = cllm_alloc_zeroed(nc * sizeof(float) + 4);
-    p->rec = cllm_alloc_huge(nr * sizeof(float)); /* read + written whole every decode step */
-    if (!p->conv || !p->rec) {
+    /* read + written whole every decode step */
+    if (rec_dtype == CLLM_KV_BF16)
+        p->rec16 = cllm_alloc_huge(nr * sizeof(uint16_t));
+    else
+        p->rec = cllm_alloc_huge(nr * sizeof(float));
+    if (!p->conv || (!p->rec && !p->rec16)) {
         cllm_state_pool_free(p);
         return cllm_err_set(err, CLLM_ENOMEM, "state pool: cannot allocate %d slots", n_slots);
     }
@@ -84,20 +88,31 @@ cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_
 void cllm_state_pool_free(cllm_state_pool *p) {
     cllm_free_aligned(p->conv);
     cllm_free_aligned(p->rec);
+    cllm_free_aligned(p->rec16);
     p->conv = p->rec = NULL;
+    p->rec16 = NULL;
 }
 
 static size_t conv_per_slot(const cllm_state_pool *p) {
     return (size_t)p->n_layers * (size_t)p->conv_ch * (size_t)p->conv_k1;
 }
+/* bytes of one slot's recurrent state */
 static size_t rec_per_slot(const cllm_state_pool *p) {
-    return (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk * (size_t)p->dv;
+    return (size_t)p->n_layers * (size_t)p->n_v_heads * (size_t)p->dk * (size_t)p->dv *
+           (p->rec16 ? sizeof(uint16_t) : sizeof(float));
+}
+static char *rec_base(const cllm_state_pool *p) {
+    return p->rec16 ? (char *)p->rec16 : (char *)p->rec;
+}
+
+size_t cllm_state_slot_bytes(const cllm_state_pool *p) {
+    return p->conv ? conv_per_slot(p) * sizeof(float) + rec_per_slot(p) : 0;
 }
 
 void cllm_state_slot_clear(cllm_state_pool *p, int slot) {
     if (!p->conv || slot < 0 || slot >= p->n_slots) return;
     memset(p->conv + (size_t)slot * conv_per_slot(p), 0, conv_per_slot(p) * sizeof(float));
-    memset(p->rec + (size_t)slot * rec_per_slot(p), 0, rec_per_slot(p) * sizeof(float));
+    memset(rec_base(p) + (size_t)slot * rec_per_slot(p), 0, rec_per_slot(p));
 }
 
 void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src) {
@@ -105,6 +120,6 @@ void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src) {
         return;
     memcpy(p->conv + (size_t)dst * conv_per_slot(p), p->conv + (size_t)src * conv_per_slot(p),
            conv_per_slot(p) * sizeof(float));
-    memcpy(p->rec + (size_t)dst * rec_per_slot(p), p->rec + (size_t)src * rec_per_slot(p),
-           rec_per_slot(p) * sizeof(float));
+    memcpy(rec_base(p) + (size_t)dst * rec_per_slot(p), rec_base(p) + (size_t)src * rec_per_slot(p),
+           rec_per_slot(p));
 }

@@ -85,11 +85,19 @@ cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir,
     for (int i = 0; i < r->n_table; i++) r->table[i] = r->n_table - 1 - i;
     if ((s = cllm_fwd_ctx_create(r->m, r->pool, &r->ctx, err)) != CLLM_OK ||
         (s = cllm_kv_pool_init(&r->kv, r->m, r->n_table, block_size, kv_dtype, err)) != CLLM_OK ||
-        (s = cllm_state_pool_init(&r->st, r->m, 1, err)) != CLLM_OK) {
+        (s = cllm_state_pool_init(&r->st, r->m, 1, CLLM_KV_F32, err)) != CLLM_OK) {
         cllm_seq_runner_close(r);
         return s;
     }
     return CLLM_OK;
+}
+
+cllm_status cllm_seq_runner_set_state_dtype(cllm_seq_runner *r, cllm_kv_dtype dtype,
+                                            cllm_error *err) {
+    if (r->pos != 0)
+        return cllm_err_set(err, CLLM_EINVAL, "state dtype: the sequence has started already");
+    cllm_state_pool_free(&r->st);
+    return cllm_state_pool_init(&r->st, r->m, 1, dtype, err);
 }
 
 void cllm_seq_runner_close(cllm_seq_runner *r) {

@@ -32,6 +32,10 @@ cllm_status cllm_seq_runner_open(cllm_seq_runner *r, const char *model_dir,
                                  const cllm_fwd_opts *fwd, int threads, int max_tokens,
                                  int block_size, cllm_kv_dtype kv_dtype, cllm_error *err);
 void cllm_seq_runner_close(cllm_seq_runner *r);
+/* Replaces the runner's (empty) state pool by one whose recurrent state is of type dtype; call
+ * before the first step. */
+cllm_status cllm_seq_runner_set_state_dtype(cllm_seq_runner *r, cllm_kv_dtype dtype,
+                                            cllm_error *err);
 /* Appends n tokens; logits (NULL allowed with mode NONE) gets 1 or n rows per mode. */
 cllm_status cllm_seq_runner_step(cllm_seq_runner *r, const int32_t *toks, int n,
                                  cllm_logits_mode mode, float *logits, cllm_error *err);

@@ -376,7 +376,7 @@ static int rig_run(mtp_rig *r, const char *dir, const int32_t *x, int T) {
     if (cllm_model_load(dir, &g_fwd, &r->m, &err) ||
         cllm_fwd_ctx_create(r->m, NULL, &r->fc, &err) ||
         cllm_kv_pool_init_mtp(&r->kv, r->m, r->nb, 16, CLLM_KV_F32, &err) ||
-        cllm_state_pool_init(&r->sp, r->m, 1, &err)) {
+        cllm_state_pool_init(&r->sp, r->m, 1, CLLM_KV_F32, &err)) {
         CHECK_MSG(0, "mtp replay: %s", err.msg);
         return -1;
     }

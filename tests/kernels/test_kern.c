@@ -155,10 +155,96 @@ static void test_gdn_same(const cllm_kern_ops *a, const cllm_kern_ops *b) {
                   dims[c][2]);
 }
 
+/* The bf16 state (gdn_step_bf16): a's T tokens in one call against b's in one call (b the ref:
+ * the tiers must match it bitwise), or against a's one token at a time (NULL); bitwise. */
+static bool gdn16_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, int dv, int T) {
+    size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
+    float *P = malloc((ld * T + 8) * 4), *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4);
+    float *tmp = malloc(dv * 4);
+    uint16_t *S = malloc(ns * 2), *S1 = malloc(ns * 2);
+    for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
+    for (int t = 0; t < T; t++) {
+        P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand());
+        P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());
+    }
+    for (size_t i = 0; i < ns; i++) S[i] = S1[i] = cllm_f32_to_bf16(test_frand());
+    const float *dec = P + 2 * dk + dv, *bet = dec + 1;
+    a->gdn_step_bf16(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+    if (b)
+        b->gdn_step_bf16(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
+    else
+        for (int t = 0; t < T; t++) {
+            const float *p = P + t * ld;
+            a->gdn_step_bf16(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo,
+                             0, 1, tmp, dk, dv);
+        }
+    bool same = !memcmp(S, S1, ns * 2) && !memcmp(o, o1, ldo * T * 4);
+    free(P), free(S), free(S1), free(o), free(o1), free(tmp);
+    return same;
+}
+
+/* gdn_step_bf16 against a double-precision oracle written here: per token the recurrence on the
+ * widened state, the state then rounded to bf16 (cllm_f32_to_bf16). Outputs within 1e-4 of the
+ * largest, states within one bf16 step plus 1e-5 (fp32 vs double may flip a rounding decision,
+ * and a sum that cancels keeps fp32's absolute error). */
+static void test_gdn_bf16_oracle(const cllm_kern_ops *k, const char *tier, int dk, int dv, int T) {
+    size_t ns = (size_t)dk * dv;
+    uint16_t *S = malloc(ns * 2);
+    double *Sd = malloc(ns * 8), *u = malloc(dv * 8);
+    float *q = malloc(dk * 4), *kk = malloc(dk * 4), *v = malloc(dv * 4), *o = malloc(dv * 4);
+    float *tmp = malloc(dv * 4);
+    for (size_t i = 0; i < ns; i++) S[i] = cllm_f32_to_bf16(test_frand());
+    double eo = 0, es = 0;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < dk; i++) q[i] = test_frand() * 0.3f, kk[i] = test_frand() * 0.3f;
+        for (int i = 0; i < dv; i++) v[i] = test_frand();
+        float decay = 0.5f + 0.5f * fabsf(test_frand()), beta = fabsf(test_frand());
+        for (size_t i = 0; i < ns; i++) Sd[i] = (double)cllm_bf16_to_f32(S[i]) * decay;
+        for (int n = 0; n < dv; n++) {
+            u[n] = 0;
+            for (int m = 0; m < dk; m++) u[n] += Sd[(size_t)m * dv + n] * kk[m];
+            u[n] = (v[n] - u[n]) * beta;
+        }
+        k->gdn_step_bf16(S, q, kk, v, &decay, &beta, 0, o, 0, 1, tmp, dk, dv);
+        for (int n = 0; n < dv; n++) {
+            double on = 0;
+            for (int m = 0; m < dk; m++) {
+                double sv = Sd[(size_t)m * dv + n] + kk[m] * u[n];
+                on += sv * q[m];
+                double want = cllm_bf16_to_f32(cllm_f32_to_bf16((float)sv));
+                /* one bf16 step of want, plus fp32's error on a sum that cancels */
+                es = worse(es, fabs(cllm_bf16_to_f32(S[(size_t)m * dv + n]) - want) /
+                                   (fabs(want) / 128 + 1e-5));
+            }
+            eo = worse(eo, fabs(o[n] - on));
+        }
+    }
+    CHECK_MSG(eo < 1e-4 && es <= 1.0, "%s gdn_step_bf16 dk %d dv %d: outputs off by %g, state %g",
+              tier, dk, dv, eo, es);
+    free(S), free(Sd), free(u), free(q), free(kk), free(v), free(o), free(tmp);
+}
+
+static void test_gdn_bf16(const cllm_kern_ops *k, const char *tier) {
+    const cllm_kern_ops *ref = cllm_kern_ref();
+    const int dims[][3] = {{128, 128, 7}, {16, 201, 3}, {20, 44, 5},
+                           {8, 24, 1},    {5, 9, 4},    {3, 7, 2}};
+    for (int c = 0; c < 6; c++) {
+        int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
+        if (k != ref)
+            CHECK_MSG(gdn16_agree(k, ref, dk, dv, T), "%s gdn_step_bf16 != ref (dk %d dv %d T %d)",
+                      tier, dk, dv, T);
+        CHECK_MSG(gdn16_agree(k, NULL, dk, dv, T),
+                  "%s gdn_step_bf16 %d tokens in one call != one by one (dk %d dv %d)", tier, T, dk,
+                  dv);
+        test_gdn_bf16_oracle(k, tier, dk, dv, T + 2);
+    }
+}
+
 int main(void) {
     const cllm_kern_ops *ref = cllm_kern_ref();
     test_matmul(ref, "ref");
     test_gdn_multi(ref, "ref");
+    test_gdn_bf16(ref, "ref");
     const cllm_kern_ops *tiers[CLLM_KERN_TIERS_MAX];
     int nt = cllm_kern_tiers(tiers, CLLM_KERN_TIERS_MAX);
     const cllm_kern_ops *avx2 = cllm_kern_avx2();
@@ -166,6 +252,7 @@ int main(void) {
         test_matmul(tiers[i], tiers[i]->name);
         test_gdn(tiers[i], tiers[i]->name);
         test_gdn_multi(tiers[i], tiers[i]->name);
+        test_gdn_bf16(tiers[i], tiers[i]->name);
         if (avx2 && tiers[i] != avx2) test_gdn_same(tiers[i], avx2); /* the avx512 gdn_step */
         fprintf(stderr, "test_kern: tier %s checked\n", tiers[i]->name);
     }

@@ -35,7 +35,7 @@ static int rig_open(rig *r, cllm_model *m, int threads, int block, int interleav
     int per = (80 + block - 1) / block;
     if (cllm_fwd_ctx_create(m, r->pool, &r->ctx, &err) ||
         cllm_kv_pool_init(&r->kv, m, per * NSEQ, block, CLLM_KV_F32, &err) ||
-        cllm_state_pool_init(&r->st, m, NSEQ + 2, &err)) {
+        cllm_state_pool_init(&r->st, m, NSEQ + 2, CLLM_KV_F32, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         return -1;
     }
@@ -295,7 +295,7 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         float *lg = malloc((size_t)73 * V * sizeof(float));
         CHECK(cllm_fwd_ctx_create(m, NULL, &ctx, &err) == CLLM_OK);
         CHECK(cllm_kv_pool_init(&kv, m, 16, 8, CLLM_KV_BF16, &err) == CLLM_OK);
-        CHECK(cllm_state_pool_init(&st, m, 1, &err) == CLLM_OK);
+        CHECK(cllm_state_pool_init(&st, m, 1, CLLM_KV_F32, &err) == CLLM_OK);
         cllm_seq_batch sb = {toks[0], 73, 0, table, 16, 0, CLLM_LOGITS_ALL};
         cllm_batch b = {&sb, 1};
         CHECK(cllm_forward(ctx, &b, &kv, &st, lg, &err) == CLLM_OK);

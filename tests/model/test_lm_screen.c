@@ -156,7 +156,7 @@ static void batch_invariance(const char *dir, int ncand) {
     if (!pool || !y || !y1 || !ex || cllm_fwd_ctx_create(m, NULL, &c1, &err) != CLLM_OK ||
         cllm_fwd_ctx_create(m, pool, &c2, &err) != CLLM_OK ||
         cllm_kv_pool_init(&kv, m, 16, 16, CLLM_KV_F32, &err) != CLLM_OK ||
-        cllm_state_pool_init(&st, m, 16, &err) != CLLM_OK) {
+        cllm_state_pool_init(&st, m, 16, CLLM_KV_F32, &err) != CLLM_OK) {
         CHECK_MSG(0, "setup: %s", err.msg);
         goto out;
     }

@@ -44,7 +44,7 @@ static int rig_open(rig *r, cllm_model *m, int threads) {
     r->pool = threads > 1 ? cllm_pool_create(threads) : NULL;
     if (cllm_fwd_ctx_create(m, r->pool, &r->ctx, &err) ||
         cllm_kv_pool_init(&r->kv, m, NTAB * NSEQ, 16, CLLM_KV_F32, &err) ||
-        cllm_state_pool_init(&r->st, m, NSEQ, &err)) {
+        cllm_state_pool_init(&r->st, m, NSEQ, CLLM_KV_F32, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         return -1;
     }

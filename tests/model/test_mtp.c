@@ -108,7 +108,7 @@ static int rig_open(rig *r, const char *dir, int threads, int block) {
     if (cllm_fwd_ctx_create(r->m, r->pool, &r->c, &err) ||
         cllm_kv_pool_init_mtp(&r->kv, r->m, 2 * per, block, CLLM_KV_F32, &err) ||
         cllm_kv_pool_init(&r->plain, r->m, 2 * per, block, CLLM_KV_F32, &err) ||
-        cllm_state_pool_init(&r->st, r->m, 4, &err)) {
+        cllm_state_pool_init(&r->st, r->m, 4, CLLM_KV_F32, &err)) {
         CHECK_MSG(0, "rig %s: %s", dir, err.msg);
         return -1;
     }
