@@ -195,7 +195,7 @@ const serve_vflag serve_vflags[] = {
     COND("--mamba-cache-dtype", NULL, "auto", "auto|float32",
          "the Gated DeltaNet conv and recurrent states stay float32",
          "the conv state is float32 only: --mamba-ssm-cache-dtype bfloat16 stores the recurrent "
-         "state (99% of it) in bf16",
+         "state (over 90% of the bytes) in bf16",
          "bfloat16"),
     NATIVE("--mamba-ssm-cache-dtype", NULL),
     NOOP("--mamba-block-size", NULL, "256", "state snapshots are taken at --block-size boundaries"),

@@ -12,7 +12,8 @@
 #    --disable-access-log-for-endpoints those of the paths named), --enable-force-include-usage
 #    adds the usage chunk to every stream, --disable-log-stats the
 #    throughput line, --kv-cache-dtype fp8 is refused by name (and vLLM's other KV dtypes but
-#    bfloat16), -m is --model.
+#    bfloat16), --mamba-ssm-cache-dtype bfloat16 makes the state slots bf16 (float16 and bf16
+#    beside --gdn-prefill chunked refused), -m is --model.
 set -u
 T=${CLLM_TMP:-/tmp}/serve_vllm_flags
 rm -rf "$T"
@@ -116,6 +117,22 @@ for v in fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla nvfp4 float16; do
     grep -q -- "--kv-cache-dtype $v: .*not implemented on the CPU" "$T/out" &&
         ok "$v KV refused with the reason" || { bad "$v KV message"; cat "$T/out"; }
 done
+# the recurrent state's dtype: bfloat16 takes effect, float16 and bf16 beside the chunked prefill
+# are refused with the reason
+expect_rc 1 "--mamba-ssm-cache-dtype float16" "$CLLM_BIN" serve "$M" --mamba-ssm-cache-dtype float16 "${COMMON[@]}"
+grep -q -- "--mamba-ssm-cache-dtype float16: a float16 recurrent state is not implemented" "$T/out" &&
+    ok "float16 recurrent state refused with the reason" || { bad "float16 state message"; cat "$T/out"; }
+expect_rc 1 "bf16 state with the chunked prefill" "$CLLM_BIN" serve "$M" --mamba-ssm-cache-dtype bf16 \
+    --gdn-prefill chunked "${COMMON[@]}"
+grep -q -- "--mamba-ssm-cache-dtype bf16 with --gdn-prefill chunked: the chunked prefill needs a float32" "$T/out" &&
+    ok "bf16 state + chunked prefill refused" || { bad "bf16 + chunked message"; cat "$T/out"; }
+if start "$T/ssm.log" "$M" --mamba-ssm-cache-dtype bfloat16 --stats-interval 0 "${COMMON[@]}"; then
+    code=$(curl -s -o "$T/ssm.json" -w '%{http_code}' $U/v1/completions -d '{"prompt":"Hello","max_tokens":4}')
+    stop
+    [ "$code" = 200 ] && grep -q "recurrent state bf16" "$T/ssm.log" &&
+        ok "--mamba-ssm-cache-dtype bfloat16: the state slots are bf16, and it serves" ||
+        { bad "bf16 state serve: $code"; grep "state slots" "$T/ssm.log"; }
+fi
 expect_rc 1 "--generation-config without the file" "$CLLM_BIN" serve "$M" --generation-config "$T" "${COMMON[@]}"
 grep -q "no readable generation_config.json" "$T/out" && ok "missing generation_config.json named" || bad "gen dir message"
 expect_rc 1 "--override-generation-config with an unknown key" \

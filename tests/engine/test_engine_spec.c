@@ -81,6 +81,8 @@ typedef struct eng_cfg {
 static cllm_spec_method g_method = CLLM_SPEC_NGRAM;
 /* how the model runs (the screened lm_head case sets lm_screen) */
 static cllm_fwd_opts g_fwd;
+/* the recurrent state in bf16 (--mamba-ssm-cache-dtype bfloat16) */
+static bool g_ssm_bf16;
 
 static cllm_engine *open_eng(const eng_cfg *c) {
     cllm_engine_opts o;
@@ -93,6 +95,7 @@ static cllm_engine *open_eng(const eng_cfg *c) {
     o.block_size = 16;
     o.max_model_len = 1024;
     o.enable_prefix_caching = c->caching;
+    o.ssm_state_bf16 = g_ssm_bf16;
     o.no_prefault = true;
     if (c->kv_tokens) {
         cllm_config cf;
@@ -592,7 +595,17 @@ int main(void) {
         cllm_config_free(&cf);
         fprintf(stderr, "model %s\n", cfgs[k]);
         g_k_step = k == 0 ? 1 : 2;
+        const uint64_t rs0 = rs;
         test_model(dir, have_tok, V, k == 0, false);
+        if (k == 0) { /* the hybrid model again on the same prompts, its recurrent state bf16 */
+            fprintf(stderr, "model %s, bf16 recurrent state\n", cfgs[k]);
+            const uint64_t rs1 = rs;
+            rs = rs0;
+            g_ssm_bf16 = true;
+            test_model(dir, have_tok, V, true, false);
+            g_ssm_bf16 = false;
+            rs = rs1; /* the cases after it draw what they drew before */
+        }
     }
     /* W4A16 with an int8 lm_head, screened: greedy verify rows take the best-k path per row */
     {
@@ -639,7 +652,14 @@ int main(void) {
             fprintf(stderr, "model tiny-mtp (V 24), MTP drafts\n");
             g_method = CLLM_SPEC_MTP;
             g_k_step = 1;
+            const uint64_t rs0 = rs;
             test_model(d, false, 24, true, false);
+            const uint64_t rs1 = rs;
+            rs = rs0;
+            g_ssm_bf16 = true; /* the MTP verify's state commit on a bf16 state */
+            test_model(d, false, 24, true, false);
+            g_ssm_bf16 = false;
+            rs = rs1;
             test_mtp_exact(d, 24);
             g_method = CLLM_SPEC_NGRAM;
         } else {

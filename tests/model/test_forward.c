@@ -26,6 +26,9 @@ typedef struct rig {
     int V;
 } rig;
 
+/* the recurrent state's element type of every rig (one_model runs its checks in both) */
+static cllm_kv_dtype g_ssm = CLLM_KV_F32;
+
 static int rig_open(rig *r, cllm_model *m, int threads, int block, int interleave) {
     cllm_error err;
     memset(r, 0, sizeof(*r));
@@ -35,7 +38,7 @@ static int rig_open(rig *r, cllm_model *m, int threads, int block, int interleav
     int per = (80 + block - 1) / block;
     if (cllm_fwd_ctx_create(m, r->pool, &r->ctx, &err) ||
         cllm_kv_pool_init(&r->kv, m, per * NSEQ, block, CLLM_KV_F32, &err) ||
-        cllm_state_pool_init(&r->st, m, NSEQ + 2, CLLM_KV_F32, &err)) {
+        cllm_state_pool_init(&r->st, m, NSEQ + 2, g_ssm, &err)) {
         fprintf(stderr, "rig: %s\n", err.msg);
         return -1;
     }
@@ -151,17 +154,21 @@ static void fork_state(cllm_model *m, const char *cfg) {
     rig r;
     if (rig_open(&r, m, 2, 16, 0)) return;
     const cllm_state_pool *st = &r.st;
+    /* rec: bytes of a slot's recurrent state (float32 or bf16), R the pool's */
     size_t conv = (size_t)st->n_layers * st->conv_ch * st->conv_k1,
-           rec = (size_t)st->n_layers * st->n_v_heads * st->dk * st->dv;
-    float *lg = malloc((size_t)3 * 2 * r.V * sizeof(float)), *keep = NULL;
+           rec = (size_t)st->n_layers * st->n_v_heads * st->dk * st->dv *
+                 (st->rec16 ? sizeof(uint16_t) : sizeof(float));
+    char *R = st->rec16 ? (char *)st->rec16 : (char *)st->rec;
+    float *lg = malloc((size_t)3 * 2 * r.V * sizeof(float));
+    char *keep = NULL;
     cllm_error err;
     cllm_seq_batch sb = {toks[0], 12, 0, r.table[0], 80, 0, CLLM_LOGITS_LAST};
     cllm_batch b = {&sb, 1};
     CHECK(cllm_forward(r.ctx, &b, &r.kv, &r.st, lg, &err) == CLLM_OK);
     if (rec > 0) {
-        keep = malloc((conv + rec) * sizeof(float));
+        keep = malloc(conv * sizeof(float) + rec);
         memcpy(keep, st->conv, conv * sizeof(float));
-        memcpy(keep + conv, st->rec, rec * sizeof(float));
+        memcpy(keep + conv * sizeof(float), R, rec);
     }
     /* the copy way: slot 0 -> NSEQ, then three tokens on NSEQ */
     cllm_state_slot_copy(&r.st, NSEQ, 0);
@@ -171,7 +178,7 @@ static void fork_state(cllm_model *m, const char *cfg) {
     /* the fork: slot 0 read, NSEQ + 1 written (its old contents garbage) */
     if (rec > 0) {
         for (size_t i = 0; i < conv; i++) st->conv[(NSEQ + 1) * conv + i] = 1e30f;
-        for (size_t i = 0; i < rec; i++) st->rec[(NSEQ + 1) * rec + i] = -1e30f;
+        memset(R + (NSEQ + 1) * rec, 0xc7, rec); /* -1e30f-ish garbage in either type */
     }
     sb.state_slot = NSEQ + 1, sb.state_fork = true, sb.state_src = 0;
     float *lg2 = lg + (size_t)3 * r.V;
@@ -180,14 +187,14 @@ static void fork_state(cllm_model *m, const char *cfg) {
     if (rec > 0) {
         CHECK_MSG(
             !memcmp(st->conv + NSEQ * conv, st->conv + (NSEQ + 1) * conv, conv * sizeof(float)) &&
-                !memcmp(st->rec + NSEQ * rec, st->rec + (NSEQ + 1) * rec, rec * sizeof(float)),
+                !memcmp(R + NSEQ * rec, R + (NSEQ + 1) * rec, rec),
             "%s: fork state != copy's", cfg);
         CHECK_MSG(!memcmp(keep, st->conv, conv * sizeof(float)) &&
-                      !memcmp(keep + conv, st->rec, rec * sizeof(float)),
+                      !memcmp(keep + conv * sizeof(float), R, rec),
                   "%s: the fork's source slot changed", cfg);
         /* commit: a forked 3-token row saved with state_save, then slot 0's state moved past
          * its first n tokens == the state of a call of those n tokens alone */
-        size_t cb = conv * sizeof(float), rb = rec * sizeof(float);
+        size_t cb = conv * sizeof(float), rb = rec;
         for (int n = 1; n <= 3; n++) {
             cllm_state_slot_copy(&r.st, 2, 0);
             cllm_seq_batch one = {toks[0] + 12, n, 12, r.table[0], 80, 2, CLLM_LOGITS_LAST};
@@ -199,7 +206,7 @@ static void fork_state(cllm_model *m, const char *cfg) {
             CHECK_MSG(cllm_forward_state_commit(r.ctx, &r.st, 0, n, 1, &err) == CLLM_OK, "%s",
                       err.msg);
             CHECK_MSG(!memcmp(st->conv + 1 * conv, st->conv + 2 * conv, cb) &&
-                          !memcmp(st->rec + 1 * rec, st->rec + 2 * rec, rb),
+                          !memcmp(R + 1 * rec, R + 2 * rec, rb),
                       "%s: state committed past %d of 3 tokens != a call of %d", cfg, n, n);
         }
         CHECK(cllm_forward_state_commit(r.ctx, &r.st, 0, 4, 1, &err) == CLLM_EINVAL);
@@ -220,6 +227,51 @@ static void fork_state(cllm_model *m, const char *cfg) {
     free(keep);
     free(lg);
     rig_close(&r);
+}
+
+/* Steps 1-3 of one_model with g_ssm's state: each sequence alone in one call (into alone), then
+ * the same positions in pieces and in mixed batches at 2 and 3 threads, bitwise equal to it. */
+static void invariance(cllm_model *m, const char *cfg, float *alone[NSEQ], float *got[NSEQ],
+                       int V) {
+    const char *sd = g_ssm == CLLM_KV_BF16 ? "bf16 state" : "f32 state";
+    rig r;
+    /* 1. each sequence alone, one call, 1 thread, block 16 */
+    CHECK(rig_open(&r, m, 1, 16, 0) == 0);
+    for (int s = 0; s < NSEQ; s++) {
+        piece p = {s, 0, seq_len[s], CLLM_LOGITS_ALL};
+        CHECK(run_batch(&r, &p, 1, alone) == 0);
+    }
+    rig_close(&r);
+    /* 2. pieces of 1, 7, 64, ... (alone, 1 thread) */
+    CHECK(rig_open(&r, m, 1, 16, 0) == 0);
+    int sizes[] = {1, 7, 64, 1};
+    for (int s = 0; s < NSEQ; s++)
+        for (int b = 0, k = 0; b < seq_len[s]; k++) {
+            int e = b + sizes[k % 4] < seq_len[s] ? b + sizes[k % 4] : seq_len[s];
+            piece p = {s, b, e, CLLM_LOGITS_ALL};
+            CHECK(run_batch(&r, &p, 1, got) == 0);
+            b = e;
+        }
+    CHECK_MSG(same_rows(alone, got, V, "pieces") == 0, "%s, %s: prefill in pieces != one call", cfg,
+              sd);
+    rig_close(&r);
+    /* 3. mixed batches, shared pool with interleaved blocks of 5, 2 and 3 threads */
+    for (int th = 2; th <= 3; th++) {
+        CHECK(rig_open(&r, m, th, th == 2 ? 5 : 16, 1) == 0);
+        for (int s = 0; s < NSEQ; s++) memset(got[s], 0, (size_t)seq_len[s] * V * sizeof(float));
+        piece s1[] = {{0, 0, 40, CLLM_LOGITS_ALL}, {1, 0, 5, CLLM_LOGITS_ALL}};
+        piece s2[] = {
+            {2, 0, 1, CLLM_LOGITS_ALL}, {0, 40, 70, CLLM_LOGITS_ALL}, {1, 5, 6, CLLM_LOGITS_LAST}};
+        piece s3[] = {{1, 6, 7, CLLM_LOGITS_LAST}, {0, 70, 71, CLLM_LOGITS_LAST}};
+        piece s4[] = {{0, 71, 73, CLLM_LOGITS_ALL}};
+        CHECK(run_batch(&r, s1, 2, got) == 0);
+        CHECK(run_batch(&r, s2, 3, got) == 0);
+        CHECK(run_batch(&r, s3, 2, got) == 0);
+        CHECK(run_batch(&r, s4, 1, got) == 0);
+        CHECK_MSG(same_rows(alone, got, V, "mixed") == 0,
+                  "%s, %s: mixed batch, %d threads != alone", cfg, sd, th);
+        rig_close(&r);
+    }
 }
 
 static void one_model(const char *src, const char *cfg, cllm_dtype dt, const char *tmp) {
@@ -245,45 +297,24 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
     int V = cllm_model_config(m)->vocab_size;
     for (int s = 0; s < NSEQ; s++)
         for (int i = 0; i < seq_len[s]; i++) toks[s][i] = (int32_t)((i * 131 + s * 17 + 3) % V);
-    float *alone[NSEQ], *got[NSEQ];
+    float *alone[NSEQ], *got[NSEQ], *alone16[NSEQ];
     alloc_rows(alone, V);
+    alloc_rows(alone16, V);
     alloc_rows(got, V);
-    rig r;
-    /* 1. each sequence alone, one call, 1 thread, block 16 */
-    CHECK(rig_open(&r, m, 1, 16, 0) == 0);
-    for (int s = 0; s < NSEQ; s++) {
-        piece p = {s, 0, seq_len[s], CLLM_LOGITS_ALL};
-        CHECK(run_batch(&r, &p, 1, alone) == 0);
+    for (int pass = 1; pass >= 0; pass--) { /* bf16 state first: alone keeps the f32 rows */
+        g_ssm = pass ? CLLM_KV_BF16 : CLLM_KV_F32;
+        invariance(m, cfg, pass ? alone16 : alone, got, V);
+        fork_state(m, cfg);
     }
-    rig_close(&r);
-    /* 2. pieces of 1, 7, 64, ... (alone, 1 thread) */
-    CHECK(rig_open(&r, m, 1, 16, 0) == 0);
-    int sizes[] = {1, 7, 64, 1};
-    for (int s = 0; s < NSEQ; s++)
-        for (int b = 0, k = 0; b < seq_len[s]; k++) {
-            int e = b + sizes[k % 4] < seq_len[s] ? b + sizes[k % 4] : seq_len[s];
-            piece p = {s, b, e, CLLM_LOGITS_ALL};
-            CHECK(run_batch(&r, &p, 1, got) == 0);
-            b = e;
+    /* the bf16 state: close to the f32 state's logits (not bitwise) */
+    for (int s = 0; s < NSEQ; s++) {
+        double e = 0, mx = 0;
+        for (size_t i = 0; i < (size_t)seq_len[s] * V; i++) {
+            double d = fabs(alone16[s][i] - alone[s][i]), a = fabs(alone[s][i]);
+            if (!(d <= e)) e = d;
+            if (a > mx) mx = a;
         }
-    CHECK_MSG(same_rows(alone, got, V, "pieces") == 0, "%s: prefill in pieces != one call", cfg);
-    rig_close(&r);
-    /* 3. mixed batches, shared pool with interleaved blocks of 5, 2 and 3 threads */
-    for (int th = 2; th <= 3; th++) {
-        CHECK(rig_open(&r, m, th, th == 2 ? 5 : 16, 1) == 0);
-        for (int s = 0; s < NSEQ; s++) memset(got[s], 0, (size_t)seq_len[s] * V * sizeof(float));
-        piece s1[] = {{0, 0, 40, CLLM_LOGITS_ALL}, {1, 0, 5, CLLM_LOGITS_ALL}};
-        piece s2[] = {
-            {2, 0, 1, CLLM_LOGITS_ALL}, {0, 40, 70, CLLM_LOGITS_ALL}, {1, 5, 6, CLLM_LOGITS_LAST}};
-        piece s3[] = {{1, 6, 7, CLLM_LOGITS_LAST}, {0, 70, 71, CLLM_LOGITS_LAST}};
-        piece s4[] = {{0, 71, 73, CLLM_LOGITS_ALL}};
-        CHECK(run_batch(&r, s1, 2, got) == 0);
-        CHECK(run_batch(&r, s2, 3, got) == 0);
-        CHECK(run_batch(&r, s3, 2, got) == 0);
-        CHECK(run_batch(&r, s4, 1, got) == 0);
-        CHECK_MSG(same_rows(alone, got, V, "mixed") == 0, "%s: mixed batch, %d threads != alone",
-                  cfg, th);
-        rig_close(&r);
+        CHECK_MSG(e < 0.05 * mx, "%s: bf16 state error %g (max %g), sequence %d", cfg, e, mx, s);
     }
     /* 4. bf16 KV: close to f32 KV (not bitwise) */
     {
@@ -314,8 +345,8 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         cllm_state_pool_free(&st);
     }
     bad_input(m);
-    fork_state(m, cfg);
     free_rows(alone);
+    free_rows(alone16);
     free_rows(got);
     cllm_model_free(m);
 }
