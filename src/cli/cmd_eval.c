@@ -87,9 +87,12 @@ int cmd_eval(int argc, char **argv) {
          "feed the prompt in calls of N tokens (0 = one call)", NULL, 0, 1e9},
         {"--threads", "-t", CLI_INT, &threads, "threads (0 = all CPUs)", NULL, 0, 1024},
         {"--block-size", NULL, CLI_INT, &block, "KV block size in positions", NULL, 1, 65536},
-        {"--kv-dtype", NULL, CLI_CHOICE, &kvd, "KV cache element type", "f32|bf16"},
+        {"--kv-dtype", NULL, CLI_CHOICE, &kvd,
+         "KV cache element type (--ppl: of the model under test; the --compare base runs f32)",
+         "f32|bf16"},
         {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
-         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype)",
+         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype; --ppl: "
+         "of the model under test)",
          "f32|bf16"},
         {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
          "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
@@ -142,6 +145,8 @@ int cmd_eval(int argc, char **argv) {
                              .prompt_len = (int)prompt_len,
                              .gen_len = (int)gen_len,
                              .threads = (int)threads,
+                             .kv_dtype = !strcmp(kvd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
+                             .ssm_dtype = !strcmp(ssmd, "bf16") ? CLLM_KV_BF16 : CLLM_KV_F32,
                              .progress = quiet ? NULL : stderr,
                              .tty = isatty(STDERR_FILENO)};
         rc = cllm_qeval_run(&q, stdout);

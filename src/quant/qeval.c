@@ -173,11 +173,15 @@ static int pair_open(pair *p, const char *dir, const char *bdir, const int32_t *
         }
     }
     p->rss0 = rss_bytes();
-    if (cllm_seq_runner_open(&p->r, dir, &o->fwd, o->threads, cap, 16, CLLM_KV_F32, &err)) {
+    if (cllm_seq_runner_open(&p->r, dir, &o->fwd, o->threads, cap, 16, o->kv_dtype, &err)) {
         fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
         return 1;
     }
     p->r_open = true;
+    if (o->ssm_dtype != CLLM_KV_F32 && cllm_seq_runner_set_state_dtype(&p->r, o->ssm_dtype, &err)) {
+        fprintf(stderr, "cllm eval: %s: %s\n", dir, err.msg);
+        return 1;
+    }
     int V = p->V = cllm_model_config(p->r.m)->vocab_size;
     if (p->hb && cllm_model_config(p->b.m)->vocab_size != V) {
         fprintf(stderr, "cllm eval: %s and %s have different vocabularies\n", dir, bdir);

@@ -21,6 +21,9 @@ typedef struct cllm_qeval_opts {
     FILE *progress; /* a line per 10% of each model's run (and per 30 s), stderr; NULL = silent */
     bool tty;       /* progress is a terminal: one bar redrawn with \r instead */
     cllm_fwd_opts fwd; /* how every model compared runs (zeroed: defaults) */
+    /* KV cache and recurrent state element types of the model(s) under test; the base runs
+     * float32 (so `--compare` of a model against itself measures what they cost) */
+    cllm_kv_dtype kv_dtype, ssm_dtype;
 } cllm_qeval_opts;
 
 /* Returns 0 ok, 1 failure, 2 usage (messages on stderr). */
