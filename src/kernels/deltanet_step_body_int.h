@@ -186,6 +186,14 @@ void GDN_STEP_FN(float *S, const float *q, const float *k, const float *v, const
  * keeps T tokens in one call bitwise equal to T calls of one. */
 #define GDN_PF_STEP_B16 (GDN_VL >= 16 ? 2 : 4)
 
+/* The update of one state vector x (bf16-exact) for the token: acc += x' q, returns x' =
+ * bf16(k d + x decay), every bf16 runner's lane operations. */
+GV gv_t b16_upd(gv_t x, gv_t km, gv_t d, gv_t vd, gv_t qm, gv_t *acc) {
+    gv_t sv = gv_fmadd(km, d, gv_mul(x, vd));
+    *acc = gv_fmadd(sv, qm, *acc);
+    return gv_rnd(sv);
+}
+
 GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const float *v,
                           const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
                           int T, int dk, int dv, int n0, const int NV, const int HALF) {
@@ -218,22 +226,18 @@ GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const flo
                 uint16_t *s = S + (size_t)m * (size_t)dv + n0;
                 const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
                 for (int i = 0; i < NV; i++) {
-                    gv_t sv = gv_fmadd(km, d[i], gv_mul(gv_ldb(s + W * i, HALF), vd));
-                    acc[i] = gv_fmadd(sv, qm, acc[i]);
-                    sv = gv_rnd(sv);
-                    gv_stb(s + W * i, sv, HALF);
-                    u[i] = gv_fmadd(gv_mul(sv, vdn), kmn, u[i]);
+                    gv_t x = b16_upd(gv_ldb(s + W * i, HALF), km, d[i], vd, qm, &acc[i]);
+                    gv_stb(s + W * i, x, HALF);
+                    u[i] = gv_fmadd(gv_mul(x, vdn), kmn, u[i]);
                 }
             }
         } else {
             for (int m = 0; m < dk; m++) {
                 uint16_t *s = S + (size_t)m * (size_t)dv + n0;
                 const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
-                for (int i = 0; i < NV; i++) {
-                    gv_t sv = gv_fmadd(km, d[i], gv_mul(gv_ldb(s + W * i, HALF), vd));
-                    acc[i] = gv_fmadd(sv, qm, acc[i]);
-                    gv_stb(s + W * i, gv_rnd(sv), HALF);
-                }
+                for (int i = 0; i < NV; i++)
+                    gv_stb(s + W * i, b16_upd(gv_ldb(s + W * i, HALF), km, d[i], vd, qm, &acc[i]),
+                           HALF);
             }
         }
         for (int i = 0; i < NV; i++) gv_st(o + (size_t)t * ldo + n0 + W * i, acc[i], HALF);
@@ -241,14 +245,6 @@ GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const flo
 }
 
 #if GDN_PAIR
-/* The update of one state vector x (bf16-exact) for the token: acc += x' q, returns x' =
- * bf16(k d + x decay), the lane operations of gdn_block_run_b16. */
-GV gv_t b16_upd(gv_t x, gv_t km, gv_t d, gv_t vd, gv_t qm, gv_t *acc) {
-    gv_t sv = gv_fmadd(km, d, gv_mul(x, vd));
-    *acc = gv_fmadd(sv, qm, *acc);
-    return gv_rnd(sv);
-}
-
 /* gdn_block_run_b16 for NV = 2 or 4 vectors as NV / 2 pairs of 16 columns, each pair loaded and
  * stored as one 32-byte row of bf16 (ld16_bf16_eo: vector 2i holds the pair's even columns, 2i+1
  * its odd ones; v and o split and merged to match), which halves the conversion work. Each
