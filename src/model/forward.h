@@ -141,8 +141,6 @@ typedef struct cllm_state_pool {
  * rec_dtype: the recurrent state's element type (the conv ring is float32 either way). */
 cllm_status cllm_state_pool_init(cllm_state_pool *p, const cllm_model *m, int n_slots,
                                  cllm_kv_dtype rec_dtype, cllm_error *err);
-/* Bytes of one slot's state (conv ring and recurrent state, all GDN layers). */
-size_t cllm_state_slot_bytes(const cllm_state_pool *p);
 void cllm_state_pool_free(cllm_state_pool *p);
 void cllm_state_slot_clear(cllm_state_pool *p, int slot);
 void cllm_state_slot_copy(cllm_state_pool *p, int dst, int src);

@@ -105,10 +105,6 @@ static char *rec_base(const cllm_state_pool *p) {
     return p->rec16 ? (char *)p->rec16 : (char *)p->rec;
 }
 
-size_t cllm_state_slot_bytes(const cllm_state_pool *p) {
-    return p->conv ? conv_per_slot(p) * sizeof(float) + rec_per_slot(p) : 0;
-}
-
 void cllm_state_slot_clear(cllm_state_pool *p, int slot) {
     if (!p->conv || slot < 0 || slot >= p->n_slots) return;
     memset(p->conv + (size_t)slot * conv_per_slot(p), 0, conv_per_slot(p) * sizeof(float));
