@@ -132,6 +132,25 @@ int cmd_eval(int argc, char **argv) {
     }
     if (ppl_file) ppl = ppl_file;
     if (ppl || compare || table) {
+        /* the per-position options of the --tokens mode: refused by name, not ignored */
+        const struct {
+            bool set;
+            const char *flag;
+        } only_tokens[] = {{tokens != NULL, "--tokens"},
+                           {dump != NULL, "--dump-logits"},
+                           {hash, "--logits-hash"},
+                           {logprobs, "--logprobs"},
+                           {chunk != 0, "--prefill-chunk"},
+                           {block != 16, "--block-size"},
+                           {strcmp(gdn_mode, "recurrent") != 0, "--gdn-prefill"}};
+        for (size_t i = 0; i < sizeof(only_tokens) / sizeof(only_tokens[0]); i++)
+            if (only_tokens[i].set) {
+                fprintf(stderr,
+                        "cllm eval: %s applies to --tokens runs, not to --ppl/--compare/--table "
+                        "(windows of --ctx tokens, recurrent prefill, block size 16)\n",
+                        only_tokens[i].flag);
+                return 2;
+            }
         char *ids = NULL;
         if (ppl && ppl_text_ids(pos[0], ppl, quiet, &ids)) return 1;
         cllm_qeval_opts q = {.model = pos[0],

@@ -2,6 +2,7 @@
 # CLI habits from vLLM / llama.cpp (models/tiny): `cllm tokenize` reads a file, '-' or piped stdin
 # (a big text does not fit an argument list) and gives the ids of the argument form; `cllm eval
 # --ppl FILE.txt` / `-f FILE.txt` tokenizes text (@ids stays ids); a missing --ppl file is an error;
+# --ssm-dtype applies to the model under test of --compare; --tokens-only flags are refused there;
 # `cllm bench` takes lists (-p 8,16 -n 4,6 -t 1 -b 1,2) and prints size / params columns;
 # progress bars only on a terminal; `cllm doctor --watch` raises one ALERT after --sustain seconds of a critical check, exit 2.
 set -u
@@ -35,6 +36,20 @@ expect_rc 0 "eval --ppl @ids" "$CLLM_BIN" eval "$M" --ppl "@$T/ids.txt" --ctx 64
 ppl3=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-3)}')
 [ "$ppl1" = "$ppl3" ] && ok "@ids of the same text: same ppl" || bad "ppl @ids $ppl3 vs text $ppl1"
 expect_rc 1 "eval --ppl missing file" "$CLLM_BIN" eval "$M" --ppl "$T/nope.txt"
+# the model compared with itself, its recurrent state bf16 (--ssm-dtype applies to the model under
+# test, the base runs f32): a KLD under 1e-3, and a perplexity that is not the f32 one (the same
+# would mean the flag was dropped)
+expect_rc 0 "eval --compare self, bf16 state" "$CLLM_BIN" eval "$M" --ppl "@$T/ids.txt" --compare "$M" \
+    --ssm-dtype bf16 --ctx 64 --stride 32 --prompts 0
+kld=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-2)}')
+ppl16=$(grep -E "^tiny " "$T/out" | awk '{print $(NF-3)}')
+awk -v k="$kld" 'BEGIN { exit !(k != "" && k + 0 < 0.001) }' && [ -n "$ppl16" ] && [ "$ppl16" != "$ppl1" ] &&
+    ok "bf16 state vs f32: KLD $kld, ppl $ppl16 (f32 $ppl1)" ||
+    { bad "bf16 state: KLD '$kld' ppl '$ppl16' (f32 $ppl1)"; cat "$T/out"; }
+"$CLLM_BIN" eval "$M" --ppl "@$T/ids.txt" --compare "$M" --ssm-dtype bf16 --ctx 64 --stride 32 \
+    --prompts 0 --logits-hash > /dev/null 2> "$T/err"
+grep -q -- "--logits-hash applies to --tokens runs" "$T/err" && ok "eval --ppl refuses --logits-hash by name" ||
+    { bad "--ppl with --logits-hash"; cat "$T/err"; }
 
 expect_rc 0 "bench with lists" "$CLLM_BIN" bench "$M" -p 8,16 -n 4,6 -t 1 -r 1 -b 1,2
 for row in pp8 pp16 tg4 tg6; do
