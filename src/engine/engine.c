@@ -372,6 +372,9 @@ static cllm_status plan_pools(cllm_engine *e, pool_plan *pp, cllm_error *err) {
     size_t conv_ch =
         (size_t)2 * cf->lin_n_k_heads * cf->lin_k_dim + (size_t)cf->lin_n_v_heads * cf->lin_v_dim;
     size_t rec_elem = o.ssm_state_bf16 ? 2 : 4;
+    if (o.ssm_state_bf16 && !n_gdn)
+        LOG_INFO("bf16 recurrent state (--mamba-ssm-cache-dtype): no effect, the model has no "
+                 "Gated DeltaNet layers");
     size_t slot_bytes =
         n_gdn
             ? (size_t)n_gdn * (conv_ch * (size_t)(cf->lin_conv_kernel - 1) * 4 +
