@@ -41,14 +41,14 @@ static void step1_b16(uint16_t *S, const float *q, const float *k, const float *
     for (int n = 0; n < dv; n++) u[n] = 0.0f;
     for (int m = 0; m < dk; m++) {
         const uint16_t *s = S + (size_t)m * dv;
-        for (int n = 0; n < dv; n++) u[n] = fmaf(kern_bf16_f32(s[n]) * decay, k[m], u[n]);
+        for (int n = 0; n < dv; n++) u[n] = fmaf(cllm_bf16_to_f32(s[n]) * decay, k[m], u[n]);
     }
     for (int n = 0; n < dv; n++) u[n] = (v[n] - u[n]) * beta;
     for (int n = 0; n < dv; n++) o[n] = 0.0f;
     for (int m = 0; m < dk; m++) {
         uint16_t *s = S + (size_t)m * dv;
         for (int n = 0; n < dv; n++) {
-            float sv = fmaf(k[m], u[n], kern_bf16_f32(s[n]) * decay);
+            float sv = fmaf(k[m], u[n], cllm_bf16_to_f32(s[n]) * decay);
             o[n] = fmaf(sv, q[m], o[n]);
             s[n] = kern_bf16_rne(sv);
         }

@@ -319,13 +319,13 @@ static void gdn_tail_b16(uint16_t *S, const float *q, const float *k, const floa
     for (int j = n; j < dv; j++) u[j] = 0.0f, o[j] = 0.0f;
     for (int m = 0; m < dk; m++) {
         const uint16_t *s = S + (size_t)m * dv;
-        for (int j = n; j < dv; j++) u[j] = fmaf(kern_bf16_f32(s[j]) * decay, k[m], u[j]);
+        for (int j = n; j < dv; j++) u[j] = fmaf(cllm_bf16_to_f32(s[j]) * decay, k[m], u[j]);
     }
     for (int j = n; j < dv; j++) u[j] = (v[j] - u[j]) * beta;
     for (int m = 0; m < dk; m++) {
         uint16_t *s = S + (size_t)m * dv;
         for (int j = n; j < dv; j++) {
-            float sv = fmaf(k[m], u[j], kern_bf16_f32(s[j]) * decay);
+            float sv = fmaf(k[m], u[j], cllm_bf16_to_f32(s[j]) * decay);
             o[j] = fmaf(sv, q[m], o[j]);
             s[j] = kern_bf16_rne(sv);
         }

@@ -7,18 +7,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/half.h"
 #include "kernels/kernels.h"
 
-/* The bf16 recurrent state's conversions (gdn_step_bf16): widening is exact; kern_bf16_rne rounds
- * to nearest even by adding 0x7fff + lsb to the bits, the integer formula every SIMD tier's
- * lanes use (so tiers and ref agree bitwise). A NaN is not special-cased: a state that is NaN
- * already makes the layer's outputs NaN. */
-static inline float kern_bf16_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* The bf16 recurrent state's rounding (gdn_step_bf16; widening is base/half.h's exact
+ * cllm_bf16_to_f32): to nearest even by adding 0x7fff + lsb to the bits, the integer formula every
+ * SIMD tier's lanes use, so tiers and ref agree bitwise. Unlike cllm_f32_to_bf16 a NaN is not
+ * special-cased: a state that is NaN already makes the layer's outputs NaN. */
 static inline uint16_t kern_bf16_rne(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
