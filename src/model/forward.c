@@ -855,7 +855,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
     if (s == CLLM_OK && m->n_gdn > 0 && st->rec16 && c->gdn_prefill == CLLM_GDN_CHUNKED)
         s = cllm_err_set(err, CLLM_EINVAL,
                          "--gdn-prefill chunked needs a float32 recurrent state (this one is "
-                         "bfloat16: --mamba-ssm-cache-dtype)");
+                         "bfloat16: --mamba-ssm-cache-dtype, --ssm-dtype)");
     if (s == CLLM_OK) s = fwd_prepare(c, b, T, err);
     if (s == CLLM_OK && fwd_gdn_save_begin(c, b) != CLLM_OK)
         s = cllm_err_set(err, CLLM_ENOMEM, "out of memory (saved Gated DeltaNet inputs)");
