@@ -11,7 +11,8 @@
 #  - shapes that do not divide are refused naming the tensor and N;
 #  - expert parallel (--enable-expert-parallel) on three of them;
 #  - both launch paths: mpirun -np N cllm ... and cllm ... re-launching itself through mpirun;
-#  - --pipeline-parallel-size 1 accepted, 2 refused; mpirun -np 2 without the flag refused.
+#  - --pipeline-parallel-size 1 accepted, 2 refused; mpirun -np 2 without the flag refused;
+#  - the bf16 recurrent state (--ssm-dtype bf16) at N = 2 against N = 1.
 # Skipped (77) without mpirun, numpy, or in a build without MPI.
 set -u
 BIN=${CLLM_BIN:?}; SRC=${CLLM_SRC:?}; T=${CLLM_TMP:-/tmp}/tp_equal
@@ -111,7 +112,22 @@ for c in tiny:2 tiny:4 tiny-tp3:3; do
   else bad "$name EP N=$n logits: $r"; fi
 done
 
+# the recurrent state in bf16: each rank's slots hold its heads' state in bf16; N=2 within 1e-5 of
+# N=1 with the same state type, and the same greedy tokens
 M=$T/tiny
+"$BIN" eval "$M" --tokens "$TOK" --ssm-dtype bf16 --dump-logits "$T/tiny.b16.1.bin" >/dev/null 2>&1
+timeout 120 "${MPI[@]}" -np 2 "$BIN" eval "$M" --tokens "$TOK" --ssm-dtype bf16 --tensor-parallel-size 2 \
+  --dump-logits "$T/tiny.b16.2.bin" >/dev/null 2>"$T/err" || { bad "tiny bf16 state N=2 eval"; cat "$T/err"; }
+if r=$($PY "$T/cmp.py" "$T/tiny.b16.1.bin" "$T/tiny.b16.2.bin" "$(vocab "$M/config.json")"); then
+  ok "tiny bf16 state N=2 logits: $r"
+else bad "tiny bf16 state N=2 logits: $r"; fi
+cmp -s "$T/tiny.b16.1.bin" "$T/tiny.1.bin" && bad "tiny: --ssm-dtype bf16 gave the f32 state's logits"
+"$BIN" generate "$M" --tokens "$TOK" -n 12 --ids --ignore-eos --ssm-dtype bf16 >"$T/tiny.b16.gen1" 2>/dev/null
+timeout 120 "$BIN" generate "$M" --tokens "$TOK" -n 12 --ids --ignore-eos --ssm-dtype bf16 \
+  --tensor-parallel-size 2 >"$T/tiny.b16.gen2" 2>"$T/err"
+if [ -s "$T/tiny.b16.gen1" ] && cmp -s "$T/tiny.b16.gen1" "$T/tiny.b16.gen2"; then ok "tiny bf16 state N=2 greedy tokens"
+else bad "tiny bf16 state N=2 greedy tokens differ"; cat "$T/tiny.b16.gen1" "$T/tiny.b16.gen2" "$T/err"; fi
+
 mkdir -p "$T/full" && cp "$SRC/configs/qwen3.5-35b-a3b.json" "$T/full/config.json"
 # the engine under TP (forward calls from the engine's thread; rank 0 schedules and the others
 # follow its operations, as serve does, with several sequences in flight; the per-call batch
