@@ -33,21 +33,20 @@ void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v,
     }
 }
 
-/* The bf16 state: per token the fp32 step on bf16(S) with the updated state rounded to bf16
- * (kernels.h gdn_step_bf16); fmaf where the SIMD lanes fuse, so every tier matches bitwise. */
-static void step1_b16(uint16_t *S, const float *q, const float *k, const float *v, float decay,
-                      float beta, float *o, float *tmp, int dk, int dv) {
-    float *u = tmp;
-    for (int n = 0; n < dv; n++) u[n] = 0.0f;
+/* The bf16 state: one token's fp32 step on bf16(S) over columns [n0, dv), the updated state
+ * rounded to bf16 (kernels.h gdn_step_bf16); fmaf where the SIMD lanes fuse, so every tier
+ * matches bitwise (their scalar column tails call this). u: scratch indexed like v and o. */
+void kern_gdn_cols_bf16(uint16_t *S, const float *q, const float *k, const float *v, float decay,
+                        float beta, float *o, float *u, int dk, int dv, int n0) {
+    for (int n = n0; n < dv; n++) u[n] = 0.0f, o[n] = 0.0f;
     for (int m = 0; m < dk; m++) {
         const uint16_t *s = S + (size_t)m * dv;
-        for (int n = 0; n < dv; n++) u[n] = fmaf(cllm_bf16_to_f32(s[n]) * decay, k[m], u[n]);
+        for (int n = n0; n < dv; n++) u[n] = fmaf(cllm_bf16_to_f32(s[n]) * decay, k[m], u[n]);
     }
-    for (int n = 0; n < dv; n++) u[n] = (v[n] - u[n]) * beta;
-    for (int n = 0; n < dv; n++) o[n] = 0.0f;
+    for (int n = n0; n < dv; n++) u[n] = (v[n] - u[n]) * beta;
     for (int m = 0; m < dk; m++) {
         uint16_t *s = S + (size_t)m * dv;
-        for (int n = 0; n < dv; n++) {
+        for (int n = n0; n < dv; n++) {
             float sv = fmaf(k[m], u[n], cllm_bf16_to_f32(s[n]) * decay);
             o[n] = fmaf(sv, q[m], o[n]);
             s[n] = kern_bf16_rne(sv);
@@ -60,6 +59,7 @@ void kern_gdn_step_bf16_ref(uint16_t *S, const float *q, const float *k, const f
                             int T, float *tmp, int dk, int dv) {
     for (int t = 0; t < T; t++) {
         size_t r = (size_t)t * ld;
-        step1_b16(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp, dk, dv);
+        kern_gdn_cols_bf16(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp, dk,
+                           dv, 0);
     }
 }

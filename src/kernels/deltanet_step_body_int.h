@@ -194,64 +194,54 @@ GV gv_t b16_upd(gv_t x, gv_t km, gv_t d, gv_t vd, gv_t qm, gv_t *acc) {
     return gv_rnd(sv);
 }
 
-GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const float *v,
-                          const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
-                          int T, int dk, int dv, int n0, const int NV, const int HALF) {
-    const int W = GDN_VL;
-    gv_t u[4], d[4], acc[4];
-    for (int i = 0; i < NV; i++) u[i] = gv_zero();
-    {
-        const gv_t vd = gv_set(decay[0]);
-        for (int m = 0; m < dk; m++) {
-            uint16_t *s = S + (size_t)m * (size_t)dv + n0;
-            const gv_t km = gv_set(k[m]);
-            for (int i = 0; i < NV; i += GDN_PF_STEP_B16)
-                __builtin_prefetch(s + (size_t)dk * dv + W * i, 1, 2);
-            for (int i = 0; i < NV; i++)
-                u[i] = gv_fmadd(gv_mul(gv_ldb(s + W * i, HALF), vd), km, u[i]);
-        }
+/* NV state vectors of a row of S (n0 on): on the 8-lane tiers with PAIR, NV / 2 pairs of 16
+ * columns, each one 32-byte row of bf16 (ld16_bf16_eo: vector 2i holds the pair's even columns,
+ * 2i + 1 its odd ones), which halves the conversion work; else one vector per 8 or 16 columns.
+ * b16_ldv / b16_sto split v and merge o the same way, so each column gets the same lane
+ * operations whichever way it is loaded, and the bits do not depend on it. */
+GV void b16_ld(const uint16_t *s, gv_t *x, const int G, const int HALF) {
+#if GDN_PAIR
+    if (G == 2) {
+        ld16_bf16_eo(s, &x[0], &x[1]);
+        return;
     }
-    for (int t = 0; t < T; t++) {
-        const float *qt = q + (size_t)t * ld, *kt = k + (size_t)t * ld;
-        const gv_t vb = gv_set(beta[(size_t)t * ld]), vd = gv_set(decay[(size_t)t * ld]);
-        for (int i = 0; i < NV; i++) {
-            d[i] = gv_mul(gv_sub(gv_ld(v + (size_t)t * ld + n0 + W * i, HALF), u[i]), vb);
-            acc[i] = gv_zero();
-            u[i] = gv_zero();
-        }
-        if (t + 1 < T) { /* the next token's decayed state and u in the same pass */
-            const float *kn = kt + ld;
-            const gv_t vdn = gv_set(decay[(size_t)(t + 1) * ld]);
-            for (int m = 0; m < dk; m++) {
-                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
-                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
-                for (int i = 0; i < NV; i++) {
-                    gv_t x = b16_upd(gv_ldb(s + W * i, HALF), km, d[i], vd, qm, &acc[i]);
-                    gv_stb(s + W * i, x, HALF);
-                    u[i] = gv_fmadd(gv_mul(x, vdn), kmn, u[i]);
-                }
-            }
-        } else {
-            for (int m = 0; m < dk; m++) {
-                uint16_t *s = S + (size_t)m * (size_t)dv + n0;
-                const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
-                for (int i = 0; i < NV; i++)
-                    gv_stb(s + W * i, b16_upd(gv_ldb(s + W * i, HALF), km, d[i], vd, qm, &acc[i]),
-                           HALF);
-            }
-        }
-        for (int i = 0; i < NV; i++) gv_st(o + (size_t)t * ldo + n0 + W * i, acc[i], HALF);
+#endif
+    x[0] = gv_ldb(s, HALF);
+}
+GV void b16_st(uint16_t *s, const gv_t *x, const int G, const int HALF) {
+#if GDN_PAIR
+    if (G == 2) {
+        st16_bf16_eo(s, x[0], x[1]);
+        return;
     }
+#endif
+    gv_stb(s, x[0], HALF);
+}
+GV void b16_ldv(const float *p, gv_t *x, const int G, const int HALF) {
+#if GDN_PAIR
+    if (G == 2) {
+        ld16_eo(p, &x[0], &x[1]);
+        return;
+    }
+#endif
+    x[0] = gv_ld(p, HALF);
+}
+GV void b16_sto(float *p, const gv_t *x, const int G, const int HALF) {
+#if GDN_PAIR
+    if (G == 2) {
+        st16_eo(p, x[0], x[1]);
+        return;
+    }
+#endif
+    gv_st(p, x[0], HALF);
 }
 
-#if GDN_PAIR
-/* gdn_block_run_b16 for NV = 2 or 4 vectors as NV / 2 pairs of 16 columns, each pair loaded and
- * stored as one 32-byte row of bf16 (ld16_bf16_eo: vector 2i holds the pair's even columns, 2i+1
- * its odd ones; v and o split and merged to match), which halves the conversion work. Each
- * column still gets the lane operations of the unpaired runner, so the bits are the same. */
-GV void gdn_block_run_b16p(uint16_t *S, const float *q, const float *k, const float *v,
-                           const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
-                           int T, int dk, int dv, int n0, const int NV) {
+/* Columns [n0, n0 + GDN_VL*NV) of S (HALF: NV 1, 8 columns) for T >= 1 tokens in groups of G
+ * vectors (G 2: the pairs above, NV even), the fp32 runner's pipelining with bf16 rows. */
+GV void gdn_block_run_b16(uint16_t *S, const float *q, const float *k, const float *v,
+                          const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
+                          int T, int dk, int dv, int n0, const int NV, const int G,
+                          const int HALF) {
     const int W = GDN_VL;
     gv_t u[4], d[4], acc[4], x[4];
     for (int i = 0; i < NV; i++) u[i] = gv_zero();
@@ -262,73 +252,48 @@ GV void gdn_block_run_b16p(uint16_t *S, const float *q, const float *k, const fl
             const gv_t km = gv_set(k[m]);
             for (int i = 0; i < NV; i += GDN_PF_STEP_B16)
                 __builtin_prefetch(s + (size_t)dk * dv + W * i, 1, 2);
-            for (int i = 0; i < NV; i += 2) {
-                ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
-                u[i] = gv_fmadd(gv_mul(x[i], vd), km, u[i]);
-                u[i + 1] = gv_fmadd(gv_mul(x[i + 1], vd), km, u[i + 1]);
+            for (int i = 0; i < NV; i += G) {
+                b16_ld(s + W * i, &x[i], G, HALF);
+                for (int g = i; g < i + G; g++) u[g] = gv_fmadd(gv_mul(x[g], vd), km, u[g]);
             }
         }
     }
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld, *kt = k + (size_t)t * ld;
         const gv_t vb = gv_set(beta[(size_t)t * ld]), vd = gv_set(decay[(size_t)t * ld]);
-        for (int i = 0; i < NV; i += 2) {
-            gv_t ve, vo;
-            ld16_eo(v + (size_t)t * ld + n0 + W * i, &ve, &vo);
-            d[i] = gv_mul(gv_sub(ve, u[i]), vb);
-            d[i + 1] = gv_mul(gv_sub(vo, u[i + 1]), vb);
-            acc[i] = acc[i + 1] = gv_zero();
-            u[i] = u[i + 1] = gv_zero();
+        for (int i = 0; i < NV; i += G) {
+            b16_ldv(v + (size_t)t * ld + n0 + W * i, &x[i], G, HALF);
+            for (int g = i; g < i + G; g++) {
+                d[g] = gv_mul(gv_sub(x[g], u[g]), vb);
+                acc[g] = gv_zero();
+                u[g] = gv_zero();
+            }
         }
-        if (t + 1 < T) {
+        if (t + 1 < T) { /* the next token's decayed state and u in the same pass */
             const float *kn = kt + ld;
             const gv_t vdn = gv_set(decay[(size_t)(t + 1) * ld]);
             for (int m = 0; m < dk; m++) {
                 uint16_t *s = S + (size_t)m * (size_t)dv + n0;
                 const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]), kmn = gv_set(kn[m]);
-                for (int i = 0; i < NV; i += 2) {
-                    ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
-                    x[i] = b16_upd(x[i], km, d[i], vd, qm, &acc[i]);
-                    x[i + 1] = b16_upd(x[i + 1], km, d[i + 1], vd, qm, &acc[i + 1]);
-                    st16_bf16_eo(s + W * i, x[i], x[i + 1]);
-                    u[i] = gv_fmadd(gv_mul(x[i], vdn), kmn, u[i]);
-                    u[i + 1] = gv_fmadd(gv_mul(x[i + 1], vdn), kmn, u[i + 1]);
+                for (int i = 0; i < NV; i += G) {
+                    b16_ld(s + W * i, &x[i], G, HALF);
+                    for (int g = i; g < i + G; g++) x[g] = b16_upd(x[g], km, d[g], vd, qm, &acc[g]);
+                    b16_st(s + W * i, &x[i], G, HALF);
+                    for (int g = i; g < i + G; g++) u[g] = gv_fmadd(gv_mul(x[g], vdn), kmn, u[g]);
                 }
             }
         } else {
             for (int m = 0; m < dk; m++) {
                 uint16_t *s = S + (size_t)m * (size_t)dv + n0;
                 const gv_t km = gv_set(kt[m]), qm = gv_set(qt[m]);
-                for (int i = 0; i < NV; i += 2) {
-                    ld16_bf16_eo(s + W * i, &x[i], &x[i + 1]);
-                    x[i] = b16_upd(x[i], km, d[i], vd, qm, &acc[i]);
-                    x[i + 1] = b16_upd(x[i + 1], km, d[i + 1], vd, qm, &acc[i + 1]);
-                    st16_bf16_eo(s + W * i, x[i], x[i + 1]);
+                for (int i = 0; i < NV; i += G) {
+                    b16_ld(s + W * i, &x[i], G, HALF);
+                    for (int g = i; g < i + G; g++) x[g] = b16_upd(x[g], km, d[g], vd, qm, &acc[g]);
+                    b16_st(s + W * i, &x[i], G, HALF);
                 }
             }
         }
-        for (int i = 0; i < NV; i += 2)
-            st16_eo(o + (size_t)t * ldo + n0 + W * i, acc[i], acc[i + 1]);
-    }
-}
-#endif
-
-/* Columns [n, dv) (fewer than 8) in scalars: fmaf where the lanes fuse, so the same bits. */
-static void gdn_tail_b16(uint16_t *S, const float *q, const float *k, const float *v, float decay,
-                         float beta, float *o, float *u, int dk, int dv, int n) {
-    for (int j = n; j < dv; j++) u[j] = 0.0f, o[j] = 0.0f;
-    for (int m = 0; m < dk; m++) {
-        const uint16_t *s = S + (size_t)m * dv;
-        for (int j = n; j < dv; j++) u[j] = fmaf(cllm_bf16_to_f32(s[j]) * decay, k[m], u[j]);
-    }
-    for (int j = n; j < dv; j++) u[j] = (v[j] - u[j]) * beta;
-    for (int m = 0; m < dk; m++) {
-        uint16_t *s = S + (size_t)m * dv;
-        for (int j = n; j < dv; j++) {
-            float sv = fmaf(k[m], u[j], cllm_bf16_to_f32(s[j]) * decay);
-            o[j] = fmaf(sv, q[m], o[j]);
-            s[j] = kern_bf16_rne(sv);
-        }
+        for (int i = 0; i < NV; i += G) b16_sto(o + (size_t)t * ldo + n0 + W * i, &acc[i], G, HALF);
     }
 }
 
@@ -336,25 +301,21 @@ void GDN_STEP_BF16_FN(uint16_t *S, const float *q, const float *k, const float *
                       const float *decay, const float *beta, size_t ld, float *o, size_t ldo, int T,
                       float *tmp, int dk, int dv) {
     int n = 0;
-#if GDN_PAIR
     for (; n + 4 * GDN_VL <= dv; n += 4 * GDN_VL)
-        gdn_block_run_b16p(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4);
-    for (; n + 2 * GDN_VL <= dv; n += 2 * GDN_VL)
-        gdn_block_run_b16p(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 2);
-#else
-    for (; n + 4 * GDN_VL <= dv; n += 4 * GDN_VL)
-        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4, 0);
-#endif
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 4, GDN_PAIR ? 2 : 1,
+                          0);
+    for (; GDN_PAIR && n + 2 * GDN_VL <= dv; n += 2 * GDN_VL)
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 2, 2, 0);
     for (; n + GDN_VL <= dv; n += GDN_VL)
-        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 0);
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 1, 0);
     if (GDN_VL > 8 && n + 8 <= dv) {
-        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 1);
+        gdn_block_run_b16(S, q, k, v, decay, beta, ld, o, ldo, T, dk, dv, n, 1, 1, 1);
         n += 8;
     }
-    if (n < dv)
+    if (n < dv) /* fewer than 8 columns: the ref's scalar step */
         for (int t = 0; t < T; t++) {
             size_t r = (size_t)t * ld;
-            gdn_tail_b16(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp, dk,
-                         dv, n);
+            kern_gdn_cols_bf16(S, q + r, k + r, v + r, decay[r], beta[r], o + (size_t)t * ldo, tmp,
+                               dk, dv, n);
         }
 }

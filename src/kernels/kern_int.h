@@ -32,6 +32,10 @@ void kern_gdn_step_ref(float *S, const float *q, const float *k, const float *v,
 void kern_gdn_step_bf16_ref(uint16_t *S, const float *q, const float *k, const float *v,
                             const float *decay, const float *beta, size_t ld, float *o, size_t ldo,
                             int T, float *tmp, int dk, int dv);
+/* One token of gdn_step_bf16 over columns [n0, dv) of S (u: [dv] scratch): the ref's step and
+ * the SIMD tiers' scalar column tail. */
+void kern_gdn_cols_bf16(uint16_t *S, const float *q, const float *k, const float *v, float decay,
+                        float beta, float *o, float *u, int dk, int dv, int n0);
 void kern_gdn_chunk_ref(float *S, const float *q, const float *k, size_t ldqk, const float *v,
                         size_t ldv, const float *g, const float *beta, float *o, size_t ldo, int T,
                         int dk, int dv, float *work);
