@@ -105,30 +105,47 @@ static void test_gdn(const cllm_kern_ops *k, const char *tier) {
     }
 }
 
-/* Runs a's gdn_step over T tokens in one call (strided rows, as the model passes them) and, on a
- * copy of the state, b's in one call, or a's token by token when b is NULL; true when state and
- * outputs agree bitwise. */
-static bool gdn_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, int dv, int T) {
+/* One call of k's gdn_step, or gdn_step_bf16 when b16 (S then holds bf16), on rows p of stride
+ * ld ([q k v decay beta]). */
+static void gdn_call(const cllm_kern_ops *k, bool b16, void *S, const float *p, size_t ld, float *o,
+                     size_t ldo, int T, float *tmp, int dk, int dv) {
+    const float *dec = p + 2 * dk + dv, *bet = dec + 1;
+    if (b16)
+        k->gdn_step_bf16(S, p, p + dk, p + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+    else
+        k->gdn_step(S, p, p + dk, p + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+}
+
+/* Runs a's gdn_step (b16: gdn_step_bf16 on a bf16 state) over T tokens in one call (strided
+ * rows, as the model passes them) and, on a copy of the state, b's in one call, or a's token by
+ * token when b is NULL; true when state and outputs agree bitwise. */
+static bool gdn_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, int dv, int T,
+                      bool b16) {
     size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
-    float *P = malloc((ld * T + 8) * 4), *S = malloc(ns * 4), *S1 = malloc(ns * 4);
-    float *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4), *tmp = malloc(dv * 4);
+    size_t sb = ns * (b16 ? sizeof(uint16_t) : sizeof(float));
+    float *P = malloc((ld * T + 8) * 4), *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4);
+    float *tmp = malloc(dv * 4);
+    void *S = malloc(sb), *S1 = malloc(sb);
     for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
     for (int t = 0; t < T; t++) {
         P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand()); /* decay */
         P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());           /* beta */
     }
-    for (size_t i = 0; i < ns; i++) S[i] = S1[i] = test_frand();
-    const float *dec = P + 2 * dk + dv, *bet = dec + 1;
-    a->gdn_step(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
+    for (size_t i = 0; i < ns; i++) {
+        float x = test_frand();
+        if (b16)
+            ((uint16_t *)S)[i] = cllm_f32_to_bf16(x);
+        else
+            ((float *)S)[i] = x;
+    }
+    memcpy(S1, S, sb);
+    gdn_call(a, b16, S, P, ld, o, ldo, T, tmp, dk, dv);
     if (b)
-        b->gdn_step(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
+        gdn_call(b, b16, S1, P, ld, o1, ldo, T, tmp, dk, dv);
     else
-        for (int t = 0; t < T; t++) {
-            const float *p = P + t * ld;
-            a->gdn_step(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo, 0,
-                        1, tmp, dk, dv);
-        }
-    bool same = !memcmp(S, S1, ns * 4) && !memcmp(o, o1, ldo * T * 4);
+        for (int t = 0; t < T; t++)
+            gdn_call(a, b16, S1, P + t * ld, 0, o1 + t * ldo, 0, 1, tmp, dk, dv);
+    bool same = !memcmp(S, S1, sb) && !memcmp(o, o1, ldo * T * 4);
     free(P), free(S), free(S1), free(o), free(o1), free(tmp);
     return same;
 }
@@ -139,7 +156,7 @@ static bool gdn_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, in
 static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
     const int dims[][3] = {{128, 128, 9}, {20, 44, 5}, {16, 201, 3}, {3, 7, 1}};
     for (int c = 0; c < 4; c++)
-        CHECK_MSG(gdn_agree(k, NULL, dims[c][0], dims[c][1], dims[c][2]),
+        CHECK_MSG(gdn_agree(k, NULL, dims[c][0], dims[c][1], dims[c][2], false),
                   "%s gdn_step %d tokens in one call != one by one (dk %d dv %d)", tier, dims[c][2],
                   dims[c][0], dims[c][1]);
 }
@@ -150,37 +167,9 @@ static void test_gdn_multi(const cllm_kern_ops *k, const char *tier) {
 static void test_gdn_same(const cllm_kern_ops *a, const cllm_kern_ops *b) {
     const int dims[][3] = {{128, 128, 7}, {16, 201, 3}, {20, 44, 2}, {8, 24, 1}, {5, 9, 4}};
     for (int c = 0; c < 5; c++)
-        CHECK_MSG(gdn_agree(a, b, dims[c][0], dims[c][1], dims[c][2]),
+        CHECK_MSG(gdn_agree(a, b, dims[c][0], dims[c][1], dims[c][2], false),
                   "%s gdn_step != %s (dk %d dv %d T %d)", a->name, b->name, dims[c][0], dims[c][1],
                   dims[c][2]);
-}
-
-/* The bf16 state (gdn_step_bf16): a's T tokens in one call against b's in one call (b the ref:
- * the tiers must match it bitwise), or against a's one token at a time (NULL); bitwise. */
-static bool gdn16_agree(const cllm_kern_ops *a, const cllm_kern_ops *b, int dk, int dv, int T) {
-    size_t ld = 2 * (size_t)dk + dv + 5, ldo = (size_t)dv + 3, ns = (size_t)dk * dv;
-    float *P = malloc((ld * T + 8) * 4), *o = calloc(ldo * T, 4), *o1 = calloc(ldo * T, 4);
-    float *tmp = malloc(dv * 4);
-    uint16_t *S = malloc(ns * 2), *S1 = malloc(ns * 2);
-    for (size_t i = 0; i < ld * T; i++) P[i] = test_frand() * 0.3f;
-    for (int t = 0; t < T; t++) {
-        P[t * ld + 2 * dk + dv] = 0.5f + 0.5f * fabsf(test_frand());
-        P[t * ld + 2 * dk + dv + 1] = fabsf(test_frand());
-    }
-    for (size_t i = 0; i < ns; i++) S[i] = S1[i] = cllm_f32_to_bf16(test_frand());
-    const float *dec = P + 2 * dk + dv, *bet = dec + 1;
-    a->gdn_step_bf16(S, P, P + dk, P + 2 * dk, dec, bet, ld, o, ldo, T, tmp, dk, dv);
-    if (b)
-        b->gdn_step_bf16(S1, P, P + dk, P + 2 * dk, dec, bet, ld, o1, ldo, T, tmp, dk, dv);
-    else
-        for (int t = 0; t < T; t++) {
-            const float *p = P + t * ld;
-            a->gdn_step_bf16(S1, p, p + dk, p + 2 * dk, dec + t * ld, bet + t * ld, 0, o1 + t * ldo,
-                             0, 1, tmp, dk, dv);
-        }
-    bool same = !memcmp(S, S1, ns * 2) && !memcmp(o, o1, ldo * T * 4);
-    free(P), free(S), free(S1), free(o), free(o1), free(tmp);
-    return same;
 }
 
 /* gdn_step_bf16 against a double-precision oracle written here: per token the recurrence on the
@@ -231,9 +220,9 @@ static void test_gdn_bf16(const cllm_kern_ops *k, const char *tier) {
     for (int c = 0; c < 6; c++) {
         int dk = dims[c][0], dv = dims[c][1], T = dims[c][2];
         if (k != ref)
-            CHECK_MSG(gdn16_agree(k, ref, dk, dv, T), "%s gdn_step_bf16 != ref (dk %d dv %d T %d)",
-                      tier, dk, dv, T);
-        CHECK_MSG(gdn16_agree(k, NULL, dk, dv, T),
+            CHECK_MSG(gdn_agree(k, ref, dk, dv, T, true),
+                      "%s gdn_step_bf16 != ref (dk %d dv %d T %d)", tier, dk, dv, T);
+        CHECK_MSG(gdn_agree(k, NULL, dk, dv, T, true),
                   "%s gdn_step_bf16 %d tokens in one call != one by one (dk %d dv %d)", tier, T, dk,
                   dv);
         test_gdn_bf16_oracle(k, tier, dk, dv, T + 2);
