@@ -104,6 +104,21 @@ static int same_rows(float *a[NSEQ], float *b[NSEQ], int V, const char *what) {
     return bad;
 }
 
+/* max |got - want| over n values (NaN if got holds one, which fails any bound), and *mx the
+ * largest |want| */
+static double max_err(const float *got, const float *want, size_t n, double *mx) {
+    double e = 0;
+    *mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* not fmax: it drops a NaN, so a NaN logit would pass (and GCC 12.2 -O3 on
+         * aarch64 dies vectorizing fmax(e, fabs(float)) loops) */
+        double d = fabs(got[i] - want[i]), a = fabs(want[i]);
+        if (!(d <= e)) e = d;
+        if (a > *mx) *mx = a;
+    }
+    return e;
+}
+
 static void alloc_rows(float *o[NSEQ], int V) {
     for (int s = 0; s < NSEQ; s++) o[s] = calloc((size_t)seq_len[s] * V, sizeof(float));
 }
@@ -308,12 +323,7 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
     }
     /* the bf16 state: close to the f32 state's logits (not bitwise) */
     for (int s = 0; s < NSEQ; s++) {
-        double e = 0, mx = 0;
-        for (size_t i = 0; i < (size_t)seq_len[s] * V; i++) {
-            double d = fabs(alone16[s][i] - alone[s][i]), a = fabs(alone[s][i]);
-            if (!(d <= e)) e = d;
-            if (a > mx) mx = a;
-        }
+        double mx, e = max_err(alone16[s], alone[s], (size_t)seq_len[s] * V, &mx);
         CHECK_MSG(e < 0.05 * mx, "%s: bf16 state error %g (max %g), sequence %d", cfg, e, mx, s);
     }
     /* 4. bf16 KV: close to f32 KV (not bitwise) */
@@ -330,14 +340,7 @@ static void one_model(const char *src, const char *cfg, cllm_dtype dt, const cha
         cllm_seq_batch sb = {toks[0], 73, 0, table, 16, 0, CLLM_LOGITS_ALL};
         cllm_batch b = {&sb, 1};
         CHECK(cllm_forward(ctx, &b, &kv, &st, lg, &err) == CLLM_OK);
-        double e = 0, mx = 0;
-        for (size_t i = 0; i < (size_t)73 * V; i++) {
-            /* not fmax: it drops a NaN, so a NaN logit would pass (and GCC 12.2 -O3 on
-             * aarch64 dies vectorizing fmax(e, fabs(float)) loops) */
-            double d = fabs(lg[i] - alone[0][i]), a = fabs(alone[0][i]);
-            if (!(d <= e)) e = d;
-            if (a > mx) mx = a;
-        }
+        double mx, e = max_err(lg, alone[0], (size_t)73 * V, &mx);
         CHECK_MSG(e < 0.05 * mx, "%s: bf16 KV error %g (max %g)", cfg, e, mx);
         free(lg);
         cllm_fwd_ctx_free(ctx);
