@@ -95,20 +95,16 @@ static void *worker_main(void *arg) {
     /* generation 0 at creation: a job posted before this thread got here must still run here. */
     uint64_t seen = 0, st;
     for (;;) {
-        double t0 = 0.0;
+        const double t0 = cllm_time_s();
         for (unsigned spins = 1;
              (st = atomic_load_explicit(&p->job, memory_order_acquire)) >> 32 == seen &&
              !atomic_load(&p->stop);
              spins++) {
             pool_relax();
             if (spins % 256 == 0) { /* the clock every 256 checks (a few microseconds) */
-                double t = cllm_time_s();
-                if (t0 == 0.0)
-                    t0 = t;
-                else if (t - t0 > POOL_SPIN_S)
-                    break;
-                else if (t - t0 > POOL_YIELD_S)
-                    sched_yield();
+                double t = cllm_time_s() - t0;
+                if (t > POOL_SPIN_S) break;
+                if (t > POOL_YIELD_S) sched_yield();
             }
         }
         if (st >> 32 == seen && !atomic_load(&p->stop)) {
