@@ -162,8 +162,7 @@ static void chunk_run(gdn_job *j, int h, int kh, float *S, size_t t0, int n, flo
 
 /* Tokens [t0, t0 + n) of value head h through the recurrence (one kernel call: all tokens per
  * block of state columns), then the gated norm of each. */
-static void rec_run(gdn_job *j, int h, int kh, float *S, uint16_t *S16, size_t t0, int n,
-                    float *tmp) {
+static void rec_run(gdn_job *j, int h, int kh, void *S, size_t t0, int n, float *tmp) {
     cllm_fwd_ctx *c = j->c;
     const cllm_config *f = &c->m->cfg;
     int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads;
@@ -173,12 +172,8 @@ static void rec_run(gdn_job *j, int h, int kh, float *S, uint16_t *S16, size_t t
     float *o0 = c->o + t0 * j->vd + (size_t)h * dv;
     const float *q = P + (size_t)kh * dk, *k = P + j->kd + (size_t)kh * dk;
     const float *v = P + 2 * (size_t)j->kd + (size_t)h * dv;
-    if (S16)
-        c->k->gdn_step_bf16(S16, q, k, v, bb + Hv + h, bb + h, (size_t)j->ldp, o0, (size_t)j->vd, n,
-                            tmp, dk, dv);
-    else
-        c->k->gdn_step(S, q, k, v, bb + Hv + h, bb + h, (size_t)j->ldp, o0, (size_t)j->vd, n, tmp,
-                       dk, dv);
+    fwd_gdn_step(c, c->st, S, q, k, v, bb + Hv + h, bb + h, (size_t)j->ldp, o0, (size_t)j->vd, n,
+                 tmp);
     for (int i = 0; i < n; i++) {
         const float *z = P + (size_t)i * j->ldp + 2 * (size_t)j->kd + j->vd + (size_t)h * dv;
         float *o = o0 + (size_t)i * j->vd;
@@ -193,22 +188,14 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
     cllm_fwd_ctx *c = j->c;
     const cllm_config *f = &c->m->cfg;
     cllm_state_pool *st = c->st;
-    int dk = f->lin_k_dim, dv = f->lin_v_dim, Hv = f->lin_n_v_heads, rep = Hv / f->lin_n_k_heads;
+    int Hv = f->lin_n_v_heads, rep = Hv / f->lin_n_k_heads;
     float *tmp = c->thr + (size_t)tid * c->thr_stride;
     for (size_t it = b; it < e; it++) {
         int q = (int)(it / (size_t)Hv), h = (int)(it % (size_t)Hv), kh = h / rep;
         const cllm_seq_batch *sq = &c->batch->seqs[q];
-        /* one of S / S16 (forward.h cllm_state_pool); chunked runs need S (cllm_forward) */
-        float *S = st->rec ? fwd_gdn_rec(st, sq->state_slot, j->sub, h) : NULL;
-        uint16_t *S16 = st->rec16 ? fwd_gdn_rec16(st, sq->state_slot, j->sub, h) : NULL;
-        if (gdn_forks(sq)) {
-            if (S16)
-                memcpy(S16, fwd_gdn_rec16(st, sq->state_src, j->sub, h),
-                       (size_t)dk * dv * sizeof(uint16_t));
-            else
-                memcpy(S, fwd_gdn_rec(st, sq->state_src, j->sub, h),
-                       (size_t)dk * dv * sizeof(float));
-        }
+        void *S = fwd_gdn_state(st, sq->state_slot, j->sub, h);
+        if (gdn_forks(sq))
+            memcpy(S, fwd_gdn_state(st, sq->state_src, j->sub, h), fwd_gdn_state_bytes(st));
         size_t t0 = (size_t)c->seq_tok0[q];
         int ca = sq->n_tokens, cb = sq->n_tokens; /* [ca, cb) run chunked: 64-aligned chunks */
         if (c->gdn_prefill == CLLM_GDN_CHUNKED) {
@@ -217,9 +204,10 @@ static void rec_worker(void *vj, size_t b, size_t e, int tid) {
             cb = ca < sq->n_tokens ? ca + (sq->n_tokens - ca) / C * C : ca;
             if (cb <= ca) ca = cb = sq->n_tokens;
         }
-        if (ca > 0) rec_run(j, h, kh, S, S16, t0, ca, tmp);
+        if (ca > 0) rec_run(j, h, kh, S, t0, ca, tmp);
+        /* a float32 state: cllm_forward refuses the chunked form on a bf16 one */
         if (cb > ca) chunk_run(j, h, kh, S, t0 + (size_t)ca, cb - ca, tmp);
-        if (sq->n_tokens > cb) rec_run(j, h, kh, S, S16, t0 + (size_t)cb, sq->n_tokens - cb, tmp);
+        if (sq->n_tokens > cb) rec_run(j, h, kh, S, t0 + (size_t)cb, sq->n_tokens - cb, tmp);
     }
 }
 

@@ -111,12 +111,8 @@ static void commit_worker(void *vj, size_t b, size_t e, int tid) {
         const float *q = r + (size_t)kh * dk, *k = r + kd + (size_t)kh * dk;
         const float *v = r + 2 * kd + (size_t)h * dv;
         /* o: one row rewritten per token (ldo 0), the outputs are not needed */
-        if (j->st->rec16)
-            c->k->gdn_step_bf16(fwd_gdn_rec16(j->st, j->slot, sub, h), q, k, v, ba + Hv + h, ba + h,
-                                ld, o, 0, j->n, tmp, dk, dv);
-        else
-            c->k->gdn_step(fwd_gdn_rec(j->st, j->slot, sub, h), q, k, v, ba + Hv + h, ba + h, ld, o,
-                           0, j->n, tmp, dk, dv);
+        fwd_gdn_step(c, j->st, fwd_gdn_state(j->st, j->slot, sub, h), q, k, v, ba + Hv + h, ba + h,
+                     ld, o, 0, j->n, tmp);
     }
 }
 

@@ -293,12 +293,24 @@ static inline size_t fwd_gdn_rec_at(const cllm_state_pool *st, int slot, int sub
     return (((size_t)slot * st->n_layers + (size_t)sub) * st->n_v_heads + h) * (size_t)st->dk *
            st->dv;
 }
-/* (float32 pools only; fwd_gdn_rec16 for bf16 ones) */
-static inline float *fwd_gdn_rec(cllm_state_pool *st, int slot, int sub, int h) {
-    return st->rec + fwd_gdn_rec_at(st, slot, sub, h);
+/* in the pool's element type: float (rec) or bf16 (rec16), fwd_gdn_state_bytes long */
+static inline void *fwd_gdn_state(cllm_state_pool *st, int slot, int sub, int h) {
+    size_t at = fwd_gdn_rec_at(st, slot, sub, h);
+    return st->rec16 ? (void *)(st->rec16 + at) : (void *)(st->rec + at);
 }
-static inline uint16_t *fwd_gdn_rec16(cllm_state_pool *st, int slot, int sub, int h) {
-    return st->rec16 + fwd_gdn_rec_at(st, slot, sub, h);
+static inline size_t fwd_gdn_state_bytes(const cllm_state_pool *st) {
+    return (size_t)st->dk * st->dv * (st->rec16 ? sizeof(uint16_t) : sizeof(float));
+}
+/* n tokens of the recurrence on a head's state S of st's type (kernels.h gdn_step, or
+ * gdn_step_bf16 for a bf16 pool); the other arguments as theirs. */
+static inline void fwd_gdn_step(const cllm_fwd_ctx *c, const cllm_state_pool *st, void *S,
+                                const float *q, const float *k, const float *v, const float *decay,
+                                const float *beta, size_t ld, float *o, size_t ldo, int n,
+                                float *tmp) {
+    if (st->rec16)
+        c->k->gdn_step_bf16(S, q, k, v, decay, beta, ld, o, ldo, n, tmp, st->dk, st->dv);
+    else
+        c->k->gdn_step(S, q, k, v, decay, beta, ld, o, ldo, n, tmp, st->dk, st->dv);
 }
 
 static inline float fwd_sigmoid(float x) {
