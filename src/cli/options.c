@@ -87,10 +87,17 @@ static cllm_status p_panel_evict(cllm_opts *o, const char *v, const char *name, 
 }
 
 static cllm_status p_profile(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
-    o->fwd.profile = !*v || !strcmp(v, "0")  ? CLLM_PROFILE_OFF
-                     : !strcmp(v, "prefill") ? CLLM_PROFILE_PREFILL
-                                             : CLLM_PROFILE_DECODE;
-    return CLLM_OK;
+    static const char *names[] = {"0", "1", "prefill", "mtp"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, names[i])) {
+            o->fwd.profile = (cllm_fwd_profile)i; /* the enum's order */
+            return CLLM_OK;
+        }
+    if (!*v) {
+        o->fwd.profile = CLLM_PROFILE_OFF;
+        return CLLM_OK;
+    }
+    return cllm_err_set(err, CLLM_EINVAL, "%s=%s: expected 0, 1, prefill or mtp", name, v);
 }
 
 static cllm_status p_tp_topk(cllm_opts *o, const char *v, const char *name, cllm_error *err) {
@@ -204,9 +211,10 @@ static const opt_row rows[] = {
      "nearly fills RAM (full shape, 24 GiB: 8.5 -> 18.1 GB of 19.2 on huge pages; decode the same "
      "on Zen 3); the next start reads the file from disk again.",
      p_panel_evict, NULL},
-    {"CLLM_PROFILE", NULL, "0", "0, 1, prefill",
-     "Wall time per op family of the decode steps (1) or of the prefill steps (prefill), summed "
-     "over a forward context's life and logged when it is freed.",
+    {"CLLM_PROFILE", NULL, "0", "0, 1, prefill, mtp",
+     "Wall time per op family of the decode steps (1), of the prefill steps (prefill) or of the "
+     "speculative MTP head's passes (mtp), summed over a forward context's life and logged when "
+     "it is freed.",
      p_profile, NULL},
     {"CLLM_TP_TOPK", NULL, "1", "0, 1",
      "Tensor parallel: 0 sends every rank's whole logits slice instead of its best k per row "

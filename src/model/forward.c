@@ -317,6 +317,7 @@ cllm_status cllm_fwd_ctx_create(const cllm_model *m, cllm_pool *pool, cllm_fwd_c
     c->thr = cllm_alloc_aligned((size_t)c->n_threads * c->thr_stride * sizeof(float));
     c->prof_env = m->opts.profile != CLLM_PROFILE_OFF;
     c->prof_prefill = m->opts.profile == CLLM_PROFILE_PREFILL;
+    c->prof_mtp = m->opts.profile == CLLM_PROFILE_MTP;
     c->act16 = m->opts.act16;
     if (!c->thr) {
         free(c);
@@ -371,8 +372,11 @@ static void prof_report(cllm_fwd_ctx *c) {
     double n = (double)c->prof_steps;
     LOG_INFO("profile: %ld %s steps of %.2f tokens on average, %.3f ms per step (%d threads); "
              "per step:",
-             c->prof_steps, c->prof_prefill ? "prefill" : "decode", (double)c->prof_tokens / n,
-             1e3 * c->prof_total / n, c->n_threads);
+             c->prof_steps,
+             c->prof_mtp       ? "MTP head"
+             : c->prof_prefill ? "prefill"
+                               : "decode",
+             (double)c->prof_tokens / n, 1e3 * c->prof_total / n, c->n_threads);
     for (int i = 0; i < FWD_P_N; i++) {
         sum += c->prof[i];
         char waits[48] = ""; /* matmul families only: the others run no matmul region */
@@ -861,7 +865,7 @@ cllm_status cllm_forward(cllm_fwd_ctx *c, const cllm_batch *b, cllm_kv_pool *kv,
         s = cllm_err_set(err, CLLM_ENOMEM, "out of memory (saved Gated DeltaNet inputs)");
     if (s != CLLM_OK) return s;
     /* decode: one token per sequence; CLLM_PROFILE=prefill: the other steps */
-    c->prof_on = c->prof_env && (T == b->n_seqs) != c->prof_prefill;
+    c->prof_on = c->prof_env && !c->prof_mtp && (T == b->n_seqs) != c->prof_prefill;
     if (c->prof_env) cllm_pool_profile(c->pool, 1, NULL, NULL);
     double tp0 = c->prof_on ? cllm_time_s() : 0.0;
     c->kv = kv;

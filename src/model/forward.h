@@ -50,6 +50,7 @@ typedef enum cllm_fwd_profile {
     CLLM_PROFILE_OFF = 0,
     CLLM_PROFILE_DECODE,  /* wall time per op family of the decode steps, logged at ctx free */
     CLLM_PROFILE_PREFILL, /* the same for the prefill steps */
+    CLLM_PROFILE_MTP,     /* the same for the MTP head's passes (cllm_forward_mtp calls) */
 } cllm_fwd_profile;
 #define CLLM_LM_SCREEN_AUTO 0  /* screen an int8 lm_head of >= 65536 rows (weights.c: how many) */
 #define CLLM_LM_SCREEN_OFF  -1 /* the plain int8 lm_head */

@@ -243,7 +243,7 @@ struct cllm_fwd_ctx {
     /* cllm_fwd_opts.act16: how act_bits 16 GPTQ matmuls take their activations */
     cllm_act16 act16;
     /* cllm_fwd_opts.profile (see FWD_P_*): prof_on for the step being run */
-    bool prof_env, prof_on, prof_prefill;
+    bool prof_env, prof_on, prof_prefill, prof_mtp;
     int prof_tag;
     double prof[FWD_P_N];
     double prof_wait[FWD_P_N]; /* of prof: the caller waiting for workers in matmul regions */

@@ -138,7 +138,11 @@ static cllm_status mtp_pass(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seq
         c->cap_mtp_in = c->mtp_in ? need : 0;
         if (!c->mtp_in) return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
     }
-    c->prof_on = false; /* CLLM_PROFILE reports the main forward's steps only */
+    /* CLLM_PROFILE=mtp: these passes, not the main forward's steps; a whole pass is a step
+     * (fwd_head counts it), a K/V-only pass's time goes to the next step's */
+    c->prof_on = c->prof_mtp;
+    if (c->prof_on) cllm_pool_profile(c->pool, 1, NULL, NULL);
+    const double tp0 = c->prof_on ? cllm_time_s() : 0.0;
     c->kv = kv;
     c->st = NULL;
     int t = 0;
@@ -156,21 +160,23 @@ static cllm_status mtp_pass(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seq
         fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
     fwd_rope_tables(c, T);
-    if (kv_only)
-        return fwd_layer_kv(c, &m->mtp_layers[0], f->n_layers, T) == CLLM_OK
-                   ? CLLM_OK
-                   : cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+    if (kv_only) {
+        if (fwd_layer_kv(c, &m->mtp_layers[0], f->n_layers, T) != CLLM_OK)
+            return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");
+        if (c->prof_on) c->prof_total += cllm_time_s() - tp0;
+        return CLLM_OK;
+    }
     for (int l = 0; l < m->n_mtp; l++)
         if ((s = fwd_run_layer(c, &m->mtp_layers[l], f->n_layers + l, T, err)) != CLLM_OK) return s;
-    return fwd_head(c, m->mtp_norm, T, 0.0, seqs[0].vocab_rows, logits, err);
+    return fwd_head(c, m->mtp_norm, T, tp0, seqs[0].vocab_rows, logits, err);
 }
 
-cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
-                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
+/* The call after its checks: K/V-only rows first where some sequence has them, then the rest. */
+static cllm_status mtp_call(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs, cllm_kv_pool *kv,
+                            float *logits, cllm_error *err) {
     const cllm_model *m = c->m;
     int T = 0, H = m->cfg.hidden_size, nk = 0;
-    cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
-    if (s != CLLM_OK) return s;
+    cllm_status s;
     for (int q = 0; q < n_seqs; q++) nk += seqs[q].kv_rows > 0;
     if (nk == 0 || m->mtp_layers[0].type != CLLM_LAYER_FULL_ATTN)
         return mtp_pass(c, seqs, n_seqs, kv, false, logits, err);
@@ -209,4 +215,10 @@ cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_se
     }
     if ((s = mtp_pass(c, a, na, kv, true, NULL, err)) != CLLM_OK) return s;
     return mtp_pass(c, b, n_seqs, kv, false, logits, err);
+}
+
+cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
+    cllm_status s = check_call(c->m, c, seqs, n_seqs, kv, err);
+    return s == CLLM_OK ? mtp_call(c, seqs, n_seqs, kv, logits, err) : s;
 }

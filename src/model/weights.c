@@ -772,7 +772,7 @@ cllm_status cllm_model_load_tp(const char *dir, const cllm_fwd_opts *opts, int r
     *out = NULL;
     if (opts &&
         (opts->lm_screen < CLLM_LM_SCREEN_OFF || opts->lm_screen > CLLM_LM_SCREEN_MAX ||
-         (unsigned)opts->act16 > CLLM_ACT16_INT8 || (unsigned)opts->profile > CLLM_PROFILE_PREFILL))
+         (unsigned)opts->act16 > CLLM_ACT16_INT8 || (unsigned)opts->profile > CLLM_PROFILE_MTP))
         return cllm_err_set(err, CLLM_EINVAL, "cllm_fwd_opts: a field out of range");
     cllm_model *m = calloc(1, sizeof(*m));
     if (!m) return cllm_err_set(err, CLLM_ENOMEM, "out of memory");

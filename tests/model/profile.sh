@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CLLM_PROFILE (model/forward.c prof_report): the per-family table of decode steps (=1) and of
-# prompt steps (=prefill) on models/tiny: the header counts the steps and tokens, every family
+# CLLM_PROFILE (model/forward.c prof_report): the per-family table of decode steps (=1), of
+# prompt steps (=prefill) and of the MTP head's passes (=mtp) on models/tiny: the header counts the steps and tokens, every family
 # and the unaccounted rest appear once, the rows add up to the step (ms and percent), a family's
 # matmul waits never exceed its time; unset, nothing is logged.
 set -u
@@ -39,6 +39,14 @@ check_table "$T/dec" "decode" "profile: 8 decode steps of 1.00 tokens on average
 CLLM_PROFILE=prefill "$BIN" bench-forward "$SRC/models/tiny" -p 8 -n 4 -t 2 >/dev/null 2>"$T/pre" ||
   bad "bench-forward CLLM_PROFILE=prefill failed"
 check_table "$T/pre" "prefill" "profile: 1 prefill steps of 8.00 tokens on average"
+# the MTP head's passes (models/tiny has a trained one): their own table, the main steps not in it
+CLLM_PROFILE=mtp "$BIN" generate "$SRC/models/tiny" --prompt "In the beginning" -n 24 -t 2 \
+  --temperature 0 --speculative-config '{"method": "mtp", "num_speculative_tokens": 2}' \
+  >/dev/null 2>"$T/mtp" || bad "generate CLLM_PROFILE=mtp failed"
+check_table "$T/mtp" "mtp" "profile: [1-9][0-9]* MTP head steps of 1.00 tokens on average"
+grep -q "decode steps\|prefill steps" "$T/mtp" && bad "CLLM_PROFILE=mtp: a main-step table too" ||
+  ok "CLLM_PROFILE=mtp: the MTP table alone"
+expect_rc 2 "CLLM_PROFILE=bogus refused" env CLLM_PROFILE=bogus "$BIN" cpuinfo
 "$BIN" bench-forward "$SRC/models/tiny" -p 8 -n 4 -t 2 >/dev/null 2>"$T/off"
 grep -q "profile:" "$T/off" && bad "profile lines without CLLM_PROFILE" || ok "no profile when unset"
 exit $fail
