@@ -67,6 +67,23 @@ int cli_check_model_dir(const char *command, const char **path);
     "activations of 16-bit-activation GPTQ matmuls: int16 codes, int8 codes on int4 matrices "     \
     "(faster prefill), or float kernels (default: $CLLM_ACT16, else int)"
 #define CLI_ACT16_CHOICES "int|int8|float"
+/* The state options of the commands that run one sequence (generate, eval, bench-forward): their
+ * table rows, with a const char * target each; HOW_PPL adds eval --ppl's "of the model under
+ * test" (its --compare base runs f32). */
+#define CLI_GDN_PREFILL_ROW(target)                                                                \
+    {                                                                                              \
+        "--gdn-prefill", NULL, CLI_CHOICE, (target),                                               \
+            "Gated DeltaNet prefill: token-by-token recurrence or the chunked form "               \
+            "(docs/model.md 2.4)",                                                                 \
+            "recurrent|chunked"                                                                    \
+    }
+#define CLI_SSM_DTYPE_ROW(target, more)                                                            \
+    {                                                                                              \
+        "--ssm-dtype", NULL, CLI_CHOICE, (target),                                                 \
+            "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype" more     \
+            ")",                                                                                   \
+            "f32|bf16"                                                                             \
+    }
 /* A numeric macro's value as a string literal, for a default named in a help text:
  * "(default " CLI_STR_OF(CLLM_MAX_NUM_BATCHED_TOKENS_DEFAULT) ")". */
 #define CLI_STR_(x)   #x

@@ -134,14 +134,9 @@ int cmd_bench_forward(int argc, char **argv) {
         {"--seed", "-s", CLI_INT, &seed, "seed for the random prompt", NULL, 0, 9.2e18},
         {"--no-prefault", NULL, CLI_FLAG, &no_prefault,
          "do not touch every weight page before timing"},
-        {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
-         "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
-         "2.4)",
-         "recurrent|chunked"},
+        CLI_GDN_PREFILL_ROW(&gdn_mode),
         {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
-        {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
-         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype)",
-         "f32|bf16"},
+        CLI_SSM_DTYPE_ROW(&ssmd, ""),
         {0}};
     const cli_spec spec = {
         "bench-forward",

@@ -90,14 +90,8 @@ int cmd_eval(int argc, char **argv) {
         {"--kv-dtype", NULL, CLI_CHOICE, &kvd,
          "KV cache element type (--ppl: of the model under test; the --compare base runs f32)",
          "f32|bf16"},
-        {"--ssm-dtype", NULL, CLI_CHOICE, &ssmd,
-         "Gated DeltaNet recurrent state element type (serve: --mamba-ssm-cache-dtype; --ppl: "
-         "of the model under test)",
-         "f32|bf16"},
-        {"--gdn-prefill", NULL, CLI_CHOICE, &gdn_mode,
-         "Gated DeltaNet prefill: token-by-token recurrence or the chunked form (docs/model.md "
-         "2.4)",
-         "recurrent|chunked"},
+        CLI_SSM_DTYPE_ROW(&ssmd, "; --ppl: of the model under test"),
+        CLI_GDN_PREFILL_ROW(&gdn_mode),
         {"--act16", NULL, CLI_CHOICE, &act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--ppl", NULL, CLI_STR, &ppl,
          "perplexity over strided windows: a text FILE (tokenized), or token ids (@FILE or 1,2,3)"},
