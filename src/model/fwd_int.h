@@ -345,6 +345,10 @@ cllm_status fwd_moe(cllm_fwd_ctx *c, const fwd_moe_w *w, int T);
  * n_ids in 1..vocab - 1: only the first n_ids ids live (a draft vocabulary), every later entry
  * -inf; 0: all. */
 cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, float *logits);
+/* The screen's pick (fwd_lmhead.c): the C best of y[0, n_y) in its order (the larger value, then
+ * the lower id; a NaN after every number) into hv/hid as a heap whose root hv[0] is the last of
+ * them; returns how many, min(C, n_y). bm: scratch of (n_y + 63) / 64 floats. */
+int fwd_lm_best(const float *y, int n_y, int C, float *bm, float *hv, int *hid);
 /* The dense SwiGLU MLP on c->xn, added into c->x; the failing matmul's status as fwd_moe. */
 cllm_status fwd_mlp_dense(cllm_fwd_ctx *c, const fwd_mlp *mlp, int T);
 

@@ -34,7 +34,7 @@
 /* panels per work item (1024 columns; 512 KB of the 2-bit plane at K 2048): the estimate pass
  * 4.1-4.4 ms at 8 panels, 3.8 at 32, 3.9-4.2 at 64 and 128 (quarter shape, Zen 3, 2 threads) */
 #define LM_ITEM_PANS 32
-#define PICK_BLOCK   64 /* entries pick skips at once when none can enter the heap */
+#define PICK_BLOCK   64 /* entries per block of pick's maxima */
 #define LM_BLK       16 /* entries a candidate rescores: a 16-column block of its panel */
 #define LM_MARGIN_Z  4  /* settle's margin: this many RMS errors of the row's rescored estimates */
 
@@ -62,9 +62,8 @@ typedef struct lm_job {
     int n_it;      /* rescore items */
     float *hv;     /* [n_threads][S] settle's heap of estimates left (and hid their ids) */
     int *hid;
-    int pch, pcap; /* pick: chunks per row, heap entries per chunk */
-    float *phv;    /* [R * pch][pcap] the chunks' heaps (and phid their ids, pn their sizes) */
-    int *phid, *pn;
+    int nbm;    /* pick's blocks of PICK_BLOCK entries per row (the last may be narrower) */
+    float *bmx; /* [R][nbm] their maxima */
 } lm_job;
 
 /* One past the last live vocabulary entry of block b (the last may be narrower). */
@@ -191,61 +190,56 @@ static int row_slots(const lm_job *j, int t) {
     return 2 * heap_size(j, t) < j->nb ? 2 * heap_size(j, t) : j->nb;
 }
 
-/* Pick item i: chunk i % pch of row i / pch (chunks of whole PICK_BLOCKs), its C best estimates
- * (in est_before's order) into the item's heap. The chunks of a row run in parallel where the
- * batch has fewer screened rows than threads (batch 1: 0.3 ms a row on one thread, Zen 3). */
-static void pick_scan_worker(void *vj, size_t b, size_t e, int tid) {
-    (void)tid;
-    lm_job *j = vj;
-    for (size_t i = b; i < e; i++) {
-        const size_t t = i / (size_t)j->pch;
-        if (j->row_k[t] <= 0) continue;
-        const int nblk = (j->Vl + PICK_BLOCK - 1) / PICK_BLOCK, ch = (int)(i % (size_t)j->pch);
-        const int v0 = (int)((int64_t)nblk * ch / j->pch) * PICK_BLOCK;
-        int v1 = (int)((int64_t)nblk * (ch + 1) / j->pch) * PICK_BLOCK;
-        v1 = v1 < j->Vl ? v1 : j->Vl;
-        const float *y = j->logits + t * (size_t)j->V;
-        const int C = heap_size(j, (int)t);
-        float *hv = j->phv + i * (size_t)j->pcap;
-        int *hid = j->phid + i * (size_t)j->pcap, n = 0;
-        for (int v = v0; v < v1; v++) {
-            /* a full heap's root rises fast: most blocks of 64 hold nothing above it, and their
-             * maximum is cheaper than a compare and branch per entry (0.33 -> 0.12 ms a row);
-             * a NaN root (fewer numbers than C so far) goes to the first number offered */
-            if (n == C && (v & (PICK_BLOCK - 1)) == 0 && v + PICK_BLOCK <= v1 && hv[0] == hv[0]) {
-                float m8[8]; /* eight chains: a max's latency per entry otherwise; a NaN never
-                              * passes the root test below, so the max skips it too */
-                for (int l = 0; l < 8; l++) m8[l] = -INFINITY;
-                for (int k = 0; k < PICK_BLOCK; k += 8)
-                    for (int l = 0; l < 8; l++) m8[l] = y[v + k + l] > m8[l] ? y[v + k + l] : m8[l];
-                float mx = m8[0];
-                for (int l = 1; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
-                if (!(mx > hv[0])) {
-                    v += PICK_BLOCK - 1;
-                    continue;
-                }
-            }
-            heap_offer(hv, hid, &n, C, y[v], v);
+/* fwd_int.h. The C-th largest of the block maxima is a floor (low) for the C best: C blocks each
+ * hold an entry at or above it. So one vector-friendly pass takes every block's maximum, a heap
+ * of C maxima gives the floor, and only the blocks reaching it are read entry by entry (about C
+ * of them). A heap over every entry, skipping blocks below its root, read 1000 blocks entry by
+ * entry while its root rose (0.3-0.5 ms a 248k row on Zen 3; chunks on two threads did not
+ * help: each chunk's root rises as slowly). */
+int fwd_lm_best(const float *y, int n_y, int C, float *bm, float *hv, int *hid) {
+    const int nbm = (n_y + PICK_BLOCK - 1) / PICK_BLOCK;
+    float low = -INFINITY;
+    bool use_low = nbm >= C;
+    if (use_low) {
+        for (int k = 0; k < nbm; k++) {
+            const int v0 = k * PICK_BLOCK, v1 = v0 + PICK_BLOCK < n_y ? v0 + PICK_BLOCK : n_y;
+            float m8[8]; /* eight chains: a max's latency per entry otherwise; NaN skipped */
+            for (int l = 0; l < 8; l++) m8[l] = -INFINITY;
+            int v = v0;
+            for (; v + 8 <= v1; v += 8)
+                for (int l = 0; l < 8; l++) m8[l] = y[v + l] > m8[l] ? y[v + l] : m8[l];
+            for (; v < v1; v++) m8[0] = y[v] > m8[0] ? y[v] : m8[0];
+            float mx = m8[0];
+            for (int l = 1; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+            bm[k] = mx;
         }
-        j->pn[i] = n;
+        int n = 0; /* the C largest maxima (ids: their blocks), root the C-th */
+        for (int k = 0; k < nbm; k++)
+            if (n < C || bm[k] > hv[0]) heap_offer(hv, hid, &n, C, bm[k], k);
+        low = hv[0];
+        use_low = low > -INFINITY; /* else fewer than C numbers above -inf: read every entry */
     }
+    int n = 0;
+    for (int k = 0; k < nbm; k++) {
+        if (use_low && !(bm[k] >= low)) continue;
+        const int v0 = k * PICK_BLOCK, v1 = v0 + PICK_BLOCK < n_y ? v0 + PICK_BLOCK : n_y;
+        for (int v = v0; v < v1; v++)
+            if (!use_low || y[v] >= low) heap_offer(hv, hid, &n, C, y[v], v);
+    }
+    return n;
 }
 
-/* Screened row t: its chunks' heaps merged into the row's C best (one set in any chunking: the
- * order is total) -> its candidate blocks, ascending, and threshold. */
-static void pick_merge_worker(void *vj, size_t b, size_t e, int tid) {
+/* Screened row t's C best estimates (fwd_lm_best) -> its candidate blocks, ascending, and
+ * threshold. */
+static void pick_worker(void *vj, size_t b, size_t e, int tid) {
     (void)tid;
     lm_job *j = vj;
     float hv[2 * CLLM_LOGITS_TOPK_MAX > 4096 ? 2 * CLLM_LOGITS_TOPK_MAX : 4096];
     int hid[sizeof(hv) / sizeof(*hv)];
     for (size_t t = b; t < e; t++) {
         if (j->row_k[t] <= 0) continue;
-        const int C = heap_size(j, (int)t);
-        int n = 0;
-        for (size_t i = t * (size_t)j->pch; i < (t + 1) * (size_t)j->pch; i++)
-            for (int q = 0; q < j->pn[i]; q++)
-                heap_offer(hv, hid, &n, C, j->phv[i * (size_t)j->pcap + (size_t)q],
-                           j->phid[i * (size_t)j->pcap + (size_t)q]);
+        const int n = fwd_lm_best(j->logits + t * (size_t)j->V, j->Vl, heap_size(j, (int)t),
+                                  j->bmx + t * (size_t)j->nbm, hv, hid);
         j->thr[t] = n ? j->em * hv[0] : NAN;
         /* the blocks sort in the heap's own array: n may exceed the row's S slots (n > nb where
          * the vocabulary is small), only the unique blocks (<= min(n, nb) <= S) go to cand, which
@@ -402,10 +396,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
             cmax = heap_size(&j, t) > cmax ? heap_size(&j, t) : cmax;
         }
     j.S = 2 * cmax < j.nb ? 2 * cmax : j.nb;
-    /* pick's chunks: enough rows x chunks for the threads, each of 2048 entries or more */
-    j.pch = n_scr && n_scr < c->n_threads ? (c->n_threads + n_scr - 1) / n_scr : 1;
-    if (j.pch > j.Vl / 2048) j.pch = j.Vl / 2048 > 1 ? j.Vl / 2048 : 1;
-    j.pcap = cmax;
+    j.nbm = (j.Vl + PICK_BLOCK - 1) / PICK_BLOCK;
     const int ag4 = cllm_qact16_group(4, q->group);
     j.b4 = cllm_qact16_bytes(j.K, ag4, 1);
     j.b8 = cllm_qact_bytes(j.K, q->group, 1);
@@ -422,9 +413,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
                             (size_t)R * j.S * sizeof(float),
                             (size_t)c->n_threads * j.S * sizeof(float),
                             (size_t)c->n_threads * j.S * sizeof(int),
-                            (size_t)R * j.pch * j.pcap * sizeof(float),
-                            (size_t)R * j.pch * j.pcap * sizeof(int),
-                            (size_t)R * j.pch * sizeof(int)};
+                            (size_t)R * j.nbm * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
@@ -451,9 +440,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
     j.ie2 = (float *)(void *)at[9];
     j.hv = (float *)(void *)at[10];
     j.hid = (int *)(void *)at[11];
-    j.phv = (float *)(void *)at[12];
-    j.phid = (int *)(void *)at[13];
-    j.pn = (int *)(void *)at[14];
+    j.bmx = (float *)(void *)at[12];
     const int H = m->cfg.hidden_size;
     c->k->qact16_prep(c->xn, (size_t)H, R, j.K, ag4, 4, j.a4);
     if (n_scr) {
@@ -477,8 +464,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
         return CLLM_OK;
     }
     if (c->prof_on) tp[1] = cllm_time_s();
-    cllm_pool_for(n_scr > 1 || j.pch > 1 ? c->pool : NULL, (size_t)R * j.pch, pick_scan_worker, &j);
-    cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_merge_worker, &j);
+    cllm_pool_for(n_scr > 1 ? c->pool : NULL, (size_t)R, pick_worker, &j);
     if (c->prof_on) tp[2] = cllm_time_s();
     size_t n_it = 0;
     for (int t = 0; t < R; t++)
