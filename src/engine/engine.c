@@ -307,7 +307,9 @@ static void engine_defaults(cllm_engine_opts *op) {
 static cllm_status load_model(cllm_engine *e, cllm_error *err) {
     const cllm_engine_opts o = e->o;
     cllm_status rc;
-    if ((rc = cllm_model_load(o.model_dir, &o.fwd, &e->m, err)) != CLLM_OK) return rc;
+    cllm_fwd_opts fo = o.fwd;
+    fo.mtp_panels = o.spec.method == CLLM_SPEC_MTP;
+    if ((rc = cllm_model_load(o.model_dir, &fo, &e->m, err)) != CLLM_OK) return rc;
     if (!o.no_prefault) {
         double t0 = cllm_time_s();
         uint64_t nb = cllm_model_prefault(e->m);

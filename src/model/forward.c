@@ -362,7 +362,8 @@ static const char *const prof_names[FWD_P_N] = {"embed",
                                                 "moe experts gate/up",
                                                 "moe experts + shared down",
                                                 "moe routing/sort/gather/act/combine",
-                                                "lm_head"};
+                                                "lm_head",
+                                                "mtp fc (the MTP head's input)"};
 
 static void prof_report(cllm_fwd_ctx *c) {
     if (!c->prof_env || c->prof_steps == 0) return;
@@ -730,6 +731,7 @@ cllm_status fwd_run_layer(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T, cll
 cllm_status fwd_layer_kv(cllm_fwd_ctx *c, const fwd_layer *L, int l, int T) {
     c->layer = l;
     fwd_rmsnorm_rows(c, L->norm.in, c->x, c->xn, NULL, T);
+    c->prof_tag = FWD_P_ATTN_PROJ; /* else the last tag set: the lm_head's */
     return fwd_attention_kv(c, &L->attn, L->sub, T);
 }
 

@@ -68,6 +68,9 @@ typedef struct cllm_fwd_opts {
     bool panel_evict;         /* CLLM_PANEL_EVICT=1: copied checkpoint pages leave the page cache */
     cllm_fwd_profile profile; /* CLLM_PROFILE */
     bool no_tp_topk;          /* CLLM_TP_TOPK=0: tensor parallel sends whole logits slices */
+    /* the MTP head will draft (the engine sets it for method mtp): its matrices are repacked
+     * into panels too, else they stay on the checkpoint's pages, untouched */
+    bool mtp_panels;
 } cllm_fwd_opts;
 
 /* Opens dir (config.json + safetensors), checks every tensor of the plan (name, shape, dtype

@@ -157,6 +157,7 @@ enum {
     FWD_P_MOE_DOWN, /* routed experts down + shared expert down */
     FWD_P_MOE_REST, /* softmax/top-k, sort, gather, SiLU, combine */
     FWD_P_LM_HEAD,
+    FWD_P_MTP_FC, /* the MTP head's input projection (CLLM_PROFILE=mtp) */
     FWD_P_N
 };
 

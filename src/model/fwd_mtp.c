@@ -156,6 +156,7 @@ static cllm_status mtp_pass(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seq
     mtp_job j = {c, seqs};
     cllm_pool_for(c->pool, (size_t)T, input_worker, &j);
     c->layer = f->n_layers;
+    c->prof_tag = FWD_P_MTP_FC;
     if (fwd_mm_add(c, &m->mtp_fc, c->mtp_in, 2 * (size_t)H, T, c->x, (size_t)H) != CLLM_OK ||
         fwd_mm_run(c) != CLLM_OK)
         return cllm_err_set(err, CLLM_ENOMEM, "forward_mtp: out of memory");

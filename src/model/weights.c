@@ -696,6 +696,20 @@ static cllm_status model_panels(cllm_model *m, cllm_error *err) {
         fwd_layer_mats(&m->layers[l], c->n_experts, list_mat, &ml);
         st = panel_set(&pl, ml.ws, ml.n, err);
     }
+    /* the MTP head's layer and input projection when it will draft (opts.mtp_panels): on the
+     * GPTQ layout a draft pass took 5.0 ms, 4.0-4.5 paneled (quarter shape, Zen 3, three
+     * alternated pairs; a draft's logits move by rounding, test_mtp). Not under tensor
+     * parallel, which never runs the head */
+    const bool mtp = m->opts.mtp_panels && m->tp_size <= 1;
+    for (int l = 0; mtp && l < m->n_mtp && st == CLLM_OK; l++) {
+        ml.n = 0;
+        fwd_layer_mats(&m->mtp_layers[l], c->n_experts, list_mat, &ml);
+        st = panel_set(&pl, ml.ws, ml.n, err);
+    }
+    if (st == CLLM_OK && mtp && m->has_mtp) {
+        fwd_wt *fc = &m->mtp_fc;
+        st = panel_set(&pl, &fc, 1, err);
+    }
     fwd_wt *head = &m->lm_head;
     lm_split ls = {{NULL, NULL, NULL, NULL}, NULL, NULL};
     if (st == CLLM_OK && !m->opts.no_lm_panel && (st = lm_screen_plan(m, &ls, err)) == CLLM_OK) {

@@ -10,7 +10,7 @@ T=${CLLM_TMP:-/tmp}/profile
 rm -rf "$T" && mkdir -p "$T"
 FAMS=("embed" "norms" "attn proj" "attn core" "gdn proj" "gdn conv" "gdn recurrence"
   "moe router" "moe experts gate/up" "moe experts + shared down" "moe routing" "lm_head"
-  "unaccounted")
+  "mtp fc" "unaccounted")
 
 check_table() { # file label header-regex
   local f=$1 what=$2
@@ -29,7 +29,7 @@ check_table() { # file label header-regex
     END {
       d = ms - total; if (d < 0) d = -d
       printf "%s: %d rows, %.3f of %.3f ms, %.1f%%, %d waits over their row\n", what, rows, ms, total, pc, badw
-      exit !(rows == 13 && total > 0 && d <= 0.02 && pc > 99 && pc < 101 && badw == 0)
+      exit !(rows == 14 && total > 0 && d <= 0.02 && pc > 99 && pc < 101 && badw == 0)
     }' "$f" >"$T/sum" && ok "$(cat "$T/sum")" || bad "$(cat "$T/sum")"
 }
 

@@ -19,11 +19,13 @@
  *  - errors: no MTP head, a pool without the MTP layer, NULL hidden, a bad token, a short block
  *    table, logits_n past the rows (the pool untouched); two MTP layers (EUNSUPPORTED). Without
  * /usr/bin/python3 + numpy the reference part is skipped (the rest still runs). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/forward.h"
+#include "model/fwd_int.h"
 #include "test.h"
 #include "test_model.h"
 
@@ -582,6 +584,44 @@ static void test_screened(const char *tmp, int est_bits, int ncand) {
         }
         CHECK_MSG(inf_ok && agree >= 3, "screened draft vocabulary: %d of 4 argmax agree (inf %d)",
                   agree, inf_ok);
+        /* loaded to draft (the engine's load for method mtp, cllm_fwd_opts.mtp_panels): the
+         * head's matrices are repacked into panels too */
+        rig r2;
+        g_fwd.mtp_panels = true;
+        bad = rig_open(&r2, dir, 1, 16);
+        g_fwd.mtp_panels = false;
+        if (!bad) {
+            CHECK_MSG(r2.m->mtp_fc.panel && r2.m->mtp_layers[0].attn.q.panel &&
+                          !r.m->mtp_fc.panel && !r.m->mtp_layers[0].attn.q.panel,
+                      "MTP panels: fc %d / %d, q_proj %d / %d (loaded to draft / not)",
+                      r2.m->mtp_fc.panel, r.m->mtp_fc.panel, r2.m->mtp_layers[0].attn.q.panel,
+                      r.m->mtp_layers[0].attn.q.panel);
+            if (!target(&r2, &r2.kv, 0, 0, ta, NA, lg, hid)) {
+                cllm_mtp_seq q2 = {hid, ma, NA,   0,   r2.tab[0], TAB, CLLM_LOGITS_LAST,
+                                   4,   0,  1.0f, NULL};
+                CHECK(cllm_forward_mtp(r2.c, &q2, 1, &r2.kv, sc, &err) == CLLM_OK);
+                /* within rounding (the paneled experts sum in another order), the same best */
+                double dm = 0, am = 0;
+                int same = 0;
+                for (int row = 0; row < 4; row++) {
+                    const float *e = ex + (size_t)row * V, *p = sc + (size_t)row * V;
+                    int be = 0, bp = 0;
+                    for (int v = 0; v < V; v++) {
+                        double d = fabs((double)e[v] - p[v]);
+                        dm = d > dm ? d : dm;
+                        am = fabs(e[v]) > am ? fabs(e[v]) : am;
+                        be = e[v] > e[be] ? v : be;
+                        bp = p[v] > p[bp] ? v : bp;
+                    }
+                    same += be == bp;
+                }
+                CHECK_MSG(dm <= 1e-5 * am && same == 4,
+                          "MTP rows on panels: max |diff| %g of %g from the GPTQ layout's, %d of 4 "
+                          "argmax the same",
+                          dm, am, same);
+            }
+            rig_close(&r2);
+        }
     }
     free(lg), free(hid), free(ex), free(sc);
     rig_close(&r);
