@@ -139,8 +139,8 @@ static void pass_worker(void *vj, size_t b, size_t e, int tid) {
 #define LM_DRAFT_CAND 32
 
 /* The screen's order of estimates: the larger value first, then the lower id; a NaN after every
- * number. A strict total order, so "the C best" is one set however a row is cut into chunks
- * (pick scans chunks in parallel and merges them). */
+ * number. A strict total order, so "the C best" is one set, whichever entries a pick skips on
+ * the way (fwd_lm_best reads only the blocks that can hold them). */
 static bool est_before(float x, int i, float y, int k) {
     if (x > y) return true;
     if (x < y) return false;
@@ -190,12 +190,12 @@ static int row_slots(const lm_job *j, int t) {
     return 2 * heap_size(j, t) < j->nb ? 2 * heap_size(j, t) : j->nb;
 }
 
-/* fwd_int.h. The C-th largest of the block maxima is a floor (low) for the C best: C blocks each
- * hold an entry at or above it. So one vector-friendly pass takes every block's maximum, a heap
- * of C maxima gives the floor, and only the blocks reaching it are read entry by entry (about C
- * of them). A heap over every entry, skipping blocks below its root, read 1000 blocks entry by
- * entry while its root rose (0.3-0.5 ms a 248k row on Zen 3; chunks on two threads did not
- * help: each chunk's root rises as slowly). */
+/* fwd_lm_best (fwd_int.h). The C-th largest of the block maxima is a floor (low) for the C best:
+ * C blocks each hold an entry at or above it. So one vector-friendly pass takes every block's
+ * maximum, a heap of C maxima gives the floor, and only the blocks reaching it are read entry by
+ * entry (about C of them). A heap over every entry, skipping blocks below its root, read 1000
+ * blocks entry by entry while its root rose (0.3-0.5 ms a 248k row on Zen 3; chunks on two threads
+ * did not help: each chunk's root rises as slowly). */
 int fwd_lm_best(const float *y, int n_y, int C, float *bm, float *hv, int *hid) {
     const int nbm = (n_y + PICK_BLOCK - 1) / PICK_BLOCK;
     float low = -INFINITY;

@@ -172,12 +172,12 @@ static cllm_status mtp_pass(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seq
     return fwd_head(c, m->mtp_norm, T, tp0, seqs[0].vocab_rows, logits, err);
 }
 
-/* The call after its checks: K/V-only rows first where some sequence has them, then the rest. */
-static cllm_status mtp_call(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs, cllm_kv_pool *kv,
-                            float *logits, cllm_error *err) {
+cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
+                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
     const cllm_model *m = c->m;
     int T = 0, H = m->cfg.hidden_size, nk = 0;
-    cllm_status s;
+    cllm_status s = check_call(m, c, seqs, n_seqs, kv, err);
+    if (s != CLLM_OK) return s;
     for (int q = 0; q < n_seqs; q++) nk += seqs[q].kv_rows > 0;
     if (nk == 0 || m->mtp_layers[0].type != CLLM_LAYER_FULL_ATTN)
         return mtp_pass(c, seqs, n_seqs, kv, false, logits, err);
@@ -216,10 +216,4 @@ static cllm_status mtp_call(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seq
     }
     if ((s = mtp_pass(c, a, na, kv, true, NULL, err)) != CLLM_OK) return s;
     return mtp_pass(c, b, n_seqs, kv, false, logits, err);
-}
-
-cllm_status cllm_forward_mtp(cllm_fwd_ctx *c, const cllm_mtp_seq *seqs, int n_seqs,
-                             cllm_kv_pool *kv, float *logits, cllm_error *err) {
-    cllm_status s = check_call(c->m, c, seqs, n_seqs, kv, err);
-    return s == CLLM_OK ? mtp_call(c, seqs, n_seqs, kv, logits, err) : s;
 }
