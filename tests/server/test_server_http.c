@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -332,16 +333,30 @@ static void test_caps(int port) {
     CHECK_MSG(r.status == 400 && strstr(r.body, "nesting"), "deep: %ld %s", r.status, r.body);
     http_free(&r);
     free(deep);
-    /* body over the cap (server started with 1 MiB) */
-    size_t big = (1u << 20) + 10;
-    char *b = malloc(big + 1);
-    memset(b, ' ', big);
-    b[big] = 0;
-    memcpy(b, "{\"prompt\":\"", 11);
-    http_post(port, "/v1/completions", KEY, b, &r);
-    CHECK_MSG(r.status == 413, "big: %ld %s", r.status, r.body);
-    http_free(&r);
-    free(b);
+    /* a Content-Length over the cap (server started with 1 MiB): refused from the head, before
+     * the body. Raw, and only the body's first bytes sent: MHD closes after an early answer to
+     * a POST, and a client still sending (curl with the whole body) can get the close's RST
+     * before it reads the 413 (status 0 once under ASan in CI) */
+    int fd = tcp_connect(port);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        char head[512], resp[4096];
+        snprintf(head, sizeof(head),
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Type: application/json\r\nContent-Length: %u\r\n\r\n{\"prompt\":\"",
+                 KEY, (1u << 20) + 10);
+        send_all(fd, head);
+        struct timeval tv = {10, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        size_t got = 0;
+        for (ssize_t rn;
+             got + 1 < sizeof(resp) && (rn = read(fd, resp + got, sizeof(resp) - 1 - got)) > 0;)
+            got += (size_t)rn;
+        resp[got] = 0;
+        CHECK_MSG(!strncmp(resp, "HTTP/1.1 413", 12) && strstr(resp, "--max-body-size"),
+                  "big: %.300s", resp);
+        close(fd);
+    }
     /* the server still answers */
     http_do(port, "GET", "/health", NULL, NULL, 0, &r);
     CHECK(r.status == 200);
