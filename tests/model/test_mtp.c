@@ -600,7 +600,8 @@ static void test_screened(const char *tmp, int est_bits, int ncand) {
                 cllm_mtp_seq q2 = {hid, ma, NA,   0,   r2.tab[0], TAB, CLLM_LOGITS_LAST,
                                    4,   0,  1.0f, NULL};
                 CHECK(cllm_forward_mtp(r2.c, &q2, 1, &r2.kv, sc, &err) == CLLM_OK);
-                /* within rounding (the paneled experts sum in another order), the same best */
+                /* within rounding (the small model's paneled head rounds otherwise), the same best
+                 */
                 double dm = 0, am = 0;
                 int same = 0;
                 for (int row = 0; row < 4; row++) {
