@@ -63,7 +63,7 @@ typedef struct lm_job {
     float *hv;     /* [n_threads][S] settle's heap of estimates left (and hid their ids) */
     int *hid;
     int nbm;    /* pick's blocks of PICK_BLOCK entries per row (the last may be narrower) */
-    float *bmx; /* [R][nbm] their maxima */
+    float *bmx; /* [n_threads][nbm] their maxima (a row's pick scratch) */
 } lm_job;
 
 /* One past the last live vocabulary entry of block b (the last may be narrower). */
@@ -232,14 +232,13 @@ int fwd_lm_best(const float *y, int n_y, int C, float *bm, float *hv, int *hid) 
 /* Screened row t's C best estimates (fwd_lm_best) -> its candidate blocks, ascending, and
  * threshold. */
 static void pick_worker(void *vj, size_t b, size_t e, int tid) {
-    (void)tid;
     lm_job *j = vj;
     float hv[2 * CLLM_LOGITS_TOPK_MAX > 4096 ? 2 * CLLM_LOGITS_TOPK_MAX : 4096];
     int hid[sizeof(hv) / sizeof(*hv)];
     for (size_t t = b; t < e; t++) {
         if (j->row_k[t] <= 0) continue;
         const int n = fwd_lm_best(j->logits + t * (size_t)j->V, j->Vl, heap_size(j, (int)t),
-                                  j->bmx + t * (size_t)j->nbm, hv, hid);
+                                  j->bmx + (size_t)tid * j->nbm, hv, hid);
         j->thr[t] = n ? j->em * hv[0] : NAN;
         /* the blocks sort in the heap's own array: n may exceed the row's S slots (n > nb where
          * the vocabulary is small), only the unique blocks (<= min(n, nb) <= S) go to cand, which
@@ -413,7 +412,7 @@ cllm_status fwd_lm_screen(cllm_fwd_ctx *c, int R, const int *row_k, int n_ids, f
                             (size_t)R * j.S * sizeof(float),
                             (size_t)c->n_threads * j.S * sizeof(float),
                             (size_t)c->n_threads * j.S * sizeof(int),
-                            (size_t)R * j.nbm * sizeof(float)};
+                            (size_t)c->n_threads * j.nbm * sizeof(float)};
     enum { N_BUF = sizeof(sizes) / sizeof(*sizes) };
     size_t need = 0;
     for (int i = 0; i < N_BUF; i++) need += (sizes[i] + 63) & ~(size_t)63;
