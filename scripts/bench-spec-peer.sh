@@ -8,7 +8,8 @@
 #                 at each synthetic rate (--spec-draft-n-max K --spec-synth-rates: llama.cpp takes
 #                 UNCONDITIONAL per-position rates, so conditional p becomes p, p^2, ..., p^K);
 #                 also llama-bench tg128 plain
-#   ik_llama.cpp  llama-bench tg128 -rtr 1, plain (when built)
+#   ik_llama.cpp  llama-bench tg128 -rtr 1, plain (when built); both peers' llama-bench runs are
+#                 taken before cllm's runs and again after them, and the table takes the best
 #   cllm          `cllm bench` tg128, plain and --speculative-config mtp with
 #                 "synthetic_acceptance": p (conditional per-position, as cllm defines it), its
 #                 own choice of k (cap K) and, with "fixed_k": true, k = 1..K
@@ -153,7 +154,8 @@ llama_bench() {
 }
 
 # cllm bench: tg128 listed ROUNDS times with -r 1 (best of ROUNDS in one process: every process
-# loads the model), plain engine then speculative engine; JSON to OUT/name.json.
+# loads the model), each a run without speculation and one with it on the one engine, in
+# alternating order (the spec row's spec_vs_plain); JSON to OUT/name.json.
 cllm_bench() {
     local name=$1 spec=$2 ns
     ns=$(printf '128,%.0s' $(seq 1 "$ROUNDS"))
@@ -174,12 +176,15 @@ if [ -z "${REPORT_ONLY:-}" ]; then
         llama_server "ll-mtp-$p" --spec-type draft-mtp --spec-draft-n-max "$K" \
             --spec-synth-rates "$(uncond "$p")"
     done
-    llama_bench ll-bench "$LB/llama-bench"
-    if [ -x "$IK_BUILD/bin/llama-bench" ]; then
-        llama_bench ik-bench "$IK_BUILD/bin/llama-bench" -rtr 1
-    else
-        log "no ik_llama.cpp at $IK_BUILD: skipped"
-    fi
+    peer_plain() { # $1: suffix of the result names
+        llama_bench "ll-bench$1" "$LB/llama-bench"
+        if [ -x "$IK_BUILD/bin/llama-bench" ]; then
+            llama_bench "ik-bench$1" "$IK_BUILD/bin/llama-bench" -rtr 1
+        else
+            log "no ik_llama.cpp at $IK_BUILD: skipped"
+        fi
+    }
+    peer_plain ""
     for p in $RATES; do
         for mode in $KMODES; do
             m=${mode%@*} dv=""
@@ -192,6 +197,9 @@ if [ -z "${REPORT_ONLY:-}" ]; then
             cllm_bench "cllm-$mode-$p" "$s"
         done
     done
+    # the peers' plain decode again after cllm's runs (a noisy host's swings over the run fall
+    # on both sides; the table takes the best of the two)
+    peer_plain ".2"
     uptime >"$OUT/uptime.end"
 fi
 
@@ -225,26 +233,36 @@ def server(name):
     if m: note += f", mean len {m[-1]} (last request)"
     return best[0], acc, note, max([x for x in ld if x is not None], default=None)
 def bench(name):
-    t = rd(f"{out}/{name}.json"); i = t.find("[")
-    try:
-        r = json.loads(t[i:t.rfind("]") + 1])
-        s = [x for row in r if row.get("n_gen") for x in row.get("samples_ts", [row["avg_ts"]])]
-        return max(s) if s else None
-    except Exception: return None
+    s = []
+    for f in (f"{out}/{name}.json", f"{out}/{name}.2.json"):  # before and after cllm's runs
+        t = rd(f); i = t.find("[")
+        try:
+            r = json.loads(t[i:t.rfind("]") + 1])
+            s += [x for row in r if row.get("n_gen") for x in row.get("samples_ts", [row["avg_ts"]])]
+        except Exception: pass
+    return max(s) if s else None
+def bload(name):
+    v = [x for x in (load(f"{out}/{name}.load"), load(f"{out}/{name}.2.load")) if x is not None]
+    return max(v) if v else None
 def cllm(name):
     try: j = json.loads(rd(f"{out}/{name}.json"))
     except Exception: return None, None, None, ""
     plain = [x["avg_ts"] for x in j.get("tests", []) if x["test"].startswith("tg") and "speculative" not in x]
     spec = [(x["avg_ts"], x["speculative"]) for x in j.get("tests", []) if x["test"].startswith("tg") and "speculative" in x]
+    ratios = sorted(x["spec_vs_plain"] for x in j.get("tests", []) if "spec_vs_plain" in x)
     sb = max(spec) if spec else (None, "")
     acc = None
     m = re.search(r"([\d.]+)% accepted", sb[1] or "")
     if m: acc = float(m.group(1)) / 100
-    return max(plain) if plain else None, sb[0], acc, sb[1]
+    note = sb[1]
+    if ratios:  # each row's spec run against the plain run beside it on the same engine
+        n = len(ratios); med = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        note = f"{med:.3f}x the alternated plain runs (median of {n} pairs, {ratios[0]:.3f}-{ratios[-1]:.3f}); " + note
+    return max(plain) if plain else None, sb[0], acc, note
 v, a, n, l = server("ll-plain"); rows.append(("llama.cpp", "llama-server plain", "-", v, a, n, l))
-rows.append(("llama.cpp", "llama-bench tg128 plain", "-", bench("ll-bench"), None, "", load(f"{out}/ll-bench.load")))
+rows.append(("llama.cpp", "llama-bench tg128 plain", "-", bench("ll-bench"), None, "before and after cllm's runs", bload("ll-bench")))
 if os.path.exists(f"{out}/ik-bench.json"):
-    rows.append(("ik_llama.cpp", "llama-bench tg128 -rtr 1 plain", "-", bench("ik-bench"), None, "", load(f"{out}/ik-bench.load")))
+    rows.append(("ik_llama.cpp", "llama-bench tg128 -rtr 1 plain", "-", bench("ik-bench"), None, "before and after cllm's runs", bload("ik-bench")))
 mtp = {}
 for p in rates:
     v, a, n, l = server(f"ll-mtp-{p}"); mtp[p] = v

@@ -68,9 +68,10 @@ static void bench_ev(void *user, const cllm_event *ev) {
     pthread_mutex_unlock(&u->w->mu);
 }
 
-/* Submits B requests at once and waits for all; returns the submit time or < 0 on failure. */
+/* Submits B requests at once and waits for all; returns the submit time or < 0 on failure.
+ * `plain`: the requests draft nothing on a speculative engine (cllm_sampling.no_speculation). */
 static double run_batch(cllm_engine *e, int B, int32_t **prompts, const int *lens, int max_tokens,
-                        bres *res) {
+                        bool plain, bres *res) {
     bwait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     buser *u = calloc((size_t)B, sizeof(*u));
     if (!u) return -1;
@@ -84,6 +85,7 @@ static double run_batch(cllm_engine *e, int B, int32_t **prompts, const int *len
     sp.presence_penalty = 0;
     sp.max_tokens = max_tokens;
     sp.ignore_eos = true;
+    sp.no_speculation = plain;
     double t0 = cllm_time_s();
     int sent = 0;
     for (int i = 0; i < B; i++) {
@@ -176,7 +178,7 @@ static int multi_turn(cllm_engine *e, int V, int C, int T, int first_len, int ms
             res[c].toks = ans[c];
             res[c].cap = answer_len;
         }
-        double t0 = run_batch(e, C, conv, len, answer_len, res);
+        double t0 = run_batch(e, C, conv, len, answer_len, true, res);
         if (t0 < 0) {
             rc = -1;
             break;
@@ -274,7 +276,8 @@ static int bench_parse(int argc, char **argv, bench_args *a) {
          "skip each table test's untimed warmup run (llama-bench's flag of the same name)"},
         {"--act16", NULL, CLI_CHOICE, &a->act16, CLI_ACT16_HELP, CLI_ACT16_CHOICES},
         {"--speculative-config", NULL, CLI_STR, &a->spec_json,
-         "also run the tg rows and the sweep with speculative decoding (vLLM's JSON; bench also "
+         "also run the tg rows and the sweep with speculative decoding, alternated with runs "
+         "without it on one engine (vLLM's JSON; bench also "
          "takes \"synthetic_acceptance\": 0.65 and \"fixed_k\": true)"},
         {"--json", NULL, CLI_FLAG, &a->json, "JSON output"},
         {"--no-table", NULL, CLI_FLAG, &a->no_table, "skip the llama-bench table"},
@@ -472,100 +475,173 @@ static void spec_note(cllm_engine *e, const cllm_engine_stats *st0, char *out, s
         snprintf(out + n, cap - (size_t)n, ", %llu state commits", (unsigned long long)cm);
 }
 
-static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
-                       bool spec, bench_bufs *w, bool *first_json) {
-    double pp[1000], tg[1000];
-    int reps = (int)(a->reps < 1000 ? a->reps : 1000);
+static int cmp_dbl(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* One timed run of test L (a prompt of L, or 1 token then L generated); tok/s, < 0 on failure. */
+static double bench_run(cllm_engine *e, const bench_model *bm, bench_bufs *w, bool is_pp, int L,
+                        bool plain) {
+    w->lens[0] = is_pp ? L : 1;
+    rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
+    double t0 = run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : L + 1, plain, w->res);
+    if (t0 < 0) return -1;
+    return is_pp ? L / (w->res[0].t_first - t0) : L / (w->res[0].t_done - w->res[0].t_first);
+}
+
+static void table_row(const bench_args *a, const bench_model *bm, int nthreads, bool is_pp, int L,
+                      bool spec, const double *x, int reps, const char *note, double ratio,
+                      bool *first_json) {
     char size[32], params[32];
     snprintf(size, sizeof(size), "%.2f MiB", bm->file_bytes / 1048576.0);
     if (bm->params >= 1000000000ull)
         snprintf(params, sizeof(params), "%.2f B", bm->params / 1e9);
     else
         snprintf(params, sizeof(params), "%.2f M", bm->params / 1e6);
-    for (int k = spec ? a->np : 0; k < a->np + a->nn; k++) {
-        bool is_pp = k < a->np;
+    double mean, sd;
+    mean_sd(x, reps, &mean, &sd);
+    double gbps = is_pp ? 0 : mean * bm->decode_bytes / 1e9;
+    if (a->json) {
+        printf("%s\n  {\"test\": \"%s%d\", \"%s\": %d, \"threads\": %d, \"avg_ts\": %.3f, "
+               "\"stddev_ts\": %.3f, \"model_size\": %llu, \"model_n_params\": %llu",
+               *first_json ? "" : ",", is_pp ? "pp" : "tg", L, is_pp ? "n_prompt" : "n_gen", L,
+               nthreads, mean, sd, (unsigned long long)bm->file_bytes,
+               (unsigned long long)bm->params);
+        if (!is_pp) printf(", \"decode_gbps\": %.3f", gbps);
+        if (spec) printf(", \"speculative\": \"%s\"", note);
+        if (spec && ratio > 0) printf(", \"spec_vs_plain\": %.4f", ratio);
+        printf("}");
+        *first_json = false;
+    } else if (is_pp) {
+        printf("| %s | %s | %s | %d | pp%d | %.2f ± %.2f | | |\n", bm->mtype, size, params,
+               nthreads, L, mean, sd);
+    } else {
+        char rs[96] = "";
+        if (spec && ratio > 0)
+            snprintf(rs, sizeof(rs), "%.3fx plain (median of %d alternated pairs), ", ratio, reps);
+        /* with speculation "decode GB/s" is the weight bytes of the tokens emitted: past the
+         * roofline is the point */
+        printf("| %s | %s | %s | %d | tg%d%s | %.2f ± %.2f | %.2f | %s%s |\n", bm->mtype, size,
+               params, nthreads, L, spec ? " spec" : "", mean, sd, gbps, rs, note);
+    }
+}
+
+/* ppP and tgN for every P and N of the lists, -r runs each; rows printed as measured. On a
+ * speculative engine (`spec`) each tg run without speculation (cllm_sampling.no_speculation) is
+ * paired with one with it, in alternating order, and both rows printed: a noisy host's swings
+ * fall on both alike, and the spec row gives the median of the pairs' ratios. */
+static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *bm, int nthreads,
+                       bool spec, bench_bufs *w, bool *first_json) {
+    double x[1000], xs[1000], rt[1000];
+    int reps = (int)(a->reps < 1000 ? a->reps : 1000);
+    for (int k = 0; k < a->np + a->nn; k++) {
+        bool is_pp = k < a->np, pair = spec && !is_pp;
         cllm_engine_stats st0;
         cllm_engine_stats_get(e, &st0);
         int L = is_pp ? a->p[k] : a->n[k - a->np];
-        double *x = is_pp ? pp : tg;
         /* llama-bench warms each test up untimed: a prompt run of the test's full length (so the
          * first timed run does not pay for growing the step buffers and first-touch page faults
          * at that size) or one generated token; the same here, so the two tables compare alike */
-        if (!a->no_warmup) {
+        for (int i = 0; !a->no_warmup && i < 1 + pair; i++) {
             w->lens[0] = is_pp ? L : 1;
             rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
-            if (run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : 2, w->res) < 0) return 1;
+            if (run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : 2, i == 0, w->res) < 0) return 1;
         }
         for (int r = 0; r < reps; r++) {
-            w->lens[0] = is_pp ? L : 1;
-            rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
-            double t0 = run_batch(e, 1, w->prompts, w->lens, is_pp ? 1 : L + 1, w->res);
-            if (t0 < 0) return 1;
-            x[r] =
-                is_pp ? L / (w->res[0].t_first - t0) : L / (w->res[0].t_done - w->res[0].t_first);
+            if (!pair) {
+                if ((x[r] = bench_run(e, bm, w, is_pp, L, true)) < 0) return 1;
+                continue;
+            }
+            for (int j = 0; j < 2; j++) { /* plain first in even pairs, second in odd ones */
+                bool plain = (j == 0) == (r % 2 == 0);
+                double v = bench_run(e, bm, w, false, L, plain);
+                if (v < 0) return 1;
+                *(plain ? &x[r] : &xs[r]) = v;
+            }
+            rt[r] = xs[r] / x[r];
         }
-        double mean, sd;
-        mean_sd(x, reps, &mean, &sd);
-        double gbps = is_pp ? 0 : mean * bm->decode_bytes / 1e9;
+        table_row(a, bm, nthreads, is_pp, L, false, x, reps, "", 0, first_json);
+        if (!pair) continue;
         char note[160] = "";
-        if (spec) spec_note(e, &st0, note, sizeof(note));
-        if (a->json) {
-            printf("%s\n  {\"test\": \"%s%d\", \"%s\": %d, \"threads\": %d, \"avg_ts\": %.3f, "
-                   "\"stddev_ts\": %.3f, \"model_size\": %llu, \"model_n_params\": %llu",
-                   *first_json ? "" : ",", is_pp ? "pp" : "tg", L, is_pp ? "n_prompt" : "n_gen", L,
-                   nthreads, mean, sd, (unsigned long long)bm->file_bytes,
-                   (unsigned long long)bm->params);
-            if (!is_pp) printf(", \"decode_gbps\": %.3f", gbps);
-            if (spec) printf(", \"speculative\": \"%s\"", note);
-            printf("}");
-            *first_json = false;
-        } else if (is_pp) {
-            printf("| %s | %s | %s | %d | pp%d | %.2f ± %.2f | | |\n", bm->mtype, size, params,
-                   nthreads, L, mean, sd);
-        } else {
-            /* with speculation "decode GB/s" is the weight bytes of the tokens emitted: past the
-             * roofline is the point */
-            printf("| %s | %s | %s | %d | tg%d%s | %.2f ± %.2f | %.2f | %s |\n", bm->mtype, size,
-                   params, nthreads, L, spec ? " spec" : "", mean, sd, gbps, note);
-        }
+        spec_note(e, &st0, note, sizeof(note));
+        qsort(rt, (size_t)reps, sizeof(double), cmp_dbl);
+        double med = reps % 2 ? rt[reps / 2] : 0.5 * (rt[reps / 2 - 1] + rt[reps / 2]);
+        table_row(a, bm, nthreads, false, L, true, xs, reps, note, med, first_json);
     }
     return 0;
 }
 
-/* llama-batched-bench rows for every PP x TG x B. */
+/* One llama-batched-bench row: PP x TG x B. */
+typedef struct sweep_row {
+    long P, N, nkv;
+    int B;
+    double tpp, spp, ttg, stg, tend, st;
+} sweep_row;
+
+static int sweep_run(cllm_engine *e, const bench_model *bm, bench_bufs *w, long P, long N, int B,
+                     bool plain, sweep_row *o) {
+    for (int i = 0; i < B; i++) {
+        w->lens[i] = (int)P;
+        rand_tokens(w->prompts[i], w->lens[i], bm->V, &w->rng);
+    }
+    double t0 = run_batch(e, B, w->prompts, w->lens, (int)N, plain, w->res);
+    if (t0 < 0) return 1;
+    double tpp = 0, tend = 0;
+    for (int i = 0; i < B; i++) {
+        if (w->res[i].t_first - t0 > tpp) tpp = w->res[i].t_first - t0;
+        if (w->res[i].t_done - t0 > tend) tend = w->res[i].t_done - t0;
+    }
+    double ttg = tend - tpp;
+    long nkv = (long)B * (P + N);
+    /* the first token comes with the prefill; TG counts the remaining N - 1 steps */
+    *o = (sweep_row){
+        P, N, nkv, B, tpp, B * P / tpp, ttg, ttg > 0 ? B * (N - 1) / ttg : 0, tend, nkv / tend};
+    return 0;
+}
+
+static void sweep_print(const bench_args *a, const sweep_row *r, bool spec, bool *first_json) {
+    if (a->json)
+        printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": %.4f, "
+               "\"speed_pp\": %.3f, \"t_tg\": %.4f, \"speed_tg\": %.3f, \"t\": %.4f, \"speed\": "
+               "%.3f%s}",
+               *first_json ? "" : ",", r->P, r->N, r->B, r->nkv, r->tpp, r->spp, r->ttg, r->stg,
+               r->tend, r->st, spec ? ", \"speculative\": true" : "");
+    else
+        printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n",
+               r->P, r->N, r->B, r->nkv, r->tpp, r->spp, r->ttg, r->stg, r->tend, r->st);
+    *first_json = false;
+}
+
+/* llama-batched-bench rows for every PP x TG x B. On a speculative engine every row is run
+ * without speculation (cllm_sampling.no_speculation) and with it, in alternating order; the rows
+ * without come first, then those with it under their own heading. */
 static int bench_sweep(cllm_engine *e, const bench_args *a, const bench_model *bm, bench_bufs *w,
-                       bool *first_json) {
+                       bool spec, bool *first_json) {
+    int n = a->np * a->nn * a->nb, i = 0;
+    sweep_row *rs = spec ? calloc((size_t)n, sizeof(*rs)) : NULL;
+    if (spec && !rs) {
+        fprintf(stderr, "cllm bench: out of memory\n");
+        return 1;
+    }
     for (int pi = 0; pi < a->np; pi++)
         for (int ni = 0; ni < a->nn; ni++)
-            for (int bi = 0; bi < a->nb; bi++) {
+            for (int bi = 0; bi < a->nb; bi++, i++) {
                 long P = a->p[pi], N = a->n[ni];
                 int B = a->b[bi];
-                for (int i = 0; i < B; i++) {
-                    w->lens[i] = (int)P;
-                    rand_tokens(w->prompts[i], w->lens[i], bm->V, &w->rng);
+                sweep_row r;
+                for (int j = 0; j < 1 + spec; j++) { /* plain first in even rows */
+                    bool plain = !spec || (j == 0) == (i % 2 == 0);
+                    if (sweep_run(e, bm, w, P, N, B, plain, plain ? &r : &rs[i])) {
+                        free(rs);
+                        return 1;
+                    }
                 }
-                double t0 = run_batch(e, B, w->prompts, w->lens, (int)N, w->res);
-                if (t0 < 0) return 1;
-                double tpp = 0, tend = 0;
-                for (int i = 0; i < B; i++) {
-                    if (w->res[i].t_first - t0 > tpp) tpp = w->res[i].t_first - t0;
-                    if (w->res[i].t_done - t0 > tend) tend = w->res[i].t_done - t0;
-                }
-                double ttg = tend - tpp;
-                long nkv = (long)B * (P + N);
-                /* the first token comes with the prefill; TG counts the remaining N - 1 steps */
-                double spp = B * P / tpp, stg = ttg > 0 ? B * (N - 1) / ttg : 0, st = nkv / tend;
-                if (a->json)
-                    printf("%s\n  {\"pp\": %ld, \"tg\": %ld, \"pl\": %d, \"n_kv\": %ld, \"t_pp\": "
-                           "%.4f, \"speed_pp\": %.3f, \"t_tg\": %.4f, \"speed_tg\": %.3f, \"t\": "
-                           "%.4f, \"speed\": %.3f}",
-                           *first_json ? "" : ",", P, N, B, nkv, tpp, spp, ttg, stg, tend, st);
-                else
-                    printf("| %5ld | %6ld | %4d | %6ld | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | "
-                           "%8.2f |\n",
-                           P, N, B, nkv, tpp, spp, ttg, stg, tend, st);
-                *first_json = false;
+                sweep_print(a, &r, false, first_json);
             }
+    if (spec && !a->json) printf("with --speculative-config:\n");
+    for (i = 0; spec && i < n; i++) sweep_print(a, &rs[i], true, first_json);
+    free(rs);
     return 0;
 }
 
@@ -633,14 +709,15 @@ static cllm_engine *bench_engine(const bench_args *a, const bench_model *bm, int
     }
     w->lens[0] = a->p[0] < 16 ? a->p[0] : 16;
     rand_tokens(w->prompts[0], w->lens[0], bm->V, &w->rng);
-    if (run_batch(e, 1, w->prompts, w->lens, 2, w->res) < 0) {
+    if (run_batch(e, 1, w->prompts, w->lens, 2, false, w->res) < 0) {
         cllm_engine_free(e);
         return NULL;
     }
     return e;
 }
 
-/* The table: one engine per thread count, rows for every -p and -n value. */
+/* The table: one engine per thread count (speculative when --speculative-config is given), rows
+ * for every -p and -n value. */
 static int bench_tables(const bench_args *a, const bench_model *bm, bench_bufs *w) {
     if (a->json)
         printf(",\n \"tests\": [");
@@ -650,13 +727,12 @@ static int bench_tables(const bench_args *a, const bench_model *bm, bench_bufs *
     bool first = true;
     for (int ti = 0; ti < a->nt; ti++) {
         int nthreads = a->t[ti] > 0 ? a->t[ti] : (int)sysconf(_SC_NPROCESSORS_ONLN);
-        for (int sp = 0; sp < (a->spec.method != CLLM_SPEC_NONE ? 2 : 1); sp++) {
-            cllm_engine *e = bench_engine(a, bm, a->t[ti], sp == 1, w);
-            if (!e) return 1;
-            int rc = bench_table(e, a, bm, nthreads, sp == 1, w, &first);
-            cllm_engine_free(e);
-            if (rc) return 1;
-        }
+        bool spec = a->spec.method != CLLM_SPEC_NONE;
+        cllm_engine *e = bench_engine(a, bm, a->t[ti], spec, w);
+        if (!e) return 1;
+        int rc = bench_table(e, a, bm, nthreads, spec, w, &first);
+        cllm_engine_free(e);
+        if (rc) return 1;
     }
     if (a->json) printf("]");
     return 0;
@@ -671,15 +747,11 @@ static int bench_sweeps(const bench_args *a, const bench_model *bm, bench_bufs *
                "      T s |    S t/s |\n"
                "|-------|--------|------|--------|----------|----------|----------|----------|--"
                "--------|----------|\n");
-    bool first = true;
-    int rc = 0;
-    for (int sp = 0; rc == 0 && sp < (a->spec.method != CLLM_SPEC_NONE ? 2 : 1); sp++) {
-        if (sp == 1 && !a->json) printf("with --speculative-config:\n");
-        cllm_engine *e = bench_engine(a, bm, a->t[0], sp == 1, w);
-        if (!e) return 1;
-        rc = bench_sweep(e, a, bm, w, &first);
-        cllm_engine_free(e);
-    }
+    bool first = true, spec = a->spec.method != CLLM_SPEC_NONE;
+    cllm_engine *e = bench_engine(a, bm, a->t[0], spec, w);
+    if (!e) return 1;
+    int rc = bench_sweep(e, a, bm, w, spec, &first);
+    cllm_engine_free(e);
     if (a->json) printf("]");
     return rc;
 }

@@ -65,6 +65,10 @@ typedef struct cllm_sampling {
      * own reference at submit. NULL = unconstrained. */
     struct cllm_gm *grammar;
     int grammar_after; /* > 0: the constraint starts after this token (</think>); else at once */
+    /* this request's rows draft nothing on an engine with speculative decoding: `cllm bench`
+     * alternates such runs with speculative ones on one engine, so a noisy host's swings fall on
+     * both alike. Not a request field of the HTTP API (vLLM has none). */
+    bool no_speculation;
 } cllm_sampling;
 
 /* Defaults: greedy unless generation_config says otherwise; the engine fills these from the

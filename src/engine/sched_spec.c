@@ -146,16 +146,24 @@ static bool decoding(const eng_seq *e) {
     return e->n_tokens > e->n_prompt && e->n_tokens - e->n_computed <= SPEC_MAX_PENDING;
 }
 
+/* A decoding row that may draft: not one of a no_speculation request's (engine.h), whose row
+ * stays one token in every step. */
+static bool may_draft(const eng_seq *e) {
+    return decoding(e) && !e->req->sp.no_speculation;
+}
+
 void sched_spec_begin_step(sched *s) {
     s->spec_k_step = 0;
     s->spec_one = NULL;
     if (!spec_on(s)) return;
-    int K = s->cfg.spec.num_speculative_tokens, B = 0;
+    int K = s->cfg.spec.num_speculative_tokens, B = 0, Bp = 0;
     double a = 0;
     for (int i = 0; i < s->n_running; i++)
-        if (decoding(s->running[i])) {
+        if (may_draft(s->running[i])) {
             a += row_alpha(s->running[i]);
             B++;
+        } else {
+            Bp += decoding(s->running[i]);
         }
     if (B == 0) return;
     int off = s->cfg.spec.disable_by_batch_size;
@@ -167,12 +175,12 @@ void sched_spec_begin_step(sched *s) {
     /* the plain step of this batch is measured first (its first sample is dropped, so two
      * steps): a verify's time is judged against it, and without it the prior's guess stands
      * for it, which at B = 8 took a 57 ms step for 90 ms and kept a 133 ms verify chosen */
-    if (s->cost.n[B < SPEC_COST_N ? B : SPEC_COST_N] < 2) return;
+    if (s->cost.n[B + Bp < SPEC_COST_N ? B + Bp : SPEC_COST_N] < 2) return;
     a /= B;
-    double best = B / step_time(s, B);
+    double best = (B + Bp) / step_time(s, B + Bp);
     for (int k = 1; k <= K; k++) {
-        double r =
-            B * cllm_spec_expected_tokens(a, k) / (step_time(s, B * (1 + k)) + draft_time(s, k));
+        double r = (B * cllm_spec_expected_tokens(a, k) + Bp) /
+                   (step_time(s, B * (1 + k) + Bp) + draft_time(s, k));
         if (r > best) {
             best = r;
             s->spec_k_step = k;
@@ -182,9 +190,9 @@ void sched_spec_begin_step(sched *s) {
      * (a step of B + 1), so the slope from the plain step prices the bigger sizes (step_time)
      * before a whole batch pays for a verify that may not pay (at B = 8 the first two cost 5%
      * of a 128-token run) */
-    if (B > 1 && s->spec_k_step > 0 && B + 1 <= SPEC_COST_N && s->cost.n[B + 1] < 2)
+    if (B + Bp > 1 && s->spec_k_step > 0 && B + Bp + 1 <= SPEC_COST_N && s->cost.n[B + Bp + 1] < 2)
         for (int i = 0; i < s->n_running && !s->spec_one; i++)
-            if (decoding(s->running[i])) {
+            if (may_draft(s->running[i])) {
                 s->spec_one = s->running[i];
                 s->spec_k_step = 1;
             }
@@ -202,8 +210,8 @@ void sched_spec_begin_step(sched *s) {
                   s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
-        if (decoding(s->running[i]) &&
-            s->running[i]->spec_idle >= probe_idle(s, s->running[i], B, B + 1))
+        if (may_draft(s->running[i]) &&
+            s->running[i]->spec_idle >= probe_idle(s, s->running[i], B, B + Bp + 1))
             s->spec_k_step = 1;
 }
 
@@ -218,7 +226,7 @@ static void row_idle(eng_seq *e) {
 int sched_spec_plan(sched *s, eng_seq *e, int budget) {
     e->n_draft = 0;
     e->spec_slot = -1;
-    if (!spec_on(s) || !decoding(e)) return 0;
+    if (!spec_on(s) || !may_draft(e)) return 0;
     const cllm_spec_opts *o = &s->cfg.spec;
     eng_req *q = e->req;
     int P = e->n_tokens - e->n_computed;
@@ -230,9 +238,12 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         return 0;
     }
     if (!o->fixed_k && !s->spec_one) {
-        int B = 0;
-        for (int i = 0; i < s->n_running; i++) B += decoding(s->running[i]);
-        int base = (B - 1) * (1 + s->spec_k_step);
+        int B = 0, Bp = 0; /* rows that may draft (this one among them), plain rows */
+        for (int i = 0; i < s->n_running; i++) {
+            B += may_draft(s->running[i]);
+            Bp += decoding(s->running[i]) && !may_draft(s->running[i]);
+        }
+        int base = (B - 1) * (1 + s->spec_k_step) + Bp;
         double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
         int kk = 0;
         for (int j = 1; j <= k; j++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cllm bench end to end on the tiny hybrid synth model: text table and sweep columns, --json
-# fields, the multi-turn prefix-reuse workload (share >= 90%), and usage errors (rc 2).
+# fields, the multi-turn prefix-reuse workload (share >= 90%), --speculative-config's alternated
+# plain and spec rows, and usage errors (rc 2).
 set -u
 BIN=${CLLM_BIN:?} SRC=${CLLM_SRC:?}
 T=${CLLM_TMP:-/tmp}/engine_bench
@@ -34,6 +35,28 @@ assert b["n_kv"] == 2 * (32 + 8)
 mt = d["multi_turn"]
 assert mt["reuse_share"] >= 0.9, mt
 assert mt["shared_prefix_tokens"] > 0
+PY
+
+# --speculative-config: one engine, each tg run paired with a run without speculation
+# (cllm_sampling.no_speculation), both rows printed, the spec row with the pairs' median ratio
+SPEC='{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance": 0.6, "fixed_k": true}'
+"$BIN" bench "$T/m" -p 16 -n 12 -r 3 -b 1 -t 1 --speculative-config "$SPEC" >"$T/spec" 2>"$T/err"
+rc=$?
+[ $rc = 0 ] && ok "bench spec rc 0" || { bad "bench spec rc $rc"; cat "$T/err"; }
+[ "$(grep -c '| tg12 |' "$T/spec")" = 1 ] && grep -q '| tg12 spec | .*x plain (median of 3 alternated pairs), [0-9]* verifies' "$T/spec" &&
+  [ "$(grep -c '| pp16 |' "$T/spec")" = 1 ] && ok "bench spec: plain and spec tg rows, one pp row" ||
+  { bad "bench spec rows"; cat "$T/spec"; }
+[ "$(grep -c 'KV: [0-9]* blocks' "$T/err")" = 2 ] && ok "bench spec: one engine for the table, one for the sweep" ||
+  bad "bench spec engines: $(grep -c 'KV: ' "$T/err")"
+"$BIN" bench "$T/m" --json -p 16 -n 12 -r 2 -b 1 -t 1 --speculative-config "$SPEC" >"$T/specj" 2>"$T/err"
+python3 - "$T/specj" <<'PY' && ok "bench spec json" || { bad "bench spec json"; cat "$T/specj"; }
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+tg = [t for t in d["tests"] if t["test"] == "tg12"]
+assert len(tg) == 2 and "speculative" not in tg[0] and "spec_vs_plain" not in tg[0], tg
+assert tg[1]["spec_vs_plain"] > 0 and int(re.match(r"(\d+) verifies", tg[1]["speculative"]).group(1)) > 0, tg
+b = d["batched"]
+assert len(b) == 2 and "speculative" not in b[0] and b[1]["speculative"] is True, b
 PY
 
 "$BIN" bench "$T/m" -p 16 -n 4 -r 1 -t 1 --no-sweep --no-warmup >"$T/nw" 2>&1 &&

@@ -339,6 +339,38 @@ static void test_model(const char *dir, bool has_tok, int V, bool reject, bool t
     }
 }
 
+/* cllm_sampling.no_speculation (cllm bench's alternated plain runs): such a request drafts
+ * nothing on a speculative engine, alone or beside one that drafts, and both give the plain
+ * engine's tokens. */
+static void test_no_speculation(const char *dir, int V) {
+    eng_cfg base = {.dir = dir};
+    int32_t p1[96], p2[60];
+    int n1 = make_prompt(p1, 96, V), n2 = make_prompt(p2, 60, V);
+    cllm_engine *e = open_eng(&base);
+    if (!e) return;
+    job jobs[2] = {{p1, n1, base_sp(e, 40)}, {p2, n2, base_sp(e, 40)}};
+    res want[4], got[4];
+    run_jobs(e, jobs, 2, want);
+    cllm_engine_free(e);
+    eng_cfg sc = base;
+    sc.spec_k = 2;
+    if (!(e = open_eng(&sc))) return;
+    cllm_engine_stats st;
+    jobs[0].sp.no_speculation = true;
+    run_jobs(e, jobs, 1, got);
+    stats_idle(e, &st);
+    CHECK_MSG(same_res(&want[0], &got[0], false) && st.spec_drafts == 0,
+              "no_speculation alone: %d tokens (want %d), %llu verifies", got[0].n, want[0].n,
+              (unsigned long long)st.spec_drafts);
+    run_jobs(e, jobs, 2, got);
+    cllm_engine_stats st2;
+    stats_idle(e, &st2);
+    cllm_engine_free(e);
+    CHECK_MSG(same_res(&want[0], &got[0], false) && same_res(&want[2], &got[2], false),
+              "no_speculation beside a drafting request: outputs differ from the plain engine's");
+    CHECK_MSG(st2.spec_drafts > 0, "the drafting request beside it never drafted");
+}
+
 static int32_t argmax_row(const float *x, int V) {
     int b = 0;
     for (int v = 1; v < V; v++)
@@ -597,6 +629,11 @@ int main(void) {
         g_k_step = k == 0 ? 1 : 2;
         const uint64_t rs0 = rs;
         test_model(dir, have_tok, V, k == 0, false);
+        if (k == 0) { /* on prompts of its own: the cases after it draw what they drew before */
+            const uint64_t rs1 = rs;
+            test_no_speculation(dir, V);
+            rs = rs1;
+        }
         if (k == 0) { /* the hybrid model again on the same prompts, its recurrent state bf16 */
             fprintf(stderr, "model %s, bf16 recurrent state\n", cfgs[k]);
             const uint64_t rs1 = rs;
