@@ -128,13 +128,17 @@ typedef struct sched_ent {
 /* Tokens of finished outputs the suffix drafter remembers (a linear scan per draft: 64k tokens
  * take tens of microseconds). */
 #define SPEC_HIST_TOKENS 65536
+/* Step times as multiples of a unit of the host's pace (sched_spec.c: a shared host's memory
+ * bandwidth swings 2x within a second, and a median of times taken in different swings priced a
+ * verify at 2-3x a plain step it cost 1.3x of) */
 typedef struct spec_cost {
-    double t[SPEC_COST_N +
-             1]; /* seconds per step of T tokens: median of the recent samples; 0 = not seen */
+    double t[SPEC_COST_N + 1]; /* a step of T tokens in units: median of recent samples; 0 = none */
     double r[SPEC_COST_N + 1][SPEC_COST_R]; /* the last SPEC_COST_R samples of each size, a ring */
     int n[SPEC_COST_N + 1];                 /* samples of each size so far */
-    double pass_t, pass_r[SPEC_COST_R];     /* seconds per head pass: median, samples */
+    double pass_t, pass_r[SPEC_COST_R];     /* a head pass in units: median, samples */
     int pass_n;
+    double pace; /* seconds per unit at the last step of a measured size; 0 = not yet */
+    int prev_T;  /* the size of the last step recorded */
 } spec_cost;
 
 /* Grammar preparation thread (sched_gm.c). */
@@ -183,7 +187,9 @@ struct sched {
     int logit_rows_cap;   /* rows of logits: batch_cap + room for verify rows */
     int logit_rows_extra; /* verify rows still free in the step being planned */
     int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
-    eng_seq *spec_one;    /* set: only this row drafts this step (one token: a batch's probe) */
+    int spec_streak;      /* steps in a row with drafts (a plain one now and then: sched_spec.c) */
+    double spec_hits, spec_trials; /* every row's decayed acceptance counts (sched_spec.c prior) */
+    eng_seq *spec_one; /* set: only this row drafts this step (one token: a batch's probe) */
     /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size] and the
      * chained hidden rows of the verify rows [SPEC_VERIFY_ROWS][hidden_size]; the head's logits
      * use s->logits, free while a step is planned */

@@ -17,7 +17,8 @@
  * Choosing k: per step, from the measured forward time by tokens in the step (spec_cost) and each
  * row's decayed acceptance rate, the k that maximises expected tokens per second; rows whose
  * acceptance does not pay, and large batches where a verify costs what it brings, draft nothing.
- * Called by sched.c on the engine thread. */
+ * The times are kept relative to the host's pace (sched_spec_record), since only their ratios
+ * decide. Called by sched.c on the engine thread. */
 #include <math.h>
 #include <string.h>
 
@@ -35,18 +36,30 @@
  * the estimate swung 0.33-0.95 around a synthetic 0.65, and its dips turned drafting off where
  * it paid: quarter shape, tg512, alternated runs, at 0.5 33.86 / 36.55 / 33.63 tok/s against
  * 36.38 / 36.32 / 36.27 with 0.95; at 0.65 level (39.4-40.3 against 39.0-41.4). */
-#define SPEC_PRIOR   0.5
-#define SPEC_PRIOR_W 2.0
-#define SPEC_DECAY   0.95
+#define SPEC_PRIOR       0.5
+#define SPEC_PRIOR_W     2.0
+#define SPEC_DECAY       0.95
+#define SPEC_PRIOR_DECAY 0.99 /* the engine's prior (prior()): about the last 100 verifies */
 /* Steps without a draft after which a row drafts one token anyway, to measure again */
 #define SPEC_PROBE_IDLE 32
+/* Steps with drafts after which one step drafts nothing: the plain step's size, measured beside
+ * the verifies at the same pace, is what they are judged against (sched_spec_record) */
+#define SPEC_PLAIN_EVERY 16
 
 static bool spec_on(const sched *s) {
     return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
 }
 
-static double row_alpha(const eng_seq *e) {
-    return (e->acc_hits + SPEC_PRIOR * SPEC_PRIOR_W) / (e->acc_trials + SPEC_PRIOR_W);
+/* The prior of a row's acceptance: the engine's recent rows' (requests of one deployment accept
+ * alike; with the fixed 0.5 each new request of a 0.65 workload drafted nothing until its probes
+ * had taught it otherwise, a third of a 128-token answer on the quarter shape), itself starting
+ * at SPEC_PRIOR. */
+static double prior(const sched *s) {
+    return (s->spec_hits + SPEC_PRIOR * SPEC_PRIOR_W) / (s->spec_trials + SPEC_PRIOR_W);
+}
+
+static double row_alpha(const sched *s, const eng_seq *e) {
+    return (e->acc_hits + prior(s) * SPEC_PRIOR_W) / (e->acc_trials + SPEC_PRIOR_W);
 }
 
 double cllm_spec_expected_tokens(double a, int k) {
@@ -55,13 +68,13 @@ double cllm_spec_expected_tokens(double a, int k) {
     return sum;
 }
 
-/* Forward seconds for a step of T tokens: the measured median, else interpolated between the
+/* A step of T tokens in units (spec_cost): the measured median, else interpolated between the
  * nearest measured sizes, else extrapolated from the nearest: at a prior of 10% of a one-token
  * step per extra token, or at the slope between the two largest measured sizes below T where
  * that is steeper (a batch's steps: at B = 8 on the quarter shape each verified token and its
  * draft cost about 0.2 of a one-token step, and the prior alone took a 133 ms verify of 16
  * tokens for 84 ms). */
-static double step_time(const sched *s, int T) {
+static double step_units(const sched *s, int T) {
     if (T < 1) T = 1;
     if (T > SPEC_COST_N) T = SPEC_COST_N;
     const double *t = s->cost.t;
@@ -82,6 +95,11 @@ static double step_time(const sched *s, int T) {
     return 1.0 + 0.1 * (T - 1);
 }
 
+/* Forward seconds for a step of T tokens at the current pace (1 s per unit before any). */
+static double step_time(const sched *s, int T) {
+    return step_units(s, T) * (s->cost.pace > 0 ? s->cost.pace : 1.0);
+}
+
 /* A hybrid row whose verify is not accepted whole recomputes its accepted drafts in the next
  * step (the state rolls back): the expected extra time of that step, at i accepted with
  * probability a^i (1 - a) for i < k. Attention-only rows keep their accepted KV: none. */
@@ -99,7 +117,7 @@ static double replay_time(const sched *s, double a, int k, int base) {
  * verify, the first MTP call, another process), and a mean kept one 74 ms first sample of a
  * 29 ms verify long enough to switch drafting off for most of a bench (2026-12-05); a median
  * drops such a sample as soon as two normal ones follow. The first sample is the one that meets
- * cold pages and first allocations: not kept. */
+ * cold pages and first allocations: not kept (the caller counts it). */
 static void ring_add(double *r, int *n, double *med, double x) {
     int i = (*n)++ - 1, m = i + 1 < SPEC_COST_R ? i + 1 : SPEC_COST_R;
     if (i < 0) return;
@@ -115,11 +133,33 @@ static void ring_add(double *r, int *n, double *med, double x) {
     *med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
 }
 
+/* The pace. A shared host's bandwidth swings: on the Zen 3 box of 2026-12-06 plain steps of the
+ * quarter shape ran 17-22 ms for a second, then 35-44 ms, back and forth, and the old medians of
+ * seconds per size compared a verify timed in a slow swing with a plain step timed in a fast
+ * one (t(2) 62 ms against t(1) 22 ms, while a verify cost 1.3-1.5 plain steps at one pace), so
+ * drafting went off and on with the host. Now each step is measured against the previous one: a
+ * step of a size whose median is known sets the pace (seconds / its units), and the next step's
+ * sample is its seconds / that pace. Only a step whose size differs from the one before is kept
+ * as a sample (and a size's first two): steps of one size in a row tell the pace and nothing of
+ * the ratio between sizes, and kept they froze whatever ratio the first verify had met (a T 2
+ * median at 0.79 of T 1's, from a slow plain step before it). The ratios are taken where sizes
+ * meet (a verify after a plain step, a probe, SPEC_PLAIN_EVERY), and the unit itself is
+ * arbitrary (the first step's prior): only ratios decide. */
 void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s, int passes) {
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
     spec_cost *c = &s->cost;
-    ring_add(c->r[step_tokens], &c->n[step_tokens], &c->t[step_tokens], seconds);
-    if (passes > 0 && draft_s > 0) ring_add(c->pass_r, &c->pass_n, &c->pass_t, draft_s / passes);
+    const int T = step_tokens;
+    if (c->n[T] == 0) { /* cold: counted, not kept, and no pace from it */
+        c->n[T]++;
+        return;
+    }
+    const double known = c->t[T]; /* this size's units before this sample; 0 = none yet */
+    if (c->pace <= 0) c->pace = seconds / step_units(s, T); /* the unit: this size's prior */
+    if (T != c->prev_T || c->n[T] < 3) ring_add(c->r[T], &c->n[T], &c->t[T], seconds / c->pace);
+    if (passes > 0 && draft_s > 0)
+        ring_add(c->pass_r, &c->pass_n, &c->pass_t, draft_s / passes / c->pace);
+    if (known > 0) c->pace = seconds / known;
+    c->prev_T = T;
 }
 
 /* Seconds the drafts of a step with k drafts per row add: k head passes (MTP; until measured a
@@ -127,7 +167,8 @@ void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s
  * suffix drafters (a lookup in the plan). */
 static double draft_time(const sched *s, int k) {
     if (s->cfg.spec.method != CLLM_SPEC_MTP || k <= 0) return 0.0;
-    return k * (s->cost.pass_t > 0 ? s->cost.pass_t : 0.08 * step_time(s, 1));
+    double pace = s->cost.pace > 0 ? s->cost.pace : 1.0;
+    return k * (s->cost.pass_t > 0 ? s->cost.pass_t * pace : 0.08 * step_time(s, 1));
 }
 
 /* Idle steps after which row e drafts one token to measure again, in a step of B decoding rows
@@ -139,7 +180,7 @@ static double draft_time(const sched *s, int k) {
 static int probe_idle(const sched *s, const eng_seq *e, int B, int T) {
     if (T > SPEC_COST_N) T = SPEC_COST_N;
     if (B > 1) return SPEC_PROBE_IDLE * B;
-    return s->cost.n[T] <= SPEC_COST_R && row_alpha(e) >= 0.3 ? 4 : SPEC_PROBE_IDLE;
+    return s->cost.n[T] <= SPEC_COST_R && row_alpha(s, e) >= 0.3 ? 4 : SPEC_PROBE_IDLE;
 }
 
 static bool decoding(const eng_seq *e) {
@@ -160,7 +201,7 @@ void sched_spec_begin_step(sched *s) {
     double a = 0;
     for (int i = 0; i < s->n_running; i++)
         if (may_draft(s->running[i])) {
-            a += row_alpha(s->running[i]);
+            a += row_alpha(s, s->running[i]);
             B++;
         } else {
             Bp += decoding(s->running[i]);
@@ -170,6 +211,10 @@ void sched_spec_begin_step(sched *s) {
     if (off > 0 && s->n_running >= off) return;
     if (s->cfg.spec.fixed_k) {
         s->spec_k_step = K;
+        return;
+    }
+    if (s->spec_streak >= SPEC_PLAIN_EVERY) { /* the plain step beside the verifies */
+        s->spec_streak = 0;
         return;
     }
     /* the plain step of this batch is measured first (its first sample is dropped, so two
@@ -206,13 +251,14 @@ void sched_spec_begin_step(sched *s) {
                   "k %d",
                   B, a, 1e3 * step_time(s, sz[0]), 1e3 * step_time(s, sz[1]),
                   1e3 * step_time(s, sz[2]), 1e3 * step_time(s, sz[3]), s->cost.n[sz[0]],
-                  s->cost.n[sz[1]], s->cost.n[sz[2]], s->cost.n[sz[3]], 1e3 * s->cost.pass_t,
+                  s->cost.n[sz[1]], s->cost.n[sz[2]], s->cost.n[sz[3]], 1e3 * draft_time(s, 1),
                   s->spec_k_step);
     /* a row idle for long probes one draft (sched_spec_plan): the step must allow one */
     for (int i = 0; s->spec_k_step == 0 && i < s->n_running; i++)
         if (may_draft(s->running[i]) &&
             s->running[i]->spec_idle >= probe_idle(s, s->running[i], B, B + Bp + 1))
             s->spec_k_step = 1;
+    s->spec_streak = s->spec_k_step > 0 ? s->spec_streak + 1 : 0;
 }
 
 /* A row that drafts nothing this step: its history fades slowly (so a row that stopped paying
@@ -244,7 +290,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
             Bp += decoding(s->running[i]) && !may_draft(s->running[i]);
         }
         int base = (B - 1) * (1 + s->spec_k_step) + Bp;
-        double a = row_alpha(e), best = 1.0 / step_time(s, base + P);
+        double a = row_alpha(s, e), best = 1.0 / step_time(s, base + P);
         int kk = 0;
         for (int j = 1; j <= k; j++) {
             /* in a batch the head's passes are the step's (every drafting row shares them) */
@@ -381,6 +427,8 @@ void sched_spec_accept(sched *s, const sched_ent *t, const float *rows) {
     sched_mtp_keep(e, e->n_tokens - 1); /* the rows after the first rejected draft are wrong */
     e->acc_hits = SPEC_DECAY * e->acc_hits + j;
     e->acc_trials = SPEC_DECAY * e->acc_trials + j + (j < nd);
+    s->spec_hits = SPEC_PRIOR_DECAY * s->spec_hits + j;
+    s->spec_trials = SPEC_PRIOR_DECAY * s->spec_trials + j + (j < nd);
     if (st) {
         if (j == nd) { /* the verify's state is exact at the last draft: it becomes the live one */
             slot_live_release(&s->slots, e->slot);

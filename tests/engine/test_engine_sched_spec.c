@@ -448,6 +448,75 @@ static void cost_set(sched *s, const double *ms, int n, double pass_ms, double a
     sched_spec_begin_step(s);
 }
 
+/* Steps of sizes T[i] taking ms[i], in that order, from an empty cost model; then the choice. */
+static void cost_seq(sched *s, const int *T, const double *ms, int n, double a) {
+    memset(&s->cost, 0, sizeof(s->cost));
+    s->spec_streak = 0;
+    for (int i = 0; i < n; i++) sched_spec_record(s, T[i], ms[i] * 1e-3, 0, 0);
+    for (int i = 0; i < s->n_running; i++) {
+        s->running[i]->acc_hits = 100 * a;
+        s->running[i]->acc_trials = 100;
+        s->running[i]->spec_idle = 0;
+    }
+    sched_spec_begin_step(s);
+}
+
+/* The host's pace (sched_spec_record): a verify that costs 1.2 plain steps stays chosen when
+ * the host then runs at half speed for many verifies in a row (a median of seconds took them for
+ * 2.4 plain steps and turned drafting off); a verify that costs 2.5 plain steps at one pace is
+ * seen as dear however the pace moves between the pairs; and after SPEC_PLAIN_EVERY steps with
+ * drafts one step drafts nothing. */
+static void test_cost_pace(void) {
+    fake_model f;
+    sched *s = cost_sched(&f, 1);
+    if (s) {
+        int T[32];
+        double ms[32];
+        int n = 0;
+        for (int i = 0; i < 4; i++) T[n] = 1, ms[n++] = 20;
+        for (int i = 0; i < 3; i++) T[n] = 2, ms[n++] = 24;
+        for (int i = 0; i < 10; i++) T[n] = 2, ms[n++] = 48; /* the host at half speed */
+        cost_seq(s, T, ms, n, 0.65);
+        CHECK_MSG(s->spec_k_step >= 1, "pace: a slower host turned drafting off (k %d)",
+                  s->spec_k_step);
+        n = 0;
+        for (int i = 0; i < 8; i++) { /* pairs at paces from 16 to 44 ms per plain step */
+            double p = 16 + 4 * i;
+            T[n] = 1, ms[n++] = p;
+            T[n] = 2, ms[n++] = 2.5 * p;
+        }
+        cost_seq(s, T, ms, n, 0.65);
+        CHECK_MSG(s->spec_k_step == 0, "pace: a verify of 2.5 plain steps chosen (k %d)",
+                  s->spec_k_step);
+        /* cheap verifies (1.1 plain steps): drafting, with a plain step after SPEC_PLAIN_EVERY */
+        n = 0;
+        for (int i = 0; i < 4; i++) T[n] = 1, ms[n++] = 20;
+        for (int i = 0; i < 4; i++) T[n] = 2, ms[n++] = 22;
+        cost_seq(s, T, ms, n, 0.65);
+        int plain = 0;
+        for (int i = 0; i < 3 * 17; i++) { /* 16 steps with drafts, then a plain one */
+            plain += s->spec_k_step == 0;
+            sched_spec_begin_step(s);
+        }
+        CHECK_MSG(plain == 3, "pace: %d plain steps in 51 (want one every 17)", plain);
+        /* a row that has not drafted yet takes the engine's recent acceptance as its prior: a
+         * verify of 1.5 plain steps does not pay at the first request's 0.5, at 0.9 it does */
+        n = 0;
+        for (int i = 0; i < 4; i++) T[n] = 1, ms[n++] = 20, T[n] = 2, ms[n++] = 30;
+        cost_seq(s, T, ms, n, 0);
+        s->running[0]->acc_hits = s->running[0]->acc_trials = 0;
+        s->spec_hits = s->spec_trials = 0;
+        sched_spec_begin_step(s);
+        CHECK_MSG(s->spec_k_step == 0, "prior: k %d at the first request's 0.5", s->spec_k_step);
+        s->spec_hits = 90;
+        s->spec_trials = 100;
+        sched_spec_begin_step(s);
+        CHECK_MSG(s->spec_k_step >= 1, "prior: k %d at the engine's 0.9", s->spec_k_step);
+        sched_free(s);
+    }
+    fake_free(&f);
+}
+
 static void test_cost_model(void) {
     fake_model f;
     sched *s = cost_sched(&f, 8);
@@ -510,6 +579,7 @@ static void test_mtp_vocab_rows(void) {
 int main(void) {
     test_mtp_vocab_rows();
     test_cost_model();
+    test_cost_pace();
     test_suffix(false);
     test_suffix(true);
     test_distribution(false);
