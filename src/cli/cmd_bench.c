@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "cli/serve_tp.h"
 #include "dist/dist.h"
+#include "loadgen/metrics.h"
 
 typedef struct bres {
     double t_first, t_done;
@@ -475,11 +476,6 @@ static void spec_note(cllm_engine *e, const cllm_engine_stats *st0, char *out, s
         snprintf(out + n, cap - (size_t)n, ", %llu state commits", (unsigned long long)cm);
 }
 
-static int cmp_dbl(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 /* One timed run of test L (a prompt of L, or 1 token then L generated); tok/s, < 0 on failure. */
 static double bench_run(cllm_engine *e, const bench_model *bm, bench_bufs *w, bool is_pp, int L,
                         bool plain) {
@@ -565,9 +561,7 @@ static int bench_table(cllm_engine *e, const bench_args *a, const bench_model *b
         if (!pair) continue;
         char note[160] = "";
         spec_note(e, &st0, note, sizeof(note));
-        qsort(rt, (size_t)reps, sizeof(double), cmp_dbl);
-        double med = reps % 2 ? rt[reps / 2] : 0.5 * (rt[reps / 2 - 1] + rt[reps / 2]);
-        table_row(a, bm, nthreads, false, L, true, xs, reps, note, med, first_json);
+        table_row(a, bm, nthreads, false, L, true, xs, reps, note, lg_median(rt, reps), first_json);
     }
     return 0;
 }

@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "cli/cli_spec.h"
 #include "cli/commands.h"
+#include "loadgen/metrics.h"
 #include "model/seq_runner.h"
 
 typedef struct bw_job {
@@ -53,16 +54,6 @@ static double measure_bandwidth(cllm_pool *pool, bool huge) {
     if (sums[0] == 12345) printf(" "); /* keep the reads */
     cllm_free_aligned(buf);
     return best;
-}
-
-static int cmp_dbl(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_dbl);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 #define CURVE_MAX_REPS 64
@@ -112,8 +103,8 @@ static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t se
             rs[T][i - 1] = ts[T][i - 1] / ts[1][i - 1];
         }
     for (int T = 1; lg && s == CLLM_OK && T <= K + 1; T++) {
-        t[T] = median(ts[T], reps);
-        x[T] = median(rs[T], reps);
+        t[T] = lg_median(ts[T], reps);
+        x[T] = lg_median(rs[T], reps);
     }
     if (!lg) s = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     free(lg);

@@ -95,9 +95,14 @@ static double step_units(const sched *s, int T) {
     return 1.0 + 0.1 * (T - 1);
 }
 
-/* Forward seconds for a step of T tokens at the current pace (1 s per unit before any). */
+/* Seconds per unit now (1 before any step was measured). */
+static double pace(const sched *s) {
+    return s->cost.pace > 0 ? s->cost.pace : 1.0;
+}
+
+/* Forward seconds for a step of T tokens at the current pace. */
 static double step_time(const sched *s, int T) {
-    return step_units(s, T) * (s->cost.pace > 0 ? s->cost.pace : 1.0);
+    return step_units(s, T) * pace(s);
 }
 
 /* A hybrid row whose verify is not accepted whole recomputes its accepted drafts in the next
@@ -167,8 +172,7 @@ void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s
  * suffix drafters (a lookup in the plan). */
 static double draft_time(const sched *s, int k) {
     if (s->cfg.spec.method != CLLM_SPEC_MTP || k <= 0) return 0.0;
-    double pace = s->cost.pace > 0 ? s->cost.pace : 1.0;
-    return k * (s->cost.pass_t > 0 ? s->cost.pass_t * pace : 0.08 * step_time(s, 1));
+    return k * pace(s) * (s->cost.pass_t > 0 ? s->cost.pass_t : 0.08 * step_units(s, 1));
 }
 
 /* Idle steps after which row e drafts one token to measure again, in a step of B decoding rows
@@ -193,19 +197,29 @@ static bool may_draft(const eng_seq *e) {
     return decoding(e) && !e->req->sp.no_speculation;
 }
 
+/* The running rows that may draft (returned) and the other decoding rows (*plain); *alpha, when
+ * not NULL, the sum of the drafting rows' acceptance. */
+static int drafting_rows(const sched *s, int *plain, double *alpha) {
+    int B = 0;
+    *plain = 0;
+    if (alpha) *alpha = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (may_draft(s->running[i])) {
+            if (alpha) *alpha += row_alpha(s, s->running[i]);
+            B++;
+        } else {
+            *plain += decoding(s->running[i]);
+        }
+    return B;
+}
+
 void sched_spec_begin_step(sched *s) {
     s->spec_k_step = 0;
     s->spec_one = NULL;
     if (!spec_on(s)) return;
-    int K = s->cfg.spec.num_speculative_tokens, B = 0, Bp = 0;
-    double a = 0;
-    for (int i = 0; i < s->n_running; i++)
-        if (may_draft(s->running[i])) {
-            a += row_alpha(s, s->running[i]);
-            B++;
-        } else {
-            Bp += decoding(s->running[i]);
-        }
+    int K = s->cfg.spec.num_speculative_tokens, Bp;
+    double a;
+    int B = drafting_rows(s, &Bp, &a);
     if (B == 0) return;
     int off = s->cfg.spec.disable_by_batch_size;
     if (off > 0 && s->n_running >= off) return;
@@ -284,11 +298,7 @@ int sched_spec_plan(sched *s, eng_seq *e, int budget) {
         return 0;
     }
     if (!o->fixed_k && !s->spec_one) {
-        int B = 0, Bp = 0; /* rows that may draft (this one among them), plain rows */
-        for (int i = 0; i < s->n_running; i++) {
-            B += may_draft(s->running[i]);
-            Bp += decoding(s->running[i]) && !may_draft(s->running[i]);
-        }
+        int Bp, B = drafting_rows(s, &Bp, NULL); /* this row among the B */
         int base = (B - 1) * (1 + s->spec_k_step) + Bp;
         double a = row_alpha(s, e), best = 1.0 / step_time(s, base + P);
         int kk = 0;

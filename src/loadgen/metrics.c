@@ -75,6 +75,11 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+double lg_median(double *x, long n) {
+    if (n > 1) qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return lg_percentile_sorted(x, n, 50);
+}
+
 /* Statistics of x[0..n) in seconds, reported in ms. Sorts x in place. */
 static void stat_of(double *x, long n, lg_stat *st) {
     memset(st, 0, sizeof(*st));

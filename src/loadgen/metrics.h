@@ -90,6 +90,8 @@ typedef struct lg_summary {
 
 /* numpy.percentile(x, p) with linear interpolation over sorted[0..n); 0 when n == 0. */
 double lg_percentile_sorted(const double *sorted, long n, double p);
+/* numpy.median of x[0..n) (sorts x in place); 0 when n == 0. */
+double lg_median(double *x, long n);
 
 /* Fills *s from reqs[0..n). duration_s is the benchmark's wall time. slo may be NULL.
  * Returns false only on allocation failure. */
