@@ -580,6 +580,7 @@ static enum MHD_Result refuse_body(srv_req *r) {
                 (unsigned long long)s->o.max_body_size);
     char *j = srv_fmt_error_json(&e);
     srv_conn_write_raw(r->conn, 413, j);
+    srv_conn_linger(s, r->conn);
     r->status = 413;
     r->bytes_sent = j ? strlen(j) : 0;
     free(j);
@@ -608,6 +609,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         unsigned hs = srv_conn_check_head(c, version, hm, sizeof(hm));
         if (hs) {
             r->close_conn = true;
+            srv_conn_linger(s, c);
             return fail(r, hs, "invalid_request_error", NULL, "%s", hm);
         }
         unsigned rflags = srv_route_flags(url);
@@ -643,6 +645,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size) {
             r->close_conn = true;
+            srv_conn_linger(s, c);
             return fail(r, 413, "invalid_request_error", NULL,
                         "request body over --max-body-size (%llu bytes)",
                         (unsigned long long)s->o.max_body_size);
@@ -1055,6 +1058,7 @@ void cllm_server_stop(cllm_server *s) {
         pthread_join(s->stats_thread, NULL);
     }
     MHD_stop_daemon(s->d);
+    srv_conn_linger_free(s);
     json_decref(s->default_kwargs);
     cllm_jinja_free(s->tmpl);
     srv_resp_store_free(s->resp_store);

@@ -19,12 +19,16 @@
  *
  * Also here: the request-head checks MHD does not make (duplicate Content-Length, a
  * Transfer-Encoding other than chunked, HTTP/1.1 without Host), and the raw 413 for a chunked
- * body that passes --max-body-size while it is read (MHD refuses to queue a response then). */
+ * body that passes --max-body-size while it is read (MHD refuses to queue a response then), and
+ * the lingering close after such early answers (srv_conn_linger). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "server/srv_int.h"
@@ -49,6 +53,15 @@ void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
         srv_conn *k = *socket_context;
         pthread_mutex_lock(&s->conn_mu);
+        /* MHD takes the socket out of its epoll set and closes it after this call: a dup keeps
+         * the socket open (no reset for the unread body), MHD's close only drops its fd */
+        if (k->linger && !k->cut && k->fd >= 0 && s->n_lingers < SRV_LINGER_MAX) {
+            int d = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
+            if (d >= 0) {
+                shutdown(d, SHUT_WR); /* the answer is out: FIN after it */
+                s->lingers[s->n_lingers++] = (srv_linger){d, srv_now()};
+            }
+        }
         if (k->prev)
             k->prev->next = k->next;
         else
@@ -73,6 +86,55 @@ bool srv_conn_enter(cllm_server *s, struct MHD_Connection *c, srv_conn_phase p) 
     }
     pthread_mutex_unlock(&s->conn_mu);
     return ok;
+}
+
+void srv_conn_linger(cllm_server *s, struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    srv_conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->linger = true;
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* Reads and drops what lingering sockets received (at most SRV_LINGER_READ a socket a tick: the
+ * client's sends wait for the next tick beyond that), and closes those the client closed or
+ * reset, and those past SRV_LINGER_S, as Apache's lingering close does (2 s there too). */
+#define SRV_LINGER_S    2.0
+#define SRV_LINGER_READ (8u << 20)
+static void drain_lingers(cllm_server *s, double now) {
+    char sink[16384]; /* what the client still sends: dropped unread */
+    pthread_mutex_lock(&s->conn_mu);
+    for (int i = 0; i < s->n_lingers;) {
+        srv_linger *l = &s->lingers[i];
+        bool done = now - l->t0 > SRV_LINGER_S;
+        for (size_t got = 0; !done && got < SRV_LINGER_READ;) {
+            ssize_t n = recv(l->fd, sink, sizeof(sink), MSG_DONTWAIT);
+            if (n > 0) {
+                got += (size_t)n;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            /* 0: the client closed; an error other than "nothing now": it reset */
+            done = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+            break;
+        }
+        if (done) {
+            close(l->fd);
+            *l = s->lingers[--s->n_lingers];
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+void srv_conn_linger_free(cllm_server *s) {
+    pthread_mutex_lock(&s->conn_mu);
+    for (int i = 0; i < s->n_lingers; i++) close(s->lingers[i].fd);
+    s->n_lingers = 0;
+    pthread_mutex_unlock(&s->conn_mu);
 }
 
 static void count_closes(cllm_server *s, int reason, int n, int cancelled) {
@@ -134,6 +196,7 @@ void srv_conn_watch(cllm_server *s) {
     count_closes(s, SRV_DL_HEADER, cut[0], 0);
     count_closes(s, SRV_DL_BODY, cut[1], 0);
     if (s->o.send_timeout_s > 0) watch_stalls(s, now);
+    drain_lingers(s, now);
 }
 
 /* ---- request-head checks ---- */

@@ -323,7 +323,16 @@ typedef struct srv_conn {
     srv_conn_phase phase; /* under s->conn_mu */
     double t_phase;       /* srv_now() when the phase began */
     bool cut;             /* a deadline shut the socket down */
+    bool linger;          /* answered before its body was read: drain it after MHD closes */
 } srv_conn;
+
+/* A socket kept after MHD closed the connection (srv_conn_linger): its unread body is drained so
+ * the close does not reset the answer away. */
+#define SRV_LINGER_MAX 64
+typedef struct srv_linger {
+    int fd;    /* a dup of the socket: MHD's close leaves it open */
+    double t0; /* srv_now() when MHD closed it */
+} srv_linger;
 
 /* MHD_OPTION_NOTIFY_CONNECTION: registers / unregisters the connection. */
 void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -336,6 +345,14 @@ void srv_conn_watch(cllm_server *s);
 /* The request head's framing and Host checks (first access-handler call). Returns 0 when the
  * head is acceptable, else the status to answer with msg filled. */
 unsigned srv_conn_check_head(struct MHD_Connection *c, const char *version, char *msg, size_t cap);
+/* The connection's answer goes out before its request body is read (a 413 from the head, a
+ * chunked body past the cap, a head refused for its framing): when MHD closes it, keep reading
+ * and dropping what the client still sends, for up to SRV_LINGER_S, then close. Without that the
+ * kernel answers the unread bytes with a reset, which can reach a client still sending (curl
+ * with the whole body) before it has read the answer. */
+void srv_conn_linger(cllm_server *s, struct MHD_Connection *c);
+/* Closes every lingering socket (server stop). */
+void srv_conn_linger_free(cllm_server *s);
 /* Writes a complete response (status, JSON body, Connection: close) straight to the socket: for
  * the one case MHD cannot queue one, a body refused while it is being read. Best effort. */
 void srv_conn_write_raw(struct MHD_Connection *c, unsigned status, const char *json);
@@ -375,6 +392,8 @@ struct cllm_server {
     struct srv_resp_store *resp_store; /* finished /v1/responses (responses.c), made on first use */
     pthread_mutex_t conn_mu;           /* conns and every srv_conn's phase */
     srv_conn *conns;                   /* open connections (srv_conn.c) */
+    srv_linger lingers[SRV_LINGER_MAX]; /* closed by MHD, drained by srv_conn_watch; conn_mu */
+    int n_lingers;
 };
 
 /* path is one of the comma-separated entries of list (NULL: none). */
