@@ -188,6 +188,7 @@ struct sched {
     int logit_rows_extra; /* verify rows still free in the step being planned */
     int spec_k_step;      /* drafts per row chosen for the current step (sched_spec.c) */
     int spec_streak;      /* steps in a row with drafts (a plain one now and then: sched_spec.c) */
+    int spec_plain_every; /* after that many: SPEC_PLAIN_EVERY, longer where drafting pays well */
     double spec_hits, spec_trials; /* every row's decayed acceptance counts (sched_spec.c prior) */
     eng_seq *spec_one; /* set: only this row drafts this step (one token: a batch's probe) */
     /* MTP (sched_mtp.c): the step's hidden rows [max_num_batched_tokens][hidden_size] and the

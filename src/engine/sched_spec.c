@@ -43,8 +43,21 @@
 /* Steps without a draft after which a row drafts one token anyway, to measure again */
 #define SPEC_PROBE_IDLE 32
 /* Steps with drafts after which one step drafts nothing: the plain step's size, measured beside
- * the verifies at the same pace, is what they are judged against (sched_spec_record) */
+ * the verifies at the same pace, is what they are judged against (sched_spec_record). Where the
+ * chosen k is expected to gain g over plain steps, one plain step every N costs about
+ * (1 - 1/g) / N of the throughput: N = SPEC_PLAIN_COST x (1 - 1/g) keeps that near 1%, within
+ * [SPEC_PLAIN_EVERY, SPEC_PLAIN_MAX]. A simulation of this chooser (B 1, acceptance 0.9, a
+ * verify of 1.1 plain steps per token) gained 1.87 -> 1.89x plain with it. */
 #define SPEC_PLAIN_EVERY 16
+#define SPEC_PLAIN_MAX   64
+#define SPEC_PLAIN_COST  100.0
+/* A row alone whose one-draft rate is within this of the plain rate probes after SPEC_PROBE_NEAR
+ * idle steps, not SPEC_PROBE_IDLE: near break-even a low estimate costs most and only a draft
+ * can correct it (without this, a 0.65 workload on Zen 3, where a verify costs 1.37 plain steps,
+ * sat at an estimate of 0.5 for whole requests after a few early rejections; simulated B 1,
+ * 0.65: 1.036 -> 1.053x plain with the plain interval above, 0.3: 0.989 -> 0.986) */
+#define SPEC_PROBE_NEAR 4
+#define SPEC_NEAR       0.92
 
 static bool spec_on(const sched *s) {
     return s->cfg.spec.method != CLLM_SPEC_NONE && s->cfg.spec.num_speculative_tokens > 0;
@@ -184,7 +197,12 @@ static double draft_time(const sched *s, int k) {
 static int probe_idle(const sched *s, const eng_seq *e, int B, int T) {
     if (T > SPEC_COST_N) T = SPEC_COST_N;
     if (B > 1) return SPEC_PROBE_IDLE * B;
-    return s->cost.n[T] <= SPEC_COST_R && row_alpha(s, e) >= 0.3 ? 4 : SPEC_PROBE_IDLE;
+    double a = row_alpha(s, e);
+    if (s->cost.n[T] <= SPEC_COST_R && a >= 0.3) return SPEC_PROBE_NEAR;
+    if (T >= 2 &&
+        (1.0 + a) / (step_time(s, T) + draft_time(s, 1)) >= SPEC_NEAR / step_time(s, T - 1))
+        return SPEC_PROBE_NEAR;
+    return SPEC_PROBE_IDLE;
 }
 
 static bool decoding(const eng_seq *e) {
@@ -227,7 +245,8 @@ void sched_spec_begin_step(sched *s) {
         s->spec_k_step = K;
         return;
     }
-    if (s->spec_streak >= SPEC_PLAIN_EVERY) { /* the plain step beside the verifies */
+    if (s->spec_streak >= (s->spec_plain_every > 0 ? s->spec_plain_every : SPEC_PLAIN_EVERY)) {
+        /* the plain step beside the verifies */
         s->spec_streak = 0;
         return;
     }
@@ -236,7 +255,8 @@ void sched_spec_begin_step(sched *s) {
      * for it, which at B = 8 took a 57 ms step for 90 ms and kept a 133 ms verify chosen */
     if (s->cost.n[B + Bp < SPEC_COST_N ? B + Bp : SPEC_COST_N] < 2) return;
     a /= B;
-    double best = (B + Bp) / step_time(s, B + Bp);
+    const double plain = (B + Bp) / step_time(s, B + Bp);
+    double best = plain;
     for (int k = 1; k <= K; k++) {
         double r = (B * cllm_spec_expected_tokens(a, k) + Bp) /
                    (step_time(s, B * (1 + k) + Bp) + draft_time(s, k));
@@ -244,6 +264,12 @@ void sched_spec_begin_step(sched *s) {
             best = r;
             s->spec_k_step = k;
         }
+    }
+    if (s->spec_k_step > 0) {
+        double n = SPEC_PLAIN_COST * (1.0 - plain / best);
+        s->spec_plain_every = n < SPEC_PLAIN_EVERY ? SPEC_PLAIN_EVERY
+                              : n > SPEC_PLAIN_MAX ? SPEC_PLAIN_MAX
+                                                   : (int)n;
     }
     /* a batch would verify every row at a size never measured: one row drafts one token first
      * (a step of B + 1), so the slope from the plain step prices the bigger sizes (step_time)

@@ -488,10 +488,11 @@ static void test_cost_pace(void) {
         cost_seq(s, T, ms, n, 0.65);
         CHECK_MSG(s->spec_k_step == 0, "pace: a verify of 2.5 plain steps chosen (k %d)",
                   s->spec_k_step);
-        /* cheap verifies (1.1 plain steps): drafting, with a plain step after SPEC_PLAIN_EVERY */
+        /* verifies of 1.45 plain steps (k 1 gains 1.14x at 0.65): drafting, with a plain step
+         * after SPEC_PLAIN_EVERY (16) steps with drafts */
         n = 0;
         for (int i = 0; i < 4; i++) T[n] = 1, ms[n++] = 20;
-        for (int i = 0; i < 4; i++) T[n] = 2, ms[n++] = 22;
+        for (int i = 0; i < 4; i++) T[n] = 2, ms[n++] = 29;
         cost_seq(s, T, ms, n, 0.65);
         int plain = 0;
         for (int i = 0; i < 3 * 17; i++) { /* 16 steps with drafts, then a plain one */
@@ -499,6 +500,20 @@ static void test_cost_pace(void) {
             sched_spec_begin_step(s);
         }
         CHECK_MSG(plain == 3, "pace: %d plain steps in 51 (want one every 17)", plain);
+        /* cheap verifies (1.1 plain steps, k 3 expected to gain 1.8x): the plain step every
+         * 100 x (1 - 1 / 1.8) = 44 steps with drafts, so that it costs about 1% */
+        n = 0;
+        for (int i = 0; i < 4; i++) T[n] = 1, ms[n++] = 20;
+        for (int i = 0; i < 4; i++) T[n] = 2, ms[n++] = 22;
+        cost_seq(s, T, ms, n, 0.65);
+        plain = 0;
+        for (int i = 0; i < 3 * 45; i++) {
+            plain += s->spec_k_step == 0;
+            sched_spec_begin_step(s);
+        }
+        CHECK_MSG(plain == 3 && s->spec_plain_every == 44,
+                  "pace: %d plain steps in 135 (want one every 45; interval %d)", plain,
+                  s->spec_plain_every);
         /* a row that has not drafted yet takes the engine's recent acceptance as its prior: a
          * verify of 1.5 plain steps does not pay at the first request's 0.5, at 0.9 it does */
         n = 0;
@@ -512,6 +527,28 @@ static void test_cost_pace(void) {
         s->spec_trials = 100;
         sched_spec_begin_step(s);
         CHECK_MSG(s->spec_k_step >= 1, "prior: k %d at the engine's 0.9", s->spec_k_step);
+        /* a row alone just below break-even (0.5 against 1.5 plain steps: 0.5 below it) probes
+         * a draft after 4 idle steps, one far below (0.2) only after 32: near break-even only a
+         * draft corrects an estimate that came out low (8 pairs: past the few-samples probes) */
+        n = 0;
+        for (int i = 0; i < 8; i++) T[n] = 1, ms[n++] = 20, T[n] = 2, ms[n++] = 30;
+        cost_seq(s, T, ms, n, 0);
+        s->spec_hits = s->spec_trials = 0;
+        const double rate[2] = {0.5, 0.2};
+        const int want[2] = {4, 32};
+        for (int c = 0; c < 2; c++) {
+            s->running[0]->acc_hits = 100 * rate[c];
+            s->running[0]->acc_trials = 100;
+            int first = -1;
+            for (int idle = 0; idle <= 40 && first < 0; idle++) {
+                s->running[0]->spec_idle = idle;
+                s->spec_streak = 0;
+                sched_spec_begin_step(s);
+                if (s->spec_k_step > 0) first = idle;
+            }
+            CHECK_MSG(first == want[c], "probe at %.1f: first after %d idle steps (want %d)",
+                      rate[c], first, want[c]);
+        }
         sched_free(s);
     }
     fake_free(&f);
