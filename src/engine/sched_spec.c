@@ -46,8 +46,8 @@
  * the verifies at the same pace, is what they are judged against (sched_spec_record). Where the
  * chosen k is expected to gain g over plain steps, one plain step every N costs about
  * (1 - 1/g) / N of the throughput: N = SPEC_PLAIN_COST x (1 - 1/g) keeps that near 1%, within
- * [SPEC_PLAIN_EVERY, SPEC_PLAIN_MAX]. A simulation of this chooser (B 1, acceptance 0.9, a
- * verify of 1.1 plain steps per token) gained 1.87 -> 1.89x plain with it. */
+ * [SPEC_PLAIN_EVERY, SPEC_PLAIN_MAX]. A simulation of this chooser (tools/sim/spec_chooser.py;
+ * B 1, acceptance 0.9, a verify of 1.1 plain steps per token) gained 1.87 -> 1.89x plain. */
 #define SPEC_PLAIN_EVERY 16
 #define SPEC_PLAIN_MAX   64
 #define SPEC_PLAIN_COST  100.0
