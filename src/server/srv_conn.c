@@ -104,29 +104,35 @@ void srv_conn_linger(cllm_server *s, struct MHD_Connection *c) {
 #define SRV_LINGER_S    2.0
 #define SRV_LINGER_READ (8u << 20)
 static void drain_lingers(cllm_server *s, double now) {
-    char sink[16384]; /* what the client still sends: dropped unread */
+    /* read without conn_mu (a stall here must not hold up MHD's connection notifications):
+     * only this thread removes entries, others only append, so the first n stay in place */
+    srv_linger l[SRV_LINGER_MAX];
     pthread_mutex_lock(&s->conn_mu);
-    for (int i = 0; i < s->n_lingers;) {
-        srv_linger *l = &s->lingers[i];
-        bool done = now - l->t0 > SRV_LINGER_S;
-        for (size_t got = 0; !done && got < SRV_LINGER_READ;) {
-            ssize_t n = recv(l->fd, sink, sizeof(sink), MSG_DONTWAIT);
-            if (n > 0) {
-                got += (size_t)n;
+    int n = s->n_lingers;
+    memcpy(l, s->lingers, (size_t)n * sizeof(*l));
+    pthread_mutex_unlock(&s->conn_mu);
+    bool done[SRV_LINGER_MAX];
+    char sink[16384]; /* what the client still sends: dropped unread */
+    for (int i = 0; i < n; i++) {
+        done[i] = now - l[i].t0 > SRV_LINGER_S;
+        for (size_t got = 0; !done[i] && got < SRV_LINGER_READ;) {
+            ssize_t r = recv(l[i].fd, sink, sizeof(sink), MSG_DONTWAIT);
+            if (r > 0) {
+                got += (size_t)r;
                 continue;
             }
-            if (n < 0 && errno == EINTR) continue;
+            if (r < 0 && errno == EINTR) continue;
             /* 0: the client closed; an error other than "nothing now": it reset */
-            done = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+            done[i] = r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
             break;
         }
-        if (done) {
-            close(l->fd);
-            *l = s->lingers[--s->n_lingers];
-        } else {
-            i++;
-        }
     }
+    pthread_mutex_lock(&s->conn_mu);
+    for (int i = n - 1; i >= 0; i--) /* from the end: a moved entry was looked at already */
+        if (done[i]) {
+            close(s->lingers[i].fd);
+            s->lingers[i] = s->lingers[--s->n_lingers];
+        }
     pthread_mutex_unlock(&s->conn_mu);
 }
 
