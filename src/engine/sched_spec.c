@@ -167,6 +167,8 @@ void sched_spec_record(sched *s, int step_tokens, double seconds, double draft_s
     if (!spec_on(s) || step_tokens < 1 || step_tokens > SPEC_COST_N || !(seconds > 0)) return;
     spec_cost *c = &s->cost;
     const int T = step_tokens;
+    LOG_DEBUG("spec: step of %d tokens %.2f ms, head passes %d %.2f ms", T, 1e3 * seconds, passes,
+              1e3 * draft_s);
     if (c->n[T] == 0) { /* cold: counted, not kept, and no pace from it */
         c->n[T]++;
         return;

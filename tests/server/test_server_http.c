@@ -393,6 +393,32 @@ static void test_caps(int port) {
         close(fd);
         free(req);
     }
+    /* a client that keeps sending after the 413 is not drained forever: the socket is closed
+     * about 2 s (SRV_LINGER_S) after the answer, and not at once */
+    fd = tcp_connect(port);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        char head[512], chunk[1024];
+        snprintf(head, sizeof(head),
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Length: %u\r\n\r\n",
+                 KEY, 64u << 20);
+        memset(chunk, 'a', sizeof(chunk));
+        struct timeval tv = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        send_all(fd, head);
+        double t0 = fake_now(), t_end = 0;
+        while (fake_now() - t0 < 8) {
+            if (send(fd, chunk, sizeof(chunk), MSG_NOSIGNAL) <= 0) {
+                t_end = fake_now() - t0;
+                break;
+            }
+            usleep(20 * 1000);
+        }
+        CHECK_MSG(t_end >= 1.5 && t_end < 5, "a client sending on: closed after %.2f s (want ~2)",
+                  t_end);
+        close(fd);
+    }
     /* the server still answers */
     http_do(port, "GET", "/health", NULL, NULL, 0, &r);
     CHECK(r.status == 200);
