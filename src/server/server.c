@@ -588,6 +588,67 @@ static enum MHD_Result refuse_body(srv_req *r) {
     return MHD_NO;
 }
 
+/* A request body the head announces: a Content-Length above 0, or a Transfer-Encoding. */
+static bool body_announced(struct MHD_Connection *c) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    return (cl && strtoull(cl, NULL, 10) > 0) ||
+           MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+}
+
+/* The first access-handler call of a request (its head): the checks and answers that need no
+ * body. MHD_YES with nothing queued: read the body. */
+static enum MHD_Result on_head(cllm_server *s, srv_req *r, struct MHD_Connection *c,
+                               const char *url, const char *method, const char *version) {
+    /* until the response is written, a pause of --send-timeout (not the shorter keep-alive
+     * timeout) ends the connection; on_completed sets it back */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, secs(s->o.send_timeout_s));
+    if (!srv_conn_enter(s, c, SRV_CONN_BODY)) return MHD_NO; /* a deadline cut it */
+    char hm[160];
+    unsigned hs = srv_conn_check_head(c, version, hm, sizeof(hm));
+    if (hs) {
+        r->close_conn = true;
+        return fail(r, hs, "invalid_request_error", NULL, "%s", hm);
+    }
+    unsigned rflags = srv_route_flags(url);
+    if (rflags & SRV_RT_ADMITTED) {
+        r->is_gen = true;
+        pthread_mutex_lock(&s->mu);
+        s->open_gen_conns++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (!strcmp(method, "OPTIONS") && s->o.allowed_origins) {
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        common_headers(s, resp, false);
+        srv_conn_enter(s, c, SRV_CONN_BUSY);
+        enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        r->status = 204;
+        srv_metrics_http(&s->m, 204);
+        return ret;
+    }
+    if (!(s->o.auth_public_health && (rflags & SRV_RT_PUBLIC)) && !srv_console_public(s, url) &&
+        !authorized(s, c)) {
+        srv_err e;
+        srv_err_set(&e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");
+        snprintf(e.code, sizeof(e.code), "invalid_api_key");
+        return send_err(r, &e);
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size) {
+        r->close_conn = true;
+        return fail(r, 413, "invalid_request_error", NULL,
+                    "request body over --max-body-size (%llu bytes)",
+                    (unsigned long long)s->o.max_body_size);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
@@ -601,56 +662,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = srv_req_new(s, c, method, url);
         if (!r) return answer_no_memory(s, c, con_cls);
         *con_cls = r;
-        /* until the response is written, a pause of --send-timeout (not the shorter keep-alive
-         * timeout) ends the connection; on_completed sets it back */
-        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, secs(s->o.send_timeout_s));
-        if (!srv_conn_enter(s, c, SRV_CONN_BODY)) return MHD_NO; /* a deadline cut it */
-        char hm[160];
-        unsigned hs = srv_conn_check_head(c, version, hm, sizeof(hm));
-        if (hs) {
-            r->close_conn = true;
-            srv_conn_linger(s, c);
-            return fail(r, hs, "invalid_request_error", NULL, "%s", hm);
-        }
-        unsigned rflags = srv_route_flags(url);
-        if (rflags & SRV_RT_ADMITTED) {
-            r->is_gen = true;
-            pthread_mutex_lock(&s->mu);
-            s->open_gen_conns++;
-            pthread_mutex_unlock(&s->mu);
-        }
-        if (!strcmp(method, "OPTIONS") && s->o.allowed_origins) {
-            struct MHD_Response *resp =
-                MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
-            if (!resp) return MHD_NO;
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                    "Authorization, Content-Type");
-            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-            common_headers(s, resp, false);
-            srv_conn_enter(s, c, SRV_CONN_BUSY);
-            enum MHD_Result ret = MHD_queue_response(c, 204, resp);
-            MHD_destroy_response(resp);
-            r->status = 204;
-            srv_metrics_http(&s->m, 204);
-            return ret;
-        }
-        if (!(s->o.auth_public_health && (rflags & SRV_RT_PUBLIC)) && !srv_console_public(s, url) &&
-            !authorized(s, c)) {
-            srv_err e;
-            srv_err_set(&e, 401, "invalid_request_error", NULL, "Incorrect API key provided.");
-            snprintf(e.code, sizeof(e.code), "invalid_api_key");
-            return send_err(r, &e);
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_size) {
-            r->close_conn = true;
-            srv_conn_linger(s, c);
-            return fail(r, 413, "invalid_request_error", NULL,
-                        "request body over --max-body-size (%llu bytes)",
-                        (unsigned long long)s->o.max_body_size);
-        }
-        return MHD_YES;
+        enum MHD_Result ret = on_head(s, r, c, url, method, version);
+        /* answered from the head (401, 413, a refused head): MHD will close the connection
+         * without reading the body the head announced */
+        if (r->status && body_announced(c)) srv_conn_linger(s, c);
+        return ret;
     }
     if (r->status) { /* a response is queued already (early 4xx): discard the rest */
         *upload_size = 0;

@@ -345,8 +345,9 @@ void srv_conn_watch(cllm_server *s);
 /* The request head's framing and Host checks (first access-handler call). Returns 0 when the
  * head is acceptable, else the status to answer with msg filled. */
 unsigned srv_conn_check_head(struct MHD_Connection *c, const char *version, char *msg, size_t cap);
-/* The connection's answer goes out before its request body is read (a 413 from the head, a
- * chunked body past the cap, a head refused for its framing): when MHD closes it, keep reading
+/* The connection's answer goes out before its request body is read (any answer from the head
+ * of a request that announces a body: 401, 413, a refused framing; a chunked body past the
+ * cap): when MHD closes it, keep reading
  * and dropping what the client still sends, for up to SRV_LINGER_S, then close. Without that the
  * kernel answers the unread bytes with a reset, which can reach a client still sending (curl
  * with the whole body) before it has read the answer. */
