@@ -318,6 +318,15 @@ static void test_admission(int port, fake_engine *f) {
     http_free(&r);
 }
 
+/* The head of a POST /v1/completions announcing a body of len bytes, with API key key, into
+ * buf; its length. */
+static int post_head(char *buf, size_t cap, const char *key, size_t len) {
+    return snprintf(buf, cap,
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                    key, len);
+}
+
 static void test_caps(int port) {
     /* deep nesting */
     size_t n = 100000;
@@ -341,11 +350,9 @@ static void test_caps(int port) {
     CHECK(fd >= 0);
     if (fd >= 0) {
         char head[512], resp[4096];
-        snprintf(head, sizeof(head),
-                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                 "Content-Type: application/json\r\nContent-Length: %u\r\n\r\n{\"prompt\":\"",
-                 KEY, (1u << 20) + 10);
+        post_head(head, sizeof(head), KEY, (1u << 20) + 10);
         send_all(fd, head);
+        send_all(fd, "{\"prompt\":\"");
         struct timeval tv = {10, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         size_t got = 0;
@@ -368,10 +375,7 @@ static void test_caps(int port) {
         if (fd < 0) break;
         size_t blen = 16u << 20; /* past what the socket buffers hold: still sending at the close */
         char *req = malloc(blen + 512);
-        int hl = snprintf(req, 512,
-                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                          "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                          badkey ? "not-the-key" : KEY, blen);
+        int hl = post_head(req, 512, badkey ? "not-the-key" : KEY, blen);
         memset(req + hl, 'a', blen);
         struct timeval tv = {10, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -402,10 +406,7 @@ static void test_caps(int port) {
     CHECK(fd >= 0);
     if (fd >= 0) {
         char head[512], chunk[1024];
-        snprintf(head, sizeof(head),
-                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                 "Content-Length: %u\r\n\r\n",
-                 KEY, 64u << 20);
+        post_head(head, sizeof(head), KEY, 64u << 20);
         memset(chunk, 'a', sizeof(chunk));
         struct timeval tv = {1, 0};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
