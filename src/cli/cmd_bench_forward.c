@@ -59,13 +59,14 @@ static double measure_bandwidth(cllm_pool *pool, bool huge) {
 #define CURVE_MAX_REPS 64
 /* The verify-cost curve: forwards of T = 1..K+1 positions after the runner's tokens, each on a
  * state forked from the live one (so the sequence does not grow; the rows written past it are
- * overwritten by the next trial) with logits for every position as a verify asks. Rounds of
- * T = 1..K+1 in turn after a warm-up round, so a noisy host's swings fall on every size alike
+ * overwritten by the next trial) with logits for every position as a verify asks, and (T 0)
+ * the plain step as the engine runs it: one position, its state updated in place. Rounds of
+ * T = 0..K+1 in turn after a warm-up round, so a noisy host's swings fall on every size alike
  * (in blocks of one size each, T 3 came out at 1.52x and 2.35x one position in two runs of
  * one hour, Zen 3): t[T] is the median of the rounds' times in seconds, x[T] the median of
- * their ratios t/t(1) within a round. */
+ * their ratios t/t(1) within a round, p[T] of t/t(0). */
 static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t seed, double *t,
-                                double *x, cllm_error *err) {
+                                double *x, double *p, cllm_error *err) {
     const cllm_config *cf = cllm_model_config(r->m);
     int V = cf->vocab_size;
     cllm_state_pool st;
@@ -86,25 +87,30 @@ static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t se
     int32_t toks[CLLM_SPEC_MAX_K + 1];
     for (int i = 0; i <= K; i++) toks[i] = (int32_t)((seed + 7919u * (uint64_t)i) % (uint64_t)V);
     if (reps > CURVE_MAX_REPS) reps = CURVE_MAX_REPS;
-    double ts[CLLM_SPEC_MAX_K + 2][CURVE_MAX_REPS], rs[CLLM_SPEC_MAX_K + 2][CURVE_MAX_REPS];
+    double ts[CLLM_SPEC_MAX_K + 2][CURVE_MAX_REPS], rs[CLLM_SPEC_MAX_K + 2][CURVE_MAX_REPS],
+        ps[CLLM_SPEC_MAX_K + 2][CURVE_MAX_REPS];
     for (int i = 0; lg && i <= reps && s == CLLM_OK; i++)
-        for (int T = 1; s == CLLM_OK && T <= K + 1; T++) {
-            cllm_seq_batch q = {toks, T, r->pos, r->table, r->n_table, 1, CLLM_LOGITS_LAST};
-            q.logits_n = T;
+        for (int T = 0; s == CLLM_OK && T <= K + 1; T++) {
+            /* T 0: the plain step, in place on slot 0 (the copy of the runner's state) */
+            cllm_seq_batch q = {toks,       T ? T : 1, r->pos,          r->table,
+                                r->n_table, T ? 1 : 0, CLLM_LOGITS_LAST};
+            q.logits_n = T ? T : 1;
             q.logits_topk = 1;
             q.logits_scale = 1.0f;
-            q.state_fork = true;
+            q.state_fork = T > 0;
             q.state_src = 0;
             cllm_batch b = {&q, 1};
             double t0 = cllm_time_s();
             s = cllm_forward(r->ctx, &b, &r->kv, &st, lg, err);
             if (i == 0) continue; /* the warm-up round */
             ts[T][i - 1] = cllm_time_s() - t0;
-            rs[T][i - 1] = ts[T][i - 1] / ts[1][i - 1];
+            ps[T][i - 1] = ts[T][i - 1] / ts[0][i - 1];
+            if (T) rs[T][i - 1] = ts[T][i - 1] / ts[1][i - 1];
         }
-    for (int T = 1; lg && s == CLLM_OK && T <= K + 1; T++) {
+    for (int T = 0; lg && s == CLLM_OK && T <= K + 1; T++) {
         t[T] = lg_median(ts[T], reps);
-        x[T] = lg_median(rs[T], reps);
+        p[T] = lg_median(ps[T], reps);
+        if (T) x[T] = lg_median(rs[T], reps);
     }
     if (!lg) s = cllm_err_set(err, CLLM_ENOMEM, "out of memory");
     free(lg);
@@ -112,21 +118,25 @@ static cllm_status verify_curve(cllm_seq_runner *r, int K, int reps, uint64_t se
     return s;
 }
 
-static void print_curve(const double *t, const double *x, int K, int reps, double a) {
+static void print_curve(const double *t, const double *x, const double *p, int K, int reps,
+                        double a) {
     printf("verify cost (one forward of T positions at the sequence's end, forked state, "
-           "logits for each; medians of %d rounds of T = 1..%d in turn, the ratio within each "
-           "round):\n",
+           "logits for each; medians of %d rounds of the plain step and T = 1..%d in turn, the "
+           "ratios within each round):\n",
            reps, K + 1);
+    printf("  plain: %8.3f ms (one position, its state updated in place, as a decode step)\n",
+           1e3 * t[0]);
     for (int T = 1; T <= K + 1; T++)
-        printf("  T %2d: %8.3f ms = %.3f x one position\n", T, 1e3 * t[T], x[T]);
+        printf("  T %2d: %8.3f ms = %.3f x one forked position = %.3f x the plain step\n", T,
+               1e3 * t[T], x[T], p[T]);
     if (a <= 0) return;
-    printf("at synthetic acceptance %.2f with free drafts (an estimate from the curve, no "
-           "drafter's cost):\n",
+    printf("at synthetic acceptance %.2f with free drafts (an estimate from the curve against "
+           "the plain step, no drafter's cost):\n",
            a);
     for (int k = 1; k <= K; k++)
         printf("  k %2d: %.2f tokens per verify, %.2f tok/s = %.2fx plain (%.2f tok/s)\n", k,
                cllm_spec_expected_tokens(a, k), cllm_spec_expected_tokens(a, k) / t[k + 1],
-               cllm_spec_expected_tokens(a, k) / x[k + 1], 1.0 / t[1]);
+               cllm_spec_expected_tokens(a, k) / p[k + 1], 1.0 / t[0]);
 }
 
 int cmd_bench_forward(int argc, char **argv) {
@@ -244,14 +254,14 @@ int cmd_bench_forward(int argc, char **argv) {
            bpt / 1e9, bw / 1e9, bw4 / 1e9, roof, roof > 0 ? 100.0 * tg / roof : 0.0,
            tg * bpt / 1e9);
     if (K > 0) {
-        double t[CLLM_SPEC_MAX_K + 2], x[CLLM_SPEC_MAX_K + 2];
+        double t[CLLM_SPEC_MAX_K + 2], x[CLLM_SPEC_MAX_K + 2], p[CLLM_SPEC_MAX_K + 2];
         int reps = n_gen > 8 ? 16 : 3;
-        if (verify_curve(&r, K, reps, (uint64_t)seed, t, x, &err) != CLLM_OK) {
+        if (verify_curve(&r, K, reps, (uint64_t)seed, t, x, p, &err) != CLLM_OK) {
             fprintf(stderr, "cllm bench-forward: verify curve: %s\n", err.msg);
             ret = 1;
             goto done;
         }
-        print_curve(t, x, K, reps, so.synthetic_acceptance);
+        print_curve(t, x, p, K, reps, so.synthetic_acceptance);
     }
 done:
     free(ids);
