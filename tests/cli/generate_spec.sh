@@ -45,4 +45,15 @@ for f in --logits-hash "--prefill-chunk 4"; do
         --speculative-config '{"method":"ngram","num_speculative_tokens":2}'
     grep -q -- "${f%% *}" "$T/out" && ok "$f refused by name" || { bad "$f"; cat "$T/out"; }
 done
+# bench-forward's verify-cost curve: the plain step, each T against it, and the k estimates
+"$CLLM_BIN" bench-forward "$M" -p 8 -n 4 -t 1 \
+    --speculative-config '{"method":"mtp","num_speculative_tokens":2,"synthetic_acceptance":0.65}' \
+    > "$T/bf" 2> "$T/bf.err"
+if grep -q "^  plain: " "$T/bf" && [ "$(grep -c 'x the plain step$' "$T/bf")" = 3 ] &&
+    grep -q "^  k  2: 2.07 tokens per verify" "$T/bf"; then
+    ok "bench-forward verify curve: plain step, T 1..3 against it, k estimates"
+else
+    bad "bench-forward verify curve"
+    cat "$T/bf" "$T/bf.err"
+fi
 exit $fail
