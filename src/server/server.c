@@ -660,12 +660,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (!r) {
         r = srv_req_new(s, c, method, url);
-        if (!r) return answer_no_memory(s, c, con_cls);
-        *con_cls = r;
-        enum MHD_Result ret = on_head(s, r, c, url, method, version);
-        /* answered from the head (401, 413, a refused head): MHD will close the connection
-         * without reading the body the head announced */
-        if (r->status && body_announced(c)) srv_conn_linger(s, c);
+        enum MHD_Result ret;
+        if (r) {
+            *con_cls = r;
+            ret = on_head(s, r, c, url, method, version);
+        } else {
+            ret = answer_no_memory(s, c, con_cls);
+        }
+        /* answered from the head (401, 413, a refused head, the 503 of a failed allocation):
+         * MHD will close the connection without reading the body the head announced */
+        if ((!r || r->status) && body_announced(c)) srv_conn_linger(s, c);
         return ret;
     }
     if (r->status) { /* a response is queued already (early 4xx): discard the rest */

@@ -73,10 +73,15 @@ void srv_conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
     }
 }
 
-bool srv_conn_enter(cllm_server *s, struct MHD_Connection *c, srv_conn_phase p) {
+/* The guard of MHD connection c; NULL where srv_conn_notify could not make one. */
+static srv_conn *conn_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    srv_conn *k = ci ? ci->socket_context : NULL;
+    return ci ? ci->socket_context : NULL;
+}
+
+bool srv_conn_enter(cllm_server *s, struct MHD_Connection *c, srv_conn_phase p) {
+    srv_conn *k = conn_of(c);
     if (!k) return true;
     pthread_mutex_lock(&s->conn_mu);
     bool ok = !k->cut;
@@ -89,9 +94,7 @@ bool srv_conn_enter(cllm_server *s, struct MHD_Connection *c, srv_conn_phase p) 
 }
 
 void srv_conn_linger(cllm_server *s, struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    srv_conn *k = ci ? ci->socket_context : NULL;
+    srv_conn *k = conn_of(c);
     if (!k) return;
     pthread_mutex_lock(&s->conn_mu);
     k->linger = true;
