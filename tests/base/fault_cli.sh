@@ -86,4 +86,4 @@ serve_probe() {
 }
 SPREAD=10 HEAD=10 walk "serve start-up" ":" -- serve_probe
 echo "fault_cli: $total_points injection points"
-exit $fail
+check_exit

@@ -68,4 +68,4 @@ expect_rc 2 "doctor --watch on a dead port" "$CLLM_BIN" doctor --url http://127.
     --sustain 0.5 --rounds 5 --timeout 0.2
 [ "$(grep -c '^ALERT server critical' "$T/out")" = 1 ] && [ "$(grep -c 'round [0-9]' "$T/out")" = 5 ] &&
     ok "one ALERT after the sustain time, a line per round" || { bad "watch output"; cat "$T/out"; }
-exit $fail
+check_exit

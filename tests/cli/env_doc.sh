@@ -34,4 +34,4 @@ CLLM_LM_SCREEN=5000 "$BIN" cpuinfo >"$T/out" 2>&1
   bad "CLLM_LM_SCREEN=5000: $(cat "$T/out")"
 CLLM_ISA=ref "$BIN" cpuinfo >"$T/out" 2>&1
 grep -qi "tier.*ref" "$T/out" && ok "CLLM_ISA=ref forces the ref tier" || bad "CLLM_ISA=ref: $(cat "$T/out")"
-exit $fail
+check_exit

@@ -56,4 +56,4 @@ else
     bad "bench-forward verify curve"
     cat "$T/bf" "$T/bf.err"
 fi
-exit $fail
+check_exit

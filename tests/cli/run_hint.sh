@@ -44,4 +44,4 @@ grep -q "Authorization: Bearer <the --api-key>" <<< "$out" && ! grep -q sk-x <<<
 out=$(hint)
 ! grep -q Authorization <<< "$out" && grep -q '"model":"tiny"' <<< "$out" && ok "defaults: no auth header, model tiny" ||
     { bad "defaults"; echo "$out"; }
-exit $fail
+check_exit

@@ -214,4 +214,4 @@ check_gen greedy "--generation-config DIR (do_sample false)" --generation-config
 check_gen greedy "--override-generation-config temperature 0" --override-generation-config '{"temperature":0}'
 check_gen sampled "--generation-config vllm + an override" --generation-config vllm \
     --override-generation-config '{"temperature":0.7,"top_k":20}'
-exit $fail
+check_exit

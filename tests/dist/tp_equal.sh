@@ -144,4 +144,4 @@ expect_rc 2 "mpirun -np 2 without --tensor-parallel-size refused" \
 expect_rc 0 "verify --config-only --tensor-parallel-size 4" \
   "$BIN" verify --config-only "$T/full" --tensor-parallel-size 4
 grep -q "rank 3:" "$T/out" || { bad "verify prints per-rank bytes"; cat "$T/out"; }
-exit $fail
+check_exit

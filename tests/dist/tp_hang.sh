@@ -87,4 +87,4 @@ else bad "ranks not found"; fi
 sleep 0.3
 cleanup
 [ -z "$(mine)" ] && ok "no process left" || bad "left: $(mine)"
-exit $fail
+check_exit

@@ -71,4 +71,4 @@ for i in $(seq 150); do [ -z "$(pgrep -f -- "$BIN generate $M ")" ] && break; sl
 left=$(pgrep -f -- "$BIN generate $M ")
 if [ -z "$left" ]; then ok "mpirun killed: every rank exited by itself ($i polls of 0.1 s)"
 else bad "mpirun killed: ranks still running after 15 s: $left"; kill -9 $left 2>/dev/null; fi
-exit $fail
+check_exit

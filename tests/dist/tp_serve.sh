@@ -152,4 +152,4 @@ fault_case() { # DESC SIGNAL [env...]
 }
 CLLM_TP_TIMEOUT_S=60 fault_case "rank 1 killed" KILL
 CLLM_TP_TIMEOUT_S=3 fault_case "rank 1 stopped (hang)" STOP
-exit $fail
+check_exit

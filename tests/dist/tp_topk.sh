@@ -90,4 +90,4 @@ for s in "greedy" "topk --temperature 0.8 --top-k 20 --seed 11"; do
   expect_eq "$name N=2: a second all-gather per token (whole row: $full calls)" "$(calls "$T/$name.2.err")" \
     "$((${full:-0} * 2))"
 done
-exit $fail
+check_exit

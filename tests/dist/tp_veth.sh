@@ -57,4 +57,4 @@ cmp -s "$T/shm.bin" "$T/tcp.bin" && ok "TCP logits bitwise = shared-memory TP=2"
 timeout 60 "${NET[@]}" "$BIN" generate "$M" --tokens "$TOK" -n 8 --ids --ignore-eos \
   --tensor-parallel-size 2 >"$T/g2" 2>/dev/null
 [ -s "$T/g1" ] && cmp -s "$T/g1" "$T/g2" && ok "greedy tokens over TCP" || bad "greedy tokens over TCP differ"
-exit $fail
+check_exit

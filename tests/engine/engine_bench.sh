@@ -64,4 +64,4 @@ PY
 "$BIN" bench "$T/m" -b 0 >/dev/null 2>&1; [ $? = 2 ] && ok "bad -b rc 2" || bad "bad -b not a usage error"
 "$BIN" bench >/dev/null 2>&1; [ $? = 2 ] && ok "no model rc 2" || bad "no model not a usage error"
 "$BIN" bench "$T/nope" >/dev/null 2>&1; [ $? = 1 ] && ok "missing model rc 1" || bad "missing model rc"
-exit $fail
+check_exit

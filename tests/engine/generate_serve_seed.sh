@@ -44,4 +44,4 @@ for args in "0.8 0 1 0 1 0 0 1" "0.8 0 1 0 1 0 0 2" "1.0 20 0.8 0 1 0 0 7" "0.7 
 done
 [ "$(gen 0.8 0 1 0 1 0 0 1)" != "$(gen 0.8 0 1 0 1 0 0 2)" ] && ok "seeds 1 and 2 differ" ||
   bad "seed has no effect"
-exit $fail
+check_exit

@@ -47,4 +47,4 @@ code=$(curl -s -o "$T/resp" -w '%{http_code}' -H "$H" $U/v1/completions \
   -d '{"prompt":[1,2,3,4],"max_tokens":3,"temperature":0}')
 expect_eq "a completion on the cut pool" "$code" 200
 grep -q '"completion_tokens":3' "$T/resp" && ok "3 tokens" || { bad "response"; cat "$T/resp"; }
-exit $fail
+check_exit

@@ -27,4 +27,4 @@ grep -qi "nan\|inf%" "$T/out" && bad "non-finite figure: $(cat "$T/out")" || ok 
     > /dev/null 2> "$T/err2"
 [ $? = 1 ] && grep -q "cannot read" "$T/err2" && ok "missing schema refused" ||
     bad "missing schema: $(cat "$T/err2")"
-exit $fail
+check_exit

@@ -32,4 +32,4 @@ echo '{"type":"string","format":"ipv6"}' > "$T/bad.json"
 expect_rc 2 "unsupported format" "$BIN" generate "$M" -p x -n 4 --json-schema "$T/bad.json"
 grep -q "format 'ipv6'" "$T/out" && ok "unsupported format message" || bad "message: $(cat "$T/out")"
 expect_rc 2 "two constraints" "$BIN" generate "$M" -p x -n 4 --regex a --grammar "$T/g.gbnf"
-exit $fail
+check_exit

@@ -83,4 +83,4 @@ CLLM_ACT16=fast "$BIN" eval "$T/tiny-w4a16" --tokens 1,2,3 >"$T/out" 2>&1
 rc=$?
 [ $rc != 0 ] && grep -q "CLLM_ACT16=fast" "$T/out" && ok "CLLM_ACT16=fast refused (rc $rc)" ||
   { bad "CLLM_ACT16=fast: rc $rc"; cat "$T/out"; }
-exit $fail
+check_exit

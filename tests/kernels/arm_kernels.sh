@@ -118,4 +118,4 @@ fi
 
 echo "arm_kernels: $(($(date +%s) - t0)) s"
 [ "$fail" = 0 ] && echo "arm_kernels: all ok" || echo "arm_kernels: FAILED"
-exit "$fail"
+check_exit

@@ -12,3 +12,13 @@ expect_rc() { # expect_rc RC DESC CMD...: CMD's output kept in $T/out, shown on 
 expect_eq() { # expect_eq DESC GOT WANT
   if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: want [$3] got [$2]"; fi
 }
+# check_exit ends a script with $fail. A passing script's scratch folder ($T, when it is a folder of
+# its own under CLLM_TMP) is removed: the suite's synthetic models add up to ~2.6 GB, more than a CI
+# machine may have free (stop 47 failed on a full disk). A failing script keeps its folder for a
+# look; CLLM_KEEP_TMP=1 keeps every one.
+check_exit() {
+  if [ "$fail" = 0 ] && [ -z "${CLLM_KEEP_TMP:-}" ] && [ -n "${CLLM_TMP:-}" ] && [ -n "${T:-}" ]; then
+    case "$T" in "$CLLM_TMP"/?*) rm -rf -- "$T" ;; esac
+  fi
+  exit "$fail"
+}

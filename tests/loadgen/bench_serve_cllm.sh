@@ -27,4 +27,4 @@ expect_eq generated "$(echo "$out" | grep '^Total generated tokens:' | awk '{pri
 expect_eq doctor-rc "$?" 0
 cat "$CLLM_TMP/bs_doctor.out"
 expect_eq doctor-slots "$(grep -c 'OK    state_slots' "$CLLM_TMP/bs_doctor.out")" 1
-exit $fail
+check_exit

@@ -111,4 +111,4 @@ cp "$M/config.json" "$B/config.json"; sed -i 's/"moe_intermediate_size": 32/"moe
 expect_bad_input "expected shape" "$BIN" eval "$B" --tokens 1
 expect_bad_input "" "$BIN" eval "$TMP/does-not-exist" --tokens 1
 [ $fail = 0 ] && echo "forward_golden: all passed"
-exit $fail
+check_exit

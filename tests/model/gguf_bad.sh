@@ -127,4 +127,4 @@ refused no_block_count    "block_count"
 # the message must show the file's value, blk.0.ssm_a[0]
 refused ssm_a_positive    "ssm_a\[0\] = $(cat "$T/ssm_a0"): ssm_a must be negative"
 [ $fail = 0 ] && echo "gguf_bad: all passed"
-exit $fail
+check_exit

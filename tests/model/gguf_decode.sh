@@ -59,4 +59,4 @@ import numpy as np, sys; a = np.fromfile(sys.argv[1], np.float32); a[12345] = np
 CLLM_GGUF_DECODE="$T/blocks.gguf" CLLM_GGUF_EXPECT="$T/flip.f32" "$TB" >"$T/out" 2>&1 &&
   bad "a one-ulp change in the expected values went unnoticed" || ok "a one-ulp change is caught"
 [ $fail = 0 ] && echo "gguf_decode: all passed"
-exit $fail
+check_exit

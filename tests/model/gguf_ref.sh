@@ -138,4 +138,4 @@ else bad "v128: synth / convert / eval"; fi
 if [ -f "$T/split.first" ]; then n=$(ls "$T"/split-*-of-*.gguf 2>/dev/null | wc -l)
   [ "$n" -gt 1 ] && ok "split set has $n files" || bad "split set: $n files"; fi
 [ $fail = 0 ] && echo "gguf_ref: all passed"
-exit $fail
+check_exit

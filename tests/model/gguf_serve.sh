@@ -65,4 +65,4 @@ a2=$(sed -E 's/\[PAD[0-9]+\]//g' <<<"$a")
 a=$(field "$T/gguf.tok" "j['tokens']"); b=$(field "$T/dir.tok" "j['tokens']")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "/tokenize equal: $a" || bad "/tokenize: gguf [$a] folder [$b]"
 [ $fail = 0 ] && echo "gguf_serve: all passed"
-exit $fail
+check_exit

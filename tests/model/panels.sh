@@ -56,4 +56,4 @@ for v in CLLM_PANEL CLLM_LM_PANEL CLLM_PANEL_EVICT; do
   [ $rc != 0 ] && grep -q "$v=yes: expected 0 or 1" "$T/out" && ok "$v=yes refused (rc $rc)" ||
     bad "$v=yes: rc $rc, $(head -2 "$T/out")"
 done
-exit ${fail:-0}
+check_exit

@@ -49,4 +49,4 @@ grep -q "decode steps\|prefill steps" "$T/mtp" && bad "CLLM_PROFILE=mtp: a main-
 expect_rc 2 "CLLM_PROFILE=bogus refused" env CLLM_PROFILE=bogus "$BIN" cpuinfo
 "$BIN" bench-forward "$SRC/models/tiny" -p 8 -n 4 -t 2 >/dev/null 2>"$T/off"
 grep -q "profile:" "$T/off" && bad "profile lines without CLLM_PROFILE" || ok "no profile when unset"
-exit $fail
+check_exit

@@ -125,4 +125,4 @@ expect_rc 0 "verify tiny-mtp --no-mtp" "$BIN" verify "$d"
 expect_rc 0 "--version" "$BIN" --version
 grep -q "cpu features:" "$T/out" && ok "version shows features" || bad "version lacks features"
 
-exit $fail
+check_exit

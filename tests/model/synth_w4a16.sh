@@ -43,4 +43,4 @@ expect_rc 1 "group not dividing K" "$BIN" synth -q --config "$SRC/configs/tiny-m
 grep -q "does not divide in_features" "$T/out" && ok "group refusal named" || bad "group text"
 [ ! -e "$T/g1024" ] && ok "nothing written on refusal" || bad "refused synth left $T/g1024"
 expect_rc 2 "unknown scheme" "$BIN" synth --config x --scheme w3a16 "$T/x"
-exit $fail
+check_exit

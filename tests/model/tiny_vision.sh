@@ -94,4 +94,4 @@ expect_eq "MTP drafts on the image prompt: the same 24 tokens" "$(ask "$KW")" "$
 curl -s -H "$H" "$U/metrics" > "$T/spec.metrics"
 v=$(awk '/^vllm:spec_decode_num_drafts_total/ {print $2 + 0}' "$T/spec.metrics")
 [ "${v:-0}" -gt 0 ] && ok "$v verifies after the image" || bad "no verify after the image (${v:-none})"
-exit $fail
+check_exit

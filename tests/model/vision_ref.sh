@@ -83,4 +83,4 @@ grep -q "has no vision tower" "$T/out" && ok "bench-vision says why" || bad "ben
 want="0 0 0|1 1 1|2 2 2|3 3 3|3 3 4|3 3 5|3 4 3|3 4 4|3 4 5|6 6 6|7 7 7|8 8 8|9 9 9|delta -3"
 got=$($PY "$SRC/tools/ref/vision_ref.py" "$T/tiny-vision" --rope-index 1,2,3,500,500,500,500,500,500,4,5,500,6 --grids "1,4,6;1,2,2" | paste -sd'|')
 expect_eq "rope index of two images" "$got" "$want"
-exit $fail
+check_exit

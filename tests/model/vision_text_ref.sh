@@ -77,4 +77,4 @@ for budget in 512 5; do
 done
 # the same image at budget 512 and 5: the same bytes (chunks cut the image)
 cmp -s "$T/one-b512.out" "$T/one-b5.out" && ok "one image: budget 512 == budget 5 bitwise" || bad "one image: budgets differ"
-exit $fail
+check_exit

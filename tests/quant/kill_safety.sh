@@ -74,4 +74,4 @@ echo "quantize: $RUNS kills: $q_complete complete (== uninterrupted), $q_absent 
 echo "litter left by killed runs (NAME.tmp-PID files, OUT.tmp-PID dirs): $litter"
 [ $syn_bad = 0 ] && ok "synth: nothing that looks complete unless complete" || true
 [ $q_bad = 0 ] && ok "quantize: nothing that looks complete unless complete" || true
-exit $fail
+check_exit

@@ -48,4 +48,4 @@ if script -qec true /dev/null >/dev/null 2>&1; then
 else
   echo "skip: script(1) cannot open a pty here"
 fi
-exit $fail
+check_exit

@@ -192,4 +192,4 @@ truncate -s -1000 "$T/t_trunc/model.safetensors"
   { bad "truncated: rc $rc"; cat "$T/out"; }
 "$BIN" verify "$T/t_trunc" >"$T/out" 2>&1; rc=$?
 [ $rc -lt 128 ] && ok "verify truncated: rc $rc, no crash" || bad "verify truncated crashed ($rc)"
-exit $fail
+check_exit

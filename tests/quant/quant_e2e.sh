@@ -295,4 +295,4 @@ PYEOF
 expect_rc 1 "verify fails on corrupted" "$BIN" verify --full "$T/bad"
 grep -q "problem: .*layers.1.mlp.experts.3.up_proj.scales.*NaN" "$T/out" && grep -q FAILED "$T/out" \
   && ok "verify names the corrupted scales" || { bad "corruption not named"; cat "$T/out"; }
-exit $fail
+check_exit

@@ -187,4 +187,4 @@ $PY "$T/mutate.py" "$T/fp8" "$T/b12" "$P.weight" nan
 expect_fail "fp8 NaN code" "$P.weight: F8_E4M3 NaN code at \[0, 0\]" "$BIN" quantize -q -g 32 "$T/b12" "$T/x"
 [ ! -e "$T/x" ] && ok "no output left by the refused runs" || bad "refused run left $T/x"
 "$BIN" synth --config "$C" --layout fp8 --scheme w4a16 "$T/x" >"$T/out" 2>&1; [ $? -ne 0 ] && grep -q "layout fp8" "$T/out" && ok "synth fp8 + scheme refused" || bad "synth fp8 + scheme"
-exit $fail
+check_exit

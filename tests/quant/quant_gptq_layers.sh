@@ -57,4 +57,4 @@ expect_rc 1 "budget below one Hessian" "${Q[@]}" --gptq-mem 10k "$T/fp" "$T/smal
 grep -q -- "--gptq-mem 10.0 kB: model.language_model.layers.0.* alone needs .* of Hessians" "$T/out" && ok "error names the linear and sizes" || { bad "budget error text"; cat "$T/out"; }
 [ ! -e "$T/small" ] && ! ls -d "$T"/small.tmp-* >/dev/null 2>&1 && ok "nothing written" || bad "output left behind"
 expect_rc 2 "bad --gptq-mem" "${Q[@]}" --gptq-mem lots "$T/fp" "$T/bad"
-exit $fail
+check_exit

@@ -65,4 +65,4 @@ grep -q "quantize: removed stale temporary $Q.tmp-$DEAD (left by pid $DEAD, no l
 grep -q "quantize: kept $Q.tmp-$LIVE: its writer (pid $LIVE) is still running" "$T/q.err" &&
     ok "quantize: the kept folder in the log" || { bad "quantize log (kept)"; cat "$T/q.err"; }
 "$BIN" verify "$Q" > /dev/null 2>&1 && ok "quantize: output verifies" || bad "quantize output does not verify"
-exit $fail
+check_exit

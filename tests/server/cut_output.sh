@@ -96,4 +96,4 @@ EOF
 )
 [ "$why" = ok ] && ok "/v1/responses cut by max_output_tokens: item incomplete" || bad "/v1/responses: $why"
 kill -0 $SPID 2> /dev/null && ok "server alive" || { bad "server died"; cat "$T/serve.log"; }
-exit $fail
+check_exit

@@ -14,4 +14,4 @@ start_serve "$SRC/models/tiny" || exit 1
 expect_rc 0 "embeddings vs the checkpoint's lm_head and cllm eval" env NODE_PATH="$SRC/node_modules" \
   timeout 300 node "$SRC/tests/data/http/e2e/embeddings.cjs" $PORT $KEY tiny "$BIN" "$SRC/models/tiny" "$T"
 tail -n 1 "$T/out"
-exit $fail
+check_exit

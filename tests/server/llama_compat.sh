@@ -74,4 +74,4 @@ expect_eq "streamed text == whole text" "$joined" "$text"
 
 kill -TERM $SPID
 wait $SPID
-exit $fail
+check_exit

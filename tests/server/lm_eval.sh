@@ -16,4 +16,4 @@ expect_rc 0 "lm-eval local-completions client, 100 requests vs cllm eval" timeou
   env NODE_PATH="$SRC/node_modules" node "$SRC/tests/data/http/e2e/lm_eval_local_completions.cjs" $PORT $KEY tiny "$BIN" "$SRC/models/tiny" \
   "$SRC/docs/architecture.md" 100
 tail -n 1 "$T/out"
-exit $fail
+check_exit

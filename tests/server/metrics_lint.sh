@@ -27,4 +27,4 @@ if grep -v '^vllm:[a-z0-9_]* metric names should not contain .:.$' "$T/lint" |
 else
   ok "promtool check metrics (vLLM's ':' names aside)"
 fi
-exit $fail
+check_exit

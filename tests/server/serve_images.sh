@@ -231,4 +231,4 @@ JSEOF
   expect_rc 0 "OpenAI Node SDK with an image part" env NODE_PATH="$SRC/node_modules" timeout 60 node "$T/sdk.cjs" $PORT $KEY "$T/a.png"
   tail -n 1 "$T/out"
 fi
-exit $fail
+check_exit

@@ -130,4 +130,4 @@ refused '{"method": "suffix", "num_speculative_tokens": 2, "prompt_lookup_max": 
 refused '{"method": "ngram", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 3}' "'suffix_decoding_max_tree_depth' does not apply to method 'ngram'"
 refused '{"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_min_token_prob": 0.1}' "'suffix_decoding_min_token_prob' is not supported"
 refused '{"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_spec_factor": 0}' "suffix_decoding_max_spec_factor must be a number"
-exit $fail
+check_exit

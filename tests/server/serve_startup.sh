@@ -130,4 +130,4 @@ expect_rc 1 "verify a config file" "$CLLM_BIN" verify "$M/config.json"
 has "is a file, not a model directory" "file hint (verify)"
 expect_rc 1 "eval a Hugging Face id" "$CLLM_BIN" eval Qwen/Qwen3.5-35B-A3B --tokens 1,2
 has "download it first" "HF id hint (eval)"
-exit $fail
+check_exit

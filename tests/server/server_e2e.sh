@@ -135,4 +135,4 @@ rc=$?
 if [ $rc = 0 ]; then ok "exit status after SIGINT with --shutdown-timeout 0: $rc"; else bad "exit status after SIGINT with --shutdown-timeout 0: $rc"; fi
 if grep -q "\"finish_reason\":\"abort\"" "$TMP/abort.out" && grep -q "^data: \[DONE\]$" "$TMP/abort.out"; then ok "aborted stream ends with abort + [DONE]"; else bad "aborted stream ends with abort + [DONE]"; fi
 
-exit $fail
+check_exit

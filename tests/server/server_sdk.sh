@@ -18,4 +18,4 @@ for suite in openai_sdk openai_sdk_vllm; do
     node "$SRC/tests/data/http/e2e/$suite.cjs" $PORT $KEY tiny
   tail -n 1 "$T/out"
 done
-exit $fail
+check_exit

@@ -119,4 +119,4 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 [ $rc = 130 ] && ok "second SIGINT: exit 130 after $ms ms" || bad "second SIGINT: exit $rc"
 [ $ms -lt 5000 ] && ok "second SIGINT is prompt" || bad "second SIGINT took $ms ms"
 wait $a
-exit $fail
+check_exit

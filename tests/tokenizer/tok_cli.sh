@@ -20,4 +20,4 @@ expect_eq chat-nothink "$(tail -c "$(wc -c < "$CLLM_TMP/want_tail.txt")" "$CLLM_
 echo '{"messages": 5}' > "$CLLM_TMP/bad.json"
 "$CLLM_BIN" chat-template "$M" "$CLLM_TMP/bad.json" >/dev/null 2>&1; expect_eq bad-messages-rc "$?" 1
 "$CLLM_BIN" tokenize /nonexistent "x" >/dev/null 2>&1; expect_eq bad-model-rc "$?" 1
-exit $fail
+check_exit

@@ -64,4 +64,4 @@ printf '%s\n' '<!-- layering:begin -->' '| module | owns | may include | must no
   '<!-- layering-exceptions:begin -->' '| file | includes | why |' '|---|---|---|' \
   '<!-- layering-exceptions:end -->' >"$T/r/docs/architecture.md"
 expect_rc 0 "getenv in the option table accepted" chk
-exit $fail
+check_exit
