@@ -599,6 +599,44 @@ static void test_cost_model(void) {
     fake_free(&f);
 }
 
+/* A verify's state commits are charged to the step that made them (sched_step records after
+ * its rows): none is left over for the next step, whose size may differ (a plain step after a
+ * verify read dearer by the commit, a verify after a plain step cheaper). */
+static void test_commit_charged(void) {
+    enum { V = 64 };
+    fake_model f;
+    fake_init(&f, V, 400, 4, 40, true);
+    f.markov = true;
+    sched_cfg c = fake_cfg(V, 400, 4, 4, 24, true, true);
+    c.n_live_slots = 8;
+    c.spec.method = CLLM_SPEC_NGRAM;
+    c.spec.num_speculative_tokens = 2;
+    c.spec.prompt_lookup_min = 1;
+    c.spec.prompt_lookup_max = 3;
+    c.spec.fixed_k = true;
+    sched *s = NULL;
+    cllm_error err = {0};
+    CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
+    if (!s) {
+        fake_free(&f);
+        return;
+    }
+    fake_out out;
+    memset(&out, 0, sizeof(out));
+    int32_t prompt[6] = {3, 9, 3, 9, 3, 9};
+    submit(s, &c, prompt, 6, sp_greedy(60), &out);
+    int left = 0, steps = 0;
+    for (; sched_has_work(s) && steps < 1000; steps++) {
+        sched_step(s);
+        left += s->commit_s != 0;
+    }
+    CHECK_MSG(f.commits > 0, "no state commit in %d steps", steps);
+    CHECK_MSG(left == 0, "%d of %d steps left commit time to the next step", left, steps);
+    CHECK(f.errors == 0);
+    sched_free(s);
+    fake_free(&f);
+}
+
 /* The MTP draft vocabulary: the default on a large vocabulary, the whole of a small one, a key
  * rounded up to whole 64-row tiles, and a key of the vocabulary's size or more reading it all. */
 static void test_mtp_vocab_rows(void) {
@@ -615,6 +653,7 @@ static void test_mtp_vocab_rows(void) {
 
 int main(void) {
     test_mtp_vocab_rows();
+    test_commit_charged();
     test_cost_model();
     test_cost_pace();
     test_suffix(false);
