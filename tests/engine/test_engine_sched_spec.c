@@ -33,6 +33,15 @@ static cllm_sampling sp_greedy(int max_tokens) {
     return fake_greedy(max_tokens);
 }
 
+/* The n-gram drafter with cap k over lookups of 1..lookup_max tokens; fixed: k every step. */
+static void ngram_spec(sched_cfg *c, int k, int lookup_max, bool fixed) {
+    c->spec.method = CLLM_SPEC_NGRAM;
+    c->spec.num_speculative_tokens = k;
+    c->spec.prompt_lookup_min = 1;
+    c->spec.prompt_lookup_max = lookup_max;
+    c->spec.fixed_k = fixed;
+}
+
 static uint64_t next_id = 1;
 static int bad_invariants;
 
@@ -103,11 +112,7 @@ static cllm_engine_stats run_jobs(const jobset *j, int V, const run_cfg *rc, fak
     c.n_live_slots = live;
     c.max_model_len = 160;
     if (rc->k) {
-        c.spec.method = CLLM_SPEC_NGRAM;
-        c.spec.num_speculative_tokens = rc->k;
-        c.spec.prompt_lookup_min = 1;
-        c.spec.prompt_lookup_max = 3;
-        c.spec.fixed_k = true;
+        ngram_spec(&c, rc->k, 3, true);
         c.spec.synthetic_acceptance = rc->synth;
     }
     sched *s = NULL;
@@ -226,11 +231,7 @@ static void test_with_scoring(void) {
     fake_init(&f, V, 400, 4, NS + 32, true);
     sched_cfg c = fake_cfg(V, 400, 4, NS, 64, true, false);
     c.max_model_len = 200;
-    c.spec.method = CLLM_SPEC_NGRAM;
-    c.spec.num_speculative_tokens = 6;
-    c.spec.prompt_lookup_min = 1;
-    c.spec.prompt_lookup_max = 2;
-    c.spec.fixed_k = true;
+    ngram_spec(&c, 6, 2, true);
     c.spec.synthetic_acceptance = 0.5;
     c.n_live_slots = 2 * NS;
     sched *s = NULL;
@@ -262,11 +263,7 @@ static void test_cancel(void) {
     fake_init(&f, V, 200, 4, 4 + 32, true);
     f.markov = true;
     sched_cfg c = fake_cfg(V, 200, 4, 4, 24, true, false);
-    c.spec.method = CLLM_SPEC_NGRAM;
-    c.spec.num_speculative_tokens = 3;
-    c.spec.prompt_lookup_min = 1;
-    c.spec.prompt_lookup_max = 2;
-    c.spec.fixed_k = true;
+    ngram_spec(&c, 3, 2, true);
     c.spec.synthetic_acceptance = 0.5;
     sched *s = NULL;
     cllm_error err = {0};
@@ -298,11 +295,7 @@ static void test_distribution(bool spec) {
     sched_cfg c = fake_cfg(V, 400, 4, 4, 64, true, false);
     c.n_live_slots = 8; /* a hybrid row verifies on a spare live slot */
     if (spec) {
-        c.spec.method = CLLM_SPEC_NGRAM;
-        c.spec.num_speculative_tokens = 2;
-        c.spec.prompt_lookup_min = 1;
-        c.spec.prompt_lookup_max = 1;
-        c.spec.fixed_k = true;
+        ngram_spec(&c, 2, 1, true);
     }
     sched *s = NULL;
     cllm_error err = {0};
@@ -415,10 +408,7 @@ static sched *cost_sched(fake_model *f, int B) {
     enum { V = 64 };
     fake_init(f, V, 400, 4, 64, false);
     sched_cfg c = fake_cfg(V, 400, 4, 8, 64, false, false);
-    c.spec.method = CLLM_SPEC_NGRAM;
-    c.spec.num_speculative_tokens = 3;
-    c.spec.prompt_lookup_min = 1;
-    c.spec.prompt_lookup_max = 3;
+    ngram_spec(&c, 3, 3, false);
     sched *s = NULL;
     cllm_error err = {0};
     CHECK(sched_create(&c, &fake_ops, f, &s, &err) == CLLM_OK);
@@ -609,11 +599,7 @@ static void test_commit_charged(void) {
     f.markov = true;
     sched_cfg c = fake_cfg(V, 400, 4, 4, 24, true, true);
     c.n_live_slots = 8;
-    c.spec.method = CLLM_SPEC_NGRAM;
-    c.spec.num_speculative_tokens = 2;
-    c.spec.prompt_lookup_min = 1;
-    c.spec.prompt_lookup_max = 3;
-    c.spec.fixed_k = true;
+    ngram_spec(&c, 2, 3, true);
     sched *s = NULL;
     cllm_error err = {0};
     CHECK(sched_create(&c, &fake_ops, &f, &s, &err) == CLLM_OK);
