@@ -152,6 +152,11 @@ void srv_metrics_num(char *out, size_t cap, double v) {
         snprintf(out, cap, v > 0 ? "+Inf" : "-Inf");
         return;
     }
+    /* a count as its digits: the shortest form below read 140 drafts as 1.4e+02 */
+    if (v == trunc(v) && fabs(v) < 9007199254740992.0) { /* 2^53: every integer exact */
+        snprintf(out, cap, "%.0f", v);
+        return;
+    }
     /* 0.005, not 0.0050000000000000001: the fewest digits that read back as the same value */
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(out, cap, "%.*g", prec, v);

@@ -84,7 +84,8 @@ void srv_metrics_http(srv_metrics *m, unsigned status);
 char *srv_metrics_render(cllm_server *s);
 /* Standard process_* and host metrics (metrics_proc.c), appended to b. */
 void srv_metrics_process(srv_buf *b);
-/* A number as Prometheus text: the shortest form that reads back to the same double. */
+/* A number as Prometheus text: a whole number below 2^53 as its digits, any other the shortest
+ * form that reads back to the same double. */
 void srv_metrics_num(char *out, size_t cap, double v);
 void srv_metrics_log_line(cllm_server *s);
 
