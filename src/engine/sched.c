@@ -644,9 +644,9 @@ typedef struct pmatch {
 } pmatch;
 
 /* Longest reusable prefix for a waiting sequence: cached KV blocks for each full block, then
- * possibly a cached partial block; for hybrid models a snapshot at the end position. At least one
- * token is always left to compute. */
-static void prefix_match(sched *s, eng_seq *e, pmatch *pm) {
+ * (with partial) possibly a cached partial block; for hybrid models a snapshot at the end
+ * position. At least one token is always left to compute. */
+static void prefix_match(sched *s, eng_seq *e, bool partial, pmatch *pm) {
     pm->k = pm->r = 0;
     pm->part_blk = pm->snap = -1;
     if (!s->cfg.prefix_caching || sched_score_wants(e)) return; /* cached blocks hold no logits */
@@ -658,7 +658,7 @@ static void prefix_match(sched *s, eng_seq *e, pmatch *pm) {
     int k = 0;
     while (k < n_full && blk_lookup(&s->blocks, e->hashes[k]) >= 0) k++;
     /* a partial block right after the k full ones */
-    int rmax = e->n_tokens - 1 - k * bs;
+    int rmax = partial ? e->n_tokens - 1 - k * bs : 0;
     if (rmax > bs - 1) rmax = bs - 1;
     for (int r = rmax; r >= 1; r--) {
         blk_hash ph = partial_hash(s, e, k, r);
@@ -724,14 +724,20 @@ static int plan(sched *s) {
         eng_seq *e = s->waiting[0];
         if (s->slots.n_live_free == 0) break;
         pmatch pm;
-        prefix_match(s, e, &pm);
-        int k = pm.k, hit = k * bs + pm.r;
-        int n_new = e->n_tokens - hit;
-        if (n_new > budget) n_new = budget;
-        int need = blocks_for(hit + n_new, bs) - k;
-        for (int j = 0; j < k; j++)
-            if (s->blocks.ref[blk_lookup(&s->blocks, e->hashes[j])] == 0) need++;
-        if (pm.r) need++; /* the partial source is pinned while it is copied */
+        int k, hit, n_new, need;
+        for (bool partial = true;; partial = false) {
+            prefix_match(s, e, partial, &pm);
+            k = pm.k, hit = k * bs + pm.r;
+            n_new = e->n_tokens - hit < budget ? e->n_tokens - hit : budget;
+            need = blocks_for(hit + n_new, bs) - k;
+            for (int j = 0; j < k; j++)
+                if (s->blocks.ref[blk_lookup(&s->blocks, e->hashes[j])] == 0) need++;
+            if (pm.r) need++; /* the partial source is pinned while it is copied */
+            /* that pin can ask one block more than the whole cache holds (a sequence as long
+             * as the cache, its last block cached partly): it would wait forever for blocks no
+             * one holds, so it takes the full blocks alone */
+            if (!pm.r || need <= s->blocks.n_blocks) break;
+        }
         if (need > blk_available(&s->blocks)) break;
         if (e->req->n_imgs) {
             /* the vision tower runs before the prefill needs its rows, in units over steps

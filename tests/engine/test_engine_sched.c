@@ -450,6 +450,41 @@ static void test_stress(bool has_state, bool caching, int steps) {
     fake_free(&f);
 }
 
+/* A sequence as long as the whole cache whose last block is cached partly: reusing that block
+ * pins its source while copying it, one block more than the cache holds. The request waited
+ * forever on an idle engine (found by a speculative-vs-plain serve fuzz: MTP's own KV halved
+ * the tokens a small --kv-cache-memory held); it now takes the full blocks alone. */
+static void test_partial_fills_cache(bool has_state) {
+    enum { V = 100, NB = 3, BS = 4 };
+    fake_model f;
+    fake_init(&f, V, NB, BS, 2 + 32, has_state);
+    sched_cfg c = fake_cfg(V, NB, BS, 2, 64, has_state, true);
+    sched *s;
+    CHECK(sched_create(&c, &fake_ops, &f, &s, NULL) == CLLM_OK);
+    int32_t p[NB * BS];
+    rand_prompt(p, NB * BS, V);
+    fake_out a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    /* 6 tokens: it ends at 6 computed positions, leaving block 1's 2 rows cached partly */
+    submit(s, &c, p, 6, greedy(1), &a, NULL);
+    run_all(s, 100);
+    CHECK(a.n == 1);
+    /* 11 tokens: 3 blocks with block 0 and 2 rows of block 1 cached */
+    submit(s, &c, p, NB * BS - 1, greedy(1), &b, NULL);
+    int steps = run_all(s, 100);
+    CHECK_MSG(b.n == 1 && !sched_has_work(s), "the long request waits forever (%d steps)", steps);
+    int32_t exp[1];
+    fake_expected(V, p, NB * BS - 1, 1, exp);
+    CHECK(b.n == 1 && b.toks[0] == exp[0]);
+    cllm_engine_stats st;
+    sched_stats(s, &st);
+    CHECK(st.prefix_hits_tokens >= BS); /* its full block still came from the cache */
+    CHECK_MSG(f.errors == 0, "fake model: %s", f.last_error);
+    sched_free(s);
+    fake_free(&f);
+}
+
 int main(void) {
     test_validation();
     test_concurrent(false, false);
@@ -461,6 +496,8 @@ int main(void) {
     test_n_and_seed();
     test_cancel();
     test_fork_fallback();
+    test_partial_fills_cache(false);
+    test_partial_fills_cache(true);
     test_stress(true, true, 3000);
     test_stress(false, true, 1500);
     test_stress(true, false, 1500);
