@@ -1,0 +1,304 @@
+#!/usr/bin/python3
+"""Differential fuzz of speculative decoding against plain decoding (tests/server/spec_diff.sh).
+
+  spec_diff.py generate CLLM MODEL CASES SEED
+      random prompts (repeated motifs, so n-gram and suffix drafts find something), random
+      speculative configs (every method, k 1..6, draft vocabularies, fixed k) and random engine
+      flags (block size, KV and state dtypes, threads, sampling, a forced lm_head screen): a greedy
+      `cllm generate` prints the same ids with the config as without it, a seeded sampled one
+      the same ids twice; a config cllm refuses must name --speculative-config.
+  spec_diff.py serve CLLM MODEL ROUNDS SEED SPECJSON [serve flags...]
+      two servers, one with SPECJSON: each round sends 1..8 random /v1/completions requests
+      (greedy or seeded, logprobs, n, stop strings, json_object, min_tokens, penalties) to both
+      at once; every answer (status, texts, finish reasons, logprobs) must be the same. A request
+      that gets no answer in FZ_TIMEOUT seconds (default 60) fails the run.
+
+Either mode fails on a crash or a sanitizer report. Prompt lengths and max_tokens are drawn from
+FZ_LENS and FZ_MAXT (comma lists) when set. Prints one line per failure and a summary; exit 1 on
+any failure."""
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+V = 4000  # models/tiny's vocabulary below its special tokens
+
+
+def env_list(name, default):
+    return [int(x) for x in os.environ.get(name, default).split(",")]
+
+
+def rand_prompt(rng, lens):
+    L = rng.choice(lens)
+    motif = [rng.randrange(V) for _ in range(rng.randint(1, 6))]
+    toks = []
+    while len(toks) < L:
+        toks += motif if rng.random() < 0.6 else [rng.randrange(V)]
+    return toks[:L]
+
+
+def sanitizer(text):
+    return "Sanitizer" in text or "runtime error" in text
+
+
+# ---- generate ----
+
+def rand_spec(rng):
+    method = rng.choice(["mtp", "qwen3_5_mtp", "qwen3_next_mtp", "ngram", "suffix"])
+    cfg = {"method": method, "num_speculative_tokens": rng.randint(1, 6)}
+    if method == "ngram":
+        lo = rng.randint(1, 4)
+        if rng.random() < 0.7:
+            cfg["prompt_lookup_min"] = lo
+        if rng.random() < 0.7:
+            cfg["prompt_lookup_max"] = lo + rng.randint(0, 4)
+    if method == "suffix" and rng.random() < 0.5:
+        cfg["suffix_decoding_max_tree_depth"] = rng.randint(1, 64)
+        cfg["suffix_decoding_max_spec_factor"] = rng.choice([0.5, 1.0, 2.0, 4.0])
+    if "mtp" in method and rng.random() < 0.3:
+        cfg["draft_vocab_size"] = rng.choice([64, 65, 100, 1024, 3999, 4000, 4001, 100000])
+    if rng.random() < 0.3:
+        cfg["fixed_k"] = True
+    if rng.random() < 0.2:
+        cfg["disable_by_batch_size"] = rng.randint(1, 4)
+    return cfg
+
+
+def gen_run(cllm, model, args, env):
+    p = subprocess.run([cllm, "generate", model] + args, capture_output=True, text=True, env=env,
+                       timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def ids_of(out):
+    for line in out.splitlines():
+        s = line.strip()
+        if s and all(c.isdigit() or c in ", " for c in s):
+            return s
+    return out
+
+
+def last_line(text):
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def fuzz_generate(cllm, model, cases, seed):
+    rng = random.Random(seed)
+    lens = env_list("FZ_LENS", "1,1,2,3,5,8,15,16,17,31,33,64")
+    maxt = env_list("FZ_MAXT", "1,2,3,7,16,40")
+    fails = compared = 0
+    for it in range(cases):
+        cfg = rand_spec(rng)
+        base = ["--tokens", ",".join(map(str, rand_prompt(rng, lens))), "-n",
+                str(rng.choice(maxt)), "--ids", "-t", str(rng.choice([1, 2]))]
+        if rng.random() < 0.5:
+            base.append("--ignore-eos")
+        if rng.random() < 0.3:
+            base += ["--block-size", str(rng.choice([1, 2, 4, 16]))]
+        if rng.random() < 0.2:
+            base += ["--kv-dtype", "bf16"]
+        if rng.random() < 0.2:
+            base += ["--ssm-dtype", "bf16"]
+        elif rng.random() < 0.2:
+            base += ["--gdn-prefill", rng.choice(["recurrent", "chunked"])]
+        sampled = rng.random() < 0.3
+        if sampled:
+            base += ["--temperature", str(rng.choice([0.5, 1.0, 1.5])), "-s",
+                     str(rng.randint(0, 99))]
+            if rng.random() < 0.5:
+                base += ["--top-k", str(rng.choice([1, 2, 5, 40]))]
+            if rng.random() < 0.3:
+                base += ["--top-p", "0.9"]
+        elif rng.random() < 0.2:
+            base += ["--repetition-penalty", "1.3"]
+        env = dict(os.environ)
+        if rng.random() < 0.3:
+            env["CLLM_LM_SCREEN"] = str(rng.choice([2, 8, 64]))
+        sargs = base + ["--speculative-config", json.dumps(cfg)]
+        r0 = gen_run(cllm, model, base, env)
+        r1 = gen_run(cllm, model, sargs, env)
+        why = None
+        if r0[0] < 0 or r1[0] < 0 or sanitizer(r0[2]) or sanitizer(r1[2]):
+            why = "crash or sanitizer report"
+        elif r0[0] != 0 and r1[0] != 0 and last_line(r0[2]) == last_line(r1[2]):
+            pass  # both refused the same flags
+        elif r0[0] != 0:
+            why = "plain run failed"
+        elif r1[0] != 0:
+            if "--speculative-config" not in r1[2] and "speculative" not in r1[2]:
+                why = "speculative run failed without naming the config"
+        elif not sampled:
+            compared += 1
+            if ids_of(r0[1]) != ids_of(r1[1]):
+                why = "greedy ids differ"
+        else:
+            compared += 1
+            if ids_of(r1[1]) != ids_of(gen_run(cllm, model, sargs, env)[1]):
+                why = "seeded speculative run not reproducible"
+        if why:
+            fails += 1
+            print(f"FAIL [{it}] {why}: CLLM_LM_SCREEN={env.get('CLLM_LM_SCREEN')} {sargs}")
+            print(f"  plain rc {r0[0]}: {ids_of(r0[1])[:300]} {last_line(r0[2])[:200]}")
+            print(f"  spec  rc {r1[0]}: {ids_of(r1[1])[:300]} {last_line(r1[2])[:200]}")
+    print(f"generate: {cases} cases, {compared} compared, {fails} failures")
+    return fails
+
+
+# ---- serve ----
+
+def start_server(cllm, model, port, args, logpath):
+    log = open(logpath, "w")
+    p = subprocess.Popen([cllm, "serve", model, "--port", str(port)] + args, stdout=log,
+                         stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            return p
+        except Exception:
+            if p.poll() is not None:
+                return None
+            time.sleep(0.1)
+    p.kill()
+    return None
+
+
+def post(port, body, timeout):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()[:300]
+    except Exception as e:  # a timeout or a dropped connection: no answer
+        return -1, f"no answer: {e!r}"
+
+
+def rand_request(rng, lens, maxt):
+    b = {"prompt": rand_prompt(rng, lens), "max_tokens": rng.choice(maxt), "temperature": 0}
+    if rng.random() < 0.35:
+        b["temperature"] = rng.choice([0.7, 1.0, 1.3])
+        b["seed"] = rng.randint(0, 1000)
+        if rng.random() < 0.5:
+            b["top_k"] = rng.choice([1, 3, 20])
+        if rng.random() < 0.3:
+            b["top_p"] = 0.9
+    if rng.random() < 0.25:
+        b["logprobs"] = rng.choice([0, 1, 3])
+    if rng.random() < 0.2:
+        b["n"] = rng.choice([2, 3])
+    if rng.random() < 0.5:
+        b["ignore_eos"] = True
+    if rng.random() < 0.15:
+        b["presence_penalty"] = 0.5
+    if rng.random() < 0.15:
+        b["min_tokens"] = 1
+    if rng.random() < 0.1:
+        b["response_format"] = {"type": "json_object"}
+    if rng.random() < 0.15:
+        b["stop"] = [rng.choice(["a", "e", " the", "\n", "s"])]
+    return b
+
+
+def answer_key(resp):
+    if not isinstance(resp, dict):
+        return resp
+    return [(c.get("index"), c.get("text"), c.get("finish_reason"),
+             json.dumps(c.get("logprobs"), sort_keys=True))
+            for c in sorted(resp["choices"], key=lambda c: c["index"])]
+
+
+def fuzz_serve(cllm, model, rounds, seed, spec, extra):
+    rng = random.Random(seed)
+    lens = env_list("FZ_LENS", "1,2,3,8,16,17,33,70")
+    maxt = env_list("FZ_MAXT", "1,2,5,12,30")
+    timeout = float(os.environ.get("FZ_TIMEOUT", "60"))
+    tmp = os.environ.get("FZ_DIR", "/tmp")
+    prng = random.Random(os.getpid())
+    for _attempt in range(5):  # a port another test holds: try another pair
+        base = 20000 + prng.randrange(6000) * 2
+        ports = (base, base + 1)
+        logs = [os.path.join(tmp, f"spec_diff_{p}.log") for p in ports]
+        servers = [start_server(cllm, model, ports[0], ["--speculative-config", spec] + extra,
+                                logs[0]),
+                   start_server(cllm, model, ports[1], extra, logs[1])]
+        if None not in servers:
+            break
+        for sv in servers:
+            if sv:
+                sv.kill()
+                sv.wait()
+    fails = compared = 0
+    try:
+        if None in servers:
+            print(f"FAIL a server did not start: see {logs}")
+            return 1
+        for r in range(rounds):
+            reqs = [rand_request(rng, lens, maxt) for _ in range(rng.randint(1, 8))]
+            out = [[None] * len(reqs), [None] * len(reqs)]
+
+            def go(side, i):
+                out[side][i] = post(ports[side], reqs[i], timeout)
+            ts = [threading.Thread(target=go, args=(side, i)) for side in (0, 1)
+                  for i in range(len(reqs))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            for i, b in enumerate(reqs):
+                a, c = out[0][i], out[1][i]
+                compared += 1
+                if a[0] != c[0] or answer_key(a[1]) != answer_key(c[1]):
+                    fails += 1
+                    print(f"FAIL [{r}.{i}] request {json.dumps(b)}")
+                    print(f"  spec  {a[0]} {json.dumps(answer_key(a[1]))[:500]}")
+                    print(f"  plain {c[0]} {json.dumps(answer_key(c[1]))[:500]}")
+            if any(s.poll() is not None for s in servers):
+                fails += 1
+                print(f"FAIL a server exited: see {logs}")
+                break
+        if fails == 0:
+            met = urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/metrics", timeout=10)
+            met = met.read().decode()
+            drafts = [ln.split()[-1] for ln in met.splitlines()
+                      if ln.startswith("vllm:spec_decode_num_drafts_total")]
+            print(f"serve: speculative drafts {drafts[0] if drafts else '?'}")
+    finally:
+        for s in servers:
+            if s:
+                s.terminate()
+        for s in servers:
+            if s:
+                try:
+                    s.wait(60)
+                except subprocess.TimeoutExpired:
+                    s.kill()
+                    fails += 1
+                    print("FAIL a server did not stop on SIGTERM")
+    for lp in logs:
+        if os.path.exists(lp) and sanitizer(open(lp, errors="replace").read()):
+            fails += 1
+            print(f"FAIL sanitizer report in {lp}")
+    print(f"serve: {rounds} rounds, {compared} answers compared, {fails} failures")
+    return fails
+
+
+def main():
+    if len(sys.argv) >= 6 and sys.argv[1] == "generate":
+        return fuzz_generate(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    if len(sys.argv) >= 7 and sys.argv[1] == "serve":
+        return fuzz_serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                          sys.argv[6], sys.argv[7:])
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main() else 0)
