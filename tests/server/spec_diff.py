@@ -9,7 +9,8 @@
       the same ids twice; a config cllm refuses must name --speculative-config.
   spec_diff.py serve CLLM MODEL ROUNDS SEED SPECJSON [serve flags...]
       two servers, one with SPECJSON: each round sends 1..8 random /v1/completions requests
-      (greedy or seeded, logprobs, n, stop strings, json_object, min_tokens, penalties) to both
+      or chat requests (greedy or seeded, streamed or not, logprobs, prompt_logprobs, echo, n,
+      stop strings, json_object, min_tokens, penalties) to both
       at once; every answer (status, texts, finish reasons, logprobs) must be the same. A request
       that gets no answer in FZ_TIMEOUT seconds (default 60) fails the run.
 
@@ -168,21 +169,60 @@ def start_server(cllm, model, port, args, logpath):
     return None
 
 
+def sse_answer(raw):
+    """A streamed answer folded into the non-streamed shape: per choice, the texts (or chat
+    deltas) joined, the last finish reason, the logprobs' lists joined."""
+    ch = {}
+    for line in raw.decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ev = json.loads(line[6:])
+        for c in ev.get("choices", []):
+            d = ch.setdefault(c["index"], {"index": c["index"], "text": "", "finish_reason": None,
+                                           "logprobs": None})
+            d["text"] += c.get("text") or (c.get("delta") or {}).get("content") or ""
+            d["finish_reason"] = c.get("finish_reason") or d["finish_reason"]
+            lp = c.get("logprobs")
+            if lp:
+                if d["logprobs"] is None:
+                    d["logprobs"] = {}
+                for k, v in lp.items():
+                    if isinstance(v, list):
+                        d["logprobs"].setdefault(k, []).extend(v)
+    return {"choices": list(ch.values())}
+
+
 def post(port, body, timeout):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions",
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
+            raw = r.read()
+            return r.status, sse_answer(raw) if body.get("stream") else json.loads(raw)
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()[:300]
     except Exception as e:  # a timeout or a dropped connection: no answer
         return -1, f"no answer: {e!r}"
 
 
+WORDS = ["the", "LORD", "said", "unto", "Moses", "and", "land", "of", "Egypt", "king", "water",
+         "{", "}", "\"name\":", "1", "2", ",", ".", "\n", "verse"]
+
+
 def rand_request(rng, lens, maxt):
     b = {"prompt": rand_prompt(rng, lens), "max_tokens": rng.choice(maxt), "temperature": 0}
+    if rng.random() < 0.25:  # chat: text through the template instead of token ids
+        del b["prompt"]
+        n = max(1, rng.choice(lens) // 2)
+        b["messages"] = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(n))}]
+    if rng.random() < 0.3:
+        b["stream"] = True
+    if "prompt" in b and rng.random() < 0.1:
+        b["prompt_logprobs"] = rng.choice([0, 2])
+    if "prompt" in b and rng.random() < 0.1:
+        b["echo"] = True
     if rng.random() < 0.35:
         b["temperature"] = rng.choice([0.7, 1.0, 1.3])
         b["seed"] = rng.randint(0, 1000)
@@ -191,7 +231,11 @@ def rand_request(rng, lens, maxt):
         if rng.random() < 0.3:
             b["top_p"] = 0.9
     if rng.random() < 0.25:
-        b["logprobs"] = rng.choice([0, 1, 3])
+        if "messages" in b:
+            b["logprobs"] = True
+            b["top_logprobs"] = rng.choice([0, 1, 3])
+        else:
+            b["logprobs"] = rng.choice([0, 1, 3])
     if rng.random() < 0.2:
         b["n"] = rng.choice([2, 3])
     if rng.random() < 0.5:
@@ -210,9 +254,11 @@ def rand_request(rng, lens, maxt):
 def answer_key(resp):
     if not isinstance(resp, dict):
         return resp
-    return [(c.get("index"), c.get("text"), c.get("finish_reason"),
-             json.dumps(c.get("logprobs"), sort_keys=True))
-            for c in sorted(resp["choices"], key=lambda c: c["index"])]
+    return [(c.get("index"), c.get("text") if "text" in c else (c.get("message") or {}).get(
+             "content"), c.get("finish_reason"), json.dumps(c.get("logprobs"), sort_keys=True),
+             json.dumps(c.get("prompt_logprobs"), sort_keys=True))
+            for c in sorted(resp["choices"], key=lambda c: c["index"])] + [
+            json.dumps(resp.get("prompt_logprobs"), sort_keys=True)]
 
 
 def fuzz_serve(cllm, model, rounds, seed, spec, extra):
