@@ -268,19 +268,25 @@ def fuzz_serve(cllm, model, rounds, seed, spec, extra):
     timeout = float(os.environ.get("FZ_TIMEOUT", "60"))
     tmp = os.environ.get("FZ_DIR", "/tmp")
     prng = random.Random(os.getpid())
-    for _attempt in range(5):  # a port another test holds: try another pair
+    for _attempt in range(5):  # a port another test holds: try another pair (not a refusal)
         base = 20000 + prng.randrange(6000) * 2
         ports = (base, base + 1)
         logs = [os.path.join(tmp, f"spec_diff_{p}.log") for p in ports]
         servers = [start_server(cllm, model, ports[0], ["--speculative-config", spec] + extra,
                                 logs[0]),
                    start_server(cllm, model, ports[1], extra, logs[1])]
-        if None not in servers:
+        if None not in servers or any(
+                "address already in use" not in open(lp, errors="replace").read().lower()
+                for lp, sv in zip(logs, servers) if sv is None):
             break
-        for sv in servers:
+        for sv in servers:  # SIGTERM: mpirun passes it on to tensor-parallel ranks
             if sv:
-                sv.kill()
-                sv.wait()
+                sv.terminate()
+                try:
+                    sv.wait(30)
+                except subprocess.TimeoutExpired:
+                    sv.kill()
+                    sv.wait()
     fails = compared = 0
     try:
         if None in servers:

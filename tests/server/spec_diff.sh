@@ -7,7 +7,8 @@
 #    give the same answers (texts, logprobs, finish reasons), once with MTP at ample KV and once
 #    with n-gram and MTP near a full KV cache (prompts up to the whole --max-model-len, so
 #    preemption and prefix-cache reuse of partial blocks happen: the case that once left a
-#    request waiting forever, test_engine_sched's test_partial_fills_cache).
+#    request waiting forever, test_engine_sched's test_partial_fills_cache);
+#  - n-gram under tensor parallel 2 when mpirun is there.
 # FZ_CASES / FZ_ROUNDS scale it up for a longer hunt.
 set -u
 T=${CLLM_TMP:-/tmp}/spec_diff
@@ -38,4 +39,13 @@ tail -2 "$T/out"
     --block-size 16 -b 19 --kv-cache-memory 100KB --max-model-len 48 --max-num-seqs 5 --threads 1
   tail -2 "$T/out"
   exit $fail ) || fail=1
+# tensor parallel 2 (n-gram: the MTP head is not sharded), where mpirun is there and cllm has MPI
+if command -v mpirun > /dev/null \
+    && ! "$CLLM_BIN" eval /nonexistent --tokens 1 --tensor-parallel-size 2 2>&1 | grep -q "built without MPI"; then
+  expect_rc 0 "serve: n-gram k 3 under tensor parallel 2" \
+    $PY serve "$CLLM_BIN" "$M" "$R" 5 \
+    '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "fixed_k": true}' \
+    --tensor-parallel-size 2 --block-size 4 -b 24 --max-num-seqs 4 --threads 1
+  tail -2 "$T/out"
+fi
 check_exit
