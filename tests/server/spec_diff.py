@@ -15,11 +15,14 @@
       that gets no answer in FZ_TIMEOUT seconds (default 60) fails the run.
 
 Either mode fails on a crash or a sanitizer report. Prompt lengths and max_tokens are drawn from
-FZ_LENS and FZ_MAXT (comma lists) when set. Prints one line per failure and a summary; exit 1 on
+FZ_LENS and FZ_MAXT (comma lists) when set. In serve mode SPECJSON "-" runs the first server
+without speculation, and FZ_A_EXTRA adds flags to the first server only (say a KV cache small
+enough to preempt, against an ample one). Prints one line per failure and a summary; exit 1 on
 any failure."""
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import threading
@@ -272,8 +275,9 @@ def fuzz_serve(cllm, model, rounds, seed, spec, extra):
         base = 20000 + prng.randrange(6000) * 2
         ports = (base, base + 1)
         logs = [os.path.join(tmp, f"spec_diff_{p}.log") for p in ports]
-        servers = [start_server(cllm, model, ports[0], ["--speculative-config", spec] + extra,
-                                logs[0]),
+        a_args = ([] if spec == "-" else ["--speculative-config", spec]) + shlex.split(
+            os.environ.get("FZ_A_EXTRA", ""))
+        servers = [start_server(cllm, model, ports[0], a_args + extra, logs[0]),
                    start_server(cllm, model, ports[1], extra, logs[1])]
         if None not in servers or any(
                 "address already in use" not in open(lp, errors="replace").read().lower()
@@ -319,9 +323,12 @@ def fuzz_serve(cllm, model, rounds, seed, spec, extra):
         if fails == 0:
             met = urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/metrics", timeout=10)
             met = met.read().decode()
-            drafts = [ln.split()[-1] for ln in met.splitlines()
-                      if ln.startswith("vllm:spec_decode_num_drafts_total")]
-            print(f"serve: speculative drafts {drafts[0] if drafts else '?'}")
+            def metric(name):
+                v = [ln.split()[-1] for ln in met.splitlines() if ln.startswith(name + "{")]
+                return v[0] if v else "-"
+            print(f"serve: first server's drafts {metric('vllm:spec_decode_num_drafts_total')}, "
+                  f"preemptions {metric('vllm:num_preemptions_total')}, prefix cache hits "
+                  f"{metric('vllm:prefix_cache_hits_total')} tokens")
     finally:
         for s in servers:
             if s:
