@@ -15,7 +15,8 @@
       that gets no answer in FZ_TIMEOUT seconds (default 60) fails the run.
 
 Either mode fails on a crash or a sanitizer report. Prompt lengths and max_tokens are drawn from
-FZ_LENS and FZ_MAXT (comma lists) when set. In serve mode SPECJSON "-" runs the first server
+FZ_LENS and FZ_MAXT (comma lists) when set; FZ_IMAGES=1 puts small PNGs (PIL) into some chat
+requests. In serve mode SPECJSON "-" runs the first server
 without speculation, and FZ_A_EXTRA adds flags to the first server only (say a KV cache small
 enough to preempt, against an ample one). Prints one line per failure and a summary; exit 1 on
 any failure."""
@@ -214,12 +215,38 @@ WORDS = ["the", "LORD", "said", "unto", "Moses", "and", "land", "of", "Egypt", "
          "{", "}", "\"name\":", "1", "2", ",", ".", "\n", "verse"]
 
 
+_IMAGES = []
+
+
+def rand_image(rng):
+    """A data URL of a small random PNG (a few fixed ones, so prefix caching sees repeats), or
+    None without PIL."""
+    if not _IMAGES:
+        try:
+            import base64
+            import io
+            from PIL import Image
+        except ImportError:
+            return None
+        irng = random.Random(99)
+        for w, h in ((32, 32), (64, 48), (40, 96)):
+            im = Image.frombytes("RGB", (w, h), bytes(irng.randrange(256) for _ in range(w * h * 3)))
+            buf = io.BytesIO()
+            im.save(buf, "PNG")
+            _IMAGES.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    return rng.choice(_IMAGES)
+
+
 def rand_request(rng, lens, maxt):
     b = {"prompt": rand_prompt(rng, lens), "max_tokens": rng.choice(maxt), "temperature": 0}
     if rng.random() < 0.25:  # chat: text through the template instead of token ids
         del b["prompt"]
         n = max(1, rng.choice(lens) // 2)
-        b["messages"] = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(n))}]
+        text = " ".join(rng.choice(WORDS) for _ in range(n))
+        img = rand_image(rng) if os.environ.get("FZ_IMAGES") and rng.random() < 0.4 else None
+        content = text if not img else [{"type": "image_url", "image_url": {"url": img}},
+                                        {"type": "text", "text": text}]
+        b["messages"] = [{"role": "user", "content": content}]
     if rng.random() < 0.3:
         b["stream"] = True
     if "prompt" in b and rng.random() < 0.1:

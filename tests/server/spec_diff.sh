@@ -1,10 +1,12 @@
 #!/bin/bash
 # Differential fuzz of speculative decoding (tests/server/spec_diff.py, models/tiny with its
-# trained MTP head), fixed seeds so a failure repeats:
+# trained MTP head). Fixed seeds: every run draws the same prompts and requests (how a server
+# interleaves them still varies with timing):
 #  - `cllm generate`: 60 random prompts x speculative configs x engine flags, greedy ids equal to
 #    the plain run's, seeded sampled runs repeatable;
 #  - `cllm serve`: a speculative and a plain server get the same concurrent random requests and
-#    give the same answers (texts, logprobs, finish reasons), once with MTP at ample KV and once
+#    give the same answers (texts, logprobs, finish reasons), once with MTP at ample KV (chat
+#    requests with small images among them) and once
 #    with n-gram and MTP near a full KV cache (prompts up to the whole --max-model-len, so
 #    preemption and prefix-cache reuse of partial blocks happen: the case that once left a
 #    request waiting forever, test_engine_sched's test_partial_fills_cache);
@@ -24,7 +26,7 @@ R=${FZ_ROUNDS:-10}
 expect_rc 0 "generate: speculative == plain over random configs" \
   $PY generate "$CLLM_BIN" "$M" "${FZ_CASES:-60}" 1
 tail -1 "$T/out"
-expect_rc 0 "serve: MTP k 4, ample KV" \
+FZ_IMAGES=1 expect_rc 0 "serve: MTP k 4, ample KV, some chat requests with images" \
   $PY serve "$CLLM_BIN" "$M" "$R" 2 '{"method": "mtp", "num_speculative_tokens": 4, "fixed_k": true}' \
   --block-size 4 -b 24 --max-num-seqs 4 --threads 1
 tail -2 "$T/out"
