@@ -10,7 +10,7 @@
   spec_diff.py serve CLLM MODEL ROUNDS SEED SPECJSON [serve flags...]
       two servers, one with SPECJSON: each round sends 1..8 random /v1/completions requests
       or chat requests (greedy or seeded, streamed or not, logprobs, prompt_logprobs, echo, n,
-      stop strings, json_object, min_tokens, penalties) to both
+      stop strings, json_object, json_schema, regex and choice, min_tokens, penalties) to both
       at once; every answer (status, texts, finish reasons, logprobs) must be the same. A request
       that gets no answer in FZ_TIMEOUT seconds (default 60) fails the run.
 
@@ -274,8 +274,19 @@ def rand_request(rng, lens, maxt):
         b["presence_penalty"] = 0.5
     if rng.random() < 0.15:
         b["min_tokens"] = 1
-    if rng.random() < 0.1:
+    g = rng.random()
+    if g < 0.08:
         b["response_format"] = {"type": "json_object"}
+    elif g < 0.12:
+        b["response_format"] = {"type": "json_schema", "json_schema": {"name": "v", "schema": {
+            "type": "object", "properties": {"book": {"type": "string", "maxLength": 12},
+                                             "verse": {"type": "integer"}},
+            "required": ["book", "verse"]}}}
+    elif g < 0.16:
+        b["structured_outputs"] = {"regex": rng.choice(["[0-9]{1,3}:[0-9]{1,3}", "(the|and) [a-z]+",
+                                                        "[A-Z][a-z]* ?"])}
+    elif g < 0.19:
+        b["structured_outputs"] = {"choice": ["Moses", "Aaron", "the LORD", "Egypt"]}
     if rng.random() < 0.15:
         b["stop"] = [rng.choice(["a", "e", " the", "\n", "s"])]
     return b
