@@ -136,7 +136,7 @@ def fuzz_generate(cllm, model, cases, seed):
         elif r0[0] != 0:
             why = "plain run failed"
         elif r1[0] != 0:
-            if "--speculative-config" not in r1[2] and "speculative" not in r1[2]:
+            if "--speculative-config" not in r1[2]:
                 why = "speculative run failed without naming the config"
         elif not sampled:
             compared += 1
@@ -158,9 +158,9 @@ def fuzz_generate(cllm, model, cases, seed):
 # ---- serve ----
 
 def start_server(cllm, model, port, args, logpath):
-    log = open(logpath, "w")
-    p = subprocess.Popen([cllm, "serve", model, "--port", str(port)] + args, stdout=log,
-                         stderr=subprocess.STDOUT)
+    with open(logpath, "w") as log:  # the child keeps its own copy of the descriptor
+        p = subprocess.Popen([cllm, "serve", model, "--port", str(port)] + args, stdout=log,
+                             stderr=subprocess.STDOUT)
     for _ in range(600):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
